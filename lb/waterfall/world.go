@@ -1,0 +1,114 @@
+package waterfall
+
+import "errors"
+
+// World is the immutable input of the planner: every site's demand and RTT
+// vector, and every region's instance groups with their capacity and health.
+// It is a value built by the caller (the gfe from gossip, lbsim from a
+// scenario file); the planner never changes it.
+type World struct {
+	// Regions where backends live. Order does not matter: the planner sorts
+	// by name wherever order could change the result.
+	Regions []Region
+	// Sites where demand arrives. Order does not matter.
+	Sites []Site
+}
+
+// Region is one region and its instance groups (one per zone, usually).
+type Region struct {
+	// Name is unique in the World.
+	Name string
+	// Groups are the region's instance groups. Group names are unique in
+	// the World.
+	Groups []Group
+}
+
+// Group is one instance group: a set of instances in one zone of one region.
+type Group struct {
+	// Name is unique in the World.
+	Name string
+	// Zone the group lives in (informational; zones split a region's share
+	// in proportion to capacity, rule 2).
+	Zone string
+	// Instances is the number of instances in the group, healthy or not.
+	Instances int
+	// Healthy is how many of Instances pass health checks (0 ≤ Healthy ≤ Instances).
+	Healthy int
+	// Capacity is the serving capacity of the healthy instances, already
+	// multiplied by capacity_scaler, in demand units (requests/s for RATE,
+	// concurrent connections for CONNECTION). Zero drains the group.
+	Capacity float64
+}
+
+// Site is one edge location and the demand that arrives there.
+type Site struct {
+	// Name is unique in the World.
+	Name string
+	// Demand is the arriving load in the same units as Group.Capacity.
+	Demand float64
+	// RTT maps region name to the measured round trip from this site, in
+	// milliseconds. A region missing from the map is unreachable from the
+	// site and never receives its traffic.
+	RTT map[string]float64
+}
+
+// Config holds the tunables of the planner. The zero value is not valid; start
+// from DefaultConfig.
+type Config struct {
+	// SpillThreshold is the healthy fraction below which a region spills
+	// preemptively (rule 5). Default 0.5. A region with healthy fraction
+	// h < SpillThreshold keeps at most min(1, SpillSlope·h) of the demand
+	// that reaches it.
+	SpillThreshold float64
+	// SpillSlope is the slope of preemptive spill (rule 5). Default 2, so
+	// h = 0.4 keeps 80% and spills 20%.
+	SpillSlope float64
+}
+
+// DefaultConfig returns the planner settings of DESIGN.md §3.
+func DefaultConfig() Config {
+	return Config{SpillThreshold: 0.5, SpillSlope: 2}
+}
+
+// Flow is one cell of a plan: how much of a site's demand goes to a group.
+type Flow struct {
+	Site   string
+	Region string
+	Group  string
+	// Demand is the load sent, in the World's demand units.
+	Demand float64
+}
+
+// RegionLoad summarises one region in a plan.
+type RegionLoad struct {
+	Name string
+	// Capacity is the sum of the region's group capacities.
+	Capacity float64
+	// Load is the sum of the flows into the region.
+	Load float64
+}
+
+// Utilization is Load/Capacity, or 0 when the region has no capacity and no
+// load (+Inf if it has load but no capacity, which a plan never produces).
+func (r RegionLoad) Utilization() float64 {
+	if r.Capacity == 0 {
+		if r.Load == 0 {
+			return 0
+		}
+		return inf
+	}
+	return r.Load / r.Capacity
+}
+
+// Plan is the planner's output. Flows with zero demand are omitted. Flows are
+// sorted by site name, then by the site's region order (ascending RTT, ties
+// by region name), then by group name; Regions are sorted by name.
+type Plan struct {
+	Flows   []Flow
+	Regions []RegionLoad
+}
+
+// ErrInvalidWorld wraps every problem Compute finds with its input.
+var ErrInvalidWorld = errors.New("waterfall: invalid world")
+
+var inf = func() float64 { var z float64; return 1 / z }()
