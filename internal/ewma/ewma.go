@@ -1,0 +1,85 @@
+// Package ewma holds exponentially weighted moving averages: a smoothed value
+// (for RTT samples) and a smoothed event rate (for demand and load). Both take
+// the current time as an argument; nothing here reads a clock.
+package ewma
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Value is an exponentially weighted moving average of samples. The first
+// sample sets the value; each later one moves it by Alpha of the difference.
+// The zero value is ready to use with Alpha 0, which means DefaultAlpha.
+// Not safe for concurrent use.
+type Value struct {
+	// Alpha in (0,1] is the weight of a new sample. Higher follows changes
+	// faster at the cost of more noise. Zero means DefaultAlpha.
+	Alpha float64
+
+	v   float64
+	set bool
+}
+
+// DefaultAlpha is the weight of a new sample when Alpha is zero.
+const DefaultAlpha = 0.3
+
+// Update adds sample x and returns the new average.
+func (e *Value) Update(x float64) float64 {
+	a := e.Alpha
+	if a <= 0 || a > 1 {
+		a = DefaultAlpha
+	}
+	if !e.set {
+		e.v, e.set = x, true
+		return x
+	}
+	e.v += a * (x - e.v)
+	return e.v
+}
+
+// Get returns the current average and whether any sample was seen.
+func (e *Value) Get() (float64, bool) { return e.v, e.set }
+
+// Rate turns events counted from any goroutine into a smoothed rate per
+// second. Add is safe for concurrent use and allocation-free; Sample must be
+// called from one goroutine at a time. Rate must not be copied after first use.
+type Rate struct {
+	// Alpha is the smoothing weight of each Sample (see Value.Alpha).
+	Alpha float64
+
+	// Accessed atomically.
+	n atomic.Int64
+
+	// Owned by the goroutine that calls Sample.
+	last   int64
+	lastAt time.Time
+	avg    Value
+}
+
+// Add counts n events.
+func (r *Rate) Add(n int64) { r.n.Add(n) }
+
+// Total returns the number of events counted so far.
+func (r *Rate) Total() int64 { return r.n.Load() }
+
+// Sample computes the rate of events since the previous Sample, folds it into
+// the average and returns the smoothed rate in events per second. The first
+// call only starts the window and returns 0. A non-increasing now leaves the
+// average unchanged.
+func (r *Rate) Sample(now time.Time) float64 {
+	n := r.n.Load()
+	if r.lastAt.IsZero() {
+		r.last, r.lastAt = n, now
+		return 0
+	}
+	dt := now.Sub(r.lastAt).Seconds()
+	if dt <= 0 {
+		v, _ := r.avg.Get()
+		return v
+	}
+	inst := float64(n-r.last) / dt
+	r.last, r.lastAt = n, now
+	r.avg.Alpha = r.Alpha
+	return r.avg.Update(inst)
+}

@@ -1,0 +1,62 @@
+package ewma
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+func TestValue(t *testing.T) {
+	tests := []struct {
+		name    string
+		alpha   float64
+		samples []float64
+		want    float64
+	}{
+		{"first sample sets", 0.5, []float64{10}, 10},
+		{"half way", 0.5, []float64{10, 20}, 15},
+		{"default alpha", 0, []float64{10, 20}, 13},
+		{"converges", 0.5, []float64{0, 8, 8, 8}, 7},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := Value{Alpha: tt.alpha}
+			var got float64
+			for _, s := range tt.samples {
+				got = v.Update(s)
+			}
+			if math.Abs(got-tt.want) > 1e-9 {
+				t.Errorf("Update(%v) = %v, want %v", tt.samples, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestRate(t *testing.T) {
+	r := Rate{Alpha: 1}
+	t0 := time.Unix(1000, 0)
+	if got := r.Sample(t0); got != 0 {
+		t.Fatalf("first Sample = %v, want 0", got)
+	}
+	r.Add(500)
+	if got := r.Sample(t0.Add(500 * time.Millisecond)); got != 1000 {
+		t.Fatalf("Sample after 500 events in 0.5s = %v, want 1000", got)
+	}
+	r.Add(100)
+	if got := r.Sample(t0.Add(1500 * time.Millisecond)); got != 100 {
+		t.Fatalf("Sample after 100 events in 1s = %v, want 100", got)
+	}
+	if got := r.Sample(t0.Add(1500 * time.Millisecond)); got != 100 {
+		t.Fatalf("Sample with no time passed = %v, want unchanged 100", got)
+	}
+	if got := r.Total(); got != 600 {
+		t.Fatalf("Total = %d, want 600", got)
+	}
+}
+
+func TestRateAddAllocs(t *testing.T) {
+	var r Rate
+	if n := testing.AllocsPerRun(100, func() { r.Add(1) }); n != 0 {
+		t.Fatalf("Add allocates %v times, want 0", n)
+	}
+}
