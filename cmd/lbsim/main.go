@@ -1,0 +1,148 @@
+// Command lbsim runs Spillway's load-balancing policies over a scenario file.
+//
+//	lbsim plan --scenario FILE --policy POLICY [--scope global|nearest_region] [--json]
+//
+// plan prints the steady-state flows of one policy (waterfall, round_robin,
+// least_request, hash2, hash3, hash5) from every site to every instance
+// group, and each region's capacity, load and utilization. The model of each
+// policy and the scenario format are documented in package sim.
+//
+// Exit status: 0 on success, 1 when the plan cannot be computed, 2 for usage
+// errors and bad scenario files.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spillway-lb/spillway/sim"
+)
+
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `usage: lbsim <command> [flags]
+
+commands:
+  plan   print the flows of one policy on a scenario
+         lbsim plan --scenario FILE --policy POLICY [--scope global|nearest_region] [--json]
+
+Run "lbsim plan -h" for the flags of plan.
+`
+
+// run is main without the process: it returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "plan":
+		return runPlan(args[1:], stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "lbsim: unknown command %q\n\n%s", args[0], usage)
+		return exitUsage
+	}
+}
+
+func runPlan(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("lbsim plan", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		scenarioPath = fs.String("scenario", "", "scenario YAML `file` (required)")
+		policyName   = fs.String("policy", "", "`policy`, one of: "+names(sim.Policies())+" (required)")
+		scopeName    = fs.String("scope", "", "`scope` of the baseline policies: "+names(sim.Scopes())+" (default global; not valid with waterfall)")
+		asJSON       = fs.Bool("json", false, "print one JSON object instead of tables")
+	)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: lbsim plan --scenario FILE --policy POLICY [--scope SCOPE] [--json]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage // the flag package has printed the error and usage
+	}
+	usageErr := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "lbsim plan: "+format+"\n", a...)
+		fs.Usage()
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		return usageErr("unexpected argument %q", fs.Arg(0))
+	}
+	if *scenarioPath == "" {
+		return usageErr("--scenario is required")
+	}
+	if *policyName == "" {
+		return usageErr("--policy is required")
+	}
+	policy, err := sim.ParsePolicy(*policyName)
+	if err != nil {
+		return usageErr("--policy: %v", err)
+	}
+	var scope sim.Scope
+	if *scopeName != "" {
+		if scope, err = sim.ParseScope(*scopeName); err != nil {
+			return usageErr("--scope: %v", err)
+		}
+		if policy == sim.Waterfall {
+			return usageErr("--scope: %v", sim.ErrScopeNotApplicable)
+		}
+	}
+
+	scen, err := sim.LoadScenario(*scenarioPath)
+	if err != nil {
+		printErr(stderr, err)
+		return exitUsage
+	}
+	res, err := scen.ExpectedFlows(policy, scope)
+	if err != nil {
+		printErr(stderr, err)
+		return exitFail
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(res)
+	} else {
+		err = res.WriteTable(stdout)
+	}
+	if err != nil {
+		printErr(stderr, fmt.Errorf("write output: %w", err))
+		return exitFail
+	}
+	return exitOK
+}
+
+// printErr prints err with every line prefixed, so that each problem of a
+// bad scenario file stands on its own line.
+func printErr(w io.Writer, err error) {
+	for line := range strings.SplitSeq(err.Error(), "\n") {
+		fmt.Fprintf(w, "lbsim plan: %s\n", line)
+	}
+}
+
+func names[T ~string](list []T) string {
+	s := make([]string, len(list))
+	for i, v := range list {
+		s[i] = string(v)
+	}
+	return strings.Join(s, ", ")
+}

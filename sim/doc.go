@@ -1,0 +1,35 @@
+// Package sim holds the scenario format of the lbsim simulator and the flows
+// each load-balancing policy is expected to produce on a scenario.
+//
+// # Scenario
+//
+// A scenario is a YAML file describing regions with their instance groups
+// and edge sites with their demand and RTT vectors (see ParseScenario for
+// the exact format). Parsing is strict: unknown keys, duplicate keys, wrong
+// types and more than one YAML document are errors, and validation reports
+// every problem at once, each with its path (regions[1].groups[0].healthy)
+// and the file name. A parsed Scenario has been validated; callers treat it
+// as read-only.
+//
+// # Expected flows
+//
+// Scenario.ExpectedFlows returns, for one policy, how much of each site's
+// demand reaches each instance group in steady state:
+//
+//   - waterfall: the plan of lb/waterfall.Compute with its DefaultConfig
+//     (DESIGN.md §3).
+//   - round_robin, least_request, hash2, hash3, hash5: the baselines do not
+//     know capacity or RTT, so in steady state every eligible instance in
+//     scope receives an equal share of a site's demand. An instance is
+//     eligible when it is healthy and its group is not drained (its capacity
+//     healthy × rate_per_instance × capacity_scaler is above zero). With
+//     ScopeGlobal the scope is every region present in the site's rtt_ms;
+//     with ScopeNearestRegion it is the site's nearest region (lowest RTT,
+//     ties by name) that has an eligible instance.
+//
+// Every Result conserves demand: the flows of a site add up to its demand
+// (up to float rounding), or ExpectedFlows returns an error.
+//
+// Package sim does no I/O beyond LoadScenario reading the named file and
+// Result.WriteTable writing to the given writer.
+package sim

@@ -1,0 +1,385 @@
+package sim
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/spillway-lb/spillway/lb/waterfall"
+)
+
+// Scenario is a validated simulation scenario: regions with their instance
+// groups, and sites with their demand. It is read-only after ParseScenario
+// returns it; callers must not change it.
+type Scenario struct {
+	// Regions in file order. Names are unique.
+	Regions []Region
+	// Sites in file order. Names are unique.
+	Sites []Site
+}
+
+// Region is one region of a Scenario.
+type Region struct {
+	// Name is unique among the scenario's regions.
+	Name string
+	// Groups in file order; at least one.
+	Groups []Group
+}
+
+// Group is one instance group of a Region.
+type Group struct {
+	// Name is unique among all groups of the scenario.
+	Name string
+	// Zone is informational; empty when the file omits it.
+	Zone string
+	// Instances is the number of instances in the group, ≥ 0.
+	Instances int
+	// Healthy is how many instances pass health checks, 0 ≤ Healthy ≤ Instances.
+	Healthy int
+	// RatePerInstance is the RATE capacity of one healthy instance, in
+	// requests/s, ≥ 0.
+	RatePerInstance float64
+	// CapacityScaler scales the group's capacity, in [0,1]. 1 when the file
+	// omits it; 0 drains the group.
+	CapacityScaler float64
+}
+
+// Capacity returns the group's serving capacity in requests/s:
+// Healthy × RatePerInstance × CapacityScaler.
+func (g Group) Capacity() float64 {
+	return float64(g.Healthy) * g.RatePerInstance * g.CapacityScaler
+}
+
+// Site is one edge site of a Scenario.
+type Site struct {
+	// Name is unique among the scenario's sites.
+	Name string
+	// DemandRPS is the demand arriving at the site, in requests/s, ≥ 0.
+	DemandRPS float64
+	// RTTms maps a region name to the round trip from the site, in
+	// milliseconds, ≥ 0. It names at least one region, and only regions of
+	// the scenario; a region missing from it is unreachable from the site.
+	RTTms map[string]float64
+}
+
+// ErrInvalidScenario is wrapped by every error ParseScenario and Validate
+// return for a bad scenario; test for it with errors.Is.
+var ErrInvalidScenario = errors.New("invalid scenario")
+
+// ScenarioError lists every problem found in one scenario.
+type ScenarioError struct {
+	// File is the name the scenario was parsed under; may be empty.
+	File string
+	// Problems are "path: message" strings (or "line N: message" for YAML
+	// syntax and type errors), in file order.
+	Problems []string
+}
+
+// Error returns one line per problem, each prefixed with the file name.
+func (e *ScenarioError) Error() string {
+	var b strings.Builder
+	for i, p := range e.Problems {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		if e.File != "" {
+			b.WriteString(e.File)
+			b.WriteString(": ")
+		}
+		b.WriteString(p)
+	}
+	return b.String()
+}
+
+// Unwrap returns ErrInvalidScenario.
+func (e *ScenarioError) Unwrap() error { return ErrInvalidScenario }
+
+// The file format. Numeric fields are pointers so that a missing required
+// field can be told from an explicit zero (yaml.v3 loses KnownFields inside
+// custom unmarshalers, so defaults are applied after decoding instead).
+type fileScenario struct {
+	Regions []fileRegion `yaml:"regions"`
+	Sites   []fileSite   `yaml:"sites"`
+}
+
+type fileRegion struct {
+	Name   string      `yaml:"name"`
+	Groups []fileGroup `yaml:"groups"`
+}
+
+type fileGroup struct {
+	Name            string   `yaml:"name"`
+	Zone            string   `yaml:"zone"`
+	Instances       *int     `yaml:"instances"`
+	Healthy         *int     `yaml:"healthy"`
+	RatePerInstance *float64 `yaml:"rate_per_instance"`
+	CapacityScaler  *float64 `yaml:"capacity_scaler"`
+}
+
+type fileSite struct {
+	Name      string             `yaml:"name"`
+	DemandRPS *float64           `yaml:"demand_rps"`
+	RTTms     map[string]float64 `yaml:"rtt_ms"`
+}
+
+// LoadScenario reads the file at path and parses it with ParseScenario,
+// naming it by path in errors.
+func LoadScenario(path string) (*Scenario, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read scenario: %w", err)
+	}
+	return ParseScenario(data, path)
+}
+
+// ParseScenario decodes and validates one scenario document:
+//
+//	regions:
+//	  - name: us-east
+//	    groups:
+//	      - name: us-east-b          # unique in the scenario
+//	        zone: us-east-b          # optional, informational
+//	        instances: 10            # instances in the group
+//	        healthy: 10              # of which pass health checks
+//	        rate_per_instance: 100   # requests/s per healthy instance
+//	        capacity_scaler: 1.0     # optional, default 1.0, in [0,1]
+//	sites:
+//	  - name: nyc
+//	    demand_rps: 1500
+//	    rtt_ms: {us-east: 5, eu-west: 80}
+//
+// All keys but zone and capacity_scaler are required. Unknown or duplicate
+// keys, wrong types and extra YAML documents are errors. On failure it
+// returns a *ScenarioError (wrapping ErrInvalidScenario) that lists every
+// problem found, each prefixed with filename.
+func ParseScenario(data []byte, filename string) (*Scenario, error) {
+	fail := func(problems ...string) (*Scenario, error) {
+		return nil, &ScenarioError{File: filename, Problems: problems}
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var f fileScenario
+	if err := dec.Decode(&f); err != nil {
+		if errors.Is(err, io.EOF) {
+			return fail("empty scenario file")
+		}
+		return fail(yamlProblems(err)...)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return fail("more than one YAML document; a scenario is a single document")
+	}
+	s, problems := f.scenario()
+	problems = append(problems, s.problems()...)
+	if len(problems) > 0 {
+		return fail(problems...)
+	}
+	return s, nil
+}
+
+var notFoundRE = regexp.MustCompile(`^(line \d+): field (.+) not found in type \S+$`)
+
+// yamlProblems turns a yaml.v3 error into problems, replacing Go type names
+// with words an operator knows.
+func yamlProblems(err error) []string {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return []string{strings.TrimPrefix(err.Error(), "yaml: ")}
+	}
+	out := make([]string, 0, len(te.Errors))
+	for _, msg := range te.Errors {
+		if m := notFoundRE.FindStringSubmatch(msg); m != nil {
+			msg = fmt.Sprintf("%s: unknown field %q", m[1], m[2])
+		}
+		out = append(out, msg)
+	}
+	return out
+}
+
+// scenario converts the file form, applying defaults and reporting missing
+// required fields.
+func (f *fileScenario) scenario() (*Scenario, []string) {
+	var problems []string
+	required := func(path string) { problems = append(problems, path+": required") }
+	s := &Scenario{}
+	for i, fr := range f.Regions {
+		r := Region{Name: fr.Name}
+		for j, fg := range fr.Groups {
+			path := fmt.Sprintf("regions[%d].groups[%d]", i, j)
+			g := Group{Name: fg.Name, Zone: fg.Zone, CapacityScaler: 1}
+			if fg.Instances == nil {
+				required(path + ".instances")
+			} else {
+				g.Instances = *fg.Instances
+			}
+			if fg.Healthy == nil {
+				required(path + ".healthy")
+			} else {
+				g.Healthy = *fg.Healthy
+			}
+			if fg.RatePerInstance == nil {
+				required(path + ".rate_per_instance")
+			} else {
+				g.RatePerInstance = *fg.RatePerInstance
+			}
+			if fg.CapacityScaler != nil {
+				g.CapacityScaler = *fg.CapacityScaler
+			}
+			r.Groups = append(r.Groups, g)
+		}
+		s.Regions = append(s.Regions, r)
+	}
+	for i, fs := range f.Sites {
+		st := Site{Name: fs.Name, RTTms: fs.RTTms}
+		if fs.DemandRPS == nil {
+			required(fmt.Sprintf("sites[%d].demand_rps", i))
+		} else {
+			st.DemandRPS = *fs.DemandRPS
+		}
+		s.Sites = append(s.Sites, st)
+	}
+	return s, problems
+}
+
+// Validate checks every invariant documented on Scenario's types and returns
+// a *ScenarioError (without a file name) listing all violations, or nil. It
+// lets code that builds a Scenario by hand check it like a parsed one.
+func (s *Scenario) Validate() error {
+	if p := s.problems(); len(p) > 0 {
+		return &ScenarioError{Problems: p}
+	}
+	return nil
+}
+
+func (s *Scenario) problems() []string {
+	var out []string
+	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	nonNegative := func(path string, v float64) {
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			add("%s: must be a finite number >= 0, got %v", path, v)
+		}
+	}
+
+	if len(s.Regions) == 0 {
+		add("regions: must list at least one region")
+	}
+	regionAt := map[string]int{}
+	groupAt := map[string]string{}
+	var totalCapacity float64
+	for i, r := range s.Regions {
+		path := fmt.Sprintf("regions[%d]", i)
+		switch prev, dup := regionAt[r.Name]; {
+		case r.Name == "":
+			add("%s.name: required", path)
+		case dup:
+			add("%s.name: duplicate region %q (also regions[%d])", path, r.Name, prev)
+		default:
+			regionAt[r.Name] = i
+		}
+		if len(r.Groups) == 0 {
+			add("%s.groups: must list at least one group", path)
+		}
+		for j, g := range r.Groups {
+			gpath := fmt.Sprintf("%s.groups[%d]", path, j)
+			switch prev, dup := groupAt[g.Name]; {
+			case g.Name == "":
+				add("%s.name: required", gpath)
+			case dup:
+				add("%s.name: duplicate group %q (also %s)", gpath, g.Name, prev)
+			default:
+				groupAt[g.Name] = gpath
+			}
+			if g.Instances < 0 {
+				add("%s.instances: must be >= 0, got %d", gpath, g.Instances)
+			}
+			if g.Healthy < 0 {
+				add("%s.healthy: must be >= 0, got %d", gpath, g.Healthy)
+			} else if g.Instances >= 0 && g.Healthy > g.Instances {
+				add("%s.healthy: %d > instances %d", gpath, g.Healthy, g.Instances)
+			}
+			nonNegative(gpath+".rate_per_instance", g.RatePerInstance)
+			if !(g.CapacityScaler >= 0 && g.CapacityScaler <= 1) { // also catches NaN
+				add("%s.capacity_scaler: must be in [0,1], got %v", gpath, g.CapacityScaler)
+			}
+			c := g.Capacity()
+			if math.IsInf(c, 0) {
+				add("%s: capacity healthy × rate_per_instance × capacity_scaler overflows", gpath)
+			} else if !math.IsNaN(c) && c > 0 {
+				totalCapacity += c
+			}
+		}
+	}
+	if math.IsInf(totalCapacity, 0) {
+		add("regions: total capacity overflows")
+	}
+
+	if len(s.Sites) == 0 {
+		add("sites: must list at least one site")
+	}
+	siteAt := map[string]int{}
+	var totalDemand float64
+	for i, st := range s.Sites {
+		path := fmt.Sprintf("sites[%d]", i)
+		switch prev, dup := siteAt[st.Name]; {
+		case st.Name == "":
+			add("%s.name: required", path)
+		case dup:
+			add("%s.name: duplicate site %q (also sites[%d])", path, st.Name, prev)
+		default:
+			siteAt[st.Name] = i
+		}
+		nonNegative(path+".demand_rps", st.DemandRPS)
+		if st.DemandRPS > 0 && !math.IsInf(st.DemandRPS, 0) {
+			totalDemand += st.DemandRPS
+		}
+		if len(st.RTTms) == 0 {
+			add("%s.rtt_ms: must name at least one region", path)
+		}
+		for _, region := range slices.Sorted(maps.Keys(st.RTTms)) {
+			if _, ok := regionAt[region]; !ok {
+				add("%s.rtt_ms: unknown region %q", path, region)
+				continue
+			}
+			nonNegative(fmt.Sprintf("%s.rtt_ms.%s", path, region), st.RTTms[region])
+		}
+	}
+	if math.IsInf(totalDemand, 0) {
+		add("sites: total demand_rps overflows")
+	}
+	return out
+}
+
+// ToWorld returns the planner's view of s: every group with its Capacity,
+// every site with a copy of its RTT map. Region and site order is kept.
+func (s *Scenario) ToWorld() waterfall.World {
+	w := waterfall.World{
+		Regions: make([]waterfall.Region, 0, len(s.Regions)),
+		Sites:   make([]waterfall.Site, 0, len(s.Sites)),
+	}
+	for _, r := range s.Regions {
+		wr := waterfall.Region{Name: r.Name, Groups: make([]waterfall.Group, 0, len(r.Groups))}
+		for _, g := range r.Groups {
+			wr.Groups = append(wr.Groups, waterfall.Group{
+				Name:      g.Name,
+				Zone:      g.Zone,
+				Instances: g.Instances,
+				Healthy:   g.Healthy,
+				Capacity:  g.Capacity(),
+			})
+		}
+		w.Regions = append(w.Regions, wr)
+	}
+	for _, st := range s.Sites {
+		w.Sites = append(w.Sites, waterfall.Site{Name: st.Name, Demand: st.DemandRPS, RTT: maps.Clone(st.RTTms)})
+	}
+	return w
+}
