@@ -79,6 +79,11 @@ var ErrScopeNotApplicable = errors.New("scope applies only to round_robin, least
 // eligible instance in scope, so its demand cannot be conserved.
 var ErrUnservable = errors.New("site has demand but no eligible instance in scope")
 
+// ErrOverflow is returned by ExpectedFlows when a region's load or
+// utilization does not fit in a float64 (demand near 1e308, or a huge demand
+// on a region of tiny capacity).
+var ErrOverflow = errors.New("load or utilization overflows")
+
 // ExpectedFlows returns the steady-state flows of policy p on s (see the
 // package doc for each policy's model). scope must be empty for Waterfall;
 // for the baselines the empty scope means ScopeGlobal.
@@ -306,7 +311,7 @@ func (s *Scenario) result(p Policy, scope Scope, flows []Flow) (*Result, error) 
 			return nil, fmt.Errorf("%s: region %q receives %v rps but has no capacity", p, r.Name, rl.LoadRPS)
 		}
 		if math.IsInf(rl.LoadRPS, 0) || math.IsInf(rl.Utilization, 0) {
-			return nil, fmt.Errorf("%s: load of region %q overflows", p, r.Name)
+			return nil, fmt.Errorf("%s: region %q: %w", p, r.Name, ErrOverflow)
 		}
 		res.Regions = append(res.Regions, rl)
 	}

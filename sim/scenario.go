@@ -119,8 +119,8 @@ type fileRegion struct {
 type fileGroup struct {
 	Name            string   `yaml:"name"`
 	Zone            string   `yaml:"zone"`
-	Instances       *int     `yaml:"instances"`
-	Healthy         *int     `yaml:"healthy"`
+	Instances       *float64 `yaml:"instances"` // float: yaml.v3 truncates 1.5 into an int
+	Healthy         *float64 `yaml:"healthy"`
 	RatePerInstance *float64 `yaml:"rate_per_instance"`
 	CapacityScaler  *float64 `yaml:"capacity_scaler"`
 }
@@ -178,15 +178,28 @@ func ParseScenario(data []byte, filename string) (*Scenario, error) {
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return fail("more than one YAML document; a scenario is a single document")
 	}
-	s, problems := f.scenario()
-	problems = append(problems, s.problems()...)
-	if len(problems) > 0 {
+	s, issues := f.scenario()
+	if problems := s.problems(issues); len(problems) > 0 {
 		return fail(problems...)
 	}
 	return s, nil
 }
 
 var notFoundRE = regexp.MustCompile(`^(line \d+): field (.+) not found in type \S+$`)
+
+// typeNames replaces the Go types of the file form in yaml.v3 messages.
+var typeNames = strings.NewReplacer(
+	"[]sim.fileRegion", "a list of regions",
+	"[]sim.fileGroup", "a list of groups",
+	"[]sim.fileSite", "a list of sites",
+	"sim.fileScenario", "a scenario (a mapping with regions and sites)",
+	"sim.fileRegion", "a region (a mapping)",
+	"sim.fileGroup", "a group (a mapping)",
+	"sim.fileSite", "a site (a mapping)",
+	"map[string]float64", "a mapping of region to milliseconds",
+	"float64", "a number",
+	"string", "a string",
+)
 
 // yamlProblems turns a yaml.v3 error into problems, replacing Go type names
 // with words an operator knows.
@@ -199,37 +212,51 @@ func yamlProblems(err error) []string {
 	for _, msg := range te.Errors {
 		if m := notFoundRE.FindStringSubmatch(msg); m != nil {
 			msg = fmt.Sprintf("%s: unknown field %q", m[1], m[2])
+		} else {
+			msg = typeNames.Replace(msg)
 		}
 		out = append(out, msg)
 	}
 	return out
 }
 
-// scenario converts the file form, applying defaults and reporting missing
-// required fields.
-func (f *fileScenario) scenario() (*Scenario, []string) {
-	var problems []string
-	required := func(path string) { problems = append(problems, path+": required") }
-	s := &Scenario{}
+// scenario converts the file form, applying defaults. Fields that are
+// missing or not whole numbers are left zero and reported in issues, keyed by
+// path, so that problems can list them in file order.
+func (f *fileScenario) scenario() (s *Scenario, issues map[string]string) {
+	issues = map[string]string{}
+	s = &Scenario{}
+	count := func(path string, v *float64) int {
+		switch {
+		case v == nil:
+			issues[path] = "required"
+		case *v != math.Trunc(*v): // also NaN
+			issues[path] = fmt.Sprintf("must be a whole number, got %v", *v)
+		case math.Abs(*v) > maxCount:
+			issues[path] = fmt.Sprintf("must be at most %d, got %v", int64(maxCount), *v)
+		default:
+			return int(*v)
+		}
+		return 0
+	}
+	number := func(path string, v *float64) float64 {
+		if v == nil {
+			issues[path] = "required"
+			return 0
+		}
+		return *v
+	}
 	for i, fr := range f.Regions {
 		r := Region{Name: fr.Name}
 		for j, fg := range fr.Groups {
 			path := fmt.Sprintf("regions[%d].groups[%d]", i, j)
-			g := Group{Name: fg.Name, Zone: fg.Zone, CapacityScaler: 1}
-			if fg.Instances == nil {
-				required(path + ".instances")
-			} else {
-				g.Instances = *fg.Instances
-			}
-			if fg.Healthy == nil {
-				required(path + ".healthy")
-			} else {
-				g.Healthy = *fg.Healthy
-			}
-			if fg.RatePerInstance == nil {
-				required(path + ".rate_per_instance")
-			} else {
-				g.RatePerInstance = *fg.RatePerInstance
+			g := Group{
+				Name:            fg.Name,
+				Zone:            fg.Zone,
+				Instances:       count(path+".instances", fg.Instances),
+				Healthy:         count(path+".healthy", fg.Healthy),
+				RatePerInstance: number(path+".rate_per_instance", fg.RatePerInstance),
+				CapacityScaler:  1,
 			}
 			if fg.CapacityScaler != nil {
 				g.CapacityScaler = *fg.CapacityScaler
@@ -239,31 +266,45 @@ func (f *fileScenario) scenario() (*Scenario, []string) {
 		s.Regions = append(s.Regions, r)
 	}
 	for i, fs := range f.Sites {
-		st := Site{Name: fs.Name, RTTms: fs.RTTms}
-		if fs.DemandRPS == nil {
-			required(fmt.Sprintf("sites[%d].demand_rps", i))
-		} else {
-			st.DemandRPS = *fs.DemandRPS
-		}
-		s.Sites = append(s.Sites, st)
+		s.Sites = append(s.Sites, Site{
+			Name:      fs.Name,
+			DemandRPS: number(fmt.Sprintf("sites[%d].demand_rps", i), fs.DemandRPS),
+			RTTms:     fs.RTTms,
+		})
 	}
-	return s, problems
+	return s, issues
 }
+
+// maxCount bounds instance counts so they convert to int exactly.
+const maxCount = 1 << 53
 
 // Validate checks every invariant documented on Scenario's types and returns
 // a *ScenarioError (without a file name) listing all violations, or nil. It
 // lets code that builds a Scenario by hand check it like a parsed one.
 func (s *Scenario) Validate() error {
-	if p := s.problems(); len(p) > 0 {
+	if p := s.problems(nil); len(p) > 0 {
 		return &ScenarioError{Problems: p}
 	}
 	return nil
 }
 
-func (s *Scenario) problems() []string {
+// problems lists every violated invariant in file order. issues holds
+// problems found while decoding, keyed by field path; a field with an issue
+// reports it instead of its range check.
+func (s *Scenario) problems(issues map[string]string) []string {
 	var out []string
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	hasIssue := func(path string) bool {
+		msg, ok := issues[path]
+		if ok {
+			add("%s: %s", path, msg)
+		}
+		return ok
+	}
 	nonNegative := func(path string, v float64) {
+		if hasIssue(path) {
+			return
+		}
 		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 			add("%s: must be a finite number >= 0, got %v", path, v)
 		}
@@ -298,12 +339,16 @@ func (s *Scenario) problems() []string {
 			default:
 				groupAt[g.Name] = gpath
 			}
-			if g.Instances < 0 {
+			instancesOK := !hasIssue(gpath + ".instances")
+			if instancesOK && g.Instances < 0 {
 				add("%s.instances: must be >= 0, got %d", gpath, g.Instances)
+				instancesOK = false
 			}
-			if g.Healthy < 0 {
+			switch {
+			case hasIssue(gpath + ".healthy"):
+			case g.Healthy < 0:
 				add("%s.healthy: must be >= 0, got %d", gpath, g.Healthy)
-			} else if g.Instances >= 0 && g.Healthy > g.Instances {
+			case instancesOK && g.Healthy > g.Instances:
 				add("%s.healthy: %d > instances %d", gpath, g.Healthy, g.Instances)
 			}
 			nonNegative(gpath+".rate_per_instance", g.RatePerInstance)
