@@ -1,0 +1,212 @@
+package gossip
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"sort"
+)
+
+// Kind says which daemon publishes a NodeState.
+type Kind string
+
+// The kinds of node that take part in gossip.
+const (
+	// KindGFE is an edge node (cmd/gfe). It publishes Site, Demand, RTT,
+	// Load and InFlight.
+	KindGFE Kind = "gfe"
+	// KindControlPlane is a control plane replica (cmd/controlplane). It
+	// publishes Groups.
+	KindControlPlane Kind = "controlplane"
+)
+
+// NodeState is what one node tells every other node about itself. The owner
+// publishes a complete NodeState each time (there are no partial updates), and
+// a receiver keeps only the state with the highest Version per Node.
+//
+// Demand, load and capacity are in the backend service's demand units, the
+// same units as waterfall.Group.Capacity: requests/s for RATE services, new
+// connections/s (demand) against concurrent connections (capacity) for
+// CONNECTION services.
+//
+// A NodeState returned by this package (from Snapshot or a Changes-driven
+// read) is shared and must not be modified; use Clone or Node.States for a
+// copy you may change. A nil map and an empty map mean the same thing.
+type NodeState struct {
+	// Node is the memberlist node name of the publisher. Publish sets it to
+	// Config.Name; a received state must name its publisher.
+	Node string `json:"node"`
+	// Kind is KindGFE or KindControlPlane.
+	Kind Kind `json:"kind"`
+	// Site is the edge site of a gfe (required for KindGFE, empty otherwise).
+	Site string `json:"site,omitempty"`
+	// Version orders the states of one Node: a receiver replaces its copy
+	// only with a strictly higher Version. Publish sets it to
+	// max(previous+1, wall clock in Unix nanoseconds), so versions keep
+	// increasing across a restart of the same node name as long as the
+	// clock did not step back by more than the time since the last publish.
+	Version uint64 `json:"version"`
+
+	// Demand maps backend service name to the demand arriving at this gfe
+	// for that service, in demand units per second (requests/s), smoothed
+	// by the publisher. A missing service has no demand.
+	Demand map[string]float64 `json:"demand,omitempty"`
+	// RTT maps region name to this gfe's smoothed round trip to the
+	// region's backends, in milliseconds. A missing region is unreachable.
+	RTT map[string]float64 `json:"rtt_ms,omitempty"`
+	// Load maps service name, then instance group name, to the load this
+	// gfe sends to that group, in demand units per second.
+	Load map[string]map[string]float64 `json:"load,omitempty"`
+	// InFlight maps service name, then instance group name, to the requests
+	// (or, for CONNECTION services, open connections) this gfe has
+	// outstanding at that group, averaged over the publishing interval.
+	InFlight map[string]map[string]float64 `json:"in_flight,omitempty"`
+
+	// Groups is the capacity and health of the instance groups a control
+	// plane replica checks. With several replicas each publishes the groups
+	// it checks; consumers merge them.
+	Groups []GroupState `json:"groups,omitempty"`
+}
+
+// GroupState is one instance group as a control plane sees it.
+type GroupState struct {
+	// Service is the backend service the group serves (empty if the group
+	// name is unique across services).
+	Service string `json:"service,omitempty"`
+	// Group is the instance group name.
+	Group string `json:"group"`
+	// Region and Zone locate the group.
+	Region string `json:"region"`
+	Zone   string `json:"zone,omitempty"`
+	// Instances is the number of instances in the group, healthy or not.
+	Instances int `json:"instances"`
+	// Healthy is how many of Instances pass health checks
+	// (0 <= Healthy <= Instances).
+	Healthy int `json:"healthy"`
+	// Capacity is the serving capacity of the healthy instances, after
+	// capacity_scaler, in demand units (requests/s for RATE, concurrent
+	// connections for CONNECTION). Zero drains the group.
+	Capacity float64 `json:"capacity"`
+	// ConfigVersion is the version of the configuration snapshot the
+	// publisher computed Capacity from (opaque; compare for equality).
+	ConfigVersion string `json:"config_version,omitempty"`
+}
+
+// ErrInvalidState is wrapped by the errors Publish returns for a state that
+// fails validation, and is how received states are classified as invalid.
+var ErrInvalidState = errors.New("gossip: invalid node state")
+
+// validate checks everything but Node and Version (which Publish assigns).
+// The error wraps ErrInvalidState and joins one error per bad field, each
+// naming the field path and the value.
+func (s *NodeState) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf(format, args...))
+	}
+	switch s.Kind {
+	case KindGFE:
+		if s.Site == "" {
+			bad("state.site: required for kind %q", s.Kind)
+		}
+	case KindControlPlane:
+	default:
+		bad("state.kind: must be %q or %q, got %q", KindGFE, KindControlPlane, s.Kind)
+	}
+	checkRate := func(path string, m map[string]float64) {
+		for _, k := range sortedKeys(m) {
+			if v := m[k]; !finiteNonNeg(v) {
+				bad("%s[%q]: must be finite and >= 0, got %v", path, k, v)
+			}
+		}
+	}
+	checkRate("state.demand", s.Demand)
+	checkRate("state.rtt_ms", s.RTT)
+	for _, svc := range sortedKeys(s.Load) {
+		checkRate(fmt.Sprintf("state.load[%q]", svc), s.Load[svc])
+	}
+	for _, svc := range sortedKeys(s.InFlight) {
+		checkRate(fmt.Sprintf("state.in_flight[%q]", svc), s.InFlight[svc])
+	}
+	for i, g := range s.Groups {
+		if g.Group == "" {
+			bad("state.groups[%d].group: required", i)
+		}
+		if g.Region == "" {
+			bad("state.groups[%d].region: required", i)
+		}
+		if g.Instances < 0 {
+			bad("state.groups[%d].instances: must be >= 0, got %d", i, g.Instances)
+		}
+		if g.Healthy < 0 || g.Healthy > g.Instances {
+			bad("state.groups[%d].healthy: must be in [0, instances=%d], got %d", i, g.Instances, g.Healthy)
+		}
+		if !finiteNonNeg(g.Capacity) {
+			bad("state.groups[%d].capacity: must be finite and >= 0, got %v", i, g.Capacity)
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrInvalidState, errors.Join(errs...))
+}
+
+// validateRemote is validate plus the fields a received state must carry.
+func (s *NodeState) validateRemote() error {
+	var errs []error
+	if s.Node == "" {
+		errs = append(errs, errors.New("state.node: required"))
+	}
+	if s.Version == 0 {
+		errs = append(errs, errors.New("state.version: must be > 0"))
+	}
+	if err := s.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	if len(errs) == 1 && errors.Is(errs[0], ErrInvalidState) {
+		return errs[0]
+	}
+	return fmt.Errorf("%w: %w", ErrInvalidState, errors.Join(errs...))
+}
+
+// Clone returns a deep copy of s that shares no maps or slices with it.
+func (s NodeState) Clone() NodeState {
+	c := s
+	c.Demand = maps.Clone(s.Demand)
+	c.RTT = maps.Clone(s.RTT)
+	c.Load = cloneNested(s.Load)
+	c.InFlight = cloneNested(s.InFlight)
+	c.Groups = slices.Clone(s.Groups)
+	return c
+}
+
+func cloneNested(m map[string]map[string]float64) map[string]map[string]float64 {
+	if m == nil {
+		return nil
+	}
+	c := make(map[string]map[string]float64, len(m))
+	for k, v := range m {
+		c[k] = maps.Clone(v)
+	}
+	return c
+}
+
+func finiteNonNeg(v float64) bool {
+	return !math.IsNaN(v) && !math.IsInf(v, 0) && v >= 0
+}
+
+// sortedKeys returns m's keys in order, so that errors come out the same way
+// every run.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,128 @@
+package gossip
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func gfeState() NodeState {
+	return NodeState{
+		Node:     "gfe-1",
+		Kind:     KindGFE,
+		Site:     "paris",
+		Version:  7,
+		Demand:   map[string]float64{"web": 120.5},
+		RTT:      map[string]float64{"eu-west": 4.2, "us-east": 81},
+		Load:     map[string]map[string]float64{"web": {"eu-west-b": 100, "us-east-b": 20.5}},
+		InFlight: map[string]map[string]float64{"web": {"eu-west-b": 3}},
+	}
+}
+
+func cpState() NodeState {
+	return NodeState{
+		Node:    "cp-1",
+		Kind:    KindControlPlane,
+		Version: 3,
+		Groups: []GroupState{
+			{Service: "web", Group: "eu-west-b", Region: "eu-west", Zone: "b", Instances: 4, Healthy: 3, Capacity: 300, ConfigVersion: "v12"},
+		},
+	}
+}
+
+func TestValidateRemote(t *testing.T) {
+	tests := []struct {
+		name    string
+		mutate  func(*NodeState)
+		base    func() NodeState
+		wantErr []string // substrings, each naming a field path
+	}{
+		{name: "valid gfe", base: gfeState},
+		{name: "valid control plane", base: cpState},
+		{name: "missing node and version", base: gfeState, mutate: func(s *NodeState) { s.Node, s.Version = "", 0 },
+			wantErr: []string{"state.node: required", "state.version: must be > 0"}},
+		{name: "unknown kind", base: gfeState, mutate: func(s *NodeState) { s.Kind = "proxy" },
+			wantErr: []string{`state.kind: must be "gfe" or "controlplane", got "proxy"`}},
+		{name: "gfe without site", base: gfeState, mutate: func(s *NodeState) { s.Site = "" },
+			wantErr: []string{`state.site: required for kind "gfe"`}},
+		{name: "bad numbers", base: gfeState, mutate: func(s *NodeState) {
+			s.Demand["web"] = math.NaN()
+			s.RTT["eu-west"] = -1
+			s.Load["web"]["eu-west-b"] = math.Inf(1)
+			s.InFlight["web"]["eu-west-b"] = -2
+		}, wantErr: []string{
+			`state.demand["web"]: must be finite and >= 0, got NaN`,
+			`state.rtt_ms["eu-west"]: must be finite and >= 0, got -1`,
+			`state.load["web"]["eu-west-b"]: must be finite and >= 0, got +Inf`,
+			`state.in_flight["web"]["eu-west-b"]: must be finite and >= 0, got -2`,
+		}},
+		{name: "bad group", base: cpState, mutate: func(s *NodeState) {
+			s.Groups[0] = GroupState{Instances: -1, Healthy: 2, Capacity: math.NaN()}
+		}, wantErr: []string{
+			"state.groups[0].group: required",
+			"state.groups[0].region: required",
+			"state.groups[0].instances: must be >= 0, got -1",
+			"state.groups[0].healthy: must be in [0, instances=-1], got 2",
+			"state.groups[0].capacity: must be finite and >= 0, got NaN",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := tt.base()
+			if tt.mutate != nil {
+				tt.mutate(&s)
+			}
+			err := s.validateRemote()
+			if len(tt.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("validateRemote() = %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidState) {
+				t.Fatalf("validateRemote() = %v, want an error wrapping ErrInvalidState", err)
+			}
+			for _, want := range tt.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("validateRemote() = %q, want it to contain %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+func TestCloneSharesNothing(t *testing.T) {
+	for _, orig := range []NodeState{gfeState(), cpState(), {Node: "empty"}} {
+		c := orig.Clone()
+		if diff := cmp.Diff(orig, c); diff != "" {
+			t.Fatalf("Clone() differs (-orig +clone):\n%s", diff)
+		}
+		want := orig.Clone()
+		// Scribble over every map and slice of the clone.
+		for k := range c.Demand {
+			c.Demand[k] = -1
+		}
+		for k := range c.RTT {
+			c.RTT[k] = -1
+		}
+		for _, m := range c.Load {
+			for k := range m {
+				m[k] = -1
+			}
+		}
+		for _, m := range c.InFlight {
+			for k := range m {
+				m[k] = -1
+			}
+		}
+		for i := range c.Groups {
+			c.Groups[i].Capacity = -1
+		}
+		if diff := cmp.Diff(want, orig); diff != "" {
+			t.Errorf("changing the clone changed the original (-want +got):\n%s", diff)
+		}
+	}
+}

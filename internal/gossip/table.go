@@ -1,0 +1,187 @@
+package gossip
+
+import (
+	"sort"
+	"time"
+)
+
+// verdict is what the table did with one received state.
+type verdict uint8
+
+const (
+	// verdictStale: the version is not higher than the one held for that
+	// node, or than the last version seen before the node left. Dropped.
+	verdictStale verdict = iota + 1
+	// verdictHidden: newer and kept, but memberlist does not (yet) list the
+	// node as alive, so it is not visible. This happens when a state
+	// outruns the node's own alive message; the state becomes visible when
+	// the node joins, and is forgotten after the table's ttl otherwise.
+	verdictHidden
+	// verdictVisible: newer, kept and visible: the view changed.
+	verdictVisible
+	// verdictSelf: a state that claims to be this node's (an echo of our
+	// own broadcast, or one from a previous incarnation). Never stored.
+	verdictSelf
+)
+
+func (v verdict) String() string {
+	switch v {
+	case verdictStale:
+		return "stale"
+	case verdictHidden:
+		return "hidden"
+	case verdictVisible:
+		return "visible"
+	case verdictSelf:
+		return "self"
+	}
+	return "unknown"
+}
+
+// table is the merge rule, with no I/O, locks or clock: the newest state per
+// node, the set of alive members, and tombstones of departed nodes. Node
+// serializes calls with its mutex and passes the time in.
+//
+// Invariants, after any sequence of calls:
+//   - visible() holds exactly the newest state received for each node that is
+//     currently a member (self is always a member);
+//   - a state is stored only if its Version is higher than every version
+//     stored for that node and than the node's tombstone, so a stale
+//     broadcast or push/pull never rolls a node back, and a departed node's
+//     in-flight messages do not resurrect it;
+//   - entries for non-members (hidden states and tombstones) are dropped ttl
+//     after they were last touched, so the table's size is bounded by the
+//     members plus the nodes that departed within ttl.
+type table struct {
+	self string
+	ttl  time.Duration
+
+	members map[string]struct{}
+	states  map[string]held
+	tombs   map[string]held
+	// nextPrune is when prune next scans the maps (it runs at most every
+	// ttl/4, so that frequent calls stay O(1) amortized).
+	nextPrune time.Time
+}
+
+// held is a stored state (or, in tombs, the last state of a departed node,
+// of which only Version matters) and when it was stored.
+type held struct {
+	state NodeState
+	at    time.Time
+}
+
+func newTable(self string, ttl time.Duration) *table {
+	return &table{
+		self:    self,
+		ttl:     ttl,
+		members: map[string]struct{}{self: {}},
+		states:  make(map[string]held),
+		tombs:   make(map[string]held),
+	}
+}
+
+// apply offers a received state to the table. s must be valid
+// (NodeState.validateRemote) and is stored as is, so the caller must not
+// change it afterwards.
+func (t *table) apply(s NodeState, now time.Time) verdict {
+	if s.Node == t.self {
+		return verdictSelf
+	}
+	t.prune(now)
+	if s.Version <= t.floor(s.Node) {
+		return verdictStale
+	}
+	t.states[s.Node] = held{state: s, at: now}
+	if _, ok := t.members[s.Node]; ok {
+		return verdictVisible
+	}
+	return verdictHidden
+}
+
+// floor is the highest version known for node: held or tombstoned.
+func (t *table) floor(node string) uint64 {
+	var v uint64
+	if h, ok := t.tombs[node]; ok {
+		v = h.state.Version
+	}
+	if h, ok := t.states[node]; ok && h.state.Version > v {
+		v = h.state.Version
+	}
+	return v
+}
+
+// setSelf stores this node's own state. The caller guarantees it is newer.
+func (t *table) setSelf(s NodeState, now time.Time) {
+	t.states[t.self] = held{state: s, at: now}
+}
+
+// join records that memberlist reports node alive. It returns false if node
+// was already a member (or is self).
+func (t *table) join(node string, now time.Time) bool {
+	if _, ok := t.members[node]; ok {
+		return false
+	}
+	t.prune(now)
+	t.members[node] = struct{}{}
+	return true
+}
+
+// leave records that memberlist reports node dead or left: its state is
+// dropped and its version kept as a tombstone. It returns false if node was
+// not a member. Self never leaves the table.
+func (t *table) leave(node string, now time.Time) bool {
+	if node == t.self {
+		return false
+	}
+	if _, ok := t.members[node]; !ok {
+		return false
+	}
+	t.prune(now)
+	delete(t.members, node)
+	if h, ok := t.states[node]; ok {
+		t.tombs[node] = held{state: NodeState{Node: node, Version: h.state.Version}, at: now}
+		delete(t.states, node)
+	}
+	t.prune(now)
+	return true
+}
+
+// prune drops hidden states and tombstones older than ttl.
+func (t *table) prune(now time.Time) {
+	if now.Before(t.nextPrune) {
+		return
+	}
+	t.nextPrune = now.Add(t.ttl / 4)
+	for node, h := range t.tombs {
+		if now.Sub(h.at) > t.ttl {
+			delete(t.tombs, node)
+		}
+	}
+	for node, h := range t.states {
+		if _, member := t.members[node]; !member && now.Sub(h.at) > t.ttl {
+			delete(t.states, node)
+		}
+	}
+}
+
+// visible returns a new map of the states of current members.
+func (t *table) visible() map[string]NodeState {
+	out := make(map[string]NodeState, len(t.members))
+	for node := range t.members {
+		if h, ok := t.states[node]; ok {
+			out[node] = h.state
+		}
+	}
+	return out
+}
+
+// memberNames returns the sorted names of the current members, self included.
+func (t *table) memberNames() []string {
+	out := make([]string, 0, len(t.members))
+	for node := range t.members {
+		out = append(out, node)
+	}
+	sort.Strings(out)
+	return out
+}
