@@ -1,7 +1,307 @@
 package waterfall
 
-// Compute returns the Waterfall-by-Region plan for w (DESIGN.md §3, rules 1–6).
-// STUB: being implemented.
+import (
+	"math"
+	"slices"
+)
+
+// Relative tolerances of the waterfall passes. They only absorb float64
+// rounding noise; every test holds the plan to 1e-9.
+const (
+	// roomEps: a region whose room left is at most roomEps of its scaled
+	// capacity counts as full, so that rounding leftovers do not draw
+	// dust-sized flows.
+	roomEps = 1e-12
+	// dustEps: remaining demand of at most dustEps of the site's demand
+	// after a take is added to that take instead of walking on.
+	dustEps = 1e-12
+	// residueEps: demand of at most residueEps of the site's demand that
+	// found no room after both passes (rounding in λ·capacity) goes to the
+	// site's last flow instead of becoming Overload flows.
+	residueEps = 1e-10
+)
+
+// Compute returns the Waterfall-by-Region plan for w (DESIGN.md §3, rules
+// 1–6); see the package documentation for the algorithm and its guarantees.
+//
+// Compute is pure and deterministic: it reads only its arguments, changes
+// neither, and returns the same Plan for the same World whatever the order of
+// w's slices. It fails only on invalid input, with an error wrapping
+// ErrInvalidWorld or ErrInvalidConfig that names every bad value by its path
+// (sites[2].demand). A site that reaches no region with capacity does not
+// fail the plan: its demand is reported in SiteLoad.Unplaced and it has no
+// row, so a Picker built from that row returns ErrNoCapacity.
 func Compute(w World, cfg Config) (*Plan, error) {
-	return &Plan{}, nil
+	m, err := newModel(w, cfg)
+	if err != nil {
+		return nil, err
+	}
+	cells, unplaced := m.waterfall()
+	return m.plan(cells, unplaced), nil
+}
+
+// cell is the demand one site sends to one region (or, for a site without
+// demand, the fraction of a small demand), by Reason.
+type cell [NumReasons]float64
+
+func (c *cell) total() float64 {
+	return c[ReasonNearest] + c[ReasonSpillCapacity] + c[ReasonSpillHealth] + c[ReasonOverload]
+}
+
+// reason returns the Reason with the largest amount, ties to the lower one.
+func (c *cell) reason() Reason {
+	best := ReasonNearest
+	for r := ReasonNearest + 1; int(r) < NumReasons; r++ {
+		if c[r] > c[best] {
+			best = r
+		}
+	}
+	return best
+}
+
+// walker follows one site's remaining demand down the site's region order.
+// left holds it by the cause of its most recent move: ReasonNearest until
+// the first region is visited, then ReasonSpillCapacity or ReasonSpillHealth.
+type walker struct {
+	left [ReasonSpillHealth + 1]float64
+	last int // index of the cell of the last take, -1 before any
+}
+
+func (w *walker) remaining() float64 {
+	return w.left[ReasonNearest] + w.left[ReasonSpillCapacity] + w.left[ReasonSpillHealth]
+}
+
+// step visits one region: it places min(keep·remaining, room) into c, where
+// dust (remaining demand of at most dust after the take) joins the take, and
+// relabels what goes on: the (1−keep) share the region refuses is
+// SpillHealth, the rest SpillCapacity. It returns the amount placed.
+func (w *walker) step(c *cell, ci int, room, keep, dust float64) float64 {
+	rem := w.remaining()
+	if rem <= 0 {
+		return 0
+	}
+	var t float64
+	if room > 0 {
+		t = min(keep*rem, room)
+		if rem-t <= dust {
+			t = rem
+		}
+	}
+	if t > 0 {
+		f := t / rem
+		for i, v := range w.left {
+			c[i] += v * f
+		}
+		w.last = ci
+	}
+	left := rem - t
+	h := min((1-keep)*rem, left)
+	w.left = [...]float64{0, left - h, h}
+	return t
+}
+
+// waterfall runs rules 4–6 over the model and returns the site×region cells
+// (index site·len(regions)+region) and each site's unplaced demand. Cells of
+// sites without demand hold their idle row (fractions summing to 1).
+//
+// Pass 1 walks the (site, region) pairs in the global order of rule 4; each
+// site still holding demand places min(keep·remaining, room) in the region,
+// room being λ·capacity minus what the region already took (rules 5, 6).
+// Pass 2 gives demand that pass 1 left over (spilled preemptively but
+// finding no room farther away) back to the nearest regions with room,
+// ignoring health, in the same order. Pass 3 places what still has no room
+// (only when a site reaches some regions but not all) above λ·capacity in
+// the regions the site reaches, in proportion to their capacity, and
+// reports demand of sites that reach no capacity as unplaced.
+func (m *model) waterfall() ([]cell, []float64) {
+	nr := len(m.regions)
+	cells := make([]cell, len(m.sites)*nr)
+	unplaced := make([]float64, len(m.sites))
+	room := make([]float64, nr)
+	eps := make([]float64, nr)
+	for r, reg := range m.regions {
+		room[r] = m.lambda * reg.capacity
+		eps[r] = roomEps * room[r]
+	}
+	walkers := make([]walker, len(m.sites))
+	for s, site := range m.sites {
+		walkers[s] = walker{left: [...]float64{site.demand, 0, 0}, last: -1}
+	}
+	roomOf := func(r int32) float64 {
+		if room[r] <= eps[r] {
+			return 0
+		}
+		return room[r]
+	}
+
+	// Pass 1: the waterfall with preemptive spill.
+	for _, p := range m.pairs {
+		w := &walkers[p.site]
+		if w.remaining() <= 0 {
+			continue
+		}
+		ci := int(p.site)*nr + int(p.reg)
+		room[p.reg] -= w.step(&cells[ci], ci, roomOf(p.reg), m.regions[p.reg].keep, dustEps*m.sites[p.site].demand)
+	}
+
+	// Pass 2: leftovers return to the nearest regions with room.
+	if slices.ContainsFunc(walkers, func(w walker) bool { return w.remaining() > 0 }) {
+		for _, p := range m.pairs {
+			w := &walkers[p.site]
+			if w.remaining() <= 0 {
+				continue
+			}
+			ci := int(p.site)*nr + int(p.reg)
+			room[p.reg] -= w.step(&cells[ci], ci, roomOf(p.reg), 1, dustEps*m.sites[p.site].demand)
+		}
+	}
+
+	// Pass 3: overload beyond λ, or unplaced.
+	for s := range m.sites {
+		w := &walkers[s]
+		rem := w.remaining()
+		if rem <= 0 {
+			continue
+		}
+		if w.last >= 0 && rem <= residueEps*m.sites[s].demand {
+			for i, v := range w.left {
+				cells[w.last][i] += v
+			}
+			continue
+		}
+		if !m.spread(cells[s*nr:(s+1)*nr], s, rem) {
+			unplaced[s] = rem
+		}
+	}
+
+	// Idle rows: where a small demand at a site without demand would go.
+	for s, site := range m.sites {
+		if site.demand > 0 {
+			continue
+		}
+		row := cells[s*nr : (s+1)*nr]
+		w := walker{left: [...]float64{1, 0, 0}, last: -1}
+		for pass := 0; pass < 2 && w.remaining() > 0; pass++ {
+			for _, r := range m.siteReach(s) {
+				free := 0.0
+				if roomOf(r) > 0 {
+					free = math.Inf(1) // a small demand takes no room
+				}
+				keep := m.regions[r].keep
+				if pass == 1 {
+					keep = 1
+				}
+				w.step(&row[r], int(r), free, keep, dustEps)
+			}
+		}
+		if rem := w.remaining(); rem > 0 {
+			m.spread(row, s, rem)
+		}
+	}
+	return cells, unplaced
+}
+
+// spread adds amount to row (site s's cells) as Overload, over the regions s
+// reaches in proportion to their capacity. It reports false, adding nothing,
+// when s reaches no capacity.
+func (m *model) spread(row []cell, s int, amount float64) bool {
+	var total float64
+	for _, r := range m.siteReach(s) {
+		total += m.regions[r].capacity
+	}
+	if total <= 0 {
+		return false
+	}
+	for _, r := range m.siteReach(s) {
+		if c := m.regions[r].capacity; c > 0 {
+			row[r][ReasonOverload] += amount * (c / total)
+		}
+	}
+	return true
+}
+
+// plan turns site×region cells into a Plan: it splits each cell over the
+// region's groups in proportion to capacity (rule 2), names each flow's
+// Reason, and sums the loads. Only plan and split know how a region's share
+// becomes group flows.
+func (m *model) plan(cells []cell, unplaced []float64) *Plan {
+	nr := len(m.regions)
+	p := &Plan{
+		Regions: make([]RegionLoad, nr),
+		Groups:  make([]GroupLoad, len(m.groups)),
+		Sites:   make([]SiteLoad, len(m.sites)),
+		Lambda:  m.lambda,
+	}
+	for r, reg := range m.regions {
+		p.Regions[r] = RegionLoad{Name: reg.name, Capacity: reg.capacity, Health: reg.health, Keep: reg.keep}
+	}
+	for g, grp := range m.groups {
+		p.Groups[g] = GroupLoad{Name: grp.name, Region: m.regions[grp.region].name, Zone: grp.zone, Capacity: grp.capacity}
+	}
+	names := make([]string, len(m.reach))
+	for i, r := range m.reach {
+		names[i] = m.regions[r].name
+	}
+
+	var nflows, nidle int
+	for s, site := range m.sites {
+		for _, r := range m.siteReach(s) {
+			if cells[s*nr+int(r)].total() > 0 {
+				n := m.split(r, nil)
+				if site.demand > 0 {
+					nflows += n
+				} else {
+					nidle += n
+				}
+			}
+		}
+	}
+	p.Flows = make([]Flow, 0, nflows)
+	if nidle > 0 {
+		p.Idle = make([]Flow, 0, nidle)
+	}
+
+	for s, site := range m.sites {
+		r0, r1 := m.sites[s].r0, m.sites[s].r1
+		p.Sites[s] = SiteLoad{Name: site.name, Demand: site.demand, Unplaced: unplaced[s], Regions: names[r0:r1:r1]}
+		for _, r := range m.siteReach(s) {
+			c := &cells[s*nr+int(r)]
+			tot := c.total()
+			if tot <= 0 {
+				continue
+			}
+			reason := c.reason()
+			m.split(r, func(g int, frac float64) {
+				f := Flow{Site: site.name, Region: m.regions[r].name, Group: m.groups[g].name, Reason: reason}
+				if site.demand > 0 {
+					f.Demand = tot * frac
+					f.Share = tot / site.demand * frac
+					p.Flows = append(p.Flows, f)
+					p.Groups[g].Load += f.Demand
+					p.Regions[r].Load += f.Demand
+				} else {
+					f.Share = tot * frac
+					p.Idle = append(p.Idle, f)
+				}
+			})
+		}
+	}
+	return p
+}
+
+// split calls emit (when not nil) for each group of region r with capacity,
+// in name order, with the group's fraction of the region's capacity (rule 2),
+// and returns how many groups it named.
+func (m *model) split(r int32, emit func(g int, frac float64)) int {
+	reg := &m.regions[r]
+	n := 0
+	for g := reg.g0; g < reg.g1; g++ {
+		if c := m.groups[g].capacity; c > 0 {
+			n++
+			if emit != nil {
+				emit(int(g), c/reg.capacity)
+			}
+		}
+	}
+	return n
 }

@@ -77,6 +77,14 @@ type Flow struct {
 	Group  string
 	// Demand is the load sent, in the World's demand units.
 	Demand float64
+	// Share is Demand as a fraction of the site's demand: the weight a
+	// picker gives the group. The shares of a site's row sum to 1. In
+	// Plan.Idle rows (sites without demand) Demand is 0 and Share is the
+	// fraction a small demand arriving at the site would get.
+	Share float64
+	// Reason says why the demand is in this region: the cause behind the
+	// larger part of it (see Reason).
+	Reason Reason
 }
 
 // RegionLoad summarises one region in a plan.
@@ -86,6 +94,40 @@ type RegionLoad struct {
 	Capacity float64
 	// Load is the sum of the flows into the region.
 	Load float64
+	// Health is the region's healthy fraction h: healthy instances over
+	// instances, summed over its groups; 1 when the region lists no
+	// instances.
+	Health float64
+	// Keep is the fraction of the demand reaching the region that the region
+	// keeps (rule 5): min(1, SpillSlope·h) when h < SpillThreshold, else 1.
+	Keep float64
+}
+
+// GroupLoad summarises one instance group in a plan.
+type GroupLoad struct {
+	Name   string
+	Region string
+	Zone   string
+	// Capacity is the group's capacity from the World.
+	Capacity float64
+	// Load is the sum of the flows into the group. Inside a region, Load is
+	// proportional to Capacity (rule 2).
+	Load float64
+}
+
+// SiteLoad summarises one site in a plan.
+type SiteLoad struct {
+	Name string
+	// Demand is the site's demand from the World.
+	Demand float64
+	// Unplaced is the part of Demand the plan could not send anywhere: all
+	// of it when no region the site reaches has capacity, else 0. The
+	// site's flows sum to Demand − Unplaced.
+	Unplaced float64
+	// Regions lists the regions the site reaches, nearest first (ascending
+	// RTT, ties by region name): the order of the site's row. Shared with
+	// the Plan; do not modify.
+	Regions []string
 }
 
 // Utilization is Load/Capacity, or 0 when the region has no capacity and no
@@ -103,12 +145,43 @@ func (r RegionLoad) Utilization() float64 {
 // Plan is the planner's output. Flows with zero demand are omitted. Flows are
 // sorted by site name, then by the site's region order (ascending RTT, ties
 // by region name), then by group name; Regions are sorted by name.
+//
+// A Plan is immutable once returned: callers and other goroutines may read
+// it concurrently, and nobody may change it (Damp returns a new Plan that can
+// share storage with its inputs).
 type Plan struct {
 	Flows   []Flow
 	Regions []RegionLoad
+	// Groups lists every group, sorted by region name then group name.
+	Groups []GroupLoad
+	// Sites lists every site, sorted by name.
+	Sites []SiteLoad
+	// Idle holds the rows of sites with zero demand, in Flows' order: where
+	// a small demand arriving there would go given everyone else's load
+	// (Demand 0, Share set). A gfe whose own demand estimate is still 0
+	// picks from this row. Sites that reach no region with capacity have no
+	// row.
+	Idle []Flow
+	// Lambda is the uniform overload factor of rule 6: max(1, total demand /
+	// total capacity), counting the capacity of regions reached by at least
+	// one site with demand. Every region is filled up to Lambda·Capacity.
+	Lambda float64
 }
 
 // ErrInvalidWorld wraps every problem Compute finds with its input.
 var ErrInvalidWorld = errors.New("waterfall: invalid world")
+
+// ErrInvalidConfig wraps every problem Compute finds with its Config.
+var ErrInvalidConfig = errors.New("waterfall: invalid config")
+
+// ErrNoCapacity is returned by Picker.Pick when the plan row it was built
+// from sends nowhere: the site reaches no region with capacity (its demand
+// is reported in SiteLoad.Unplaced), or no group of the row has a healthy
+// backend.
+var ErrNoCapacity = errors.New("waterfall: no region has capacity")
+
+// ErrAllBusy is returned by Picker.Pick when every backend of every group in
+// the row is at its maximum concurrency.
+var ErrAllBusy = errors.New("waterfall: all backends busy")
 
 var inf = func() float64 { var z float64; return 1 / z }()
