@@ -253,7 +253,6 @@ func TestComputeScenarios(t *testing.T) {
 	}
 }
 
-
 // TestComputeCapacityAddedReturnsTraffic: spill is temporary (rule 7); once
 // the nearest region grows, its site's traffic comes back.
 func TestComputeCapacityAddedReturnsTraffic(t *testing.T) {
@@ -467,7 +466,6 @@ func TestPlanRow(t *testing.T) {
 		t.Errorf("len(RegionGroups(a)) = %d, want 2", got)
 	}
 }
-
 
 func TestReason(t *testing.T) {
 	tests := []struct {
