@@ -185,9 +185,13 @@ func ParseScenario(data []byte, filename string) (*Scenario, error) {
 	return s, nil
 }
 
-var notFoundRE = regexp.MustCompile(`^(line \d+): field (.+) not found in type \S+$`)
+var (
+	notFoundRE = regexp.MustCompile(`^(line \d+): field (.+) not found in type \S+$`)
+	intoTypeRE = regexp.MustCompile(`^(.* into )(\S+)$`)
+)
 
-// typeNames replaces the Go types of the file form in yaml.v3 messages.
+// typeNames names the Go types of the file form for operators, in the
+// "cannot unmarshal X into T" messages of yaml.v3.
 var typeNames = strings.NewReplacer(
 	"[]sim.fileRegion", "a list of regions",
 	"[]sim.fileGroup", "a list of groups",
@@ -212,8 +216,8 @@ func yamlProblems(err error) []string {
 	for _, msg := range te.Errors {
 		if m := notFoundRE.FindStringSubmatch(msg); m != nil {
 			msg = fmt.Sprintf("%s: unknown field %q", m[1], m[2])
-		} else {
-			msg = typeNames.Replace(msg)
+		} else if m := intoTypeRE.FindStringSubmatch(msg); m != nil {
+			msg = m[1] + typeNames.Replace(m[2])
 		}
 		out = append(out, msg)
 	}
@@ -232,7 +236,9 @@ func (f *fileScenario) scenario() (s *Scenario, issues map[string]string) {
 			issues[path] = "required"
 		case *v != math.Trunc(*v): // also NaN
 			issues[path] = fmt.Sprintf("must be a whole number, got %v", *v)
-		case math.Abs(*v) > maxCount:
+		case *v < 0:
+			issues[path] = fmt.Sprintf("must be >= 0, got %v", *v)
+		case *v > maxCount:
 			issues[path] = fmt.Sprintf("must be at most %d, got %v", int64(maxCount), *v)
 		default:
 			return int(*v)
