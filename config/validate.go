@@ -1,0 +1,454 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Validate checks c and returns every problem it finds, joined with
+// errors.Join: each one a *FieldError that names the file (for a Config from
+// Load or Parse), the field path and the bad value, e.g.
+//
+//	configs/bad.yaml: services[1].backends[0].group: unknown instance group "eu-west-x"
+//
+// It returns nil if c is valid. Validate does not change c and applies no
+// defaults: a Config built by hand should start its sections from the
+// Default* functions.
+func (c *Config) Validate() error {
+	p := &problems{file: c.source}
+	c.validate(p)
+	return p.err()
+}
+
+// validate adds every problem with c to p.
+func (c *Config) validate(p *problems) {
+	v := validator{p: p, c: c}
+	v.topology()
+	v.services()
+	v.routes()
+}
+
+// validator carries the name tables that cross-references are checked against.
+type validator struct {
+	p *problems
+	c *Config
+	// groupNames maps a group name to its path, for backend references.
+	groupNames map[string]string
+	// serviceNames maps a service name to its path, for route references.
+	serviceNames map[string]string
+}
+
+// nameRE is the syntax of region, zone, group and service names: lower-case
+// letters, digits, '.', '_' and '-', starting and ending with a letter or
+// digit, at most 63 bytes. They appear in metrics labels, gossip and logs.
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
+
+// name checks a required name and its uniqueness in seen (name → first path).
+func (v *validator) name(path, kind, name string, seen map[string]string) {
+	if name == "" {
+		v.p.add(path, "required")
+		return
+	}
+	if first, dup := seen[name]; dup {
+		v.p.add(path, fmt.Sprintf("duplicate %s name %q (first at %s)", kind, name, first))
+		return
+	}
+	// Recorded even when malformed, so that references to it do not add
+	// "unknown" errors on top of this one.
+	seen[name] = strings.TrimSuffix(path, ".name")
+	if !nameRE.MatchString(name) {
+		v.p.add(path, fmt.Sprintf("invalid %s name %q: use lower-case letters, digits, '.', '_' and '-', starting and ending with a letter or digit, at most 63 bytes", kind, name))
+	}
+}
+
+// topology checks regions, zones, groups and instances.
+func (v *validator) topology() {
+	if len(v.c.Regions) == 0 {
+		v.p.add("regions", "at least one region is required")
+	}
+	regions, zones := map[string]string{}, map[string]string{}
+	v.groupNames = map[string]string{}
+	addrs := map[string]string{}
+	for ri, r := range v.c.Regions {
+		rp := fmt.Sprintf("regions[%d]", ri)
+		v.name(rp+".name", "region", r.Name, regions)
+		if len(r.Zones) == 0 {
+			v.p.add(rp+".zones", "at least one zone is required")
+		}
+		for zi, z := range r.Zones {
+			zp := fmt.Sprintf("%s.zones[%d]", rp, zi)
+			v.name(zp+".name", "zone", z.Name, zones)
+			if len(z.Groups) == 0 {
+				v.p.add(zp+".groups", "at least one instance group is required")
+			}
+			for gi, g := range z.Groups {
+				gp := fmt.Sprintf("%s.groups[%d]", zp, gi)
+				v.name(gp+".name", "instance group", g.Name, v.groupNames)
+				if len(g.Instances) == 0 {
+					v.p.add(gp+".instances", "at least one instance is required")
+				}
+				for ii, in := range g.Instances {
+					ip := fmt.Sprintf("%s.instances[%d]", gp, ii)
+					v.instance(ip, in, addrs)
+				}
+			}
+		}
+	}
+}
+
+// instance checks one instance; addrs maps address → first path.
+func (v *validator) instance(path string, in Instance, addrs map[string]string) {
+	if in.Address == "" {
+		v.p.add(path+".address", "required")
+	} else if err := checkHostPort(in.Address); err != nil {
+		v.p.add(path+".address", fmt.Sprintf("invalid host:port %q: %v", in.Address, err))
+	} else if first, dup := addrs[strings.ToLower(in.Address)]; dup {
+		v.p.add(path+".address", fmt.Sprintf("duplicate address %q (first at %s)", in.Address, first))
+	} else {
+		addrs[strings.ToLower(in.Address)] = path
+	}
+	if in.MaxConcurrency < 0 {
+		v.p.add(path+".max_concurrency", fmt.Sprintf("must be >= 0 (0 = unlimited), got %d", in.MaxConcurrency))
+	}
+}
+
+// checkHostPort checks that s is host:port with an IP or DNS host and a port
+// in 1..65535.
+func checkHostPort(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		var ae *net.AddrError
+		if errors.As(err, &ae) {
+			return fmt.Errorf("%s", ae.Err)
+		}
+		return err
+	}
+	if host == "" {
+		return fmt.Errorf("missing host")
+	}
+	if !isIP(host) && !isDNSName(host) {
+		return fmt.Errorf("host %q is neither an IP address nor a DNS name", host)
+	}
+	if err := checkPort(port); err != nil {
+		return err
+	}
+	return nil
+}
+
+// checkPort checks a decimal port number in 1..65535.
+func checkPort(port string) error {
+	if port == "" {
+		return fmt.Errorf("missing port")
+	}
+	for _, r := range port {
+		if r < '0' || r > '9' {
+			return fmt.Errorf("port %q is not a number", port)
+		}
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("port %s out of range 1..65535", port)
+	}
+	return nil
+}
+
+func isIP(s string) bool {
+	_, err := netip.ParseAddr(s)
+	return err == nil
+}
+
+// isDNSName reports whether s is a DNS name: dot-separated labels of letters,
+// digits, '-' and '_', 1..63 bytes each, not starting or ending with '-', at
+// most 253 bytes, with an optional trailing dot.
+func isDNSName(s string) bool {
+	s = strings.TrimSuffix(s, ".")
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(s, ".") {
+		if len(label) == 0 || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			b := label[i]
+			if !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '-' || b == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// isToken reports whether s is an RFC 9110 token (header names, cookie names).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		if !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", b) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// oneOf formats the choices of an enum for a message.
+func oneOf[T ~string](choices []T, got T) string {
+	s := make([]string, len(choices))
+	for i, c := range choices {
+		s[i] = string(c)
+	}
+	return fmt.Sprintf("must be one of %s; got %q", strings.Join(s, ", "), got)
+}
+
+// services checks every backend service.
+func (v *validator) services() {
+	if len(v.c.Services) == 0 {
+		v.p.add("services", "at least one service is required")
+	}
+	v.serviceNames = map[string]string{}
+	for si := range v.c.Services {
+		v.service(fmt.Sprintf("services[%d]", si), &v.c.Services[si])
+	}
+}
+
+func (v *validator) service(sp string, s *Service) {
+	v.name(sp+".name", "service", s.Name, v.serviceNames)
+	if !slices.Contains(Policies(), s.Policy) {
+		v.p.add(sp+".policy", oneOf(Policies(), s.Policy))
+	}
+	scopes := []HashScope{HashScopeGlobal, HashScopeNearestRegion}
+	switch {
+	case s.HashScope == "":
+	case !s.Policy.IsHash():
+		v.p.add(sp+".hash_scope", fmt.Sprintf("only valid with a hash policy (hash2, hash3, hash5); policy is %q", s.Policy))
+	case !slices.Contains(scopes, s.HashScope):
+		v.p.add(sp+".hash_scope", oneOf(scopes, s.HashScope))
+	}
+	modes := []BalancingMode{ModeRate, ModeConnection, ModeUtilization}
+	modeOK := slices.Contains(modes, s.BalancingMode)
+	if !modeOK {
+		v.p.add(sp+".balancing_mode", oneOf(modes, s.BalancingMode))
+	}
+	if len(s.Backends) == 0 {
+		v.p.add(sp+".backends", "at least one backend is required")
+	}
+	used := map[string]string{}
+	for bi, b := range s.Backends {
+		bp := fmt.Sprintf("%s.backends[%d]", sp, bi)
+		switch _, known := v.groupNames[b.Group]; {
+		case b.Group == "":
+			v.p.add(bp+".group", "required")
+		case !known:
+			v.p.add(bp+".group", fmt.Sprintf("unknown instance group %q", b.Group))
+		case used[b.Group] != "":
+			v.p.add(bp+".group", fmt.Sprintf("instance group %q is already a backend of this service (at %s)", b.Group, used[b.Group]))
+		default:
+			used[b.Group] = bp
+		}
+		if modeOK {
+			v.limits(bp, s.BalancingMode, b)
+		}
+		if !(b.CapacityScaler >= 0 && b.CapacityScaler <= 1) {
+			v.p.add(bp+".capacity_scaler", fmt.Sprintf("must be in [0, 1] (0 drains), got %v", b.CapacityScaler))
+		}
+	}
+	v.affinity(sp+".session_affinity", s.SessionAffinity)
+	v.healthCheck(sp+".health_check", s.HealthCheck)
+	if t := s.Spill.Threshold; !(t >= 0 && t <= 1) {
+		v.p.add(sp+".spill.threshold", fmt.Sprintf("must be in [0, 1] (0 disables preemptive spill), got %v", t))
+	}
+	if sl := s.Spill.Slope; !(sl > 0) || math.IsInf(sl, 0) {
+		v.p.add(sp+".spill.slope", fmt.Sprintf("must be a finite number > 0, got %v", sl))
+	}
+}
+
+// limit is one capacity field of a Backend, for the mode checks.
+type limit struct {
+	key  string
+	mode BalancingMode
+	val  float64
+}
+
+// limits checks that b sets exactly the limits of mode, with valid values.
+func (v *validator) limits(bp string, mode BalancingMode, b Backend) {
+	all := []limit{
+		{"max_rate_per_instance", ModeRate, b.MaxRatePerInstance},
+		{"max_rate", ModeRate, b.MaxRate},
+		{"max_connections_per_instance", ModeConnection, float64(b.MaxConnectionsPerInstance)},
+		{"max_connections", ModeConnection, float64(b.MaxConnections)},
+		{"max_utilization", ModeUtilization, b.MaxUtilization},
+	}
+	var mine, set []string
+	for _, l := range all {
+		if l.mode != mode {
+			if l.val != 0 {
+				v.p.add(bp+"."+l.key, fmt.Sprintf("not valid with balancing_mode %s (it is a %s limit)", mode, l.mode))
+			}
+			continue
+		}
+		mine = append(mine, l.key)
+		if l.val == 0 {
+			continue
+		}
+		set = append(set, l.key)
+		switch {
+		case l.key == "max_utilization":
+			if !(l.val > 0 && l.val <= 1) {
+				v.p.add(bp+"."+l.key, fmt.Sprintf("must be in (0, 1], got %v", l.val))
+			}
+		case !(l.val > 0) || math.IsInf(l.val, 0):
+			v.p.add(bp+"."+l.key, fmt.Sprintf("must be a finite number > 0, got %v", l.val))
+		}
+	}
+	switch {
+	case len(set) == 0 && len(mine) == 1:
+		v.p.add(bp, fmt.Sprintf("balancing_mode %s requires %s", mode, mine[0]))
+	case len(set) == 0:
+		v.p.add(bp, fmt.Sprintf("balancing_mode %s requires exactly one of %s", mode, strings.Join(mine, ", ")))
+	case len(set) > 1:
+		v.p.add(bp, fmt.Sprintf("balancing_mode %s takes exactly one of %s, got %s", mode, strings.Join(mine, ", "), strings.Join(set, " and ")))
+	}
+}
+
+// affinity checks a session affinity section.
+func (v *validator) affinity(ap string, a SessionAffinity) {
+	types := []AffinityType{AffinityNone, AffinityClientIP, AffinityClientIPProto, AffinityClientIPPortProto,
+		AffinityGeneratedCookie, AffinityHTTPCookie, AffinityHeader}
+	if !slices.Contains(types, a.Type) {
+		v.p.add(ap+".type", oneOf(types, a.Type))
+		return
+	}
+	cookie := a.Type == AffinityGeneratedCookie || a.Type == AffinityHTTPCookie
+	switch {
+	case cookie && a.CookieName == "":
+		v.p.add(ap+".cookie_name", fmt.Sprintf("required for type %s", a.Type))
+	case cookie && !isToken(a.CookieName):
+		v.p.add(ap+".cookie_name", fmt.Sprintf("invalid cookie name %q: must be an RFC 6265 token", a.CookieName))
+	case !cookie && a.CookieName != "":
+		v.p.add(ap+".cookie_name", fmt.Sprintf("only valid with type generated_cookie or http_cookie; type is %s", a.Type))
+	}
+	switch {
+	case !cookie && a.CookieTTL != 0:
+		v.p.add(ap+".cookie_ttl", fmt.Sprintf("only valid with type generated_cookie or http_cookie; type is %s", a.Type))
+	case a.CookieTTL < 0:
+		v.p.add(ap+".cookie_ttl", fmt.Sprintf("must be >= 0 (0 = session cookie), got %v", a.CookieTTL))
+	}
+	switch header := a.Type == AffinityHeader; {
+	case header && a.HeaderName == "":
+		v.p.add(ap+".header_name", "required for type header")
+	case header && !isToken(a.HeaderName):
+		v.p.add(ap+".header_name", fmt.Sprintf("invalid header name %q: must be an HTTP token", a.HeaderName))
+	case !header && a.HeaderName != "":
+		v.p.add(ap+".header_name", fmt.Sprintf("only valid with type header; type is %s", a.Type))
+	}
+}
+
+// healthCheck checks a health check section.
+func (v *validator) healthCheck(hp string, h HealthCheck) {
+	protos := []HealthProtocol{HealthHTTP, HealthHTTPS, HealthTCP, HealthGRPC}
+	if !slices.Contains(protos, h.Protocol) {
+		v.p.add(hp+".protocol", oneOf(protos, h.Protocol))
+	}
+	if h.Protocol == HealthHTTP || h.Protocol == HealthHTTPS {
+		if !strings.HasPrefix(h.Path, "/") || strings.ContainsFunc(h.Path, badPathRune) {
+			v.p.add(hp+".path", fmt.Sprintf("must start with \"/\" and contain no spaces or control characters, got %q", h.Path))
+		}
+	}
+	if h.GRPCService != "" && h.Protocol != HealthGRPC {
+		v.p.add(hp+".grpc_service", fmt.Sprintf("only valid with protocol grpc; protocol is %s", h.Protocol))
+	}
+	if h.Port < 0 || h.Port > 65535 {
+		v.p.add(hp+".port", fmt.Sprintf("must be in 1..65535, or 0 for the instance's port, got %d", h.Port))
+	}
+	if h.Interval <= 0 {
+		v.p.add(hp+".interval", fmt.Sprintf("must be > 0, got %v", h.Interval))
+	}
+	switch {
+	case h.Timeout <= 0:
+		v.p.add(hp+".timeout", fmt.Sprintf("must be > 0, got %v", h.Timeout))
+	case h.Interval > 0 && h.Timeout >= h.Interval:
+		v.p.add(hp+".timeout", fmt.Sprintf("must be less than interval (%v), got %v", h.Interval, h.Timeout))
+	}
+	if h.HealthyThreshold < 1 {
+		v.p.add(hp+".healthy_threshold", fmt.Sprintf("must be >= 1, got %d", h.HealthyThreshold))
+	}
+	if h.UnhealthyThreshold < 1 {
+		v.p.add(hp+".unhealthy_threshold", fmt.Sprintf("must be >= 1, got %d", h.UnhealthyThreshold))
+	}
+	if !(h.Jitter >= 0 && h.Jitter < 1) {
+		v.p.add(hp+".jitter", fmt.Sprintf("must be in [0, 1), got %v", h.Jitter))
+	}
+}
+
+// badPathRune reports characters not allowed in a path or path prefix.
+func badPathRune(r rune) bool {
+	return r <= ' ' || r == 0x7f || r == '?' || r == '#'
+}
+
+// routes checks every route.
+func (v *validator) routes() {
+	if len(v.c.Routes) == 0 {
+		v.p.add("routes", "at least one route is required")
+	}
+	seen := map[[2]string]string{}
+	for i, r := range v.c.Routes {
+		rp := fmt.Sprintf("routes[%d]", i)
+		hostOK := true
+		if err := checkRouteHost(r.Host); err != nil {
+			v.p.add(rp+".host", err.Error())
+			hostOK = false
+		}
+		prefixOK := strings.HasPrefix(r.PathPrefix, "/") && !strings.ContainsFunc(r.PathPrefix, badPathRune)
+		if !prefixOK {
+			v.p.add(rp+".path_prefix", fmt.Sprintf("must start with \"/\" and contain no spaces, control characters, '?' or '#', got %q", r.PathPrefix))
+		}
+		switch _, known := v.serviceNames[r.Service]; {
+		case r.Service == "":
+			v.p.add(rp+".service", "required")
+		case !known:
+			v.p.add(rp+".service", fmt.Sprintf("unknown service %q", r.Service))
+		}
+		if hostOK && prefixOK {
+			key := [2]string{strings.ToLower(r.Host), r.PathPrefix}
+			if first, dup := seen[key]; dup {
+				v.p.add(rp, fmt.Sprintf("duplicate route for host %q and path_prefix %q (first at %s)", r.Host, r.PathPrefix, first))
+			} else {
+				seen[key] = rp
+			}
+		}
+	}
+}
+
+// checkRouteHost checks a route host pattern: "*", "*.domain", a DNS name or
+// an IP address, without a port.
+func checkRouteHost(h string) error {
+	switch {
+	case h == "":
+		return fmt.Errorf("required (use \"*\" for any host)")
+	case h == "*":
+		return nil
+	case strings.HasPrefix(h, "*."):
+		if !isDNSName(h[2:]) || strings.HasSuffix(h, ".") {
+			return fmt.Errorf("invalid wildcard host %q: want \"*.\" followed by a DNS name", h)
+		}
+		return nil
+	case strings.Contains(h, "*"):
+		return fmt.Errorf("invalid host %q: a wildcard is only allowed as a leading \"*.\" or as \"*\"", h)
+	case isIP(h):
+		return nil
+	case strings.HasSuffix(h, "."):
+		return fmt.Errorf("invalid host %q: drop the trailing dot", h)
+	case !isDNSName(h):
+		return fmt.Errorf("invalid host %q: want a DNS name or IP address, without a port", h)
+	}
+	return nil
+}
