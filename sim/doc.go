@@ -17,7 +17,8 @@
 // demand reaches each instance group in steady state:
 //
 //   - waterfall: the plan of lb/waterfall.Compute with its DefaultConfig
-//     (DESIGN.md §3).
+//     (DESIGN.md §3); each flow carries the planner's reason ("nearest",
+//     "spill_capacity", "spill_health", "overload").
 //   - round_robin, least_request, hash2, hash3, hash5: the baselines do not
 //     know capacity or RTT, so in steady state every eligible instance in
 //     scope receives an equal share of a site's demand. An instance is

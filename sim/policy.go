@@ -150,7 +150,7 @@ func (s *Scenario) waterfallFlows() ([]Flow, error) {
 		case f.Demand == 0:
 			continue
 		}
-		flows = append(flows, Flow{Site: f.Site, Region: f.Region, Group: f.Group, RPS: f.Demand})
+		flows = append(flows, Flow{Site: f.Site, Region: f.Region, Group: f.Group, RPS: f.Demand, Reason: f.Reason.String()})
 	}
 	return flows, nil
 }

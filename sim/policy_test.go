@@ -52,9 +52,9 @@ func TestExpectedFlowsBaselines(t *testing.T) {
 		Scope: ScopeGlobal,
 		Sites: sites,
 		Flows: []Flow{
-			{"s1", "a", "a-1", 300}, {"s1", "a", "a-2", 150}, {"s1", "b", "b-1", 150},
-			{"s2", "b", "b-1", 300},
-			{"s4", "a", "a-1", 60}, {"s4", "a", "a-2", 30}, {"s4", "b", "b-1", 30},
+			{"s1", "a", "a-1", 300, ""}, {"s1", "a", "a-2", 150, ""}, {"s1", "b", "b-1", 150, ""},
+			{"s2", "b", "b-1", 300, ""},
+			{"s4", "a", "a-1", 60, ""}, {"s4", "a", "a-2", 30, ""}, {"s4", "b", "b-1", 30, ""},
 		},
 		Regions: []RegionLoad{
 			{Name: "a", CapacityRPS: 600, LoadRPS: 540, Utilization: 0.9},
@@ -68,9 +68,9 @@ func TestExpectedFlowsBaselines(t *testing.T) {
 		Scope: ScopeNearestRegion,
 		Sites: sites,
 		Flows: []Flow{
-			{"s1", "a", "a-1", 400}, {"s1", "a", "a-2", 200},
-			{"s2", "b", "b-1", 300},
-			{"s4", "a", "a-1", 80}, {"s4", "a", "a-2", 40},
+			{"s1", "a", "a-1", 400, ""}, {"s1", "a", "a-2", 200, ""},
+			{"s2", "b", "b-1", 300, ""},
+			{"s4", "a", "a-1", 80, ""}, {"s4", "a", "a-2", 40, ""},
 		},
 		Regions: []RegionLoad{
 			{Name: "a", CapacityRPS: 600, LoadRPS: 720, Utilization: 1.2},
@@ -131,7 +131,7 @@ regions:
 		{
 			name:        "rule 1: nearest region takes everything under capacity",
 			yaml:        twoRegions + `sites: [{name: nyc, demand_rps: 500, rtt_ms: {us-east: 5, eu-west: 80}}]`,
-			wantFlows:   []Flow{{"nyc", "us-east", "us-east-b", 500}},
+			wantFlows:   []Flow{{"nyc", "us-east", "us-east-b", 500, "nearest"}},
 			wantRegions: []RegionLoad{{"eu-west", 1000, 0, 0}, {"us-east", 1000, 500, 0.5}},
 		},
 		{
@@ -143,13 +143,13 @@ regions:
       - {name: us-east-b, instances: 6, healthy: 6, rate_per_instance: 100}
       - {name: us-east-c, instances: 8, healthy: 8, rate_per_instance: 100, capacity_scaler: 0.5}
 sites: [{name: nyc, demand_rps: 500, rtt_ms: {us-east: 5}}]`,
-			wantFlows:   []Flow{{"nyc", "us-east", "us-east-b", 300}, {"nyc", "us-east", "us-east-c", 200}},
+			wantFlows:   []Flow{{"nyc", "us-east", "us-east-b", 300, "nearest"}, {"nyc", "us-east", "us-east-c", 200, "nearest"}},
 			wantRegions: []RegionLoad{{"us-east", 1000, 500, 0.5}},
 		},
 		{
 			name:        "rule 4: overflow spills to the next-nearest region",
 			yaml:        twoRegions + `sites: [{name: nyc, demand_rps: 1500, rtt_ms: {us-east: 5, eu-west: 80}}]`,
-			wantFlows:   []Flow{{"nyc", "us-east", "us-east-b", 1000}, {"nyc", "eu-west", "eu-west-b", 500}},
+			wantFlows:   []Flow{{"nyc", "us-east", "us-east-b", 1000, "nearest"}, {"nyc", "eu-west", "eu-west-b", 500, "spill_capacity"}},
 			wantRegions: []RegionLoad{{"eu-west", 1000, 500, 0.5}, {"us-east", 1000, 1000, 1}},
 		},
 		{
@@ -159,8 +159,8 @@ sites:
   - {name: nyc, demand_rps: 800, rtt_ms: {us-east: 5, eu-west: 80}}
   - {name: bos, demand_rps: 600, rtt_ms: {us-east: 10, eu-west: 75}}`,
 			wantFlows: []Flow{
-				{"bos", "us-east", "us-east-b", 200}, {"bos", "eu-west", "eu-west-b", 400},
-				{"nyc", "us-east", "us-east-b", 800},
+				{"bos", "us-east", "us-east-b", 200, "nearest"}, {"bos", "eu-west", "eu-west-b", 400, "spill_capacity"},
+				{"nyc", "us-east", "us-east-b", 800, "nearest"},
 			},
 			wantRegions: []RegionLoad{{"eu-west", 1000, 400, 0.4}, {"us-east", 1000, 1000, 1}},
 		},
@@ -173,7 +173,7 @@ regions:
   - name: eu-west
     groups: [{name: eu-west-b, instances: 10, healthy: 10, rate_per_instance: 100}]
 sites: [{name: nyc, demand_rps: 200, rtt_ms: {us-east: 5, eu-west: 80}}]`,
-			wantFlows:   []Flow{{"nyc", "us-east", "us-east-b", 160}, {"nyc", "eu-west", "eu-west-b", 40}},
+			wantFlows:   []Flow{{"nyc", "us-east", "us-east-b", 160, "nearest"}, {"nyc", "eu-west", "eu-west-b", 40, "spill_health"}},
 			wantRegions: []RegionLoad{{"eu-west", 1000, 40, 0.04}, {"us-east", 400, 160, 0.4}},
 		},
 		{
@@ -183,8 +183,8 @@ sites:
   - {name: nyc, demand_rps: 1500, rtt_ms: {us-east: 5, eu-west: 80}}
   - {name: lon, demand_rps: 900, rtt_ms: {eu-west: 5, us-east: 70}}`,
 			wantFlows: []Flow{
-				{"lon", "eu-west", "eu-west-b", 900},
-				{"nyc", "us-east", "us-east-b", 1200}, {"nyc", "eu-west", "eu-west-b", 300},
+				{"lon", "eu-west", "eu-west-b", 900, "nearest"},
+				{"nyc", "us-east", "us-east-b", 1200, "nearest"}, {"nyc", "eu-west", "eu-west-b", 300, "spill_capacity"},
 			},
 			wantRegions: []RegionLoad{{"eu-west", 1000, 1200, 1.2}, {"us-east", 1000, 1200, 1.2}},
 		},
@@ -221,9 +221,9 @@ func TestShippedScenariosWaterfall(t *testing.T) {
 		{
 			file: "steady.yaml",
 			wantFlows: []Flow{
-				{"lon", "eu-west", "eu-west-b", 600}, {"lon", "eu-west", "eu-west-c", 300},
-				{"nyc", "us-east", "us-east-b", 600}, {"nyc", "us-east", "us-east-c", 600},
-				{"tokyo", "asia-east", "asia-east-a", 350}, {"tokyo", "asia-east", "asia-east-b", 350},
+				{"lon", "eu-west", "eu-west-b", 600, "nearest"}, {"lon", "eu-west", "eu-west-c", 300, "nearest"},
+				{"nyc", "us-east", "us-east-b", 600, "nearest"}, {"nyc", "us-east", "us-east-c", 600, "nearest"},
+				{"tokyo", "asia-east", "asia-east-a", 350, "nearest"}, {"tokyo", "asia-east", "asia-east-b", 350, "nearest"},
 			},
 			wantRegions: []RegionLoad{
 				{"asia-east", 1200, 700, 700.0 / 1200}, {"eu-west", 1200, 900, 0.75}, {"us-east", 2000, 1200, 0.6},
@@ -232,10 +232,10 @@ func TestShippedScenariosWaterfall(t *testing.T) {
 		{
 			file: "flash-crowd.yaml",
 			wantFlows: []Flow{
-				{"lon", "eu-west", "eu-west-b", 400}, {"lon", "eu-west", "eu-west-c", 200},
-				{"nyc", "us-east", "us-east-b", 1000}, {"nyc", "us-east", "us-east-c", 1000},
-				{"nyc", "eu-west", "eu-west-b", 1000.0 / 3}, {"nyc", "eu-west", "eu-west-c", 500.0 / 3},
-				{"tokyo", "asia-east", "asia-east-a", 350}, {"tokyo", "asia-east", "asia-east-b", 350},
+				{"lon", "eu-west", "eu-west-b", 400, "nearest"}, {"lon", "eu-west", "eu-west-c", 200, "nearest"},
+				{"nyc", "us-east", "us-east-b", 1000, "nearest"}, {"nyc", "us-east", "us-east-c", 1000, "nearest"},
+				{"nyc", "eu-west", "eu-west-b", 1000.0 / 3, "spill_capacity"}, {"nyc", "eu-west", "eu-west-c", 500.0 / 3, "spill_capacity"},
+				{"tokyo", "asia-east", "asia-east-a", 350, "nearest"}, {"tokyo", "asia-east", "asia-east-b", 350, "nearest"},
 			},
 			wantRegions: []RegionLoad{
 				{"asia-east", 1200, 700, 700.0 / 1200}, {"eu-west", 1200, 1100, 1100.0 / 1200}, {"us-east", 2000, 2000, 1},
@@ -244,10 +244,10 @@ func TestShippedScenariosWaterfall(t *testing.T) {
 		{
 			file: "unhealthy-region.yaml",
 			wantFlows: []Flow{
-				{"lon", "eu-west", "eu-west-b", 200}, {"lon", "eu-west", "eu-west-c", 200},
-				{"lon", "us-east", "us-east-b", 50}, {"lon", "us-east", "us-east-c", 50},
-				{"nyc", "us-east", "us-east-b", 600}, {"nyc", "us-east", "us-east-c", 600},
-				{"tokyo", "asia-east", "asia-east-a", 350}, {"tokyo", "asia-east", "asia-east-b", 350},
+				{"lon", "eu-west", "eu-west-b", 200, "nearest"}, {"lon", "eu-west", "eu-west-c", 200, "nearest"},
+				{"lon", "us-east", "us-east-b", 50, "spill_health"}, {"lon", "us-east", "us-east-c", 50, "spill_health"},
+				{"nyc", "us-east", "us-east-b", 600, "nearest"}, {"nyc", "us-east", "us-east-c", 600, "nearest"},
+				{"tokyo", "asia-east", "asia-east-a", 350, "nearest"}, {"tokyo", "asia-east", "asia-east-b", 350, "nearest"},
 			},
 			wantRegions: []RegionLoad{
 				{"asia-east", 1200, 700, 700.0 / 1200}, {"eu-west", 800, 400, 0.5}, {"us-east", 2000, 1300, 0.65},
@@ -256,11 +256,11 @@ func TestShippedScenariosWaterfall(t *testing.T) {
 		{
 			file: "global-overload.yaml",
 			wantFlows: []Flow{
-				{"lon", "eu-west", "eu-west-b", 900}, {"lon", "eu-west", "eu-west-c", 900},
-				{"nyc", "us-east", "us-east-b", 1200}, {"nyc", "us-east", "us-east-c", 1200},
-				{"nyc", "eu-west", "eu-west-b", 60}, {"nyc", "eu-west", "eu-west-c", 60},
-				{"nyc", "asia-east", "asia-east-a", 240}, {"nyc", "asia-east", "asia-east-b", 240},
-				{"tokyo", "asia-east", "asia-east-a", 480}, {"tokyo", "asia-east", "asia-east-b", 480},
+				{"lon", "eu-west", "eu-west-b", 900, "nearest"}, {"lon", "eu-west", "eu-west-c", 900, "nearest"},
+				{"nyc", "us-east", "us-east-b", 1200, "nearest"}, {"nyc", "us-east", "us-east-c", 1200, "nearest"},
+				{"nyc", "eu-west", "eu-west-b", 60, "spill_capacity"}, {"nyc", "eu-west", "eu-west-c", 60, "spill_capacity"},
+				{"nyc", "asia-east", "asia-east-a", 240, "spill_capacity"}, {"nyc", "asia-east", "asia-east-b", 240, "spill_capacity"},
+				{"tokyo", "asia-east", "asia-east-a", 480, "nearest"}, {"tokyo", "asia-east", "asia-east-b", 480, "nearest"},
 			},
 			wantRegions: []RegionLoad{
 				{"asia-east", 1200, 1440, 1.2}, {"eu-west", 1600, 1920, 1.2}, {"us-east", 2000, 2400, 1.2},
@@ -378,7 +378,17 @@ func TestResultJSON(t *testing.T) {
 	if diff := cmp.Diff(res, &back); diff != "" {
 		t.Errorf("JSON round trip mismatch (-want +got):\n%s", diff)
 	}
-	checkJSONKeys(t, data, []string{"flows", "policy", "regions", "scope", "sites"})
+	checkJSONKeys(t, data, []string{"flows", "policy", "regions", "scope", "sites"}, false)
+
+	// Waterfall: no scope, and every flow has a reason.
+	res, err = s.ExpectedFlows(Waterfall, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, err = json.Marshal(res); err != nil {
+		t.Fatal(err)
+	}
+	checkJSONKeys(t, data, []string{"flows", "policy", "regions", "sites"}, true)
 
 	// Waterfall has no scope key, and an empty flow list encodes as [].
 	empty := &Result{Policy: Waterfall, Flows: []Flow{}, Sites: []SiteDemand{}, Regions: []RegionLoad{}}
@@ -391,8 +401,9 @@ func TestResultJSON(t *testing.T) {
 	}
 }
 
-// checkJSONKeys checks the key set of a Result object and of its elements.
-func checkJSONKeys(t *testing.T, data []byte, wantTop []string) {
+// checkJSONKeys checks the key set of a Result object and of its elements;
+// flows carry a reason when withReason is set.
+func checkJSONKeys(t *testing.T, data []byte, wantTop []string, withReason bool) {
 	t.Helper()
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(data, &raw); err != nil {
@@ -405,6 +416,9 @@ func checkJSONKeys(t *testing.T, data []byte, wantTop []string) {
 		"sites":   {"demand_rps", "name"},
 		"flows":   {"group", "region", "rps", "site"},
 		"regions": {"capacity_rps", "load_rps", "name", "utilization"},
+	}
+	if withReason {
+		elemKeys["flows"] = []string{"group", "reason", "region", "rps", "site"}
 	}
 	for field, want := range elemKeys {
 		var elems []map[string]any

@@ -11,10 +11,11 @@ import (
 //
 //	{"policy": "waterfall",
 //	 "sites":   [{"name": "nyc", "demand_rps": 1500}],
-//	 "flows":   [{"site": "nyc", "region": "us-east", "group": "us-east-b", "rps": 1000}],
+//	 "flows":   [{"site": "nyc", "region": "us-east", "group": "us-east-b", "rps": 1000, "reason": "nearest"}],
 //	 "regions": [{"name": "us-east", "capacity_rps": 1000, "load_rps": 1000, "utilization": 1}]}
 //
-// with "scope" added for the baseline policies. Flows, Sites and Regions are
+// with "scope" added for the baseline policies and "reason" present on
+// Waterfall's flows only. Flows, Sites and Regions are
 // never nil, so they encode as [] rather than null.
 type Result struct {
 	Policy Policy `json:"policy"`
@@ -43,6 +44,10 @@ type Flow struct {
 	Group  string `json:"group"`
 	// RPS is the traffic sent, in requests/s; always > 0.
 	RPS float64 `json:"rps"`
+	// Reason says why Waterfall put the flow in its region: "nearest",
+	// "spill_capacity", "spill_health" or "overload" (waterfall.Reason).
+	// Empty, and omitted from JSON, for the baselines.
+	Reason string `json:"reason,omitempty"`
 }
 
 // RegionLoad is one region's capacity and load in a Result.
@@ -58,7 +63,7 @@ type RegionLoad struct {
 }
 
 // WriteTable writes r as two aligned tables: the flows of each site (with
-// the share of the site's demand), then the regions with capacity, load and
+// the share of the site's demand, and for Waterfall the reason), then the regions with capacity, load and
 // utilization. A site without flows gets one row of dashes.
 func (r *Result) WriteTable(w io.Writer) error {
 	scope := string(r.Scope)
@@ -68,8 +73,13 @@ func (r *Result) WriteTable(w io.Writer) error {
 	if _, err := fmt.Fprintf(w, "policy: %s  scope: %s\n\n", r.Policy, scope); err != nil {
 		return err
 	}
+	withReason := r.Policy == Waterfall
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SITE\tDEMAND_RPS\tREGION\tGROUP\tRPS\tSHARE")
+	if withReason {
+		fmt.Fprintln(tw, "SITE\tDEMAND_RPS\tREGION\tGROUP\tRPS\tSHARE\tREASON")
+	} else {
+		fmt.Fprintln(tw, "SITE\tDEMAND_RPS\tREGION\tGROUP\tRPS\tSHARE")
+	}
 	bySite := map[string][]Flow{}
 	for _, f := range r.Flows {
 		bySite[f.Site] = append(bySite[f.Site], f)
@@ -77,7 +87,11 @@ func (r *Result) WriteTable(w io.Writer) error {
 	for _, s := range r.Sites {
 		flows := bySite[s.Name]
 		if len(flows) == 0 {
-			fmt.Fprintf(tw, "%s\t%.1f\t-\t-\t-\t-\n", s.Name, s.DemandRPS)
+			fmt.Fprintf(tw, "%s\t%.1f\t-\t-\t-\t-", s.Name, s.DemandRPS)
+			if withReason {
+				fmt.Fprint(tw, "\t-")
+			}
+			fmt.Fprintln(tw)
 			continue
 		}
 		for i, f := range flows {
@@ -89,7 +103,11 @@ func (r *Result) WriteTable(w io.Writer) error {
 			if s.DemandRPS > 0 {
 				share = f.RPS / s.DemandRPS
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.1f\t%.1f%%\n", site, demand, f.Region, f.Group, f.RPS, 100*share)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.1f\t%.1f%%", site, demand, f.Region, f.Group, f.RPS, 100*share)
+			if withReason {
+				fmt.Fprintf(tw, "\t%s", f.Reason)
+			}
+			fmt.Fprintln(tw)
 		}
 	}
 	if err := tw.Flush(); err != nil {

@@ -35,6 +35,7 @@ type planOutput struct {
 		Region string  `json:"region"`
 		Group  string  `json:"group"`
 		RPS    float64 `json:"rps"`
+		Reason string  `json:"reason"`
 	} `json:"flows"`
 	Regions []struct {
 		Name        string  `json:"name"`
@@ -45,8 +46,9 @@ type planOutput struct {
 }
 
 // decodePlan decodes stdout as exactly one JSON object, checks its key sets
-// at every level, and returns it.
-func decodePlan(t *testing.T, stdout []byte, wantScope bool) planOutput {
+// at every level, and returns it. Waterfall plans have no scope and a reason
+// on every flow; the baselines have a scope and no reasons.
+func decodePlan(t *testing.T, stdout []byte, waterfall bool) planOutput {
 	t.Helper()
 	dec := json.NewDecoder(bytes.NewReader(stdout))
 	var raw map[string]json.RawMessage
@@ -56,16 +58,18 @@ func decodePlan(t *testing.T, stdout []byte, wantScope bool) planOutput {
 	if _, err := dec.Token(); err == nil {
 		t.Fatalf("stdout has more than one JSON value:\n%s", stdout)
 	}
-	wantTop := []string{"flows", "policy", "regions", "sites"}
-	if wantScope {
-		wantTop = []string{"flows", "policy", "regions", "scope", "sites"}
+	wantTop := []string{"flows", "policy", "regions", "scope", "sites"}
+	wantFlow := []string{"group", "region", "rps", "site"}
+	if waterfall {
+		wantTop = []string{"flows", "policy", "regions", "sites"}
+		wantFlow = []string{"group", "reason", "region", "rps", "site"}
 	}
 	if diff := cmp.Diff(wantTop, sortedKeys(raw)); diff != "" {
 		t.Errorf("top-level keys mismatch (-want +got):\n%s", diff)
 	}
 	for field, want := range map[string][]string{
 		"sites":   {"demand_rps", "name"},
-		"flows":   {"group", "region", "rps", "site"},
+		"flows":   wantFlow,
 		"regions": {"capacity_rps", "load_rps", "name", "utilization"},
 	} {
 		var elems []map[string]json.RawMessage
@@ -174,7 +178,7 @@ func TestPlanShippedScenarios(t *testing.T) {
 					if stderr.Len() != 0 {
 						t.Errorf("stderr = %q, want empty", stderr.String())
 					}
-					out := decodePlan(t, stdout.Bytes(), policy != sim.Waterfall)
+					out := decodePlan(t, stdout.Bytes(), policy == sim.Waterfall)
 					if out.Policy != string(policy) {
 						t.Errorf("policy = %q, want %q", out.Policy, policy)
 					}
@@ -215,8 +219,8 @@ sites:
 			name: "waterfall spills the overflow",
 			args: []string{"--policy", "waterfall"},
 			want: `{"policy":"waterfall","sites":[{"name":"nyc","demand_rps":1500}],` +
-				`"flows":[{"site":"nyc","region":"us-east","group":"us-east-b","rps":1000},` +
-				`{"site":"nyc","region":"eu-west","group":"eu-west-b","rps":500}],` +
+				`"flows":[{"site":"nyc","region":"us-east","group":"us-east-b","rps":1000,"reason":"nearest"},` +
+				`{"site":"nyc","region":"eu-west","group":"eu-west-b","rps":500,"reason":"spill_capacity"}],` +
 				`"regions":[{"name":"eu-west","capacity_rps":1000,"load_rps":500,"utilization":0.5},` +
 				`{"name":"us-east","capacity_rps":1000,"load_rps":1000,"utilization":1}]}`,
 		},
@@ -260,12 +264,16 @@ sites:
 }
 
 func TestPlanTable(t *testing.T) {
-	var stdout, stderr bytes.Buffer
-	args := []string{"plan", "--scenario", filepath.Join("..", "..", "configs", "scenarios", "steady.yaml"), "--policy", "round_robin", "--scope", "nearest_region"}
-	if code := run(args, &stdout, &stderr); code != exitOK {
-		t.Fatalf("run(%q) = %d, want 0; stderr:\n%s", args, code, stderr.String())
-	}
-	want := `policy: round_robin  scope: nearest_region
+	scenario := func(name string) string { return filepath.Join("..", "..", "configs", "scenarios", name) }
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{
+			name: "baseline has no reason column",
+			args: []string{"--scenario", scenario("steady.yaml"), "--policy", "round_robin", "--scope", "nearest_region"},
+			want: `policy: round_robin  scope: nearest_region
 
 SITE   DEMAND_RPS  REGION     GROUP        RPS    SHARE
 lon    900.0       eu-west    eu-west-b    450.0  50.0%
@@ -279,9 +287,41 @@ REGION     CAPACITY_RPS  LOAD_RPS  UTILIZATION
 asia-east  1200.0        700.0     58.3%
 eu-west    1200.0        900.0     75.0%
 us-east    2000.0        1200.0    60.0%
-`
-	if diff := cmp.Diff(want, stdout.String()); diff != "" {
-		t.Errorf("table mismatch (-want +got):\n%s", diff)
+`,
+		},
+		{
+			name: "waterfall shows why each flow is where it is",
+			args: []string{"--scenario", scenario("unhealthy-region.yaml"), "--policy", "waterfall"},
+			want: `policy: waterfall  scope: -
+
+SITE   DEMAND_RPS  REGION     GROUP        RPS    SHARE  REASON
+lon    500.0       eu-west    eu-west-b    200.0  40.0%  nearest
+                   eu-west    eu-west-c    200.0  40.0%  nearest
+                   us-east    us-east-b    50.0   10.0%  spill_health
+                   us-east    us-east-c    50.0   10.0%  spill_health
+nyc    1200.0      us-east    us-east-b    600.0  50.0%  nearest
+                   us-east    us-east-c    600.0  50.0%  nearest
+tokyo  700.0       asia-east  asia-east-a  350.0  50.0%  nearest
+                   asia-east  asia-east-b  350.0  50.0%  nearest
+
+REGION     CAPACITY_RPS  LOAD_RPS  UTILIZATION
+asia-east  1200.0        700.0     58.3%
+eu-west    800.0         400.0     50.0%
+us-east    2000.0        1300.0    65.0%
+`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"plan"}, tt.args...)
+			var stdout, stderr bytes.Buffer
+			if code := run(args, &stdout, &stderr); code != exitOK {
+				t.Fatalf("run(%q) = %d, want 0; stderr:\n%s", args, code, stderr.String())
+			}
+			if diff := cmp.Diff(tt.want, stdout.String()); diff != "" {
+				t.Errorf("run(%q) table mismatch (-want +got):\n%s", args, diff)
+			}
+		})
 	}
 }
 
@@ -418,7 +458,7 @@ func TestBinary(t *testing.T) {
 		if code != 0 || len(stderr) != 0 {
 			t.Fatalf("lbsim plan --policy %s: exit %d, stderr %q; want 0 and empty", policy, code, stderr)
 		}
-		out := decodePlan(t, stdout, policy != "waterfall")
+		out := decodePlan(t, stdout, policy == "waterfall")
 		checkConservation(t, scen, out)
 		if policy == "waterfall" {
 			// flash-crowd: nyc fills us-east exactly and spills the rest.
