@@ -1,0 +1,109 @@
+// Package waterfall is Spillway's Waterfall-by-Region planner and the picker
+// that turns its plan into backend choices (DESIGN.md §3).
+//
+// # Model
+//
+// A World is one immutable snapshot of what every gfe learns by gossip:
+// sites with their demand and their RTT to each region they reach, and
+// regions with their instance groups, each with a capacity (in the same
+// units as demand) and a count of healthy instances. Compute turns a World
+// into a Plan: for every site, how much of its demand goes to every group.
+// Compute is a pure function — no I/O, clock, randomness or map-order
+// dependence — so every gfe that holds the same World computes the same Plan
+// and takes its own site's row (Plan.Row) without a central scheduler.
+//
+// A gfe then smooths successive plans with Damp (rule 8), builds a Picker
+// from its row and its healthy backends, and holds the Picker in an
+// atomic.Pointer[Picker]: requests Load it once and call Pick; the goroutine
+// that receives plan or health updates builds a new Picker and Stores it.
+// Backend values (in-flight counters, concurrency limits) outlive Pickers.
+//
+// # The algorithm
+//
+// Let D be the total demand and C the total capacity of the regions that some
+// site with demand reaches, and λ = max(1, D/C). Every region r has room
+// λ·capacity(r). Its healthy fraction h is healthy instances over instances,
+// and it keeps k = min(1, SpillSlope·h) of the demand reaching it when
+// h < SpillThreshold, else k = 1.
+//
+//  1. All (site, region) pairs a site reaches are sorted by RTT, ties by site
+//     name and then region name. In that order, a site with demand left
+//     places min(k·left, room left) in the region.
+//  2. Demand left over after step 1 (spilled by health but finding no room
+//     farther away) walks the same order again with k = 1: it returns to
+//     the nearest regions that still have room, rather than being dropped.
+//  3. Demand still left over finds every region its site reaches full. That
+//     only happens when some sites do not reach every region; it is placed
+//     above λ·capacity over the regions the site reaches, in proportion to
+//     their capacity (ReasonOverload). A site that reaches no region with
+//     capacity is not placed at all: SiteLoad.Unplaced holds its demand,
+//     it has no row, and its Picker returns ErrNoCapacity. One isolated site
+//     does not fail the plan of every other site.
+//  4. Each region's share is split over its groups in proportion to their
+//     capacity.
+//
+// Sites without demand get an idle row (Plan.Idle): the same walk for a
+// vanishingly small demand over the final loads, so that a gfe whose demand
+// estimate is still zero has a row to pick from.
+//
+// # Guarantees
+//
+// These are the rules of DESIGN.md §3 as properties of every Plan; the tests
+// check each of them over thousands of random Worlds (property_test.go).
+//
+//   - Nearest first (rule 1): a site whose nearest region has room sends all
+//     its demand there, unless that region is unhealthy.
+//   - Waterfall (rule 4): a site sends to a region only when every region
+//     nearer to it (in its RTT order) is full at λ·capacity, or keeps less
+//     than all demand because it is unhealthy (property b). Competing sites
+//     are served nearest pair first, so the sites that spill are those for
+//     which spilling costs least.
+//   - Capacity (rule 6): when total demand fits and every site with demand
+//     reaches every region, no region exceeds its capacity (property a);
+//     when it does not fit, every region runs at the same load/capacity = λ
+//     (property c). Without full reachability no region exceeds
+//     λ·capacity except through ReasonOverload flows from sites whose
+//     every region is full.
+//   - Zones (rule 2): inside a region, group load ∝ group capacity
+//     (property d); groups without capacity get nothing.
+//   - Preemptive spill (rule 5): a region with h < SpillThreshold takes at
+//     most k of the demand reaching it from each site, unless every
+//     healthy region that site reaches is full (property e).
+//   - Determinism (property f): equal Worlds give identical Plans, whatever
+//     the order of their slices.
+//   - Conservation (property g): each site's flows sum to its demand and its
+//     shares to 1, unless it reaches no capacity (then Unplaced = Demand).
+//
+// A flow's Reason tells why its demand is in that region (nearest, spilled
+// for capacity, spilled for health, overload), so a gfe can count its
+// decisions by reason.
+//
+// # Worked example
+//
+// Region us-east has groups us-east-b (capacity 60) and us-east-c (40);
+// eu-west has eu-west-b (100). Site nyc (demand 150) is 10 ms from us-east
+// and 80 ms from eu-west; site ams (demand 30) the other way round. Total
+// demand 180 ≤ capacity 200, so λ = 1. The pairs in order: (ams, eu-west,
+// 10), (nyc, us-east, 10), (ams, us-east, 80), (nyc, eu-west, 80).
+//
+//	ams → eu-west    30  (room 100 → 70)              nearest
+//	nyc → us-east   100  (room 100 → 0): b 60, c 40   nearest
+//	ams: nothing left
+//	nyc → eu-west    50  (room 70 → 20)               spill_capacity
+//
+// If 6 of eu-west's 10 instances fail, h = 0.4 and eu-west keeps k = 0.8 of
+// what reaches it: ams places 24 there and 6 flows on to us-east, which is
+// full, so step 2 returns them to eu-west; nyc's 50 spilled from us-east
+// become 40 + 10 the same way. The plan is unchanged because no region had
+// room to take the preemptive spill.
+//
+// # Picking
+//
+// A Picker chooses a group with probability equal to its share of the row
+// (cumulative weights, binary search on a random uint64), then a backend of
+// the group by round robin or least-request power of two choices, skipping
+// backends at their maximum concurrency (rule 3). A full group passes the
+// request to the row's other groups in plan order; when all are full Pick
+// returns ErrAllBusy. Pick takes the random value as an argument and does
+// not allocate.
+package waterfall
