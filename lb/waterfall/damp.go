@@ -1,0 +1,156 @@
+package waterfall
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"strings"
+)
+
+// dampSnap: Damp returns next's row itself once every region share of the
+// damped row is within dampSnap of next's, so repeated damping converges
+// exactly instead of approaching next forever.
+const dampSnap = 1e-9
+
+// Damp returns the plan a gfe should use after prev when the planner now
+// says next (rule 8): every site's share of each region moves a fraction
+// alpha of the way from prev to next, and the site sends next's demand.
+// Damp(prev, next, α) with the same next, applied n times, leaves each share
+// within (1−α)^n of next's and equal to next's once the gap is below 1e-9.
+//
+// Guarantees, for the result d:
+//   - conservation: each site's flows in d sum to its demand in next
+//     (SiteLoad.Demand − Unplaced), and its shares to 1;
+//   - safety: d sends to a group only if next lists it with capacity and
+//     the site still reaches its region; shares prev gave to regions that
+//     lost all capacity or became unreachable are dropped at once and the
+//     rest of prev's row rescaled, not damped;
+//   - zone split: inside a region, d splits by next's group capacities
+//     (rule 2);
+//   - Lambda, Sites and Idle are next's (a site without demand takes next's
+//     idle row undamped), and loads are recomputed from d's flows.
+//
+// A flow keeps the Reason next gives its region, or prev's when only prev
+// sends there. A damped plan can run a region above its capacity for a few
+// rounds: that is the price of smoothness, and callers tighten capacity
+// from local signals (backend 429/503) if it hurts.
+//
+// alpha is clamped to [0, 1]; alpha ≥ 1, NaN or a nil prev return next
+// itself. Damp never modifies prev or next; the result may share storage
+// with them. Damp is deterministic and does no I/O.
+func Damp(prev, next *Plan, alpha float64) *Plan {
+	if prev == nil || next == nil || !(alpha < 1) {
+		return next
+	}
+	alpha = max(alpha, 0)
+	d := &Plan{
+		Flows:   make([]Flow, 0, len(next.Flows)),
+		Regions: make([]RegionLoad, len(next.Regions)),
+		Groups:  make([]GroupLoad, len(next.Groups)),
+		Sites:   next.Sites,
+		Idle:    next.Idle,
+		Lambda:  next.Lambda,
+	}
+	copy(d.Regions, next.Regions)
+	for i := range d.Regions {
+		d.Regions[i].Load = 0
+	}
+	copy(d.Groups, next.Groups)
+	for i := range d.Groups {
+		d.Groups[i].Load = 0
+	}
+
+	var ps, ns []float64 // per region of the site's order: prev's and next's share
+	for _, site := range next.Sites {
+		nrow := rowOf(next.Flows, site.Name)
+		if len(nrow) == 0 {
+			continue
+		}
+		prow := prev.Row(site.Name)
+		ps, ns = ps[:0], ns[:0]
+		var psum float64
+		for _, reg := range site.Regions {
+			var p, n float64
+			if rl, ok := next.Region(reg); ok && rl.Capacity > 0 {
+				p = regionShare(prow, reg)
+				n = regionShare(nrow, reg)
+			}
+			ps, ns = append(ps, p), append(ns, n)
+			psum += p
+		}
+		if psum <= 0 {
+			d.Flows = append(d.Flows, nrow...)
+			continue
+		}
+		snap := true
+		for i := range ps {
+			ps[i] = (1-alpha)*ps[i]/psum + alpha*ns[i]
+			if math.Abs(ps[i]-ns[i]) > dampSnap {
+				snap = false
+			}
+		}
+		if snap {
+			d.Flows = append(d.Flows, nrow...)
+			continue
+		}
+		placed := site.Demand - site.Unplaced
+		for i, reg := range site.Regions {
+			share := ps[i]
+			if share <= 0 {
+				continue
+			}
+			reason := regionReason(nrow, reg)
+			if ns[i] <= 0 {
+				reason = regionReason(prow, reg)
+			}
+			rl, _ := next.Region(reg)
+			for _, g := range next.RegionGroups(reg) {
+				if g.Capacity <= 0 {
+					continue
+				}
+				s := share * (g.Capacity / rl.Capacity)
+				d.Flows = append(d.Flows, Flow{
+					Site: site.Name, Region: reg, Group: g.Name,
+					Demand: placed * s, Share: s, Reason: reason,
+				})
+			}
+		}
+	}
+	d.sumLoads()
+	return d
+}
+
+// regionShare sums the shares row sends to region.
+func regionShare(row []Flow, region string) float64 {
+	var s float64
+	for _, f := range row {
+		if f.Region == region {
+			s += f.Share
+		}
+	}
+	return s
+}
+
+// regionReason returns the Reason of row's first flow to region.
+func regionReason(row []Flow, region string) Reason {
+	for _, f := range row {
+		if f.Region == region {
+			return f.Reason
+		}
+	}
+	return ReasonNearest
+}
+
+// sumLoads sets every region's and group's Load from p.Flows.
+func (p *Plan) sumLoads() {
+	for _, f := range p.Flows {
+		i, _ := slices.BinarySearchFunc(p.Groups, f, func(g GroupLoad, f Flow) int {
+			return cmp.Or(strings.Compare(g.Region, f.Region), strings.Compare(g.Name, f.Group))
+		})
+		p.Groups[i].Load += f.Demand
+		j, _ := slices.BinarySearchFunc(p.Regions, f.Region, func(r RegionLoad, name string) int {
+			return strings.Compare(r.Name, name)
+		})
+		p.Regions[j].Load += f.Demand
+	}
+}
