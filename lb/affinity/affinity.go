@@ -17,7 +17,7 @@ type Mode string
 
 // The session affinity modes.
 const (
-	// ModeNone: no affinity; every request goes to the fallback.
+	// ModeNone means no affinity: every request goes to the fallback.
 	ModeNone Mode = "none"
 	// ModeClientIP pins by the 2-tuple client IP + destination IP
 	// (hashing.Key2), as Google Cloud's CLIENT_IP does.
@@ -29,8 +29,8 @@ const (
 	// client port + destination port (hashing.Key5), so in practice one
 	// client connection.
 	ModeClientIPPortProto Mode = "client_ip_port_proto"
-	// ModeGeneratedCookie pins by a cookie the gfe itself issues: it names
-	// the backend and is signed with HMAC-SHA256 and has an expiry
+	// ModeGeneratedCookie pins by a cookie the gfe itself issues, which
+	// names the backend, carries an expiry and is signed with HMAC-SHA256
 	// (Config.CookieName, Config.CookieTTL, Options.Keyring).
 	ModeGeneratedCookie Mode = "generated_cookie"
 	// ModeHTTPCookie pins by the hash of the value of an application

@@ -20,12 +20,14 @@ const MinKeyLen = 32
 // Errors returned by Keyring.ParseCookie. Pick treats all of them alike, as
 // "no cookie"; they are distinct so that callers can count them.
 var (
-	// ErrMalformedCookie: the value is not a cookie of this format.
+	// ErrMalformedCookie means the value is not a cookie of this format.
 	ErrMalformedCookie = errors.New("affinity: malformed cookie")
-	// ErrBadSignature: well formed, but no key of the keyring signed it
-	// (forged, altered, or signed with a key that has since been removed).
+	// ErrBadSignature means the value is well formed but no key of the
+	// keyring signed it (forged, altered, or signed with a key that has
+	// since been removed).
 	ErrBadSignature = errors.New("affinity: cookie signature does not verify")
-	// ErrExpiredCookie: correctly signed, but its expiry has passed.
+	// ErrExpiredCookie means the cookie is correctly signed but its expiry
+	// has passed.
 	ErrExpiredCookie = errors.New("affinity: cookie expired")
 )
 

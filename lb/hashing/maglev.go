@@ -99,7 +99,7 @@ type Maglev struct {
 // An empty backends slice gives a table whose Pick always reports false.
 func NewMaglev(cfg Config, backends []string) (*Maglev, error) {
 	if err := cfg.Validate(len(backends)); err != nil {
-		return nil, fmt.Errorf("maglev: %w", err)
+		return nil, fmt.Errorf("hashing: maglev: %w", err)
 	}
 	n := len(backends)
 	m := &Maglev{names: slices.Clone(backends)}
@@ -123,10 +123,10 @@ func NewMaglev(cfg Config, backends []string) (*Maglev, error) {
 	})
 	for k, i := range order {
 		if backends[i] == "" {
-			return nil, fmt.Errorf("maglev: backend %d: empty name", i)
+			return nil, fmt.Errorf("hashing: maglev: backend %d: empty name", i)
 		}
 		if k > 0 && backends[i] == backends[order[k-1]] {
-			return nil, fmt.Errorf("maglev: %w %q", ErrDuplicateBackend, backends[i])
+			return nil, fmt.Errorf("%w %q", ErrDuplicateBackend, backends[i])
 		}
 	}
 
