@@ -1,0 +1,210 @@
+package testbackend
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseDelayRule(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    DelayRule
+		wantErr bool
+	}{
+		{name: "global", in: "127.0.1.0/24=5ms", want: DelayRule{Prefix: netip.MustParsePrefix("127.0.1.0/24"), RTT: 5 * time.Millisecond}},
+		{name: "region", in: "eu-west:127.0.2.0/24=80ms", want: DelayRule{Region: "eu-west", Prefix: netip.MustParsePrefix("127.0.2.0/24"), RTT: 80 * time.Millisecond}},
+		{name: "masked", in: "127.0.1.7/24=1s", want: DelayRule{Prefix: netip.MustParsePrefix("127.0.1.0/24"), RTT: time.Second}},
+		{name: "zero", in: "127.0.0.0/8=0s", want: DelayRule{Prefix: netip.MustParsePrefix("127.0.0.0/8")}},
+		{name: "ipv6", in: "::1/128=2ms", want: DelayRule{Prefix: netip.MustParsePrefix("::1/128"), RTT: 2 * time.Millisecond}},
+		{name: "region ipv6", in: "asia:fd00::/8=3ms", want: DelayRule{Region: "asia", Prefix: netip.MustParsePrefix("fd00::/8"), RTT: 3 * time.Millisecond}},
+		{name: "no rtt", in: "127.0.1.0/24", wantErr: true},
+		{name: "bad rtt", in: "127.0.1.0/24=fast", wantErr: true},
+		{name: "negative rtt", in: "127.0.1.0/24=-1ms", wantErr: true},
+		{name: "bad prefix", in: "127.0.1.0=5ms", wantErr: true},
+		{name: "empty region", in: ":127.0.1.0/24=5ms", wantErr: true},
+		{name: "region bad prefix", in: "eu-west:nowhere=5ms", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseDelayRule(tt.in)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("ParseDelayRule(%q) error = %v, wantErr %v", tt.in, err, tt.wantErr)
+			}
+			if diff := cmp.Diff(tt.want, got, cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+				t.Errorf("ParseDelayRule(%q) mismatch (-want +got):\n%s", tt.in, diff)
+			}
+			if !tt.wantErr {
+				if again, err := ParseDelayRule(got.String()); err != nil || again != got {
+					t.Errorf("ParseDelayRule(%q.String() = %q) = %v, %v, want the same rule", tt.in, got.String(), again, err)
+				}
+			}
+		})
+	}
+}
+
+func TestDelayTableLookup(t *testing.T) {
+	rules := []DelayRule{
+		mustRule(t, "127.0.0.0/16=20ms"),
+		mustRule(t, "127.0.1.0/24=5ms"),
+		mustRule(t, "eu-west:127.0.1.0/24=80ms"),
+		mustRule(t, "us-east:127.0.2.0/24=1ms"),
+		mustRule(t, "127.0.3.0/24=7ms"),
+		mustRule(t, "eu-west:127.0.3.128/25=9ms"),
+	}
+	tests := []struct {
+		name   string
+		region string
+		addr   string
+		want   time.Duration
+	}{
+		{name: "global /24", region: "us-east", addr: "127.0.1.5", want: 5 * time.Millisecond},
+		{name: "region beats global of same length", region: "eu-west", addr: "127.0.1.5", want: 80 * time.Millisecond},
+		{name: "own region rule", region: "us-east", addr: "127.0.2.9", want: time.Millisecond},
+		{name: "other region rule ignored", region: "eu-west", addr: "127.0.2.9", want: 20 * time.Millisecond},
+		{name: "shorter prefix", region: "eu-west", addr: "127.0.0.1", want: 20 * time.Millisecond},
+		{name: "longer region prefix", region: "eu-west", addr: "127.0.3.200", want: 9 * time.Millisecond},
+		{name: "outside the longer prefix", region: "eu-west", addr: "127.0.3.100", want: 7 * time.Millisecond},
+		{name: "ipv4-mapped", region: "us-east", addr: "::ffff:127.0.1.5", want: 5 * time.Millisecond},
+		{name: "no rule", region: "us-east", addr: "10.0.0.1", want: 0},
+		{name: "invalid addr", region: "us-east", addr: "", want: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var addr netip.Addr
+			if tt.addr != "" {
+				addr = netip.MustParseAddr(tt.addr)
+			}
+			if got := NewDelayTable(rules, tt.region).Lookup(addr); got != tt.want {
+				t.Errorf("Lookup(%s) in %s = %v, want %v", tt.addr, tt.region, got, tt.want)
+			}
+		})
+	}
+}
+
+func mustRule(t *testing.T, s string) DelayRule {
+	t.Helper()
+	r, err := ParseDelayRule(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestParseFlags(t *testing.T) {
+	def := DefaultCapacity()
+	tests := []struct {
+		name          string
+		args          []string
+		want          Config
+		wantErrSubstr string
+	}{
+		{
+			name: "two instances, defaults and overrides in any order",
+			args: []string{
+				"--instance", "name=a,addr=127.0.0.1:9101,region=us-east,zone=us-east-b",
+				"--instance", "name=b, addr=127.0.0.1:9102, region=us-east, zone=us-east-c, max_concurrency=8, max_rps=50, burst=5, queue=0, service_time=10ms",
+				"--max-concurrency", "2", "--queue", "3", "--service-time", "1ms",
+				"--delay", "127.0.1.0/24=5ms", "-delay=eu-west:127.0.2.0/24=80ms",
+				"--shutdown-timeout", "1s",
+			},
+			want: Config{
+				Instances: []InstanceConfig{
+					{Name: "a", Addr: "127.0.0.1:9101", Region: "us-east", Zone: "us-east-b",
+						Capacity: Capacity{MaxConcurrency: 2, Burst: def.Burst, Queue: 3, ServiceTime: time.Millisecond}},
+					{Name: "b", Addr: "127.0.0.1:9102", Region: "us-east", Zone: "us-east-c",
+						Capacity: Capacity{MaxConcurrency: 8, MaxRPS: 50, Burst: 5, Queue: 0, ServiceTime: 10 * time.Millisecond}},
+				},
+				Delays: []DelayRule{
+					{Prefix: netip.MustParsePrefix("127.0.1.0/24"), RTT: 5 * time.Millisecond},
+					{Region: "eu-west", Prefix: netip.MustParsePrefix("127.0.2.0/24"), RTT: 80 * time.Millisecond},
+				},
+				ShutdownTimeout: time.Second,
+			},
+		},
+		{
+			name: "defaults",
+			args: []string{"--instance", "name=a,addr=:0,region=r,zone=z"},
+			want: Config{
+				Instances:       []InstanceConfig{{Name: "a", Addr: ":0", Region: "r", Zone: "z", Capacity: def}},
+				ShutdownTimeout: DefaultConfig().ShutdownTimeout,
+			},
+		},
+		{name: "no instance", args: nil, wantErrSubstr: "instances: at least one instance is required"},
+		{name: "unknown key", args: []string{"--instance", "name=a,addr=:0,region=r,zone=z,cpu=2"}, wantErrSubstr: `unknown key "cpu"`},
+		{name: "not key=value", args: []string{"--instance", "a"}, wantErrSubstr: `"a" is not key=value`},
+		{name: "repeated key", args: []string{"--instance", "name=a,name=b"}, wantErrSubstr: "key name given twice"},
+		{name: "bad number", args: []string{"--instance", "name=a,addr=:0,region=r,zone=z,queue=many"}, wantErrSubstr: "queue: strconv.Atoi"},
+		{name: "missing zone", args: []string{"--instance", "name=a,addr=:0,region=r"}, wantErrSubstr: "instances[0].zone: must not be empty"},
+		{name: "bad addr", args: []string{"--instance", "name=a,addr=nohost,region=r,zone=z"}, wantErrSubstr: "instances[0].addr: address nohost: missing port"},
+		{
+			name:          "duplicate name and addr",
+			args:          []string{"--instance", "name=a,addr=127.0.0.1:1,region=r,zone=z", "--instance", "name=a,addr=127.0.0.1:1,region=r,zone=z"},
+			wantErrSubstr: `instances[1].name: "a" already used by instances[0]`,
+		},
+		{name: "negative queue", args: []string{"--queue", "-1", "--instance", "name=a,addr=:0,region=r,zone=z"}, wantErrSubstr: "instances[0].capacity.queue: must be >= 0, got -1"},
+		{name: "rps without burst", args: []string{"--max-rps", "10", "--burst", "0", "--instance", "name=a,addr=:0,region=r,zone=z"}, wantErrSubstr: "instances[0].capacity.burst: must be >= 1 when max_rps is set"},
+		{name: "duplicate delay", args: []string{"--instance", "name=a,addr=:0,region=r,zone=z", "--delay", "127.0.1.0/24=1ms", "--delay", "127.0.1.9/24=2ms"}, wantErrSubstr: "delays[1]: 127.0.1.0/24=2ms repeats the prefix of delays[0]"},
+		{name: "bad delay", args: []string{"--delay", "127.0.1.0/24"}, wantErrSubstr: "want [REGION:]CIDR=RTT"},
+		{name: "positional", args: []string{"--instance", "name=a,addr=:0,region=r,zone=z", "extra"}, wantErrSubstr: `unexpected argument "extra"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseFlags(tt.args, io.Discard)
+			if tt.wantErrSubstr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErrSubstr) {
+					t.Fatalf("ParseFlags(%q) error = %v, want it to contain %q", tt.args, err, tt.wantErrSubstr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ParseFlags(%q): %v", tt.args, err)
+			}
+			if diff := cmp.Diff(tt.want, got, cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+				t.Errorf("ParseFlags(%q) mismatch (-want +got):\n%s", tt.args, diff)
+			}
+		})
+	}
+}
+
+func TestParseFlagsHelp(t *testing.T) {
+	var out strings.Builder
+	_, err := ParseFlags([]string{"-h"}, &out)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("ParseFlags(-h) error = %v, want flag.ErrHelp", err)
+	}
+	for _, want := range []string{"usage: testbackend", "-instance", "-delay", "-max-concurrency", "-max-rps", "-queue", "-service-time"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("usage does not mention %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestValidateJoinsErrors checks that Validate reports every problem at once.
+func TestValidateJoinsErrors(t *testing.T) {
+	cfg := Config{
+		Instances: []InstanceConfig{{Name: "a", Capacity: Capacity{MaxConcurrency: -1, ServiceTime: -time.Second}}},
+		Delays:    []DelayRule{{RTT: -time.Millisecond}},
+	}
+	err := cfg.Validate()
+	for _, want := range []string{
+		"instances[0].addr: must not be empty",
+		"instances[0].region: must not be empty",
+		"instances[0].zone: must not be empty",
+		"instances[0].capacity.max_concurrency: must be >= 0, got -1",
+		"instances[0].capacity.service_time: must be >= 0, got -1s",
+		"delays[0].prefix: invalid prefix",
+		"delays[0].rtt: must be >= 0, got -1ms",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want it to contain %q", err, want)
+		}
+	}
+}
