@@ -1,0 +1,52 @@
+// Command testbackend serves one or more emulated backend instances with
+// real capacity limits and user-space network delay, for Spillway's tests,
+// demo and benchmarks. See package internal/testbackend for the model and
+// the flags; run with -h for usage.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/rs/zerolog"
+
+	"github.com/spillway-lb/spillway/internal/testbackend"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+// run wires flags, logger, signals and the server; it returns the exit code:
+// 0 after a clean shutdown (or -h), 2 for a bad command line, 1 otherwise.
+func run(args []string, stderr io.Writer) int {
+	cfg, err := testbackend.ParseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "testbackend: %v\n(run with -h for usage)\n", err)
+		return 2
+	}
+	logger := zerolog.New(stderr).With().Timestamp().Logger()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	srv, err := testbackend.New(cfg, testbackend.Options{Logger: logger})
+	if err != nil {
+		logger.Error().Err(err).Msg("start failed")
+		return 1
+	}
+	if err := srv.Run(ctx); err != nil {
+		logger.Error().Err(err).Msg("serve failed")
+		return 1
+	}
+	return 0
+}

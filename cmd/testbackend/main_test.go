@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/spillway-lb/spillway/internal/testbackend"
+)
+
+const defaultTestTimeout = 60 * time.Second
+
+func TestRunCommandLine(t *testing.T) {
+	tests := []struct {
+		name       string
+		args       []string
+		wantCode   int
+		wantStderr string
+	}{
+		{name: "help", args: []string{"-h"}, wantCode: 0, wantStderr: "usage: testbackend"},
+		{name: "no instance", args: nil, wantCode: 2, wantStderr: "testbackend: instances: at least one instance is required"},
+		{name: "bad flag", args: []string{"--nope"}, wantCode: 2, wantStderr: "flag provided but not defined: -nope"},
+		{name: "bad address", args: []string{"--instance", "name=a,addr=256.0.0.1:1,region=r,zone=z"}, wantCode: 1, wantStderr: `"message":"start failed"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stderr strings.Builder
+			if got := run(tt.args, &stderr); got != tt.wantCode || !strings.Contains(stderr.String(), tt.wantStderr) {
+				t.Errorf("run(%q) = %d with stderr %q, want %d with %q", tt.args, got, stderr.String(), tt.wantCode, tt.wantStderr)
+			}
+		})
+	}
+}
+
+// TestBinary builds the real binary, runs two instances on free ports, hits
+// them over HTTP and stops the process with SIGTERM.
+func TestBinary(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), defaultTestTimeout)
+	defer cancel()
+	bin := filepath.Join(t.TempDir(), "testbackend")
+	gocmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("go command: %v", err)
+	}
+	if out, err := exec.CommandContext(ctx, gocmd, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+
+	cmd := exec.CommandContext(ctx, bin,
+		"--instance", "name=us-east-b-1,addr=127.0.0.1:0,region=us-east,zone=us-east-b",
+		"--instance", "name=eu-west-b-1,addr=127.0.0.1:0,region=eu-west,zone=eu-west-b,max_concurrency=1",
+		"--delay", "eu-west:127.0.1.0/24=30ms")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	defer func() {
+		_ = cmd.Process.Kill() // no-op when it already exited
+		for range lines {      // drain until the pipe closes
+		}
+		_ = cmd.Wait()
+	}()
+
+	// The process logs one "listening" line per instance, with the port
+	// the system chose.
+	addrs := map[string]string{}
+	var logged []string
+	for len(addrs) < 2 {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("process exited before listening; stderr:\n%s", strings.Join(logged, "\n"))
+			}
+			logged = append(logged, line)
+			var ev struct{ Message, Instance, Addr string }
+			if err := json.Unmarshal([]byte(line), &ev); err != nil {
+				t.Fatalf("log line %q is not JSON: %v", line, err)
+			}
+			if ev.Message == "listening" {
+				addrs[ev.Instance] = ev.Addr
+			}
+		case <-ctx.Done():
+			t.Fatalf("no listening lines: %v; stderr:\n%s", ctx.Err(), strings.Join(logged, "\n"))
+		}
+	}
+
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: defaultTestTimeout}
+	for name, addr := range addrs {
+		resp, err := client.Get("http://" + addr + "/hello")
+		if err != nil {
+			t.Fatalf("GET %s/hello: %v", name, err)
+		}
+		var reply testbackend.Reply
+		err = json.NewDecoder(resp.Body).Decode(&reply)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK || reply.Instance != name || resp.Header.Get(testbackend.HeaderBackend) != name {
+			t.Errorf("GET %s/hello = %d %+v (%v), header %q; want 200 from %s", name, resp.StatusCode, reply, err, resp.Header.Get(testbackend.HeaderBackend), name)
+		}
+	}
+	resp, err := client.Post("http://"+addrs["eu-west-b-1"]+"/admin/health?healthy=false", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	resp, err = client.Get("http://" + addrs["eu-west-b-1"] + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("GET /healthz after POST /admin/health?healthy=false = %d, want 503", resp.StatusCode)
+	}
+	resp, err = client.Get("http://" + addrs["eu-west-b-1"] + "/admin/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st testbackend.Stats
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil || st.Served != 1 || st.Probes != 1 || st.Healthy || st.BySource["127.0.0.0/24"].Served != 1 {
+		t.Errorf("stats = %+v (%v), want served 1, probes 1, unhealthy, 1 from 127.0.0.0/24", st, err)
+	}
+
+	// The eu-west instance delays callers from 127.0.1.0/24 by 30ms.
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 1, 9)}}
+	farTr := &http.Transport{DialContext: dialer.DialContext}
+	defer farTr.CloseIdleConnections()
+	start := time.Now()
+	resp, err = (&http.Client{Transport: farTr, Timeout: defaultTestTimeout}).Get("http://" + addrs["eu-west-b-1"] + "/rtt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if took := time.Since(start); resp.StatusCode != http.StatusNoContent || took < 30*time.Millisecond {
+		t.Errorf("GET /rtt from 127.0.1.9 = %d after %v, want 204 after >= 30ms", resp.StatusCode, took)
+	}
+
+	tr.CloseIdleConnections()
+	farTr.CloseIdleConnections()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var stopped bool
+	for line := range lines {
+		stopped = stopped || strings.Contains(line, `"message":"stopped"`)
+	}
+	err = cmd.Wait()
+	if err != nil || !stopped {
+		t.Errorf("after SIGTERM: exit %v, logged stopped %v; want exit 0 and a stopped line", err, stopped)
+	}
+	if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 0 {
+		t.Errorf("exit code %v, want 0", cmd.ProcessState)
+	}
+}
