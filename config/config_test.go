@@ -1,0 +1,548 @@
+package config
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+// ignoreIndex compares Configs by their decoded fields only.
+var ignoreIndex = cmpopts.IgnoreUnexported(Config{})
+
+// badFiles pairs every testdata/*.bad.yaml with the problems it must report:
+// each string must appear in exactly one reported error, prefixed by the file
+// name, and no other error may be reported.
+var badFiles = []struct {
+	file     string
+	wantErrs []string
+}{
+	{"unknown_top_key.bad.yaml", []string{
+		`servces: unknown field (did you mean "services"?)`,
+	}},
+	{"unknown_key_in_list.bad.yaml", []string{
+		`services[0].polcy: unknown field (did you mean "policy"?)`,
+		`services[0].backends[0].capcity_scaler: unknown field (did you mean "capacity_scaler"?)`,
+		`routes[0].paht_prefix: unknown field (did you mean "path_prefix"?)`,
+	}},
+	{"unknown_key_deep.bad.yaml", []string{
+		`regions[0].zones[0].groups[0].instances[0].adress: unknown field (did you mean "address"?)`,
+		`services[0].health_check.intervall: unknown field (did you mean "interval"?)`,
+		`services[0].session_affinity.ttl: unknown field`,
+		`regions[0].zones[0].groups[0].instances[0].address: required`,
+	}},
+	{"wrong_types.bad.yaml", []string{
+		`regions[0].zones[0].groups[0].instances[0].max_concurrency: expected an integer, got number 2.5`,
+		`regions[0].zones[0].groups[1].instances: expected a list, got a map`,
+		`routes[0].host: expected a string, got number 8080`,
+		`services[0].backends[0].capacity_scaler: expected a number, got string "full"`,
+		`services[0].health_check.interval: expected a duration such as "5s", got number 5`,
+		`services[0].health_check.timeout: expected a duration such as "5s", got string "soon"`,
+		`services[1]: expected a map, got number 42`,
+	}},
+	{"duplicate_names.bad.yaml", []string{
+		`regions[1].name: duplicate region name "r1" (first at regions[0])`,
+		`regions[1].zones[0].name: duplicate zone name "z1" (first at regions[0].zones[0])`,
+		`regions[1].zones[0].groups[0].name: duplicate instance group name "g1" (first at regions[0].zones[0].groups[0])`,
+		`regions[1].zones[0].groups[0].instances[0].address: duplicate address "127.0.0.1:9001"`,
+		`services[1].name: duplicate service name "web" (first at services[0])`,
+		`routes[1]: duplicate route for host "*" and path_prefix "/" (first at routes[0])`,
+	}},
+	{"unknown_group.bad.yaml", []string{
+		`services[1].backends[0].group: unknown instance group "eu-west-x"`,
+		`services[1].backends[2].group: instance group "eu-west-b-web" is already a backend of this service (at services[1].backends[1])`,
+	}},
+	{"unknown_service.bad.yaml", []string{
+		`routes[0].service: unknown service "api"`,
+		`routes[1].service: required`,
+	}},
+	{"bad_enums.bad.yaml", []string{
+		`services[0].policy: must be one of waterfall, round_robin, least_request, hash2, hash3, hash5; got "rr"`,
+		`services[0].balancing_mode: must be one of RATE, CONNECTION, UTILIZATION; got "rate"`,
+		`services[0].session_affinity.type: must be one of none, client_ip, client_ip_proto, client_ip_port_proto, generated_cookie, http_cookie, header; got "cookie"`,
+		`services[0].health_check.protocol: must be one of http, https, tcp, grpc; got "icmp"`,
+	}},
+	{"rate_limits.bad.yaml", []string{
+		`services[0].backends[0]: balancing_mode RATE requires exactly one of max_rate_per_instance, max_rate`,
+		`services[0].backends[1]: balancing_mode RATE takes exactly one of max_rate_per_instance, max_rate, got max_rate_per_instance and max_rate`,
+		`services[0].backends[2].max_connections: not valid with balancing_mode RATE (it is a CONNECTION limit)`,
+	}},
+	{"connection_limits.bad.yaml", []string{
+		`services[0].backends[0].max_rate_per_instance: not valid with balancing_mode CONNECTION (it is a RATE limit)`,
+		`services[0].backends[0]: balancing_mode CONNECTION requires exactly one of max_connections_per_instance, max_connections`,
+		`services[0].backends[1].max_connections_per_instance: must be a finite number > 0, got -5`,
+		`services[0].backends[2].max_utilization: not valid with balancing_mode CONNECTION (it is a UTILIZATION limit)`,
+	}},
+	{"utilization.bad.yaml", []string{
+		`services[0].backends[0].max_utilization: must be in (0, 1], got 1.5`,
+		`services[0].backends[1]: balancing_mode UTILIZATION requires max_utilization`,
+	}},
+	{"capacity_scaler.bad.yaml", []string{
+		`services[0].backends[0].capacity_scaler: must be in [0, 1] (0 drains), got 1.5`,
+		`services[0].backends[1].capacity_scaler: must be in [0, 1] (0 drains), got -0.1`,
+	}},
+	{"health_check.bad.yaml", []string{
+		`services[0].health_check.path: must start with "/"`,
+		`services[0].health_check.port: must be in 1..65535, or 0 for the instance's port, got 70000`,
+		`services[0].health_check.timeout: must be less than interval (5s), got 5s`,
+		`services[0].health_check.healthy_threshold: must be >= 1, got 0`,
+		`services[0].health_check.unhealthy_threshold: must be >= 1, got -1`,
+		`services[0].health_check.jitter: must be in [0, 1), got 1`,
+	}},
+	{"health_interval.bad.yaml", []string{
+		`services[0].health_check.grpc_service: only valid with protocol grpc; protocol is tcp`,
+		`services[0].health_check.interval: must be > 0, got -1s`,
+		`services[0].health_check.timeout: must be > 0, got 0s`,
+		`services[0].health_check.jitter: must be in [0, 1), got NaN`,
+	}},
+	{"addresses.bad.yaml", []string{
+		`instances[0].address: invalid host:port "localhost": missing port in address`,
+		`instances[1].address: invalid host:port "127.0.0.1:70000": port 70000 out of range 1..65535`,
+		`instances[2].address: invalid host:port ":9000": missing host`,
+		`instances[3].address: invalid host:port "bad host:80": host "bad host" is neither an IP address nor a DNS name`,
+		`instances[4].address: invalid host:port "127.0.0.1:http": port "http" is not a number`,
+		`instances[5].max_concurrency: must be >= 0 (0 = unlimited), got -1`,
+		`regions[0].zones[0].groups[0].instances[6].address: duplicate address "127.0.0.1:9001" (first at regions[0].zones[0].groups[0].instances[5])`,
+		`regions[0].zones[0].groups[0].instances[7].address: required`,
+	}},
+	{"hash_scope.bad.yaml", []string{
+		`services[0].hash_scope: only valid with a hash policy (hash2, hash3, hash5); policy is "waterfall"`,
+		`services[1].hash_scope: must be one of global, nearest_region; got "nearest"`,
+	}},
+	{"affinity_cookie.bad.yaml", []string{
+		`services[0].session_affinity.cookie_name: required for type http_cookie`,
+		`services[1].session_affinity.cookie_name: invalid cookie name "my cookie": must be an RFC 6265 token`,
+		`services[1].session_affinity.cookie_ttl: must be >= 0 (0 = session cookie), got -1m0s`,
+		`services[2].session_affinity.cookie_name: only valid with type generated_cookie or http_cookie; type is client_ip`,
+		`services[2].session_affinity.cookie_ttl: only valid with type generated_cookie or http_cookie; type is client_ip`,
+	}},
+	{"affinity_header.bad.yaml", []string{
+		`services[0].session_affinity.header_name: required for type header`,
+		`services[1].session_affinity.header_name: invalid header name "X User": must be an HTTP token`,
+		`services[2].session_affinity.header_name: only valid with type header; type is none`,
+	}},
+	{"no_routes.bad.yaml", []string{
+		`routes: at least one route is required`,
+	}},
+	{"empty.bad.yaml", []string{
+		`regions: at least one region is required`,
+		`services: at least one service is required`,
+		`routes: at least one route is required`,
+	}},
+	{"routes.bad.yaml", []string{
+		`routes[0].path_prefix: must start with "/" and contain no spaces, control characters, '?' or '#', got "api"`,
+		`routes[1].host: invalid host "foo*.com": a wildcard is only allowed as a leading "*." or as "*"`,
+		`routes[2].host: invalid host "example.com:80": want a DNS name or IP address, without a port`,
+		`routes[4]: duplicate route for host "example.com" and path_prefix "/" (first at routes[3])`,
+		`routes[5].host: required (use "*" for any host)`,
+		`routes[5].path_prefix: must start with "/" and contain no spaces, control characters, '?' or '#', got "/a b"`,
+	}},
+	{"spill.bad.yaml", []string{
+		`services[0].spill.threshold: must be in [0, 1] (0 disables preemptive spill), got 1.5`,
+		`services[0].spill.slope: must be a finite number > 0, got 0`,
+	}},
+	{"structure.bad.yaml", []string{
+		`regions[0].name: invalid region name "US-East"`,
+		`regions[0].zones: at least one zone is required`,
+		`regions[1].name: required`,
+		`regions[1].zones[0].groups: at least one instance group is required`,
+		`regions[1].zones[1].groups[0].instances: at least one instance is required`,
+		`services[0].backends: at least one backend is required`,
+	}},
+	{"three_problems.bad.yaml", []string{
+		`services[0].health_chek: unknown field (did you mean "health_check"?)`,
+		`services[0].backends[0].capacity_scaler: must be in [0, 1] (0 drains), got 2`,
+		`routes[0].service: unknown service "webb"`,
+	}},
+	{"syntax.bad.yaml", []string{
+		`parsing yaml: yaml: line 9: did not find expected '-' indicator`,
+	}},
+	{"duplicate_key.bad.yaml", []string{
+		`parsing yaml: yaml: unmarshal errors: line 12: mapping key "policy" already defined at line 11`,
+	}},
+	{"not_a_map.bad.yaml", []string{
+		`parsing yaml: yaml: unmarshal errors: line 1: cannot unmarshal !!seq into map[string]interface {}`,
+	}},
+}
+
+func TestLoadBadFiles(t *testing.T) {
+	for _, tt := range badFiles {
+		t.Run(tt.file, func(t *testing.T) {
+			path := filepath.Join("testdata", tt.file)
+			c, err := load(path, nil)
+			if err == nil {
+				t.Fatalf("Load(%s) = %+v, want error", path, c)
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("Load(%s) error does not match ErrInvalid: %v", path, err)
+			}
+			var got []string
+			for _, fe := range FieldErrors(err) {
+				got = append(got, fe.Error())
+			}
+			// One error per line: the joined message must list them all.
+			if n := strings.Count(err.Error(), "\n") + 1; n != len(got) {
+				t.Errorf("Load(%s): error has %d lines, %d FieldErrors:\n%v", path, n, len(got), err)
+			}
+			unmatched := slices.Clone(got)
+			for _, w := range tt.wantErrs {
+				i := slices.IndexFunc(unmatched, func(g string) bool {
+					return strings.HasPrefix(g, path+": ") && strings.Contains(g, w)
+				})
+				if i < 0 {
+					t.Errorf("Load(%s): no error %q in:\n%s", path, path+": …"+w, strings.Join(got, "\n"))
+					continue
+				}
+				unmatched = slices.Delete(unmatched, i, i+1)
+			}
+			if len(unmatched) > 0 {
+				t.Errorf("Load(%s): unexpected errors:\n%s", path, strings.Join(unmatched, "\n"))
+			}
+		})
+	}
+}
+
+// TestBadFilesCovered keeps the table and the fixture folder in step.
+func TestBadFilesCovered(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.bad.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var onDisk, inTable []string
+	for _, f := range files {
+		onDisk = append(onDisk, filepath.Base(f))
+	}
+	for _, tt := range badFiles {
+		inTable = append(inTable, tt.file)
+	}
+	slices.Sort(inTable)
+	if diff := cmp.Diff(onDisk, inTable); diff != "" {
+		t.Errorf("testdata/*.bad.yaml vs badFiles table (-disk +table):\n%s", diff)
+	}
+	if len(onDisk) < 15 {
+		t.Errorf("%d bad fixtures, want at least 15", len(onDisk))
+	}
+}
+
+func TestThreeProblemsReportedTogether(t *testing.T) {
+	_, err := Load("testdata/three_problems.bad.yaml")
+	got := FieldErrors(err)
+	if len(got) != 3 {
+		t.Fatalf("Load(three_problems) reported %d problems, want 3:\n%v", len(got), err)
+	}
+	want := []string{"services[0].health_chek", "services[0].backends[0].capacity_scaler", "routes[0].service"}
+	var paths []string
+	for _, fe := range got {
+		if fe.File != "testdata/three_problems.bad.yaml" {
+			t.Errorf("FieldError.File = %q, want the file name", fe.File)
+		}
+		paths = append(paths, fe.Path)
+	}
+	if diff := cmp.Diff(want, paths); diff != "" {
+		t.Errorf("problem paths (-want +got):\n%s", diff)
+	}
+}
+
+func TestLoadGoodFiles(t *testing.T) {
+	hc := DefaultHealthCheck()
+	tests := []struct {
+		file string
+		want Config
+	}{
+		{
+			file: "minimal.good.yaml",
+			want: Config{
+				Regions: []Region{{Name: "r1", Zones: []Zone{{Name: "z1", Groups: []Group{{
+					Name: "g1", Instances: []Instance{{Address: "127.0.0.1:9001"}},
+				}}}}}},
+				Services: []Service{{
+					Name:            "web",
+					Policy:          PolicyWaterfall,
+					BalancingMode:   ModeRate,
+					Backends:        []Backend{{Group: "g1", MaxRatePerInstance: 10, CapacityScaler: 1}},
+					SessionAffinity: SessionAffinity{Type: AffinityNone},
+					HealthCheck:     hc,
+					Spill:           Spill{Threshold: 0.5, Slope: 2},
+				}},
+				Routes: []Route{{Host: "*", PathPrefix: "/", Service: "web"}},
+			},
+		},
+		{
+			file: "full.good.yaml",
+			want: Config{
+				Regions: []Region{
+					{Name: "us-east", Zones: []Zone{
+						{Name: "us-east-b", Groups: []Group{{Name: "us-east-b-web", Instances: []Instance{
+							{Address: "127.0.0.1:9101", MaxConcurrency: 80},
+							{Address: "[::1]:9102"},
+						}}}},
+						{Name: "us-east-c", Groups: []Group{{Name: "us-east-c-web", Instances: []Instance{
+							{Address: "backend-1.internal.example:8443"},
+						}}}},
+					}},
+					{Name: "eu-west", Zones: []Zone{
+						{Name: "eu-west-b", Groups: []Group{{Name: "eu-west-b-web", Instances: []Instance{
+							{Address: "10.0.0.7:80"},
+						}}}},
+					}},
+				},
+				Services: []Service{
+					{
+						Name:          "web",
+						Policy:        PolicyHash5,
+						HashScope:     HashScopeNearestRegion,
+						BalancingMode: ModeConnection,
+						Backends: []Backend{
+							{Group: "us-east-b-web", MaxConnectionsPerInstance: 50, CapacityScaler: 0.5},
+							{Group: "us-east-c-web", MaxConnections: 200, CapacityScaler: 1},
+							{Group: "eu-west-b-web", MaxConnections: 100, CapacityScaler: 0},
+						},
+						SessionAffinity: SessionAffinity{Type: AffinityGeneratedCookie, CookieName: "SPILLWAY_AFFINITY", CookieTTL: 90 * time.Minute},
+						HealthCheck: HealthCheck{
+							Protocol: HealthHTTPS, Path: "/ready", Port: 8080,
+							Interval: 10 * time.Second, Timeout: 2 * time.Second,
+							HealthyThreshold: 1, UnhealthyThreshold: 5, Jitter: 0,
+						},
+						Spill: Spill{Threshold: 0.25, Slope: 4},
+					},
+					{
+						Name:            "api",
+						Policy:          PolicyLeastRequest,
+						BalancingMode:   ModeUtilization,
+						Backends:        []Backend{{Group: "eu-west-b-web", MaxUtilization: 0.8, CapacityScaler: 1}},
+						SessionAffinity: SessionAffinity{Type: AffinityHeader, HeaderName: "X-User"},
+						HealthCheck: HealthCheck{
+							Protocol: HealthGRPC, Path: "/healthz", GRPCService: "api.v1.Api",
+							Interval: hc.Interval, Timeout: hc.Timeout,
+							HealthyThreshold: hc.HealthyThreshold, UnhealthyThreshold: hc.UnhealthyThreshold, Jitter: hc.Jitter,
+						},
+						Spill: DefaultSpill(),
+					},
+				},
+				Routes: []Route{
+					{Host: "api.example.com", PathPrefix: "/v1/", Service: "api"},
+					{Host: "*.example.com", PathPrefix: "/", Service: "web"},
+					{Host: "*", PathPrefix: "/", Service: "web"},
+				},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			path := filepath.Join("testdata", tt.file)
+			got, err := load(path, nil)
+			if err != nil {
+				t.Fatalf("Load(%s): %v", path, err)
+			}
+			if diff := cmp.Diff(tt.want, *got, ignoreIndex); diff != "" {
+				t.Errorf("Load(%s) mismatch (-want +got):\n%s", path, diff)
+			}
+			if got.Source() != path {
+				t.Errorf("Source() = %q, want %q", got.Source(), path)
+			}
+			if err := got.Validate(); err != nil {
+				t.Errorf("Validate() on a loaded config: %v", err)
+			}
+		})
+	}
+}
+
+func TestHashScopeDefault(t *testing.T) {
+	// minimal.good.yaml with the policy switched: hash policies get
+	// "global", others keep "".
+	data, err := os.ReadFile("testdata/minimal.good.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range Policies() {
+		t.Run(string(p), func(t *testing.T) {
+			src := strings.Replace(string(data), "  - name: web\n", "  - name: web\n    policy: "+string(p)+"\n", 1)
+			c, err := Parse([]byte(src), "policy.yaml")
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			want := HashScope("")
+			if p.IsHash() {
+				want = HashScopeGlobal
+			}
+			if got := c.Services[0].HashScope; c.Services[0].Policy != p || got != want {
+				t.Errorf("policy %s: HashScope = %q, want %q", c.Services[0].Policy, got, want)
+			}
+		})
+	}
+}
+
+// TestLoadExampleConfigs loads every configs/*.yaml shipped with the product.
+func TestLoadExampleConfigs(t *testing.T) {
+	files, err := filepath.Glob("../configs/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 4 {
+		t.Fatalf("found %d configs/*.yaml, want the demo and one per policy family", len(files))
+	}
+	policies := map[Policy]bool{}
+	affinities := map[AffinityType]bool{}
+	for _, f := range files {
+		c, err := load(f, nil)
+		if err != nil {
+			t.Errorf("Load(%s): %v", f, err)
+			continue
+		}
+		for _, s := range c.Services {
+			policies[s.Policy] = true
+			affinities[s.SessionAffinity.Type] = true
+		}
+	}
+	for _, p := range Policies() {
+		if !policies[p] {
+			t.Errorf("no example config uses policy %s", p)
+		}
+	}
+	for _, a := range []AffinityType{AffinityClientIP, AffinityClientIPProto, AffinityClientIPPortProto, AffinityGeneratedCookie, AffinityHTTPCookie, AffinityHeader} {
+		if !affinities[a] {
+			t.Errorf("no example config uses session affinity %s", a)
+		}
+	}
+}
+
+func TestDemoTopology(t *testing.T) {
+	c, err := load("../configs/demo.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var regions []string
+	for _, r := range c.Regions {
+		regions = append(regions, r.Name)
+		if len(r.Zones) != 2 {
+			t.Errorf("region %s has %d zones, want 2", r.Name, len(r.Zones))
+		}
+		for _, z := range r.Zones {
+			if len(z.Groups) != 1 {
+				t.Errorf("zone %s has %d groups, want 1", z.Name, len(z.Groups))
+			}
+		}
+	}
+	if diff := cmp.Diff([]string{"us-east", "eu-west", "asia-east"}, regions); diff != "" {
+		t.Errorf("demo regions (-want +got):\n%s", diff)
+	}
+	s, ok := c.Service("web")
+	if !ok || s.Policy != PolicyWaterfall || len(s.Backends) != 6 {
+		t.Fatalf("demo service web = %+v, %v; want waterfall over 6 groups", s, ok)
+	}
+	if r, ok := c.Route("demo.local", "/anything"); !ok || r.Service != "web" {
+		t.Errorf("demo Route = %v, %v; want service web", r, ok)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	_, err := Load("testdata/does-not-exist.yaml")
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Load(missing) = %v, want fs.ErrNotExist", err)
+	}
+	if errors.Is(err, ErrInvalid) {
+		t.Errorf("Load(missing) matches ErrInvalid; an I/O error must not")
+	}
+	if err == nil || !strings.Contains(err.Error(), "testdata/does-not-exist.yaml") {
+		t.Errorf("Load(missing) error %v does not name the file", err)
+	}
+}
+
+func TestCaseInsensitiveKeys(t *testing.T) {
+	// viper lower-cases keys, inside lists too.
+	src := `
+Regions:
+  - Name: r1
+    ZONES:
+      - name: z1
+        groups: [{name: g1, instances: [{Address: "127.0.0.1:1"}]}]
+services:
+  - name: web
+    Policy: round_robin
+    backends: [{group: g1, MAX_RATE: 5}]
+routes: [{Service: web}]
+`
+	c, err := Parse([]byte(src), "case.yaml")
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if c.Services[0].Policy != PolicyRoundRobin || c.Services[0].Backends[0].MaxRate != 5 ||
+		c.Regions[0].Zones[0].Groups[0].Instances[0].Address != "127.0.0.1:1" {
+		t.Errorf("mixed-case keys decoded to %+v", c)
+	}
+}
+
+func TestNullValuesAreAbsent(t *testing.T) {
+	src := `
+regions: [{name: r1, zones: [{name: z1, groups: [{name: g1, instances: [{address: "127.0.0.1:1"}]}]}]}]
+services:
+  - name: web
+    policy:
+    health_check:
+    backends: [{group: g1, max_rate: 5, capacity_scaler: ~}]
+routes: [{service: web, host: null}]
+`
+	c, err := Parse([]byte(src), "null.yaml")
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	s := c.Services[0]
+	if s.Policy != PolicyWaterfall || s.HealthCheck != DefaultHealthCheck() || s.Backends[0].CapacityScaler != 1 || c.Routes[0].Host != "*" {
+		t.Errorf("null values did not take defaults: %+v, route %+v", s, c.Routes[0])
+	}
+}
+
+func TestEmptyMapIsTypeChecked(t *testing.T) {
+	// viper drops empty maps from AllKeys; the loader must still see them.
+	_, err := Parse([]byte("services: {}\n"), "m.yaml")
+	if err == nil || !strings.Contains(err.Error(), "m.yaml: services: expected a list, got a map") {
+		t.Errorf("Parse(services: {}) = %v, want a type error on services", err)
+	}
+}
+
+func TestNew(t *testing.T) {
+	svc := DefaultService()
+	svc.Name = "web"
+	svc.Policy = PolicyHash3
+	svc.Backends = []Backend{{Group: "g1", MaxRate: 10, CapacityScaler: 1}}
+	in := Config{
+		Regions:  []Region{{Name: "r1", Zones: []Zone{{Name: "z1", Groups: []Group{{Name: "g1", Instances: []Instance{{Address: "127.0.0.1:1"}}}}}}}},
+		Services: []Service{svc},
+		Routes:   []Route{DefaultRoute()},
+	}
+	in.Routes[0].Service = "web"
+	c, err := New(in)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if c.Services[0].HashScope != HashScopeGlobal {
+		t.Errorf("New: HashScope = %q, want global", c.Services[0].HashScope)
+	}
+	// The result is a deep copy: changing the input does not reach it.
+	in.Services[0].Backends[0].MaxRate = 99
+	in.Regions[0].Zones[0].Groups[0].Name = "changed"
+	if got := c.Services[0].Backends[0].MaxRate; got != 10 {
+		t.Errorf("New result shares backends with its input: MaxRate = %v", got)
+	}
+	if _, ok := c.Group("g1"); !ok {
+		t.Errorf("New result shares groups with its input")
+	}
+	if in.Services[0].HashScope != "" {
+		t.Errorf("New changed its input's HashScope to %q", in.Services[0].HashScope)
+	}
+
+	in.Regions[0].Zones[0].Groups[0].Name = "g1"
+	bad := in
+	bad.Routes = []Route{{Host: "*", PathPrefix: "/", Service: "nope"}}
+	_, err = New(bad)
+	if err == nil || err.Error() != `routes[0].service: unknown service "nope"` {
+		t.Errorf("New(bad) = %v, want the path without a file name", err)
+	}
+}

@@ -1,0 +1,76 @@
+package config
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// FuzzParse: Parse never panics; every error it returns is a content error
+// naming the input; a config it accepts validates again, answers lookups, and
+// survives Marshal and Parse unchanged.
+func FuzzParse(f *testing.F) {
+	files, _ := filepath.Glob("testdata/*.yaml")
+	examples, _ := filepath.Glob("../configs/*.yaml")
+	for _, p := range append(files, examples...) {
+		f.Add([]byte(mustRead(f, p)))
+	}
+	for _, s := range []string{
+		"", "{}", "[]", "regions: 1", "routes: [~, 1, [], {}]", "a.b.c: 1",
+		"services: [{name: web, backends: [{group: g, max_rate: .inf}]}]",
+		"services: [{name: web, spill: {slope: .nan}}]",
+		"regions: [{name: r, zones: [{name: z, groups: [{name: g, instances: [{address: '[::1]:1'}]}]}]}]",
+		"&a [*a]", "? [a]\n: b", "1: 2", "services: [{1: 2}]",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data, "fuzz.yaml")
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("Parse error is not ErrInvalid: %v", err)
+			}
+			fes := FieldErrors(err)
+			if len(fes) == 0 {
+				t.Fatalf("Parse error holds no FieldError: %v", err)
+			}
+			for _, fe := range fes {
+				if fe.File != "fuzz.yaml" {
+					t.Fatalf("FieldError without the file name: %v", fe)
+				}
+			}
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("accepted config does not re-validate: %v", err)
+		}
+		for _, r := range c.Routes {
+			if _, ok := c.Service(r.Service); !ok {
+				t.Fatalf("route to missing service %q", r.Service)
+			}
+			if got, ok := c.Route(r.Host, r.PathPrefix); !ok {
+				t.Fatalf("Route(%q, %q) found nothing, want a route", r.Host, r.PathPrefix)
+			} else if _, ok := c.Service(got.Service); !ok {
+				t.Fatalf("Route returned a route to missing service %q", got.Service)
+			}
+		}
+		for _, g := range c.Groups() {
+			if _, ok := c.Group(g.Group.Name); !ok {
+				t.Fatalf("Group(%q) not found", g.Group.Name)
+			}
+		}
+		out, err := Marshal(c)
+		if err != nil {
+			t.Fatalf("Marshal: %v", err)
+		}
+		back, err := Parse(out, "fuzz.yaml")
+		if err != nil {
+			t.Fatalf("Parse(Marshal(c)): %v\n%s", err, out)
+		}
+		if diff := cmp.Diff(c, back, ignoreIndex); diff != "" {
+			t.Fatalf("Parse(Marshal(c)) differs (-c +reparsed):\n%s", diff)
+		}
+	})
+}
