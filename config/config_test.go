@@ -41,7 +41,7 @@ var badFiles = []struct {
 	{"wrong_types.bad.yaml", []string{
 		`regions[0].zones[0].groups[0].instances[0].max_concurrency: expected an integer, got number 2.5`,
 		`regions[0].zones[0].groups[1].instances: expected a list, got a map`,
-		`routes[0].host: expected a string, got number 8080`,
+		`routes[0].host: expected a string (quote the value), got number 8080`,
 		`services[0].backends[0].capacity_scaler: expected a number, got string "full"`,
 		`services[0].health_check.interval: expected a duration such as "5s", got number 5`,
 		`services[0].health_check.timeout: expected a duration such as "5s", got string "soon"`,

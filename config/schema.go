@@ -194,6 +194,9 @@ func (c *checker) checkValue(path string, t reflect.Type, v any, def reflect.Val
 	case t.Kind() == reflect.String:
 		s, ok := v.(string)
 		if !ok {
+			if _, scalar := v.([]any); !scalar && !isMapValue(v) {
+				return fail("a string (quote the value)")
+			}
 			return fail("a string")
 		}
 		return s, true
@@ -232,6 +235,12 @@ func asMap(v any) (map[string]any, bool) {
 		return out, true
 	}
 	return nil, false
+}
+
+// isMapValue reports whether v is a raw YAML map.
+func isMapValue(v any) bool {
+	_, ok := asMap(v)
+	return ok
 }
 
 // asInt accepts any integer, and a float with an integral value, in int range.
