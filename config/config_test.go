@@ -546,3 +546,24 @@ func TestNew(t *testing.T) {
 		t.Errorf("New(bad) = %v, want the path without a file name", err)
 	}
 }
+
+func TestDottedTopLevelKeys(t *testing.T) {
+	// viper splits top-level keys on dots; one hidden under a list must
+	// still be reported.
+	src := mustRead(t, "testdata/minimal.good.yaml") + "services.polcy: x\nregions.0.name: y\nfoo.bar: 1\n"
+	_, err := Parse([]byte(src), "dots.yaml")
+	var got []string
+	for _, fe := range FieldErrors(err) {
+		got = append(got, fe.Error())
+	}
+	want := []string{
+		"dots.yaml: regions.0.name: unknown field",
+		"dots.yaml: services.polcy: unknown field",
+		"dots.yaml: foo: unknown field",
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Parse errors (-want +got):\n%s", diff)
+	}
+}

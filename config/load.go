@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/spf13/viper"
@@ -84,19 +85,34 @@ func readError(name string, err error) error {
 // Every problem from 2, 3 and 5 is returned together.
 func decode(v *viper.Viper, name string, environ []string) (*Config, error) {
 	raw := map[string]any{}
+	var dotted []string
 	for _, k := range v.AllKeys() {
-		top, _, _ := strings.Cut(k, ".")
+		top, _, nested := strings.Cut(k, ".")
 		raw[top] = deepCopy(v.Get(top))
+		if nested {
+			dotted = append(dotted, k)
+		}
+	}
+	p := &problems{file: name}
+	// viper reads a top-level key "a.b" as b inside a. Under a map the
+	// checker sees it; under a list viper drops it, so report it here.
+	// (An unknown top-level key is reported by the checker.)
+	schema := fieldsOf(reflect.TypeFor[Config]())
+	for _, k := range dotted {
+		top, _, _ := strings.Cut(k, ".")
+		known := slices.ContainsFunc(schema, func(f field) bool { return f.key == top })
+		if _, isMap := raw[top].(map[string]any); known && !isMap {
+			p.add(k, "unknown field")
+		}
 	}
 	// viper leaves empty maps out of AllKeys ("services: {}"); fetch the
 	// schema's own keys directly so that such a value is type-checked.
-	for _, f := range fieldsOf(reflect.TypeFor[Config]()) {
+	for _, f := range schema {
 		if _, ok := raw[f.key]; !ok && v.IsSet(f.key) {
 			raw[f.key] = deepCopy(v.Get(f.key))
 		}
 	}
 
-	p := &problems{file: name}
 	applyEnv(raw, environ, p)
 	ch := &checker{p: p}
 	ch.checkStruct("", reflect.TypeFor[Config](), raw, reflect.Zero(reflect.TypeFor[Config]()))
