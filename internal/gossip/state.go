@@ -92,6 +92,14 @@ type GroupState struct {
 	// ConfigVersion is the version of the configuration snapshot the
 	// publisher computed Capacity from (opaque; compare for equality).
 	ConfigVersion string `json:"config_version,omitempty"`
+	// HealthyInstances lists the addresses (host:port, as in the
+	// configuration) of the instances counted in Healthy, sorted, so that
+	// every control plane can rebuild per-instance health for the groups
+	// another replica checks. An instance not listed is not healthy (failing,
+	// or not checked yet by this publisher). When not empty its length equals
+	// Healthy; empty with Healthy > 0 means the publisher did not say which
+	// instances are healthy.
+	HealthyInstances []string `json:"healthy_instances,omitempty"`
 }
 
 // ErrInvalidState is wrapped by the errors Publish returns for a state that
@@ -146,6 +154,14 @@ func (s *NodeState) validate() error {
 		if !finiteNonNeg(g.Capacity) {
 			bad("state.groups[%d].capacity: must be finite and >= 0, got %v", i, g.Capacity)
 		}
+		if n := len(g.HealthyInstances); n > 0 && n != g.Healthy {
+			bad("state.groups[%d].healthy_instances: must list healthy=%d addresses, got %d", i, g.Healthy, n)
+		}
+		for j, a := range g.HealthyInstances {
+			if a == "" {
+				bad("state.groups[%d].healthy_instances[%d]: empty address", i, j)
+			}
+		}
 	}
 	if len(errs) == 0 {
 		return nil
@@ -182,6 +198,9 @@ func (s NodeState) Clone() NodeState {
 	c.Load = cloneNested(s.Load)
 	c.InFlight = cloneNested(s.InFlight)
 	c.Groups = slices.Clone(s.Groups)
+	for i := range c.Groups {
+		c.Groups[i].HealthyInstances = slices.Clone(s.Groups[i].HealthyInstances)
+	}
 	return c
 }
 

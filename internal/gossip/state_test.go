@@ -28,7 +28,8 @@ func cpState() NodeState {
 		Kind:    KindControlPlane,
 		Version: 3,
 		Groups: []GroupState{
-			{Service: "web", Group: "eu-west-b", Region: "eu-west", Zone: "b", Instances: 4, Healthy: 3, Capacity: 300, ConfigVersion: "v12"},
+			{Service: "web", Group: "eu-west-b", Region: "eu-west", Zone: "b", Instances: 4, Healthy: 3, Capacity: 300, ConfigVersion: "v12",
+				HealthyInstances: []string{"10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"}},
 		},
 	}
 }
@@ -67,6 +68,15 @@ func TestValidateRemote(t *testing.T) {
 			"state.groups[0].instances: must be >= 0, got -1",
 			"state.groups[0].healthy: must be in [0, instances=-1], got 2",
 			"state.groups[0].capacity: must be finite and >= 0, got NaN",
+		}},
+		{name: "healthy instances disagree with healthy", base: cpState, mutate: func(s *NodeState) {
+			s.Groups[0].HealthyInstances = []string{"10.0.0.1:80", ""}
+		}, wantErr: []string{
+			"state.groups[0].healthy_instances: must list healthy=3 addresses, got 2",
+			"state.groups[0].healthy_instances[1]: empty address",
+		}},
+		{name: "healthy instances left out", base: cpState, mutate: func(s *NodeState) {
+			s.Groups[0].HealthyInstances = nil
 		}},
 	}
 	for _, tt := range tests {
@@ -120,6 +130,9 @@ func TestCloneSharesNothing(t *testing.T) {
 		}
 		for i := range c.Groups {
 			c.Groups[i].Capacity = -1
+			for j := range c.Groups[i].HealthyInstances {
+				c.Groups[i].HealthyInstances[j] = "scribbled"
+			}
 		}
 		if diff := cmp.Diff(want, orig); diff != "" {
 			t.Errorf("changing the clone changed the original (-want +got):\n%s", diff)
