@@ -20,6 +20,10 @@ type Backend struct {
 	// Accessed atomically.
 	inflight atomic.Int64
 	limit    atomic.Int64 // 0: unlimited
+
+	// Pad to a 64-byte cache line so that picks on neighbouring Backends
+	// from different cores do not contend.
+	_ [32]byte
 }
 
 // NewBackend returns a Backend for addr (host:port) that takes at most
@@ -135,8 +139,11 @@ type pickGroup struct {
 	reason        Reason
 	backends      []*Backend
 
-	// Accessed atomically.
+	// Accessed atomically, on a cache line of its own: the round-robin
+	// cursor is written on every pick, the fields above only read.
+	_      [64]byte
 	cursor atomic.Uint32
+	_      [60]byte
 }
 
 // NewPicker builds a Picker for row, a site's plan row (Plan.Row), whose
@@ -238,12 +245,12 @@ func (p *Picker) Pick(rnd uint64) (Choice, error) {
 	return Choice{}, ErrAllBusy
 }
 
-// pickIn tries to take a backend of group i.
-func (p *Picker) pickIn(i int, rnd uint64) (Choice, bool) {
-	g := &p.groups[i]
+// pickIn tries to take a backend of group gi.
+func (p *Picker) pickIn(gi int, rnd uint64) (Choice, bool) {
+	g := &p.groups[gi]
 	bs := g.backends
-	n := uint64(len(bs))
-	var start uint64
+	n := uint32(len(bs))
+	var i uint32 // where the scan for a free backend starts
 	switch p.policy {
 	case LeastRequest:
 		if n == 1 {
@@ -251,8 +258,8 @@ func (p *Picker) pickIn(i int, rnd uint64) (Choice, bool) {
 		}
 		// Two distinct indexes from the two halves of rnd (Lemire's
 		// multiply-shift range reduction).
-		a := (rnd >> 32) * n >> 32
-		b := (rnd & math.MaxUint32) * (n - 1) >> 32
+		a := uint32((rnd >> 32) * uint64(n) >> 32)
+		b := uint32((rnd & math.MaxUint32) * uint64(n-1) >> 32)
 		if b >= a {
 			b++
 		}
@@ -266,13 +273,16 @@ func (p *Picker) pickIn(i int, rnd uint64) (Choice, bool) {
 		if y.TryAcquire() {
 			return g.choice(y), true
 		}
-		start = a
+		i = a
 	default:
-		start = uint64(g.cursor.Add(1) - 1)
+		i = (g.cursor.Add(1) - 1) % n
 	}
-	for k := range n {
-		if b := bs[(start+k)%n]; b.TryAcquire() {
+	for range n {
+		if b := bs[i]; b.TryAcquire() {
 			return g.choice(b), true
+		}
+		if i++; i == n {
+			i = 0
 		}
 	}
 	return Choice{}, false
