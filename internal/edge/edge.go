@@ -1,0 +1,270 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/internal/gossip"
+)
+
+// Config is what an operator sets for one gfe. Start from DefaultConfig.
+type Config struct {
+	// Node is this gfe's name, unique among gfes (its gossip name).
+	Node string
+	// Site is the edge location this gfe serves. Required.
+	Site string
+	// Listen is the address of the client-facing HTTP listener.
+	// Default 127.0.0.1:8080.
+	Listen string
+	// Admin is the address of the admin listener (/metrics, /healthz,
+	// /readyz, /status, /debug/pprof). Default 127.0.0.1:9090; keep it on
+	// loopback.
+	Admin string
+	// SourceIP, when valid, is the local address of every connection this
+	// gfe opens to a backend (proxied requests and RTT probes), so that
+	// backends can tell sites apart. Zero lets the kernel choose.
+	SourceIP netip.Addr
+	// PlanInterval is how often the node re-plans from gossip and publishes
+	// its own state. Default 500ms. Lower reacts faster at the cost of CPU
+	// and gossip traffic.
+	PlanInterval time.Duration
+	// Damping is the fraction of the way each plan moves toward the
+	// planner's newest output per PlanInterval (waterfall.Damp). Default
+	// 0.5; 1 disables damping.
+	Damping float64
+	// RTTInterval is how often each region is probed. Default 1s.
+	RTTInterval time.Duration
+	// RTTPath is the HTTP path probed for RTT on a region's instances; any
+	// response counts as a sample. Default "/rtt".
+	RTTPath string
+	// DrainTimeout bounds how long shutdown waits for in-flight requests.
+	// Default 10s.
+	DrainTimeout time.Duration
+	// AccessLog logs every request (off by default: it costs on the hot
+	// path).
+	AccessLog bool
+}
+
+// DefaultConfig returns a Config with every default filled in; Node and Site
+// are left for the caller.
+func DefaultConfig() Config {
+	return Config{
+		Listen:       "127.0.0.1:8080",
+		Admin:        "127.0.0.1:9090",
+		PlanInterval: 500 * time.Millisecond,
+		Damping:      0.5,
+		RTTInterval:  time.Second,
+		RTTPath:      "/rtt",
+		DrainTimeout: 10 * time.Second,
+	}
+}
+
+// Validate reports every problem with c, each naming its field.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Site == "" {
+		errs = append(errs, errors.New("gfe.site: required"))
+	}
+	if c.Node == "" {
+		errs = append(errs, errors.New("gfe.node: required"))
+	}
+	if c.PlanInterval <= 0 {
+		errs = append(errs, fmt.Errorf("gfe.plan_interval: must be > 0, got %v", c.PlanInterval))
+	}
+	if c.RTTInterval <= 0 {
+		errs = append(errs, fmt.Errorf("gfe.rtt_interval: must be > 0, got %v", c.RTTInterval))
+	}
+	if !(c.Damping > 0 && c.Damping <= 1) {
+		errs = append(errs, fmt.Errorf("gfe.damping: must be in (0,1], got %v", c.Damping))
+	}
+	if c.DrainTimeout < 0 {
+		errs = append(errs, fmt.Errorf("gfe.drain_timeout: must be >= 0, got %v", c.DrainTimeout))
+	}
+	for _, a := range []struct{ name, v string }{{"gfe.listen", c.Listen}, {"gfe.admin", c.Admin}} {
+		if _, _, err := net.SplitHostPort(a.v); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", a.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Gossip is the part of the gossip node the gfe uses. *gossip.Node
+// implements it. Both methods may be called from any goroutine.
+type Gossip interface {
+	Publish(gossip.NodeState) (uint64, error)
+	Snapshot() *gossip.Snapshot
+}
+
+// Options are the gfe's dependencies.
+type Options struct {
+	// Logger receives the node's logs. The zero Logger discards them.
+	Logger zerolog.Logger
+	// Clock drives the planner and prober loops; nil means the real clock.
+	Clock clock.Clock
+	// Gossip shares state with the other nodes. Required.
+	Gossip Gossip
+	// Registerer receives the node's Prometheus metrics; nil means a new
+	// registry of its own (served on /metrics).
+	Registry *prometheus.Registry
+	// Rand returns uniform random numbers for picks; nil means
+	// math/rand/v2.Uint64.
+	Rand func() uint64
+}
+
+// ControlState is one control-plane snapshot as the gfe uses it.
+type ControlState struct {
+	// Version is the snapshot's version, reported on /status.
+	Version string
+	// Config is the validated operator configuration.
+	Config *config.Config
+	// Unhealthy holds the addresses of instances that fail health checks.
+	// Instances not in it count as healthy.
+	Unhealthy map[string]bool
+}
+
+// Edge is one running gfe. Create it with New and start it with Run.
+type Edge struct {
+	// Immutable after New.
+	cfg     Config
+	log     zerolog.Logger
+	clk     clock.Clock
+	gossip  Gossip
+	rand    func() uint64
+	reg     *prometheus.Registry
+	metrics *metrics
+	rtt     *rttProber
+	proxy   *proxy
+
+	// Accessed atomically.
+	table    atomic.Pointer[table]
+	control  atomic.Pointer[ControlState]
+	draining atomic.Bool
+
+	// kick wakes the planner when a snapshot arrives (buffered, 1).
+	kick chan struct{}
+
+	// Owned by the planner goroutine.
+	planner *planner
+}
+
+// New returns an Edge for cfg. It does not listen until Run.
+func New(cfg Config, opts Options) (*Edge, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Gossip == nil {
+		return nil, errors.New("edge: Options.Gossip is required")
+	}
+	e := &Edge{
+		cfg:    cfg,
+		log:    opts.Logger.With().Str("component", "gfe").Str("site", cfg.Site).Logger(),
+		clk:    clock.OrReal(opts.Clock),
+		gossip: opts.Gossip,
+		rand:   opts.Rand,
+		reg:    opts.Registry,
+		kick:   make(chan struct{}, 1),
+	}
+	if e.rand == nil {
+		e.rand = randUint64
+	}
+	if e.reg == nil {
+		e.reg = prometheus.NewRegistry()
+		e.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	}
+	e.metrics = newMetrics(e.reg)
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	if cfg.SourceIP.IsValid() {
+		dialer.LocalAddr = &net.TCPAddr{IP: cfg.SourceIP.AsSlice()}
+	}
+	e.rtt = newRTTProber(cfg, dialer, e.clk, e.log)
+	e.proxy = newProxy(e, dialer)
+	e.planner = newPlanner(e)
+	return e, nil
+}
+
+// ApplySnapshot validates cs and makes it the node's control state; the
+// next plan uses it. It returns an error (the control-plane client NACKs
+// with it) when cs cannot be used, and then keeps the previous state. Safe
+// to call from any goroutine.
+func (e *Edge) ApplySnapshot(cs ControlState) error {
+	if cs.Config == nil {
+		return errors.New("edge: snapshot without config")
+	}
+	e.control.Store(&cs)
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Ready reports whether the node has a routing table and is not draining.
+func (e *Edge) Ready() bool {
+	return !e.draining.Load() && e.table.Load() != nil
+}
+
+// Run serves until ctx is cancelled, then drains: readiness turns false,
+// the listener stops accepting, and in-flight requests get up to
+// DrainTimeout to finish. It returns nil after a clean drain.
+func (e *Edge) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", e.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("gfe listen %s: %w", e.cfg.Listen, err)
+	}
+	aln, err := net.Listen("tcp", e.cfg.Admin)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("gfe admin listen %s: %w", e.cfg.Admin, err)
+	}
+	e.log.Info().Str("listen", ln.Addr().String()).Str("admin", aln.Addr().String()).Msg("gfe serving")
+
+	srv := &http.Server{
+		Handler:           e.proxy,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		ErrorLog:          nil,
+	}
+	admin := &http.Server{Handler: e.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return e.planner.run(gctx) })
+	g.Go(func() error { return e.rtt.run(gctx, e.regionTargets) })
+	g.Go(func() error { return serve(srv, ln) })
+	g.Go(func() error { return serve(admin, aln) })
+	g.Go(func() error {
+		<-gctx.Done()
+		e.draining.Store(true)
+		e.log.Info().Dur("drain_timeout", e.cfg.DrainTimeout).Msg("draining")
+		dctx, cancel := context.WithTimeout(context.Background(), e.cfg.DrainTimeout)
+		defer cancel()
+		err := srv.Shutdown(dctx)
+		e.proxy.transport.CloseIdleConnections()
+		aerr := admin.Shutdown(dctx)
+		return errors.Join(err, aerr)
+	})
+	err = g.Wait()
+	if ctx.Err() != nil && err == nil {
+		e.log.Info().Msg("gfe stopped")
+	}
+	return err
+}
+
+// serve runs srv on ln and treats a shutdown as a clean stop.
+func serve(srv *http.Server, ln net.Listener) error {
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

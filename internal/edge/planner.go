@@ -1,0 +1,246 @@
+package edge
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/ewma"
+	"github.com/spillway-lb/spillway/internal/gossip"
+	"github.com/spillway-lb/spillway/lb/hashing"
+	"github.com/spillway-lb/spillway/lb/waterfall"
+)
+
+// planner owns everything that outlives one routing table: backends (with
+// their in-flight counters), meters and the previous plan of every service.
+// Only its run goroutine touches its fields.
+type planner struct {
+	e        *Edge
+	backends map[string]*waterfall.Backend        // by address
+	meters   map[string]*serviceMeters            // by service
+	load     map[string]map[string]*ewma.Rate     // service -> group -> rate
+	prev     map[string]*waterfall.Plan           // by service
+	lastErr  map[string]string                    // by service: last planning error logged
+	sampled  map[string]map[string]float64        // service -> group -> last sampled load
+}
+
+func newPlanner(e *Edge) *planner {
+	return &planner{
+		e:        e,
+		backends: map[string]*waterfall.Backend{},
+		meters:   map[string]*serviceMeters{},
+		load:     map[string]map[string]*ewma.Rate{},
+		prev:     map[string]*waterfall.Plan{},
+		lastErr:  map[string]string{},
+		sampled:  map[string]map[string]float64{},
+	}
+}
+
+// run re-plans every PlanInterval, and at once when a snapshot arrives,
+// until ctx ends.
+func (p *planner) run(ctx context.Context) error {
+	t := p.e.clk.NewTicker(p.e.cfg.PlanInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-t.C():
+			p.step(now)
+		case <-p.e.kick:
+			p.step(p.e.clk.Now())
+		}
+	}
+}
+
+// step samples this node's meters, publishes its state by gossip and builds
+// and stores a new routing table from the current control state and gossip.
+func (p *planner) step(now time.Time) {
+	e := p.e
+	rtt := e.rtt.snapshot()
+	cs := e.control.Load()
+
+	demand := map[string]float64{}
+	load := map[string]map[string]float64{}
+	for name, m := range p.meters {
+		demand[name] = m.demand.Sample(now)
+		gl := map[string]float64{}
+		for g, r := range p.load[name] {
+			gl[g] = r.Sample(now)
+		}
+		load[name] = gl
+	}
+	p.sampled = load
+	st := gossip.NodeState{Kind: gossip.KindGFE, Site: e.cfg.Site, Demand: demand, RTT: rtt, Load: load}
+	if _, err := e.gossip.Publish(st); err != nil {
+		e.log.Warn().Err(err).Msg("gossip publish")
+	}
+	if cs == nil {
+		return
+	}
+
+	snap := e.gossip.Snapshot()
+	var states map[string]gossip.NodeState
+	if snap != nil {
+		states = snap.States
+	}
+	me := self{node: e.cfg.Node, site: e.cfg.Site, rtt: rtt, demand: demand}
+	old := e.table.Load()
+	t := &table{version: cs.Version, cfg: cs.Config, services: map[string]*service{}}
+	for i := range cs.Config.Services {
+		sc := &cs.Config.Services[i]
+		svc := p.buildService(cs, sc, states, me, old)
+		if svc != nil {
+			t.services[sc.Name] = svc
+		}
+	}
+	p.forget(cs.Config)
+	e.table.Store(t)
+	e.metrics.observeTable(t, e.cfg.Site)
+}
+
+// buildService builds the table entry of one service. On a planning error it
+// keeps the previous table's entry (or returns an entry without picker).
+func (p *planner) buildService(cs *ControlState, sc *config.Service, states map[string]gossip.NodeState, me self, old *table) *service {
+	e := p.e
+	m := p.meters[sc.Name]
+	if m == nil {
+		m = &serviceMeters{demand: ewma.Rate{Alpha: 0.5}}
+		p.meters[sc.Name] = m
+	}
+	svc := &service{name: sc.Name, cfg: sc, meters: m, load: p.groupMeters(sc)}
+
+	healthy := map[string][]*waterfall.Backend{}
+	var all []member
+	for _, b := range sc.Backends {
+		ref, ok := cs.Config.Group(b.Group)
+		if !ok {
+			continue
+		}
+		for _, in := range ref.Group.Instances {
+			if cs.Unhealthy[in.Address] {
+				continue
+			}
+			be := p.backend(in)
+			healthy[b.Group] = append(healthy[b.Group], be)
+			all = append(all, member{b: be, group: b.Group, region: ref.Region.Name})
+		}
+	}
+
+	if sc.Policy == config.PolicyWaterfall {
+		w := buildWorld(cs.Config, sc, cs.Unhealthy, states, me)
+		svc.world = w
+		plan, err := waterfall.Compute(w, waterfall.Config{SpillThreshold: sc.Spill.Threshold, SpillSlope: sc.Spill.Slope})
+		if err != nil {
+			if msg := err.Error(); p.lastErr[sc.Name] != msg {
+				e.log.Error().Err(err).Str("service", sc.Name).Msg("planning failed; keeping the previous plan")
+				p.lastErr[sc.Name] = msg
+			}
+			if old != nil {
+				if prev := old.services[sc.Name]; prev != nil {
+					return prev
+				}
+			}
+			return svc
+		}
+		delete(p.lastErr, sc.Name)
+		plan = waterfall.Damp(p.prev[sc.Name], plan, e.cfg.Damping)
+		p.prev[sc.Name] = plan
+		svc.plan = plan
+		svc.picker = waterfall.NewPicker(plan.Row(e.cfg.Site), healthy, waterfall.RoundRobin)
+		return svc
+	}
+
+	// Baseline policies: every healthy backend, or only the nearest
+	// region's for hashing with scope nearest_region.
+	if sc.Policy.IsHash() && sc.HashScope == config.HashScopeNearestRegion {
+		has := map[string]bool{}
+		for _, m := range all {
+			has[m.region] = true
+		}
+		svc.nearest = nearestRegion(me.rtt, func(r string) bool { return has[r] })
+		if svc.nearest != "" {
+			all = slices.DeleteFunc(all, func(m member) bool { return m.region != svc.nearest })
+		}
+	}
+	svc.pool = all
+	pool := svc.pool
+	svc.inflight = func(i int) int64 { return pool[i].b.InFlight() }
+	svc.free = func(i int) bool { return !pool[i].b.Full() }
+	svc.rr = hashing.NewRoundRobin(e.rand())
+	svc.lr = hashing.NewLeastRequest(e.rand)
+	if sc.Policy.IsHash() && len(all) > 0 {
+		names := make([]string, len(all))
+		for i, m := range all {
+			names[i] = m.b.Addr()
+		}
+		mg, err := hashing.NewMaglev(hashing.DefaultConfig(), names)
+		if err != nil {
+			e.log.Error().Err(err).Str("service", sc.Name).Msg("building the hash table")
+			svc.pool = nil
+			return svc
+		}
+		svc.maglev = mg
+	}
+	return svc
+}
+
+// backend returns the persistent Backend for an instance, updating its
+// concurrency limit from config.
+func (p *planner) backend(in config.Instance) *waterfall.Backend {
+	b := p.backends[in.Address]
+	if b == nil {
+		b = waterfall.NewBackend(in.Address, int64(in.MaxConcurrency))
+		p.backends[in.Address] = b
+	} else if b.MaxConcurrency() != int64(in.MaxConcurrency) {
+		b.SetMaxConcurrency(int64(in.MaxConcurrency))
+	}
+	return b
+}
+
+// groupMeters returns the load meters of sc's groups, replacing the map when
+// the group set changed (maps handed to tables are never modified).
+func (p *planner) groupMeters(sc *config.Service) map[string]*ewma.Rate {
+	cur := p.load[sc.Name]
+	same := len(cur) == len(sc.Backends)
+	for _, b := range sc.Backends {
+		if _, ok := cur[b.Group]; !ok {
+			same = false
+		}
+	}
+	if same {
+		return cur
+	}
+	next := make(map[string]*ewma.Rate, len(sc.Backends))
+	for _, b := range sc.Backends {
+		if r, ok := cur[b.Group]; ok {
+			next[b.Group] = r
+		} else {
+			next[b.Group] = &ewma.Rate{Alpha: 0.5}
+		}
+	}
+	p.load[sc.Name] = next
+	return next
+}
+
+// forget drops state of services and instances no longer configured.
+func (p *planner) forget(cfg *config.Config) {
+	live := map[string]bool{}
+	addrs := map[string]bool{}
+	for _, s := range cfg.Services {
+		live[s.Name] = true
+	}
+	for _, g := range cfg.Groups() {
+		for _, in := range g.Group.Instances {
+			addrs[in.Address] = true
+		}
+	}
+	for _, m := range []map[string]*serviceMeters{p.meters} {
+		maps.DeleteFunc(m, func(k string, _ *serviceMeters) bool { return !live[k] })
+	}
+	maps.DeleteFunc(p.load, func(k string, _ map[string]*ewma.Rate) bool { return !live[k] })
+	maps.DeleteFunc(p.prev, func(k string, _ *waterfall.Plan) bool { return !live[k] })
+	maps.DeleteFunc(p.backends, func(k string, _ *waterfall.Backend) bool { return !addrs[k] })
+}
