@@ -18,12 +18,12 @@ import (
 // Only its run goroutine touches its fields.
 type planner struct {
 	e        *Edge
-	backends map[string]*waterfall.Backend        // by address
-	meters   map[string]*serviceMeters            // by service
-	load     map[string]map[string]*ewma.Rate     // service -> group -> rate
-	prev     map[string]*waterfall.Plan           // by service
-	lastErr  map[string]string                    // by service: last planning error logged
-	sampled  map[string]map[string]float64        // service -> group -> last sampled load
+	backends map[string]*waterfall.Backend    // by address
+	meters   map[string]*serviceMeters        // by service
+	load     map[string]map[string]*ewma.Rate // service -> group -> rate
+	prev     map[string]*waterfall.Plan       // by service
+	lastErr  map[string]string                // by service: last planning error logged
+	sampled  map[string]map[string]float64    // service -> group -> last sampled load
 }
 
 func newPlanner(e *Edge) *planner {
