@@ -122,6 +122,7 @@ type model struct {
 type mRegion struct {
 	name     string
 	g0, g1   int32
+	active   int32 // groups with capacity > 0
 	capacity float64
 	health   float64
 	keep     float64
@@ -174,27 +175,29 @@ func newModel(w World, cfg Config) (*model, error) {
 	m.groups = make([]mGroup, 0, ngroups)
 	for ri, r := range regs {
 		g0 := len(m.groups)
-		var capacity float64
 		var inst, healthy int
 		for _, g := range r.Groups {
 			m.groups = append(m.groups, mGroup{name: g.Name, zone: g.Zone, region: int32(ri), capacity: g.Capacity})
-			capacity += g.Capacity
 			inst += g.Instances
 			healthy += g.Healthy
 		}
 		gs := m.groups[g0:]
 		slices.SortFunc(gs, func(a, b mGroup) int { return strings.Compare(a.name, b.name) })
 		// Sum capacity in name order so the total does not depend on input order.
-		capacity = 0
+		var capacity float64
+		var active int32
 		for _, g := range gs {
 			capacity += g.capacity
+			if g.capacity > 0 {
+				active++
+			}
 		}
 		h := 1.0
 		if inst > 0 {
 			h = float64(healthy) / float64(inst)
 		}
 		m.regions[ri] = mRegion{
-			name: r.Name, g0: int32(g0), g1: int32(len(m.groups)),
+			name: r.Name, g0: int32(g0), g1: int32(len(m.groups)), active: active,
 			capacity: capacity, health: h, keep: keepFactor(h, cfg),
 		}
 	}

@@ -134,26 +134,27 @@ func (m *model) waterfall() ([]cell, []float64) {
 		return room[r]
 	}
 
-	// Pass 1: the waterfall with preemptive spill.
-	for _, p := range m.pairs {
-		w := &walkers[p.site]
-		if w.remaining() <= 0 {
-			continue
-		}
-		ci := int(p.site)*nr + int(p.reg)
-		room[p.reg] -= w.step(&cells[ci], ci, roomOf(p.reg), m.regions[p.reg].keep, dustEps*m.sites[p.site].demand)
-	}
-
-	// Pass 2: leftovers return to the nearest regions with room.
-	if slices.ContainsFunc(walkers, func(w walker) bool { return w.remaining() > 0 }) {
+	// walk runs one pass over the pairs; with health set, unhealthy regions
+	// keep only their keep factor of what reaches them.
+	walk := func(health bool) {
 		for _, p := range m.pairs {
 			w := &walkers[p.site]
 			if w.remaining() <= 0 {
 				continue
 			}
+			keep := 1.0
+			if health {
+				keep = m.regions[p.reg].keep
+			}
 			ci := int(p.site)*nr + int(p.reg)
-			room[p.reg] -= w.step(&cells[ci], ci, roomOf(p.reg), 1, dustEps*m.sites[p.site].demand)
+			room[p.reg] -= w.step(&cells[ci], ci, roomOf(p.reg), keep, dustEps*m.sites[p.site].demand)
 		}
+	}
+	// Pass 1: the waterfall with preemptive spill.
+	walk(true)
+	// Pass 2: leftovers return to the nearest regions with room.
+	if slices.ContainsFunc(walkers, func(w walker) bool { return w.remaining() > 0 }) {
+		walk(false)
 	}
 
 	// Pass 3: overload beyond λ, or unplaced.
@@ -181,15 +182,15 @@ func (m *model) waterfall() ([]cell, []float64) {
 		}
 		row := cells[s*nr : (s+1)*nr]
 		w := walker{left: [...]float64{1, 0, 0}, last: -1}
-		for pass := 0; pass < 2 && w.remaining() > 0; pass++ {
+		for _, health := range []bool{true, false} {
 			for _, r := range m.siteReach(s) {
 				free := 0.0
 				if roomOf(r) > 0 {
 					free = math.Inf(1) // a small demand takes no room
 				}
-				keep := m.regions[r].keep
-				if pass == 1 {
-					keep = 1
+				keep := 1.0
+				if health {
+					keep = m.regions[r].keep
 				}
 				w.step(&row[r], int(r), free, keep, dustEps)
 			}
@@ -247,8 +248,7 @@ func (m *model) plan(cells []cell, unplaced []float64) *Plan {
 	for s, site := range m.sites {
 		for _, r := range m.siteReach(s) {
 			if cells[s*nr+int(r)].total() > 0 {
-				n := m.split(r, nil)
-				if site.demand > 0 {
+				if n := int(m.regions[r].active); site.demand > 0 {
 					nflows += n
 				} else {
 					nidle += n
@@ -289,19 +289,13 @@ func (m *model) plan(cells []cell, unplaced []float64) *Plan {
 	return p
 }
 
-// split calls emit (when not nil) for each group of region r with capacity,
-// in name order, with the group's fraction of the region's capacity (rule 2),
-// and returns how many groups it named.
-func (m *model) split(r int32, emit func(g int, frac float64)) int {
+// split calls emit for each group of region r with capacity, in name order,
+// with the group's fraction of the region's capacity (rule 2).
+func (m *model) split(r int32, emit func(g int, frac float64)) {
 	reg := &m.regions[r]
-	n := 0
 	for g := reg.g0; g < reg.g1; g++ {
 		if c := m.groups[g].capacity; c > 0 {
-			n++
-			if emit != nil {
-				emit(int(g), c/reg.capacity)
-			}
+			emit(int(g), c/reg.capacity)
 		}
 	}
-	return n
 }
