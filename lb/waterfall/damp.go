@@ -15,8 +15,9 @@ const dampSnap = 1e-9
 // Damp returns the plan a gfe should use after prev when the planner now
 // says next (rule 8): every site's share of each region moves a fraction
 // alpha of the way from prev to next, and the site sends next's demand.
-// Damp(prev, next, α) with the same next, applied n times, leaves each share
-// within (1−α)^n of next's and equal to next's once the gap is below 1e-9.
+// Applied again and again towards the same next, Damp shrinks the gap
+// between each share and next's by the factor (1−α) per call, and returns
+// next's row itself once every gap is below dampSnap (1e-9).
 //
 // Guarantees, for the result d:
 //   - conservation: each site's flows in d sum to its demand in next

@@ -51,8 +51,8 @@
 // These are the rules of DESIGN.md §3 as properties of every Plan; the tests
 // check each of them over thousands of random Worlds (property_test.go).
 //
-//   - Nearest first (rule 1): a site whose nearest region has room sends all
-//     its demand there, unless that region is unhealthy.
+//   - Nearest first (rule 1): a site whose nearest region still has room in
+//     the plan sends all its demand there, unless that region is unhealthy.
 //   - Waterfall (rule 4): a site sends to a region only when every region
 //     nearer to it (in its RTT order) is full at λ·capacity, or keeps less
 //     than all demand because it is unhealthy (property b). Competing sites
@@ -62,8 +62,7 @@
 //     reaches every region, no region exceeds its capacity (property a);
 //     when it does not fit, every region runs at the same load/capacity = λ
 //     (property c). Without full reachability no region exceeds
-//     λ·capacity except through ReasonOverload flows from sites whose
-//     every region is full.
+//     λ·capacity except by step 3, for sites whose every region is full.
 //   - Zones (rule 2): inside a region, group load ∝ group capacity
 //     (property d); groups without capacity get nothing.
 //   - Preemptive spill (rule 5): a region with h < SpillThreshold takes at
