@@ -1,0 +1,174 @@
+// Command gfe is Spillway's edge node: an HTTP reverse proxy that sends each
+// request to the nearest region with room (Waterfall by Region), fed by the
+// control plane over gRPC and by the other nodes over gossip.
+//
+// Every flag can also be set from the environment as SPILLWAY_GFE_<FLAG>,
+// upper-cased with dashes as underscores (SPILLWAY_GFE_SITE=nyc).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/edge"
+	"github.com/spillway-lb/spillway/internal/gossip"
+	"github.com/spillway-lb/spillway/internal/logging"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "gfe:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	v, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	log, err := logging.New(os.Stderr, v.GetString("log-format"), v.GetString("log-level"), "gfe")
+	if err != nil {
+		return err
+	}
+
+	ecfg := edge.DefaultConfig()
+	ecfg.Node = v.GetString("node")
+	ecfg.Site = v.GetString("site")
+	ecfg.Listen = v.GetString("listen")
+	ecfg.Admin = v.GetString("admin")
+	ecfg.PlanInterval = v.GetDuration("plan-interval")
+	ecfg.Damping = v.GetFloat64("damping")
+	ecfg.RTTInterval = v.GetDuration("rtt-interval")
+	ecfg.RTTPath = v.GetString("rtt-path")
+	ecfg.DrainTimeout = v.GetDuration("drain-timeout")
+	ecfg.AccessLog = v.GetBool("access-log")
+	if s := v.GetString("source-ip"); s != "" {
+		if ecfg.SourceIP, err = netip.ParseAddr(s); err != nil {
+			return fmt.Errorf("--source-ip: %w", err)
+		}
+	}
+	if ecfg.Node == "" {
+		host, _ := os.Hostname()
+		ecfg.Node = host + "-" + ecfg.Listen
+	}
+
+	gcfg := gossip.DefaultConfig()
+	gcfg.Name = ecfg.Node
+	if gcfg.BindAddr, gcfg.BindPort, err = splitHostPort(v.GetString("gossip-addr")); err != nil {
+		return fmt.Errorf("--gossip-addr: %w", err)
+	}
+	gcfg.Seeds = splitList(v.GetString("join"))
+	gcfg.SecretKey = v.GetString("gossip-key")
+	gcfg.UDPBufferSize = 8192 // a gfe state with many groups outgrows one Ethernet frame; loopback and LANs carry it
+
+	node, err := gossip.New(gcfg, gossip.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	e, err := edge.New(ecfg, edge.Options{Logger: log, Gossip: node})
+	if err != nil {
+		return err
+	}
+	if path := v.GetString("config"); path != "" {
+		// Static bootstrap: serve from a local file until (and unless) a
+		// control plane sends a snapshot.
+		c, err := config.Load(path)
+		if err != nil {
+			return err
+		}
+		if err := e.ApplySnapshot(edge.ControlState{Version: "file:" + path, Config: c}); err != nil {
+			return err
+		}
+	}
+	cps := splitList(v.GetString("controlplanes"))
+	if len(cps) == 0 && v.GetString("config") == "" {
+		return errors.New("need --controlplanes or --config (or both)")
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return node.Run(ctx) })
+	g.Go(func() error { return e.Run(ctx) })
+	if len(cps) > 0 {
+		g.Go(func() error { return runControlPlaneClient(ctx, cps, ecfg, e, log) })
+	}
+	return g.Wait()
+}
+
+func parseFlags(args []string) (*viper.Viper, error) {
+	d := edge.DefaultConfig()
+	fs := pflag.NewFlagSet("gfe", pflag.ContinueOnError)
+	fs.String("node", "", "this gfe's unique name (default hostname-listen)")
+	fs.String("site", "", "the edge site this gfe serves (required)")
+	fs.String("listen", d.Listen, "client-facing HTTP listener")
+	fs.String("admin", d.Admin, "admin listener: /metrics /healthz /readyz /status /debug/pprof")
+	fs.String("source-ip", "", "local address of connections to backends (tells sites apart)")
+	fs.String("controlplanes", "", "comma-separated control plane gRPC addresses")
+	fs.String("config", "", "optional local config file to serve until a control plane answers")
+	fs.String("gossip-addr", "127.0.0.1:7946", "gossip bind address")
+	fs.String("join", "", "comma-separated gossip seeds")
+	fs.String("gossip-key", "", "base64 AES key for gossip encryption (16, 24 or 32 bytes)")
+	fs.Duration("plan-interval", d.PlanInterval, "how often to re-plan and publish state")
+	fs.Float64("damping", d.Damping, "fraction of the way a plan moves toward the planner's output per interval (1 = no damping)")
+	fs.Duration("rtt-interval", d.RTTInterval, "how often to probe each region's RTT")
+	fs.String("rtt-path", d.RTTPath, "HTTP path probed for RTT")
+	fs.Duration("drain-timeout", d.DrainTimeout, "how long shutdown waits for in-flight requests")
+	fs.Bool("access-log", false, "log every request")
+	fs.String("log-format", "auto", "json, console, or auto (console on a terminal)")
+	fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	v := viper.New()
+	v.SetEnvPrefix("SPILLWAY_GFE")
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	v.AutomaticEnv()
+	if err := v.BindPFlags(fs); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func splitHostPort(s string) (string, int, error) {
+	h, p, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		return "", 0, fmt.Errorf("port %q: %w", p, err)
+	}
+	return h, port, nil
+}
+
+// runControlPlaneClient is replaced once internal/cpclient lands.
+var runControlPlaneClient = func(ctx context.Context, addrs []string, cfg edge.Config, e *edge.Edge, log zerolog.Logger) error {
+	<-ctx.Done()
+	return nil
+}

@@ -1,0 +1,410 @@
+// Package topology starts a whole Spillway deployment on loopback as real
+// processes — control planes, gfes and test backends — for the demo, the
+// end-to-end tests and the real benchmark.
+//
+// # Addresses
+//
+// Everything of one Cluster lives in 127.N.0.0/16, N = Spec.Net, so several
+// clusters (parallel test packages, the demo) never share a port:
+//
+//	127.N.0.k        control plane k (gRPC :7000, admin :7100, gossip :7946)
+//	127.N.s.g        gfe g (from 1) of site s (sites numbered from 1):
+//	                 proxy :8080, admin :9090, gossip :7946, and the source
+//	                 address of its connections to backends
+//	127.N.(100+r).1  the backends of region r (from 1), instance i of zone z
+//	                 on port 9000+10·z+i
+//
+// The test backends emulate each site's RTT to their region from the source
+// /24 of the site's gfes (testbackend --delay).
+package topology
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spillway-lb/spillway/internal/edge"
+	"github.com/spillway-lb/spillway/internal/proc"
+)
+
+// Spec describes a deployment.
+type Spec struct {
+	// Net is the second octet of every address (1..254).
+	Net int
+	// Regions, each with its zones; one instance group per zone.
+	Regions []Region
+	// Sites, each with its gfes.
+	Sites []Site
+	// ControlPlanes is the number of control plane replicas. Default 1.
+	ControlPlanes int
+	// Policy of the service "web" (default waterfall) and its HashScope.
+	Policy, HashScope string
+	// PlanInterval and RTTInterval of every gfe (defaults 250ms, 250ms).
+	PlanInterval, RTTInterval time.Duration
+	// Damping of every gfe (default 0.5).
+	Damping float64
+	// HealthInterval of the service's health check (default 500ms, with
+	// thresholds of 2).
+	HealthInterval time.Duration
+	// ServiceTime each backend request holds its slot (default 2ms) and
+	// Queue, the requests that may wait per instance (default 64).
+	ServiceTime time.Duration
+	Queue       int
+}
+
+// Region is one region of a Spec.
+type Region struct {
+	Name string
+	// Zones are zone name suffixes ("b", "c"); the zone is Name-suffix and
+	// its group Name-suffix-web.
+	Zones []string
+	// Instances per group.
+	Instances int
+	// Rate is the RATE capacity per instance, requests/s: declared in the
+	// config and enforced by the test backend (max-rps).
+	Rate float64
+}
+
+// Site is one edge site of a Spec.
+type Site struct {
+	Name string
+	// GFEs at the site. Default 1.
+	GFEs int
+	// RTT from the site to each region, emulated by the backends.
+	RTT map[string]time.Duration
+}
+
+// GFE is one running gfe.
+type GFE struct {
+	Name, Site string
+	// URL of the proxy listener and of the admin listener.
+	URL, Admin string
+	// SourceIP is the gfe's own address.
+	SourceIP string
+	Proc     *proc.Proc
+	args     []string
+}
+
+// Cluster is a started deployment.
+type Cluster struct {
+	Spec       Spec
+	Dir        string
+	ConfigPath string
+	Bins       map[string]string
+	CPs        []*proc.Proc
+	CPAddrs    []string
+	GFEs       []*GFE
+	Backends   []*proc.Proc
+	// Instances maps region name to its instance addresses.
+	Instances map[string][]string
+
+	opts    Options
+	cpArgs  [][]string
+	cpNames []string
+}
+
+// Options for Start.
+type Options struct {
+	// Dir holds binaries, config and logs. Required (t.TempDir()).
+	Dir string
+	// Bins, when set, are prebuilt binaries by name (gfe, controlplane,
+	// testbackend); otherwise Start builds them into Dir.
+	Bins map[string]string
+	// Tee receives every process's output, prefixed by its name.
+	Tee io.Writer
+}
+
+func (s *Spec) defaults() {
+	if s.ControlPlanes == 0 {
+		s.ControlPlanes = 1
+	}
+	if s.Policy == "" {
+		s.Policy = "waterfall"
+	}
+	if s.PlanInterval == 0 {
+		s.PlanInterval = 250 * time.Millisecond
+	}
+	if s.RTTInterval == 0 {
+		s.RTTInterval = 250 * time.Millisecond
+	}
+	if s.Damping == 0 {
+		s.Damping = 0.5
+	}
+	if s.HealthInterval == 0 {
+		s.HealthInterval = 500 * time.Millisecond
+	}
+	if s.ServiceTime == 0 {
+		s.ServiceTime = 2 * time.Millisecond
+	}
+	if s.Queue == 0 {
+		s.Queue = 64
+	}
+	for i := range s.Sites {
+		if s.Sites[i].GFEs == 0 {
+			s.Sites[i].GFEs = 1
+		}
+	}
+}
+
+func (s *Spec) ip(third, fourth int) string { return fmt.Sprintf("127.%d.%d.%d", s.Net, third, fourth) }
+
+// Addr returns the address of instance i (from 1) of zone z (from 0) of
+// region r (from 0).
+func (s *Spec) Addr(r, z, i int) string {
+	return fmt.Sprintf("%s:%d", s.ip(101+r, 1), 9000+10*z+i)
+}
+
+// ConfigYAML renders the operator config of the deployment: one service
+// "web" over every group, routed from "*".
+func (s *Spec) ConfigYAML() string {
+	s.defaults()
+	var b strings.Builder
+	b.WriteString("regions:\n")
+	for ri, r := range s.Regions {
+		fmt.Fprintf(&b, "  - name: %s\n    zones:\n", r.Name)
+		for zi, z := range r.Zones {
+			fmt.Fprintf(&b, "      - name: %s-%s\n        groups:\n          - name: %s-%s-web\n            instances:\n", r.Name, z, r.Name, z)
+			for i := 1; i <= r.Instances; i++ {
+				fmt.Fprintf(&b, "              - address: %s\n", s.Addr(ri, zi, i))
+			}
+		}
+	}
+	fmt.Fprintf(&b, "services:\n  - name: web\n    policy: %s\n", s.Policy)
+	if s.HashScope != "" {
+		fmt.Fprintf(&b, "    hash_scope: %s\n", s.HashScope)
+	}
+	b.WriteString("    balancing_mode: RATE\n    backends:\n")
+	for _, r := range s.Regions {
+		for _, z := range r.Zones {
+			fmt.Fprintf(&b, "      - {group: %s-%s-web, max_rate_per_instance: %g}\n", r.Name, z, r.Rate)
+		}
+	}
+	hi := s.HealthInterval
+	fmt.Fprintf(&b, "    health_check: {protocol: http, path: /healthz, interval: %v, timeout: %v, healthy_threshold: 2, unhealthy_threshold: 2, jitter: 0.1}\n", hi, hi/2)
+	b.WriteString("routes:\n  - {host: \"*\", path_prefix: /, service: web}\n")
+	return b.String()
+}
+
+// Start builds what is missing and starts the deployment: backends, control
+// planes, then gfes, and waits until every gfe is ready (has a plan). On
+// error it stops what it started.
+func Start(ctx context.Context, spec Spec, opts Options) (c *Cluster, err error) {
+	spec.defaults()
+	if opts.Dir == "" {
+		return nil, errors.New("topology: Options.Dir is required")
+	}
+	c = &Cluster{Spec: spec, Dir: opts.Dir, opts: opts, Bins: opts.Bins, Instances: map[string][]string{}}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	if c.Bins == nil {
+		if c.Bins, err = proc.Build(ctx, filepath.Join(opts.Dir, "bin"), false, "gfe", "controlplane", "testbackend"); err != nil {
+			return nil, err
+		}
+	}
+	c.ConfigPath = filepath.Join(opts.Dir, "spillway.yaml")
+	if err := os.WriteFile(c.ConfigPath, []byte(spec.ConfigYAML()), 0o644); err != nil {
+		return nil, err
+	}
+
+	// Backends: one process per region.
+	for ri, r := range spec.Regions {
+		args := []string{
+			"--max-rps", fmt.Sprint(r.Rate), "--burst", fmt.Sprint(max(1, int(r.Rate/20))),
+			"--max-concurrency", "0", "--queue", fmt.Sprint(spec.Queue), "--service-time", spec.ServiceTime.String(),
+		}
+		for si, s := range spec.Sites {
+			if d, ok := s.RTT[r.Name]; ok {
+				args = append(args, "--delay", fmt.Sprintf("%s/24=%v", spec.ip(si+1, 0), d))
+			}
+		}
+		for zi, z := range r.Zones {
+			for i := 1; i <= r.Instances; i++ {
+				addr := spec.Addr(ri, zi, i)
+				c.Instances[r.Name] = append(c.Instances[r.Name], addr)
+				args = append(args, "--instance", fmt.Sprintf("name=%s-%s-%d,addr=%s,region=%s,zone=%s-%s", r.Name, z, i, addr, r.Name, r.Name, z))
+			}
+		}
+		p, err := proc.Start("backend-"+r.Name, c.Bins["testbackend"], proc.Options{Tee: opts.Tee}, args...)
+		if err != nil {
+			return nil, err
+		}
+		c.Backends = append(c.Backends, p)
+	}
+	for _, addrs := range c.Instances {
+		for _, a := range addrs {
+			if err := waitCtx(ctx, 20*time.Second, "http://"+a+"/healthz"); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	// Control planes.
+	var seeds []string
+	for k := 1; k <= spec.ControlPlanes; k++ {
+		seeds = append(seeds, spec.ip(0, k)+":7946")
+	}
+	for k := 1; k <= spec.ControlPlanes; k++ {
+		ip := spec.ip(0, k)
+		name := fmt.Sprintf("cp-%d", k)
+		args := []string{
+			"--config", c.ConfigPath, "--node", name, "--listen", ip + ":7000", "--admin", ip + ":7100",
+			"--gossip-addr", ip + ":7946", "--join", strings.Join(seeds, ","), "--log-format", "json",
+		}
+		c.cpArgs = append(c.cpArgs, args)
+		c.cpNames = append(c.cpNames, name)
+		c.CPAddrs = append(c.CPAddrs, ip+":7000")
+		c.CPs = append(c.CPs, nil)
+		if err := c.StartControlPlane(k - 1); err != nil {
+			return nil, err
+		}
+	}
+	for k := range c.CPs {
+		if err := waitCtx(ctx, 20*time.Second, "http://"+spec.ip(0, k+1)+":7100/readyz"); err != nil {
+			return nil, err
+		}
+	}
+
+	// gfes.
+	for si, s := range spec.Sites {
+		for g := 1; g <= s.GFEs; g++ {
+			ip := spec.ip(si+1, g)
+			gf := &GFE{
+				Name: fmt.Sprintf("gfe-%s-%d", s.Name, g), Site: s.Name,
+				URL: "http://" + ip + ":8080", Admin: "http://" + ip + ":9090", SourceIP: ip,
+			}
+			gf.args = []string{
+				"--node", gf.Name, "--site", s.Name, "--listen", ip + ":8080", "--admin", ip + ":9090",
+				"--source-ip", ip, "--controlplanes", strings.Join(c.CPAddrs, ","),
+				"--gossip-addr", ip + ":7946", "--join", strings.Join(seeds, ","),
+				"--plan-interval", spec.PlanInterval.String(), "--rtt-interval", spec.RTTInterval.String(),
+				"--damping", fmt.Sprint(spec.Damping), "--log-format", "json",
+			}
+			c.GFEs = append(c.GFEs, gf)
+			if err := c.StartGFE(gf); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, gf := range c.GFEs {
+		if err := waitCtx(ctx, 30*time.Second, gf.Admin+"/readyz"); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// StartControlPlane (re)starts control plane k (from 0).
+func (c *Cluster) StartControlPlane(k int) error {
+	p, err := proc.Start(c.cpNames[k], c.Bins["controlplane"], proc.Options{Tee: c.opts.Tee}, c.cpArgs[k]...)
+	if err != nil {
+		return err
+	}
+	c.CPs[k] = p
+	return nil
+}
+
+// StartGFE (re)starts gf.
+func (c *Cluster) StartGFE(gf *GFE) error {
+	p, err := proc.Start(gf.Name, c.Bins["gfe"], proc.Options{Tee: c.opts.Tee}, gf.args...)
+	if err != nil {
+		return err
+	}
+	gf.Proc = p
+	return nil
+}
+
+// Stop stops every process: gfes, control planes, then backends.
+func (c *Cluster) Stop() {
+	for _, g := range c.GFEs {
+		if g.Proc != nil {
+			g.Proc.Stop(5 * time.Second)
+		}
+	}
+	for _, p := range c.CPs {
+		if p != nil {
+			p.Stop(5 * time.Second)
+		}
+	}
+	for _, p := range c.Backends {
+		p.Stop(5 * time.Second)
+	}
+}
+
+// Interrupt sends SIGINT to every process (the demo's Ctrl-C).
+func (c *Cluster) Interrupt() {
+	for _, g := range c.GFEs {
+		if g.Proc != nil {
+			g.Proc.Signal(syscall.SIGINT)
+		}
+	}
+}
+
+// SetHealthy makes every instance in addrs pass or fail its health checks.
+func SetHealthy(ctx context.Context, healthy bool, addrs ...string) error {
+	for _, a := range addrs {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("http://%s/admin/health?healthy=%t", a, healthy), nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return fmt.Errorf("set health of %s: %w", a, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			return fmt.Errorf("set health of %s: status %d", a, resp.StatusCode)
+		}
+	}
+	return nil
+}
+
+// Status fetches a gfe's /status.
+func Status(ctx context.Context, gf *GFE) (*edge.Status, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, gf.Admin+"/status", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var st edge.Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return nil, fmt.Errorf("decode %s/status: %w", gf.Admin, err)
+	}
+	return &st, nil
+}
+
+// WaitFor polls cond every 100ms until it returns true or the timeout
+// passes; it returns the last error cond gave.
+func WaitFor(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	var last error
+	for {
+		ok, err := cond()
+		if ok {
+			return nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("condition not met within %v (last: %v)", timeout, last)
+		case <-t.C:
+		}
+	}
+}
+
+func waitCtx(ctx context.Context, d time.Duration, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return proc.WaitHTTP(ctx, url)
+}
