@@ -58,6 +58,9 @@ type Result struct {
 	// X-Spillway-Region and X-Spillway-Backend headers.
 	ByRegion  map[string]int64
 	ByBackend map[string]int64
+	// Routed counts every response that names a region (any status): where
+	// the load balancer sent requests, whether or not the backend coped.
+	Routed map[string]int64
 	// Latencies of answered requests (any status), sorted ascending.
 	Latencies []time.Duration
 	// Elapsed is the wall time of the run including the drain of
@@ -103,7 +106,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}()
 
-	res := &Result{Status: map[int]int64{}, ByRegion: map[string]int64{}, ByBackend: map[string]int64{}}
+	res := &Result{Status: map[int]int64{}, ByRegion: map[string]int64{}, ByBackend: map[string]int64{}, Routed: map[string]int64{}}
 	var (
 		mu  sync.Mutex
 		wg  sync.WaitGroup
@@ -117,6 +120,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return
 		}
 		res.Status[status]++
+		if region != "" {
+			res.Routed[region]++
+		}
 		res.Latencies = append(res.Latencies, lat)
 		if status/100 == 2 {
 			res.OK++

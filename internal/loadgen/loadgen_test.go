@@ -52,6 +52,9 @@ func TestRunCountsByRegionAndSource(t *testing.T) {
 	if got := res.ByRegion["us-east"] + res.ByRegion["eu-west"]; got != res.OK {
 		t.Errorf("ByRegion sums to %d, want %d", got, res.OK)
 	}
+	if got := res.Routed["us-east"] + res.Routed["eu-west"]; got != res.Sent {
+		t.Errorf("Routed sums to %d, want %d", got, res.Sent)
+	}
 	mu.Lock()
 	if len(fromIP) != 4 {
 		t.Errorf("requests came from %d source addresses (%v), want 4", len(fromIP), fromIP)

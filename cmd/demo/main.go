@@ -1,0 +1,83 @@
+// Command demo starts a local Spillway deployment — one control plane, three
+// gfes at three sites, test backends in three regions of two zones — as
+// separate processes on loopback, and drives traffic through a short story
+// (steady state, flash crowd, unhealthy region, global overload, recovery),
+// printing per phase where each site's traffic went and each region's
+// utilization. With --keep-running it then leaves the deployment up and
+// prints the admin URLs until Ctrl-C.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spillway-lb/spillway/internal/demo"
+	"github.com/spillway-lb/spillway/internal/topology"
+)
+
+func main() {
+	keep := flag.Bool("keep-running", false, "after the story, keep the deployment running until Ctrl-C and print its admin URLs")
+	verbose := flag.Bool("v", false, "print every process's logs")
+	net := flag.Int("net", 10, "second octet of the deployment's loopback addresses (127.NET.0.0/16)")
+	settle := flag.Duration("settle", 5*time.Second, "time each phase runs before it is measured")
+	measure := flag.Duration("measure", 6*time.Second, "time each phase is measured")
+	flag.Parse()
+	if err := run(*keep, *verbose, *net, *settle, *measure); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+func run(keep, verbose bool, net int, settle, measure time.Duration) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	dir, err := os.MkdirTemp("", "spillway-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+
+	var tee io.Writer
+	if verbose {
+		tee = os.Stderr
+	}
+	fmt.Printf("building and starting: 1 control plane, 3 gfes (nyc, lon, tokyo), backends in us-east, eu-west, asia-east (in %s)\n", dir)
+	t0 := time.Now()
+	c, err := topology.Start(ctx, demo.Spec(net), topology.Options{Dir: dir, Tee: tee})
+	if err != nil {
+		return err
+	}
+	defer c.Stop()
+	fmt.Printf("up in %v; config %s\n", time.Since(t0).Round(time.Millisecond), c.ConfigPath)
+
+	story := demo.Story()
+	for i, ph := range story {
+		res, err := demo.RunPhase(ctx, c, ph, settle, measure)
+		if err != nil {
+			return fmt.Errorf("phase %q: %w", ph.Name, err)
+		}
+		planned, err := demo.Planned(ctx, c)
+		if err != nil {
+			return err
+		}
+		demo.Print(os.Stdout, i+1, len(story), ph, res, planned, measure)
+	}
+	if keep {
+		fmt.Println("\nthe deployment keeps running; Ctrl-C stops every process.")
+		for _, g := range c.GFEs {
+			fmt.Printf("  gfe %-12s proxy %s  admin %s/status  %s/metrics\n", g.Name, g.URL, g.Admin, g.Admin)
+		}
+		for i, a := range c.CPAddrs {
+			fmt.Printf("  control plane %d  gRPC %s\n", i+1, a)
+		}
+		<-ctx.Done()
+	}
+	fmt.Println("\ndone; stopping every process")
+	return nil
+}

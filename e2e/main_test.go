@@ -1,0 +1,140 @@
+// Package e2e holds the end-to-end tests: real control plane, gfe and test
+// backend processes on loopback, talking real gRPC, memberlist and HTTP.
+// Each test owns a 127.N.0.0/16 of its own (topology.Spec.Net).
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spillway-lb/spillway/internal/loadgen"
+	"github.com/spillway-lb/spillway/internal/proc"
+	"github.com/spillway-lb/spillway/internal/topology"
+)
+
+// bins are the binaries built once for every test in the package.
+var bins map[string]string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "spillway-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	bins, err = proc.Build(ctx, dir, false, "gfe", "controlplane", "testbackend")
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// startCluster starts spec and stops it when the test ends; on failure it
+// prints the processes' logs.
+func startCluster(t *testing.T, spec topology.Spec) *topology.Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := topology.Start(ctx, spec, topology.Options{Dir: t.TempDir(), Bins: bins})
+	if err != nil {
+		t.Fatalf("topology.Start: %v", err)
+	}
+	t.Cleanup(func() {
+		c.Stop()
+		if t.Failed() {
+			dumpLogs(t, c)
+		}
+	})
+	return c
+}
+
+func dumpLogs(t *testing.T, c *topology.Cluster) {
+	t.Helper()
+	for i, p := range c.CPs {
+		if p != nil {
+			t.Logf("--- control plane %d log (tail):\n%s", i+1, tail(p.Output(), 3000))
+		}
+	}
+	for _, g := range c.GFEs {
+		t.Logf("--- %s log (tail):\n%s", g.Name, tail(g.Proc.Output(), 3000))
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// load drives rate req/s at every gfe named in rates (by site) for d, from
+// client addresses in each site's /24, and returns each site's result.
+func load(t *testing.T, c *topology.Cluster, rates map[string]float64, d time.Duration) map[string]*loadgen.Result {
+	t.Helper()
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		out = map[string]*loadgen.Result{}
+	)
+	for si, s := range c.Spec.Sites {
+		rate := rates[s.Name]
+		if rate <= 0 {
+			continue
+		}
+		gf := gfeOf(c, s.Name)
+		wg.Go(func() {
+			first := netip.MustParseAddr(fmt.Sprintf("127.%d.%d.100", c.Spec.Net, si+1))
+			res, err := loadgen.Run(context.Background(), loadgen.Config{
+				URL: gf.URL + "/", Rate: rate, Duration: d, Sources: loadgen.Sources(first, 8), Timeout: 5 * time.Second,
+			})
+			if err != nil {
+				t.Errorf("load %s: %v", s.Name, err)
+				return
+			}
+			mu.Lock()
+			out[s.Name] = res
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+func gfeOf(c *topology.Cluster, site string) *topology.GFE {
+	for _, g := range c.GFEs {
+		if g.Site == site {
+			return g
+		}
+	}
+	return nil
+}
+
+// threeSites is the e2e topology: regions us-east, eu-west, asia-east of two
+// zones with four 40 req/s instances each (320 req/s per region), and sites
+// nyc, lon, tokyo each near one region.
+func threeSites(net int) topology.Spec {
+	ms := time.Millisecond
+	s := topology.Spec{
+		Net:   net,
+		Queue: 64,
+		Sites: []topology.Site{
+			{Name: "nyc", RTT: map[string]time.Duration{"us-east": 4 * ms, "eu-west": 20 * ms, "asia-east": 40 * ms}},
+			{Name: "lon", RTT: map[string]time.Duration{"us-east": 20 * ms, "eu-west": 4 * ms, "asia-east": 35 * ms}},
+			{Name: "tokyo", RTT: map[string]time.Duration{"us-east": 40 * ms, "eu-west": 35 * ms, "asia-east": 4 * ms}},
+		},
+	}
+	for _, r := range []string{"us-east", "eu-west", "asia-east"} {
+		s.Regions = append(s.Regions, topology.Region{Name: r, Zones: []string{"b", "c"}, Instances: 4, Rate: 40})
+	}
+	return s
+}

@@ -1,0 +1,208 @@
+// Package demo runs the story of the one-command demo: a local deployment of
+// one control plane, three gfes at three sites and test backends in three
+// regions, driven through steady state, a flash crowd, an unhealthy region,
+// global overload and recovery, printing per phase where each site's traffic
+// went and each region's utilization. cmd/demo wires it to flags and signals.
+package demo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spillway-lb/spillway/internal/loadgen"
+	"github.com/spillway-lb/spillway/internal/topology"
+)
+
+// Regions and sites of the demo; the RTTs are emulated by the test backends.
+var (
+	regionNames = []string{"us-east", "eu-west", "asia-east"}
+	siteNames   = []string{"nyc", "lon", "tokyo"}
+)
+
+// Spec returns the demo topology in 127.net.0.0/16: three regions of two
+// zones, four instances of 40 req/s per zone (320 req/s per region), and
+// sites nyc, lon and tokyo each near one region.
+func Spec(net int) topology.Spec {
+	ms := time.Millisecond
+	s := topology.Spec{
+		Net:   net,
+		Queue: 32,
+		Sites: []topology.Site{
+			{Name: "nyc", RTT: map[string]time.Duration{"us-east": 8 * ms, "eu-west": 35 * ms, "asia-east": 90 * ms}},
+			{Name: "lon", RTT: map[string]time.Duration{"us-east": 35 * ms, "eu-west": 8 * ms, "asia-east": 80 * ms}},
+			{Name: "tokyo", RTT: map[string]time.Duration{"us-east": 90 * ms, "eu-west": 80 * ms, "asia-east": 8 * ms}},
+		},
+	}
+	for _, r := range regionNames {
+		s.Regions = append(s.Regions, topology.Region{Name: r, Zones: []string{"b", "c"}, Instances: 4, Rate: 40})
+	}
+	return s
+}
+
+// RegionCapacity is the configured capacity of one demo region, req/s.
+const RegionCapacity = 320
+
+// Phase is one step of the story.
+type Phase struct {
+	Name string
+	// Demand per site, req/s.
+	Demand map[string]float64
+	// Unhealthy lists instances to fail (by region: how many of its
+	// instances, from the first) during the phase; the others are healthy.
+	Unhealthy map[string]int
+	// Expect says in words what the waterfall should do.
+	Expect string
+}
+
+// Story is the demo's sequence of phases.
+func Story() []Phase {
+	return []Phase{
+		{Name: "steady state", Demand: map[string]float64{"nyc": 200, "lon": 150, "tokyo": 100},
+			Expect: "every site stays in its nearest region"},
+		{Name: "flash crowd at nyc", Demand: map[string]float64{"nyc": 450, "lon": 150, "tokyo": 100},
+			Expect: "us-east fills to 320 req/s; nyc's other 130 req/s spill to eu-west, its next-nearest region"},
+		{Name: "5 of 8 eu-west instances unhealthy", Demand: map[string]float64{"nyc": 200, "lon": 100, "tokyo": 100},
+			Unhealthy: map[string]int{"eu-west": 5},
+			Expect:    "eu-west has healthy room (120 req/s) but h=3/8 < 0.5 keeps only 2h=75% of lon's traffic; 25% spills to us-east"},
+		{Name: "global overload (+20%)", Demand: map[string]float64{"nyc": 500, "lon": 400, "tokyo": 252},
+			Expect: "1152 req/s against 960: every region runs at 120%, traffic as local as possible"},
+		{Name: "recovery", Demand: map[string]float64{"nyc": 200, "lon": 150, "tokyo": 100},
+			Expect: "traffic returns to each site's nearest region"},
+	}
+}
+
+// SiteResult is what one site's load generator measured in a phase.
+type SiteResult struct {
+	Site   string
+	Demand float64
+	Res    *loadgen.Result
+}
+
+// RunPhase applies the phase's health, lets the deployment settle for
+// settle, then measures measure of traffic from every site at once.
+func RunPhase(ctx context.Context, c *topology.Cluster, ph Phase, settle, measure time.Duration) ([]SiteResult, error) {
+	for r, addrs := range c.Instances {
+		n := ph.Unhealthy[r]
+		if err := topology.SetHealthy(ctx, false, addrs[:n]...); err != nil {
+			return nil, err
+		}
+		if err := topology.SetHealthy(ctx, true, addrs[n:]...); err != nil {
+			return nil, err
+		}
+	}
+	// Settle: the same load, not measured, so demand estimates, gossip,
+	// health checks and plan damping catch up.
+	if _, err := drive(ctx, c, ph, settle); err != nil {
+		return nil, err
+	}
+	return drive(ctx, c, ph, measure)
+}
+
+func drive(ctx context.Context, c *topology.Cluster, ph Phase, d time.Duration) ([]SiteResult, error) {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		out  []SiteResult
+		errs []error
+	)
+	for si, gf := range gfesBySite(c) {
+		demand := ph.Demand[gf.Site]
+		if demand <= 0 {
+			continue
+		}
+		wg.Go(func() {
+			first := netip.MustParseAddr(fmt.Sprintf("127.%d.%d.100", c.Spec.Net, si+1))
+			res, err := loadgen.Run(ctx, loadgen.Config{
+				URL: gf.URL + "/", Rate: demand, Duration: d, Sources: loadgen.Sources(first, 16), Timeout: 3 * time.Second,
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			out = append(out, SiteResult{Site: gf.Site, Demand: demand, Res: res})
+		})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return nil, errs[0]
+	}
+	slices.SortFunc(out, func(a, b SiteResult) int { return slices.Index(siteNames, a.Site) - slices.Index(siteNames, b.Site) })
+	return out, nil
+}
+
+// gfesBySite returns the first gfe of every site, in site order.
+func gfesBySite(c *topology.Cluster) []*topology.GFE {
+	var out []*topology.GFE
+	for _, s := range c.Spec.Sites {
+		for _, g := range c.GFEs {
+			if g.Site == s.Name {
+				out = append(out, g)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// ServedRPS returns the measured 2xx rate per region over all sites.
+func ServedRPS(results []SiteResult, measure time.Duration) map[string]float64 {
+	out := map[string]float64{}
+	for _, r := range results {
+		for region, n := range r.Res.ByRegion {
+			out[region] += float64(n) / measure.Seconds()
+		}
+	}
+	return out
+}
+
+// Print writes the phase's tables: where each site's traffic went, and each
+// region's measured and planned utilization.
+func Print(w io.Writer, i, n int, ph Phase, results []SiteResult, planned map[string]float64, measure time.Duration) {
+	fmt.Fprintf(w, "\n== phase %d/%d: %s\n   expect: %s\n", i, n, ph.Name, ph.Expect)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "site\tdemand\t%s\tok\terrors\tp50\tp99\t\n", strings.Join(regionNames, "\t"))
+	for _, r := range results {
+		fmt.Fprintf(tw, "%s\t%.0f/s\t", r.Site, r.Demand)
+		for _, reg := range regionNames {
+			fmt.Fprintf(tw, "%.0f%%\t", 100*r.Res.RegionShare(reg))
+		}
+		errRate := 0.0
+		if r.Res.Sent > 0 {
+			errRate = float64(r.Res.Failed) / float64(r.Res.Sent)
+		}
+		fmt.Fprintf(tw, "%d\t%.1f%%\t%v\t%v\t\n", r.Res.OK, 100*errRate, r.Res.Percentile(50).Round(time.Millisecond), r.Res.Percentile(99).Round(time.Millisecond))
+	}
+	tw.Flush()
+	served := ServedRPS(results, measure)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "region\tcapacity\tserved\tutilization\tplanned\t\n")
+	for _, reg := range regionNames {
+		fmt.Fprintf(tw, "%s\t%d/s\t%.0f/s\t%.0f%%\t%.0f%%\t\n", reg, RegionCapacity, served[reg], 100*served[reg]/RegionCapacity, 100*planned[reg])
+	}
+	tw.Flush()
+}
+
+// Planned returns the planned utilization of every region as the first
+// gfe's /status reports it.
+func Planned(ctx context.Context, c *topology.Cluster) (map[string]float64, error) {
+	st, err := topology.Status(ctx, c.GFEs[0])
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, s := range st.Services {
+		for _, r := range s.Regions {
+			out[r.Name] = r.Utilization
+		}
+	}
+	return out, nil
+}
