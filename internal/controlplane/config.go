@@ -1,0 +1,135 @@
+package controlplane
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/internal/gossip"
+	"github.com/spillway-lb/spillway/lb/health"
+)
+
+// Config is what an operator sets for one control plane replica (the flags of
+// cmd/controlplane). Start from DefaultConfig; the zero value is not valid.
+// A Config is read-only once passed to New.
+type Config struct {
+	// ConfigPath is the YAML file with the operator configuration (the
+	// schema of package config). It is loaded with config.Load, so
+	// SPILLWAY_* environment overrides apply, watched for changes, and
+	// reloaded; an invalid change is rejected and the last good
+	// configuration keeps being served. Required.
+	ConfigPath string
+	// ListenAddr is the gRPC listen address (ControlPlane service, gRPC
+	// health, reflection). Default "127.0.0.1:7000". Port 0 picks a free
+	// port; Daemon.Addr reports it.
+	ListenAddr string
+	// AdminAddr is the admin HTTP listen address (/metrics, /healthz,
+	// /readyz, /status, /debug/pprof/). Default "127.0.0.1:7100": loopback,
+	// since it is unauthenticated. Port 0 picks a free port.
+	AdminAddr string
+	// NodeName identifies this replica: its memberlist name (Gossip.Name is
+	// set to it), the control_plane_id of its snapshots, and its key in the
+	// Maglev table that shares out health checks. Required, unique among
+	// control planes and gfes.
+	NodeName string
+	// Gossip configures this replica's memberlist node. Name is overridden
+	// with NodeName. Default gossip.DefaultConfig().
+	Gossip gossip.Config
+	// ReloadDebounce is how long the config file must stay quiet after a
+	// change event before it is reloaded, so that an editor's
+	// truncate-then-write is read once, complete. Default 100ms. Longer
+	// delays every reload by as much.
+	ReloadDebounce time.Duration
+	// ReloadPoll is how often the config file is re-read whatever the file
+	// events say: a safety net for file systems that do not report changes.
+	// Re-reading an unchanged file costs one read and a byte comparison.
+	// Default 30s; 0 disables polling.
+	ReloadPoll time.Duration
+	// ShutdownGrace bounds how long the gRPC and admin servers wait for
+	// calls under way when the daemon stops, before closing them. Open
+	// snapshot streams are ended at once (with UNAVAILABLE, so gfes move to
+	// another replica). Default 5s.
+	ShutdownGrace time.Duration
+	// KeepaliveMinTime is the shortest interval between client keepalive
+	// pings the gRPC server tolerates; a client pinging more often is
+	// disconnected (grpc keepalive.EnforcementPolicy). Default 5s, which
+	// lets cpclient detect a dead control plane within seconds.
+	KeepaliveMinTime time.Duration
+}
+
+// DefaultConfig returns a Config with every default set; ConfigPath and
+// NodeName are left empty.
+func DefaultConfig() Config {
+	return Config{
+		ListenAddr:       "127.0.0.1:7000",
+		AdminAddr:        "127.0.0.1:7100",
+		Gossip:           gossip.DefaultConfig(),
+		ReloadDebounce:   100 * time.Millisecond, // longer than an editor's save, short for an operator
+		ReloadPoll:       30 * time.Second,
+		ShutdownGrace:    5 * time.Second,
+		KeepaliveMinTime: 5 * time.Second, // below cpclient's default keepalive time of 10s
+	}
+}
+
+// Validate reports every invalid field at once, each error naming the field
+// (as its command-line flag where there is one) and the bad value.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.ConfigPath == "" {
+		bad("config: required")
+	}
+	if c.NodeName == "" {
+		bad("node: required")
+	}
+	for _, a := range []struct{ name, addr string }{{"listen", c.ListenAddr}, {"admin", c.AdminAddr}} {
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			bad("%s: must be host:port, got %q", a.name, a.addr)
+		}
+	}
+	if c.ReloadDebounce < 0 {
+		bad("reload_debounce: must be >= 0, got %v", c.ReloadDebounce)
+	}
+	if c.ReloadPoll < 0 {
+		bad("reload_poll: must be >= 0, got %v", c.ReloadPoll)
+	}
+	if c.ShutdownGrace < 0 {
+		bad("shutdown_grace: must be >= 0, got %v", c.ShutdownGrace)
+	}
+	if c.KeepaliveMinTime <= 0 {
+		bad("keepalive_min_time: must be > 0, got %v", c.KeepaliveMinTime)
+	}
+	g := c.Gossip
+	g.Name = c.NodeName
+	if err := g.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Options holds the daemon's dependencies. The zero value is usable.
+type Options struct {
+	// Clock drives health-check schedules, reload debouncing and polling,
+	// and the startup settle deadline. Nil means the real clock. Gossip
+	// (memberlist) always runs on the real clock.
+	Clock clock.Clock
+	// Logger receives every component's logs, each with a component field.
+	// The zero Logger discards everything.
+	Logger zerolog.Logger
+	// Rand returns uniform random 64-bit values for health-check jitter. It
+	// is called from several goroutines, under a lock the daemon adds. Nil
+	// means math/rand/v2.Uint64.
+	Rand func() uint64
+	// Prober, if not nil, probes every instance for every health check
+	// instead of the real HTTP, TCP and gRPC probers (tests). It must be
+	// safe for concurrent use.
+	Prober health.Prober
+	// Registry receives the daemon's metrics. Nil means a new registry with
+	// the Go and process collectors, served on the admin /metrics.
+	Registry *prometheus.Registry
+}

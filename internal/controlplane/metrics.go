@@ -1,0 +1,102 @@
+package controlplane
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the daemon's Prometheus metrics, all named
+// spillway_controlplane_*. They live in the daemon's own registry, never in
+// a package global.
+type metrics struct {
+	configInfo       *prometheus.GaugeVec
+	reloads          *prometheus.CounterVec
+	lastReloadOK     prometheus.Gauge
+	connected        prometheus.Gauge
+	pushes           prometheus.Counter
+	acks             prometheus.Counter
+	nacks            prometheus.Counter
+	checks           *prometheus.CounterVec
+	transitions      *prometheus.CounterVec
+	instances        *prometheus.GaugeVec
+	ownedGroups      prometheus.Gauge
+	members          prometheus.Gauge
+	capacityRequests *prometheus.CounterVec
+}
+
+// Label values.
+const (
+	resultSuccess = "success"
+	resultFailure = "failure"
+	resultPass    = "pass"
+	resultFail    = "fail"
+	resultInvalid = "invalid"
+	resultRefused = "refused"
+)
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	const ns, sub = "spillway", "controlplane"
+	m := &metrics{
+		configInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "config_info",
+			Help: "Always 1, labelled with the version of the configuration being served.",
+		}, []string{"version"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "config_reloads_total",
+			Help: "Configuration loads that produced a new version (result=success) or were rejected (result=failure).",
+		}, []string{"result"}),
+		lastReloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "config_last_reload_successful",
+			Help: "1 if the last configuration load was accepted (or changed nothing), 0 if it was rejected.",
+		}),
+		connected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "connected_gfes",
+			Help: "Open StreamSnapshots streams.",
+		}),
+		pushes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "snapshot_pushes_total",
+			Help: "Snapshots sent to gfes.",
+		}),
+		acks: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "snapshot_acks_total",
+			Help: "Snapshots acknowledged (ACK) by gfes.",
+		}),
+		nacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "snapshot_nacks_total",
+			Help: "Snapshots rejected (NACK) by gfes.",
+		}),
+		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "health_checks_total",
+			Help: "Active health-check probes run by this replica, by service (\"\" for groups no service uses) and result (pass, fail).",
+		}, []string{"service", "result"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "health_transitions_total",
+			Help: "Health status changes seen by this replica's checks, by service and new status.",
+		}, []string{"service", "to"}),
+		instances: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "instances",
+			Help: "Instances in the served health view (own checks merged with other replicas'), by status (healthy, unhealthy, unknown).",
+		}, []string{"status"}),
+		ownedGroups: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "owned_groups",
+			Help: "Instance groups this replica health-checks (its share of the Maglev table over alive control planes).",
+		}),
+		members: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "control_planes",
+			Help: "Alive control-plane replicas seen in gossip, this one included.",
+		}),
+		capacityRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "capacity_requests_total",
+			Help: "RequestCapacity calls, by result (invalid, refused).",
+		}, []string{"result"}),
+	}
+	reg.MustRegister(m.configInfo, m.reloads, m.lastReloadOK, m.connected, m.pushes, m.acks, m.nacks,
+		m.checks, m.transitions, m.instances, m.ownedGroups, m.members, m.capacityRequests)
+	// Make the counters visible at 0 before the first event.
+	for _, r := range []string{resultSuccess, resultFailure} {
+		m.reloads.WithLabelValues(r)
+	}
+	for _, r := range []string{resultInvalid, resultRefused} {
+		m.capacityRequests.WithLabelValues(r)
+	}
+	return m
+}
