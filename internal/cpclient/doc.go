@@ -1,0 +1,30 @@
+// Package cpclient is the gfe's side of the control-plane protocol
+// (proto/spillway/v1, DESIGN §5, STYLE §25): it keeps a StreamSnapshots
+// stream open to one control-plane replica, turns every pushed snapshot
+// into a domain Snapshot (FromProto: the configuration parsed with
+// config.Parse, and the health of its instances), hands it to the gfe's
+// validate-and-apply callback, and ACKs or NACKs it.
+//
+// Use:
+//
+//	c, err := cpclient.New(cpclient.Config{
+//		Addresses: []string{"10.0.0.1:7000", "10.0.0.2:7000"},
+//		Node: "gfe-nyc-1", Site: "nyc",
+//		BackoffMin: 200 * time.Millisecond, BackoffMax: 10 * time.Second,
+//		KeepaliveTime: 10 * time.Second, KeepaliveTimeout: 5 * time.Second,
+//	}, cpclient.Options{Logger: log, Apply: gfe.applySnapshot})
+//	...
+//	g.Go(func() error { return c.Run(ctx) })
+//
+// (or start from DefaultConfig and set Addresses, Node and Site).
+//
+// Static stability (DESIGN §4): the client never drops the last snapshot it
+// accepted. A rejected push, a broken stream, or every control plane being
+// down leaves Current as it was, so the gfe keeps serving; Run retries the
+// replicas in turn with exponential backoff and jitter, and the first push
+// from one that answers is applied.
+//
+// Threading: Apply runs on Run's goroutine, one snapshot at a time, in
+// arrival order; Current, Changes and Status may be called from anywhere.
+// See Client.
+package cpclient
