@@ -65,8 +65,10 @@ func TestFromProto(t *testing.T) {
 			},
 		},
 		{
-			name:    "config problems keep their file and path",
-			mutate:  func(m *pb.Snapshot) { m.ConfigYaml = []byte(strings.Replace(string(m.ConfigYaml), "max_rate_per_instance: 100", "max_rate_per_instance: -1", 1)) },
+			name: "config problems keep their file and path",
+			mutate: func(m *pb.Snapshot) {
+				m.ConfigYaml = []byte(strings.Replace(string(m.ConfigYaml), "max_rate_per_instance: 100", "max_rate_per_instance: -1", 1))
+			},
 			wantErr: []string{"snapshot.config_yaml: cp.yaml: services[0].backends[0].max_rate_per_instance"},
 		},
 	}
