@@ -1,0 +1,330 @@
+#!/usr/bin/env bash
+# bench/proxy.sh — the data-plane benchmark (DESIGN §8): gfe, HAProxy and
+# nginx in front of the same origin, one worker on one core each, driven by
+# the same wrk settings, plus wrk straight at the origin as the limit.
+#
+#   bench/proxy.sh                      # 5 rounds × 10 s per target, ~8 minutes
+#   ROUNDS=1 DURATION=3s bench/proxy.sh # quick check, ~1 minute
+#
+# Layout: every proxy runs pinned to PROXY_CPU (haproxy nbthread 1, nginx
+# worker_processes 1, gfe GOMAXPROCS=1); the origin and wrk share LOAD_CPU.
+# Keep-alive on both sides. Two origins are measured:
+#   go     the Go test backend (cmd/testbackend, no service time, no limits);
+#   cheap  nginx returning a fixed 200, so that the proxy's core is the
+#          bottleneck and the req/s ratio is a per-core ratio.
+# Each round runs every target once, in an order rotated per round (the
+# machine is shared and its load drifts; rotation spreads that over all
+# targets), and the table reports medians over rounds.
+#
+# Besides wrk's req/s and p50/p99, the script reads the proxy's CPU time
+# (user+sys over all its threads and worker processes, /proc/PID/stat)
+# before and after each run: "CPU µs/req" is that time divided by the
+# requests served, and "per core" in the ratio table compares those. It is
+# the per-core figure that holds even when the proxy's core is not saturated
+# (when wrk + origin on LOAD_CPU are the bottleneck, req/s compares the
+# load side, not the proxies; "proxy CPU" shows how busy the proxy's core
+# was).
+#
+# Environment (defaults in brackets):
+#   ROUNDS [5]  DURATION [10s]  WARMUP [1s]  CONNS [32]  THREADS [1]
+#   ORIGINS ["go cheap"]  TARGETS ["gfe haproxy nginx direct"]
+#   PROXY_CPU [0]  LOAD_CPU [1]
+#   PROFILE [0]  1: after the rounds, take a 5 s CPU profile of the gfe
+#                under load from the cheap origin and print its top entries
+#   OUT []       directory to copy the raw runs, table and profile to
+#   GFE_ENV []   extra environment for the gfe, e.g. "GOGC=200"
+#   NICE [0]     run proxies, origin and wrk at this nice level (negative
+#                values, as root, shield the run from other work on a
+#                shared machine at that work's expense)
+#
+# Needs: go, curl, taskset, ss; installs haproxy, nginx and wrk from Debian's
+# packages when they are missing (as root). Every process it starts is
+# stopped on exit.
+set -euo pipefail
+
+ROUNDS=${ROUNDS:-5}
+DURATION=${DURATION:-10s}
+WARMUP=${WARMUP:-1s}
+CONNS=${CONNS:-32}
+THREADS=${THREADS:-1}
+ORIGINS=${ORIGINS:-"go cheap"}
+TARGETS=${TARGETS:-"gfe haproxy nginx direct"}
+PROXY_CPU=${PROXY_CPU:-0}
+LOAD_CPU=${LOAD_CPU:-1}
+PROFILE=${PROFILE:-0}
+OUT=${OUT:-}
+GFE_ENV=${GFE_ENV:-}
+NICE=${NICE:-0}
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+
+log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# ---- prerequisites -------------------------------------------------------
+
+need_pkgs=()
+command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || need_pkgs+=(haproxy)
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need_pkgs+=(nginx)
+command -v wrk >/dev/null || need_pkgs+=(wrk)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+	[ "$(id -u)" = 0 ] || die "missing ${need_pkgs[*]}; run as root to install them, or install them first"
+	log "installing ${need_pkgs[*]} from Debian's packages"
+	# Debian's postinst tries to start the services; in a container without
+	# an init that fails harmlessly, and a policy-rc.d may forbid it.
+	apt-get update -qq >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+export PATH=$PATH:/usr/sbin:/sbin
+for c in go curl taskset ss haproxy nginx wrk awk; do
+	command -v "$c" >/dev/null || die "$c not found"
+done
+[ "$(nproc --all)" -ge 2 ] || die "need at least 2 CPUs"
+
+WORK=$(mktemp -d /tmp/spillway-bench.XXXXXX)
+chmod 755 "$WORK" # nginx workers drop to an unprivileged user
+RUNS=$WORK/runs.tsv
+: >"$RUNS"
+
+# ---- process bookkeeping -------------------------------------------------
+
+PIDS=()
+cleanup() {
+	local rc=$?
+	set +e
+	for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+	for pid in "${PIDS[@]}"; do
+		for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+		kill -KILL "$pid" 2>/dev/null
+	done
+	wait 2>/dev/null
+	if [ -n "$OUT" ]; then mkdir -p "$OUT" && cp -r "$WORK"/. "$OUT"/; fi
+	if [ $rc -ne 0 ]; then
+		log "failed; logs kept in $WORK"
+	else
+		rm -rf "$WORK"
+	fi
+	exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# stop_all stops the processes started so far (between origins).
+stop_all() {
+	for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+	for pid in "${PIDS[@]}"; do
+		for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+		kill -KILL "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
+	PIDS=()
+}
+
+# start NAME CPU CMD... runs CMD pinned to CPU in the background, logging to
+# $WORK/NAME.log; the pid is left in $LAST_PID. taskset, nice and env exec,
+# so the pid is the program's own.
+start() {
+	local name=$1 cpu=$2
+	shift 2
+	taskset -c "$cpu" nice -n "$NICE" "$@" >"$WORK/$name.log" 2>&1 &
+	LAST_PID=$!
+	PIDS+=("$LAST_PID")
+}
+
+# free_port prints a loopback TCP+UDP port that nothing uses and that this
+# run has not handed out yet.
+USED_PORTS=" "
+free_port() {
+	local p
+	for _ in $(seq 200); do
+		p=$((20000 + RANDOM % 30000))
+		case $USED_PORTS in *" $p "*) continue ;; esac
+		if [ -z "$(ss -Htuan "( sport = :$p )")" ]; then
+			USED_PORTS="$USED_PORTS$p "
+			echo "$p"
+			return
+		fi
+	done
+	die "no free port found"
+}
+
+# wait_200 URL NAME PID waits until URL answers 200 (up to 30 s).
+wait_200() {
+	local url=$1 name=$2 pid=$3
+	for _ in $(seq 300); do
+		kill -0 "$pid" 2>/dev/null || { cat "$WORK/$name.log" >&2; die "$name exited"; }
+		[ "$(curl -s -o /dev/null -m 1 -w '%{http_code}' "$url" || true)" = 200 ] && return
+		sleep 0.1
+	done
+	cat "$WORK/$name.log" >&2
+	die "$name at $url not ready after 30 s"
+}
+
+# cpu_ticks PID prints the user and the sys clock ticks of PID and its
+# children (nginx's worker), all threads included.
+cpu_ticks() {
+	local u=0 k=0 p a b
+	for p in $1 $(pgrep -P "$1" || true); do
+		read -r a b < <(awk '{print $14, $15}' "/proc/$p/stat" 2>/dev/null || echo 0 0)
+		u=$((u + a)) k=$((k + b))
+	done
+	echo "$u $k"
+}
+
+render() { # render TEMPLATE OUT KEY=VALUE...
+	local tmpl=$1 out=$2 expr=()
+	shift 2
+	for kv in "$@"; do expr+=(-e "s|@${kv%%=*}@|${kv#*=}|g"); done
+	sed "${expr[@]}" "$tmpl" >"$out"
+}
+
+# ---- build ---------------------------------------------------------------
+
+log "building gfe and testbackend"
+(cd "$ROOT" && go build -o "$WORK/gfe" ./cmd/gfe && go build -o "$WORK/testbackend" ./cmd/testbackend)
+
+HZ=$(getconf CLK_TCK)
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# ---- one origin ----------------------------------------------------------
+
+declare -A URL PID
+start_origin() {
+	local origin=$1 port
+	port=$(free_port)
+	ORIGIN_ADDR=127.0.0.1:$port
+	case $origin in
+	go)
+		start origin "$LOAD_CPU" env GOMAXPROCS=1 "$WORK/testbackend" \
+			--instance "name=o1,addr=$ORIGIN_ADDR,region=r1,zone=z1" \
+			--max-concurrency 0 --max-rps 0 --service-time 0s --queue 100000
+		;;
+	cheap)
+		mkdir -p "$WORK/nginx-origin"
+		render "$HERE/nginx-origin.conf.tmpl" "$WORK/nginx-origin/nginx.conf" \
+			LISTEN="$ORIGIN_ADDR" DIR="$WORK/nginx-origin"
+		start origin "$LOAD_CPU" nginx -p "$WORK/nginx-origin" -e "$WORK/nginx-origin/error.log" \
+			-c "$WORK/nginx-origin/nginx.conf"
+		;;
+	*) die "unknown origin $origin (want go or cheap)" ;;
+	esac
+	PID[direct]=$LAST_PID
+	URL[direct]=http://$ORIGIN_ADDR/
+	wait_200 "${URL[direct]}" origin "$LAST_PID"
+}
+
+start_proxies() {
+	local port admin gossip
+	for t in $TARGETS; do
+		case $t in
+		direct) ;;
+		gfe)
+			port=$(free_port) admin=$(free_port) gossip=$(free_port)
+			render "$HERE/gfe.yaml.tmpl" "$WORK/gfe.yaml" ORIGIN="$ORIGIN_ADDR"
+			# shellcheck disable=SC2086 # GFE_ENV is a list of VAR=value words
+			start gfe "$PROXY_CPU" env GOMAXPROCS=1 $GFE_ENV "$WORK/gfe" --node b1 --site s1 \
+				--listen "127.0.0.1:$port" --admin "127.0.0.1:$admin" --config "$WORK/gfe.yaml" \
+				--gossip-addr "127.0.0.1:$gossip" --log-format json
+			PID[gfe]=$LAST_PID URL[gfe]=http://127.0.0.1:$port/ GFE_ADMIN=127.0.0.1:$admin
+			;;
+		haproxy)
+			port=$(free_port)
+			render "$HERE/haproxy.cfg.tmpl" "$WORK/haproxy.cfg" LISTEN="127.0.0.1:$port" ORIGIN="$ORIGIN_ADDR"
+			start haproxy "$PROXY_CPU" haproxy -db -f "$WORK/haproxy.cfg"
+			PID[haproxy]=$LAST_PID URL[haproxy]=http://127.0.0.1:$port/
+			;;
+		nginx)
+			port=$(free_port)
+			mkdir -p "$WORK/nginx-proxy"
+			render "$HERE/nginx-proxy.conf.tmpl" "$WORK/nginx-proxy/nginx.conf" \
+				LISTEN="127.0.0.1:$port" ORIGIN="$ORIGIN_ADDR" DIR="$WORK/nginx-proxy"
+			start nginx "$PROXY_CPU" nginx -p "$WORK/nginx-proxy" -e "$WORK/nginx-proxy/error.log" \
+				-c "$WORK/nginx-proxy/nginx.conf"
+			PID[nginx]=$LAST_PID URL[nginx]=http://127.0.0.1:$port/
+			;;
+		*) die "unknown target $t (want gfe, haproxy, nginx or direct)" ;;
+		esac
+	done
+	for t in $TARGETS; do
+		# The gfe answers 503 until its first plan (it needs one RTT probe).
+		[ "$t" = direct ] || wait_200 "${URL[$t]}" "$t" "${PID[$t]}"
+	done
+}
+
+# run_one ORIGIN TARGET ROUND: a warm-up, then the measured wrk run; appends
+# one line to $RUNS.
+run_one() {
+	local origin=$1 t=$2 round=$3 url=${URL[$2]} u0 k0 u1 k1 out line cpu secs load1
+	taskset -c "$LOAD_CPU" nice -n "$NICE" wrk -t"$THREADS" -c"$CONNS" -d"$WARMUP" "$url" >/dev/null 2>&1 || true
+	read -r u0 k0 < <(cpu_ticks "${PID[$t]}")
+	out=$(taskset -c "$LOAD_CPU" nice -n "$NICE" wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency "$url" 2>&1) || true
+	read -r u1 k1 < <(cpu_ticks "${PID[$t]}")
+	echo "$out" >>"$WORK/wrk-$origin-$t.log"
+	line=$(echo "$out" | awk -f "$HERE/wrk.awk")
+	secs=$(echo "$out" | awk '/ requests in /{ v = $4; sub(/,$/, "", v); n = v + 0; if (v ~ /ms$/) n /= 1000; else if (v ~ /m$/) n *= 60; print n }')
+	if [ "$t" = direct ]; then
+		cpu="-	-	-	-"
+	else
+		# CPU µs per request (all, user, sys) and the share of wall time the
+		# proxy was on a CPU.
+		cpu=$(awk -v u=$((u1 - u0)) -v k=$((k1 - k0)) -v hz="$HZ" -v line="$line" -v secs="${secs:-0}" 'BEGIN {
+			split(line, f, "\t"); n = f[4] + 0
+			if (n <= 0 || secs <= 0) { print "NaN\tNaN\tNaN\tNaN"; exit }
+			printf "%.2f\t%.2f\t%.2f\t%.0f\n", (u + k) / hz * 1e6 / n, u / hz * 1e6 / n, k / hz * 1e6 / n, 100 * (u + k) / hz / secs }')
+	fi
+	load1=$(cut -d' ' -f1 /proc/loadavg)
+	# origin target round | rps p50 p99 requests errors | cpu usr sys util | load1
+	printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$origin" "$t" "$round" "$line" "$cpu" "$load1" >>"$RUNS"
+	tail -1 "$RUNS" | awk -F'\t' '{ printf "%-5s %-7s round %s: %8.0f req/s  p50 %6.0f µs  p99 %7.0f µs  proxy %s µs CPU/req (usr %s sys %s, %s%% busy)  errors %s  load %s\n", $1, $2, $3, $4, $5, $6, $9, $10, $11, $12, $8, $13 }' >&2
+}
+
+profile_gfe() {
+	local url=${URL[gfe]}
+	log "profiling the gfe for 5 s under load"
+	taskset -c "$LOAD_CPU" nice -n "$NICE" wrk -t"$THREADS" -c"$CONNS" -d7s "$url" >/dev/null 2>&1 &
+	local wrk_pid=$!
+	sleep 1
+	curl -s -o "$WORK/gfe-cpu.pprof" "http://$GFE_ADMIN/debug/pprof/profile?seconds=5"
+	wait "$wrk_pid" || true
+	(cd "$ROOT" && go tool pprof -top -nodecount=25 "$WORK/gfe" "$WORK/gfe-cpu.pprof" 2>/dev/null) >"$WORK/gfe-cpu.top" || true
+	(cd "$ROOT" && go tool pprof -top -cum -nodecount=25 "$WORK/gfe" "$WORK/gfe-cpu.pprof" 2>/dev/null) >>"$WORK/gfe-cpu.top" || true
+}
+
+# ---- main ----------------------------------------------------------------
+
+read -ra target_list <<<"$TARGETS"
+n=${#target_list[@]}
+for origin in $ORIGINS; do
+	log "origin $origin: starting"
+	start_origin "$origin"
+	start_proxies
+	for r in $(seq "$ROUNDS"); do
+		for i in $(seq 0 $((n - 1))); do
+			run_one "$origin" "${target_list[$(((i + r - 1) % n))]}" "$r"
+		done
+	done
+	if [ "$PROFILE" = 1 ] && [ "$origin" = cheap ] && [ -n "${URL[gfe]:-}" ]; then
+		profile_gfe
+	fi
+	stop_all
+done
+
+LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
+{
+	echo "Data plane: medians of $ROUNDS round(s); wrk -t$THREADS -c$CONNS -d$DURATION --latency, keep-alive;"
+	echo "proxy on CPU $PROXY_CPU (one worker/thread, gfe GOMAXPROCS=1), origin + wrk on CPU $LOAD_CPU."
+	echo "$(haproxy -v | head -1 | cut -d' ' -f1-3); $(nginx -v 2>&1 | cut -d: -f2 | tr -d ' '); $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2); $(go version | cut -d' ' -f3); $(nproc --all) CPUs ($(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo))"
+	echo "gfe at $(cd "$ROOT" && git rev-parse --short HEAD)$(cd "$ROOT" && git diff --quiet HEAD -- internal cmd lb config || echo '+local changes'); nice $NICE"
+	echo "load average at start: $LOAD_START; at end: $LOAD_END; 1-min load per run in the raw lines"
+	echo
+	awk -f "$HERE/report.awk" "$RUNS"
+	echo
+	echo "CPU µs/req: the proxy's user+sys CPU per request; per core = inverse ratio of it."
+	echo "proxy CPU: the proxy's CPU time over the run's wall time (100% = its core was the bottleneck)."
+	if [ -s "$WORK/gfe-cpu.top" ]; then
+		echo
+		echo "gfe CPU profile (cheap origin):"
+		cat "$WORK/gfe-cpu.top"
+	fi
+} | tee "$WORK/table.txt"

@@ -1,0 +1,83 @@
+# report.awk turns bench/proxy.sh's per-run lines into the final table:
+# the median over rounds of each column, per origin and target, then the
+# gfe's ratios to HAProxy and nginx. Input (tab-separated, one run a line):
+#   origin target round rps p50_us p99_us requests errors cpu_us usr_us sys_us util_pct load1
+# cpu_us is the proxy's CPU time (user+sys, all threads and workers) per
+# request, usr_us and sys_us its two parts, util_pct the proxy's CPU time
+# over the run's wall time; all "-" for direct runs. POSIX awk (mawk).
+
+function median(key,    n, i, j, v, t, a) {
+	n = cnt[key]
+	if (n == 0) return "NaN"
+	for (i = 1; i <= n; i++) a[i] = vals[key, i] + 0
+	for (i = 2; i <= n; i++) {          # insertion sort; n is the round count
+		v = a[i]
+		for (j = i - 1; j >= 1 && a[j] > v; j--) a[j + 1] = a[j]
+		a[j + 1] = v
+	}
+	if (n % 2) return a[(n + 1) / 2]
+	return (a[n / 2] + a[n / 2 + 1]) / 2
+}
+
+function add(o, t, col, v,    key) {
+	if (v == "-" || v == "NaN" || v == "") return
+	key = o SUBSEP t SUBSEP col
+	vals[key, ++cnt[key]] = v
+}
+
+function ratio(a, b) {
+	if (a == "NaN" || b == "NaN" || b + 0 == 0) return "n/a"
+	return sprintf("%.2f", a / b)
+}
+
+function fmtlat(v) {
+	if (v == "NaN") return "n/a"
+	if (v >= 10000) return sprintf("%.1fms", v / 1000)
+	if (v >= 1000) return sprintf("%.2fms", v / 1000)
+	return sprintf("%dus", v + 0.5)
+}
+
+BEGIN { FS = "\t"; norigins = 0 }
+{
+	o = $1; t = $2
+	if (!(o in seenO)) { seenO[o] = 1; origins[++norigins] = o }
+	add(o, t, "rps", $4); add(o, t, "p50", $5); add(o, t, "p99", $6)
+	add(o, t, "cpu", $9); add(o, t, "usr", $10); add(o, t, "sys", $11); add(o, t, "util", $12)
+	errs[o, t] += $8; runs[o, t]++
+	reqs[o, t] += $7
+}
+END {
+	ntargets = split("gfe haproxy nginx direct", targets, " ")
+	printf "%-7s %-8s %4s %8s %9s %9s %11s %11s %9s %6s\n", "origin", "target", "runs", "req/s", "p50", "p99", "CPU us/req", "usr+sys", "proxy CPU", "errors"
+	for (i = 1; i <= norigins; i++) {
+		o = origins[i]
+		for (j = 1; j <= ntargets; j++) {
+			t = targets[j]
+			if (!((o, t) in runs)) continue
+			rps = median(o SUBSEP t SUBSEP "rps"); p50 = median(o SUBSEP t SUBSEP "p50")
+			p99 = median(o SUBSEP t SUBSEP "p99"); cpu = median(o SUBSEP t SUBSEP "cpu")
+			util = median(o SUBSEP t SUBSEP "util")
+			usr = median(o SUBSEP t SUBSEP "usr"); sys = median(o SUBSEP t SUBSEP "sys")
+			printf "%-7s %-8s %4d %8s %9s %9s %11s %11s %9s %6d\n", o, t, runs[o, t],
+				(rps == "NaN" ? "n/a" : sprintf("%.0f", rps)), fmtlat(p50), fmtlat(p99),
+				(cpu == "NaN" ? "-" : sprintf("%.1f", cpu)),
+				(usr == "NaN" ? "-" : sprintf("%.1f+%.1f", usr, sys)),
+				(util == "NaN" ? "-" : sprintf("%.0f%%", util)), errs[o, t]
+			M[o, t, "rps"] = rps; M[o, t, "p50"] = p50; M[o, t, "p99"] = p99; M[o, t, "cpu"] = cpu
+		}
+	}
+	printf "\n%-7s %-16s %8s %15s %8s %8s\n", "origin", "ratio", "req/s", "per core (CPU)", "p50", "p99"
+	for (i = 1; i <= norigins; i++) {
+		o = origins[i]
+		if (!((o, "gfe") in runs)) continue
+		for (j = 2; j <= 4; j++) {
+			t = targets[j]
+			if (!((o, t) in runs)) continue
+			# Per core: requests per CPU-second, i.e. the inverse ratio of CPU per request.
+			printf "%-7s %-16s %7s× %14s× %7s× %7s×\n", o, "gfe/" t,
+				ratio(M[o, "gfe", "rps"], M[o, t, "rps"]),
+				(t == "direct" ? "-" : ratio(M[o, t, "cpu"], M[o, "gfe", "cpu"])),
+				ratio(M[o, "gfe", "p50"], M[o, t, "p50"]), ratio(M[o, "gfe", "p99"], M[o, t, "p99"])
+		}
+	}
+}
