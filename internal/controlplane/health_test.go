@@ -27,9 +27,14 @@ type healthRig struct {
 	m      *metrics
 }
 
-func newHealthRig(t *testing.T, self, yaml string) *healthRig {
+// newHealthRig starts the manager; the instances in failing fail from the
+// first probe on.
+func newHealthRig(t *testing.T, self, yaml string, failing ...string) *healthRig {
 	t.Helper()
 	r := &healthRig{clk: clock.NewFake(epoch), gossip: newFakeGossip(self), world: newWorld(), hub: newHub()}
+	for _, a := range failing {
+		r.world.setFailing(a, true)
+	}
 	r.prober = newFakeProber(r.world)
 	r.m = newMetrics(prometheus.NewRegistry())
 	r.hm = newHealthManager(self, r.gossip, r.hub, Options{Clock: r.clk, Logger: testLogger(t), Prober: r.prober}, r.m)
@@ -54,9 +59,8 @@ func (r *healthRig) wait(t *testing.T, what string, cond func(*State) bool) *Sta
 }
 
 func TestHealthManagerChecksAndPublishes(t *testing.T) {
-	r := newHealthRig(t, "cp-a", manyGroups(2).yaml())
 	const a0, a1, b0, b1 = "127.0.0.1:20000", "127.0.0.1:20001", "127.0.0.1:20002", "127.0.0.1:20003"
-	r.world.setFailing(b1, true)
+	r := newHealthRig(t, "cp-a", manyGroups(2).yaml(), b1)
 
 	// Alone, cp-a owns both groups, probes all four at once (jitter 0)
 	// and is ready as soon as all have a verdict (thresholds 1).
@@ -91,6 +95,7 @@ func TestHealthManagerChecksAndPublishes(t *testing.T) {
 	// a0 starts failing: one interval later it is down, with the probe's
 	// error as detail, under a new version.
 	r.world.setFailing(a0, true)
+	waitTimers(t, r.clk, 4) // every probe loop waits for its next round
 	r.clk.Advance(time.Second)
 	st2 := r.wait(t, "a0 down", func(s *State) bool { return statusOf(s, a0) == health.StatusUnhealthy })
 	if st2.Version == st.Version {
@@ -111,9 +116,8 @@ func TestHealthManagerChecksAndPublishes(t *testing.T) {
 
 func TestHealthManagerSettleDeadline(t *testing.T) {
 	yaml := strings.Replace(manyGroups(1).yaml(), "unhealthy_threshold: 1", "unhealthy_threshold: 3", 1)
-	r := newHealthRig(t, "cp-a", yaml)
 	const a0, a1 = "127.0.0.1:20000", "127.0.0.1:20001"
-	r.world.setFailing(a1, true)
+	r := newHealthRig(t, "cp-a", yaml, a1)
 	r.prober.waitProbes(t, []string{a0, a1})
 	// a1 failed once of three: no verdict, so the view has not settled and
 	// nothing is served or gossiped (beyond the announcement).
@@ -189,6 +193,7 @@ func TestHealthManagerSharesWithOtherControlPlane(t *testing.T) {
 		mine = append(mine, addrsOf[g]...)
 	}
 	slices.Sort(mine)
+	waitTimers(t, r.clk, len(mine))
 	r.clk.Advance(time.Second)
 	r.prober.waitProbes(t, mine)
 	waitUntil(t, "cp-a publishes only its groups", func() bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/lb/health"
 )
@@ -29,9 +31,45 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// testLogger sends warnings and errors to the test log.
+// testLogger sends warnings and errors to the test log until the test
+// ends, and drops them after (memberlist's goroutines may log a moment after
+// a gossip node stopped, when t.Log would panic).
 func testLogger(t testing.TB) zerolog.Logger {
-	return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	w := &testWriter{w: zerolog.NewTestWriter(t)}
+	t.Cleanup(w.close)
+	return zerolog.New(w).Level(zerolog.WarnLevel)
+}
+
+type testWriter struct {
+	mu     sync.Mutex
+	w      io.Writer
+	closed bool
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return len(p), nil
+	}
+	return w.w.Write(p)
+}
+
+func (w *testWriter) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+}
+
+// waitTimers waits until at least n timers are armed on clk: the code under
+// test has reached its next wait, so that Advance fires it.
+func waitTimers(t testing.TB, clk *clock.Fake, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	if err := clk.BlockUntil(ctx, n); err != nil {
+		t.Fatalf("waiting for %d armed timers (have %d): %v", n, clk.Waiters(), err)
+	}
 }
 
 // epoch is the fake clocks' start.

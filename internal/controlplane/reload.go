@@ -83,6 +83,8 @@ type reloader struct {
 
 	// Accessed atomically.
 	cur atomic.Pointer[LoadedConfig]
+
+	watching chan struct{} // closed once Run watches the directory
 }
 
 func newReloader(path string, debounce, poll time.Duration, appliers []applier, clk clock.Clock, log zerolog.Logger, m *metrics) *reloader {
@@ -94,8 +96,13 @@ func newReloader(path string, debounce, poll time.Duration, appliers []applier, 
 		clock:    clock.OrReal(clk),
 		log:      log.With().Str("component", "config").Str("cfg_path", path).Logger(),
 		m:        m,
+		watching: make(chan struct{}),
 	}
 }
+
+// Watching returns a channel that is closed once Run watches the file's
+// directory: changes made after that are seen.
+func (r *reloader) Watching() <-chan struct{} { return r.watching }
 
 // Current returns the configuration being served, or nil before the first
 // successful Reload.
@@ -213,6 +220,7 @@ func (r *reloader) Run(ctx context.Context) error {
 	if err := w.Add(dir); err != nil {
 		return fmt.Errorf("watch config directory %s: %w", dir, err)
 	}
+	close(r.watching)
 	debounce := r.clock.NewTimer(time.Hour)
 	debounce.Stop()
 	defer debounce.Stop()

@@ -179,17 +179,22 @@ func TestWatchRenameReplace(t *testing.T) {
 		}
 	}()
 
+	select {
+	case <-r.Watching():
+	case <-ctx.Done():
+	}
 	for i, rate := range []string{"51", "52"} {
-		replaceFile(t, path, strings.Replace(good, "100", rate, 1))
-		// The watcher arms its debounce timer on the first event.
-		bctx, bcancel := context.WithTimeout(ctx, defaultTestTimeout)
-		if err := clk.BlockUntil(bctx, 1); err != nil {
-			t.Fatalf("change %d: debounce timer never armed: %v", i, err)
-		}
-		bcancel()
 		before := r.Current().Seq
-		clk.Advance(r.debounce)
-		waitUntil(t, "the new config is current", func() bool { return r.Current().Seq == before+1 })
+		replaceFile(t, path, strings.Replace(good, "100", rate, 1))
+		// Each event of the rename (re)arms the debounce timer, which
+		// fires only once the fake clock passes it: advance whenever it is
+		// armed, until the new config is in.
+		waitUntil(t, "the new config is current", func() bool {
+			if clk.Waiters() > 0 {
+				clk.Advance(r.debounce)
+			}
+			return r.Current().Seq == before+1
+		})
 		if got := r.Current().Config.Services[0].Backends[0].MaxRatePerInstance; got != float64(i+51) {
 			t.Errorf("change %d: max_rate_per_instance = %v, want %d", i, got, i+51)
 		}
