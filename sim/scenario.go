@@ -25,6 +25,10 @@ type Scenario struct {
 	Regions []Region
 	// Sites in file order. Names are unique.
 	Sites []Site
+	// Timeline is the scenario's dynamics for `lbsim bench`; nil when the
+	// file has none (a one-step steady state, see DefaultTimeline). `lbsim
+	// plan` ignores it.
+	Timeline *Timeline
 }
 
 // Region is one region of a Scenario.
@@ -107,8 +111,9 @@ func (e *ScenarioError) Unwrap() error { return ErrInvalidScenario }
 // field can be told from an explicit zero (yaml.v3 loses KnownFields inside
 // custom unmarshalers, so defaults are applied after decoding instead).
 type fileScenario struct {
-	Regions []fileRegion `yaml:"regions"`
-	Sites   []fileSite   `yaml:"sites"`
+	Regions  []fileRegion  `yaml:"regions"`
+	Sites    []fileSite    `yaml:"sites"`
+	Timeline *fileTimeline `yaml:"timeline"`
 }
 
 type fileRegion struct {
@@ -156,8 +161,16 @@ func LoadScenario(path string) (*Scenario, error) {
 //	  - name: nyc
 //	    demand_rps: 1500
 //	    rtt_ms: {us-east: 5, eu-west: 80}
+//	timeline:                  # optional; see Timeline and `lbsim bench`
+//	  duration_s: 60
+//	  demand:
+//	    - {site: nyc, kind: step, at_s: 20, rps: 2500}
+//	  events:
+//	    - {at_s: 30, group: us-east-b, healthy: 4}
 //
-// All keys but zone and capacity_scaler are required. Unknown or duplicate
+// All keys but zone, capacity_scaler and timeline are required; inside
+// timeline, only duration_s is (the README and Timeline's fields give every
+// key and its default). Unknown or duplicate
 // keys, wrong types and extra YAML documents are errors. On failure it
 // returns a *ScenarioError (wrapping ErrInvalidScenario) that lists every
 // problem found, each prefixed with filename.
@@ -200,6 +213,12 @@ var typeNames = strings.NewReplacer(
 	"sim.fileRegion", "a region (a mapping)",
 	"sim.fileGroup", "a group (a mapping)",
 	"sim.fileSite", "a site (a mapping)",
+	"*sim.fileTimeline", "a timeline (a mapping)",
+	"*sim.fileModel", "a model (a mapping)",
+	"[]sim.fileDemand", "a list of demand changes",
+	"[]sim.fileEvent", "a list of events",
+	"sim.fileDemand", "a demand change (a mapping)",
+	"sim.fileEvent", "an event (a mapping)",
 	"map[string]float64", "a mapping of region to milliseconds",
 	"float64", "a number",
 	"string", "a string",
@@ -277,6 +296,9 @@ func (f *fileScenario) scenario() (s *Scenario, issues map[string]string) {
 			DemandRPS: number(fmt.Sprintf("sites[%d].demand_rps", i), fs.DemandRPS),
 			RTTms:     fs.RTTms,
 		})
+	}
+	if f.Timeline != nil {
+		s.Timeline = f.Timeline.timeline(issues)
 	}
 	return s, issues
 }
@@ -406,7 +428,7 @@ func (s *Scenario) problems(issues map[string]string) []string {
 	if math.IsInf(totalDemand, 0) {
 		add("sites: total demand_rps overflows")
 	}
-	return out
+	return append(out, s.timelineProblems(issues)...)
 }
 
 // ToWorld returns the planner's view of s: every group with its Capacity,

@@ -1,11 +1,19 @@
 // Command lbsim runs Spillway's load-balancing policies over a scenario file.
 //
 //	lbsim plan --scenario FILE --policy POLICY [--scope global|nearest_region] [--json]
+//	lbsim bench --scenario FILE [--json] [--series FILE.csv] [--policies LIST] [--steps N]
 //
 // plan prints the steady-state flows of one policy (waterfall, round_robin,
 // least_request, hash2, hash3, hash5) from every site to every instance
 // group, and each region's capacity, load and utilization. The model of each
 // policy and the scenario format are documented in package sim.
+//
+// bench runs every policy through the scenario's timeline, a time-stepped
+// simulation of the gfes (gossip delay, plan damping), their pickers and
+// the backends' queues (sim.Scenario.Bench), and prints one row per policy:
+// latency (mean, p50, p99), requests served over capacity, errors,
+// cross-region share, mean RTT over the linear-program optimum, and
+// oscillation.
 //
 // Exit status: 0 on success, 1 when the plan cannot be computed, 2 for usage
 // errors and bad scenario files.
@@ -38,8 +46,10 @@ const usage = `usage: lbsim <command> [flags]
 commands:
   plan   print the flows of one policy on a scenario
          lbsim plan --scenario FILE --policy POLICY [--scope global|nearest_region] [--json]
+  bench  simulate every policy through the scenario's timeline and compare them
+         lbsim bench --scenario FILE [--json] [--series FILE.csv] [--policies LIST] [--steps N]
 
-Run "lbsim plan -h" for the flags of plan.
+Run "lbsim plan -h" or "lbsim bench -h" for the flags of a command.
 `
 
 // run is main without the process: it returns the exit status.
@@ -51,6 +61,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "plan":
 		return runPlan(args[1:], stdout, stderr)
+	case "bench":
+		return runBench(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

@@ -351,7 +351,7 @@ sites: [{name: s, demand_rps: 10, rtt_ms: {r: 1}}]
 		wantStdout string   // substring; "" means stdout must be empty
 	}{
 		{name: "no command", args: nil, wantCode: exitUsage, wantStderr: []string{"usage: lbsim"}},
-		{name: "unknown command", args: []string{"bench"}, wantCode: exitUsage, wantStderr: []string{`unknown command "bench"`, "usage: lbsim"}},
+		{name: "unknown command", args: []string{"simulate"}, wantCode: exitUsage, wantStderr: []string{`unknown command "simulate"`, "usage: lbsim"}},
 		{name: "help", args: []string{"help"}, wantCode: exitOK, wantStdout: "usage: lbsim"},
 		{name: "plan -h", args: []string{"plan", "-h"}, wantCode: exitOK, wantStderr: []string{"usage: lbsim plan", "-scenario"}},
 		{name: "unknown flag", args: []string{"plan", "--scenari", good}, wantCode: exitUsage, wantStderr: []string{"flag provided but not defined: -scenari"}},

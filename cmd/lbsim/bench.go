@@ -1,0 +1,153 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spillway-lb/spillway/sim"
+)
+
+func runBench(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("lbsim bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var ids []string
+	for _, p := range sim.DefaultBenchPolicies() {
+		ids = append(ids, p.ID())
+	}
+	var (
+		scenarioPath = fs.String("scenario", "", "scenario YAML `file` (required)")
+		asJSON       = fs.Bool("json", false, "print one JSON object instead of a table")
+		seriesPath   = fs.String("series", "", "write every step's region shares per policy to this CSV `file`")
+		policyList   = fs.String("policies", "", "comma-separated `list` of rows to run (default all): "+strings.Join(ids, ", ")+"; a bare hash2 means both scopes")
+		steps        = fs.Int("steps", 0, "stop after `N` steps (0: the whole timeline)")
+	)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: lbsim bench --scenario FILE [--json] [--series FILE.csv] [--policies LIST] [--steps N]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	usageErr := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "lbsim bench: "+format+"\n", a...)
+		fs.Usage()
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		return usageErr("unexpected argument %q", fs.Arg(0))
+	}
+	if *scenarioPath == "" {
+		return usageErr("--scenario is required")
+	}
+	if *steps < 0 {
+		return usageErr("--steps: must be >= 0, got %d", *steps)
+	}
+	policies, err := selectPolicies(*policyList)
+	if err != nil {
+		return usageErr("--policies: %v", err)
+	}
+
+	scen, err := sim.LoadScenario(*scenarioPath)
+	if err != nil {
+		printCmdErr(stderr, "bench", err)
+		return exitUsage
+	}
+	res, err := scen.Bench(sim.BenchOptions{Policies: policies, MaxSteps: *steps, Series: *seriesPath != ""})
+	if err != nil {
+		printCmdErr(stderr, "bench", err)
+		return exitFail
+	}
+	res.Scenario = filepath.Base(*scenarioPath)
+	if *seriesPath != "" {
+		if err := writeSeries(*seriesPath, res); err != nil {
+			printCmdErr(stderr, "bench", err)
+			return exitFail
+		}
+		for i := range res.Policies {
+			res.Policies[i].Series = nil // in the CSV file, not on stdout
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(res)
+	} else {
+		err = res.WriteTable(stdout)
+	}
+	if err != nil {
+		printCmdErr(stderr, "bench", fmt.Errorf("write output: %w", err))
+		return exitFail
+	}
+	return exitOK
+}
+
+// selectPolicies returns the default bench policies whose ID or name is in
+// the comma-separated list, in default order; all of them for "".
+func selectPolicies(list string) ([]sim.BenchPolicy, error) {
+	all := sim.DefaultBenchPolicies()
+	if list == "" {
+		return all, nil
+	}
+	want := map[string]bool{}
+	for item := range strings.SplitSeq(list, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		found := false
+		for _, p := range all {
+			if p.ID() == item || p.Name == item {
+				found = true
+			}
+		}
+		if !found {
+			var ids []string
+			for _, p := range all {
+				ids = append(ids, p.ID())
+			}
+			return nil, fmt.Errorf("unknown policy %q (want one of %s)", item, strings.Join(ids, ", "))
+		}
+		want[item] = true
+	}
+	var out []sim.BenchPolicy
+	for _, p := range all {
+		if want[p.ID()] || want[p.Name] {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no policy named")
+	}
+	return out, nil
+}
+
+func writeSeries(path string, res *sim.BenchResult) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("series: %w", err)
+	}
+	if err := res.WriteSeriesCSV(f); err != nil {
+		f.Close()
+		return fmt.Errorf("series %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("series %s: %w", path, err)
+	}
+	return nil
+}
+
+// printCmdErr prints err with every line prefixed by "lbsim CMD: ".
+func printCmdErr(w io.Writer, cmd string, err error) {
+	for line := range strings.SplitSeq(err.Error(), "\n") {
+		fmt.Fprintf(w, "lbsim %s: %s\n", cmd, line)
+	}
+}

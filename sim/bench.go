@@ -1,0 +1,430 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+
+	"github.com/spillway-lb/spillway/lb/waterfall"
+)
+
+// Planner computes a plan from one gfe's view of the world. waterfall.Compute
+// is one; any planner with the same signature (a min-cost min_rtt planner,
+// say) plugs into Bench as one more BenchPolicy through PlannerPolicy.
+type Planner func(waterfall.World, waterfall.Config) (*waterfall.Plan, error)
+
+// BenchPolicy is one policy that Bench runs, one row of its result: either a
+// planner that every gfe runs (Planner set), or a baseline picker.
+type BenchPolicy struct {
+	// Name labels the row ("waterfall", "hash5", ...). For a baseline it
+	// is the Policy's name.
+	Name string
+	// Planner, when non-nil, makes this a planned policy: each step every
+	// gfe computes a plan with it from its own view, damps it towards the
+	// previous one (waterfall.Damp) and sends its site's demand by its row.
+	Planner Planner
+	// PlannerConfig is passed to Planner; the zero value means
+	// waterfall.DefaultConfig().
+	PlannerConfig waterfall.Config
+	// Baseline is the baseline policy when Planner is nil: RoundRobin,
+	// LeastRequest, Hash2, Hash3 or Hash5.
+	Baseline Policy
+	// Scope is the baseline's scope; empty means ScopeGlobal. It must be
+	// empty for a planner.
+	Scope Scope
+}
+
+// ID returns the row's label: the name, with "/scope" for a baseline.
+func (p BenchPolicy) ID() string {
+	if p.Planner != nil {
+		return p.Name
+	}
+	return p.Name + "/" + string(p.scope())
+}
+
+func (p BenchPolicy) scope() Scope {
+	if p.Scope == "" && p.Planner == nil {
+		return ScopeGlobal
+	}
+	return p.Scope
+}
+
+// PlannerPolicy returns a planned BenchPolicy named name that runs planner
+// with waterfall.DefaultConfig(). A min_rtt planner with Compute's signature
+// joins a bench as PlannerPolicy("min_rtt", waterfall.ComputeMinRTT).
+func PlannerPolicy(name string, planner Planner) BenchPolicy {
+	return BenchPolicy{Name: name, Planner: planner}
+}
+
+// BaselinePolicy returns the BenchPolicy of baseline p with scope sc.
+func BaselinePolicy(p Policy, sc Scope) BenchPolicy {
+	return BenchPolicy{Name: string(p), Baseline: p, Scope: sc}
+}
+
+// DefaultBenchPolicies returns the rows of a default bench: waterfall;
+// round_robin and least_request (scope global, as the gfe runs them); and
+// hash2, hash3 and hash5 with scope global and then nearest_region. min_rtt
+// is not among them: lb/waterfall has no min_rtt planner yet; once it has,
+// add PlannerPolicy("min_rtt", ...) here.
+func DefaultBenchPolicies() []BenchPolicy {
+	ps := []BenchPolicy{
+		PlannerPolicy(string(Waterfall), waterfall.Compute),
+		BaselinePolicy(RoundRobin, ScopeGlobal),
+		BaselinePolicy(LeastRequest, ScopeGlobal),
+	}
+	for _, sc := range Scopes() {
+		for _, h := range []Policy{Hash2, Hash3, Hash5} {
+			ps = append(ps, BaselinePolicy(h, sc))
+		}
+	}
+	return ps
+}
+
+// validate checks p before a run.
+func (p BenchPolicy) validate() error {
+	if p.Name == "" {
+		return errors.New("bench policy: empty name")
+	}
+	if p.Planner != nil {
+		if p.Scope != "" {
+			return fmt.Errorf("bench policy %s: %w", p.Name, ErrScopeNotApplicable)
+		}
+		return nil
+	}
+	switch p.Baseline {
+	case RoundRobin, LeastRequest, Hash2, Hash3, Hash5:
+	default:
+		return fmt.Errorf("bench policy %s: baseline %q is not one of round_robin, least_request, hash2, hash3, hash5", p.Name, p.Baseline)
+	}
+	if _, err := ParseScope(string(p.scope())); err != nil {
+		return fmt.Errorf("bench policy %s: %w", p.Name, err)
+	}
+	return nil
+}
+
+// BenchOptions tunes one Bench run. The zero value runs every default policy
+// over the whole timeline.
+type BenchOptions struct {
+	// Policies to run, one row each, in this order; nil means
+	// DefaultBenchPolicies(). IDs must be unique.
+	Policies []BenchPolicy
+	// MaxSteps, when > 0, stops the run after that many steps (a shortened
+	// timeline, for tests).
+	MaxSteps int
+	// Series records every step's region shares in each row (BenchRow.Series).
+	Series bool
+	// Parallelism is how many policies run at once; 0 means GOMAXPROCS.
+	// Results do not depend on it.
+	Parallelism int
+}
+
+// ErrTooLarge is returned by Bench when a scenario would need more memory or
+// time than a simulation should: more than maxBenchInstances instance slots,
+// or more than maxBenchCells site-steps.
+var ErrTooLarge = errors.New("scenario too large to simulate")
+
+const (
+	maxBenchInstances = 20_000
+	maxBenchCells     = 50_000_000
+)
+
+// Bench runs every policy of opts through s's timeline (DefaultTimeline, one
+// step, when s has none) and reports, per policy, latency, overload, errors,
+// cross-region traffic and the gap to the min-RTT optimum. Policies run
+// independently, in parallel, on the same trace; the result is the same for
+// the same scenario and options.
+//
+// # Model
+//
+// Time advances in steps of Timeline.StepS. In step k (time t):
+//
+//  1. The world is evaluated at t (the truth: every site's demand, every
+//     group's started and healthy instances and capacity_scaler) and at
+//     t − GossipDelayS (what gossip has told the gfes so far).
+//  2. One gfe per site decides how to split its site's demand over
+//     instances:
+//     - a planner policy computes a plan (Planner, e.g. waterfall.Compute)
+//     over its view: the delayed world, but its own site's demand as of t;
+//     it damps the plan towards its previous one (waterfall.Damp with
+//     Timeline.Damping) and uses its site's row (Plan.Row). The split is
+//     the one a waterfall.Picker built from that row gives in expectation:
+//     each group by its share (groups without healthy instances in the
+//     view left out, their share spread over the others), and inside a
+//     group evenly over the instances it believes healthy (round robin).
+//     - round_robin and least_request spread the demand evenly over every
+//     instance in scope that the view says is healthy, in groups with
+//     capacity (the expected split of round robin; least request's
+//     preference for backends with fewer requests in flight, which favours
+//     near and idle backends, is not modelled, so it equals round robin).
+//     - hash2, hash3 and hash5 build a Maglev table (hashing.NewMaglev) over
+//     the same instances and send every connection of the site's synthetic
+//     clients (Model.ClientsPerSite addresses × ConnectionsPerClient source
+//     ports, drawn from Timeline.Seed) where Maglev maps its key
+//     (hashing.Key2, Key3 or Key5 to one anycast address, port 443): the
+//     exact split of that client population, not an average over
+//     backends. Scope global uses every region the site reaches;
+//     nearest_region only its nearest region (by RTT, ties by name) with
+//     such an instance.
+//  3. Each instance's arrival rate λ is the sum of what every site sends
+//     it. Its service rate is μ = rate_per_instance /
+//     Model.UtilizationAtCapacity and its queue holds at most μ ×
+//     Model.MaxQueueMs requests. The queue advances by StepS as documented
+//     on stepQueue: a fluid backlog that grows when λ > μ, carries over to
+//     the next step and fails what does not fit; plus M/M/1 random queueing.
+//     Requests sent to an instance that is not healthy in truth (the gfe's
+//     view lags) fail, and so does its backlog. A request's latency is the
+//     RTT from its site to the instance's region plus its time at the
+//     instance (wait behind the backlog, queueing and service).
+//
+// A run starts from a steady state: empty queues, and gfes whose first plan
+// is not damped. The run is deterministic.
+//
+// # Metrics
+//
+// Per policy, over every step: the mean, p50 and p99 latency of served
+// requests (p50 and p99 from a 0.1 ms histogram to which each (site,
+// instance, step) adds its exponential at 14 fixed quantiles, so that one
+// exponential's median and p99 are exact); OverCapacity, the share of served
+// requests served by an instance whose arrival rate exceeded its capacity
+// (rate_per_instance × capacity_scaler) by more than 1%; Excess, the share
+// of requests above capacity (Σ max(0, λ − capacity) over healthy
+// instances); ErrorRate, failed requests (unroutable, overflowed, or sent
+// to an unhealthy instance) over all requests; CrossRegion, the share of
+// routed requests sent outside the site's nearest region; MeanRTTMs and
+// RTTOverLP, the mean RTT of routed requests over that of the linear-program
+// optimum of the same steps (solveLP: least total RTT with every region
+// within λ·capacity of its healthy instances); and OscillationPP, how much
+// the region shares swing back and forth (see BenchRow).
+func (s *Scenario) Bench(opts BenchOptions) (*BenchResult, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	tl := DefaultTimeline()
+	if s.Timeline != nil {
+		tl = *s.Timeline
+	}
+	policies := opts.Policies
+	if policies == nil {
+		policies = DefaultBenchPolicies()
+	}
+	if len(policies) == 0 {
+		return nil, errors.New("bench: no policies")
+	}
+	seen := map[string]bool{}
+	for _, p := range policies {
+		if err := p.validate(); err != nil {
+			return nil, err
+		}
+		if seen[p.ID()] {
+			return nil, fmt.Errorf("bench policy %s: listed twice", p.ID())
+		}
+		seen[p.ID()] = true
+	}
+	steps := tl.Steps()
+	if opts.MaxSteps > 0 {
+		steps = min(steps, opts.MaxSteps)
+	}
+	if cells := steps * len(s.Sites); cells > maxBenchCells {
+		return nil, fmt.Errorf("%d steps × %d sites: %w", steps, len(s.Sites), ErrTooLarge)
+	}
+	tr := s.newTrace(&tl, steps)
+	topo, err := s.newTopology(&tl, tr, policies)
+	if err != nil {
+		return nil, err
+	}
+
+	res := &BenchResult{
+		Steps:        steps,
+		StepS:        tl.StepS,
+		GossipDelayS: tl.GossipDelayS,
+		Damping:      tl.Damping,
+		Seed:         tl.Seed,
+		Sites:        len(s.Sites),
+		Instances:    topo.slots(),
+		Policies:     make([]BenchRow, len(policies)),
+	}
+	for _, r := range s.Regions {
+		res.Regions = append(res.Regions, r.Name)
+	}
+	for k := range steps {
+		for _, d := range tr.demand[k] {
+			res.Requests += d * tr.dt
+		}
+	}
+
+	// The LP optimum of every step comes first: every run reads it.
+	lps, err := topo.solveSteps(tr)
+	if err != nil {
+		return nil, err
+	}
+	for k := range lps {
+		if lps[k].ok {
+			res.LP.Steps++
+			res.LP.cost += lps[k].sol.Cost * tr.dt
+			res.LP.placed += lps[k].sol.Placed * tr.dt
+		} else {
+			res.LP.Unavailable++
+		}
+	}
+	if res.LP.placed > 0 {
+		res.LP.MeanRTTMs = res.LP.cost / res.LP.placed
+	}
+
+	par := opts.Parallelism
+	if par <= 0 {
+		par = runtime.GOMAXPROCS(0)
+	}
+	sem := make(chan struct{}, par)
+	errs := make([]error, len(policies))
+	var wg sync.WaitGroup
+	for i, p := range policies {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			r := newRunner(s, &tl, tr, topo, lps, p, opts.Series)
+			row, err := r.run()
+			if err != nil {
+				errs[i] = fmt.Errorf("bench %s: %w", p.ID(), err)
+				return
+			}
+			res.Policies[i] = row
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// BenchResult is the outcome of Scenario.Bench: one row per policy. Its JSON
+// form is the object `lbsim bench --json` prints. Every number is finite.
+type BenchResult struct {
+	// Scenario names the scenario (the file); set by the caller.
+	Scenario string `json:"scenario,omitempty"`
+	// Steps is the number of steps run, of StepS seconds each.
+	Steps        int     `json:"steps"`
+	StepS        float64 `json:"step_s"`
+	GossipDelayS float64 `json:"gossip_delay_s"`
+	Damping      float64 `json:"damping"`
+	Seed         uint64  `json:"seed"`
+	Sites        int     `json:"sites"`
+	// Regions lists the region names in scenario order; region-indexed
+	// slices (BenchRow.Series) follow this order.
+	Regions []string `json:"regions"`
+	// Instances is the number of instance slots simulated (the most each
+	// group ever has).
+	Instances int `json:"instances"`
+	// Requests is the total demand over the run, in requests.
+	Requests float64 `json:"requests"`
+	// LP summarises the linear-program optimum over the run.
+	LP LPSummary `json:"lp"`
+	// Policies holds one row per policy, in the order run.
+	Policies []BenchRow `json:"policies"`
+}
+
+// LPSummary is the min-RTT optimum over a run.
+type LPSummary struct {
+	// MeanRTTMs is the optimum's mean RTT over the steps it was solved for.
+	MeanRTTMs float64 `json:"mean_rtt_ms"`
+	// Steps is how many steps had an optimum; Unavailable how many did not
+	// (no assignment fits, possible only when some sites do not reach every
+	// region).
+	Steps       int `json:"steps"`
+	Unavailable int `json:"unavailable"`
+
+	cost, placed float64
+}
+
+// BenchRow is one policy's outcome. Shares are fractions in [0,1].
+type BenchRow struct {
+	// Policy is the BenchPolicy's Name; Scope is set for baselines only.
+	Policy string `json:"policy"`
+	Scope  Scope  `json:"scope,omitempty"`
+	// Requests is the total demand (as in BenchResult), Routed what the
+	// policy sent to some instance, Served what completed; all in requests.
+	Requests float64 `json:"requests"`
+	Routed   float64 `json:"routed"`
+	Served   float64 `json:"served"`
+	// MeanMs, P50Ms and P99Ms are the latency of served requests (RTT plus
+	// time at the instance), in ms; 0 when nothing was served.
+	MeanMs float64 `json:"mean_ms"`
+	P50Ms  float64 `json:"p50_ms"`
+	P99Ms  float64 `json:"p99_ms"`
+	// OverCapacity is the share of served requests served by an instance
+	// whose arrival rate was more than 1% above its capacity.
+	OverCapacity float64 `json:"over_capacity"`
+	// Excess is Σ max(0, arrival rate − capacity) over healthy instances
+	// and steps, as a share of Requests: the load beyond capacity.
+	Excess float64 `json:"excess"`
+	// ErrorRate is the share of Requests that failed: not routable, dropped
+	// by a full queue, or sent to an instance that was not healthy.
+	ErrorRate float64 `json:"error_rate"`
+	// CrossRegion is the share of routed requests sent to a region other
+	// than the site's nearest (by RTT, ties by name).
+	CrossRegion float64 `json:"cross_region"`
+	// MeanRTTMs is the mean RTT of routed requests, in ms.
+	MeanRTTMs float64 `json:"mean_rtt_ms"`
+	// RTTOverLP is the mean RTT of routed requests over the LP optimum's,
+	// both over the steps that have an optimum; null when none has. Below 1
+	// means the policy stayed nearer than the optimum can without
+	// overloading a region.
+	RTTOverLP *float64 `json:"rtt_over_lp"`
+	// OscillationPP measures how much the gfes' decisions swing back and
+	// forth: for every site, region and step where the share of the site's
+	// traffic sent to the region changes in the opposite direction to the
+	// step before, the smaller of the two changes counts, weighted by the
+	// site's part of the step's demand; the sum over the run, halved, in
+	// percentage points. Monotone moves (a damped plan converging, a ramp)
+	// add nothing; a gfe that follows demand noise with its spill adds.
+	OscillationPP float64 `json:"oscillation_pp"`
+	// CDF is the latency distribution of served requests: the latency at
+	// each of CDFProbabilities.
+	CDF []CDFPoint `json:"cdf"`
+	// Series holds every step's region shares, when BenchOptions.Series is
+	// set.
+	Series []SeriesStep `json:"series,omitempty"`
+}
+
+// ID returns the row's label, as BenchPolicy.ID.
+func (r BenchRow) ID() string {
+	if r.Scope == "" {
+		return r.Policy
+	}
+	return r.Policy + "/" + string(r.Scope)
+}
+
+// CDFPoint is one point of a latency distribution: a fraction P of served
+// requests took at most Ms milliseconds.
+type CDFPoint struct {
+	P  float64 `json:"p"`
+	Ms float64 `json:"ms"`
+}
+
+// CDFProbabilities are the probabilities at which BenchRow.CDF is given.
+func CDFProbabilities() []float64 {
+	return []float64{0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.999}
+}
+
+// SeriesStep is one step of a row's region series. Slices are indexed like
+// BenchResult.Regions.
+type SeriesStep struct {
+	// TS is the start of the step, seconds.
+	TS float64 `json:"t_s"`
+	// Shares is each region's share of the requests routed in the step.
+	Shares []float64 `json:"shares"`
+	// LoadRPS is the arrival rate each region received, requests/s.
+	LoadRPS []float64 `json:"load_rps"`
+	// CapacityRPS is each region's true capacity in the step, requests/s.
+	CapacityRPS []float64 `json:"capacity_rps"`
+}
+
+// ratio returns a/b, or 0 when b is 0.
+func ratio(a, b float64) float64 {
+	if b == 0 || math.IsNaN(a/b) {
+		return 0
+	}
+	return a / b
+}
