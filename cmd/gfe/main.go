@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/cpclient"
 	"github.com/spillway-lb/spillway/internal/edge"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/logging"
@@ -167,8 +168,31 @@ func splitHostPort(s string) (string, int, error) {
 	return h, port, nil
 }
 
-// runControlPlaneClient is replaced once internal/cpclient lands.
-var runControlPlaneClient = func(ctx context.Context, addrs []string, cfg edge.Config, e *edge.Edge, log zerolog.Logger) error {
-	<-ctx.Done()
-	return nil
+// runControlPlaneClient keeps the snapshot stream to the control planes open
+// and applies every pushed snapshot to the gfe.
+func runControlPlaneClient(ctx context.Context, addrs []string, cfg edge.Config, e *edge.Edge, log zerolog.Logger) error {
+	ccfg := cpclient.DefaultConfig()
+	ccfg.Addresses, ccfg.Node, ccfg.Site = addrs, cfg.Node, cfg.Site
+	c, err := cpclient.New(ccfg, cpclient.Options{
+		Logger: log.With().Str("component", "cpclient").Logger(),
+		Apply:  func(s *cpclient.Snapshot) error { return e.ApplySnapshot(controlState(s)) },
+	})
+	if err != nil {
+		return err
+	}
+	return c.Run(ctx)
+}
+
+// controlState turns a control-plane snapshot into the gfe's control state:
+// an instance the snapshot gives no healthy verdict for counts as unhealthy.
+func controlState(s *cpclient.Snapshot) edge.ControlState {
+	cs := edge.ControlState{Version: s.Version, Config: s.Config, Unhealthy: map[string]bool{}}
+	for _, g := range s.Config.Groups() {
+		for _, in := range g.Group.Instances {
+			if h, ok := s.Health[in.Address]; !ok || !h.Healthy {
+				cs.Unhealthy[in.Address] = true
+			}
+		}
+	}
+	return cs
 }
