@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # bench/proxy.sh — the data-plane benchmark (DESIGN §8): gfe, HAProxy and
 # nginx in front of the same origin, one worker on one core each, driven by
-# the same wrk settings, plus wrk straight at the origin as the limit.
+# the same wrk settings, plus wrk straight at the origin as the limit and a
+# stock httputil.ReverseProxy (bench/stdproxy, "stdlib") as Go's yardstick.
 #
-#   bench/proxy.sh                      # 5 rounds × 10 s per target, ~8 minutes
+#   bench/proxy.sh                      # 5 rounds × 10 s per target, ~9 minutes
 #   ROUNDS=1 DURATION=3s bench/proxy.sh # quick check, ~1 minute
 #
 # Layout: every proxy runs pinned to PROXY_CPU (haproxy nbthread 1, nginx
-# worker_processes 1, gfe GOMAXPROCS=1); the origin and wrk share LOAD_CPU.
+# worker_processes 1, gfe and stdlib GOMAXPROCS=1); the origin and wrk share
+# LOAD_CPU.
 # Keep-alive on both sides. Two origins are measured:
 #   go     the Go test backend (cmd/testbackend, no service time, no limits);
 #   cheap  nginx returning a fixed 200, so that the proxy's core is the
@@ -26,8 +28,8 @@
 # was).
 #
 # Environment (defaults in brackets):
-#   ROUNDS [5]  DURATION [10s]  WARMUP [1s]  CONNS [32]  THREADS [1]
-#   ORIGINS ["go cheap"]  TARGETS ["gfe haproxy nginx direct"]
+#   ROUNDS [5]  DURATION [10s]  WARMUP [0.5s]  CONNS [32]  THREADS [1]
+#   ORIGINS ["go cheap"]  TARGETS ["gfe stdlib haproxy nginx direct"]
 #   PROXY_CPU [0]  LOAD_CPU [1]
 #   PROFILE [0]  1: after the rounds, take a 5 s CPU profile of the gfe
 #                under load from the cheap origin and print its top entries
@@ -44,11 +46,11 @@ set -euo pipefail
 
 ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-10s}
-WARMUP=${WARMUP:-1s}
+WARMUP=${WARMUP:-0.5s}
 CONNS=${CONNS:-32}
 THREADS=${THREADS:-1}
 ORIGINS=${ORIGINS:-"go cheap"}
-TARGETS=${TARGETS:-"gfe haproxy nginx direct"}
+TARGETS=${TARGETS:-"gfe stdlib haproxy nginx direct"}
 PROXY_CPU=${PROXY_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 PROFILE=${PROFILE:-0}
@@ -181,8 +183,9 @@ render() { # render TEMPLATE OUT KEY=VALUE...
 
 # ---- build ---------------------------------------------------------------
 
-log "building gfe and testbackend"
-(cd "$ROOT" && go build -o "$WORK/gfe" ./cmd/gfe && go build -o "$WORK/testbackend" ./cmd/testbackend)
+log "building gfe, testbackend and stdproxy"
+(cd "$ROOT" && go build -o "$WORK/gfe" ./cmd/gfe && go build -o "$WORK/testbackend" ./cmd/testbackend &&
+	go build -o "$WORK/stdproxy" ./bench/stdproxy)
 
 HZ=$(getconf CLK_TCK)
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -228,6 +231,11 @@ start_proxies() {
 				--gossip-addr "127.0.0.1:$gossip" --log-format json
 			PID[gfe]=$LAST_PID URL[gfe]=http://127.0.0.1:$port/ GFE_ADMIN=127.0.0.1:$admin
 			;;
+		stdlib)
+			port=$(free_port)
+			start stdlib "$PROXY_CPU" env GOMAXPROCS=1 "$WORK/stdproxy" --listen "127.0.0.1:$port" --origin "$ORIGIN_ADDR"
+			PID[stdlib]=$LAST_PID URL[stdlib]=http://127.0.0.1:$port/
+			;;
 		haproxy)
 			port=$(free_port)
 			render "$HERE/haproxy.cfg.tmpl" "$WORK/haproxy.cfg" LISTEN="127.0.0.1:$port" ORIGIN="$ORIGIN_ADDR"
@@ -243,7 +251,7 @@ start_proxies() {
 				-c "$WORK/nginx-proxy/nginx.conf"
 			PID[nginx]=$LAST_PID URL[nginx]=http://127.0.0.1:$port/
 			;;
-		*) die "unknown target $t (want gfe, haproxy, nginx or direct)" ;;
+		*) die "unknown target $t (want gfe, stdlib, haproxy, nginx or direct)" ;;
 		esac
 	done
 	for t in $TARGETS; do
@@ -313,7 +321,7 @@ done
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 {
 	echo "Data plane: medians of $ROUNDS round(s); wrk -t$THREADS -c$CONNS -d$DURATION --latency, keep-alive;"
-	echo "proxy on CPU $PROXY_CPU (one worker/thread, gfe GOMAXPROCS=1), origin + wrk on CPU $LOAD_CPU."
+	echo "proxy on CPU $PROXY_CPU (one worker/thread; gfe and stdlib GOMAXPROCS=1), origin + wrk on CPU $LOAD_CPU."
 	echo "$(haproxy -v | head -1 | cut -d' ' -f1-3); $(nginx -v 2>&1 | cut -d: -f2 | tr -d ' '); $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2); $(go version | cut -d' ' -f3); $(nproc --all) CPUs ($(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo))"
 	echo "gfe at $(cd "$ROOT" && git rev-parse --short HEAD)$(cd "$ROOT" && git diff --quiet HEAD -- internal cmd lb config || echo '+local changes'); nice $NICE"
 	echo "load average at start: $LOAD_START; at end: $LOAD_END; 1-min load per run in the raw lines"

@@ -47,7 +47,7 @@ BEGIN { FS = "\t"; norigins = 0 }
 	reqs[o, t] += $7
 }
 END {
-	ntargets = split("gfe haproxy nginx direct", targets, " ")
+	ntargets = split("gfe stdlib haproxy nginx direct", targets, " ")
 	printf "%-7s %-8s %4s %8s %9s %9s %11s %11s %9s %6s\n", "origin", "target", "runs", "req/s", "p50", "p99", "CPU us/req", "usr+sys", "proxy CPU", "errors"
 	for (i = 1; i <= norigins; i++) {
 		o = origins[i]
@@ -67,17 +67,17 @@ END {
 		}
 	}
 	printf "\n%-7s %-16s %8s %15s %8s %8s\n", "origin", "ratio", "req/s", "per core (CPU)", "p50", "p99"
+	npairs = split("gfe/haproxy gfe/nginx gfe/stdlib gfe/direct stdlib/haproxy", pairs, " ")
 	for (i = 1; i <= norigins; i++) {
 		o = origins[i]
-		if (!((o, "gfe") in runs)) continue
-		for (j = 2; j <= 4; j++) {
-			t = targets[j]
-			if (!((o, t) in runs)) continue
+		for (j = 1; j <= npairs; j++) {
+			split(pairs[j], ab, "/"); a = ab[1]; b = ab[2]
+			if (!((o, a) in runs) || !((o, b) in runs)) continue
 			# Per core: requests per CPU-second, i.e. the inverse ratio of CPU per request.
-			printf "%-7s %-16s %7s× %14s× %7s× %7s×\n", o, "gfe/" t,
-				ratio(M[o, "gfe", "rps"], M[o, t, "rps"]),
-				(t == "direct" ? "-" : ratio(M[o, t, "cpu"], M[o, "gfe", "cpu"])),
-				ratio(M[o, "gfe", "p50"], M[o, t, "p50"]), ratio(M[o, "gfe", "p99"], M[o, t, "p99"])
+			printf "%-7s %-16s %7s× %14s× %7s× %7s×\n", o, pairs[j],
+				ratio(M[o, a, "rps"], M[o, b, "rps"]),
+				(b == "direct" ? "-" : ratio(M[o, b, "cpu"], M[o, a, "cpu"])),
+				ratio(M[o, a, "p50"], M[o, b, "p50"]), ratio(M[o, a, "p99"], M[o, b, "p99"])
 		}
 	}
 }
