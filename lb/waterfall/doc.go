@@ -96,6 +96,18 @@
 // become 40 + 10 the same way. The plan is unchanged because no region had
 // room to take the preemptive spill.
 //
+// # The min_rtt planner
+//
+// ComputeMinRTT is an alternative to Compute over the same World and Config,
+// with the same Plan shape: the assignment of least total RTT under the same
+// constraints (λ·capacity per region, rule 5's keep share, zones split by
+// capacity), solved as a min-cost flow. Where the waterfall serves the
+// nearest pairs first, min_rtt lets a site whose next region is almost as
+// close step aside for one whose alternatives are far. It keeps properties
+// (a), (c), (d), (f) and (g); it gives up the waterfall order of (b), and
+// applies keep to each site's whole demand rather than to what reaches the
+// region (see ComputeMinRTT).
+//
 // # Picking
 //
 // A Picker chooses a group with probability equal to its share of the row
