@@ -80,6 +80,12 @@ const (
 	// PolicyWaterfall is Waterfall by Region (DESIGN §3): nearest region
 	// first, spill by capacity. The default.
 	PolicyWaterfall Policy = "waterfall"
+	// PolicyMinRTT plans regions under the same constraints as waterfall
+	// (capacity, preemptive spill, uniform overload, zones split by
+	// capacity) but takes the assignment of least total RTT
+	// (waterfall.ComputeMinRTT): a site whose next region is almost as
+	// close steps aside for one whose alternatives are far.
+	PolicyMinRTT Policy = "min_rtt"
 	// PolicyRoundRobin cycles over all healthy instances of all groups.
 	PolicyRoundRobin Policy = "round_robin"
 	// PolicyLeastRequest picks the less loaded of two random healthy
@@ -95,7 +101,14 @@ const (
 
 // Policies lists every valid Policy, in documentation order.
 func Policies() []Policy {
-	return []Policy{PolicyWaterfall, PolicyRoundRobin, PolicyLeastRequest, PolicyHash2, PolicyHash3, PolicyHash5}
+	return []Policy{PolicyWaterfall, PolicyMinRTT, PolicyRoundRobin, PolicyLeastRequest, PolicyHash2, PolicyHash3, PolicyHash5}
+}
+
+// IsPlanned reports whether p sends each request by a plan of regions
+// computed from RTT, capacity and health (waterfall, min_rtt), rather than
+// over a flat pool of instances. Spill applies only to these policies.
+func (p Policy) IsPlanned() bool {
+	return p == PolicyWaterfall || p == PolicyMinRTT
 }
 
 // IsHash reports whether p is one of the flow-hashing policies, the only ones

@@ -64,7 +64,7 @@ var badFiles = []struct {
 		`routes[1].service: required`,
 	}},
 	{"bad_enums.bad.yaml", []string{
-		`services[0].policy: must be one of waterfall, round_robin, least_request, hash2, hash3, hash5; got "rr"`,
+		`services[0].policy: must be one of waterfall, min_rtt, round_robin, least_request, hash2, hash3, hash5; got "rr"`,
 		`services[0].balancing_mode: must be one of RATE, CONNECTION, UTILIZATION; got "rate"`,
 		`services[0].session_affinity.type: must be one of none, client_ip, client_ip_proto, client_ip_port_proto, generated_cookie, http_cookie, header; got "cookie"`,
 		`services[0].health_check.protocol: must be one of http, https, tcp, grpc; got "icmp"`,
@@ -376,6 +376,33 @@ func TestHashScopeDefault(t *testing.T) {
 				t.Errorf("policy %s: HashScope = %q, want %q", c.Services[0].Policy, got, want)
 			}
 		})
+	}
+}
+
+func TestPolicyKinds(t *testing.T) {
+	tests := []struct {
+		policy      Policy
+		wantPlanned bool
+		wantHash    bool
+	}{
+		{PolicyWaterfall, true, false},
+		{PolicyMinRTT, true, false},
+		{PolicyRoundRobin, false, false},
+		{PolicyLeastRequest, false, false},
+		{PolicyHash2, false, true},
+		{PolicyHash3, false, true},
+		{PolicyHash5, false, true},
+	}
+	if len(tests) != len(Policies()) {
+		t.Fatalf("%d cases for %d policies", len(tests), len(Policies()))
+	}
+	for _, tt := range tests {
+		if got := tt.policy.IsPlanned(); got != tt.wantPlanned {
+			t.Errorf("%s.IsPlanned() = %v, want %v", tt.policy, got, tt.wantPlanned)
+		}
+		if got := tt.policy.IsHash(); got != tt.wantHash {
+			t.Errorf("%s.IsHash() = %v, want %v", tt.policy, got, tt.wantHash)
+		}
 	}
 }
 

@@ -19,7 +19,7 @@
 //	                max_concurrency: 0        # in-flight limit; 0 = unlimited
 //	services:                             # required, at least one
 //	  - name: web                         # unique
-//	    policy: waterfall                 # waterfall | round_robin | least_request | hash2 | hash3 | hash5
+//	    policy: waterfall                 # waterfall | min_rtt | round_robin | least_request | hash2 | hash3 | hash5
 //	    hash_scope: global                # hash policies only: global | nearest_region
 //	    balancing_mode: RATE              # RATE | CONNECTION | UTILIZATION
 //	    backends:                         # required, at least one; a group at most once
