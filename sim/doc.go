@@ -19,6 +19,9 @@
 //   - waterfall: the plan of lb/waterfall.Compute with its DefaultConfig
 //     (DESIGN.md §3); each flow carries the planner's reason ("nearest",
 //     "spill_capacity", "spill_health", "overload").
+//   - min_rtt: the plan of lb/waterfall.ComputeMinRTT with the same
+//     DefaultConfig: least total RTT under the same constraints, with the
+//     same reasons.
 //   - round_robin, least_request, hash2, hash3, hash5: the baselines do not
 //     know capacity or RTT, so in steady state every eligible instance in
 //     scope receives an equal share of a site's demand. An instance is

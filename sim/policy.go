@@ -13,10 +13,11 @@ import (
 // Policy names a load-balancing policy that lbsim compares.
 type Policy string
 
-// The policies. Only Waterfall looks at capacity and RTT; the others are the
-// baselines of DESIGN.md §8.
+// The policies. Only Waterfall and MinRTT look at capacity and RTT; the
+// others are the baselines of DESIGN.md §8.
 const (
 	Waterfall    Policy = "waterfall"
+	MinRTT       Policy = "min_rtt" // least total RTT under Waterfall's constraints
 	RoundRobin   Policy = "round_robin"
 	LeastRequest Policy = "least_request"
 	Hash2        Policy = "hash2" // 2-tuple flow hash (src, dst address)
@@ -26,8 +27,12 @@ const (
 
 // Policies returns every policy, Waterfall first.
 func Policies() []Policy {
-	return []Policy{Waterfall, RoundRobin, LeastRequest, Hash2, Hash3, Hash5}
+	return []Policy{Waterfall, MinRTT, RoundRobin, LeastRequest, Hash2, Hash3, Hash5}
 }
+
+// Planned reports whether p routes by a region plan of lb/waterfall
+// (Waterfall, MinRTT) rather than over the instances in a Scope.
+func (p Policy) Planned() bool { return p == Waterfall || p == MinRTT }
 
 // ParsePolicy returns the Policy named s, or an error listing the valid names.
 func ParsePolicy(s string) (Policy, error) {
@@ -39,7 +44,8 @@ func ParsePolicy(s string) (Policy, error) {
 }
 
 // Scope is the set of instances a baseline policy balances over, seen from
-// one site. It does not apply to Waterfall, which chooses regions itself.
+// one site. It does not apply to Waterfall and MinRTT, which choose regions
+// themselves.
 type Scope string
 
 // The scopes. The empty Scope means ScopeGlobal for the baselines.
@@ -72,8 +78,8 @@ func joinNames[T ~string](names []T) string {
 }
 
 // ErrScopeNotApplicable is returned by ExpectedFlows when a scope is given
-// with Waterfall.
-var ErrScopeNotApplicable = errors.New("scope applies only to round_robin, least_request and hash policies; waterfall chooses regions itself")
+// with Waterfall or MinRTT.
+var ErrScopeNotApplicable = errors.New("scope applies only to round_robin, least_request and hash policies; waterfall and min_rtt choose regions themselves")
 
 // ErrUnservable is returned by ExpectedFlows when a site with demand has no
 // eligible instance in scope, so its demand cannot be conserved.
@@ -85,7 +91,8 @@ var ErrUnservable = errors.New("site has demand but no eligible instance in scop
 var ErrOverflow = errors.New("load or utilization overflows")
 
 // ExpectedFlows returns the steady-state flows of policy p on s (see the
-// package doc for each policy's model). scope must be empty for Waterfall;
+// package doc for each policy's model). scope must be empty for Waterfall
+// and MinRTT;
 // for the baselines the empty scope means ScopeGlobal.
 //
 // After it returns without error: every site's flows add up to its demand
@@ -98,12 +105,12 @@ func (s *Scenario) ExpectedFlows(p Policy, scope Scope) (*Result, error) {
 		return nil, err
 	}
 	var flows []Flow
-	if p == Waterfall {
+	if p.Planned() {
 		if scope != "" {
 			return nil, fmt.Errorf("scope %q: %w", scope, ErrScopeNotApplicable)
 		}
 		var err error
-		if flows, err = s.waterfallFlows(); err != nil {
+		if flows, err = s.plannedFlows(p); err != nil {
 			return nil, err
 		}
 	} else {
@@ -121,10 +128,17 @@ func (s *Scenario) ExpectedFlows(p Policy, scope Scope) (*Result, error) {
 	return s.result(p, scope, flows)
 }
 
-func (s *Scenario) waterfallFlows() ([]Flow, error) {
-	plan, err := waterfall.Compute(s.ToWorld(), waterfall.DefaultConfig())
+// plannedFlows returns the flows of the plan of p, Waterfall
+// (waterfall.Compute) or MinRTT (waterfall.ComputeMinRTT), with the
+// planner's DefaultConfig.
+func (s *Scenario) plannedFlows(p Policy) ([]Flow, error) {
+	compute := waterfall.Compute
+	if p == MinRTT {
+		compute = waterfall.ComputeMinRTT
+	}
+	plan, err := compute(s.ToWorld(), waterfall.DefaultConfig())
 	if err != nil {
-		return nil, fmt.Errorf("waterfall plan: %w", err)
+		return nil, fmt.Errorf("%s plan: %w", p, err)
 	}
 	regionOf := map[string]string{}
 	for _, r := range s.Regions {
@@ -140,13 +154,13 @@ func (s *Scenario) waterfallFlows() ([]Flow, error) {
 	for _, f := range plan.Flows {
 		switch region, ok := regionOf[f.Group]; {
 		case !sites[f.Site]:
-			return nil, fmt.Errorf("waterfall plan: flow from unknown site %q", f.Site)
+			return nil, fmt.Errorf("%s plan: flow from unknown site %q", p, f.Site)
 		case !ok:
-			return nil, fmt.Errorf("waterfall plan: flow to unknown group %q", f.Group)
+			return nil, fmt.Errorf("%s plan: flow to unknown group %q", p, f.Group)
 		case region != f.Region:
-			return nil, fmt.Errorf("waterfall plan: flow to group %q names region %q, want %q", f.Group, f.Region, region)
+			return nil, fmt.Errorf("%s plan: flow to group %q names region %q, want %q", p, f.Group, f.Region, region)
 		case math.IsNaN(f.Demand) || math.IsInf(f.Demand, 0) || f.Demand < 0:
-			return nil, fmt.Errorf("waterfall plan: flow %s→%s has demand %v", f.Site, f.Group, f.Demand)
+			return nil, fmt.Errorf("%s plan: flow %s→%s has demand %v", p, f.Site, f.Group, f.Demand)
 		case f.Demand == 0:
 			continue
 		}

@@ -209,6 +209,69 @@ sites:
 	}
 }
 
+// TestExpectedFlowsMinRTT checks that MinRTT is lb/waterfall's
+// ComputeMinRTT: where spilling costs one site less RTT than another, that
+// site steps aside, unlike under Waterfall; uniform overload is the same.
+func TestExpectedFlowsMinRTT(t *testing.T) {
+	const twoRegions = `
+regions:
+  - name: us-east
+    groups: [{name: us-east-b, instances: 10, healthy: 10, rate_per_instance: 100}]
+  - name: eu-west
+    groups: [{name: eu-west-b, instances: 10, healthy: 10, rate_per_instance: 100}]
+`
+	tests := []struct {
+		name        string
+		yaml        string
+		wantFlows   []Flow
+		wantRegions []RegionLoad
+	}{
+		{
+			// Waterfall: nyc (5 ms) keeps us-east, bos spills 400 at 75 ms.
+			name: "the site whose next region is almost as close steps aside",
+			yaml: twoRegions + `
+sites:
+  - {name: nyc, demand_rps: 800, rtt_ms: {us-east: 5, eu-west: 12}}
+  - {name: bos, demand_rps: 600, rtt_ms: {us-east: 10, eu-west: 75}}`,
+			wantFlows: []Flow{
+				{"bos", "us-east", "us-east-b", 600, "nearest"},
+				{"nyc", "us-east", "us-east-b", 400, "nearest"}, {"nyc", "eu-west", "eu-west-b", 400, "spill_capacity"},
+			},
+			wantRegions: []RegionLoad{{"eu-west", 1000, 400, 0.4}, {"us-east", 1000, 1000, 1}},
+		},
+		{
+			name: "rule 6: 20% global excess puts every region at 120%",
+			yaml: twoRegions + `
+sites:
+  - {name: nyc, demand_rps: 1500, rtt_ms: {us-east: 5, eu-west: 80}}
+  - {name: lon, demand_rps: 900, rtt_ms: {eu-west: 5, us-east: 70}}`,
+			wantFlows: []Flow{
+				{"lon", "eu-west", "eu-west-b", 900, "nearest"},
+				{"nyc", "us-east", "us-east-b", 1200, "nearest"}, {"nyc", "eu-west", "eu-west-b", 300, "spill_capacity"},
+			},
+			wantRegions: []RegionLoad{{"eu-west", 1000, 1200, 1.2}, {"us-east", 1000, 1200, 1.2}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := mustParse(t, tt.yaml)
+			got, err := s.ExpectedFlows(MinRTT, "")
+			if err != nil {
+				t.Fatalf("ExpectedFlows(min_rtt): %v", err)
+			}
+			if got.Policy != MinRTT || got.Scope != "" {
+				t.Errorf("policy, scope = %q, %q; want min_rtt and no scope", got.Policy, got.Scope)
+			}
+			if diff := cmp.Diff(tt.wantFlows, got.Flows, approx); diff != "" {
+				t.Errorf("flows mismatch (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantRegions, got.Regions, approx); diff != "" {
+				t.Errorf("regions mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 // TestShippedScenariosWaterfall pins what each scenario in configs/scenarios
 // is meant to show under Waterfall (numbers worked out from DESIGN.md §3 in
 // each file's header comment).
@@ -311,10 +374,12 @@ sites: [{name: s, demand_rps: 1e300, rtt_ms: {r: 1}}]
 		wantErr error  // checked with errors.Is when set
 		wantMsg string // exact message
 	}{
-		{name: "unknown policy", s: s, policy: "random", wantMsg: `unknown policy "random" (want one of waterfall, round_robin, least_request, hash2, hash3, hash5)`},
+		{name: "unknown policy", s: s, policy: "random", wantMsg: `unknown policy "random" (want one of waterfall, min_rtt, round_robin, least_request, hash2, hash3, hash5)`},
 		{name: "unknown scope", s: s, policy: RoundRobin, scope: "zone", wantMsg: `unknown scope "zone" (want one of global, nearest_region)`},
 		{name: "scope with waterfall", s: s, policy: Waterfall, scope: ScopeGlobal, wantErr: ErrScopeNotApplicable,
 			wantMsg: `scope "global": ` + ErrScopeNotApplicable.Error()},
+		{name: "scope with min_rtt", s: s, policy: MinRTT, scope: ScopeNearestRegion, wantErr: ErrScopeNotApplicable,
+			wantMsg: `scope "nearest_region": ` + ErrScopeNotApplicable.Error()},
 		{name: "site reaches no healthy instance", s: dark, policy: Hash5, scope: ScopeGlobal, wantErr: ErrUnservable,
 			wantMsg: `site "s1", scope global: ` + ErrUnservable.Error()},
 		{name: "nearest region scope has nothing either", s: dark, policy: LeastRequest, scope: ScopeNearestRegion, wantErr: ErrUnservable,
@@ -488,7 +553,7 @@ func TestExpectedFlowsConservation(t *testing.T) {
 		}
 		for _, p := range Policies() {
 			scopes := Scopes()
-			if p == Waterfall {
+			if p.Planned() {
 				scopes = []Scope{""}
 			}
 			for _, sc := range scopes {

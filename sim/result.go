@@ -14,12 +14,12 @@ import (
 //	 "flows":   [{"site": "nyc", "region": "us-east", "group": "us-east-b", "rps": 1000, "reason": "nearest"}],
 //	 "regions": [{"name": "us-east", "capacity_rps": 1000, "load_rps": 1000, "utilization": 1}]}
 //
-// with "scope" added for the baseline policies and "reason" present on
-// Waterfall's flows only. Flows, Sites and Regions are
+// with "scope" added for the baseline policies and "reason" present on the
+// flows of Waterfall and MinRTT only. Flows, Sites and Regions are
 // never nil, so they encode as [] rather than null.
 type Result struct {
 	Policy Policy `json:"policy"`
-	// Scope is empty for Waterfall.
+	// Scope is empty for Waterfall and MinRTT.
 	Scope Scope `json:"scope,omitempty"`
 	// Sites lists every site of the scenario, sorted by name.
 	Sites []SiteDemand `json:"sites"`
@@ -44,8 +44,9 @@ type Flow struct {
 	Group  string `json:"group"`
 	// RPS is the traffic sent, in requests/s; always > 0.
 	RPS float64 `json:"rps"`
-	// Reason says why Waterfall put the flow in its region: "nearest",
-	// "spill_capacity", "spill_health" or "overload" (waterfall.Reason).
+	// Reason says why Waterfall or MinRTT put the flow in its region:
+	// "nearest", "spill_capacity", "spill_health" or "overload"
+	// (waterfall.Reason).
 	// Empty, and omitted from JSON, for the baselines.
 	Reason string `json:"reason,omitempty"`
 }
@@ -63,8 +64,9 @@ type RegionLoad struct {
 }
 
 // WriteTable writes r as two aligned tables: the flows of each site (with
-// the share of the site's demand, and for Waterfall the reason), then the regions with capacity, load and
-// utilization. A site without flows gets one row of dashes.
+// the share of the site's demand, and for Waterfall and MinRTT the reason),
+// then the regions with capacity, load and utilization. A site without
+// flows gets one row of dashes.
 func (r *Result) WriteTable(w io.Writer) error {
 	scope := string(r.Scope)
 	if scope == "" {
@@ -73,7 +75,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 	if _, err := fmt.Fprintf(w, "policy: %s  scope: %s\n\n", r.Policy, scope); err != nil {
 		return err
 	}
-	withReason := r.Policy == Waterfall
+	withReason := r.Policy.Planned()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if withReason {
 		fmt.Fprintln(tw, "SITE\tDEMAND_RPS\tREGION\tGROUP\tRPS\tSHARE\tREASON")

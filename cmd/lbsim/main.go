@@ -3,10 +3,11 @@
 //	lbsim plan --scenario FILE --policy POLICY [--scope global|nearest_region] [--json]
 //	lbsim bench --scenario FILE [--json] [--series FILE.csv] [--policies LIST] [--steps N]
 //
-// plan prints the steady-state flows of one policy (waterfall, round_robin,
-// least_request, hash2, hash3, hash5) from every site to every instance
-// group, and each region's capacity, load and utilization. The model of each
-// policy and the scenario format are documented in package sim.
+// plan prints the steady-state flows of one policy (waterfall, min_rtt,
+// round_robin, least_request, hash2, hash3, hash5) from every site to every
+// instance group, and each region's capacity, load and utilization. The
+// model of each policy and the scenario format are documented in package
+// sim.
 //
 // bench runs every policy through the scenario's timeline, a time-stepped
 // simulation of the gfes (gossip delay, plan damping), their pickers and
@@ -78,7 +79,7 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 	var (
 		scenarioPath = fs.String("scenario", "", "scenario YAML `file` (required)")
 		policyName   = fs.String("policy", "", "`policy`, one of: "+names(sim.Policies())+" (required)")
-		scopeName    = fs.String("scope", "", "`scope` of the baseline policies: "+names(sim.Scopes())+" (default global; not valid with waterfall)")
+		scopeName    = fs.String("scope", "", "`scope` of the baseline policies: "+names(sim.Scopes())+" (default global; not valid with waterfall or min_rtt)")
 		asJSON       = fs.Bool("json", false, "print one JSON object instead of tables")
 	)
 	fs.Usage = func() {
@@ -114,7 +115,7 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 		if scope, err = sim.ParseScope(*scopeName); err != nil {
 			return usageErr("--scope: %v", err)
 		}
-		if policy == sim.Waterfall {
+		if policy.Planned() {
 			return usageErr("--scope: %v", sim.ErrScopeNotApplicable)
 		}
 	}

@@ -46,9 +46,10 @@ type planOutput struct {
 }
 
 // decodePlan decodes stdout as exactly one JSON object, checks its key sets
-// at every level, and returns it. Waterfall plans have no scope and a reason
-// on every flow; the baselines have a scope and no reasons.
-func decodePlan(t *testing.T, stdout []byte, waterfall bool) planOutput {
+// at every level, and returns it. Planned policies (waterfall, min_rtt) have
+// no scope and a reason on every flow; the baselines have a scope and no
+// reasons.
+func decodePlan(t *testing.T, stdout []byte, planned bool) planOutput {
 	t.Helper()
 	dec := json.NewDecoder(bytes.NewReader(stdout))
 	var raw map[string]json.RawMessage
@@ -60,7 +61,7 @@ func decodePlan(t *testing.T, stdout []byte, waterfall bool) planOutput {
 	}
 	wantTop := []string{"flows", "policy", "regions", "scope", "sites"}
 	wantFlow := []string{"group", "region", "rps", "site"}
-	if waterfall {
+	if planned {
 		wantTop = []string{"flows", "policy", "regions", "sites"}
 		wantFlow = []string{"group", "reason", "region", "rps", "site"}
 	}
@@ -162,7 +163,7 @@ func TestPlanShippedScenarios(t *testing.T) {
 		}
 		for _, policy := range sim.Policies() {
 			scopes := []string{"", "global", "nearest_region"}
-			if policy == sim.Waterfall {
+			if policy.Planned() {
 				scopes = []string{""}
 			}
 			for _, scope := range scopes {
@@ -178,12 +179,12 @@ func TestPlanShippedScenarios(t *testing.T) {
 					if stderr.Len() != 0 {
 						t.Errorf("stderr = %q, want empty", stderr.String())
 					}
-					out := decodePlan(t, stdout.Bytes(), policy == sim.Waterfall)
+					out := decodePlan(t, stdout.Bytes(), policy.Planned())
 					if out.Policy != string(policy) {
 						t.Errorf("policy = %q, want %q", out.Policy, policy)
 					}
 					wantScope := scope
-					if wantScope == "" && policy != sim.Waterfall {
+					if wantScope == "" && !policy.Planned() {
 						wantScope = "global"
 					}
 					if out.Scope != wantScope {
@@ -258,6 +259,60 @@ sites:
 			}
 			if diff := cmp.Diff(want, got, cmpopts.EquateApprox(1e-9, 1e-9)); diff != "" {
 				t.Errorf("run(%q) JSON mismatch (-want +got):\n%s", args, diff)
+			}
+		})
+	}
+}
+
+// TestPlanMinRTT: --policy min_rtt plans with waterfall.ComputeMinRTT, so
+// nyc, whose next region is 7 ms farther, steps aside for bos (65 ms
+// farther), where waterfall keeps the nearest pair first and spills bos.
+func TestPlanMinRTT(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "scen.yaml")
+	writeFile(t, path, `
+regions:
+  - name: us-east
+    groups: [{name: us-east-b, instances: 10, healthy: 10, rate_per_instance: 100}]
+  - name: eu-west
+    groups: [{name: eu-west-b, instances: 10, healthy: 10, rate_per_instance: 100}]
+sites:
+  - {name: nyc, demand_rps: 800, rtt_ms: {us-east: 5, eu-west: 12}}
+  - {name: bos, demand_rps: 600, rtt_ms: {us-east: 10, eu-west: 75}}
+`)
+	tests := []struct {
+		policy string
+		want   string // flows
+	}{
+		{"waterfall", `[{"site":"bos","region":"us-east","group":"us-east-b","rps":200,"reason":"nearest"},` +
+			`{"site":"bos","region":"eu-west","group":"eu-west-b","rps":400,"reason":"spill_capacity"},` +
+			`{"site":"nyc","region":"us-east","group":"us-east-b","rps":800,"reason":"nearest"}]`},
+		{"min_rtt", `[{"site":"bos","region":"us-east","group":"us-east-b","rps":600,"reason":"nearest"},` +
+			`{"site":"nyc","region":"us-east","group":"us-east-b","rps":400,"reason":"nearest"},` +
+			`{"site":"nyc","region":"eu-west","group":"eu-west-b","rps":400,"reason":"spill_capacity"}]`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.policy, func(t *testing.T) {
+			args := []string{"plan", "--json", "--scenario", path, "--policy", tt.policy}
+			var stdout, stderr bytes.Buffer
+			if code := run(args, &stdout, &stderr); code != exitOK {
+				t.Fatalf("run(%q) = %d, want 0; stderr:\n%s", args, code, stderr.String())
+			}
+			var got struct {
+				Policy string `json:"policy"`
+				Flows  any    `json:"flows"`
+			}
+			if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+				t.Fatalf("stdout is not JSON: %v\n%s", err, stdout.String())
+			}
+			var want any
+			if err := json.Unmarshal([]byte(tt.want), &want); err != nil {
+				t.Fatal(err)
+			}
+			if got.Policy != tt.policy {
+				t.Errorf("policy = %q, want %q", got.Policy, tt.policy)
+			}
+			if diff := cmp.Diff(want, got.Flows, cmpopts.EquateApprox(1e-9, 1e-9)); diff != "" {
+				t.Errorf("run(%q) flows mismatch (-want +got):\n%s", args, diff)
 			}
 		})
 	}
@@ -358,10 +413,12 @@ sites: [{name: s, demand_rps: 10, rtt_ms: {r: 1}}]
 		{name: "missing scenario", args: []string{"plan", "--policy", "waterfall"}, wantCode: exitUsage, wantStderr: []string{"--scenario is required", "usage: lbsim plan"}},
 		{name: "missing policy", args: []string{"plan", "--scenario", good}, wantCode: exitUsage, wantStderr: []string{"--policy is required"}},
 		{name: "unknown policy", args: []string{"plan", "--scenario", good, "--policy", "random"}, wantCode: exitUsage,
-			wantStderr: []string{`--policy: unknown policy "random" (want one of waterfall, round_robin, least_request, hash2, hash3, hash5)`}},
+			wantStderr: []string{`--policy: unknown policy "random" (want one of waterfall, min_rtt, round_robin, least_request, hash2, hash3, hash5)`}},
 		{name: "unknown scope", args: []string{"plan", "--scenario", good, "--policy", "hash2", "--scope", "zone"}, wantCode: exitUsage,
 			wantStderr: []string{`--scope: unknown scope "zone"`}},
 		{name: "scope with waterfall", args: []string{"plan", "--scenario", good, "--policy", "waterfall", "--scope", "global"}, wantCode: exitUsage,
+			wantStderr: []string{"--scope: scope applies only to"}},
+		{name: "scope with min_rtt", args: []string{"plan", "--scenario", good, "--policy", "min_rtt", "--scope", "nearest_region"}, wantCode: exitUsage,
 			wantStderr: []string{"--scope: scope applies only to"}},
 		{name: "extra argument", args: []string{"plan", "--scenario", good, "--policy", "hash2", "now"}, wantCode: exitUsage,
 			wantStderr: []string{`unexpected argument "now"`}},
