@@ -64,8 +64,8 @@ import "math"
 // bounds first, then RTT), so no large constant mixes with RTTs. Ties are
 // broken by node index, i.e. by name. The result is an exact optimum up to
 // float rounding (tests compare it with an independent LP). On 80 sites ×
-// 40 regions it takes about twice as long as Compute (BenchmarkCompute and
-// BenchmarkComputeMinRTT).
+// 40 regions it takes two to three times as long as Compute, about 1 ms
+// (BenchmarkCompute and BenchmarkComputeMinRTT).
 //
 // Like Compute, ComputeMinRTT is pure and deterministic: it reads only its
 // arguments, changes neither, and returns the same Plan for the same World
