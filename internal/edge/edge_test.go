@@ -247,7 +247,7 @@ func TestProxyWaterfall(t *testing.T) {
 func TestPickDoesNotAllocate(t *testing.T) {
 	g := &fakeGossip{node: "gfe-nyc", states: map[string]gossip.NodeState{}}
 	clk := clock.NewFake(time.Unix(1_000_000, 0))
-	for _, policy := range []string{"waterfall", "round_robin", "least_request", "hash2", "hash3", "hash5"} {
+	for _, policy := range []string{"waterfall", "min_rtt", "round_robin", "least_request", "hash2", "hash3", "hash5"} {
 		t.Run(policy, func(t *testing.T) {
 			e := newTestEdge(t, g, clk)
 			e.rtt.rtt = map[string]*ewma.Value{"us-east": {}, "eu-west": {}}

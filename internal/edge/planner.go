@@ -129,10 +129,14 @@ func (p *planner) buildService(cs *ControlState, sc *config.Service, states map[
 		}
 	}
 
-	if sc.Policy == config.PolicyWaterfall {
+	if sc.Policy.IsPlanned() {
 		w := buildWorld(cs.Config, sc, cs.Unhealthy, states, me)
 		svc.world = w
-		plan, err := waterfall.Compute(w, waterfall.Config{SpillThreshold: sc.Spill.Threshold, SpillSlope: sc.Spill.Slope})
+		compute := waterfall.Compute
+		if sc.Policy == config.PolicyMinRTT {
+			compute = waterfall.ComputeMinRTT
+		}
+		plan, err := compute(w, waterfall.Config{SpillThreshold: sc.Spill.Threshold, SpillSlope: sc.Spill.Slope})
 		if err != nil {
 			if msg := err.Error(); p.lastErr[sc.Name] != msg {
 				e.log.Error().Err(err).Str("service", sc.Name).Msg("planning failed; keeping the previous plan")

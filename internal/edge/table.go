@@ -86,7 +86,7 @@ type service struct {
 	meters *serviceMeters
 	load   map[string]*ewma.Rate // group -> rate; read-only
 
-	// Waterfall.
+	// Planned policies (waterfall, min_rtt).
 	picker *waterfall.Picker
 	plan   *waterfall.Plan // the damped plan the picker comes from
 	world  waterfall.World
@@ -119,7 +119,7 @@ type flowKey struct {
 
 // pick chooses a backend for one request. It does not allocate.
 func (s *service) pick(rnd uint64, k flowKey) (pick, error) {
-	if s.cfg.Policy == config.PolicyWaterfall {
+	if s.cfg.Policy.IsPlanned() {
 		if s.picker == nil {
 			return pick{}, errNoBackend
 		}
