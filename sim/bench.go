@@ -52,8 +52,8 @@ func (p BenchPolicy) scope() Scope {
 }
 
 // PlannerPolicy returns a planned BenchPolicy named name that runs planner
-// with waterfall.DefaultConfig(). A min_rtt planner with Compute's signature
-// joins a bench as PlannerPolicy("min_rtt", waterfall.ComputeMinRTT).
+// with waterfall.DefaultConfig(); min_rtt joins the default bench as
+// PlannerPolicy("min_rtt", waterfall.ComputeMinRTT).
 func PlannerPolicy(name string, planner Planner) BenchPolicy {
 	return BenchPolicy{Name: name, Planner: planner}
 }
@@ -64,13 +64,14 @@ func BaselinePolicy(p Policy, sc Scope) BenchPolicy {
 }
 
 // DefaultBenchPolicies returns the rows of a default bench: waterfall;
-// round_robin and least_request (scope global, as the gfe runs them); and
-// hash2, hash3 and hash5 with scope global and then nearest_region. min_rtt
-// is not among them: lb/waterfall has no min_rtt planner yet; once it has,
-// add PlannerPolicy("min_rtt", ...) here.
+// min_rtt (waterfall.ComputeMinRTT: least total RTT under the same
+// constraints, run by the gfes exactly like waterfall); round_robin and
+// least_request (scope global, as the gfe runs them); and hash2, hash3 and
+// hash5 with scope global and then nearest_region.
 func DefaultBenchPolicies() []BenchPolicy {
 	ps := []BenchPolicy{
 		PlannerPolicy(string(Waterfall), waterfall.Compute),
+		PlannerPolicy("min_rtt", waterfall.ComputeMinRTT),
 		BaselinePolicy(RoundRobin, ScopeGlobal),
 		BaselinePolicy(LeastRequest, ScopeGlobal),
 	}
@@ -174,7 +175,9 @@ const (
 //     on stepQueue: a fluid backlog that grows when λ > μ, carries over to
 //     the next step and fails what does not fit; plus M/M/1 random queueing.
 //     Requests sent to an instance that is not healthy in truth (the gfe's
-//     view lags) fail, and so does its backlog. A request's latency is the
+//     view lags) fail; its backlog is discarded (those requests were
+//     counted when they arrived). A request counts as served when its
+//     instance accepts it. A request's latency is the
 //     RTT from its site to the instance's region plus its time at the
 //     instance (wait behind the backlog, queueing and service).
 //
@@ -196,7 +199,11 @@ const (
 // RTTOverLP, the mean RTT of routed requests over that of the linear-program
 // optimum of the same steps (solveLP: least total RTT with every region
 // within λ·capacity of its healthy instances); and OscillationPP, how much
-// the region shares swing back and forth (see BenchRow).
+// the sites' region shares swing back and forth (see BenchRow).
+//
+// Bench fails with ErrTooLarge for scenarios too large to simulate, and with
+// ErrOverflow when a scenario's numbers are so large that a metric does not
+// fit in a float64.
 func (s *Scenario) Bench(opts BenchOptions) (*BenchResult, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err

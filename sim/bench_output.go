@@ -47,8 +47,8 @@ MEAN/P50/P99_MS: latency of served requests (RTT + queueing + service). OVER_CAP
 served by an instance loaded >1% above its capacity. EXCESS: load above capacity, share of requests.
 ERRORS: failed requests (unroutable, queue full, instance down). CROSS_REGION: routed requests
 outside the site's nearest region. RTT/LP: mean RTT over the min-RTT linear-program optimum's.
-OSC_PP: back-and-forth swing of region shares, percentage points. least_request is modelled as
-an even split (see sim.Scenario.Bench), so it matches round_robin.
+OSC_PP: back-and-forth swing of the sites' region shares, percentage points. least_request is
+modelled as an even split (see sim.Scenario.Bench), so it matches round_robin.
 `); err != nil {
 		return err
 	}

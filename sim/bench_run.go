@@ -334,7 +334,9 @@ func (r *runner) run() (BenchRow, error) {
 			g := t.slotGroup[i]
 			st := groups[g]
 			if t.slotIndex[i] >= st.Healthy {
-				failed += lam*dt + q
+				// Arrivals fail. The backlog is lost too, but its requests
+				// were counted (as served) when they arrived.
+				failed += lam * dt
 				r.backlog[i] = 0
 				accept[i] = 0
 				continue
@@ -455,6 +457,11 @@ func (r *runner) run() (BenchRow, error) {
 		row.RTTOverLP = &v
 	}
 	row.OscillationPP = 100 * osc / 2
+	for _, v := range []float64{requests, routed, served, failed, overServed, excess, cross, rttSum, latSum, lpRTT, r.lpMean(), osc} {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return BenchRow{}, ErrOverflow
+		}
+	}
 	ps := CDFProbabilities()
 	qs := r.hist.quantiles(append([]float64{0.5, 0.99}, ps...))
 	row.P50Ms, row.P99Ms = qs[0], qs[1]

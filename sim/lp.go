@@ -65,7 +65,11 @@ var errLPInfeasible = errors.New("lp: no assignment fits the capacities")
 // and most iterations (two orders of magnitude faster on 80 sites × 20
 // regions). Otherwise, or if that start fails numerically, the solver finds
 // its own.
-func solveLP(p lpProblem) (lpSolution, error) {
+func solveLP(p lpProblem) (lpSolution, error) { return solveLPFrom(p, true) }
+
+// solveLPFrom is solveLP; warm = false always lets the solver find its own
+// starting basis (phase 1), for tests that compare both ways.
+func solveLPFrom(p lpProblem, warm bool) (lpSolution, error) {
 	var sites, regions []int
 	regionUsed := make([]bool, len(p.capacity))
 	for s, d := range p.demand {
@@ -130,7 +134,9 @@ func solveLP(p lpProblem) (lpSolution, error) {
 	}
 	for j, r := range regions {
 		regionRow[r] = len(sites) + j
-		b[len(sites)+j] = sol.Lambda * p.capacity[r] / demand
+		// A relative hair of extra room keeps rounding from making a
+		// problem infeasible when λ scales capacity to exactly the demand.
+		b[len(sites)+j] = sol.Lambda * p.capacity[r] / demand * (1 + 1e-12)
 		A.Set(len(sites)+j, len(pairs)+j, 1) // slack u[r]
 	}
 	for k, pr := range pairs {
@@ -140,7 +146,7 @@ func solveLP(p lpProblem) (lpSolution, error) {
 	}
 
 	var basis []int
-	if full {
+	if full && warm {
 		cost := make([][]float64, len(sites))
 		for i, s := range sites {
 			cost[i] = make([]float64, len(regions))

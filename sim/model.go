@@ -74,7 +74,7 @@ func stepQueue(backlog, lambda, mu, bound, dt float64) queueStep {
 	}
 	out.WaitS = avg / mu
 
-	rho := min(lambda/mu, rhoMax, bound/(bound+1))
+	rho := min(lambda/mu, rhoMax, 1/(1+1/bound)) // bound/(bound+1), also for an infinite bound
 	out.SojournS = 1 / (mu * (1 - rho))
 	return out
 }

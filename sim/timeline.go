@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 )
 
 // Timeline is the optional dynamic part of a Scenario, read by `lbsim bench`
@@ -368,7 +369,7 @@ func (f *fileTimeline) timeline(issues map[string]string) *Timeline {
 			issues[path] = "must set one of healthy, instances, capacity_scaler"
 		case 1:
 		default:
-			issues[path] = fmt.Sprintf("must set only one of healthy, instances, capacity_scaler, got %d (%v)", len(kinds), kinds)
+			issues[path] = fmt.Sprintf("must set only one of healthy, instances, capacity_scaler, got %s", strings.Join(kinds, " and "))
 			e.Kind = ""
 		}
 		if fe.ColdStartS != nil {
@@ -414,7 +415,7 @@ func (s *Scenario) timelineProblems(issues map[string]string) []string {
 	durOK := check("timeline.duration_s", tl.DurationS, finite(tl.DurationS) && tl.DurationS > 0, "a finite number > 0")
 	stepOK := check("timeline.step_s", tl.StepS, finite(tl.StepS) && tl.StepS > 0, "a finite number > 0")
 	if durOK && stepOK && tl.DurationS/tl.StepS > maxSteps {
-		add("timeline: duration_s / step_s must be at most %d steps, got %v", maxSteps, tl.DurationS/tl.StepS)
+		add("timeline: duration_s / step_s must be at most %d steps, got %.0f", maxSteps, tl.DurationS/tl.StepS)
 	}
 	check("timeline.gossip_delay_s", tl.GossipDelayS, finite(tl.GossipDelayS) && tl.GossipDelayS >= 0, "a finite number >= 0")
 	check("timeline.damping", tl.Damping, tl.Damping > 0 && tl.Damping <= 1, "in (0,1]")
@@ -588,10 +589,8 @@ func (s *Scenario) timelineProblems(issues map[string]string) []string {
 			valid = append(valid, i)
 		}
 	}
-	if len(valid) == len(tl.Events) {
-		out = append(out, s.replayProblems()...)
-	}
-	return out
+	_, replay := s.groupActions(valid)
+	return append(out, replay...)
 }
 
 // groupState is an instance group's state at one moment of a run.
@@ -637,16 +636,24 @@ func (s *Scenario) initialGroupStates() []groupState {
 	return st
 }
 
-// groupActions replays the timeline's events in time order and returns
-// every action (events and cold-start ends) sorted by time, with the
-// problems found: a health event above the started instances, or a scale-
-// down during a cold start. A failing event is skipped.
-func (s *Scenario) groupActions() ([]groupAction, []string) {
+// groupActions replays the timeline's events listed in events (indexes
+// into Timeline.Events, each with a known group and kind; nil means all) in
+// time order and returns every action (events and cold-start ends) sorted by
+// time, with the problems found: a health event above the started
+// instances, or a scale-down during a cold start. A failing event is
+// skipped.
+func (s *Scenario) groupActions(events []int) ([]groupAction, []string) {
 	tl := s.Timeline
 	idx := s.groupIndex()
+	if events == nil {
+		events = make([]int, len(tl.Events))
+		for i := range events {
+			events[i] = i
+		}
+	}
 	var actions []groupAction
-	for i, e := range tl.Events {
-		actions = append(actions, groupAction{at: e.AtS, order: 1 + i, group: idx[e.Group], event: i})
+	for _, i := range events {
+		actions = append(actions, groupAction{at: tl.Events[i].AtS, order: 1 + i, group: idx[tl.Events[i].Group], event: i})
 	}
 	sortActions := func(a []groupAction) {
 		slices.SortStableFunc(a, func(x, y groupAction) int {
@@ -715,9 +722,4 @@ func (g *groupState) apply(a groupAction, events []Event) {
 	case EventScaler:
 		g.CapacityScaler = e.CapacityScaler
 	}
-}
-
-func (s *Scenario) replayProblems() []string {
-	_, problems := s.groupActions()
-	return problems
 }

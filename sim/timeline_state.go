@@ -44,7 +44,7 @@ func (s *Scenario) newTrace(tl *Timeline, n int) *trace {
 	}
 	withTimeline := *s
 	withTimeline.Timeline = tl
-	actions, _ := withTimeline.groupActions()
+	actions, _ := withTimeline.groupActions(nil)
 	tr.groups = groupStatesAt(s.initialGroupStates(), actions, tl.Events, tr.times)
 	tr.seenGroups = groupStatesAt(s.initialGroupStates(), actions, tl.Events, seenAt)
 	return tr
