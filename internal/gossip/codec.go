@@ -9,8 +9,16 @@ import (
 	"io"
 )
 
-// Wire format. Every payload this package hands to memberlist (a broadcast
-// of one NodeState, or the push/pull list of all states) is a frame:
+// Wire format. A message (one NodeState, sent directly or by gossip) is a
+// route byte followed by a frame; the push/pull payload (all states) is a
+// frame. The route says how the message travelled:
+//
+//	routeDirect  sent by the publisher straight to this node
+//	routeGossip  sent through memberlist's gossip (by the publisher or a relay)
+//
+// Only gossip messages are relayed: a direct message says the publisher is
+// already sending to every member, so relaying it would only multiply
+// traffic. A frame is:
 //
 //	byte 0     codec: codecJSON or codecDeflateJSON
 //	bytes 1..  the JSON document, raw or compressed with DEFLATE (RFC 1951)
@@ -22,6 +30,30 @@ const (
 	codecJSON        byte = 1
 	codecDeflateJSON byte = 2
 )
+
+const (
+	routeDirect byte = 1
+	routeGossip byte = 2
+)
+
+// withRoute returns the message carrying frame along route.
+func withRoute(route byte, frame []byte) []byte {
+	msg := make([]byte, 1+len(frame))
+	msg[0] = route
+	copy(msg[1:], frame)
+	return msg
+}
+
+// splitRoute splits a message into its route and frame.
+func splitRoute(msg []byte) (byte, []byte, error) {
+	if len(msg) == 0 {
+		return 0, nil, fmt.Errorf("%w: empty message", errMalformed)
+	}
+	if r := msg[0]; r != routeDirect && r != routeGossip {
+		return 0, nil, fmt.Errorf("%w: unknown route %d", errMalformed, r)
+	}
+	return msg[0], msg[1:], nil
+}
 
 const (
 	// compressAbove is the JSON size, in bytes, above which a frame is

@@ -17,9 +17,9 @@ import (
 //
 // The defaults are tuned for a LAN or loopback (memberlist's
 // DefaultLocalConfig, with faster failure detection). With them:
-//   - a published state reaches every node of a 50-node loopback cluster in
-//     well under a second (see TestPropagation50);
-//   - a crashed node is declared dead about 2–4 s after it stops answering
+//   - a published state reaches every node of a 50-node loopback cluster
+//     within tens of milliseconds (see TestPropagation50);
+//   - a crashed node is declared dead about 2.5 s after it stops answering
 //     (SuspicionMult · max(1, log10 N) · ProbeInterval, plus the probe and a
 //     confirmation from a second node).
 //
@@ -62,16 +62,27 @@ type Config struct {
 	// GossipNodes is how many random members each gossip round goes to.
 	// Default 3. Higher spreads faster (fan-out) at the cost of bandwidth.
 	GossipNodes int `mapstructure:"gossip_nodes"`
-	// RetransmitMult sets how many times each node sends one state it
-	// publishes or relays: RetransmitMult · ceil(log10(N+1)). Default 4
-	// (8 sends per node in a cluster of 10 to 99). Higher survives more
-	// packet loss.
+	// RetransmitMult sets how many times each node gossips one membership
+	// message (join, suspect, dead) it originates or relays:
+	// RetransmitMult · ceil(log10(N+1)) times. Default 4 (memberlist LAN).
+	// A member misses a given message with probability about
+	// exp(-RetransmitMult · ceil(log10(N+1))) (3e-4 at 50 nodes); a missed
+	// join is repaired within about a second (see Node), anything else by
+	// the next push/pull. Higher costs a burst of packets whenever many
+	// nodes start at once.
 	RetransmitMult int `mapstructure:"retransmit_mult"`
+	// StateRetransmitMult is the same for state messages: each node gossips
+	// each state it publishes or relays StateRetransmitMult ·
+	// ceil(log10(N+1)) times. Default 4. States also go straight from the
+	// publisher to every member, so gossip only repairs lost packets and
+	// unreachable paths; higher repairs more at the cost of bandwidth
+	// (states are larger and frequent).
+	StateRetransmitMult int `mapstructure:"state_retransmit_mult"`
 	// PushPullInterval is how often a node syncs its full view (members and
-	// every state) with one random member over TCP. Default 10s. This is
-	// the repair path: it delivers states lost to UDP drops and states too
-	// large to broadcast (ErrTooLarge). Cost is one TCP exchange of all
-	// states per node per interval.
+	// every state) with one random member over TCP. Default 10s; memberlist
+	// stretches it beyond 32 nodes (20s at 50). This is the last-resort
+	// repair path. Cost is one TCP exchange of all states per node per
+	// interval.
 	PushPullInterval time.Duration `mapstructure:"push_pull_interval"`
 
 	// ProbeInterval is how often each node probes one random member.
@@ -90,9 +101,10 @@ type Config struct {
 	// TCPTimeout bounds each TCP connection (push/pull, join). Default 1s.
 	TCPTimeout time.Duration `mapstructure:"tcp_timeout"`
 	// UDPBufferSize is the largest UDP packet sent, in bytes. Default 1400,
-	// which fits a 1500-byte Ethernet MTU. It bounds the state a node can
-	// broadcast (about UDPBufferSize - 50 bytes, after compression); raise
-	// it on loopback or jumbo-frame networks (at most 65507).
+	// which fits a 1500-byte Ethernet MTU. A state larger than about
+	// UDPBufferSize - 50 bytes (after compression) is sent to each member
+	// over TCP instead, and not gossiped; raise it on loopback or
+	// jumbo-frame networks (at most 65507).
 	UDPBufferSize int `mapstructure:"udp_buffer_size"`
 
 	// JoinBackoffMin and JoinBackoffMax bound the wait between attempts to
@@ -110,11 +122,12 @@ type Config struct {
 	// drop a node that left at once, and one that did not only after
 	// failure detection.
 	LeaveTimeout time.Duration `mapstructure:"leave_timeout"`
-	// StateTTL is how long a node remembers the last version of a departed
-	// node (so its in-flight broadcasts cannot resurrect it) and keeps a
-	// state that arrived before its publisher's alive message. Default 2m;
-	// it must exceed the time a departed node's messages can still
-	// circulate (failure detection plus PushPullInterval).
+	// StateTTL is how long a node keeps, hidden, the last state of a
+	// departed node (so its messages still in flight cannot bring an older
+	// version back, and it reappears at once if it returns) and a state
+	// that arrived before its publisher's alive message. Default 2m; it must
+	// exceed the time a departed node's messages can still circulate
+	// (failure detection plus PushPullInterval).
 	StateTTL time.Duration `mapstructure:"state_ttl"`
 }
 
@@ -122,22 +135,23 @@ type Config struct {
 // (and usually Seeds) must still be set.
 func DefaultConfig() Config {
 	return Config{
-		BindAddr:         "127.0.0.1",
-		BindPort:         7946,
-		GossipInterval:   100 * time.Millisecond, // memberlist Local
-		GossipNodes:      3,
-		RetransmitMult:   4,                      // memberlist LAN; Local's 2 is thin for relayed states
-		PushPullInterval: 10 * time.Second,       // Local: 15s; full state sync is our repair path
-		ProbeInterval:    500 * time.Millisecond, // Local: 1s; halves failure detection
-		ProbeTimeout:     200 * time.Millisecond, // memberlist Local
-		SuspicionMult:    3,                      // memberlist Local
-		TCPTimeout:       time.Second,            // memberlist Local
-		UDPBufferSize:    1400,                   // memberlist LAN: fits a 1500-byte MTU
-		JoinBackoffMin:   100 * time.Millisecond,
-		JoinBackoffMax:   5 * time.Second,
-		RejoinInterval:   30 * time.Second, // as serf's reconnect interval
-		LeaveTimeout:     time.Second,
-		StateTTL:         2 * time.Minute,
+		BindAddr:            "127.0.0.1",
+		BindPort:            7946,
+		GossipInterval:      100 * time.Millisecond, // memberlist Local
+		GossipNodes:         3,
+		RetransmitMult:      4, // memberlist LAN
+		StateRetransmitMult: 4,
+		PushPullInterval:    10 * time.Second,       // Local: 15s; full state sync is our repair path
+		ProbeInterval:       500 * time.Millisecond, // Local: 1s; halves failure detection
+		ProbeTimeout:        200 * time.Millisecond, // memberlist Local
+		SuspicionMult:       3,                      // memberlist Local
+		TCPTimeout:          time.Second,            // memberlist Local
+		UDPBufferSize:       1400,                   // memberlist LAN: fits a 1500-byte MTU
+		JoinBackoffMin:      100 * time.Millisecond,
+		JoinBackoffMax:      5 * time.Second,
+		RejoinInterval:      30 * time.Second, // as serf's reconnect interval
+		LeaveTimeout:        time.Second,
+		StateTTL:            2 * time.Minute,
 	}
 }
 
@@ -198,6 +212,9 @@ func (c Config) Validate() error {
 	if c.RetransmitMult < 1 {
 		bad("gossip.retransmit_mult: must be >= 1, got %d", c.RetransmitMult)
 	}
+	if c.StateRetransmitMult < 1 {
+		bad("gossip.state_retransmit_mult: must be >= 1, got %d", c.StateRetransmitMult)
+	}
 	if c.SuspicionMult < 1 {
 		bad("gossip.suspicion_mult: must be >= 1, got %d", c.SuspicionMult)
 	}
@@ -226,7 +243,7 @@ func (c Config) secretKey() ([]byte, error) {
 	return nil, fmt.Errorf("gossip.secret_key: must decode to 16, 24 or 32 bytes, got %d", len(key))
 }
 
-// broadcastBudget is the largest frame this node broadcasts over UDP: the
+// broadcastBudget is the largest message this node sends over UDP: the
 // packet size minus memberlist's compound header (2), per-message overhead
 // (2), user message type (1) and, with a key, encryption overhead (45 for
 // the legacy format, 29 for the current one; we assume the larger).
@@ -262,5 +279,8 @@ func (c Config) memberlistConfig(key []byte, logOut io.Writer) *memberlist.Confi
 	mc.TCPTimeout = c.TCPTimeout
 	mc.UDPBufferSize = c.UDPBufferSize
 	mc.Logger = log.New(logOut, "", 0)
+	// States are already DEFLATE-compressed when large; LZW over every
+	// packet costs CPU on every send and receive for little gain.
+	mc.EnableCompression = false
 	return mc
 }

@@ -18,8 +18,9 @@ var (
 // which is limited to 512 bytes and only refreshed with alive messages.
 func (delegate) NodeMeta(int) []byte { return nil }
 
-// NotifyMsg receives a state broadcast. handleBroadcast copies what it keeps.
-func (d delegate) NotifyMsg(b []byte) { d.n.handleBroadcast(b) }
+// NotifyMsg receives a state message (gossip, or a direct send over UDP or
+// TCP). handleMessage copies what it keeps.
+func (d delegate) NotifyMsg(b []byte) { d.n.handleMessage(b) }
 
 // GetBroadcasts hands queued states (own and relayed) to a gossip round.
 func (d delegate) GetBroadcasts(overhead, limit int) [][]byte {
@@ -34,13 +35,13 @@ func (d delegate) LocalState(bool) []byte { return d.n.localView() }
 func (d delegate) MergeRemoteState(buf []byte, _ bool) { d.n.handlePushPull(buf) }
 
 // NotifyJoin: a member is alive (new, or back from dead).
-func (d delegate) NotifyJoin(node *memberlist.Node) { d.n.memberJoined(node.Name) }
+func (d delegate) NotifyJoin(node *memberlist.Node) { d.n.memberJoined(node) }
 
 // NotifyLeave: a member left or was declared dead; its state is dropped.
 func (d delegate) NotifyLeave(node *memberlist.Node) { d.n.memberLeft(node.Name) }
 
-// NotifyUpdate: metadata changed; unused (see NodeMeta).
-func (delegate) NotifyUpdate(*memberlist.Node) {}
+// NotifyUpdate: a member's address or metadata changed.
+func (d delegate) NotifyUpdate(node *memberlist.Node) { d.n.memberUpdated(node) }
 
 // broadcast is one queued state frame. It is named by the publishing node,
 // so queueing a newer state of a node replaces the older one in the

@@ -23,6 +23,11 @@ func (w logWriter) Write(p []byte) (int, error) {
 			continue
 		}
 		level, msg := parseLogLine(string(line))
+		if level > zerolog.DebugLevel && strings.Contains(msg, "use of closed network connection") {
+			// memberlist's loops race its own Shutdown: sends on
+			// sockets it just closed are expected, not errors.
+			level = zerolog.DebugLevel
+		}
 		w.log.WithLevel(level).Msg(msg)
 	}
 	return len(p), nil

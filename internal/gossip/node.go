@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -17,11 +18,6 @@ import (
 
 // Sentinel errors callers branch on.
 var (
-	// ErrTooLarge is returned by Publish when the encoded state does not fit
-	// one UDP gossip packet (Config.UDPBufferSize). The state is still
-	// published: it is visible locally at once and reaches the other nodes
-	// by push/pull sync within about PushPullInterval, not by broadcast.
-	ErrTooLarge = errors.New("gossip: state too large to broadcast")
 	// ErrNotRunning is returned by Join before Run has started memberlist.
 	ErrNotRunning = errors.New("gossip: not running")
 	// ErrAlreadyStarted is returned by a second call to Run.
@@ -70,9 +66,9 @@ type Snapshot struct {
 
 // Stats are counters since New. They only increase.
 type Stats struct {
-	// Received counts state broadcasts received over UDP gossip.
+	// Received counts state messages received (direct or gossip).
 	Received uint64
-	// Accepted counts received states (broadcast or push/pull) that were
+	// Accepted counts received states (message or push/pull) that were
 	// newer than the held version and stored.
 	Accepted uint64
 	// Stale counts received states not newer than the held version (or
@@ -80,27 +76,46 @@ type Stats struct {
 	Stale uint64
 	// Invalid counts frames and states that failed to decode or validate.
 	Invalid uint64
-	// Relayed counts accepted broadcasts queued for re-broadcast.
+	// Relayed counts accepted gossip messages queued for re-gossip.
 	Relayed uint64
 	// PushPulls counts full-state syncs merged from other nodes.
 	PushPulls uint64
-	// TooLarge counts Publish calls that returned ErrTooLarge.
-	TooLarge uint64
+	// Sent counts this node's state sent straight to one member (UDP, or
+	// TCP for a state too large for a packet).
+	Sent uint64
+	// SendErrors counts direct sends that failed (the member is gone, or
+	// its TCP connection failed); gossip and push/pull still cover it.
+	SendErrors uint64
 }
 
 // Node is this process's member of the gossip cluster. It publishes this
 // node's NodeState, keeps the newest state of every alive member, and drops
 // a member's state when memberlist reports it dead or left.
 //
-// How states spread: Publish queues the state for UDP gossip (each node
-// sends it RetransmitMult·ceil(log10(N+1)) times to random members); every
-// node that receives a newer state queues it again (epidemic relay, as serf
-// does for user events), so it reaches all N nodes in O(log N) gossip
-// rounds. Queues hold at most one message per publisher (a newer version
-// replaces the queued one), so memory stays bounded when publishing outruns
-// gossip. Every PushPullInterval, and on join, nodes also exchange their full
-// views over TCP, so a late joiner gets every state at once and a lost
-// packet is repaired.
+// How states spread, fastest first:
+//   - Direct: after Publish, Run's sender sends the state straight to every
+//     alive member, one UDP packet each (TCP when the state does not fit a
+//     packet); and when a member joins (or comes back), each node sends it
+//     its own state. On a LAN this delivers a change to every member within
+//     milliseconds. Sends never happen inside memberlist's callbacks.
+//   - Gossip: the state is also queued for memberlist's UDP gossip (each
+//     node sends it StateRetransmitMult·ceil(log10(N+1)) times to random
+//     members), and a node that learns a newer state from gossip (not from
+//     the publisher directly) queues it again (epidemic relay, as serf does
+//     for user events). This repairs lost packets and reaches members the
+//     publisher cannot reach directly, without multiplying the traffic of
+//     every change when direct delivery works.
+//     Queues hold at most one state per publisher (a newer version replaces
+//     the queued one), so memory stays bounded when publishing outruns the
+//     gossip rate; the freshest states go first.
+//   - Membership repair: memberlist spreads joins by gossip too, and a node
+//     may miss one until the next push/pull; Run notices (a state from a
+//     node memberlist does not list, for over a second) and joins that
+//     node's address (NodeState.Addr), which fixes both sides at once.
+//   - Push/pull: every PushPullInterval (memberlist stretches it beyond 32
+//     nodes), and on join, nodes exchange their full views over TCP, so a
+//     late joiner gets every state during Join and anything lost is
+//     eventually repaired.
 //
 // All methods are safe for concurrent use. A Node must not be copied.
 type Node struct {
@@ -114,23 +129,28 @@ type Node struct {
 	queue   *memberlist.TransmitLimitedQueue
 	changes chan struct{}
 	ready   chan struct{}
+	// wake tells the sender there is work in the outbox (fanout, greet).
+	wake chan struct{}
 	// onVerdict, when set (by tests, before Run), is called after each
-	// received broadcast is classified.
+	// received message is classified.
 	onVerdict func(NodeState, verdict)
 
 	// Accessed atomically.
-	started  atomic.Bool
-	crashed  atomic.Bool // skip Leave on shutdown (tests simulate a crash)
-	ml       atomic.Pointer[memberlist.Memberlist]
-	snap     atomic.Pointer[Snapshot]
-	ppCache  atomic.Pointer[encodedView]
-	received atomic.Uint64
-	accepted atomic.Uint64
-	stale    atomic.Uint64
-	invalid  atomic.Uint64
-	relayed  atomic.Uint64
-	pushPull atomic.Uint64
-	tooLarge atomic.Uint64
+	started atomic.Bool
+	// advertise is memberlist's advertise address, set once by Run.
+	advertise atomic.Pointer[string]
+	crashed   atomic.Bool // skip Leave on shutdown (tests simulate a crash)
+	ml        atomic.Pointer[memberlist.Memberlist]
+	snap      atomic.Pointer[Snapshot]
+	ppCache   atomic.Pointer[encodedView]
+	received  atomic.Uint64
+	accepted  atomic.Uint64
+	stale     atomic.Uint64
+	invalid   atomic.Uint64
+	relayed   atomic.Uint64
+	pushPull  atomic.Uint64
+	sent      atomic.Uint64
+	sendErrs  atomic.Uint64
 
 	// Guarded by mu.
 	mu  sync.Mutex
@@ -138,9 +158,23 @@ type Node struct {
 	// version is the last version this node used (or the floor raised by a
 	// refutation); the next Publish uses a higher one.
 	version uint64
-	// own is the last published state (nil before the first Publish).
-	own *NodeState
-	seq uint64
+	// own is the last published state and ownFrame its encoding (nil
+	// before the first Publish).
+	own      *NodeState
+	ownFrame []byte
+	seq      uint64
+	// The sender's outbox: fanout asks to send ownFrame to every member,
+	// greet to the listed members only (those that joined since).
+	fanout bool
+	greet  map[string]struct{}
+	// repaired maps a node to the state version for which repairGaps
+	// last joined it.
+	repaired map[string]uint64
+	// addrs holds copies of the alive members' memberlist.Node, taken in
+	// the event callbacks (where memberlist holds its lock). The sender
+	// uses them: the *Node values memberlist.Members returns are updated
+	// by memberlist without synchronization.
+	addrs map[string]memberlist.Node
 }
 
 // encodedView caches the push/pull payload for one Snapshot.Seq.
@@ -157,15 +191,18 @@ func New(cfg Config, opts Options) (*Node, error) {
 	}
 	key, _ := cfg.secretKey() // validated above
 	n := &Node{
-		cfg:     cfg,
-		key:     key,
-		budget:  cfg.broadcastBudget(),
-		log:     opts.Logger.With().Str("component", "gossip").Str("node", cfg.Name).Logger(),
-		clock:   opts.Clock,
-		rand:    opts.Rand,
-		changes: make(chan struct{}, 1),
-		ready:   make(chan struct{}),
-		tab:     newTable(cfg.Name, cfg.StateTTL),
+		cfg:      cfg,
+		key:      key,
+		budget:   cfg.broadcastBudget(),
+		log:      opts.Logger.With().Str("component", "gossip").Str("node", cfg.Name).Logger(),
+		clock:    opts.Clock,
+		rand:     opts.Rand,
+		changes:  make(chan struct{}, 1),
+		ready:    make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+		tab:      newTable(cfg.Name, cfg.StateTTL),
+		addrs:    make(map[string]memberlist.Node),
+		repaired: make(map[string]uint64),
 	}
 	if n.clock == nil {
 		n.clock = realClock{}
@@ -177,7 +214,7 @@ func New(cfg Config, opts Options) (*Node, error) {
 		// The member count from our own view: reading it takes no
 		// memberlist lock, and GetBroadcasts runs inside memberlist.
 		NumNodes:       func() int { return max(1, len(n.snap.Load().Members)) },
-		RetransmitMult: cfg.RetransmitMult,
+		RetransmitMult: cfg.StateRetransmitMult,
 	}
 	n.mu.Lock()
 	n.rebuildLocked()
@@ -185,11 +222,12 @@ func New(cfg Config, opts Options) (*Node, error) {
 	return n, nil
 }
 
-// Run starts memberlist, joins Config.Seeds (retrying with backoff until one
-// answers or ctx ends), rejoins them every RejoinInterval, and on ctx done
-// leaves the cluster (waiting up to LeaveTimeout) and shuts memberlist down.
-// It returns nil after a clean stop, or an error if memberlist cannot start
-// (for example, the port is taken). Run may be called once.
+// Run starts memberlist and the sender (see Node), joins Config.Seeds
+// (retrying with backoff until one answers or ctx ends), rejoins them every
+// RejoinInterval, and on ctx done stops the sender, leaves the cluster
+// (waiting up to LeaveTimeout) and shuts memberlist down. It returns nil
+// after a clean stop, or an error if memberlist cannot start (for example,
+// the port is taken). Run may be called once.
 func (n *Node) Run(ctx context.Context) error {
 	if !n.started.CompareAndSwap(false, true) {
 		return ErrAlreadyStarted
@@ -201,28 +239,103 @@ func (n *Node) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("gossip: start memberlist on %s:%d: %w", n.cfg.BindAddr, n.cfg.BindPort, err)
 	}
+	addr := ml.LocalNode().Address()
+	n.advertise.Store(&addr)
 	n.ml.Store(ml)
 	close(n.ready)
-	n.log.Info().Str("addr", ml.LocalNode().Address()).Bool("encrypted", n.key != nil).Msg("gossip started")
+	n.log.Info().Str("addr", addr).Bool("encrypted", n.key != nil).Msg("gossip started")
+	n.stampAddr(addr)
+
+	sendCtx, stopSender := context.WithCancel(ctx)
+	senderDone := make(chan struct{})
+	go func() {
+		defer close(senderDone)
+		n.sendLoop(sendCtx, ml)
+	}()
+	n.signalSender() // a state published before Run goes out to the seeds' cluster
 
 	seeds := n.cfg.Seeds
 	if len(seeds) > 0 {
 		n.joinWithBackoff(ctx, seeds)
 	}
 	var rejoin <-chan time.Time
+	if n.cfg.RejoinInterval > 0 && len(seeds) > 0 {
+		rejoin = n.clock.After(n.cfg.RejoinInterval)
+	}
+	repair := n.clock.After(n.repairEvery())
 	for {
-		if n.cfg.RejoinInterval > 0 && len(seeds) > 0 {
-			rejoin = n.clock.After(n.cfg.RejoinInterval)
-		}
 		select {
 		case <-ctx.Done():
+			stopSender()
+			<-senderDone
 			return n.stop(ml)
 		case <-rejoin:
 			if _, err := n.Join(seeds); err != nil {
 				n.log.Debug().Err(err).Msg("rejoin failed")
 			}
+			rejoin = n.clock.After(n.cfg.RejoinInterval)
+		case <-repair:
+			n.repairGaps()
+			repair = n.clock.After(n.repairEvery())
 		}
 	}
+}
+
+// repairEvery is how often Run looks for membership gaps; a gap is a state
+// held for 2·repairEvery (1s with the default GossipInterval) from a node
+// memberlist has not reported, long after its alive message should have
+// arrived.
+func (n *Node) repairEvery() time.Duration { return 5 * n.cfg.GossipInterval }
+
+// repairGaps closes membership gaps: memberlist spreads a join by gossip,
+// and a node can miss it (notably when two groups that joined different
+// seeds merge) until the next push/pull, PushPullInterval later (20s at 50
+// nodes). A state received from a node memberlist does not list proves the
+// gap, and carries the node's address: joining it (one push/pull) teaches
+// both sides each other's members at once. Each state version is tried
+// once; states of nodes memberlist reported dead are never tried.
+func (n *Node) repairGaps() {
+	n.mu.Lock()
+	var addrs, names []string
+	for _, s := range n.tab.gaps(n.clock.Now(), 2*n.repairEvery()) {
+		if s.Addr == "" || n.repaired[s.Node] >= s.Version {
+			continue
+		}
+		n.repaired[s.Node] = s.Version
+		addrs = append(addrs, s.Addr)
+		names = append(names, s.Node)
+	}
+	for node := range n.repaired {
+		if _, held := n.tab.states[node]; !held {
+			delete(n.repaired, node) // pruned from the table
+		}
+	}
+	n.mu.Unlock()
+	if len(addrs) == 0 {
+		return
+	}
+	k, err := n.Join(addrs)
+	n.log.Info().Strs("nodes", names).Int("contacted", k).AnErr("error", err).
+		Msg("joined nodes known only from their states")
+}
+
+// stampAddr re-publishes a state published before Run with the node's
+// gossip address, which other nodes use to repair membership gaps.
+func (n *Node) stampAddr(addr string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.own == nil || n.own.Addr == addr {
+		return
+	}
+	s := *n.own
+	s.Addr = addr
+	s.Version = max(n.version+1, unixNanos(n.clock.Now()))
+	frame, stored, err := encodeOwn(s)
+	if err != nil {
+		n.log.Error().Err(err).Msg("re-encoding own state")
+		return
+	}
+	n.setOwnLocked(stored, frame, n.clock.Now())
 }
 
 // joinWithBackoff joins seeds, retrying until one answers or ctx ends.
@@ -259,7 +372,9 @@ func joinBackoff(attempt int, lo, hi time.Duration, r uint64) time.Duration {
 func (n *Node) stop(ml *memberlist.Memberlist) error {
 	if !n.crashed.Load() {
 		if err := ml.Leave(n.cfg.LeaveTimeout); err != nil {
-			n.log.Warn().Err(err).Msg("leave")
+			// Usual when the whole cluster stops at once: the others
+			// are gone and will not relay the leave message.
+			n.log.Info().Err(err).Msg("leave not confirmed; others will detect the failure instead")
 		}
 	}
 	if err := ml.Shutdown(); err != nil {
@@ -300,25 +415,30 @@ func (n *Node) Ready() <-chan struct{} { return n.ready }
 // Addr returns the "ip:port" other nodes reach this node at (the seed to
 // give them), or "" before Ready.
 func (n *Node) Addr() string {
-	ml := n.ml.Load()
-	if ml == nil {
-		return ""
+	if a := n.advertise.Load(); a != nil {
+		return *a
 	}
-	return ml.LocalNode().Address()
+	return ""
 }
 
 // Publish makes s this node's state: it sets s.Node to Config.Name and
 // s.Version to a version higher than any this node used, stores it (so
-// States includes it at once), and queues it for broadcast. It returns the
-// version assigned.
+// States includes it at once), and hands it to the sender and to gossip. It
+// returns the version assigned. Publish does no I/O and does not wait for
+// delivery; publishing again before the last state went out sends only the
+// newer one.
 //
 // Publish copies s; the caller may reuse its maps. It returns an error
-// wrapping ErrInvalidState (nothing published) if a field is invalid, and
-// one wrapping ErrTooLarge (published, but not broadcast) if the encoded
-// state does not fit a UDP packet.
+// wrapping ErrInvalidState, and publishes nothing, if a field is invalid.
+//
+// A state whose encoding does not fit a UDP packet (about
+// Config.UDPBufferSize - 50 bytes after compression) is sent to each member
+// over TCP and is not gossiped; that costs one TCP connection per member
+// per Publish, so keep states small or raise UDPBufferSize.
 func (n *Node) Publish(s NodeState) (uint64, error) {
 	s.Node = n.cfg.Name
 	s.Version = 0
+	s.Addr = n.Addr()
 	if err := s.validate(); err != nil {
 		return 0, fmt.Errorf("gossip: publish: %w", err)
 	}
@@ -330,17 +450,89 @@ func (n *Node) Publish(s NodeState) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("gossip: publish: %w", err)
 	}
-	n.version = s.Version
+	n.setOwnLocked(stored, frame, now)
+	return s.Version, nil
+}
+
+// setOwnLocked makes stored (encoded as frame) this node's state: visible,
+// queued for gossip if it fits a packet, and sent to every member by the
+// sender. Caller must hold n.mu.
+func (n *Node) setOwnLocked(stored NodeState, frame []byte, now time.Time) {
+	if len(frame)+1 > n.budget && (n.ownFrame == nil || len(n.ownFrame)+1 <= n.budget) {
+		n.log.Warn().Int("bytes", len(frame)).Int("packet_budget", n.budget).
+			Msg("state too large for a gossip packet; sending it to each member over TCP")
+	}
+	n.version = stored.Version
 	n.own = &stored
+	n.ownFrame = frame
 	n.tab.setSelf(stored, now)
 	n.rebuildLocked()
-	if len(frame) > n.budget {
-		n.tooLarge.Add(1)
-		return s.Version, fmt.Errorf("%w: %d bytes encoded, %d fit a packet (raise gossip.udp_buffer_size or shrink the state)",
-			ErrTooLarge, len(frame), n.budget)
+	if len(frame)+1 <= n.budget {
+		n.queue.QueueBroadcast(&broadcast{name: stored.Node, msg: withRoute(routeGossip, frame)})
 	}
-	n.queue.QueueBroadcast(&broadcast{name: s.Node, msg: frame})
-	return s.Version, nil
+	n.fanout = true
+	n.greet = nil
+	n.signalSender()
+}
+
+// signalSender wakes the sender without blocking.
+func (n *Node) signalSender() {
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+// sendLoop is the sender: it delivers this node's state straight to members
+// (all of them after a Publish, the new ones after a join), outside
+// memberlist's callbacks. It returns when ctx ends.
+func (n *Node) sendLoop(ctx context.Context, ml *memberlist.Memberlist) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.wake:
+		}
+		n.mu.Lock()
+		frame, all, greet := n.ownFrame, n.fanout, n.greet
+		n.fanout, n.greet = false, nil
+		var targets []memberlist.Node
+		if frame != nil {
+			for name, m := range n.addrs {
+				if _, ok := greet[name]; all || ok {
+					targets = append(targets, m)
+				}
+			}
+		}
+		n.mu.Unlock()
+		if len(targets) == 0 {
+			continue
+		}
+		msg := withRoute(routeDirect, frame)
+		for i := range targets {
+			if ctx.Err() != nil {
+				return
+			}
+			n.sendTo(ml, &targets[i], msg)
+		}
+	}
+}
+
+// sendTo sends msg to one member: one UDP packet, or a TCP message when it
+// does not fit (which may block up to TCPTimeout).
+func (n *Node) sendTo(ml *memberlist.Memberlist, m *memberlist.Node, msg []byte) {
+	var err error
+	if len(msg) <= n.budget {
+		err = ml.SendBestEffort(m, msg)
+	} else {
+		err = ml.SendReliable(m, msg)
+	}
+	if err != nil {
+		n.sendErrs.Add(1)
+		n.log.Debug().Err(err).Str("member", m.Name).Msg("direct send failed")
+		return
+	}
+	n.sent.Add(1)
 }
 
 // encodeOwn encodes s and decodes it back, so that the state this node
@@ -393,13 +585,14 @@ func (n *Node) Changes() <-chan struct{} { return n.changes }
 // Stats returns the counters.
 func (n *Node) Stats() Stats {
 	return Stats{
-		Received:  n.received.Load(),
-		Accepted:  n.accepted.Load(),
-		Stale:     n.stale.Load(),
-		Invalid:   n.invalid.Load(),
-		Relayed:   n.relayed.Load(),
-		PushPulls: n.pushPull.Load(),
-		TooLarge:  n.tooLarge.Load(),
+		Received:   n.received.Load(),
+		Accepted:   n.accepted.Load(),
+		Stale:      n.stale.Load(),
+		Invalid:    n.invalid.Load(),
+		Relayed:    n.relayed.Load(),
+		PushPulls:  n.pushPull.Load(),
+		Sent:       n.sent.Load(),
+		SendErrors: n.sendErrs.Load(),
 	}
 }
 
@@ -414,18 +607,22 @@ func (n *Node) rebuildLocked() {
 	}
 }
 
-// handleBroadcast processes one state broadcast received over gossip. b is
-// only valid during the call.
-func (n *Node) handleBroadcast(b []byte) {
+// handleMessage processes one state message, received directly or by
+// gossip. b is only valid during the call.
+func (n *Node) handleMessage(b []byte) {
 	n.received.Add(1)
-	s, err := decodeState(b)
+	route, frame, err := splitRoute(b)
+	var s NodeState
+	if err == nil {
+		s, err = decodeState(frame)
+	}
 	if err != nil {
 		n.invalid.Add(1)
-		n.log.Warn().Err(err).Int("bytes", len(b)).Msg("dropped invalid state broadcast")
+		n.log.Warn().Err(err).Int("bytes", len(b)).Msg("dropped invalid state message")
 		return
 	}
 	v := n.offer([]NodeState{s})[0]
-	if v == verdictHidden || v == verdictVisible {
+	if route == routeGossip && (v == verdictHidden || v == verdictVisible) {
 		if len(b) <= n.budget {
 			n.queue.QueueBroadcast(&broadcast{name: s.Node, msg: bytes.Clone(b)})
 			n.relayed.Add(1)
@@ -499,13 +696,7 @@ func (n *Node) refuteLocked(theirs uint64) {
 		n.log.Error().Err(err).Msg("re-encoding own state")
 		return
 	}
-	n.version = s.Version
-	n.own = &stored
-	n.tab.setSelf(stored, n.clock.Now())
-	n.rebuildLocked()
-	if len(frame) <= n.budget {
-		n.queue.QueueBroadcast(&broadcast{name: s.Node, msg: frame})
-	}
+	n.setOwnLocked(stored, frame, n.clock.Now())
 }
 
 // localView is the push/pull payload: every visible state, sorted by node
@@ -530,20 +721,59 @@ func (n *Node) localView() []byte {
 	return buf
 }
 
-func (n *Node) memberJoined(name string) {
+// memberJoined records a member memberlist reports alive. node is only
+// valid during the call.
+func (n *Node) memberJoined(node *memberlist.Node) {
+	name := node.Name
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if name != n.cfg.Name {
+		n.addrs[name] = copyNode(node)
+		delete(n.repaired, name)
+	}
 	if n.tab.join(name, n.clock.Now()) {
 		n.rebuildLocked()
 		n.log.Info().Str("member", name).Msg("member joined")
+		if !n.fanout {
+			if n.greet == nil {
+				n.greet = make(map[string]struct{})
+			}
+			n.greet[name] = struct{}{}
+		}
+		n.signalSender()
 	}
+}
+
+// memberUpdated records a member's new address or metadata.
+func (n *Node) memberUpdated(node *memberlist.Node) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.addrs[node.Name]; ok {
+		n.addrs[node.Name] = copyNode(node)
+	}
+}
+
+// member returns the address book entry of an alive member.
+func (n *Node) member(name string) (memberlist.Node, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	m, ok := n.addrs[name]
+	return m, ok
+}
+
+func copyNode(node *memberlist.Node) memberlist.Node {
+	c := *node
+	c.Addr = slices.Clone(node.Addr)
+	c.Meta = slices.Clone(node.Meta)
+	return c
 }
 
 func (n *Node) memberLeft(name string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	delete(n.addrs, name)
 	if n.tab.leave(name, n.clock.Now()) {
 		n.rebuildLocked()
-		n.log.Info().Str("member", name).Msg("member left or failed; state dropped")
+		n.log.Info().Str("member", name).Msg("member left or failed; its state is no longer visible")
 	}
 }

@@ -42,6 +42,11 @@ type NodeState struct {
 	Kind Kind `json:"kind"`
 	// Site is the edge site of a gfe (required for KindGFE, empty otherwise).
 	Site string `json:"site,omitempty"`
+	// Addr is the publisher's gossip address ("ip:port", as memberlist
+	// advertises it). Publish sets it once Run has started memberlist. A
+	// node that holds this state while memberlist does not list the
+	// publisher yet joins Addr to close the gap (see Node).
+	Addr string `json:"addr,omitempty"`
 	// Version orders the states of one Node: a receiver replaces its copy
 	// only with a strictly higher Version. Publish sets it to
 	// max(previous+1, wall clock in Unix nanoseconds), so versions keep

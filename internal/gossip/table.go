@@ -10,7 +10,7 @@ type verdict uint8
 
 const (
 	// verdictStale: the version is not higher than the one held for that
-	// node, or than the last version seen before the node left. Dropped.
+	// node (visible, or hidden since the node left). Dropped.
 	verdictStale verdict = iota + 1
 	// verdictHidden: newer and kept, but memberlist does not (yet) list the
 	// node as alive, so it is not visible. This happens when a state
@@ -39,36 +39,40 @@ func (v verdict) String() string {
 }
 
 // table is the merge rule, with no I/O, locks or clock: the newest state per
-// node, the set of alive members, and tombstones of departed nodes. Node
-// serializes calls with its mutex and passes the time in.
+// node and the set of alive members. Node serializes calls with its mutex and
+// passes the time in.
 //
 // Invariants, after any sequence of calls:
 //   - visible() holds exactly the newest state received for each node that is
 //     currently a member (self is always a member);
-//   - a state is stored only if its Version is higher than every version
-//     stored for that node and than the node's tombstone, so a stale
-//     broadcast or push/pull never rolls a node back, and a departed node's
-//     in-flight messages do not resurrect it;
-//   - entries for non-members (hidden states and tombstones) are dropped ttl
-//     after they were last touched, so the table's size is bounded by the
-//     members plus the nodes that departed within ttl.
+//   - a state is stored only if its Version is higher than the one held for
+//     that node, so a stale broadcast or push/pull never rolls a node back;
+//   - when a member leaves, its state is hidden, not forgotten: its in-flight
+//     broadcasts cannot bring an older version back, and if the node returns
+//     (a false failure detection, a healed partition) its last state is
+//     visible again at once;
+//   - states of non-members are dropped ttl after they were stored or their
+//     node left, so the table's size is bounded by the members plus the
+//     nodes that departed within ttl.
 type table struct {
 	self string
 	ttl  time.Duration
 
 	members map[string]struct{}
 	states  map[string]held
-	tombs   map[string]held
-	// nextPrune is when prune next scans the maps (it runs at most every
-	// ttl/4, so that frequent calls stay O(1) amortized).
+	// nextPrune is when prune next scans states (at most every ttl/4, so
+	// that frequent calls stay O(1) amortized).
 	nextPrune time.Time
 }
 
-// held is a stored state (or, in tombs, the last state of a departed node,
-// of which only Version matters) and when it was stored.
+// held is a stored state and when it was stored, or, for a non-member, when
+// it was stored or its node left, whichever is later.
 type held struct {
 	state NodeState
 	at    time.Time
+	// departed is set while the node is not a member because memberlist
+	// reported it dead or left (rather than not reported it yet).
+	departed bool
 }
 
 func newTable(self string, ttl time.Duration) *table {
@@ -77,7 +81,6 @@ func newTable(self string, ttl time.Duration) *table {
 		ttl:     ttl,
 		members: map[string]struct{}{self: {}},
 		states:  make(map[string]held),
-		tombs:   make(map[string]held),
 	}
 }
 
@@ -89,26 +92,15 @@ func (t *table) apply(s NodeState, now time.Time) verdict {
 		return verdictSelf
 	}
 	t.prune(now)
-	if s.Version <= t.floor(s.Node) {
+	h, ok := t.states[s.Node]
+	if ok && s.Version <= h.state.Version {
 		return verdictStale
 	}
-	t.states[s.Node] = held{state: s, at: now}
+	t.states[s.Node] = held{state: s, at: now, departed: h.departed}
 	if _, ok := t.members[s.Node]; ok {
 		return verdictVisible
 	}
 	return verdictHidden
-}
-
-// floor is the highest version known for node: held or tombstoned.
-func (t *table) floor(node string) uint64 {
-	var v uint64
-	if h, ok := t.tombs[node]; ok {
-		v = h.state.Version
-	}
-	if h, ok := t.states[node]; ok && h.state.Version > v {
-		v = h.state.Version
-	}
-	return v
 }
 
 // setSelf stores this node's own state. The caller guarantees it is newer.
@@ -124,12 +116,16 @@ func (t *table) join(node string, now time.Time) bool {
 	}
 	t.prune(now)
 	t.members[node] = struct{}{}
+	if h, ok := t.states[node]; ok && h.departed {
+		h.departed = false
+		t.states[node] = h
+	}
 	return true
 }
 
-// leave records that memberlist reports node dead or left: its state is
-// dropped and its version kept as a tombstone. It returns false if node was
-// not a member. Self never leaves the table.
+// leave records that memberlist reports node dead or left: its state stops
+// being visible and is kept hidden for ttl. It returns false if node was not
+// a member. Self never leaves the table.
 func (t *table) leave(node string, now time.Time) bool {
 	if node == t.self {
 		return false
@@ -140,24 +136,35 @@ func (t *table) leave(node string, now time.Time) bool {
 	t.prune(now)
 	delete(t.members, node)
 	if h, ok := t.states[node]; ok {
-		t.tombs[node] = held{state: NodeState{Node: node, Version: h.state.Version}, at: now}
-		delete(t.states, node)
+		h.at = now
+		h.departed = true
+		t.states[node] = h
 	}
-	t.prune(now)
 	return true
 }
 
-// prune drops hidden states and tombstones older than ttl.
+// gaps returns the states of nodes that memberlist has never reported (or
+// not since they came back) although their state has been held for at
+// least grace: evidence of a membership message this node missed. Sorted
+// by node name.
+func (t *table) gaps(now time.Time, grace time.Duration) []NodeState {
+	var out []NodeState
+	for node, h := range t.states {
+		if _, member := t.members[node]; member || h.departed || now.Sub(h.at) < grace {
+			continue
+		}
+		out = append(out, h.state)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
+}
+
+// prune drops the states of non-members that are older than ttl.
 func (t *table) prune(now time.Time) {
 	if now.Before(t.nextPrune) {
 		return
 	}
 	t.nextPrune = now.Add(t.ttl / 4)
-	for node, h := range t.tombs {
-		if now.Sub(h.at) > t.ttl {
-			delete(t.tombs, node)
-		}
-	}
 	for node, h := range t.states {
 		if _, member := t.members[node]; !member && now.Sub(h.at) > t.ttl {
 			delete(t.states, node)

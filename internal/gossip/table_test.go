@@ -34,7 +34,7 @@ func TestTableMerge(t *testing.T) {
 		// want maps each visible node to its visible version.
 		want        map[string]uint64
 		wantMembers []string
-		// wantHeld counts states kept, visible or hidden (not tombstones).
+		// wantHeld counts states kept, visible or hidden.
 		wantHeld int
 	}{
 		{
@@ -78,7 +78,7 @@ func TestTableMerge(t *testing.T) {
 			wantHeld:    1,
 		},
 		{
-			name: "leave drops the state and stale copies cannot resurrect it",
+			name: "leave hides the state and stale copies cannot bring it back",
 			ops: []tableOp{
 				{join: "a", want: verdictVisible},
 				applyOp(st("a", 5), 0, verdictVisible),
@@ -88,16 +88,28 @@ func TestTableMerge(t *testing.T) {
 			},
 			want:        map[string]uint64{},
 			wantMembers: []string{"self"},
-			wantHeld:    0,
+			wantHeld:    1,
 		},
 		{
-			name: "rejoin shows a newer state, never the old one",
+			name: "a node that comes back shows its last state at once",
 			ops: []tableOp{
 				{join: "a", want: verdictVisible},
 				applyOp(st("a", 5), 0, verdictVisible),
 				{leave: "a", want: verdictVisible},
 				{join: "a", want: verdictVisible},
-				applyOp(st("a", 5), 0, verdictStale),
+			},
+			want:        map[string]uint64{"a": 5},
+			wantMembers: []string{"a", "self"},
+			wantHeld:    1,
+		},
+		{
+			name: "after a rejoin, only newer versions replace the last state",
+			ops: []tableOp{
+				{join: "a", want: verdictVisible},
+				applyOp(st("a", 5), 0, verdictVisible),
+				{leave: "a", want: verdictVisible},
+				{join: "a", want: verdictVisible},
+				applyOp(st("a", 4), 0, verdictStale),
 				applyOp(st("a", 9), 0, verdictVisible),
 			},
 			want:        map[string]uint64{"a": 9},
@@ -117,14 +129,14 @@ func TestTableMerge(t *testing.T) {
 			wantHeld:    1,
 		},
 		{
-			name: "hidden states and tombstones expire after ttl",
+			name: "states of non-members expire ttl after they were stored or their node left",
 			ops: []tableOp{
 				{join: "a", want: verdictVisible},
 				applyOp(st("a", 5), 0, verdictVisible),
 				{leave: "a", want: verdictVisible},
 				applyOp(st("b", 1), 0, verdictHidden),
-				// The tombstone of a is gone: an old version is taken
-				// (hidden, since a is not a member).
+				// a's last state is gone: an old version is taken (hidden,
+				// since a is not a member).
 				applyOp(st("a", 2), ttl+time.Second, verdictHidden),
 				applyOp(st("c", 1), 2*ttl+2*time.Second, verdictHidden),
 			},
@@ -217,5 +229,38 @@ func TestTableSelfIsVisibleOncePublished(t *testing.T) {
 	want := map[string]NodeState{"self": st("self", 3)}
 	if diff := cmp.Diff(want, tab.visible()); diff != "" {
 		t.Errorf("visible (-want +got):\n%s", diff)
+	}
+}
+
+func TestTableGaps(t *testing.T) {
+	const grace = time.Second
+	t0 := time.Unix(1_700_000_000, 0)
+	tab := newTable("self", time.Minute)
+	tab.join("member", t0)
+	tab.apply(st("member", 1), t0)           // a member: no gap
+	tab.apply(st("fresh", 1), t0.Add(grace)) // held for less than grace
+	tab.apply(st("gap-b", 1), t0)
+	tab.apply(st("gap-a", 1), t0)
+	tab.join("gone", t0)
+	tab.apply(st("gone", 1), t0)
+	tab.leave("gone", t0) // memberlist said dead: not a gap
+
+	var got []string
+	for _, s := range tab.gaps(t0.Add(grace+time.Millisecond), grace) {
+		got = append(got, s.Node)
+	}
+	if diff := cmp.Diff([]string{"gap-a", "gap-b"}, got); diff != "" {
+		t.Errorf("gaps (-want +got):\n%s", diff)
+	}
+	// A departed node that comes back and leaves nothing behind is no gap;
+	// one that comes back is a member again.
+	tab.join("gone", t0.Add(2*grace))
+	tab.join("gap-a", t0.Add(2*grace))
+	got = nil
+	for _, s := range tab.gaps(t0.Add(3*grace), grace) {
+		got = append(got, s.Node)
+	}
+	if diff := cmp.Diff([]string{"fresh", "gap-b"}, got); diff != "" {
+		t.Errorf("gaps after joins (-want +got):\n%s", diff)
 	}
 }

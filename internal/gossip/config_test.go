@@ -1,0 +1,199 @@
+package gossip
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/rs/zerolog"
+)
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		mutate  func(*Config)
+		wantErr []string
+	}{
+		{name: "defaults with a name", mutate: func(c *Config) {}},
+		{name: "port 0 and a 32-byte key", mutate: func(c *Config) {
+			c.BindPort = 0
+			c.SecretKey = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=" // 32 bytes
+		}},
+		{name: "missing name", mutate: func(c *Config) { c.Name = "" }, wantErr: []string{"gossip.name: required"}},
+		{name: "everything wrong at once", mutate: func(c *Config) {
+			c.BindAddr = ""
+			c.BindPort = 70000
+			c.AdvertisePort = -1
+			c.Seeds = []string{"127.0.0.1:7946", ""}
+			c.GossipInterval = 0
+			c.GossipNodes = 0
+			c.RetransmitMult = 0
+			c.StateRetransmitMult = -1
+			c.SuspicionMult = 0
+			c.ProbeTimeout = time.Second
+			c.UDPBufferSize = 100
+			c.JoinBackoffMax = time.Millisecond
+			c.RejoinInterval = -time.Second
+			c.LeaveTimeout = -time.Second
+			c.StateTTL = 0
+		}, wantErr: []string{
+			"gossip.bind_addr: required",
+			"gossip.bind_port: must be in [0, 65535], got 70000",
+			"gossip.advertise_port: must be in [0, 65535], got -1",
+			"gossip.seeds[1]: empty address",
+			"gossip.gossip_interval: must be > 0, got 0s",
+			"gossip.gossip_nodes: must be >= 1, got 0",
+			"gossip.retransmit_mult: must be >= 1, got 0",
+			"gossip.state_retransmit_mult: must be >= 1, got -1",
+			"gossip.suspicion_mult: must be >= 1, got 0",
+			"gossip.probe_timeout: must be < probe_interval (500ms), got 1s",
+			"gossip.udp_buffer_size: must be in [512, 65507], got 100",
+			"gossip.join_backoff_max: must be >= join_backoff_min (100ms), got 1ms",
+			"gossip.rejoin_interval: must be >= 0, got -1s",
+			"gossip.leave_timeout: must be >= 0, got -1s",
+			"gossip.state_ttl: must be > 0, got 0s",
+		}},
+		{name: "key not base64", mutate: func(c *Config) { c.SecretKey = "not base64!" },
+			wantErr: []string{"gossip.secret_key: not valid base64"}},
+		{name: "key of the wrong size", mutate: func(c *Config) { c.SecretKey = "c2hvcnQ=" },
+			wantErr: []string{"gossip.secret_key: must decode to 16, 24 or 32 bytes, got 5"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			c.Name = "n1"
+			tt.mutate(&c)
+			err := c.Validate()
+			if len(tt.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate() = nil, want errors %q", tt.wantErr)
+			}
+			for _, want := range tt.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("Validate() = %q, want it to contain %q", err, want)
+				}
+			}
+			if got, want := strings.Count(err.Error(), "\n")+1, len(tt.wantErr); got != want {
+				t.Errorf("Validate() reported %d problems, want %d:\n%v", got, want, err)
+			}
+			if _, nerr := New(c, Options{}); nerr == nil {
+				t.Errorf("New accepted a config that Validate rejects")
+			}
+		})
+	}
+}
+
+func TestMemberlistConfig(t *testing.T) {
+	c := DefaultConfig()
+	c.Name = "n1"
+	c.BindPort = 0
+	mc := c.memberlistConfig(nil, &bytes.Buffer{})
+	got := []any{mc.Name, mc.BindAddr, mc.BindPort, mc.AdvertisePort, mc.GossipInterval, mc.GossipNodes,
+		mc.RetransmitMult, mc.PushPullInterval, mc.ProbeInterval, mc.ProbeTimeout, mc.SuspicionMult,
+		mc.TCPTimeout, mc.UDPBufferSize, mc.SecretKey == nil, mc.LogOutput == nil, mc.Logger != nil}
+	want := []any{"n1", "127.0.0.1", 0, 0, 100 * time.Millisecond, 3,
+		4, 10 * time.Second, 500 * time.Millisecond, 200 * time.Millisecond, 3,
+		time.Second, 1400, true, true, true}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("memberlistConfig (-want +got):\n%s", diff)
+	}
+}
+
+func TestBroadcastBudget(t *testing.T) {
+	tests := []struct {
+		name string
+		udp  int
+		key  string
+		want int
+	}{
+		{name: "plain", udp: 1400, want: 1395},
+		{name: "encrypted", udp: 1400, key: "MDEyMzQ1Njc4OWFiY2RlZg==", want: 1350},
+		{name: "loopback jumbo", udp: 65507, want: 65502},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			c.UDPBufferSize, c.SecretKey = tt.udp, tt.key
+			if got := c.broadcastBudget(); got != tt.want {
+				t.Errorf("broadcastBudget() = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestJoinBackoff(t *testing.T) {
+	const lo, hi = 100 * time.Millisecond, 5 * time.Second
+	tests := []struct {
+		name    string
+		attempt int
+		r       uint64
+		want    time.Duration
+	}{
+		{name: "first retry, least jitter", attempt: 0, r: 0, want: 50 * time.Millisecond},
+		{name: "first retry, most jitter", attempt: 0, r: uint64(50 * time.Millisecond), want: 100 * time.Millisecond},
+		{name: "doubles", attempt: 3, r: 0, want: 400 * time.Millisecond},
+		{name: "capped", attempt: 10, r: uint64(2500 * time.Millisecond), want: hi},
+		{name: "capped at huge attempt", attempt: 1000, r: 0, want: hi / 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := joinBackoff(tt.attempt, lo, hi, tt.r); got != tt.want {
+				t.Errorf("joinBackoff(%d, %v, %v, %d) = %v, want %v", tt.attempt, lo, hi, tt.r, got, tt.want)
+			}
+		})
+	}
+	for attempt := range 20 {
+		for _, r := range []uint64{0, 1, 12345, 1 << 63, ^uint64(0)} {
+			d := joinBackoff(attempt, lo, hi, r)
+			if d < lo/2 || d > hi {
+				t.Errorf("joinBackoff(%d, r=%d) = %v, outside [%v, %v]", attempt, r, d, lo/2, hi)
+			}
+		}
+	}
+}
+
+func TestParseLogLine(t *testing.T) {
+	tests := []struct {
+		line      string
+		wantLevel zerolog.Level
+		wantMsg   string
+	}{
+		{"[DEBUG] memberlist: Stream connection from=127.0.0.1:5", zerolog.DebugLevel, "Stream connection from=127.0.0.1:5"},
+		{"[INFO] memberlist: Marking n2 as failed", zerolog.InfoLevel, "Marking n2 as failed"},
+		{"[WARN] memberlist: Refuting a suspect message", zerolog.WarnLevel, "Refuting a suspect message"},
+		{"[ERR] memberlist: Failed to send", zerolog.ErrorLevel, "Failed to send"},
+		{"[ERROR] memberlist: boom", zerolog.ErrorLevel, "boom"},
+		{"[ERR] Failed to shutdown transport", zerolog.ErrorLevel, "Failed to shutdown transport"},
+		{"[TRACE] something", zerolog.InfoLevel, "[TRACE] something"},
+		{"no tag at all", zerolog.InfoLevel, "no tag at all"},
+	}
+	for _, tt := range tests {
+		gotLevel, gotMsg := parseLogLine(tt.line)
+		if gotLevel != tt.wantLevel || gotMsg != tt.wantMsg {
+			t.Errorf("parseLogLine(%q) = %v, %q, want %v, %q", tt.line, gotLevel, gotMsg, tt.wantLevel, tt.wantMsg)
+		}
+	}
+}
+
+func TestLogWriter(t *testing.T) {
+	var buf bytes.Buffer
+	w := logWriter{log: zerolog.New(&buf)}
+	in := "[WARN] memberlist: first\n[DEBUG] memberlist: second\n\n" +
+		"[ERR] memberlist: Failed to send ping: write udp 127.0.0.1:1->127.0.0.1:2: use of closed network connection\n"
+	n, err := w.Write([]byte(in))
+	if err != nil || n != len(in) {
+		t.Fatalf("Write = %d, %v, want %d, nil", n, err, len(in))
+	}
+	want := `{"level":"warn","message":"first"}` + "\n" + `{"level":"debug","message":"second"}` + "\n" +
+		`{"level":"debug","message":"Failed to send ping: write udp 127.0.0.1:1->127.0.0.1:2: use of closed network connection"}` + "\n"
+	if diff := cmp.Diff(want, buf.String()); diff != "" {
+		t.Errorf("log output (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,173 @@
+package gossip
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// propagationConfig is testConfig with failure detection relaxed: 50
+// memberlists in one process under -race on a shared 2-core machine stall
+// for hundreds of milliseconds at times, which 200ms probe timeouts would
+// read as failures (50 hosts would not). State propagation does not depend
+// on these settings; the gossip settings stay at their defaults.
+func propagationConfig(name string) Config {
+	c := testConfig(name)
+	c.ProbeInterval = 2 * time.Second
+	c.ProbeTimeout = time.Second
+	c.SuspicionMult = 4
+	c.TCPTimeout = 3 * time.Second
+	return c
+}
+
+// propagationCluster starts size nodes on loopback: node "cp" is a control
+// plane, the others gfes. It returns once every node sees every member and
+// every state.
+func propagationCluster(ctx context.Context, tb testing.TB, size int) (*cluster, []*Node) {
+	tb.Helper()
+	c := newCluster(tb)
+	start := time.Now()
+	cp := c.start(propagationConfig("cp"), func(n *Node) { mustPublish(tb, n, cpWithCapacity(100)) })
+	nodes := []*Node{cp}
+	names := []string{"cp"}
+	for i := 1; i < size; i++ {
+		name := fmt.Sprintf("gfe-%02d", i)
+		names = append(names, name)
+		// Seeds form a binary tree (node i joins node i/2) rather than a
+		// star, so that no single node serves 49 concurrent joins.
+		nodes = append(nodes, c.start(withSeeds(propagationConfig(name), nodes[i/2].Addr()),
+			func(n *Node) { mustPublish(tb, n, gfeFor(name, float64(i))) }))
+	}
+	started := time.Since(start)
+	for _, n := range nodes {
+		waitFor(ctx, tb, n, fmt.Sprintf("all %d states", size), hasAll(names))
+	}
+	tb.Logf("%d nodes started in %v, converged %v later", size, started.Round(time.Millisecond),
+		(time.Since(start) - started).Round(time.Millisecond))
+	return c, nodes
+}
+
+// measureChange publishes a capacity change on nodes[0] and returns, for
+// every other node, how long it took to see it.
+func measureChange(ctx context.Context, tb testing.TB, nodes []*Node, capacity float64) []time.Duration {
+	tb.Helper()
+	pub := nodes[0]
+	// Drop notifications of earlier changes so that each waiter starts
+	// from the current view.
+	for _, n := range nodes[1:] {
+		drain(n)
+	}
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		lats = make([]time.Duration, 0, len(nodes)-1)
+	)
+	start := time.Now()
+	v := mustPublish(tb, pub, cpWithCapacity(capacity))
+	for _, n := range nodes[1:] {
+		wg.Go(func() {
+			for {
+				if s, ok := n.Snapshot().States[pub.cfg.Name]; ok && s.Version >= v {
+					mu.Lock()
+					lats = append(lats, time.Since(start))
+					mu.Unlock()
+					return
+				}
+				select {
+				case <-n.Changes():
+				case <-ctx.Done():
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(lats) != len(nodes)-1 {
+		tb.Fatalf("change %v reached %d of %d nodes before the deadline", capacity, len(lats), len(nodes)-1)
+	}
+	for _, n := range nodes[1:] {
+		if got := n.Snapshot().States[pub.cfg.Name].Groups[0].Capacity; got != capacity {
+			tb.Fatalf("%s sees capacity %v, want %v", n.cfg.Name, got, capacity)
+		}
+	}
+	slices.Sort(lats)
+	return lats
+}
+
+// quantile returns the q-quantile (nearest rank) of sorted ds.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(ds))+0.5) - 1
+	return ds[min(max(i, 0), len(ds)-1)]
+}
+
+// TestPropagation50 measures how long a capacity change published on one
+// node of 50 takes to reach all 50, over several changes, and asserts each
+// took at most 2 s. The log lines are the figures to quote.
+func TestPropagation50(t *testing.T) {
+	const (
+		size    = 50
+		changes = 10
+		bound   = 2 * time.Second
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	_, nodes := propagationCluster(ctx, t, size)
+
+	var all, perNode []time.Duration
+	for i := range changes {
+		lats := measureChange(ctx, t, nodes, float64(1000+i))
+		last := lats[len(lats)-1]
+		all = append(all, last)
+		perNode = append(perNode, lats...)
+		if last > bound {
+			t.Errorf("change %d reached all %d nodes after %v, want <= %v", i, size, last, bound)
+		}
+	}
+	slices.Sort(all)
+	slices.Sort(perNode)
+	t.Logf("time for all %d nodes to see a change, over %d changes: median %v, p99 %v, max %v",
+		size, changes, quantile(all, 0.5).Round(time.Millisecond), quantile(all, 0.99).Round(time.Millisecond),
+		all[len(all)-1].Round(time.Millisecond))
+	t.Logf("per-node latency over %d samples: p50 %v, p90 %v, p99 %v",
+		len(perNode), quantile(perNode, 0.5).Round(time.Millisecond), quantile(perNode, 0.9).Round(time.Millisecond),
+		quantile(perNode, 0.99).Round(time.Millisecond))
+	var relayed, received uint64
+	for _, n := range nodes {
+		s := n.Stats()
+		relayed += s.Relayed
+		received += s.Received
+	}
+	t.Logf("broadcasts received %d, relayed %d (all nodes)", received, relayed)
+}
+
+// BenchmarkPropagation50 reports the time for a change on one node to reach
+// all 50 (all-p50/all-p99 ms) and the per-node latency (node-p50/node-p99
+// ms). Run with:
+//
+//	go test ./internal/gossip -run '^$' -bench Propagation50 -benchtime 20x
+func BenchmarkPropagation50(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	_, nodes := propagationCluster(ctx, b, 50)
+	var all, perNode []time.Duration
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		lats := measureChange(ctx, b, nodes, float64(1000+i))
+		all = append(all, lats[len(lats)-1])
+		perNode = append(perNode, lats...)
+	}
+	b.StopTimer()
+	slices.Sort(all)
+	slices.Sort(perNode)
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	b.ReportMetric(ms(quantile(all, 0.5)), "all-p50-ms")
+	b.ReportMetric(ms(quantile(all, 0.99)), "all-p99-ms")
+	b.ReportMetric(ms(quantile(perNode, 0.5)), "node-p50-ms")
+	b.ReportMetric(ms(quantile(perNode, 0.99)), "node-p99-ms")
+}
