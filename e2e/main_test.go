@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillway-lb/spillway/internal/edge"
 	"github.com/spillway-lb/spillway/internal/loadgen"
 	"github.com/spillway-lb/spillway/internal/proc"
 	"github.com/spillway-lb/spillway/internal/topology"
@@ -81,6 +82,31 @@ func tail(s string, n int) string {
 // client addresses in each site's /24, and returns each site's result.
 func load(t *testing.T, c *topology.Cluster, rates map[string]float64, d time.Duration) map[string]*loadgen.Result {
 	t.Helper()
+	return loadWarm(t, c, rates, 0, d)
+}
+
+// phase drives rates for settle+measure without a break, records only the
+// measure part, and takes every gfe's /status half way through it.
+func phase(t *testing.T, c *topology.Cluster, rates map[string]float64, settle, measure time.Duration) (map[string]*loadgen.Result, map[string]*edge.Status) {
+	t.Helper()
+	status := map[string]*edge.Status{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(settle + measure/2) // a sampling point inside the measured window, not a wait for a condition
+		for _, g := range c.GFEs {
+			if st, err := topology.Status(context.Background(), g); err == nil {
+				status[g.Site] = st
+			}
+		}
+	}()
+	res := loadWarm(t, c, rates, settle, settle+measure)
+	<-done
+	return res, status
+}
+
+func loadWarm(t *testing.T, c *topology.Cluster, rates map[string]float64, warmup, d time.Duration) map[string]*loadgen.Result {
+	t.Helper()
 	var (
 		mu  sync.Mutex
 		wg  sync.WaitGroup
@@ -95,7 +121,7 @@ func load(t *testing.T, c *topology.Cluster, rates map[string]float64, d time.Du
 		wg.Go(func() {
 			first := netip.MustParseAddr(fmt.Sprintf("127.%d.%d.100", c.Spec.Net, si+1))
 			res, err := loadgen.Run(context.Background(), loadgen.Config{
-				URL: gf.URL + "/", Rate: rate, Duration: d, Sources: loadgen.Sources(first, 8), Timeout: 5 * time.Second,
+				URL: gf.URL + "/", Rate: rate, Duration: d, Warmup: warmup, Sources: loadgen.Sources(first, 8), Timeout: 5 * time.Second,
 			})
 			if err != nil {
 				t.Errorf("load %s: %v", s.Name, err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillway-lb/spillway/internal/edge"
 	"github.com/spillway-lb/spillway/internal/loadgen"
 	"github.com/spillway-lb/spillway/internal/topology"
 )
@@ -13,12 +14,12 @@ import (
 const regionCap = 320.0
 
 // planShare returns the share of site's plan row that goes to region, from
-// the site's gfe's /status.
-func planShare(t *testing.T, c *topology.Cluster, site, region string) float64 {
+// the site's gfe's /status taken during the measurement.
+func planShare(t *testing.T, status map[string]*edge.Status, site, region string) float64 {
 	t.Helper()
-	st, err := topology.Status(context.Background(), gfeOf(c, site))
-	if err != nil {
-		t.Fatal(err)
+	st := status[site]
+	if st == nil || len(st.Services) == 0 {
+		t.Fatalf("no /status from %s during the measurement", site)
 	}
 	var sh float64
 	for _, s := range st.Services[0].Plan {
@@ -51,15 +52,11 @@ func TestWaterfallEndToEnd(t *testing.T) {
 	c := startCluster(t, threeSites(20))
 	settle, measure := 5*time.Second, 4*time.Second
 	ctx := context.Background()
-	phase := func(rates map[string]float64) map[string]*loadgen.Result {
-		load(t, c, rates, settle)
-		return load(t, c, rates, measure)
-	}
 	steady := map[string]float64{"nyc": 200, "lon": 150, "tokyo": 100}
 	nearest := map[string]string{"nyc": "us-east", "lon": "eu-west", "tokyo": "asia-east"}
 
 	t.Run("under capacity stays nearest", func(t *testing.T) {
-		res := phase(steady)
+		res, _ := phase(t, c, steady, settle, measure)
 		for site, r := range res {
 			if sh := routedShare(r, nearest[site]); sh < 0.99 {
 				t.Errorf("%s: %.3f of requests in %s, want ≥ 0.99 (routed %v)", site, sh, nearest[site], r.Routed)
@@ -71,11 +68,11 @@ func TestWaterfallEndToEnd(t *testing.T) {
 	})
 
 	t.Run("one region overloaded spills to next nearest", func(t *testing.T) {
-		res := phase(map[string]float64{"nyc": 450, "lon": 150, "tokyo": 100})
+		res, status := phase(t, c, map[string]float64{"nyc": 450, "lon": 150, "tokyo": 100}, settle, measure)
 		// nyc: us-east holds 320 of 450; the rest goes to eu-west (next
 		// nearest, and it has room: 150 + 130 ≤ 320), none to asia-east.
 		wantEast := regionCap / 450
-		plan := planShare(t, c, "nyc", "us-east")
+		plan := planShare(t, status, "nyc", "us-east")
 		if !within(plan, wantEast, 0.1*wantEast) {
 			t.Errorf("nyc plan share of us-east = %.3f, want %.3f ±10%%", plan, wantEast)
 		}
@@ -103,8 +100,8 @@ func TestWaterfallEndToEnd(t *testing.T) {
 		if err := topology.SetHealthy(ctx, false, c.Instances["eu-west"][:5]...); err != nil {
 			t.Fatal(err)
 		}
-		res := phase(map[string]float64{"nyc": 200, "lon": 100, "tokyo": 100})
-		plan := planShare(t, c, "lon", "eu-west")
+		res, status := phase(t, c, map[string]float64{"nyc": 200, "lon": 100, "tokyo": 100}, settle, measure)
+		plan := planShare(t, status, "lon", "eu-west")
 		if !within(plan, 0.75, 0.075) {
 			t.Errorf("lon plan share of eu-west = %.3f, want 0.75 ±10%%", plan)
 		}
@@ -122,7 +119,7 @@ func TestWaterfallEndToEnd(t *testing.T) {
 
 	t.Run("global overload runs every region at the same utilization", func(t *testing.T) {
 		// 1152 req/s against 960: λ = 1.2.
-		res := phase(map[string]float64{"nyc": 500, "lon": 400, "tokyo": 252})
+		res, status := phase(t, c, map[string]float64{"nyc": 500, "lon": 400, "tokyo": 252}, settle, measure)
 		routed := map[string]float64{}
 		for _, r := range res {
 			for region, n := range r.Routed {
@@ -142,11 +139,7 @@ func TestWaterfallEndToEnd(t *testing.T) {
 		if hi-lo > 0.1*mean {
 			t.Errorf("utilizations %.3f differ by %.3f, want within ±10%% of each other", utils, hi-lo)
 		}
-		st, err := topology.Status(ctx, gfeOf(c, "nyc"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range st.Services[0].Regions {
+		for _, r := range status["nyc"].Services[0].Regions {
 			if !within(r.Utilization, 1.2, 0.12) {
 				t.Errorf("planned utilization of %s = %.3f, want 1.2 ±10%%", r.Name, r.Utilization)
 			}
@@ -154,7 +147,7 @@ func TestWaterfallEndToEnd(t *testing.T) {
 	})
 
 	t.Run("capacity restored returns traffic to nearest", func(t *testing.T) {
-		res := phase(steady)
+		res, _ := phase(t, c, steady, settle, measure)
 		for site, r := range res {
 			if sh := routedShare(r, nearest[site]); sh < 0.98 {
 				t.Errorf("%s: %.3f of new requests in %s after recovery, want ≥ 0.98", site, sh, nearest[site])

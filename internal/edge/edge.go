@@ -44,6 +44,10 @@ type Config struct {
 	// planner's newest output per PlanInterval (waterfall.Damp). Default
 	// 0.5; 1 disables damping.
 	Damping float64
+	// DemandSmoothing is the time constant of the demand and load rate
+	// estimates this node publishes (ewma.Rate.Tau). Default 1s. Longer
+	// rides out noise at the cost of slower reaction to real changes.
+	DemandSmoothing time.Duration
 	// RTTInterval is how often each region is probed. Default 1s.
 	RTTInterval time.Duration
 	// RTTPath is the HTTP path probed for RTT on a region's instances; any
@@ -61,13 +65,14 @@ type Config struct {
 // are left for the caller.
 func DefaultConfig() Config {
 	return Config{
-		Listen:       "127.0.0.1:8080",
-		Admin:        "127.0.0.1:9090",
-		PlanInterval: 500 * time.Millisecond,
-		Damping:      0.5,
-		RTTInterval:  time.Second,
-		RTTPath:      "/rtt",
-		DrainTimeout: 10 * time.Second,
+		Listen:          "127.0.0.1:8080",
+		Admin:           "127.0.0.1:9090",
+		PlanInterval:    500 * time.Millisecond,
+		Damping:         0.5,
+		DemandSmoothing: time.Second,
+		RTTInterval:     time.Second,
+		RTTPath:         "/rtt",
+		DrainTimeout:    10 * time.Second,
 	}
 }
 
@@ -82,6 +87,9 @@ func (c Config) Validate() error {
 	}
 	if c.PlanInterval <= 0 {
 		errs = append(errs, fmt.Errorf("gfe.plan_interval: must be > 0, got %v", c.PlanInterval))
+	}
+	if c.DemandSmoothing <= 0 {
+		errs = append(errs, fmt.Errorf("gfe.demand_smoothing: must be > 0, got %v", c.DemandSmoothing))
 	}
 	if c.RTTInterval <= 0 {
 		errs = append(errs, fmt.Errorf("gfe.rtt_interval: must be > 0, got %v", c.RTTInterval))

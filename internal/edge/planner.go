@@ -107,7 +107,7 @@ func (p *planner) buildService(cs *ControlState, sc *config.Service, states map[
 	e := p.e
 	m := p.meters[sc.Name]
 	if m == nil {
-		m = &serviceMeters{demand: ewma.Rate{Alpha: 0.5}}
+		m = &serviceMeters{demand: ewma.Rate{Tau: p.e.cfg.DemandSmoothing}}
 		p.meters[sc.Name] = m
 	}
 	svc := &service{name: sc.Name, cfg: sc, meters: m, load: p.groupMeters(sc)}
@@ -222,7 +222,7 @@ func (p *planner) groupMeters(sc *config.Service) map[string]*ewma.Rate {
 		if r, ok := cur[b.Group]; ok {
 			next[b.Group] = r
 		} else {
-			next[b.Group] = &ewma.Rate{Alpha: 0.5}
+			next[b.Group] = &ewma.Rate{Tau: p.e.cfg.DemandSmoothing}
 		}
 	}
 	p.load[sc.Name] = next

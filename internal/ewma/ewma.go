@@ -4,6 +4,7 @@
 package ewma
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 )
@@ -45,8 +46,14 @@ func (e *Value) Get() (float64, bool) { return e.v, e.set }
 // second. Add is safe for concurrent use and allocation-free; Sample must be
 // called from one goroutine at a time. Rate must not be copied after first use.
 type Rate struct {
-	// Alpha is the smoothing weight of each Sample (see Value.Alpha).
+	// Alpha is the smoothing weight of each Sample (see Value.Alpha). It is
+	// ignored when Tau is set.
 	Alpha float64
+	// Tau, when positive, is the time constant of the average: a Sample
+	// taken dt after the previous one has weight 1 − exp(−dt/Tau), so the
+	// smoothing does not depend on how often Sample is called. A step in
+	// the true rate is 63% followed after Tau and 95% after 3·Tau.
+	Tau time.Duration
 
 	// Accessed atomically.
 	n atomic.Int64
@@ -81,5 +88,8 @@ func (r *Rate) Sample(now time.Time) float64 {
 	inst := float64(n-r.last) / dt
 	r.last, r.lastAt = n, now
 	r.avg.Alpha = r.Alpha
+	if r.Tau > 0 {
+		r.avg.Alpha = -math.Expm1(-dt / r.Tau.Seconds())
+	}
 	return r.avg.Update(inst)
 }

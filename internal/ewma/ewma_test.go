@@ -60,3 +60,32 @@ func TestRateAddAllocs(t *testing.T) {
 		t.Fatalf("Add allocates %v times, want 0", n)
 	}
 }
+
+func TestRateTau(t *testing.T) {
+	// With Tau = 1s a sample dt after the previous one weighs 1 − e^−dt.
+	t0 := time.Unix(0, 0)
+	half := Rate{Tau: time.Second}
+	whole := Rate{Tau: time.Second}
+	half.Sample(t0)
+	whole.Sample(t0)
+	half.Add(100)
+	whole.Add(100)
+	half.Sample(t0.Add(500 * time.Millisecond)) // first sample sets 200/s
+	whole.Sample(t0.Add(500 * time.Millisecond))
+	half.Add(400)
+	whole.Add(400)
+	// half sees the same 400 events as 1600/s over 0.25s, then 0/s.
+	half.Sample(t0.Add(750 * time.Millisecond))
+	got := half.Sample(t0.Add(1000 * time.Millisecond))
+	want := whole.Sample(t0.Add(1000 * time.Millisecond))
+	a := -math.Expm1(-0.5)
+	if w := 200 + a*(800-200); math.Abs(want-w) > 1e-9 {
+		t.Errorf("Tau sample = %v, want %v", want, w)
+	}
+	b := -math.Expm1(-0.25)
+	h := 200 + b*(1600-200)
+	h += b * (0 - h)
+	if math.Abs(got-h) > 1e-9 {
+		t.Errorf("Tau samples at 0.25s steps = %v, want %v", got, h)
+	}
+}

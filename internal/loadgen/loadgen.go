@@ -41,6 +41,10 @@ type Config struct {
 	NewConnEach bool
 	// Timeout bounds each request. Default 5s.
 	Timeout time.Duration
+	// Warmup is the first part of Duration during which requests are sent
+	// but not recorded, so that a system can settle under the same load it
+	// is then measured under, without a gap in between. Default 0.
+	Warmup time.Duration
 	// MaxInFlight bounds requests outstanding at once; a request that would
 	// exceed it is not sent and counts as Dropped. Default 4096.
 	MaxInFlight int
@@ -48,7 +52,7 @@ type Config struct {
 
 // Result is what a run measured.
 type Result struct {
-	// Sent counts requests started; OK those answered 2xx; Failed those with
+	// Sent counts requests started after Warmup; OK those answered 2xx; Failed those with
 	// a transport error or a non-2xx status; Dropped those not sent because
 	// MaxInFlight was reached.
 	Sent, OK, Failed, Dropped int64
@@ -115,6 +119,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	record := func(status int, region, backend string, lat time.Duration, err error) {
 		mu.Lock()
 		defer mu.Unlock()
+		res.Sent++
 		if err != nil {
 			res.Failed++
 			return
@@ -153,13 +158,17 @@ loop:
 			due += now.Sub(last).Seconds() * cfg.Rate
 			last = now
 			for ; due >= 1; due-- {
+				measured := now.Sub(start) >= cfg.Warmup
 				select {
 				case sem <- struct{}{}:
 				default:
-					res.Dropped++
+					if measured {
+						mu.Lock()
+						res.Dropped++
+						mu.Unlock()
+					}
 					continue
 				}
-				res.Sent++
 				c := clients[next%len(clients)]
 				next++
 				wg.Add(1)
@@ -167,7 +176,9 @@ loop:
 					defer wg.Done()
 					defer func() { <-sem }()
 					status, region, backend, lat, err := send(ctx, c, cfg)
-					record(status, region, backend, lat, err)
+					if measured {
+						record(status, region, backend, lat, err)
+					}
 				}()
 			}
 		}

@@ -93,3 +93,16 @@ func TestConfigRequired(t *testing.T) {
 		t.Fatal("Run(Config{}) succeeded, want error")
 	}
 }
+
+func TestWarmupIsNotRecorded(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	res, err := Run(context.Background(), Config{URL: srv.URL, Rate: 500, Duration: 600 * time.Millisecond, Warmup: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 500/s over the 0.3 s after warmup: about 150 recorded of about 300 sent.
+	if res.Sent < 110 || res.Sent > 170 {
+		t.Errorf("Sent = %d with half the run as warmup, want about 150", res.Sent)
+	}
+}
