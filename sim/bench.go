@@ -71,7 +71,7 @@ func BaselinePolicy(p Policy, sc Scope) BenchPolicy {
 func DefaultBenchPolicies() []BenchPolicy {
 	ps := []BenchPolicy{
 		PlannerPolicy(string(Waterfall), waterfall.Compute),
-		PlannerPolicy("min_rtt", waterfall.ComputeMinRTT),
+		PlannerPolicy(string(MinRTT), waterfall.ComputeMinRTT),
 		BaselinePolicy(RoundRobin, ScopeGlobal),
 		BaselinePolicy(LeastRequest, ScopeGlobal),
 	}
