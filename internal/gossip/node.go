@@ -14,6 +14,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
+
+	"github.com/spillway-lb/spillway/internal/clock"
 )
 
 // Sentinel errors callers branch on.
@@ -24,26 +26,15 @@ var (
 	ErrAlreadyStarted = errors.New("gossip: Run called twice")
 )
 
-// Clock is the time source of a Node. Run's join backoff and rejoin timer
-// and Publish's versions read it; memberlist's own timers use the real clock.
-type Clock interface {
-	Now() time.Time
-	// After returns a channel that receives the time once d has passed.
-	After(d time.Duration) <-chan time.Time
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
 // Options are a Node's dependencies. The zero value is usable.
 type Options struct {
 	// Logger receives the Node's logs and memberlist's (with
 	// component=gossip). The zero Logger discards everything.
 	Logger zerolog.Logger
-	// Clock is the time source; nil means the real clock.
-	Clock Clock
+	// Clock is the time source of Run's join backoff, rejoin and repair
+	// timers, of Publish's versions and of state expiry; nil means the
+	// real clock. memberlist's own timers always use the real clock.
+	Clock clock.Clock
 	// Rand returns uniform random numbers for join backoff jitter; nil
 	// means math/rand/v2.Uint64. It is only called from Run's goroutine.
 	Rand func() uint64
@@ -124,7 +115,7 @@ type Node struct {
 	key     []byte
 	budget  int
 	log     zerolog.Logger
-	clock   Clock
+	clock   clock.Clock
 	rand    func() uint64
 	queue   *memberlist.TransmitLimitedQueue
 	changes chan struct{}
@@ -195,7 +186,7 @@ func New(cfg Config, opts Options) (*Node, error) {
 		key:      key,
 		budget:   cfg.broadcastBudget(),
 		log:      opts.Logger.With().Str("component", "gossip").Str("node", cfg.Name).Logger(),
-		clock:    opts.Clock,
+		clock:    clock.OrReal(opts.Clock),
 		rand:     opts.Rand,
 		changes:  make(chan struct{}, 1),
 		ready:    make(chan struct{}),
@@ -203,9 +194,6 @@ func New(cfg Config, opts Options) (*Node, error) {
 		tab:      newTable(cfg.Name, cfg.StateTTL),
 		addrs:    make(map[string]memberlist.Node),
 		repaired: make(map[string]uint64),
-	}
-	if n.clock == nil {
-		n.clock = realClock{}
 	}
 	if n.rand == nil {
 		n.rand = rand.Uint64
@@ -216,9 +204,7 @@ func New(cfg Config, opts Options) (*Node, error) {
 		NumNodes:       func() int { return max(1, len(n.snap.Load().Members)) },
 		RetransmitMult: cfg.StateRetransmitMult,
 	}
-	n.mu.Lock()
-	n.rebuildLocked()
-	n.mu.Unlock()
+	n.snap.Store(&Snapshot{Members: []string{cfg.Name}, States: map[string]NodeState{}})
 	return n, nil
 }
 
@@ -260,9 +246,12 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	var rejoin <-chan time.Time
 	if n.cfg.RejoinInterval > 0 && len(seeds) > 0 {
-		rejoin = n.clock.After(n.cfg.RejoinInterval)
+		t := n.clock.NewTicker(n.cfg.RejoinInterval)
+		defer t.Stop()
+		rejoin = t.C()
 	}
-	repair := n.clock.After(n.repairEvery())
+	repair := n.clock.NewTicker(n.repairEvery())
+	defer repair.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -273,10 +262,8 @@ func (n *Node) Run(ctx context.Context) error {
 			if _, err := n.Join(seeds); err != nil {
 				n.log.Debug().Err(err).Msg("rejoin failed")
 			}
-			rejoin = n.clock.After(n.cfg.RejoinInterval)
-		case <-repair:
+		case <-repair.C():
 			n.repairGaps()
-			repair = n.clock.After(n.repairEvery())
 		}
 	}
 }
@@ -348,10 +335,12 @@ func (n *Node) joinWithBackoff(ctx context.Context, seeds []string) {
 		}
 		d := joinBackoff(attempt, n.cfg.JoinBackoffMin, n.cfg.JoinBackoffMax, n.rand())
 		n.log.Warn().Err(err).Int("attempt", attempt+1).Dur("retry_in", d).Msg("join failed")
+		t := n.clock.NewTimer(d)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
-		case <-n.clock.After(d):
+		case <-t.C():
 		}
 	}
 }
