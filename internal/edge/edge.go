@@ -210,7 +210,9 @@ func (e *Edge) ApplySnapshot(cs ControlState) error {
 	if cs.Config == nil {
 		return errors.New("edge: snapshot without config")
 	}
-	e.control.Store(&cs)
+	if e.control.Swap(&cs) == nil {
+		e.rtt.probeSoon()
+	}
 	select {
 	case e.kick <- struct{}{}:
 	default:
@@ -218,9 +220,22 @@ func (e *Edge) ApplySnapshot(cs ControlState) error {
 	return nil
 }
 
-// Ready reports whether the node has a routing table and is not draining.
+// Ready reports whether the node can serve: it is not draining and its
+// routing table has at least one backend to send requests to.
 func (e *Edge) Ready() bool {
-	return !e.draining.Load() && e.table.Load() != nil
+	if e.draining.Load() {
+		return false
+	}
+	t := e.table.Load()
+	if t == nil {
+		return false
+	}
+	for _, s := range t.services {
+		if s.healthy > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Run serves until ctx is cancelled, then drains: readiness turns false,

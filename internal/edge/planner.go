@@ -129,36 +129,12 @@ func (p *planner) buildService(cs *ControlState, sc *config.Service, states map[
 		}
 	}
 
-	if sc.Policy.IsPlanned() {
-		w := buildWorld(cs.Config, sc, cs.Unhealthy, states, me)
-		svc.world = w
-		compute := waterfall.Compute
-		if sc.Policy == config.PolicyMinRTT {
-			compute = waterfall.ComputeMinRTT
-		}
-		plan, err := compute(w, waterfall.Config{SpillThreshold: sc.Spill.Threshold, SpillSlope: sc.Spill.Slope})
-		if err != nil {
-			if msg := err.Error(); p.lastErr[sc.Name] != msg {
-				e.log.Error().Err(err).Str("service", sc.Name).Msg("planning failed; keeping the previous plan")
-				p.lastErr[sc.Name] = msg
-			}
-			if old != nil {
-				if prev := old.services[sc.Name]; prev != nil {
-					return prev
-				}
-			}
-			return svc
-		}
-		delete(p.lastErr, sc.Name)
-		plan = waterfall.Damp(p.prev[sc.Name], plan, e.cfg.Damping)
-		p.prev[sc.Name] = plan
-		svc.plan = plan
-		svc.picker = waterfall.NewPicker(plan.Row(e.cfg.Site), healthy, waterfall.RoundRobin)
-		return svc
-	}
+	svc.healthy = len(all)
 
-	// Baseline policies: every healthy backend, or only the nearest
-	// region's for hashing with scope nearest_region.
+	// The pool: every healthy backend, or for hashing with scope
+	// nearest_region only the nearest region's. Baseline policies pick from
+	// it; planned policies fall back to round robin over it while their
+	// site has no plan row yet (no RTT measured).
 	if sc.Policy.IsHash() && sc.HashScope == config.HashScopeNearestRegion {
 		has := map[string]bool{}
 		for _, m := range all {
@@ -170,9 +146,8 @@ func (p *planner) buildService(cs *ControlState, sc *config.Service, states map[
 		}
 	}
 	svc.pool = all
-	pool := svc.pool
-	svc.inflight = func(i int) int64 { return pool[i].b.InFlight() }
-	svc.free = func(i int) bool { return !pool[i].b.Full() }
+	svc.inflight = func(i int) int64 { return all[i].b.InFlight() }
+	svc.free = func(i int) bool { return !all[i].b.Full() }
 	svc.rr = hashing.NewRoundRobin(e.rand())
 	svc.lr = hashing.NewLeastRequest(e.rand)
 	if sc.Policy.IsHash() && len(all) > 0 {
@@ -188,6 +163,36 @@ func (p *planner) buildService(cs *ControlState, sc *config.Service, states map[
 		}
 		svc.maglev = mg
 	}
+	if !sc.Policy.IsPlanned() {
+		return svc
+	}
+
+	w := buildWorld(cs.Config, sc, cs.Unhealthy, states, me)
+	svc.world = w
+	compute := waterfall.Compute
+	if sc.Policy == config.PolicyMinRTT {
+		compute = waterfall.ComputeMinRTT
+	}
+	plan, err := compute(w, waterfall.Config{SpillThreshold: sc.Spill.Threshold, SpillSlope: sc.Spill.Slope})
+	if err != nil {
+		if msg := err.Error(); p.lastErr[sc.Name] != msg {
+			e.log.Error().Err(err).Str("service", sc.Name).Msg("planning failed; keeping the previous plan")
+			p.lastErr[sc.Name] = msg
+		}
+		if old != nil {
+			if prev := old.services[sc.Name]; prev != nil {
+				return prev
+			}
+		}
+		return svc
+	}
+	delete(p.lastErr, sc.Name)
+	plan = waterfall.Damp(p.prev[sc.Name], plan, e.cfg.Damping)
+	p.prev[sc.Name] = plan
+	svc.plan = plan
+	row := plan.Row(e.cfg.Site)
+	svc.rowLen = len(row)
+	svc.picker = waterfall.NewPicker(row, healthy, waterfall.RoundRobin)
 	return svc
 }
 

@@ -28,6 +28,10 @@ type rttProber struct {
 	log      zerolog.Logger
 	client   *http.Client
 
+	// kick starts a round at once (buffered, 1): the first control state
+	// should not wait a whole interval for its first RTT estimates.
+	kick chan struct{}
+
 	mu  sync.Mutex
 	rtt map[string]*ewma.Value // region -> smoothed ms; guarded by mu
 }
@@ -46,7 +50,16 @@ func newRTTProber(cfg Config, dialer *net.Dialer, clk clock.Clock, log zerolog.L
 				IdleConnTimeout:     time.Minute,
 			},
 		},
-		rtt: map[string]*ewma.Value{},
+		rtt:  map[string]*ewma.Value{},
+		kick: make(chan struct{}, 1),
+	}
+}
+
+// probeSoon asks for a round now. It never blocks.
+func (p *rttProber) probeSoon() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -75,6 +88,8 @@ func (p *rttProber) run(ctx context.Context, targets func() map[string]string) e
 		case <-ctx.Done():
 			return nil
 		case <-t.C():
+			p.round(ctx, targets())
+		case <-p.kick:
 			p.round(ctx, targets())
 		}
 	}

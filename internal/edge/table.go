@@ -22,10 +22,11 @@ const (
 	reasonOverload                    // waterfall: every reachable region is full
 	reasonAffinity                    // session affinity pinned the backend
 	reasonPolicy                      // a baseline policy (round robin, least request, hashing)
+	reasonNoPlan                      // a planned policy whose site has no plan row yet: round robin
 	numReasons
 )
 
-var reasonNames = [numReasons]string{"nearest", "spill_capacity", "spill_health", "overload", "affinity", "policy"}
+var reasonNames = [numReasons]string{"nearest", "spill_capacity", "spill_health", "overload", "affinity", "policy", "no_plan"}
 
 func (r reason) String() string { return reasonNames[r] }
 
@@ -85,9 +86,12 @@ type service struct {
 	cfg    *config.Service
 	meters *serviceMeters
 	load   map[string]*ewma.Rate // group -> rate; read-only
+	// healthy counts the service's healthy backends.
+	healthy int
 
 	// Planned policies (waterfall, min_rtt).
 	picker *waterfall.Picker
+	rowLen int             // cells in this site's plan row; 0 = no row yet
 	plan   *waterfall.Plan // the damped plan the picker comes from
 	world  waterfall.World
 
@@ -119,10 +123,7 @@ type flowKey struct {
 
 // pick chooses a backend for one request. It does not allocate.
 func (s *service) pick(rnd uint64, k flowKey) (pick, error) {
-	if s.cfg.Policy.IsPlanned() {
-		if s.picker == nil {
-			return pick{}, errNoBackend
-		}
+	if s.cfg.Policy.IsPlanned() && s.rowLen > 0 {
 		c, err := s.picker.Pick(rnd)
 		switch {
 		case errors.Is(err, waterfall.ErrAllBusy):
@@ -140,7 +141,7 @@ func (s *service) pick(rnd uint64, k flowKey) (pick, error) {
 	var ok bool
 	const tcp = 6
 	switch s.cfg.Policy {
-	case config.PolicyRoundRobin:
+	case config.PolicyRoundRobin, config.PolicyWaterfall, config.PolicyMinRTT:
 		i, ok = s.rr.PickAvailable(n, s.free)
 	case config.PolicyLeastRequest:
 		i, ok = s.lr.Pick(n, s.inflight)
@@ -158,5 +159,9 @@ func (s *service) pick(rnd uint64, k flowKey) (pick, error) {
 	if !m.b.TryAcquire() {
 		return pick{}, errAllBusy
 	}
-	return pick{backend: m.b, group: m.group, region: m.region, reason: reasonPolicy}, nil
+	r := reasonPolicy
+	if s.cfg.Policy.IsPlanned() {
+		r = reasonNoPlan
+	}
+	return pick{backend: m.b, group: m.group, region: m.region, reason: r}, nil
 }

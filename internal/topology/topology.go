@@ -301,6 +301,31 @@ func Start(ctx context.Context, spec Spec, opts Options) (c *Cluster, err error)
 			return nil, err
 		}
 	}
+	// Ready means a gfe can serve; a started deployment also has every
+	// instance's first health verdict and an RTT to every region in every
+	// gfe.
+	for _, gf := range c.GFEs {
+		err := WaitFor(ctx, 30*time.Second, func() (bool, error) {
+			st, err := Status(ctx, gf)
+			if err != nil {
+				return false, err
+			}
+			for _, s := range st.Services {
+				for _, g := range s.Groups {
+					if g.Healthy != g.Instances {
+						return false, fmt.Errorf("%s sees group %s with %d of %d healthy", gf.Name, g.Name, g.Healthy, g.Instances)
+					}
+				}
+			}
+			if len(st.RTTms) < len(c.Spec.Regions) {
+				return false, fmt.Errorf("%s has measured the RTT of %d of %d regions", gf.Name, len(st.RTTms), len(c.Spec.Regions))
+			}
+			return len(st.Services) > 0, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
