@@ -41,6 +41,11 @@ func startDaemon(t *testing.T, name, path string, seeds []string, clk clock.Cloc
 	cfg.Gossip.Seeds = seeds
 	cfg.Gossip.JoinBackoffMin, cfg.Gossip.JoinBackoffMax = 20*time.Millisecond, 200*time.Millisecond
 	cfg.Gossip.LeaveTimeout = 500 * time.Millisecond
+	// Slower failure detection than the LAN defaults: under -race on a
+	// busy machine a 200ms probe timeout can declare a live replica dead,
+	// and a flapping membership moves groups back and forth. A replica
+	// that stops leaves gracefully, which is seen at once anyway.
+	cfg.Gossip.ProbeInterval, cfg.Gossip.ProbeTimeout, cfg.Gossip.SuspicionMult = 2*time.Second, time.Second, 5
 	cfg.ShutdownGrace = time.Second
 	r := &daemonRig{prober: newFakeProber(w), path: path}
 	d, err := New(cfg, Options{Clock: clk, Logger: testLogger(t).With().Str("cp", name).Logger(), Prober: r.prober})
@@ -220,11 +225,11 @@ func TestDaemonConfigChanges(t *testing.T) {
 	if !r.d.Reload() {
 		t.Fatal("Reload() of rate 60 = false")
 	}
-	waitTimers(t, clk, 4)
-	clk.Advance(time.Second) // the next probe round
-	s4 := waitSnapshot(t, c, "rate 60 with 20002 down", func(s *cpclient.Snapshot) bool {
+	advanceUntil(t, clk, time.Second, "the gfe sees rate 60 with 20002 down", func() bool {
+		s := c.Current()
 		return rateOf(s) == 60 && !s.Healthy("127.0.0.1:20002") && s.Healthy("127.0.0.1:20003")
 	})
+	s4 := c.Current()
 	if d := s4.Health["127.0.0.1:20002"].Detail; !strings.Contains(d, "fake: connection refused") {
 		t.Errorf("detail of 20002 = %q, want the probe error", d)
 	}
@@ -312,17 +317,18 @@ func TestControlPlanesShareHealthOverGossip(t *testing.T) {
 	// Each probes exactly its own groups' instances.
 	a.prober.takeCounts()
 	b.prober.takeCounts()
-	waitTimers(t, clk, 40) // one probe loop per instance, over both replicas
-	clk.Advance(time.Second)
-	a.prober.waitProbes(t, addrs(aOwned))
-	b.prober.waitProbes(t, addrs(bOwned))
+	advanceUntil(t, clk, time.Second, "each replica probed its own groups", func() bool {
+		return slices.Equal(a.prober.probedSet(), addrs(aOwned)) && slices.Equal(b.prober.probedSet(), addrs(bOwned))
+	})
 
 	// An instance checked by cp-a fails: cp-b serves cp-a's verdict.
 	down := addrsOf[aOwned[0]][0]
 	w.setFailing(down, true)
-	waitTimers(t, clk, 40)
-	clk.Advance(time.Second)
-	st := waitState(t, b.d.State, down+" down at cp-b", func(s *State) bool { return statusOf(s, down) == health.StatusUnhealthy })
+	advanceUntil(t, clk, time.Second, down+" down at cp-b", func() bool {
+		st, _ := b.d.State()
+		return statusOf(st, down) == health.StatusUnhealthy
+	})
+	st, _ := b.d.State()
 	for _, ih := range st.Health {
 		if wantSrc := map[bool]string{true: "cp-a", false: "cp-b"}[slices.Contains(aOwned, ih.Group)]; ih.Source != wantSrc {
 			t.Errorf("cp-b serves %s/%s from %q, want %q", ih.Group, ih.Address, ih.Source, wantSrc)
@@ -336,7 +342,7 @@ func TestControlPlanesShareHealthOverGossip(t *testing.T) {
 	b.prober.takeCounts()
 	a.stop()
 	waitUntil(t, "cp-b owns every group", func() bool { _, o := b.d.Ownership(); return len(o) == 20 })
-	b.prober.waitProbes(t, addrs(aOwned)) // the new groups are probed at once
+	b.prober.waitProbed(t, addrs(aOwned)) // the new groups are probed at once, without advancing the clock
 	waitState(t, b.d.State, "cp-b decides everything", func(s *State) bool {
 		for _, ih := range s.Health {
 			if ih.Source != "cp-b" || (ih.Address == down) != (ih.Status == health.StatusUnhealthy) {

@@ -81,9 +81,10 @@ type healthPlan struct {
 // last verdicts until the new owner's checks decide.
 //
 // Startup: until the view has settled (every instance has a verdict, or
-// every check's first probe must have finished) the State is not Ready and
-// this replica publishes no groups, so that neither gfes nor other replicas
-// see "unknown" for instances that are about to be found healthy.
+// every check's first probe must have finished) the State is not Ready, and
+// until its own groups have settled this replica publishes none of them, so
+// that neither gfes nor other replicas see "unknown" for instances that are
+// about to be found healthy.
 type healthManager struct {
 	// Immutable after newHealthManager.
 	self   string
@@ -100,15 +101,19 @@ type healthManager struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
-	pending *healthPlan          // the latest plan Run has not taken yet
-	details map[detailKey]string // last failure per (check key, target)
+	pending *healthPlan // the latest plan Run has not taken yet
+	// checks holds the status of every target of every check that has
+	// changed from unknown, with the failure that made it unhealthy. It is
+	// kept from the Checkers' OnChange calls (not read from
+	// Checker.Snapshot) so that a status and its reason change together.
+	checks map[checkTarget]ownVerdict
 
 	// Accessed atomically.
 	view atomic.Pointer[ownershipView]
 }
 
-// detailKey locates one target of one check.
-type detailKey struct {
+// checkTarget locates one target of one check.
+type checkTarget struct {
 	check  string
 	target health.Target
 }
@@ -141,7 +146,7 @@ func newHealthManager(self string, g gossiper, h *hub, opts Options, m *metrics)
 		m:       m,
 		applied: make(chan struct{}, 1),
 		checked: make(chan struct{}, 1),
-		details: map[detailKey]string{},
+		checks:  map[checkTarget]ownVerdict{},
 	}
 	hm.view.Store(&ownershipView{Members: []string{self}})
 	return hm
@@ -317,7 +322,8 @@ type loopState struct {
 	checkers    map[string]*runningChecker
 	own         ownership
 	known       map[string]InstanceHealth
-	settled     bool
+	settled     bool // the whole view has settled: State is Ready
+	publishing  bool // the owned groups have settled: they are gossiped
 	settleFired bool
 	settleTimer clock.Timer
 	published   []gossip.GroupState
@@ -350,7 +356,7 @@ func (h *healthManager) Run(ctx context.Context) error {
 	for {
 		h.step(ls)
 		var settle <-chan time.Time
-		if ls.settleTimer != nil && !ls.settleFired {
+		if ls.settleTimer != nil && !ls.settled {
 			settle = ls.settleTimer.C()
 		}
 		select {
@@ -375,7 +381,7 @@ func (h *healthManager) step(ls *loopState) {
 	cfgChanged := p != nil
 	if cfgChanged {
 		ls.plan = p
-		if ls.settleTimer == nil {
+		if ls.settleTimer == nil && !ls.settled {
 			ls.settleTimer = h.clock.NewTimer(p.settleAfter + settleMargin)
 		}
 	}
@@ -415,11 +421,14 @@ func (h *healthManager) step(ls *loopState) {
 	})
 	known := make(map[string]InstanceHealth, len(hs))
 	counts := map[health.Status]int{}
-	allDecided := true
+	allDecided, ownDecided := true, true
 	for _, ih := range hs {
 		counts[ih.Status]++
 		if ih.Status == health.StatusUnknown {
 			allDecided = false
+			if ls.own.owner[ih.Group] == h.self {
+				ownDecided = false
+			}
 			continue
 		}
 		known[ih.Address] = ih
@@ -428,8 +437,12 @@ func (h *healthManager) step(ls *loopState) {
 	for _, s := range []health.Status{health.StatusHealthy, health.StatusUnhealthy, health.StatusUnknown} {
 		h.m.instances.WithLabelValues(string(s)).Set(float64(counts[s]))
 	}
+	// Publish the owned groups once they have settled, without waiting
+	// for the other replicas' (which wait for ours).
+	ls.publishing = ls.publishing || ownDecided || ls.settleFired
 	if !ls.settled && (allDecided || ls.settleFired) {
 		ls.settled = true
+		ls.settleTimer.Stop()
 		h.log.Info().Int("healthy", counts[health.StatusHealthy]).Int("unhealthy", counts[health.StatusUnhealthy]).
 			Int("unknown", counts[health.StatusUnknown]).Msg("startup health view settled; serving snapshots")
 	}
@@ -484,7 +497,7 @@ func (h *healthManager) syncCheckers(ls *loopState) {
 		if !slices.Equal(rc.targets, ts) {
 			rc.c.SetTargets(ts)
 			rc.targets = ts
-			h.forgetDetails(key, ts)
+			h.forgetChecks(key, ts)
 		}
 	}
 }
@@ -498,13 +511,12 @@ func (h *healthManager) startChecker(ls *loopState, key string, spec checkSpec, 
 		Logger: h.log.With().Str("service", service).Logger(),
 		Rand:   h.rand,
 		OnChange: func(ch health.Change) {
-			h.mu.Lock()
-			dk := detailKey{check: key, target: ch.Target}
+			v := ownVerdict{status: ch.To}
 			if ch.To == health.StatusUnhealthy && ch.Result.Err != nil {
-				h.details[dk] = ch.Result.Err.Error()
-			} else {
-				delete(h.details, dk)
+				v.detail = ch.Result.Err.Error()
 			}
+			h.mu.Lock()
+			h.checks[checkTarget{check: key, target: ch.Target}] = v
 			h.mu.Unlock()
 			h.m.transitions.WithLabelValues(service, string(ch.To)).Inc()
 			notify(h.checked)
@@ -534,16 +546,17 @@ func (h *healthManager) stopChecker(ls *loopState, key string) {
 	rc.cancel()
 	<-rc.done
 	delete(ls.checkers, key)
-	h.forgetDetails(key, nil)
+	h.forgetChecks(key, nil)
 }
 
-// forgetDetails drops the failure details of key's targets not in keep.
-func (h *healthManager) forgetDetails(key string, keep []health.Target) {
+// forgetChecks drops the statuses of key's targets not in keep. Called after
+// SetTargets (or Run) returned, when OnChange no longer reports them.
+func (h *healthManager) forgetChecks(key string, keep []health.Target) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for dk := range h.details {
-		if dk.check == key && !slices.Contains(keep, dk.target) {
-			delete(h.details, dk)
+	for ct := range h.checks {
+		if ct.check == key && !slices.Contains(keep, ct.target) {
+			delete(h.checks, ct)
 		}
 	}
 }
@@ -552,10 +565,6 @@ func (h *healthManager) forgetDetails(key string, keep []health.Target) {
 // that cover it: unhealthy if any check says so, else unknown if any has no
 // verdict yet, else healthy.
 func (h *healthManager) ownVerdicts(ls *loopState) map[string]ownVerdict {
-	states := make(map[string]map[health.Target]health.State, len(ls.checkers))
-	for key, rc := range ls.checkers {
-		states[key] = rc.c.Snapshot()
-	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := map[string]ownVerdict{}
@@ -568,19 +577,19 @@ func (h *healthManager) ownVerdicts(ls *loopState) map[string]ownVerdict {
 			v := ownVerdict{status: health.StatusHealthy}
 			for _, key := range ls.plan.groupKeys[g] {
 				t := health.Target{Addr: checkAddr(inst.Address, ls.plan.specs[key].port)}
-				st, ok := states[key][t]
-				switch {
-				case ok && st.Status == health.StatusUnhealthy:
-					v.status = health.StatusUnhealthy
-					v.detail = h.details[detailKey{check: key, target: t}]
+				cv, ok := h.checks[checkTarget{check: key, target: t}]
+				if !ok {
+					cv.status = health.StatusUnknown
+				}
+				if cv.status == health.StatusUnhealthy {
+					v = cv
 					if key != "" {
 						v.detail = "service " + key + ": " + v.detail
 					}
-				case (!ok || st.Status == health.StatusUnknown) && v.status == health.StatusHealthy:
-					v.status = health.StatusUnknown
-				}
-				if v.status == health.StatusUnhealthy {
 					break
+				}
+				if cv.status == health.StatusUnknown {
+					v.status = health.StatusUnknown
 				}
 			}
 			out[inst.Address] = v
@@ -590,11 +599,12 @@ func (h *healthManager) ownVerdicts(ls *loopState) map[string]ownVerdict {
 }
 
 // publish gossips the capacity and health of the owned groups, if they
-// changed since the last publish. Before the view has settled it publishes
-// no groups (announcing this replica as a control plane only).
+// changed since the last publish. Until every owned instance has a verdict
+// (or the settle deadline passed) it publishes no groups, announcing this
+// replica as a control plane only.
 func (h *healthManager) publish(ls *loopState, hs []InstanceHealth) {
 	var groups []gossip.GroupState
-	if ls.settled {
+	if ls.publishing {
 		groups = groupStates(ls.plan, ls.own, h.self, hs)
 	}
 	if ls.announced && reflect.DeepEqual(groups, ls.published) {

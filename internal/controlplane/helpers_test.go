@@ -61,15 +61,19 @@ func (w *testWriter) close() {
 	w.closed = true
 }
 
-// waitTimers waits until at least n timers are armed on clk: the code under
-// test has reached its next wait, so that Advance fires it.
-func waitTimers(t testing.TB, clk *clock.Fake, n int) {
+// advanceUntil advances clk by step every 5ms (of real time) until cond
+// holds: for conditions that need the code under test to reach its next
+// timer first (a probe loop re-arming after a result), without counting
+// timers.
+func advanceUntil(t testing.TB, clk *clock.Fake, step time.Duration, what string, cond func() bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
-	defer cancel()
-	if err := clk.BlockUntil(ctx, n); err != nil {
-		t.Fatalf("waiting for %d armed timers (have %d): %v", n, clk.Waiters(), err)
-	}
+	waitUntil(t, what, func() bool {
+		if cond() {
+			return true
+		}
+		clk.Advance(step)
+		return false
+	})
 }
 
 // epoch is the fake clocks' start.
@@ -220,7 +224,34 @@ func (p *fakeProber) Probe(_ context.Context, t health.Target) health.Result {
 	return health.Result{}
 }
 
-// counts returns a copy of the probe counts and resets them.
+// probedSet returns the addresses probed since the last takeCounts, sorted.
+func (p *fakeProber) probedSet() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]string, 0, len(p.probed))
+	for a := range p.probed {
+		out = append(out, a)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// waitProbed waits until every address in want has been probed since the
+// last takeCounts (others may have been too).
+func (p *fakeProber) waitProbed(t testing.TB, want []string) {
+	t.Helper()
+	waitUntil(t, fmt.Sprintf("%d addresses probed", len(want)), func() bool {
+		got := p.probedSet()
+		for _, a := range want {
+			if _, ok := slices.BinarySearch(got, a); !ok {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// takeCounts returns the probe counts and resets them.
 func (p *fakeProber) takeCounts() map[string]int {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -1,0 +1,189 @@
+// Command controlplane is Spillway's control plane (DESIGN §5): it loads the
+// operator configuration (YAML, hot-reloaded), health-checks the backends
+// (sharing the checks with the other replicas over gossip), and streams
+// versioned snapshots of configuration and health to every gfe over gRPC.
+//
+// Usage:
+//
+//	controlplane --config configs/demo.yaml [--listen 127.0.0.1:7000]
+//	    [--admin 127.0.0.1:7100] [--node NAME] [--gossip-addr 127.0.0.1:7946]
+//	    [--join host:port,...] [--gossip-key BASE64] [--log-format auto|json|console]
+//	    [--log-level info]
+//
+// Every flag can also be set from the environment as SPILLWAY_CP_<FLAG>,
+// upper-cased with dashes as underscores (SPILLWAY_CP_GOSSIP_ADDR=...); a flag
+// on the command line wins. (Variables SPILLWAY_REGIONS_*, SPILLWAY_SERVICES_*
+// and SPILLWAY_ROUTES_* override fields of the configuration file itself; see
+// package config.)
+//
+// Signals: SIGINT and SIGTERM stop the daemon (snapshot streams end with
+// UNAVAILABLE so gfes move to another replica; gossip leaves the cluster);
+// SIGHUP re-reads the configuration file at once.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/spillway-lb/spillway/internal/controlplane"
+	"github.com/spillway-lb/spillway/internal/logging"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "controlplane:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	v, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	log, err := logging.New(os.Stderr, v.GetString("log-format"), v.GetString("log-level"), "controlplane")
+	if err != nil {
+		return err
+	}
+	cfg, err := daemonConfig(v)
+	if err != nil {
+		return err
+	}
+	d, err := controlplane.New(cfg, controlplane.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	g, ctx := errgroup.WithContext(ctx)
+	for _, c := range d.Components() {
+		g.Go(func() error {
+			if err := c.Run(ctx); err != nil {
+				return fmt.Errorf("%s: %w", c.Name, err)
+			}
+			return nil
+		})
+	}
+	g.Go(func() error { return reloadOnHangup(ctx, d, log) })
+	log.Info().Str("node", cfg.NodeName).Str("config_version", d.Config().Version).Msg("control plane started")
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	log.Info().Msg("control plane stopped")
+	return nil
+}
+
+// reloadOnHangup reloads the configuration on every SIGHUP until ctx is done.
+func reloadOnHangup(ctx context.Context, d *controlplane.Daemon, log zerolog.Logger) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-hup:
+			log.Info().Msg("SIGHUP: reloading config")
+			d.Reload() // logs its outcome
+		}
+	}
+}
+
+// parseFlags defines the flags and binds them, with SPILLWAY_CP_* variables,
+// through viper.
+func parseFlags(args []string) (*viper.Viper, error) {
+	d := controlplane.DefaultConfig()
+	fs := pflag.NewFlagSet("controlplane", pflag.ContinueOnError)
+	fs.String("config", "", "operator configuration YAML file, watched and hot-reloaded (required)")
+	fs.String("listen", d.ListenAddr, "gRPC listen address (ControlPlane service, gRPC health, reflection)")
+	fs.String("admin", d.AdminAddr, "admin HTTP listen address: /metrics /healthz /readyz /status /debug/pprof")
+	fs.String("node", "", "this replica's unique name in gossip and snapshots (default hostname-listen)")
+	fs.String("gossip-addr", "127.0.0.1:7946", "gossip bind address (UDP and TCP); port 0 picks one")
+	fs.String("join", "", "comma-separated gossip seeds (host:port) of other control planes or gfes")
+	fs.String("gossip-key", "", "base64 AES key for gossip encryption (16, 24 or 32 bytes)")
+	fs.String("log-format", "auto", "json, console, or auto (console on a terminal)")
+	fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	v := viper.New()
+	v.SetEnvPrefix("SPILLWAY_CP")
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	v.AutomaticEnv()
+	if err := v.BindPFlags(fs); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// daemonConfig turns the flags into the daemon's Config.
+func daemonConfig(v *viper.Viper) (controlplane.Config, error) {
+	cfg := controlplane.DefaultConfig()
+	cfg.ConfigPath = v.GetString("config")
+	cfg.ListenAddr = v.GetString("listen")
+	cfg.AdminAddr = v.GetString("admin")
+	cfg.NodeName = v.GetString("node")
+	if cfg.NodeName == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return cfg, fmt.Errorf("--node not set and no hostname: %w", err)
+		}
+		cfg.NodeName = host + "-" + cfg.ListenAddr
+	}
+	host, port, err := splitHostPort(v.GetString("gossip-addr"))
+	if err != nil {
+		return cfg, fmt.Errorf("--gossip-addr: %w", err)
+	}
+	cfg.Gossip.BindAddr, cfg.Gossip.BindPort = host, port
+	cfg.Gossip.Seeds = splitList(v.GetString("join"))
+	cfg.Gossip.SecretKey = v.GetString("gossip-key")
+	// A replica's state lists the healthy instances of its groups, which
+	// outgrows one Ethernet frame with many groups; loopback and LANs
+	// carry larger datagrams (the gfe uses the same size).
+	cfg.Gossip.UDPBufferSize = 8192
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func splitHostPort(s string) (string, int, error) {
+	h, p, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		return "", 0, fmt.Errorf("port %q: %w", p, err)
+	}
+	return h, port, nil
+}
