@@ -1,0 +1,74 @@
+// Package controlplane is the control-plane daemon of Spillway (DESIGN §5):
+// it serves the operator configuration and the health of every backend
+// instance to the gfes, over the ControlPlane gRPC service of
+// proto/spillway/v1. cmd/controlplane only turns flags into a Config and runs
+// the Daemon's Components.
+//
+// # Model
+//
+// One goroutine, the health manager's, builds every State the daemon serves
+// (STYLE §4): the last good configuration plus one health verdict per
+// instance, under a content version. States are immutable; the gRPC streams
+// read the current one and wait for the next. Everything else only wakes
+// that goroutine:
+//
+//	config file ──(fsnotify, debounce)──► reloader ──ApplyConfig──┐
+//	lb/health Checkers ──OnChange─────────────────────────────────┤
+//	gossip (other replicas' GroupStates, membership) ─────────────┤
+//	                                                               ▼
+//	                                 health manager: ownership, checks, merge
+//	                                   │ State ──► hub ──► StreamSnapshots (per gfe)
+//	                                   └ GroupStates of owned groups ──► gossip
+//
+// # Configuration and versions
+//
+// The file is loaded with config.Load (viper, SPILLWAY_* overrides) and
+// validated; a change is applied only if it is valid, and an invalid one is
+// logged field by field, counted (spillway_controlplane_config_reloads_total
+// {result="failure"}) and otherwise ignored: the last good configuration
+// stays in service. Each accepted configuration gets Version "<n>-<hash>",
+// n counting accepted configurations and hash the first 12 hex digits of the
+// SHA-256 of its canonical YAML (config.Marshal: the effective
+// configuration, after overrides and defaults, which is also what snapshots
+// carry, so a gfe parses exactly what was validated here). Rewriting the
+// file with the same effective content makes no new version.
+//
+// A snapshot's version is "<config hash>-<health hash>", the health hash
+// covering each instance's (group, address, healthy). It depends on content
+// only, so replicas that agree serve the same version, and a gfe that
+// reconnects to another replica is not pushed what it already has.
+//
+// # Sharing health checks
+//
+// Every instance group is checked by one replica: the Maglev owner
+// (lb/hashing) of the group's name among the alive control planes seen in
+// gossip (members whose state has kind controlplane, self included). Each
+// replica runs lb/health Checkers for its groups only, with each service's
+// health_check settings (an instance used by several services is healthy
+// only if every service's check passes), and gossips a GroupState per
+// (service, owned group): instances, healthy count, capacity from
+// config.GroupCapacity, and the healthy addresses. For every other group it
+// serves the owner's gossiped verdicts, so a gfe gets the full picture from
+// any replica. When a replica dies its groups move to the others, which keep
+// serving its last verdicts until their own checks decide; see merge for the
+// exact precedence.
+//
+// # Snapshot protocol
+//
+// StreamSnapshots follows the xDS-style protocol documented in
+// controlplane.proto: the current State is pushed once Ready (skipped if the
+// gfe announces that version), then again whenever its version changes; the
+// gfe's ACK or NACK of the latest push is recorded per node (Daemon.Node,
+// /status) and counted; NACKs are logged with the gfe's error and never stop
+// later pushes. RequestCapacity validates, logs and counts requests and
+// answers granted=false, "no autoscaler configured", until an autoscaler
+// exists. The server also registers the standard gRPC health service
+// (SERVING once Ready) and reflection.
+//
+// # Admin
+//
+// The admin listener (loopback by default, unauthenticated) serves
+// /metrics (spillway_controlplane_* and the Go and process collectors),
+// /healthz, /readyz (200 once the startup health view has settled), /status
+// (JSON: versions, ownership, health, gfes) and /debug/pprof/.
+package controlplane
