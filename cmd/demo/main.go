@@ -58,14 +58,21 @@ func run(keep, verbose bool, net int, settle, measure time.Duration) error {
 
 	story := demo.Story()
 	for i, ph := range story {
+		// The plan is read half way through the measured window.
+		plannedc := make(chan map[string]float64, 1)
+		go func() {
+			time.Sleep(settle + measure/2)
+			p, err := demo.Planned(ctx, c)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "demo: reading /status:", err)
+			}
+			plannedc <- p
+		}()
 		res, err := demo.RunPhase(ctx, c, ph, settle, measure)
 		if err != nil {
 			return fmt.Errorf("phase %q: %w", ph.Name, err)
 		}
-		planned, err := demo.Planned(ctx, c)
-		if err != nil {
-			return err
-		}
+		planned := <-plannedc
 		demo.Print(os.Stdout, i+1, len(story), ph, res, planned, measure)
 	}
 	if keep {

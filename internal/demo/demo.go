@@ -70,7 +70,7 @@ func Story() []Phase {
 			Expect: "us-east fills to 320 req/s; nyc's other 130 req/s spill to eu-west, its next-nearest region"},
 		{Name: "5 of 8 eu-west instances unhealthy", Demand: map[string]float64{"nyc": 200, "lon": 100, "tokyo": 100},
 			Unhealthy: map[string]int{"eu-west": 5},
-			Expect:    "eu-west has healthy room (120 req/s) but h=3/8 < 0.5 keeps only 2h=75% of lon's traffic; 25% spills to us-east"},
+			Expect:    "eu-west has healthy room (120 req/s; planned utilization counts healthy capacity) but h=3/8 < 0.5 keeps only 2h=75% of lon's traffic; 25% spills to us-east"},
 		{Name: "global overload (+20%)", Demand: map[string]float64{"nyc": 500, "lon": 400, "tokyo": 252},
 			Expect: "1152 req/s against 960: every region runs at 120%, traffic as local as possible"},
 		{Name: "recovery", Demand: map[string]float64{"nyc": 200, "lon": 150, "tokyo": 100},
@@ -97,15 +97,13 @@ func RunPhase(ctx context.Context, c *topology.Cluster, ph Phase, settle, measur
 			return nil, err
 		}
 	}
-	// Settle: the same load, not measured, so demand estimates, gossip,
-	// health checks and plan damping catch up.
-	if _, err := drive(ctx, c, ph, settle); err != nil {
-		return nil, err
-	}
-	return drive(ctx, c, ph, measure)
+	// One load without a break: the first settle of it is not recorded, so
+	// that demand estimates, gossip, health checks and plan damping catch
+	// up under the load that is then measured.
+	return drive(ctx, c, ph, settle, settle+measure)
 }
 
-func drive(ctx context.Context, c *topology.Cluster, ph Phase, d time.Duration) ([]SiteResult, error) {
+func drive(ctx context.Context, c *topology.Cluster, ph Phase, warmup, d time.Duration) ([]SiteResult, error) {
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
@@ -120,7 +118,7 @@ func drive(ctx context.Context, c *topology.Cluster, ph Phase, d time.Duration) 
 		wg.Go(func() {
 			first := netip.MustParseAddr(fmt.Sprintf("127.%d.%d.100", c.Spec.Net, si+1))
 			res, err := loadgen.Run(ctx, loadgen.Config{
-				URL: gf.URL + "/", Rate: demand, Duration: d, Sources: loadgen.Sources(first, 16), Timeout: 3 * time.Second,
+				URL: gf.URL + "/", Rate: demand, Duration: d, Warmup: warmup, Sources: loadgen.Sources(first, 16), Timeout: 3 * time.Second,
 			})
 			mu.Lock()
 			defer mu.Unlock()
@@ -164,6 +162,18 @@ func ServedRPS(results []SiteResult, measure time.Duration) map[string]float64 {
 	return out
 }
 
+// RoutedRPS returns the measured rate of requests sent to each region over
+// all sites, whatever the backend answered.
+func RoutedRPS(results []SiteResult, measure time.Duration) map[string]float64 {
+	out := map[string]float64{}
+	for _, r := range results {
+		for region, n := range r.Res.Routed {
+			out[region] += float64(n) / measure.Seconds()
+		}
+	}
+	return out
+}
+
 // Print writes the phase's tables: where each site's traffic went, and each
 // region's measured and planned utilization.
 func Print(w io.Writer, i, n int, ph Phase, results []SiteResult, planned map[string]float64, measure time.Duration) {
@@ -182,11 +192,11 @@ func Print(w io.Writer, i, n int, ph Phase, results []SiteResult, planned map[st
 		fmt.Fprintf(tw, "%d\t%.1f%%\t%v\t%v\t\n", r.Res.OK, 100*errRate, r.Res.Percentile(50).Round(time.Millisecond), r.Res.Percentile(99).Round(time.Millisecond))
 	}
 	tw.Flush()
-	served := ServedRPS(results, measure)
+	served, routed := ServedRPS(results, measure), RoutedRPS(results, measure)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "region\tcapacity\tserved\tutilization\tplanned\t\n")
+	fmt.Fprintf(tw, "region\tcapacity\tsent\tutilization\tplanned\tserved ok\t\n")
 	for _, reg := range regionNames {
-		fmt.Fprintf(tw, "%s\t%d/s\t%.0f/s\t%.0f%%\t%.0f%%\t\n", reg, RegionCapacity, served[reg], 100*served[reg]/RegionCapacity, 100*planned[reg])
+		fmt.Fprintf(tw, "%s\t%d/s\t%.0f/s\t%.0f%%\t%.0f%%\t%.0f/s\t\n", reg, RegionCapacity, routed[reg], 100*routed[reg]/RegionCapacity, 100*planned[reg], served[reg])
 	}
 	tw.Flush()
 }
