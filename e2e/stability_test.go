@@ -92,7 +92,7 @@ func TestStaticStabilityAndMembership(t *testing.T) {
 		res := load(t, c, rates, 2*time.Second)
 		for site, r := range res {
 			if r.Failed != 0 || r.OK == 0 {
-				t.Errorf("%s after bad reload: ok %d failed %d, want all ok", site, r.OK, r.Failed)
+				t.Errorf("%s after bad reload: ok %d failed %d (statuses %v), want all ok", site, r.OK, r.Failed, r.Status)
 			}
 		}
 		if got := configVersions(t, c); !mapsEqual(got, v0) {
