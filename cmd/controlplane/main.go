@@ -25,10 +25,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 
@@ -38,6 +36,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/spillway-lb/spillway/internal/controlplane"
+	"github.com/spillway-lb/spillway/internal/daemonflags"
 	"github.com/spillway-lb/spillway/internal/logging"
 )
 
@@ -149,41 +148,13 @@ func daemonConfig(v *viper.Viper) (controlplane.Config, error) {
 		}
 		cfg.NodeName = host + "-" + cfg.ListenAddr
 	}
-	host, port, err := splitHostPort(v.GetString("gossip-addr"))
+	g, err := daemonflags.Gossip(cfg.NodeName, v.GetString("gossip-addr"), v.GetString("join"), v.GetString("gossip-key"))
 	if err != nil {
-		return cfg, fmt.Errorf("--gossip-addr: %w", err)
+		return cfg, err
 	}
-	cfg.Gossip.BindAddr, cfg.Gossip.BindPort = host, port
-	cfg.Gossip.Seeds = splitList(v.GetString("join"))
-	cfg.Gossip.SecretKey = v.GetString("gossip-key")
-	// A replica's state lists the healthy instances of its groups, which
-	// outgrows one Ethernet frame with many groups; loopback and LANs
-	// carry larger datagrams (the gfe uses the same size).
-	cfg.Gossip.UDPBufferSize = 8192
+	cfg.Gossip = g
 	if err := cfg.Validate(); err != nil {
 		return cfg, err
 	}
 	return cfg, nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func splitHostPort(s string) (string, int, error) {
-	h, p, err := net.SplitHostPort(s)
-	if err != nil {
-		return "", 0, err
-	}
-	port, err := strconv.Atoi(p)
-	if err != nil {
-		return "", 0, fmt.Errorf("port %q: %w", p, err)
-	}
-	return h, port, nil
 }

@@ -10,11 +10,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 
@@ -25,6 +23,7 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/cpclient"
+	"github.com/spillway-lb/spillway/internal/daemonflags"
 	"github.com/spillway-lb/spillway/internal/edge"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/logging"
@@ -69,14 +68,10 @@ func run(args []string) error {
 		ecfg.Node = host + "-" + ecfg.Listen
 	}
 
-	gcfg := gossip.DefaultConfig()
-	gcfg.Name = ecfg.Node
-	if gcfg.BindAddr, gcfg.BindPort, err = splitHostPort(v.GetString("gossip-addr")); err != nil {
-		return fmt.Errorf("--gossip-addr: %w", err)
+	gcfg, err := daemonflags.Gossip(ecfg.Node, v.GetString("gossip-addr"), v.GetString("join"), v.GetString("gossip-key"))
+	if err != nil {
+		return err
 	}
-	gcfg.Seeds = splitList(v.GetString("join"))
-	gcfg.SecretKey = v.GetString("gossip-key")
-	gcfg.UDPBufferSize = 8192 // a gfe state with many groups outgrows one Ethernet frame; loopback and LANs carry it
 
 	node, err := gossip.New(gcfg, gossip.Options{Logger: log})
 	if err != nil {
@@ -97,7 +92,7 @@ func run(args []string) error {
 			return err
 		}
 	}
-	cps := splitList(v.GetString("controlplanes"))
+	cps := daemonflags.List(v.GetString("controlplanes"))
 	if len(cps) == 0 && v.GetString("config") == "" {
 		return errors.New("need --controlplanes or --config (or both)")
 	}
@@ -146,28 +141,6 @@ func parseFlags(args []string) (*viper.Viper, error) {
 		return nil, err
 	}
 	return v, nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func splitHostPort(s string) (string, int, error) {
-	h, p, err := net.SplitHostPort(s)
-	if err != nil {
-		return "", 0, err
-	}
-	port, err := strconv.Atoi(p)
-	if err != nil {
-		return "", 0, fmt.Errorf("port %q: %w", p, err)
-	}
-	return h, port, nil
 }
 
 // runControlPlaneClient keeps the snapshot stream to the control planes open
