@@ -7,12 +7,14 @@
 package loadgen
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/netip"
 	"slices"
 	"sync"
@@ -48,6 +50,56 @@ type Config struct {
 	// MaxInFlight bounds requests outstanding at once; a request that would
 	// exceed it is not sent and counts as Dropped. Default 4096.
 	MaxInFlight int
+	// Schedule changes the rate during the run: from each step's At on
+	// (since the start of the run) requests are started at the step's Rate
+	// instead of Rate. Steps must be in ascending At order. Empty keeps Rate
+	// for the whole run. A Rate of 0 pauses the load.
+	Schedule []RateStep
+	// Records keeps one Record per recorded request in Result.Records.
+	// Default false.
+	Records bool
+}
+
+// RateStep is one change of rate in Config.Schedule.
+type RateStep struct {
+	// At is when the step begins, since the start of the run.
+	At time.Duration
+	// Rate is the number of requests started per second from At on.
+	Rate float64
+}
+
+// rateAt returns the rate in force at elapsed time d.
+func (c *Config) rateAt(d time.Duration) float64 {
+	r := c.Rate
+	for _, s := range c.Schedule {
+		if d < s.At {
+			break
+		}
+		r = s.Rate
+	}
+	return r
+}
+
+// Record is one request of a run, kept when Config.Records is set. Warmup
+// requests and dropped requests have none.
+type Record struct {
+	// At is when the request was started, since Result.Start.
+	At time.Duration
+	// Source is the local address and port of the connection the request
+	// went out on: on loopback, the client address the server sees. Zero
+	// when no connection was obtained.
+	Source netip.AddrPort
+	// Status is the response's HTTP status code; 0 when Err is set.
+	Status int
+	// Region and Backend are the response's X-Spillway-Region and
+	// X-Spillway-Backend headers, whatever the status; empty when absent.
+	Region, Backend string
+	// Latency is the time from sending the request to reading the whole
+	// response body, or to the transport error.
+	Latency time.Duration
+	// Err is the transport error (dial, timeout, reset); nil when a
+	// response was read.
+	Err error
 }
 
 // Result is what a run measured.
@@ -70,6 +122,11 @@ type Result struct {
 	// Elapsed is the wall time of the run including the drain of
 	// outstanding requests.
 	Elapsed time.Duration
+	// Start is when the run started; Record.At counts from it.
+	Start time.Time
+	// Records holds every recorded request when Config.Records is set,
+	// sorted by At. len(Records) == Sent.
+	Records []Record
 }
 
 // Percentile returns the p-th percentile (0 < p ≤ 100) of Latencies, or 0
@@ -97,6 +154,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.URL == "" || cfg.Rate <= 0 || cfg.Duration <= 0 {
 		return nil, errors.New("loadgen: URL, Rate and Duration are required")
 	}
+	for i, s := range cfg.Schedule {
+		if s.Rate < 0 || (i > 0 && s.At < cfg.Schedule[i-1].At) {
+			return nil, fmt.Errorf("loadgen: schedule[%d]: rate must be >= 0 and steps in ascending order, got at %v rate %g", i, s.At, s.Rate)
+		}
+	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 5 * time.Second
 	}
@@ -116,9 +178,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		wg  sync.WaitGroup
 		sem = make(chan struct{}, cfg.MaxInFlight)
 	)
-	record := func(status int, region, backend string, lat time.Duration, err error) {
+	record := func(rec Record) {
 		mu.Lock()
 		defer mu.Unlock()
+		if cfg.Records {
+			res.Records = append(res.Records, rec)
+		}
+		status, region, backend, lat, err := rec.Status, rec.Region, rec.Backend, rec.Latency, rec.Err
 		res.Sent++
 		if err != nil {
 			res.Failed++
@@ -139,6 +205,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 
 	start := time.Now()
+	res.Start = start
 	interval := time.Second / 1000
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -155,10 +222,11 @@ loop:
 		case <-end.C:
 			break loop
 		case now := <-tick.C:
-			due += now.Sub(last).Seconds() * cfg.Rate
+			due += now.Sub(last).Seconds() * cfg.rateAt(now.Sub(start))
 			last = now
 			for ; due >= 1; due-- {
-				measured := now.Sub(start) >= cfg.Warmup
+				at := now.Sub(start)
+				measured := at >= cfg.Warmup
 				select {
 				case sem <- struct{}{}:
 				default:
@@ -175,9 +243,10 @@ loop:
 				go func() {
 					defer wg.Done()
 					defer func() { <-sem }()
-					status, region, backend, lat, err := send(ctx, c, cfg)
+					rec := send(ctx, c, cfg)
+					rec.At = at
 					if measured {
-						record(status, region, backend, lat, err)
+						record(rec)
 					}
 				}()
 			}
@@ -186,13 +255,27 @@ loop:
 	wg.Wait()
 	res.Elapsed = time.Since(start)
 	slices.Sort(res.Latencies)
+	slices.SortStableFunc(res.Records, func(a, b Record) int { return cmp.Compare(a.At, b.At) })
 	return res, nil
 }
 
-func send(ctx context.Context, c *http.Client, cfg Config) (status int, region, backend string, lat time.Duration, err error) {
+// send makes one request. The returned Record has every field but At.
+func send(ctx context.Context, c *http.Client, cfg Config) Record {
+	var rec Record
+	if cfg.Records {
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+			GotConn: func(info httptrace.GotConnInfo) {
+				if a, ok := info.Conn.LocalAddr().(*net.TCPAddr); ok {
+					ap := a.AddrPort()
+					rec.Source = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+				}
+			},
+		})
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.URL, nil)
 	if err != nil {
-		return 0, "", "", 0, fmt.Errorf("loadgen: %w", err)
+		rec.Err = fmt.Errorf("loadgen: %w", err)
+		return rec
 	}
 	if cfg.Host != "" {
 		req.Host = cfg.Host
@@ -200,11 +283,14 @@ func send(ctx context.Context, c *http.Client, cfg Config) (status int, region, 
 	t0 := time.Now()
 	resp, err := c.Do(req)
 	if err != nil {
-		return 0, "", "", 0, err
+		rec.Latency, rec.Err = time.Since(t0), err
+		return rec
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	return resp.StatusCode, resp.Header.Get("X-Spillway-Region"), resp.Header.Get("X-Spillway-Backend"), time.Since(t0), nil
+	rec.Status, rec.Region, rec.Backend = resp.StatusCode, resp.Header.Get("X-Spillway-Region"), resp.Header.Get("X-Spillway-Backend")
+	rec.Latency = time.Since(t0)
+	return rec
 }
 
 // newClients returns one client per source address (or one client when

@@ -106,3 +106,140 @@ func TestWarmupIsNotRecorded(t *testing.T) {
 		t.Errorf("Sent = %d with half the run as warmup, want about 150", res.Sent)
 	}
 }
+
+// TestRecordsSourceIsWhatTheServerSees checks that every recorded request
+// carries the client address and port the server saw, that a new
+// connection per request gives each request its own source port, and that
+// the records account for every request.
+func TestRecordsSourceIsWhatTheServerSees(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Spillway-Backend", r.RemoteAddr) // echo the peer the server saw
+		w.Header().Set("X-Spillway-Region", "r1")
+		if r.URL.Query().Get("fail") != "" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	for _, tt := range []struct {
+		name        string
+		newConnEach bool
+	}{{"new connection each", true}, {"keep-alive", false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := Run(context.Background(), Config{
+				URL: srv.URL + "/", Rate: 300, Duration: 400 * time.Millisecond, Records: true,
+				Sources: Sources(netip.MustParseAddr("127.0.4.1"), 3), NewConnEach: tt.newConnEach,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if int64(len(res.Records)) != res.Sent || res.Sent == 0 {
+				t.Fatalf("%d records for %d sent, want equal and > 0", len(res.Records), res.Sent)
+			}
+			seen := map[netip.AddrPort]int{}
+			for i, r := range res.Records {
+				if r.Err != nil || r.Status != 200 || r.Region != "r1" {
+					t.Fatalf("record %d = %+v, want status 200 from r1", i, r)
+				}
+				if r.Source.String() != r.Backend {
+					t.Errorf("record %d: Source %v, server saw %s", i, r.Source, r.Backend)
+				}
+				if i > 0 && r.At < res.Records[i-1].At {
+					t.Errorf("records not sorted by At: %v after %v", r.At, res.Records[i-1].At)
+				}
+				if r.Latency <= 0 {
+					t.Errorf("record %d: Latency %v, want > 0", i, r.Latency)
+				}
+				seen[r.Source]++
+			}
+			// A new connection each: the kernel picks a free port for every
+			// one, and may pick a port again once its last connection has
+			// closed (a birthday collision: a few percent of runs of this
+			// size see one), so nearly every request has its own.
+			if tt.newConnEach && float64(len(seen)) < 0.9*float64(len(res.Records)) {
+				t.Errorf("%d distinct source address:port for %d requests with a new connection each, want nearly one each", len(seen), len(res.Records))
+			}
+			if !tt.newConnEach && len(seen) >= len(res.Records) {
+				t.Errorf("%d distinct source address:port for %d kept-alive requests, want connections reused", len(seen), len(res.Records))
+			}
+		})
+	}
+
+	// A failing status is recorded with its headers; a transport error with
+	// Err and no status.
+	res, err := Run(context.Background(), Config{URL: srv.URL + "/?fail=1", Rate: 100, Duration: 200 * time.Millisecond, Records: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Records {
+		if r.Status != 503 || r.Region != "r1" || r.Err != nil {
+			t.Errorf("failing record = %+v, want status 503 from r1", r)
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String() + "/"
+	ln.Close()
+	res, err = Run(context.Background(), Config{URL: dead, Rate: 100, Duration: 200 * time.Millisecond, Records: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Sent == 0 || res.Failed != res.Sent {
+		t.Fatalf("closed port: Sent %d Failed %d, want all failed", res.Sent, res.Failed)
+	}
+	for _, r := range res.Records {
+		if r.Err == nil || r.Status != 0 {
+			t.Errorf("record to a closed port = %+v, want Err set and status 0", r)
+		}
+	}
+}
+
+// TestScheduleChangesRate checks that the rate follows Config.Schedule.
+func TestScheduleChangesRate(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	res, err := Run(context.Background(), Config{
+		URL: srv.URL, Rate: 100, Duration: time.Second, Records: true,
+		Schedule: []RateStep{{At: 500 * time.Millisecond, Rate: 400}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after int
+	for _, r := range res.Records {
+		if r.At < 500*time.Millisecond {
+			before++
+		} else {
+			after++
+		}
+	}
+	// 100/s then 400/s for 0.5 s each: about 50 and 200; the ticker may lag.
+	if before < 35 || before > 55 || after < 160 || after > 210 {
+		t.Errorf("%d requests before the step and %d after, want about 50 and 200", before, after)
+	}
+
+	for _, tt := range []struct {
+		name  string
+		sched []RateStep
+	}{
+		{"negative rate", []RateStep{{At: time.Second, Rate: -1}}},
+		{"descending", []RateStep{{At: 2 * time.Second, Rate: 1}, {At: time.Second, Rate: 1}}},
+	} {
+		if _, err := Run(context.Background(), Config{URL: srv.URL, Rate: 1, Duration: time.Millisecond, Schedule: tt.sched}); err == nil {
+			t.Errorf("%s: Run succeeded, want error", tt.name)
+		}
+	}
+}
+
+func TestRateAt(t *testing.T) {
+	c := Config{Rate: 10, Schedule: []RateStep{{At: time.Second, Rate: 20}, {At: 2 * time.Second, Rate: 0}}}
+	for _, tt := range []struct {
+		d    time.Duration
+		want float64
+	}{{0, 10}, {999 * time.Millisecond, 10}, {time.Second, 20}, {1500 * time.Millisecond, 20}, {2 * time.Second, 0}, {time.Hour, 0}} {
+		if got := c.rateAt(tt.d); got != tt.want {
+			t.Errorf("rateAt(%v) = %v, want %v", tt.d, got, tt.want)
+		}
+	}
+}
