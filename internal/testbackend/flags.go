@@ -11,7 +11,8 @@ import (
 // program name) into a validated Config:
 //
 //	--instance SPEC        an instance (repeat for more): name=N,addr=HOST:PORT,region=R,zone=Z
-//	                       plus optional max_concurrency, max_rps, burst, queue, service_time
+//	                       plus optional proto (http|h2|grpc|tcp), cert, key (h2 only),
+//	                       max_concurrency, max_rps, burst, queue, service_time
 //	--max-concurrency N    default slots per instance (4; 0 = unlimited)
 //	--max-rps R            default requests/s per instance (0 = unlimited)
 //	--burst N              default token-bucket size for --max-rps (1)
@@ -19,6 +20,7 @@ import (
 //	--service-time D       default time a request holds its slot (2ms)
 //	--delay [REGION:]CIDR=RTT   emulated RTT to callers in CIDR (repeatable)
 //	--shutdown-timeout D   graceful shutdown bound (5s)
+//	--admin HOST:PORT      process admin listener (/admin/{health,stats,close}?instance=NAME; none by default)
 //
 // The capacity flags are defaults for every instance; keys in an --instance
 // spec override them for that instance, whatever the order of the flags. On
@@ -31,7 +33,7 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 
 	fs := flag.NewFlagSet("testbackend", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.Func("instance", "an instance, `SPEC` = name=N,addr=HOST:PORT,region=R,zone=Z[,max_concurrency=N,max_rps=R,burst=N,queue=N,service_time=D] (repeatable)",
+	fs.Func("instance", "an instance, `SPEC` = name=N,addr=HOST:PORT,region=R,zone=Z[,proto=http|h2|grpc|tcp,cert=FILE,key=FILE,max_concurrency=N,max_rps=R,burst=N,queue=N,service_time=D] (repeatable; proto defaults to http = HTTP/1.1 + h2c + WebSocket at /ws; h2 = TLS with ALPN, self-signed unless cert and key are given; grpc = gRPC health + spillway.testing.v1.Echo; tcp = echo after a hello line)",
 		func(s string) error { specs = append(specs, s); return nil })
 	fs.IntVar(&defaults.MaxConcurrency, "max-concurrency", defaults.MaxConcurrency, "requests served at once per instance (0 = unlimited)")
 	fs.Float64Var(&defaults.MaxRPS, "max-rps", defaults.MaxRPS, "requests started per second per instance (0 = unlimited)")
@@ -48,6 +50,7 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 			return nil
 		})
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long to let admitted requests finish on SIGTERM/SIGINT")
+	fs.StringVar(&cfg.AdminAddr, "admin", cfg.AdminAddr, "`HOST:PORT` of the process admin listener, for every protocol: GET|POST /admin/health?instance=NAME[&healthy=BOOL], GET /admin/stats[?instance=NAME], POST /admin/close?instance=NAME (default none)")
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

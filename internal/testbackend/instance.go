@@ -1,8 +1,10 @@
 package testbackend
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -39,51 +41,90 @@ type Stats struct {
 	Instance string `json:"instance"`
 	Region   string `json:"region"`
 	Zone     string `json:"zone"`
-	// Healthy is what /healthz answers now.
+	// Proto is the instance's protocol.
+	Proto Proto `json:"proto"`
+	// Healthy is what the instance's health check sees now: /healthz for
+	// http and h2, the grpc.health.v1 status for grpc, an open listener for
+	// tcp.
 	Healthy bool `json:"healthy"`
-	// Served counts normal requests answered 200.
+	// Served counts normal requests answered 200 and unary RPCs answered
+	// (including those that asked for an error status).
 	Served uint64 `json:"served"`
-	// Rejected counts normal requests answered 503 because the queue was
-	// full.
+	// Rejected counts requests, RPCs and streams refused because the queue
+	// was full (HTTP 503, gRPC UNAVAILABLE, a TCP connection closed without
+	// its hello).
 	Rejected uint64 `json:"rejected"`
-	// Canceled counts normal requests whose client went away before they
-	// were served (while delayed, queued or in service).
+	// Canceled counts requests, RPCs and streams whose client went away (or,
+	// for tcp, whose instance stopped) before they were served: while
+	// delayed, queued or in service.
 	Canceled uint64 `json:"canceled"`
-	// Probes counts /healthz and /rtt requests answered.
+	// Probes counts /healthz and /rtt requests and grpc.health.v1 Check
+	// calls answered.
 	Probes uint64 `json:"probes"`
-	// InFlight is the number of requests holding a slot now.
+	// Streams counts long-lived streams admitted: gRPC Stream calls,
+	// WebSocket connections and tcp echo connections.
+	Streams uint64 `json:"streams"`
+	// Messages counts the messages echoed on streams: gRPC stream replies,
+	// WebSocket messages, and tcp chunks (what one read returned).
+	Messages uint64 `json:"messages"`
+	// OpenConns is the number of client TCP connections open now, of any
+	// protocol (for tcp: the echo connections, admitted or queued).
+	OpenConns int `json:"open_conns"`
+	// Conns counts the client TCP connections accepted.
+	Conns uint64 `json:"conns"`
+	// InFlight is the number of requests and streams holding a slot now.
 	InFlight int `json:"in_flight"`
 	// QueueLen is the number of requests waiting for a token or a slot now.
 	QueueLen int `json:"queue_len"`
 	// MaxInFlight and MaxQueueLen are the peaks of InFlight and QueueLen.
 	MaxInFlight int `json:"max_in_flight"`
 	MaxQueueLen int `json:"max_queue_len"`
-	// BySource splits Served and Rejected by the caller's source /24 (IPv4)
-	// or /64 (IPv6), keyed by prefix ("127.0.1.0/24"): where traffic came
-	// from, that is which site's gfe sent it.
+	// BySource splits Served, Rejected and Streams by the caller's source
+	// /24 (IPv4) or /64 (IPv6), keyed by prefix ("127.0.1.0/24"): where
+	// traffic came from, that is which site's gfe sent it.
 	BySource map[string]SourceStats `json:"by_source"`
 }
 
-// SourceStats counts the normal requests of one source prefix.
+// SourceStats counts the requests and streams of one source prefix.
 type SourceStats struct {
 	Served   uint64 `json:"served"`
 	Rejected uint64 `json:"rejected"`
+	Streams  uint64 `json:"streams,omitempty"`
 }
 
-// instance is the http.Handler of one backend instance. It must not be
-// copied.
+// instance is one backend instance: its identity, capacity, emulated
+// distance, health and counters, shared by every protocol, and the
+// http.Handler of the http and h2 protocols. A frontend (see Server) puts it
+// on the network. It must not be copied.
 type instance struct {
-	// Immutable after newInstance.
+	// Immutable after newInstance (onHealth: after New).
 	cfg    InstanceConfig
 	delays *DelayTable
 	clock  clock.Clock
 	lim    *limiter
 	logger zerolog.Logger
 	mux    *http.ServeMux
+	conns  *connTracker
+	// addr is the address the instance is bound to (the port chosen if
+	// cfg.Addr had port 0); it stays the same when a tcp listener reopens.
+	addr string
+	// onHealth, if set, applies a health change to the protocol (a gRPC
+	// health status, a tcp listener) before the change is visible in
+	// healthy. Called with healthMu held.
+	onHealth func(healthy bool) error
+	// stopCtx is done once the instance starts stopping: long-lived
+	// streams watch it to end themselves.
+	stopCtx context.Context
+	stop    context.CancelFunc
+
+	sessions sessionGroup
 
 	// Accessed atomically.
-	healthy                            atomic.Bool
-	served, rejected, canceled, probes atomic.Uint64
+	healthy                                               atomic.Bool
+	served, rejected, canceled, probes, streams, messages atomic.Uint64
+
+	// healthMu serializes health changes.
+	healthMu sync.Mutex
 
 	// Guarded by mu.
 	mu       sync.Mutex
@@ -91,6 +132,7 @@ type instance struct {
 }
 
 func newInstance(cfg InstanceConfig, delays []DelayRule, clk clock.Clock, logger zerolog.Logger) *instance {
+	cfg.Proto = cfg.Proto.OrDefault()
 	in := &instance{
 		cfg:      cfg,
 		delays:   NewDelayTable(delays, cfg.Region),
@@ -98,17 +140,68 @@ func newInstance(cfg InstanceConfig, delays []DelayRule, clk clock.Clock, logger
 		lim:      newLimiter(cfg.Capacity, clk),
 		logger:   logger.With().Str("instance", cfg.Name).Logger(),
 		mux:      http.NewServeMux(),
+		conns:    newConnTracker(),
 		bySource: map[netip.Prefix]*SourceStats{},
 	}
+	in.stopCtx, in.stop = context.WithCancel(context.Background())
 	in.healthy.Store(true)
 	in.mux.HandleFunc("GET /healthz", in.serveHealthz)
 	in.mux.HandleFunc("GET /rtt", in.serveRTT)
+	in.mux.HandleFunc("GET /ws", in.serveWebSocket)
 	in.mux.HandleFunc("GET /admin/health", in.serveGetHealth)
 	in.mux.HandleFunc("POST /admin/health", in.serveSetHealth)
 	in.mux.HandleFunc("GET /admin/stats", in.serveStats)
 	in.mux.HandleFunc("/admin/", http.NotFound)
 	in.mux.HandleFunc("/", in.serveRequest)
 	return in
+}
+
+// setHealthy makes the instance pass (true) or fail (false) its health
+// checks from now on. For grpc it sets the health service's status; for tcp
+// it closes or reopens the listener (see the package doc). It returns an
+// error, and changes nothing, when the protocol could not apply the change.
+func (in *instance) setHealthy(healthy bool) error {
+	in.healthMu.Lock()
+	defer in.healthMu.Unlock()
+	if in.healthy.Load() == healthy {
+		return nil
+	}
+	if in.onHealth != nil {
+		if err := in.onHealth(healthy); err != nil {
+			return fmt.Errorf("instance %s: set healthy=%v: %w", in.cfg.Name, healthy, err)
+		}
+	}
+	in.healthy.Store(healthy)
+	in.logger.Info().Bool("healthy", healthy).Msg("health changed by admin request")
+	return nil
+}
+
+// admit waits for a capacity slot for a request, RPC or stream from src.
+// It returns nil once it holds a slot, which the caller must give back with
+// in.lim.release(); ErrQueueFull, counted as a rejection; or ctx's error,
+// counted as a cancellation.
+func (in *instance) admit(ctx context.Context, src netip.Addr) error {
+	err := in.lim.acquire(ctx)
+	switch {
+	case errors.Is(err, ErrQueueFull):
+		in.rejected.Add(1)
+		in.countSource(src, func(c *SourceStats) { c.Rejected++ })
+	case err != nil:
+		in.canceled.Add(1)
+	}
+	return err
+}
+
+// startStream counts a stream from src that admit let in.
+func (in *instance) startStream(src netip.Addr) {
+	in.streams.Add(1)
+	in.countSource(src, func(c *SourceStats) { c.Streams++ })
+}
+
+// hello is the greeting of a WebSocket or tcp stream: "hello NAME REGION
+// ZONE".
+func (in *instance) hello() string {
+	return fmt.Sprintf("hello %s %s %s", in.cfg.Name, in.cfg.Region, in.cfg.Zone)
 }
 
 // ServeHTTP sets the identity headers and routes the request.
@@ -166,8 +259,9 @@ func (in *instance) serveSetHealth(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "want ?healthy=true or ?healthy=false", http.StatusBadRequest)
 		return
 	}
-	if old := in.healthy.Swap(healthy); old != healthy {
-		in.logger.Info().Bool("healthy", healthy).Msg("health changed by admin request")
+	if err := in.setHealthy(healthy); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
 	}
 	writeJSON(w, http.StatusOK, map[string]bool{"healthy": healthy})
 }
@@ -179,15 +273,20 @@ func (in *instance) serveStats(w http.ResponseWriter, _ *http.Request) {
 // stats returns a copy of the instance's counters.
 func (in *instance) stats() Stats {
 	s := Stats{
-		Instance: in.cfg.Name,
-		Region:   in.cfg.Region,
-		Zone:     in.cfg.Zone,
-		Healthy:  in.healthy.Load(),
-		Served:   in.served.Load(),
-		Rejected: in.rejected.Load(),
-		Canceled: in.canceled.Load(),
-		Probes:   in.probes.Load(),
-		BySource: map[string]SourceStats{},
+		Instance:  in.cfg.Name,
+		Region:    in.cfg.Region,
+		Zone:      in.cfg.Zone,
+		Proto:     in.cfg.Proto,
+		Healthy:   in.healthy.Load(),
+		Served:    in.served.Load(),
+		Rejected:  in.rejected.Load(),
+		Canceled:  in.canceled.Load(),
+		Probes:    in.probes.Load(),
+		Streams:   in.streams.Load(),
+		Messages:  in.messages.Load(),
+		OpenConns: in.conns.open(),
+		Conns:     in.conns.accepted.Load(),
+		BySource:  map[string]SourceStats{},
 	}
 	s.InFlight, s.QueueLen, s.MaxInFlight, s.MaxQueueLen = in.lim.load()
 	in.mu.Lock()
@@ -207,19 +306,10 @@ func (in *instance) serveRequest(w http.ResponseWriter, r *http.Request) {
 		in.canceled.Add(1)
 		return
 	}
-	err := in.lim.acquire(ctx)
-	switch {
-	case errors.Is(err, ErrQueueFull):
-		in.rejected.Add(1)
-		in.countSource(src, func(c *SourceStats) { c.Rejected++ })
-		w.Header().Set(HeaderReject, "queue-full")
-		http.Error(w, "queue full", http.StatusServiceUnavailable)
-		return
-	case err != nil:
-		in.canceled.Add(1)
+	if !in.admitHTTP(w, r, src) {
 		return
 	}
-	err = sleep(ctx, in.clock, in.cfg.Capacity.ServiceTime)
+	err := sleep(ctx, in.clock, in.cfg.Capacity.ServiceTime)
 	in.lim.release()
 	if err != nil {
 		in.canceled.Add(1)
@@ -235,6 +325,17 @@ func (in *instance) serveRequest(w http.ResponseWriter, r *http.Request) {
 		Path:     r.URL.Path,
 		Source:   r.RemoteAddr,
 	})
+}
+
+// admitHTTP admits r from src; it reports false, having answered a
+// rejection with 503, when r must not be served.
+func (in *instance) admitHTTP(w http.ResponseWriter, r *http.Request, src netip.Addr) bool {
+	err := in.admit(r.Context(), src)
+	if errors.Is(err, ErrQueueFull) {
+		w.Header().Set(HeaderReject, "queue-full")
+		http.Error(w, "queue full", http.StatusServiceUnavailable)
+	}
+	return err == nil
 }
 
 // countSource applies inc to the counters of src's prefix.
