@@ -62,6 +62,12 @@ func checkBenchResult(t *testing.T, res *BenchResult) {
 				break
 			}
 		}
+		// The CDF and the summary columns come from the same histogram.
+		for _, pt := range r.CDF {
+			if (pt.P == 0.5 && pt.Ms != r.P50Ms) || (pt.P == 0.99 && pt.Ms != r.P99Ms) {
+				t.Errorf("%s: CDF at p=%v is %v ms, summary says p50 %v p99 %v", r.ID(), pt.P, pt.Ms, r.P50Ms, r.P99Ms)
+			}
+		}
 	}
 	if _, err := json.Marshal(res); err != nil {
 		t.Errorf("json.Marshal: %v", err)

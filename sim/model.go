@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"sort"
 )
 
 // The backend model of `lbsim bench`: each instance is a single queue with
@@ -136,8 +137,8 @@ func (h *latencyHist) addExp(weight, shiftMs, meanMs float64) {
 	h.total += weight
 }
 
-// quantiles returns, for each p of ps (ascending, in [0,1]), the latency in
-// ms below which a fraction p of the weight lies: the middle of the first
+// quantiles returns, for each p of ps (in [0,1], in any order), the latency
+// in ms below which a fraction p of the weight lies: the middle of the first
 // bin where the cumulative weight reaches p times the histogram's weight.
 // It returns zeros for an empty histogram.
 func (h *latencyHist) quantiles(ps []float64) []float64 {
@@ -145,6 +146,12 @@ func (h *latencyHist) quantiles(ps []float64) []float64 {
 	if h.total <= 0 {
 		return out
 	}
+	// Walk the bins once, answering the probabilities in ascending order.
+	order := make([]int, len(ps))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return ps[order[a]] < ps[order[b]] })
 	// The masses add up to total only up to rounding: aim at the bins' own
 	// sum, less a relative hair, so that p = 1 finds the last bin.
 	var sum float64
@@ -158,16 +165,16 @@ func (h *latencyHist) quantiles(ps []float64) []float64 {
 			continue
 		}
 		cum += w
-		for i < len(ps) && cum >= ps[i]*sum*(1-1e-12) {
-			out[i] = (float64(b) + 0.5) * histBinMs
+		for i < len(order) && cum >= ps[order[i]]*sum*(1-1e-12) {
+			out[order[i]] = (float64(b) + 0.5) * histBinMs
 			i++
 		}
-		if i == len(ps) {
+		if i == len(order) {
 			break
 		}
 	}
-	for ; i < len(ps); i++ {
-		out[i] = float64(len(h.bins)) * histBinMs
+	for ; i < len(order); i++ {
+		out[order[i]] = float64(len(h.bins)) * histBinMs
 	}
 	return out
 }

@@ -115,6 +115,12 @@ func TestLatencyHistQuantiles(t *testing.T) {
 			want: []float64{10.05, 10.05, 10.05, 100.05, 100.05},
 		},
 		{
+			name: "probabilities in any order",
+			add:  [][3]float64{{98, 10, 0}, {2, 100, 0}},
+			ps:   []float64{0.5, 0.99, 0.01, 0.98},
+			want: []float64{10.05, 100.05, 10.05, 10.05},
+		},
+		{
 			name: "empty",
 			ps:   []float64{0.5, 0.99},
 			want: []float64{0, 0},
