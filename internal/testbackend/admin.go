@@ -19,7 +19,6 @@ func (s *Server) adminHandler() http.Handler {
 	mux.HandleFunc("POST /admin/health", s.serveAdminSetHealth)
 	mux.HandleFunc("GET /admin/stats", s.serveAdminStats)
 	mux.HandleFunc("POST /admin/close", s.serveAdminClose)
-	mux.HandleFunc("/", http.NotFound)
 	return mux
 }
 

@@ -137,6 +137,32 @@ func TestParseFlags(t *testing.T) {
 				ShutdownTimeout: DefaultConfig().ShutdownTimeout,
 			},
 		},
+		{
+			name: "protocols and admin",
+			args: []string{
+				"--instance", "name=h,addr=127.0.0.1:9101,region=r,zone=z,proto=h2,cert=/c.pem,key=/k.pem",
+				"--instance", "name=g,addr=127.0.0.1:9102,region=r,zone=z,proto=grpc",
+				"--instance", "name=t,addr=127.0.0.1:9103,region=r,zone=z,proto=tcp",
+				"--instance", "name=p,addr=127.0.0.1:9104,region=r,zone=z,proto=http",
+				"--admin", "127.0.0.1:9100",
+			},
+			want: Config{
+				Instances: []InstanceConfig{
+					{Name: "h", Addr: "127.0.0.1:9101", Region: "r", Zone: "z", Proto: ProtoH2, CertFile: "/c.pem", KeyFile: "/k.pem", Capacity: def},
+					{Name: "g", Addr: "127.0.0.1:9102", Region: "r", Zone: "z", Proto: ProtoGRPC, Capacity: def},
+					{Name: "t", Addr: "127.0.0.1:9103", Region: "r", Zone: "z", Proto: ProtoTCP, Capacity: def},
+					{Name: "p", Addr: "127.0.0.1:9104", Region: "r", Zone: "z", Proto: ProtoHTTP, Capacity: def},
+				},
+				ShutdownTimeout: DefaultConfig().ShutdownTimeout,
+				AdminAddr:       "127.0.0.1:9100",
+			},
+		},
+		{name: "unknown proto", args: []string{"--instance", "name=a,addr=:0,region=r,zone=z,proto=udp"}, wantErrSubstr: `instances[0].proto: unknown protocol "udp" (want one of http|h2|grpc|tcp)`},
+		{name: "cert without key", args: []string{"--instance", "name=a,addr=:0,region=r,zone=z,proto=h2,cert=c.pem"}, wantErrSubstr: `instances[0]: cert and key must be given together (cert "c.pem", key "")`},
+		{name: "cert for grpc", args: []string{"--instance", "name=a,addr=:0,region=r,zone=z,proto=grpc,cert=c.pem,key=k.pem"}, wantErrSubstr: "instances[0].cert: only for proto h2, got proto grpc"},
+		{name: "cert for default proto", args: []string{"--instance", "name=a,addr=:0,region=r,zone=z,cert=c.pem,key=k.pem"}, wantErrSubstr: "instances[0].cert: only for proto h2, got proto http"},
+		{name: "bad admin", args: []string{"--instance", "name=a,addr=:0,region=r,zone=z", "--admin", "nohost"}, wantErrSubstr: "admin_addr: address nohost: missing port"},
+		{name: "admin on an instance", args: []string{"--instance", "name=a,addr=127.0.0.1:1,region=r,zone=z", "--admin", "127.0.0.1:1"}, wantErrSubstr: `admin_addr: "127.0.0.1:1" already used by instances[0]`},
 		{name: "no instance", args: nil, wantErrSubstr: "instances: at least one instance is required"},
 		{name: "unknown key", args: []string{"--instance", "name=a,addr=:0,region=r,zone=z,cpu=2"}, wantErrSubstr: `unknown key "cpu"`},
 		{name: "not key=value", args: []string{"--instance", "a"}, wantErrSubstr: `"a" is not key=value`},
@@ -180,7 +206,8 @@ func TestParseFlagsHelp(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("ParseFlags(-h) error = %v, want flag.ErrHelp", err)
 	}
-	for _, want := range []string{"usage: testbackend", "-instance", "-delay", "-max-concurrency", "-max-rps", "-queue", "-service-time"} {
+	for _, want := range []string{"usage: testbackend", "-instance", "-delay", "-max-concurrency", "-max-rps", "-queue", "-service-time",
+		"-admin", "proto=http|h2|grpc|tcp", "cert=FILE", "/admin/close?instance=NAME"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("usage does not mention %q:\n%s", want, out.String())
 		}

@@ -265,10 +265,10 @@ func (e *echoService) Stream(stream echopb.Echo_StreamServer) error {
 		if err := sleep(ctx, in.clock, rtt+in.cfg.Capacity.ServiceTime); err != nil {
 			return rpcError(err)
 		}
+		in.messages.Add(1) // before the send, so that a reader sees it counted
 		if err := stream.Send(in.echoReply(req, source, seq)); err != nil {
 			return err
 		}
-		in.messages.Add(1)
 	}
 }
 

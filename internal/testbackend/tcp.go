@@ -177,10 +177,10 @@ func (in *instance) serveTCP(c net.Conn) {
 			if sleep(ctx, in.clock, rtt+in.cfg.Capacity.ServiceTime) != nil {
 				return
 			}
+			in.messages.Add(1) // before the write, so that a reader sees it counted
 			if _, werr := c.Write(buf[:n]); werr != nil {
 				return
 			}
-			in.messages.Add(1)
 		}
 		if err != nil {
 			return // EOF or closed (by the client, /admin/close or shutdown)

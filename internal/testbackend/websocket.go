@@ -65,9 +65,9 @@ func (in *instance) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		if err := sleep(ctx, in.clock, rtt+in.cfg.Capacity.ServiceTime); err != nil {
 			return
 		}
+		in.messages.Add(1) // before the write, so that a reader sees it counted
 		if err := c.Write(ctx, typ, msg); err != nil {
 			return
 		}
-		in.messages.Add(1)
 	}
 }
