@@ -88,6 +88,15 @@ func TestRunEndToEnd(t *testing.T) {
 			},
 		},
 		{
+			name: "cdf",
+			args: []string{"--kind", "cdf"},
+			wantTexts: map[string]int{
+				"flash-crowd.yaml: latency of served requests (CDF), by policy": 1,
+				"latency (ms, log scale)": 1, "requests at or below (%)": 1,
+				"waterfall": 1, "hash5/nearest_region": 1,
+			},
+		},
+		{
 			name:       "two policies",
 			args:       []string{"--kind", "utilization", "--policies", "waterfall, hash2/nearest_region"},
 			wantPanels: []string{"waterfall", "hash2/nearest_region"},
