@@ -1,7 +1,11 @@
 // Command testbackend serves one or more emulated backend instances with
 // real capacity limits and user-space network delay, for Spillway's tests,
-// demo and benchmarks. See package internal/testbackend for the model and
-// the flags; run with -h for usage.
+// demo and benchmarks. Each instance speaks HTTP/1.1 + h2c + WebSocket
+// (proto=http, the default), HTTP/2 over TLS (proto=h2), gRPC with the
+// health and Echo services (proto=grpc) or raw TCP echo (proto=tcp);
+// --admin adds a process admin listener that toggles health, reads stats and
+// closes connections of any instance. See package internal/testbackend for
+// the model and the flags; run with -h for usage.
 package main
 
 import (

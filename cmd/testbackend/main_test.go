@@ -3,7 +3,11 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os/exec"
@@ -13,7 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
+
 	"github.com/spillway-lb/spillway/internal/testbackend"
+	"github.com/spillway-lb/spillway/internal/testbackend/echopb"
 )
 
 const defaultTestTimeout = 60 * time.Second
@@ -171,5 +180,154 @@ func TestBinary(t *testing.T) {
 	}
 	if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 0 {
 		t.Errorf("exit code %v, want 0", cmd.ProcessState)
+	}
+}
+
+// TestBinaryProtocols runs the real binary with an h2, a grpc and a tcp
+// instance and the process admin, and checks each protocol and the admin
+// health toggle end to end.
+func TestBinaryProtocols(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), defaultTestTimeout)
+	defer cancel()
+	bin := filepath.Join(t.TempDir(), "testbackend")
+	gocmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("go command: %v", err)
+	}
+	if out, err := exec.CommandContext(ctx, gocmd, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.CommandContext(ctx, bin, "--admin", "127.0.0.1:0",
+		"--instance", "name=tls-1,addr=127.0.0.1:0,region=us-east,zone=us-east-b,proto=h2",
+		"--instance", "name=grpc-1,addr=127.0.0.1:0,region=us-east,zone=us-east-b,proto=grpc",
+		"--instance", "name=tcp-1,addr=127.0.0.1:0,region=us-east,zone=us-east-b,proto=tcp")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	defer func() {
+		_ = cmd.Process.Kill()
+		for range lines {
+		}
+		_ = cmd.Wait()
+	}()
+
+	addrs := map[string]string{} // instance name or "admin" -> address
+	protos := map[string]string{}
+	var logged []string
+	for len(addrs) < 4 {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("process exited before listening; stderr:\n%s", strings.Join(logged, "\n"))
+			}
+			logged = append(logged, line)
+			var ev struct{ Message, Instance, Addr, Proto string }
+			if err := json.Unmarshal([]byte(line), &ev); err != nil {
+				t.Fatalf("log line %q is not JSON: %v", line, err)
+			}
+			switch ev.Message {
+			case "listening":
+				addrs[ev.Instance], protos[ev.Instance] = ev.Addr, ev.Proto
+			case "admin listening":
+				addrs["admin"] = ev.Addr
+			}
+		case <-ctx.Done():
+			t.Fatalf("no listening lines: %v; stderr:\n%s", ctx.Err(), strings.Join(logged, "\n"))
+		}
+	}
+	if want := map[string]string{"tls-1": "h2", "grpc-1": "grpc", "tcp-1": "tcp"}; !maps.Equal(protos, want) {
+		t.Errorf("logged protocols %v, want %v", protos, want)
+	}
+
+	// h2: ALPN picks h2 (the self-signed certificate is not checked here).
+	h2 := new(http.Protocols)
+	h2.SetHTTP2(true)
+	tlsTr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, Protocols: h2}
+	defer tlsTr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tlsTr, Timeout: defaultTestTimeout}).Get("https://" + addrs["tls-1"] + "/x")
+	if err != nil {
+		t.Fatalf("GET https://tls-1/x: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.TLS.NegotiatedProtocol != "h2" || resp.Header.Get(testbackend.HeaderBackend) != "tls-1" {
+		t.Errorf("GET https://tls-1/x = %d, ALPN %q, backend %q; want 200, h2, tls-1", resp.StatusCode, resp.TLS.NegotiatedProtocol, resp.Header.Get(testbackend.HeaderBackend))
+	}
+
+	// grpc: health follows the admin toggle; Echo answers.
+	cc, err := grpc.NewClient("passthrough:///"+addrs["grpc-1"], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	hc := healthgrpc.NewHealthClient(cc)
+	admin := &http.Client{Timeout: defaultTestTimeout}
+	for _, healthy := range []bool{false, true} {
+		resp, err := admin.Post(fmt.Sprintf("http://%s/admin/health?instance=grpc-1&healthy=%v", addrs["admin"], healthy), "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		want := healthgrpc.HealthCheckResponse_SERVING
+		if !healthy {
+			want = healthgrpc.HealthCheckResponse_NOT_SERVING
+		}
+		if got, err := hc.Check(ctx, &healthgrpc.HealthCheckRequest{}); resp.StatusCode != http.StatusOK || err != nil || got.GetStatus() != want {
+			t.Errorf("after POST /admin/health healthy=%v (%d): Check = %v, %v; want %v", healthy, resp.StatusCode, got.GetStatus(), err, want)
+		}
+	}
+	if got, err := echopb.NewEchoClient(cc).Unary(ctx, &echopb.EchoRequest{Message: "m"}); err != nil || got.GetInstance() != "grpc-1" {
+		t.Errorf("Echo.Unary = %v, %v; want a reply from grpc-1", got, err)
+	}
+
+	// tcp: hello and echo.
+	conn, err := net.Dial("tcp", addrs["tcp-1"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(defaultTestTimeout))
+	r := bufio.NewReader(conn)
+	hello, err := r.ReadString('\n')
+	if err != nil || hello != "hello tcp-1 us-east us-east-b\n" {
+		t.Errorf("tcp hello = %q, %v", hello, err)
+	}
+	if _, err := conn.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	echo := make([]byte, 4)
+	if _, err := io.ReadFull(r, echo); err != nil || string(echo) != "ping" {
+		t.Errorf("tcp echo = %q, %v", echo, err)
+	}
+
+	resp, err = admin.Get("http://" + addrs["admin"] + "/admin/stats?instance=tcp-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st testbackend.Stats
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil || st.OpenConns != 1 || st.Streams != 1 || st.Messages != 1 {
+		t.Errorf("tcp-1 stats = %+v (%v), want 1 open connection, 1 stream, 1 message", st, err)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for range lines {
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("after SIGTERM: %v, want exit 0", err)
 	}
 }

@@ -3,29 +3,82 @@
 // instances, each with a real, bounded capacity and an emulated network
 // distance to every site. cmd/testbackend wires it to flags and signals.
 //
-// # Instances
+// # Instances and protocols
 //
-// Each instance listens on its own address, speaks HTTP/1.1 and h2c (HTTP/2
-// over cleartext with prior knowledge), and answers every request with the
-// identity headers
+// Each instance listens on its own address and speaks one protocol, chosen
+// by InstanceConfig.Proto (the proto= key of --instance):
+//
+//	http  HTTP/1.1 and h2c (HTTP/2 over cleartext with prior knowledge), and
+//	      WebSocket at /ws. The default.
+//	h2    HTTP/2 and HTTP/1.1 over TLS, chosen by ALPN, with the routes of
+//	      http (WebSocket over http/1.1). The certificate comes from the cert=
+//	      and key= PEM files, or is generated self-signed at start for
+//	      localhost, 127.0.0.1, ::1 and the instance name (Server.Certificate
+//	      returns it; it is its own CA).
+//	grpc  a gRPC server (cleartext HTTP/2) with the standard grpc.health.v1
+//	      service, the spillway.testing.v1.Echo test service (package
+//	      echopb) and server reflection.
+//	tcp   a raw TCP echo server.
+//
+// Every instance identifies itself in every answer. The http and h2
+// protocols set the headers
 //
 //	X-Spillway-Backend: <instance name>
 //	X-Spillway-Region:  <region>
 //	X-Spillway-Zone:    <zone>
 //
-// Its routes:
+// and serve the routes
 //
 //	GET  /healthz        200 "ok" when healthy, 503 "unhealthy" otherwise. No capacity cost.
 //	GET  /rtt            204 after the emulated RTT; the gfe's RTT probe. No capacity cost.
+//	GET  /ws             WebSocket echo (below).
 //	POST /admin/health   ?healthy=false|true: fail or pass health checks from now on.
+//	GET  /admin/health   {"healthy":BOOL}.
 //	GET  /admin/stats    counters as JSON (Stats).
 //	any other            a normal request: takes capacity, answers 200 with a JSON Reply.
 //
-// An unhealthy instance keeps serving normal requests; only /healthz fails,
-// the way a backend looks to its health checker when it is being drained or
-// is flapping. The /admin routes are the operator's control channel, not
-// emulated traffic: they get no delay and take no capacity. The backend is a
-// test tool: anyone who can reach an instance can toggle its health.
+// The grpc protocol sends the same identity as header metadata
+// (x-spillway-backend, x-spillway-region, x-spillway-zone) on every RPC and
+// the trailer x-spillway-backend on every Echo RPC, and each EchoReply
+// carries it too. Its health service answers SERVING or NOT_SERVING for the
+// server ("") and for "spillway.testing.v1.Echo", following the instance's
+// health. The tcp protocol writes the line "hello <name> <region> <zone>\n"
+// first on every connection; the WebSocket at /ws sends the same text,
+// without the newline, as its first (text) message.
+//
+// # Health
+//
+// An instance is healthy at start. An unhealthy instance keeps serving
+// normal requests, RPCs and streams; only its health check fails, the way a
+// backend looks to its health checker when it is being drained or is
+// flapping: /healthz answers 503 (http, h2); the health service answers
+// NOT_SERVING, to Check and to Watch streams (grpc); the listener is closed
+// so that new connections are refused and a connect-only TCP health check
+// fails, while established connections go on (tcp; the listener reopens on
+// the same address when the instance is healthy again, and the toggle fails
+// with 500 if the port was taken meanwhile).
+//
+// # Process admin
+//
+// The per-instance /admin routes exist only on http and h2. The process
+// admin listener (Config.AdminAddr, --admin) serves every protocol, naming
+// the instance in the query:
+//
+//	GET  /admin/health?instance=NAME                {"healthy":BOOL}
+//	POST /admin/health?instance=NAME&healthy=BOOL   toggle health (as above)
+//	GET  /admin/stats?instance=NAME                 Stats of one instance
+//	GET  /admin/stats                               [Stats, ...] of every instance
+//	POST /admin/close?instance=NAME                 close every client connection of
+//	                                                the instance: {"closed":N}
+//
+// It answers 400 without ?instance=, 404 for an unknown one. /admin/close
+// closes the instance's TCP connections, whatever their protocol (HTTP
+// keep-alive, h2, gRPC, WebSocket, tcp echo), as a network failure would,
+// so that a test can check that the gfe reconnects, possibly elsewhere.
+//
+// The /admin routes are the operator's control channel, not emulated
+// traffic: they get no delay and take no capacity. The backend is a test
+// tool: anyone who can reach an instance or the admin can toggle its health.
 //
 // # Capacity
 //
@@ -45,6 +98,23 @@
 // A request whose client goes away while queued leaves the queue; its
 // rate-limit token is not refunded.
 //
+// The other protocols are admitted the same way:
+//
+//   - a unary RPC is a normal request; a rejected one ends with UNAVAILABLE
+//     and x-spillway-reject: queue-full in its header metadata;
+//   - a long-lived stream (an Echo Stream call, a WebSocket, a tcp
+//     connection) is admitted once, when it opens, and holds its slot until
+//     it ends, as Cloud Run counts a streaming request for its duration. Each
+//     message it echoes takes the emulated RTT plus ServiceTime (the slot is
+//     held anyway). A rejected stream ends with UNAVAILABLE (gRPC), is
+//     answered 503 at the handshake (WebSocket), or is closed without its
+//     hello (tcp). A queued tcp connection gets its hello once admitted; it
+//     cannot tell that its client left until then.
+//
+// Streams make the default capacity (4 slots, a queue of 16) small: give
+// an instance that must hold many open streams max_concurrency=0
+// (unlimited) or a large value.
+//
 // # Network distance
 //
 // The loopback network has no latency, so every instance emulates it in user
@@ -59,7 +129,11 @@
 // contains the source address (a region rule beats a global rule with the
 // same prefix; no rule means 0) and waits that long, once, before doing
 // anything else, so the RTT is added to every reply (health checks, RTT
-// probes, rejections) and is never spent holding a capacity slot.
+// probes, rejections) and is never spent holding a capacity slot. The same
+// wait comes before a unary RPC, a grpc.health.v1 Check, and the opening of
+// a stream (before its headers, its WebSocket handshake answer or its tcp
+// hello); each message a stream echoes then waits the RTT again, plus
+// ServiceTime, before its reply.
 //
 // # Command line
 //
@@ -72,6 +146,18 @@
 //	  --max-concurrency 4 --service-time 2ms --queue 16 \
 //	  --delay 127.0.1.0/24=5ms --delay 127.0.2.0/24=80ms
 //
+// and one instance of each other protocol with the process admin:
+//
+//	testbackend --admin 127.0.0.1:9100 \
+//	  --instance name=tls-1,addr=127.0.0.1:9111,region=us-east,zone=us-east-b,proto=h2 \
+//	  --instance name=grpc-1,addr=127.0.0.1:9112,region=us-east,zone=us-east-b,proto=grpc,max_concurrency=0 \
+//	  --instance name=tcp-1,addr=127.0.0.1:9113,region=us-east,zone=us-east-b,proto=tcp,max_concurrency=0
+//	curl -X POST '127.0.0.1:9100/admin/health?instance=grpc-1&healthy=false'
+//
 // The process stops gracefully on SIGINT or SIGTERM: it stops accepting,
-// lets admitted requests finish (up to --shutdown-timeout) and exits 0.
+// lets admitted requests and unary RPCs finish (up to --shutdown-timeout)
+// and exits 0. Streams do not wait for their clients: a WebSocket closes
+// with status 1001 (going away) and an Echo stream ends with UNAVAILABLE,
+// each after the message in progress; a health Watch ends with
+// UNAVAILABLE; a tcp connection is closed at once.
 package testbackend

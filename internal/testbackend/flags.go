@@ -35,7 +35,7 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs.SetOutput(io.Discard)
 	fs.Func("instance", "an instance, `SPEC` = name=N,addr=HOST:PORT,region=R,zone=Z[,proto=http|h2|grpc|tcp,cert=FILE,key=FILE,max_concurrency=N,max_rps=R,burst=N,queue=N,service_time=D] (repeatable; proto defaults to http = HTTP/1.1 + h2c + WebSocket at /ws; h2 = TLS with ALPN, self-signed unless cert and key are given; grpc = gRPC health + spillway.testing.v1.Echo; tcp = echo after a hello line)",
 		func(s string) error { specs = append(specs, s); return nil })
-	fs.IntVar(&defaults.MaxConcurrency, "max-concurrency", defaults.MaxConcurrency, "requests served at once per instance (0 = unlimited)")
+	fs.IntVar(&defaults.MaxConcurrency, "max-concurrency", defaults.MaxConcurrency, "requests (or open streams) served at once per instance (0 = unlimited)")
 	fs.Float64Var(&defaults.MaxRPS, "max-rps", defaults.MaxRPS, "requests started per second per instance (0 = unlimited)")
 	fs.IntVar(&defaults.Burst, "burst", defaults.Burst, "token-bucket size of --max-rps: requests that may start back to back")
 	fs.IntVar(&defaults.Queue, "queue", defaults.Queue, "requests that may wait for a slot or token per instance; more are rejected with 503")

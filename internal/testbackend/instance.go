@@ -65,7 +65,8 @@ type Stats struct {
 	// WebSocket connections and tcp echo connections.
 	Streams uint64 `json:"streams"`
 	// Messages counts the messages echoed on streams: gRPC stream replies,
-	// WebSocket messages, and tcp chunks (what one read returned).
+	// WebSocket messages, and tcp chunks (what one read returned). A
+	// message is counted just before its reply is sent.
 	Messages uint64 `json:"messages"`
 	// OpenConns is the number of client TCP connections open now, of any
 	// protocol (for tcp: the echo connections, admitted or queued).

@@ -228,3 +228,38 @@ func TestTCPDelay(t *testing.T) {
 		t.Errorf("stats: by_source %v messages %d, want 1 stream from 127.0.1.0/24 and 1 message", st.BySource, st.Messages)
 	}
 }
+
+// TestTCPReopenFails checks that turning a tcp instance healthy again fails
+// with 500, and leaves it unhealthy, when its listener cannot be reopened.
+func TestTCPReopenFails(t *testing.T) {
+	s, err := New(Config{Instances: []InstanceConfig{tcpInstance("t", DefaultCapacity())}, AdminAddr: "127.0.0.1:0",
+		ShutdownTimeout: defaultTestTimeout}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errTaken := errors.New("address taken")
+	s.frontends[0].(*tcpFrontend).listen = func(string) (net.Listener, error) { return nil, errTaken }
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	if r := adminDo(t, s, http.MethodPost, "/admin/health?instance=t&healthy=false"); r.status != http.StatusOK {
+		t.Fatalf("POST healthy=false = %d %q", r.status, r.body)
+	}
+	r := adminDo(t, s, http.MethodPost, "/admin/health?instance=t&healthy=true")
+	if want := "instance t: set healthy=true: reopen listener: address taken\n"; r.status != http.StatusInternalServerError || r.body != want {
+		t.Errorf("POST healthy=true = %d %q, want 500 %q", r.status, r.body, want)
+	}
+	if st, _ := s.Stats("t"); st.Healthy {
+		t.Errorf("instance healthy after a failed reopen")
+	}
+	if err := s.SetHealthy("t", true); !errors.Is(err, errTaken) {
+		t.Errorf("SetHealthy(t, true) = %v, want %v", err, errTaken)
+	}
+}
