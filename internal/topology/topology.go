@@ -69,8 +69,14 @@ type Region struct {
 	// Instances per group.
 	Instances int
 	// Rate is the RATE capacity per instance, requests/s: declared in the
-	// config and enforced by the test backend (max-rps).
+	// config and enforced by the test backend (max-rps) unless MaxRPS is
+	// set.
 	Rate float64
+	// MaxRPS, when > 0, is the rate the test backend enforces per instance
+	// instead of Rate: above Rate the instances have headroom over the
+	// capacity the config declares (the planner still plans with Rate).
+	// Default 0: the backend enforces Rate.
+	MaxRPS float64
 }
 
 // Site is one edge site of a Spec.
@@ -193,6 +199,32 @@ func (s *Spec) ConfigYAML() string {
 	return b.String()
 }
 
+// backendArgs returns the testbackend command line of region ri: its
+// instances, their capacity (max-rps MaxRPS or Rate, a burst of 1/20 s of
+// it), and the RTT of every site.
+func (s *Spec) backendArgs(ri int) []string {
+	r := s.Regions[ri]
+	rps := r.Rate
+	if r.MaxRPS > 0 {
+		rps = r.MaxRPS
+	}
+	args := []string{
+		"--max-rps", fmt.Sprint(rps), "--burst", fmt.Sprint(max(1, int(rps/20))),
+		"--max-concurrency", "0", "--queue", fmt.Sprint(s.Queue), "--service-time", s.ServiceTime.String(),
+	}
+	for si, site := range s.Sites {
+		if d, ok := site.RTT[r.Name]; ok {
+			args = append(args, "--delay", fmt.Sprintf("%s/24=%v", s.ip(si+1, 0), d))
+		}
+	}
+	for zi, z := range r.Zones {
+		for i := 1; i <= r.Instances; i++ {
+			args = append(args, "--instance", fmt.Sprintf("name=%s-%s-%d,addr=%s,region=%s,zone=%s-%s", r.Name, z, i, s.Addr(ri, zi, i), r.Name, r.Name, z))
+		}
+	}
+	return args
+}
+
 // Start builds what is missing and starts the deployment: backends, control
 // planes, then gfes, and waits until every gfe is ready (has a plan). On
 // error it stops what it started.
@@ -219,23 +251,12 @@ func Start(ctx context.Context, spec Spec, opts Options) (c *Cluster, err error)
 
 	// Backends: one process per region.
 	for ri, r := range spec.Regions {
-		args := []string{
-			"--max-rps", fmt.Sprint(r.Rate), "--burst", fmt.Sprint(max(1, int(r.Rate/20))),
-			"--max-concurrency", "0", "--queue", fmt.Sprint(spec.Queue), "--service-time", spec.ServiceTime.String(),
-		}
-		for si, s := range spec.Sites {
-			if d, ok := s.RTT[r.Name]; ok {
-				args = append(args, "--delay", fmt.Sprintf("%s/24=%v", spec.ip(si+1, 0), d))
-			}
-		}
-		for zi, z := range r.Zones {
+		for zi := range r.Zones {
 			for i := 1; i <= r.Instances; i++ {
-				addr := spec.Addr(ri, zi, i)
-				c.Instances[r.Name] = append(c.Instances[r.Name], addr)
-				args = append(args, "--instance", fmt.Sprintf("name=%s-%s-%d,addr=%s,region=%s,zone=%s-%s", r.Name, z, i, addr, r.Name, r.Name, z))
+				c.Instances[r.Name] = append(c.Instances[r.Name], spec.Addr(ri, zi, i))
 			}
 		}
-		p, err := proc.Start("backend-"+r.Name, c.Bins["testbackend"], proc.Options{Tee: opts.Tee}, args...)
+		p, err := proc.Start("backend-"+r.Name, c.Bins["testbackend"], proc.Options{Tee: opts.Tee}, spec.backendArgs(ri)...)
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,54 @@
+package topology
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestBackendArgs(t *testing.T) {
+	spec := Spec{
+		Net:     7,
+		Regions: []Region{{Name: "r1", Zones: []string{"b"}, Instances: 2, Rate: 40}, {Name: "r2", Zones: []string{"b", "c"}, Instances: 1, Rate: 40, MaxRPS: 50}},
+		Sites:   []Site{{Name: "s1", RTT: map[string]time.Duration{"r1": 5 * time.Millisecond}}},
+	}
+	spec.defaults()
+	tests := []struct {
+		name   string
+		region int
+		want   []string
+	}{
+		{
+			name:   "enforces Rate",
+			region: 0,
+			want: []string{
+				"--max-rps", "40", "--burst", "2", "--max-concurrency", "0", "--queue", "64", "--service-time", "2ms",
+				"--delay", "127.7.1.0/24=5ms",
+				"--instance", "name=r1-b-1,addr=127.7.101.1:9001,region=r1,zone=r1-b",
+				"--instance", "name=r1-b-2,addr=127.7.101.1:9002,region=r1,zone=r1-b",
+			},
+		},
+		{
+			name:   "MaxRPS overrides the enforced rate; no RTT rule without an RTT",
+			region: 1,
+			want: []string{
+				"--max-rps", "50", "--burst", "2", "--max-concurrency", "0", "--queue", "64", "--service-time", "2ms",
+				"--instance", "name=r2-b-1,addr=127.7.102.1:9001,region=r2,zone=r2-b",
+				"--instance", "name=r2-c-1,addr=127.7.102.1:9011,region=r2,zone=r2-c",
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, spec.backendArgs(tt.region)); diff != "" {
+				t.Errorf("backendArgs(%d) (-want +got):\n%s", tt.region, diff)
+			}
+		})
+	}
+	// The config declares Rate whatever the backend enforces.
+	if y := spec.ConfigYAML(); strings.Count(y, "max_rate_per_instance: 40}") != 3 || strings.Contains(y, "max_rate_per_instance: 50") {
+		t.Errorf("ConfigYAML() declares other than Rate:\n%s", y)
+	}
+}
