@@ -89,6 +89,7 @@ func TestWebSocketRejected(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = first.CloseNow() }()
+	readMessage(ctx, t, first) // the hello: the stream is counted
 	_, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: newClient(t, "")})
 	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get(HeaderReject) != "queue-full" {
 		t.Fatalf("second Dial while the only slot is held: resp %v, err %v; want 503 queue-full", resp, err)
