@@ -220,6 +220,79 @@ func TestMultiplierDecay(t *testing.T) {
 	}
 }
 
+// TestMultiplierCapped checks that a host ejected again and again stops
+// growing its multiplier at ceil(max/base), so that it needs no more than
+// about MaxEjectionTime in service to start again from BaseEjectionTime.
+func TestMultiplierCapped(t *testing.T) {
+	d := mustNew(t, DefaultConfig()) // 30s, 300s: cap 10
+	h := registerN(d, "g", 2)[0]
+	now := t0
+	for range 15 {
+		reportN(h, ConnectFailure, 3, now)
+		now = h.State(now).EjectedUntil
+	}
+	if got := h.State(now).Multiplier; got != 10 {
+		t.Errorf("Multiplier after 15 ejections = %d, want 10", got)
+	}
+	now = now.Add(300 * time.Second)
+	if got := h.State(now).Multiplier; got != 0 {
+		t.Errorf("Multiplier after 300s in service = %d, want 0", got)
+	}
+	reportN(h, ConnectFailure, 3, now)
+	if got := h.State(now).EjectedUntil.Sub(now); got != 30*time.Second {
+		t.Errorf("next ejection lasts %s, want 30s", got)
+	}
+}
+
+// TestDocExample replays the timeline of the package doc.
+func TestDocExample(t *testing.T) {
+	at := func(m, s int) time.Time {
+		return t0.Add(time.Duration(m)*time.Minute + time.Duration(s)*time.Second)
+	}
+	d := mustNew(t, DefaultConfig())
+	hs := registerN(d, "api", 4)
+	a, b, c := hs[0], hs[1], hs[2]
+	type step struct {
+		name      string
+		h         *Host
+		r         Result
+		n         int
+		now       time.Time
+		wantUntil time.Time // zero: not ejected by these reports
+	}
+	steps := []step{
+		{name: "0:00 a 5 × 5xx", h: a, r: ServerError, n: 5, now: at(0, 0), wantUntil: at(0, 30)},
+		{name: "0:10 b 3 connect failures", h: b, r: ConnectFailure, n: 3, now: at(0, 10), wantUntil: at(0, 40)},
+		{name: "0:20 c 5 × 5xx refused", h: c, r: ServerError, n: 5, now: at(0, 20)},
+		{name: "0:45 a 5 × 5xx", h: a, r: ServerError, n: 5, now: at(0, 45), wantUntil: at(1, 45)},
+		{name: "2:30 a 5 × 5xx", h: a, r: ServerError, n: 5, now: at(2, 30), wantUntil: at(3, 30)},
+	}
+	run := func(steps []step) {
+		for _, s := range steps {
+			n := reportN(s.h, s.r, s.n, s.now)
+			if got := s.h.State(s.now).EjectedUntil; n > 1 || !got.Equal(s.wantUntil) {
+				t.Errorf("%s: %d ejections, ejected until %v, want until %v", s.name, n, got, s.wantUntil)
+			}
+		}
+	}
+	run(steps[:4])
+	if a.Ejected(at(1, 45)) {
+		t.Errorf("a ejected at 1:45, want back in service")
+	}
+	for _, m := range []struct {
+		now  time.Time
+		want int
+	}{{at(2, 14), 2}, {at(2, 15), 1}, {at(2, 44), 1}, {at(2, 45), 0}} {
+		if got := a.State(m.now).Multiplier; got != m.want {
+			t.Errorf("a's multiplier at %s = %d, want %d", m.now.Sub(t0), got, m.want)
+		}
+	}
+	run(steps[4:])
+	if diff := cmp.Diff(Stats{Ejections: 4, Refused: 1}, d.Stats()); diff != "" {
+		t.Errorf("Stats (-want +got):\n%s", diff)
+	}
+}
+
 func TestDecayed(t *testing.T) {
 	const base = 30 * time.Second
 	end := t0.UnixNano()
