@@ -1,0 +1,105 @@
+// Command lbbench is the real benchmark: it starts a Spillway deployment on
+// loopback (control plane, three gfes, test backends in three regions with
+// emulated RTT), drives every policy in turn through a steady phase and a
+// flash crowd from many client addresses, and prints the `lbsim bench`
+// table from the measured traffic. See internal/realbench.
+//
+//	lbbench [--quick] [--scale F] [--headroom H] [--policies LIST] [--json] [--net N] [--bins DIR] [-v]
+//	lbbench --render FILE.json
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spillway-lb/spillway/internal/realbench"
+)
+
+func main() {
+	quick := flag.Bool("quick", false, "short run (2 s warmup, 3 s steady, 5 s flash crowd per policy) instead of the full one (3 s, 6 s, 12 s)")
+	scale := flag.Float64("scale", 1, "multiply the warmup and every phase's duration by `F`")
+	policyList := flag.String("policies", "", "comma-separated `list` of rows (default all 10): waterfall, min_rtt, round_robin, least_request, hashN/global, hashN/nearest_region; a bare hashN means both scopes")
+	asJSON := flag.Bool("json", false, "print the result as JSON instead of a table")
+	headroom := flag.Float64("headroom", 1, "rate each backend instance really serves over its declared capacity (`H`; 1.25 is lbsim bench's utilization_at_capacity 0.8)")
+	net := flag.Int("net", 40, "second octet of the deployment's loopback addresses (127.NET.0.0/16)")
+	bins := flag.String("bins", "", "`DIR` holding prebuilt gfe, controlplane and testbackend binaries (default: build them)")
+	verbose := flag.Bool("v", false, "print every process's logs on stderr")
+	render := flag.String("render", "", "print the table of a `FILE` written by --json, without running anything")
+	flag.Parse()
+	if *render != "" {
+		if err := renderFile(*render); err != nil {
+			fmt.Fprintln(os.Stderr, "lbbench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(*quick, *scale, *headroom, *policyList, *asJSON, *net, *bins, *verbose); err != nil {
+		fmt.Fprintln(os.Stderr, "lbbench:", err)
+		os.Exit(1)
+	}
+}
+
+func renderFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var res realbench.Result
+	if err := json.NewDecoder(f).Decode(&res); err != nil {
+		return fmt.Errorf("decode %s: %w", path, err)
+	}
+	return res.WriteTable(os.Stdout)
+}
+
+func run(quick bool, scale, headroom float64, policyList string, asJSON bool, net int, bins string, verbose bool) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	cfg := realbench.DefaultConfig()
+	if quick {
+		cfg = realbench.QuickConfig()
+	}
+	if scale <= 0 {
+		return fmt.Errorf("--scale: must be > 0, got %g", scale)
+	}
+	cfg.Scale(scale)
+	cfg.Net = net
+	cfg.Headroom = headroom
+	ps, err := realbench.SelectPolicies(policyList)
+	if err != nil {
+		return fmt.Errorf("--policies: %w", err)
+	}
+	cfg.Policies = ps
+
+	dir, err := os.MkdirTemp("", "spillway-lbbench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	opts := realbench.Options{Dir: dir, Progress: os.Stderr}
+	if verbose {
+		opts.Tee = os.Stderr
+	}
+	if bins != "" {
+		opts.Bins = map[string]string{}
+		for _, n := range []string{"gfe", "controlplane", "testbackend"} {
+			opts.Bins[n] = filepath.Join(bins, n)
+		}
+	}
+	res, err := realbench.Run(ctx, cfg, opts)
+	if err != nil {
+		return err
+	}
+	var out io.Writer = os.Stdout
+	if asJSON {
+		return res.WriteJSON(out)
+	}
+	return res.WriteTable(out)
+}

@@ -1,0 +1,142 @@
+package realbench
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func ids(ps []Policy) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.ID()
+	}
+	return out
+}
+
+func TestDefaultPolicies(t *testing.T) {
+	want := []string{
+		"waterfall", "min_rtt", "round_robin/global", "least_request/global",
+		"hash2/global", "hash3/global", "hash5/global",
+		"hash2/nearest_region", "hash3/nearest_region", "hash5/nearest_region",
+	}
+	if diff := cmp.Diff(want, ids(DefaultPolicies())); diff != "" {
+		t.Errorf("DefaultPolicies() (-want +got):\n%s", diff)
+	}
+}
+
+func TestSelectPolicies(t *testing.T) {
+	tests := []struct {
+		name    string
+		list    string
+		want    []string
+		wantErr string
+	}{
+		{name: "empty is all", list: "", want: ids(DefaultPolicies())},
+		{name: "one", list: "waterfall", want: []string{"waterfall"}},
+		{name: "bare hash means both scopes", list: "hash2", want: []string{"hash2/global", "hash2/nearest_region"}},
+		{name: "default order, spaces", list: " hash5/nearest_region , waterfall", want: []string{"waterfall", "hash5/nearest_region"}},
+		{name: "unknown", list: "waterfall,hash4", wantErr: `unknown policy "hash4"`},
+		{name: "round robin has no nearest scope", list: "round_robin/nearest_region", wantErr: "unknown policy"},
+		{name: "only commas", list: " , ", wantErr: "no policy named"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := SelectPolicies(tt.list)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("SelectPolicies(%q) error = %v, want %q", tt.list, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("SelectPolicies(%q) error = %v", tt.list, err)
+			}
+			if diff := cmp.Diff(tt.want, ids(got)); diff != "" {
+				t.Errorf("SelectPolicies(%q) (-want +got):\n%s", tt.list, diff)
+			}
+		})
+	}
+}
+
+func TestPolicyHashScope(t *testing.T) {
+	for _, tt := range []struct {
+		p    Policy
+		want string
+	}{
+		{Policy{Name: "waterfall"}, ""},
+		{Policy{Name: "round_robin", Scope: "global"}, ""},
+		{Policy{Name: "hash3", Scope: "nearest_region"}, "nearest_region"},
+		{Policy{Name: "hash5", Scope: "global"}, "global"},
+	} {
+		if got := tt.p.hashScope(); got != tt.want {
+			t.Errorf("%s.hashScope() = %q, want %q", tt.p.ID(), got, tt.want)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, c := range []Config{DefaultConfig(), QuickConfig()} {
+		if err := c.Validate(); err != nil {
+			t.Errorf("Validate() of a preset = %v", err)
+		}
+	}
+	bad := Config{
+		Net:      0,
+		Policies: []Policy{{Name: "hash4"}, {Name: "waterfall"}, {Name: "waterfall"}},
+		Warmup:   -time.Second,
+		Phases: []Phase{
+			{Name: "x", Duration: 0, Demand: map[string]float64{"paris": 1, "nyc": -1}},
+			{Name: "y", Duration: time.Second},
+		},
+		SourcesPerSite: 200,
+		Tolerance:      -1,
+		Headroom:       0,
+	}
+	err := bad.Validate()
+	if err == nil {
+		t.Fatal("Validate() = nil for a config with every field wrong")
+	}
+	for _, want := range []string{
+		"net: must be in 1..254, got 0", `policies[0]: unknown policy "hash4"`, "policies[2]: waterfall listed twice", "warmup: must be >= 0",
+		"phases[0].duration: must be > 0", `phases[0].demand: unknown site "paris"`, "phases[0].demand[nyc]: must be >= 0",
+		"phases[1].demand: no site has demand", "sources_per_site: must be in 1..150", "window: must be > 0",
+		"tolerance: must be >= 0", "timeout: must be > 0", "headroom: must be > 0",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() error lacks %q:\n%v", want, err)
+		}
+	}
+	if err := (&Config{Net: 1}).Validate(); err == nil || !strings.Contains(err.Error(), "policies: none") || !strings.Contains(err.Error(), "phases: none") {
+		t.Errorf("Validate() of a near-zero config = %v, want policies: none and phases: none", err)
+	}
+}
+
+func TestScale(t *testing.T) {
+	c := DefaultConfig()
+	c.Scale(0.5)
+	got := []time.Duration{c.Warmup, c.Phases[0].Duration, c.Phases[1].Duration}
+	if diff := cmp.Diff([]time.Duration{1500 * time.Millisecond, 3 * time.Second, 6 * time.Second}, got); diff != "" {
+		t.Errorf("durations after Scale(0.5) (-want +got):\n%s", diff)
+	}
+	if c.measured() != 9*time.Second {
+		t.Errorf("measured() = %v, want 9s", c.measured())
+	}
+}
+
+func TestSpecHeadroom(t *testing.T) {
+	c := DefaultConfig()
+	for _, r := range c.spec().Regions {
+		if r.MaxRPS != 0 || r.Rate != 40 {
+			t.Errorf("headroom 1: region %s Rate %g MaxRPS %g, want 40 and 0 (enforce Rate)", r.Name, r.Rate, r.MaxRPS)
+		}
+	}
+	c.Headroom = 1.25
+	for _, r := range c.spec().Regions {
+		if r.MaxRPS != 50 || r.Rate != 40 {
+			t.Errorf("headroom 1.25: region %s Rate %g MaxRPS %g, want 40 and 50", r.Name, r.Rate, r.MaxRPS)
+		}
+	}
+}
