@@ -3,12 +3,14 @@ package config
 import "time"
 
 // Config is the whole operator configuration: where backends live (Regions),
-// what routes point at (Services) and how requests find a service (Routes).
+// what routes point at (Services), how requests find a service (Routes) and
+// which ports a gfe serves them on (Listeners).
 //
 // A *Config returned by Load, Parse or New is read-only: callers must not
 // write to it, to any slice or struct reachable from it, or shallow-copy it
 // and modify the copy. It is then safe for concurrent use by any number of
-// goroutines, and its lookup helpers (Service, Group, Route, GroupCapacity)
+// goroutines, and its lookup helpers (Service, Group, Route, Listener,
+// GroupCapacity)
 // answer from an index built once at load time. A reload produces a new
 // *Config; it never changes an old one.
 type Config struct {
@@ -21,6 +23,11 @@ type Config struct {
 	// Routes map (host, path prefix) to a service. Required: at least one.
 	// See (*Config).Route for how a request picks one.
 	Routes []Route `mapstructure:"routes"`
+	// Listeners are the ports a gfe serves, each with its protocol.
+	// Optional: with none, the gfe serves only its --listen address (plain
+	// HTTP, with the http defaults of DefaultListener). Names and ports are
+	// unique. Defaults as in DefaultListener for each entry's protocol.
+	Listeners []Listener `mapstructure:"listeners"`
 
 	// Set by Load, Parse and New; never decoded.
 	source string // file name used in error messages
@@ -211,6 +218,41 @@ type Service struct {
 	// Spill tunes preemptive spill out of unhealthy regions (DESIGN §3 rule 5).
 	// Defaults as in DefaultSpill.
 	Spill Spill `mapstructure:"spill"`
+	// OutlierDetection ejects instances that fail real requests (passive
+	// health checking, next to the active HealthCheck). Defaults as in
+	// DefaultOutlierDetection.
+	OutlierDetection OutlierDetection `mapstructure:"outlier_detection"`
+}
+
+// OutlierDetection configures passive health checking: a gfe ejects an
+// instance from balancing after a run of consecutive failures of real
+// requests, for BaseEjectionTime times the number of times it has been
+// ejected, capped at MaxEjectionTime, and never ejects more than
+// MaxEjectionPercent of a service's instances at once. An ejected instance
+// comes back by itself when its ejection time is over. Either trigger may be
+// disabled with 0; with both 0 nothing is ever ejected.
+type OutlierDetection struct {
+	// Consecutive5xx is the number of consecutive 5xx responses (or, for
+	// gRPC, failing statuses the gfe maps to 5xx) from one instance that
+	// eject it. Default 5; 0 disables this trigger; negative is invalid.
+	Consecutive5xx int `mapstructure:"consecutive_5xx"`
+	// ConsecutiveConnectFailures is the number of consecutive failures to
+	// connect to one instance (refused, reset or timed out before a
+	// connection opened) that eject it. Default 3; 0 disables this trigger;
+	// negative is invalid.
+	ConsecutiveConnectFailures int `mapstructure:"consecutive_connect_failures"`
+	// BaseEjectionTime is how long a first ejection lasts, as a duration
+	// string; the n-th consecutive ejection of an instance lasts
+	// n × BaseEjectionTime, up to MaxEjectionTime. Default 30s; must be > 0.
+	BaseEjectionTime time.Duration `mapstructure:"base_ejection_time"`
+	// MaxEjectionTime caps the length of one ejection. Default 300s; must be
+	// >= BaseEjectionTime.
+	MaxEjectionTime time.Duration `mapstructure:"max_ejection_time"`
+	// MaxEjectionPercent is the largest share of a service's instances, in
+	// percent (0..100), that may be ejected at the same time; an instance
+	// that would exceed it stays in. Default 50; 0 means never eject (only
+	// counts are kept), 100 allows ejecting every instance.
+	MaxEjectionPercent int `mapstructure:"max_ejection_percent"`
 }
 
 // Backend is one instance group used by a service, with the capacity the
@@ -323,18 +365,133 @@ type Route struct {
 	// Service is the name of the backend service. Required; must name a
 	// service under services.
 	Service string `mapstructure:"service"`
+	// Timeout bounds a whole request through this route, from the moment the
+	// gfe has its headers to the end of the response, retries and time in
+	// the pending queue included. Default 30s; must be > 0. A request that
+	// exceeds it gets 504 (or is reset if its response has started).
+	Timeout time.Duration `mapstructure:"timeout"`
+	// Retries is how many more times, each on another backend instance, the
+	// gfe may send a request that failed: one that never reached a backend
+	// (connection refused or reset before it was written), or an idempotent
+	// one (GET, HEAD, OPTIONS, PUT, DELETE, TRACE) that failed before any
+	// response byte. Default 1; must be in 0..5; 0 = never retry.
+	Retries int `mapstructure:"retries"`
+}
+
+// ListenerProtocol is what a listener speaks to clients.
+type ListenerProtocol string
+
+// The listener protocols.
+const (
+	// ListenerHTTP serves plain-text HTTP/1.1 and HTTP/2 with prior
+	// knowledge (h2c) on the same port; routes pick the service.
+	ListenerHTTP ListenerProtocol = "http"
+	// ListenerHTTPS serves TLS, offering h2 and http/1.1 by ALPN; routes
+	// pick the service.
+	ListenerHTTPS ListenerProtocol = "https"
+	// ListenerTCP is an L4 proxy: each accepted connection is spliced to one
+	// instance of the listener's Service.
+	ListenerTCP ListenerProtocol = "tcp"
+)
+
+// ListenerProtocols lists every valid ListenerProtocol, in documentation
+// order.
+func ListenerProtocols() []ListenerProtocol {
+	return []ListenerProtocol{ListenerHTTP, ListenerHTTPS, ListenerTCP}
+}
+
+// Listener is one port a gfe serves, and how. An http or https listener
+// hands requests to the routes; a tcp listener sends every connection to
+// its one Service. Fields marked "http/https" must stay zero on a tcp
+// listener.
+type Listener struct {
+	// Name of the listener, e.g. "public-https", used in logs and metrics.
+	// Required, unique among listeners, same syntax as Region.Name.
+	Name string `mapstructure:"name"`
+	// Protocol is http, https or tcp. Required: it has no default.
+	Protocol ListenerProtocol `mapstructure:"protocol"`
+	// Port the gfe binds, on the host of its --listen address. Required,
+	// 1..65535, unique among listeners.
+	Port int `mapstructure:"port"`
+	// Service is the backend service a tcp listener sends its connections
+	// to. tcp: required, must name a service whose balancing_mode is
+	// CONNECTION. http and https: must be empty (routes decide).
+	Service string `mapstructure:"service"`
+	// Certificates of an https listener. https: required, at least one; the
+	// gfe picks the one whose certificate names (SAN, else CN) match the
+	// client's SNI, and the first one when none match or the client sends
+	// no SNI. http and tcp: must be empty. The files are read by the gfe,
+	// not by Load: validation only checks that the paths are set.
+	Certificates []Certificate `mapstructure:"certificates"`
+	// ReadHeaderTimeout bounds the time to read a request's headers
+	// (against slowloris clients). http/https: default 10s, must be > 0.
+	// tcp: must be 0.
+	ReadHeaderTimeout time.Duration `mapstructure:"read_header_timeout"`
+	// IdleTimeout closes a client connection that stays idle this long.
+	// http/https: the keep-alive idle time between requests; default 90s,
+	// must be > 0. tcp: the time without a byte in either direction;
+	// default 0, which means no idle timeout; negative is invalid.
+	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
+	// MaxHeaderBytes is the largest request header block accepted, in bytes
+	// (a larger one gets 431). http/https: default 65536, must be >= 1024.
+	// tcp: must be 0.
+	MaxHeaderBytes int `mapstructure:"max_header_bytes"`
+	// MaxRequestBodyBytes is the largest request body accepted, in bytes (a
+	// larger one gets 413). http/https: default 0, which means unlimited;
+	// negative is invalid. tcp: must be 0.
+	MaxRequestBodyBytes int64 `mapstructure:"max_request_body_bytes"`
+}
+
+// Certificate is a TLS certificate and its private key, as PEM files.
+type Certificate struct {
+	// CertFile is the path of the PEM certificate chain, leaf first.
+	// Required.
+	CertFile string `mapstructure:"cert_file"`
+	// KeyFile is the path of the PEM private key of the leaf. Required.
+	KeyFile string `mapstructure:"key_file"`
 }
 
 // DefaultService returns a Service with every default set: waterfall,
-// RATE, no affinity, DefaultHealthCheck and DefaultSpill. Name and Backends
-// are left empty.
+// RATE, no affinity, DefaultHealthCheck, DefaultSpill and
+// DefaultOutlierDetection. Name and Backends are left empty.
 func DefaultService() Service {
 	return Service{
-		Policy:          PolicyWaterfall,
-		BalancingMode:   ModeRate,
-		SessionAffinity: DefaultSessionAffinity(),
-		HealthCheck:     DefaultHealthCheck(),
-		Spill:           DefaultSpill(),
+		Policy:           PolicyWaterfall,
+		BalancingMode:    ModeRate,
+		SessionAffinity:  DefaultSessionAffinity(),
+		HealthCheck:      DefaultHealthCheck(),
+		Spill:            DefaultSpill(),
+		OutlierDetection: DefaultOutlierDetection(),
+	}
+}
+
+// DefaultOutlierDetection returns the default outlier detection: eject after
+// 5 consecutive 5xx or 3 consecutive connect failures, for 30s growing to at
+// most 300s, never more than half of a service's instances at once.
+func DefaultOutlierDetection() OutlierDetection {
+	return OutlierDetection{
+		Consecutive5xx:             5, // Envoy's default
+		ConsecutiveConnectFailures: 3,
+		BaseEjectionTime:           30 * time.Second,
+		MaxEjectionTime:            300 * time.Second,
+		MaxEjectionPercent:         50, // keep half the fleet whatever happens
+	}
+}
+
+// DefaultListener returns a Listener of protocol p with the defaults of that
+// protocol. http and https (and any other p): 10s read_header_timeout, 90s
+// idle_timeout, 64 KiB max_header_bytes, unlimited body. tcp: no idle
+// timeout and the http-only fields zero. Name, Port, Service and
+// Certificates are left empty.
+func DefaultListener(p ListenerProtocol) Listener {
+	if p == ListenerTCP {
+		return Listener{Protocol: p}
+	}
+	return Listener{
+		Protocol:          p,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		MaxHeaderBytes:    64 << 10,
 	}
 }
 
@@ -369,7 +526,8 @@ func DefaultSpill() Spill {
 	return Spill{Threshold: 0.5, Slope: 2}
 }
 
-// DefaultRoute returns a route matching every host and path, with no service.
+// DefaultRoute returns a route matching every host and path, with no
+// service, a 30s timeout and one retry.
 func DefaultRoute() Route {
-	return Route{Host: "*", PathPrefix: "/"}
+	return Route{Host: "*", PathPrefix: "/", Timeout: 30 * time.Second, Retries: 1}
 }

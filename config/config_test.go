@@ -161,6 +161,51 @@ var badFiles = []struct {
 		`services[0].backends[0].capacity_scaler: must be in [0, 1] (0 drains), got 2`,
 		`routes[0].service: unknown service "webb"`,
 	}},
+	{"listeners.bad.yaml", []string{
+		`listeners[0].name: invalid listener name "Public"`,
+		`listeners[0].port: required, in 1..65535; got 0`,
+		`listeners[0].service: only valid with protocol tcp; protocol https uses routes`,
+		`listeners[0].certificates: at least one certificate is required for protocol https`,
+		`listeners[1].certificates: only valid with protocol https; protocol is http`,
+		`listeners[2].name: duplicate listener name "plain" (first at listeners[1])`,
+		`listeners[2].port: duplicate port 8080 (first at listeners[1])`,
+		`listeners[2].protocol: must be one of http, https, tcp; got "HTTP"`,
+		`listeners[3].port: required, in 1..65535; got 70000`,
+		`listeners[3].protocol: required: one of http, https, tcp`,
+		`listeners[4].certificates[0].key_file: required`,
+		`listeners[4].certificates[1].cert_file: required`,
+		`listeners[5].service: required for protocol tcp`,
+		`listeners[6].service: unknown service "dbb"`,
+		`listeners[7].service: service "web" has balancing_mode RATE; a tcp listener needs a CONNECTION service`,
+	}},
+	{"listener_limits.bad.yaml", []string{
+		`listeners[0].read_header_timeout: must be > 0, got 0s`,
+		`listeners[0].idle_timeout: must be > 0, got -1s`,
+		`listeners[0].max_header_bytes: must be >= 1024, got 1023`,
+		`listeners[0].max_request_body_bytes: must be >= 0 (0 = unlimited), got -1`,
+		`listeners[1].certificates: only valid with protocol https; protocol is tcp`,
+		`listeners[1].idle_timeout: must be >= 0 (0 = no idle timeout), got -5s`,
+		`listeners[1].read_header_timeout: only valid with protocol http or https; protocol is tcp`,
+		`listeners[1].max_header_bytes: only valid with protocol http or https; protocol is tcp`,
+		`listeners[1].max_request_body_bytes: only valid with protocol http or https; protocol is tcp`,
+		`listeners[2].max_header_bytes: expected an integer, got string "lots"`,
+		`listeners[2].max_request_body_bytes: expected an integer, got number 1.5`,
+	}},
+	{"outlier_detection.bad.yaml", []string{
+		`services[0].outlier_detection.consecutive_5xx: must be >= 0 (0 disables), got -1`,
+		`services[0].outlier_detection.consecutive_connect_failures: must be >= 0 (0 disables), got -2`,
+		`services[0].outlier_detection.max_ejection_time: must be >= base_ejection_time (1m0s), got 30s`,
+		`services[0].outlier_detection.max_ejection_percent: must be in 0..100, got 101`,
+		`services[1].outlier_detection.base_ejection_time: must be > 0, got 0s`,
+		`services[1].outlier_detection.max_ejection_percent: must be in 0..100, got -1`,
+	}},
+	{"route_timeout.bad.yaml", []string{
+		`routes[0].timeout: must be > 0, got 0s`,
+		`routes[0].retries: must be in 0..5 (0 = never retry), got 6`,
+		`routes[1].timeout: must be > 0, got -1s`,
+		`routes[1].retries: must be in 0..5 (0 = never retry), got -1`,
+		`routes[2].timeout: expected a duration such as "5s", got number 30`,
+	}},
 	{"syntax.bad.yaml", []string{
 		`parsing yaml: yaml: line 9: did not find expected '-' indicator`,
 	}},
@@ -270,8 +315,13 @@ func TestLoadGoodFiles(t *testing.T) {
 					SessionAffinity: SessionAffinity{Type: AffinityNone},
 					HealthCheck:     hc,
 					Spill:           Spill{Threshold: 0.5, Slope: 2},
+					OutlierDetection: OutlierDetection{
+						Consecutive5xx: 5, ConsecutiveConnectFailures: 3,
+						BaseEjectionTime: 30 * time.Second, MaxEjectionTime: 300 * time.Second,
+						MaxEjectionPercent: 50,
+					},
 				}},
-				Routes: []Route{{Host: "*", PathPrefix: "/", Service: "web"}},
+				Routes: []Route{{Host: "*", PathPrefix: "/", Service: "web", Timeout: 30 * time.Second, Retries: 1}},
 			},
 		},
 		{
@@ -310,7 +360,8 @@ func TestLoadGoodFiles(t *testing.T) {
 							Interval: 10 * time.Second, Timeout: 2 * time.Second,
 							HealthyThreshold: 1, UnhealthyThreshold: 5, Jitter: 0,
 						},
-						Spill: Spill{Threshold: 0.25, Slope: 4},
+						Spill:            Spill{Threshold: 0.25, Slope: 4},
+						OutlierDetection: DefaultOutlierDetection(),
 					},
 					{
 						Name:            "api",
@@ -323,13 +374,70 @@ func TestLoadGoodFiles(t *testing.T) {
 							Interval: hc.Interval, Timeout: hc.Timeout,
 							HealthyThreshold: hc.HealthyThreshold, UnhealthyThreshold: hc.UnhealthyThreshold, Jitter: hc.Jitter,
 						},
-						Spill: DefaultSpill(),
+						Spill:            DefaultSpill(),
+						OutlierDetection: DefaultOutlierDetection(),
 					},
 				},
 				Routes: []Route{
-					{Host: "api.example.com", PathPrefix: "/v1/", Service: "api"},
-					{Host: "*.example.com", PathPrefix: "/", Service: "web"},
-					{Host: "*", PathPrefix: "/", Service: "web"},
+					{Host: "api.example.com", PathPrefix: "/v1/", Service: "api", Timeout: 30 * time.Second, Retries: 1},
+					{Host: "*.example.com", PathPrefix: "/", Service: "web", Timeout: 30 * time.Second, Retries: 1},
+					{Host: "*", PathPrefix: "/", Service: "web", Timeout: 30 * time.Second, Retries: 1},
+				},
+			},
+		},
+		{
+			file: "listeners.good.yaml",
+			want: Config{
+				Regions: []Region{{Name: "r1", Zones: []Zone{{Name: "z1", Groups: []Group{{
+					Name: "g1", Instances: []Instance{{Address: "127.0.0.1:9001"}},
+				}}}}}},
+				Services: []Service{
+					{
+						Name:            "web",
+						Policy:          PolicyWaterfall,
+						BalancingMode:   ModeRate,
+						Backends:        []Backend{{Group: "g1", MaxRatePerInstance: 10, CapacityScaler: 1}},
+						SessionAffinity: SessionAffinity{Type: AffinityNone},
+						HealthCheck:     hc,
+						Spill:           DefaultSpill(),
+						OutlierDetection: OutlierDetection{
+							Consecutive5xx: 0, ConsecutiveConnectFailures: 3,
+							BaseEjectionTime: 10 * time.Second, MaxEjectionTime: 10 * time.Second,
+							MaxEjectionPercent: 100,
+						},
+					},
+					{
+						Name:             "db",
+						Policy:           PolicyHash5,
+						HashScope:        HashScopeGlobal,
+						BalancingMode:    ModeConnection,
+						Backends:         []Backend{{Group: "g1", MaxConnectionsPerInstance: 100, CapacityScaler: 1}},
+						SessionAffinity:  SessionAffinity{Type: AffinityNone},
+						HealthCheck:      hc,
+						Spill:            DefaultSpill(),
+						OutlierDetection: DefaultOutlierDetection(),
+					},
+				},
+				Routes: []Route{
+					{Host: "*", PathPrefix: "/", Service: "web", Timeout: 2 * time.Minute, Retries: 0},
+					{Host: "api.example.com", PathPrefix: "/", Service: "web", Timeout: 30 * time.Second, Retries: 1},
+				},
+				Listeners: []Listener{
+					{
+						Name: "plain", Protocol: ListenerHTTP, Port: 8080,
+						ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 65536,
+					},
+					{
+						Name: "public", Protocol: ListenerHTTPS, Port: 8443,
+						Certificates: []Certificate{
+							{CertFile: "/etc/spillway/tls/default.crt", KeyFile: "/etc/spillway/tls/default.key"},
+							{CertFile: "certs/api.crt", KeyFile: "certs/api.key"},
+						},
+						ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute,
+						MaxHeaderBytes: 1024, MaxRequestBodyBytes: 10 << 20,
+					},
+					{Name: "db-l4", Protocol: ListenerTCP, Port: 5432, Service: "db"},
+					{Name: "db-l4-idle", Protocol: ListenerTCP, Port: 5433, Service: "db", IdleTimeout: time.Hour},
 				},
 			},
 		},
@@ -567,7 +675,8 @@ func TestNew(t *testing.T) {
 
 	in.Regions[0].Zones[0].Groups[0].Name = "g1"
 	bad := in
-	bad.Routes = []Route{{Host: "*", PathPrefix: "/", Service: "nope"}}
+	bad.Routes = []Route{DefaultRoute()}
+	bad.Routes[0].Service = "nope"
 	_, err = New(bad)
 	if err == nil || err.Error() != `routes[0].service: unknown service "nope"` {
 		t.Errorf("New(bad) = %v, want the path without a file name", err)
@@ -592,5 +701,103 @@ func TestDottedTopLevelKeys(t *testing.T) {
 	slices.Sort(want)
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Parse errors (-want +got):\n%s", diff)
+	}
+}
+
+func TestListenerLookup(t *testing.T) {
+	c, err := load("testdata/listeners.good.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		wantOK   bool
+		wantPort int
+	}{
+		{"plain", true, 8080},
+		{"public", true, 8443},
+		{"db-l4", true, 5432},
+		{"db-l4-idle", true, 5433},
+		{"missing", false, 0},
+		{"", false, 0},
+	}
+	for _, tt := range tests {
+		l, ok := c.Listener(tt.name)
+		if ok != tt.wantOK {
+			t.Errorf("Listener(%q) ok = %v, want %v", tt.name, ok, tt.wantOK)
+			continue
+		}
+		if ok && (l.Port != tt.wantPort || l.Name != tt.name) {
+			t.Errorf("Listener(%q) = %s:%d, want port %d", tt.name, l.Name, l.Port, tt.wantPort)
+		}
+		if ok && l != &c.Listeners[slices.IndexFunc(c.Listeners, func(x Listener) bool { return x.Name == tt.name })] {
+			t.Errorf("Listener(%q) does not point into the Config", tt.name)
+		}
+	}
+	// A Config built by hand answers too, from a throwaway index.
+	hand := Config{Listeners: []Listener{{Name: "x", Port: 1}}}
+	if l, ok := hand.Listener("x"); !ok || l.Port != 1 {
+		t.Errorf("hand-built Listener(x) = %v, %v", l, ok)
+	}
+}
+
+func TestDefaultListener(t *testing.T) {
+	tests := []struct {
+		protocol ListenerProtocol
+		want     Listener
+	}{
+		{ListenerHTTP, Listener{Protocol: "http", ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 65536}},
+		{ListenerHTTPS, Listener{Protocol: "https", ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 65536}},
+		{ListenerTCP, Listener{Protocol: "tcp"}},
+	}
+	if len(tests) != len(ListenerProtocols()) {
+		t.Fatalf("%d cases for %d protocols", len(tests), len(ListenerProtocols()))
+	}
+	for _, tt := range tests {
+		if diff := cmp.Diff(tt.want, DefaultListener(tt.protocol)); diff != "" {
+			t.Errorf("DefaultListener(%s) (-want +got):\n%s", tt.protocol, diff)
+		}
+	}
+}
+
+func TestNewWithListeners(t *testing.T) {
+	svc := DefaultService()
+	svc.Name, svc.BalancingMode = "db", ModeConnection
+	svc.Backends = []Backend{{Group: "g1", MaxConnections: 10, CapacityScaler: 1}}
+	route := DefaultRoute()
+	route.Service = "db"
+	https := DefaultListener(ListenerHTTPS)
+	https.Name, https.Port = "tls", 443
+	https.Certificates = []Certificate{{CertFile: "does/not/exist.crt", KeyFile: "does/not/exist.key"}}
+	tcp := DefaultListener(ListenerTCP)
+	tcp.Name, tcp.Port, tcp.Service = "l4", 5432, "db"
+	in := Config{
+		Regions:   []Region{{Name: "r1", Zones: []Zone{{Name: "z1", Groups: []Group{{Name: "g1", Instances: []Instance{{Address: "127.0.0.1:1"}}}}}}}},
+		Services:  []Service{svc},
+		Routes:    []Route{route},
+		Listeners: []Listener{https, tcp},
+	}
+	c, err := New(in)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	in.Listeners[0].Certificates[0].CertFile = "changed"
+	if l, _ := c.Listener("tls"); l.Certificates[0].CertFile != "does/not/exist.crt" {
+		t.Errorf("New result shares certificates with its input: %q", l.Certificates[0].CertFile)
+	}
+	// Zero values are not defaults: a hand-built listener without them fails.
+	in.Listeners = []Listener{{Name: "bare", Protocol: ListenerHTTP, Port: 80}}
+	_, err = New(in)
+	var got []string
+	for _, fe := range FieldErrors(err) {
+		got = append(got, fe.Error())
+	}
+	want := []string{
+		"listeners[0].read_header_timeout: must be > 0, got 0s",
+		"listeners[0].idle_timeout: must be > 0, got 0s",
+		"listeners[0].max_header_bytes: must be >= 1024, got 0",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("New(bare listener) errors (-want +got):\n%s", diff)
 	}
 }

@@ -1,7 +1,8 @@
 // Package config is Spillway's operator configuration: the YAML schema that
 // describes regions, zones, instance groups and their instances, the backend
-// services that use those groups, and the routes that lead to the services
-// (DESIGN §2, §4, §5), with its loader and validator.
+// services that use those groups, the routes that lead to the services and
+// the listeners a gfe serves them on (DESIGN §2, §4, §5), with its loader and
+// validator.
 //
 // # Schema
 //
@@ -47,11 +48,34 @@
 //	    spill:                            # preemptive spill, DESIGN §3 rule 5
 //	      threshold: 0.5                  # [0,1]; below it a region keeps min(1, slope·h)
 //	      slope: 2                        # > 0
+//	    outlier_detection:                # passive health: eject instances failing real requests
+//	      consecutive_5xx: 5              # ≥ 0; 0 disables this trigger
+//	      consecutive_connect_failures: 3 # ≥ 0; 0 disables this trigger
+//	      base_ejection_time: 30s         # > 0; the n-th ejection lasts n × base ...
+//	      max_ejection_time: 300s         # ... up to this; ≥ base_ejection_time
+//	      max_ejection_percent: 50        # 0..100 of the service's instances at once
 //	routes:                               # required, at least one
 //	  - host: "*"                         # exact host, "*.example.com", or "*"
 //	    path_prefix: /                    # plain string prefix, starts with "/"
 //	    service: web                      # must name a service
+//	    timeout: 30s                      # > 0; whole request, retries and queueing included
+//	    retries: 1                        # 0..5; on another instance, only when safe:
+//	                                      # never reached a backend, or idempotent and no response byte yet
+//	listeners:                            # optional; none = the gfe serves only --listen (http)
+//	  - name: public                      # required, unique; same syntax as other names
+//	    protocol: https                   # required: http (HTTP/1.1 + h2c) | https (TLS, ALPN h2, http/1.1) | tcp (L4)
+//	    port: 8443                        # required, 1..65535, unique; bound on the --listen host
+//	    service: ""                       # tcp: required, a CONNECTION service; http, https: must be empty
+//	    certificates:                     # https: required, ≥ 1, picked by SNI, the first is the default;
+//	      - cert_file: /etc/tls/a.crt     #   others: must be empty. PEM paths, required; not read by Load
+//	        key_file: /etc/tls/a.key
+//	    read_header_timeout: 10s          # http, https: > 0; tcp: must be unset
+//	    idle_timeout: 90s                 # http, https: > 0; tcp: ≥ 0, default 0 = no idle timeout
+//	    max_header_bytes: 65536           # http, https: ≥ 1024; tcp: must be unset
+//	    max_request_body_bytes: 0         # http, https: ≥ 0, 0 = unlimited; tcp: must be unset
 //
+// The defaults of a listener depend on its protocol (DefaultListener): the
+// values shown are those of http and https; a tcp listener's are all 0.
 // Durations are strings as time.ParseDuration reads them ("5s", "1m30s"); a
 // bare number is rejected rather than read as nanoseconds. Keys are
 // case-insensitive (viper lower-cases them). A key with no value ("spill:")
@@ -81,17 +105,19 @@
 //
 // An override can only change a field of a list entry that exists in the
 // file; it cannot add entries. Values are parsed for the field's type and
-// then validated like the file. A variable that starts with
-// SPILLWAY_REGIONS_, SPILLWAY_SERVICES_ or SPILLWAY_ROUTES_ but names no
-// field is an error (a typo must not be ignored); other SPILLWAY_* variables
-// are left to the binaries' own flags.
+// then validated like the file; a listener whose protocol is overridden
+// takes the defaults of its new protocol. A variable that starts with
+// SPILLWAY_REGIONS_, SPILLWAY_SERVICES_, SPILLWAY_ROUTES_ or
+// SPILLWAY_LISTENERS_ but names no field is an error (a typo must not be
+// ignored); other SPILLWAY_* variables are left to the binaries' own flags.
 //
 // # After loading
 //
 // A *Config from Load, Parse or New is read-only and safe for concurrent use;
 // callers must never write to it. Its helpers answer from an index built at
-// load time: Service and Group look up by name (a GroupRef carries the
-// group's region and zone), Groups lists every group, Route matches a request
+// load time: Service, Listener and Group look up by name (a GroupRef carries
+// the group's region and zone), Groups lists every group, Route matches a
+// request
 // (exact host before wildcard before "*", then longest path prefix), and
 // GroupCapacity / Backend.Capacity compute a group's serving capacity from its
 // healthy instance count. Marshal writes a Config back as YAML that Parse

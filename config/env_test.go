@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 func TestEnvOverrides(t *testing.T) {
@@ -83,6 +85,36 @@ func TestEnvOverrides(t *testing.T) {
 			},
 		},
 		{
+			name: "listener fields, and defaults that follow an overridden protocol",
+			file: "testdata/listeners.good.yaml",
+			env: []string{
+				"SPILLWAY_LISTENERS_0_PROTOCOL=tcp",
+				"SPILLWAY_LISTENERS_0_SERVICE=db",
+				"SPILLWAY_LISTENERS_1_MAX_REQUEST_BODY_BYTES=8589934592",
+				"SPILLWAY_LISTENERS_1_CERTIFICATES_1_KEY_FILE=/k",
+				"SPILLWAY_ROUTES_0_RETRIES=3",
+				"SPILLWAY_SERVICES_0_OUTLIER_DETECTION_MAX_EJECTION_TIME=1m",
+			},
+			check: func(t *testing.T, c *Config) {
+				want := Listener{Name: "plain", Protocol: ListenerTCP, Port: 8080, Service: "db"}
+				if diff := cmp.Diff(want, c.Listeners[0]); diff != "" {
+					t.Errorf("listener 0 (-want +got):\n%s", diff)
+				}
+				if got := c.Listeners[1].MaxRequestBodyBytes; got != 8<<30 {
+					t.Errorf("max_request_body_bytes = %d, want 8 GiB", got)
+				}
+				if got := c.Listeners[1].Certificates[1].KeyFile; got != "/k" {
+					t.Errorf("key_file = %q", got)
+				}
+				if got := c.Routes[0].Retries; got != 3 {
+					t.Errorf("retries = %d, want 3", got)
+				}
+				if got := c.Services[0].OutlierDetection.MaxEjectionTime; got != time.Minute {
+					t.Errorf("max_ejection_time = %v, want 1m", got)
+				}
+			},
+		},
+		{
 			name:    "unparsable value",
 			file:    "testdata/minimal.good.yaml",
 			env:     []string{"SPILLWAY_SERVICES_0_BACKENDS_0_CAPACITY_SCALER=half"},
@@ -97,8 +129,9 @@ func TestEnvOverrides(t *testing.T) {
 		{
 			name: "names that match no field",
 			file: "testdata/minimal.good.yaml",
-			env:  []string{"SPILLWAY_SERVICES_5_POLICY=round_robin", "SPILLWAY_SERVICES_0_POLCY=round_robin", "SPILLWAY_ROUTES=x"},
+			env:  []string{"SPILLWAY_SERVICES_5_POLICY=round_robin", "SPILLWAY_SERVICES_0_POLCY=round_robin", "SPILLWAY_ROUTES=x", "SPILLWAY_LISTENERS_0_PORT=80"},
 			wantErr: []string{
+				`env SPILLWAY_LISTENERS_0_PORT: matches no config field (list entries must exist in the file)`,
 				`env SPILLWAY_ROUTES: matches no config field`,
 				`env SPILLWAY_SERVICES_0_POLCY: matches no config field`,
 				`env SPILLWAY_SERVICES_5_POLICY: matches no config field (list entries must exist in the file)`,

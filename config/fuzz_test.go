@@ -23,6 +23,9 @@ func FuzzParse(f *testing.F) {
 		"services: [{name: web, spill: {slope: .nan}}]",
 		"regions: [{name: r, zones: [{name: z, groups: [{name: g, instances: [{address: '[::1]:1'}]}]}]}]",
 		"&a [*a]", "? [a]\n: b", "1: 2", "services: [{1: 2}]",
+		"listeners: [{name: a, protocol: tcp, port: 1, max_request_body_bytes: 9223372036854775807}]",
+		"listeners: [{protocol: https, certificates: [~, {cert_file: 1}]}, 7]",
+		"routes: [{retries: 1e3, timeout: 1ns}]\nservices: [{outlier_detection: {max_ejection_time: -1s}}]",
 	} {
 		f.Add([]byte(s))
 	}

@@ -17,8 +17,9 @@ type GroupRef struct {
 // index holds the lookup tables of a loaded Config. Immutable after
 // buildIndex.
 type index struct {
-	services map[string]*Service
-	groups   map[string]GroupRef
+	services  map[string]*Service
+	listeners map[string]*Listener
+	groups    map[string]GroupRef
 	// groupList is every group in file order.
 	groupList []GroupRef
 	// Route buckets, each sorted by descending path prefix length:
@@ -53,6 +54,13 @@ func buildIndex(c *Config) *index {
 		s := &c.Services[i]
 		if _, dup := x.services[s.Name]; !dup {
 			x.services[s.Name] = s
+		}
+	}
+	x.listeners = make(map[string]*Listener, len(c.Listeners))
+	for i := range c.Listeners {
+		l := &c.Listeners[i]
+		if _, dup := x.listeners[l.Name]; !dup {
+			x.listeners[l.Name] = l
 		}
 	}
 	for i := range c.Routes {
@@ -95,6 +103,12 @@ func (c *Config) Source() string { return c.source }
 func (c *Config) Service(name string) (*Service, bool) {
 	s, ok := c.lookup().services[name]
 	return s, ok
+}
+
+// Listener returns the listener named name.
+func (c *Config) Listener(name string) (*Listener, bool) {
+	l, ok := c.lookup().listeners[name]
+	return l, ok
 }
 
 // Group returns the instance group named name with its zone and region.

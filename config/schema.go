@@ -61,7 +61,9 @@ func isList(t reflect.Type) bool {
 // defaultsFor returns the defaults of a struct type that appears as a list
 // element or at the top level. Nested sections take their defaults from their
 // parent's default (DefaultService().HealthCheck), so they need no entry.
-func defaultsFor(t reflect.Type) reflect.Value {
+// protocol is the element's protocol, for types whose defaults depend on it
+// (Listener); other types ignore it.
+func defaultsFor(t reflect.Type, protocol string) reflect.Value {
 	switch t {
 	case reflect.TypeFor[Service]():
 		return reflect.ValueOf(DefaultService())
@@ -69,8 +71,26 @@ func defaultsFor(t reflect.Type) reflect.Value {
 		return reflect.ValueOf(DefaultBackend())
 	case reflect.TypeFor[Route]():
 		return reflect.ValueOf(DefaultRoute())
+	case reflect.TypeFor[Listener]():
+		return reflect.ValueOf(DefaultListener(ListenerProtocol(protocol)))
 	}
 	return reflect.Zero(t)
+}
+
+// rawProtocol returns the protocol key of a raw list element, "" if absent
+// or not a string (the checker reports the latter).
+func rawProtocol(m map[string]any) string {
+	s, _ := m["protocol"].(string)
+	return s
+}
+
+// valueProtocol returns the Protocol field of a decoded list element, ""
+// for types without one.
+func valueProtocol(v reflect.Value) string {
+	if v.Type() == reflect.TypeFor[Listener]() {
+		return string(v.Interface().(Listener).Protocol)
+	}
+	return ""
 }
 
 // checker checks a raw tree against the schema. It removes what it reports
@@ -174,7 +194,6 @@ func (c *checker) checkValue(path string, t reflect.Type, v any, def reflect.Val
 		if !ok {
 			return fail("a list")
 		}
-		elemDef := defaultsFor(t.Elem())
 		out := l[:0:0]
 		for i, e := range l {
 			if e == nil {
@@ -187,7 +206,7 @@ func (c *checker) checkValue(path string, t reflect.Type, v any, def reflect.Val
 				c.bad = append(c.bad, p)
 				m = map[string]any{} // keep indexes stable
 			}
-			c.checkStruct(p, t.Elem(), m, elemDef)
+			c.checkStruct(p, t.Elem(), m, defaultsFor(t.Elem(), rawProtocol(m)))
 			out = append(out, m)
 		}
 		return out, true
@@ -202,6 +221,12 @@ func (c *checker) checkValue(path string, t reflect.Type, v any, def reflect.Val
 		return s, true
 	case t.Kind() == reflect.Int:
 		n, ok := asInt(v)
+		if !ok {
+			return fail("an integer")
+		}
+		return n, true
+	case t.Kind() == reflect.Int64:
+		n, ok := asInt64(v)
 		if !ok {
 			return fail("an integer")
 		}
@@ -245,20 +270,26 @@ func isMapValue(v any) bool {
 
 // asInt accepts any integer, and a float with an integral value, in int range.
 func asInt(v any) (int, bool) {
+	n, ok := asInt64(v)
+	return int(n), ok && int64(int(n)) == n
+}
+
+// asInt64 accepts any integer, and a float with an integral value, in int64
+// range.
+func asInt64(v any) (int64, bool) {
 	rv := reflect.ValueOf(v)
 	switch rv.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		n := rv.Int()
-		return int(n), int64(int(n)) == n
+		return rv.Int(), true
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
 		n := rv.Uint()
-		return int(n), n <= math.MaxInt
+		return int64(n), n <= math.MaxInt64
 	case reflect.Float32, reflect.Float64:
 		f := rv.Float()
 		if f != math.Trunc(f) || f < math.MinInt64 || f >= math.MaxInt64 {
 			return 0, false
 		}
-		return int(f), true
+		return int64(f), true
 	}
 	return 0, false
 }
@@ -484,6 +515,12 @@ func envValue(s string, t reflect.Type) (any, error) {
 			return nil, fmt.Errorf("expected an integer, got %q", s)
 		}
 		return n, nil
+	case t.Kind() == reflect.Int64:
+		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("expected an integer, got %q", s)
+		}
+		return n, nil
 	case t.Kind() == reflect.Float64:
 		f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
 		if err != nil {
@@ -524,9 +561,9 @@ func encodeStruct(v, def reflect.Value) *yaml.Node {
 				continue
 			}
 			val = &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
-			ed := defaultsFor(f.typ.Elem())
 			for i := range fv.Len() {
-				val.Content = append(val.Content, encodeStruct(fv.Index(i), ed))
+				ev := fv.Index(i)
+				val.Content = append(val.Content, encodeStruct(ev, defaultsFor(f.typ.Elem(), valueProtocol(ev))))
 			}
 		case isStruct(f.typ):
 			val = encodeStruct(fv, dv)
@@ -552,7 +589,7 @@ func encodeScalar(v reflect.Value) *yaml.Node {
 		x = time.Duration(v.Int()).String()
 	case v.Kind() == reflect.String:
 		x = v.String()
-	case v.Kind() == reflect.Int:
+	case v.Kind() == reflect.Int, v.Kind() == reflect.Int64:
 		x = v.Int()
 	case v.Kind() == reflect.Float64:
 		x = v.Float()

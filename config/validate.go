@@ -33,6 +33,7 @@ func (c *Config) validate(p *problems) {
 	v.topology()
 	v.services()
 	v.routes()
+	v.listeners()
 }
 
 // validator carries the name tables that cross-references are checked against.
@@ -269,6 +270,26 @@ func (v *validator) service(sp string, s *Service) {
 	if sl := s.Spill.Slope; !(sl > 0) || math.IsInf(sl, 0) {
 		v.p.add(sp+".spill.slope", fmt.Sprintf("must be a finite number > 0, got %v", sl))
 	}
+	v.outlierDetection(sp+".outlier_detection", s.OutlierDetection)
+}
+
+// outlierDetection checks an outlier detection section.
+func (v *validator) outlierDetection(op string, o OutlierDetection) {
+	if o.Consecutive5xx < 0 {
+		v.p.add(op+".consecutive_5xx", fmt.Sprintf("must be >= 0 (0 disables), got %d", o.Consecutive5xx))
+	}
+	if o.ConsecutiveConnectFailures < 0 {
+		v.p.add(op+".consecutive_connect_failures", fmt.Sprintf("must be >= 0 (0 disables), got %d", o.ConsecutiveConnectFailures))
+	}
+	if o.BaseEjectionTime <= 0 {
+		v.p.add(op+".base_ejection_time", fmt.Sprintf("must be > 0, got %v", o.BaseEjectionTime))
+	}
+	if o.BaseEjectionTime > 0 && o.MaxEjectionTime < o.BaseEjectionTime {
+		v.p.add(op+".max_ejection_time", fmt.Sprintf("must be >= base_ejection_time (%v), got %v", o.BaseEjectionTime, o.MaxEjectionTime))
+	}
+	if o.MaxEjectionPercent < 0 || o.MaxEjectionPercent > 100 {
+		v.p.add(op+".max_ejection_percent", fmt.Sprintf("must be in 0..100, got %d", o.MaxEjectionPercent))
+	}
 }
 
 // limit is one capacity field of a Backend, for the mode checks.
@@ -417,6 +438,12 @@ func (v *validator) routes() {
 		case !known:
 			v.p.add(rp+".service", fmt.Sprintf("unknown service %q", r.Service))
 		}
+		if r.Timeout <= 0 {
+			v.p.add(rp+".timeout", fmt.Sprintf("must be > 0, got %v", r.Timeout))
+		}
+		if r.Retries < 0 || r.Retries > maxRetries {
+			v.p.add(rp+".retries", fmt.Sprintf("must be in 0..%d (0 = never retry), got %d", maxRetries, r.Retries))
+		}
 		if hostOK && prefixOK {
 			key := [2]string{strings.ToLower(r.Host), r.PathPrefix}
 			if first, dup := seen[key]; dup {
@@ -449,6 +476,118 @@ func checkRouteHost(h string) error {
 		return fmt.Errorf("invalid host %q: drop the trailing dot", h)
 	case !isDNSName(h):
 		return fmt.Errorf("invalid host %q: want a DNS name or IP address, without a port", h)
+	}
+	return nil
+}
+
+// maxRetries is the most retries a route may ask for: beyond a few, retries
+// multiply the load on a failing fleet more than they help.
+const maxRetries = 5
+
+// minMaxHeaderBytes is the smallest max_header_bytes accepted: below it,
+// ordinary browser requests with a few cookies fail.
+const minMaxHeaderBytes = 1024
+
+// listeners checks every listener. It runs after services, whose names and
+// modes tcp listeners refer to.
+func (v *validator) listeners() {
+	names := map[string]string{}
+	ports := map[int]string{}
+	for i := range v.c.Listeners {
+		lp := fmt.Sprintf("listeners[%d]", i)
+		l := &v.c.Listeners[i]
+		v.name(lp+".name", "listener", l.Name, names)
+		switch first, dup := ports[l.Port]; {
+		case l.Port < 1 || l.Port > 65535:
+			v.p.add(lp+".port", fmt.Sprintf("required, in 1..65535; got %d", l.Port))
+		case dup:
+			v.p.add(lp+".port", fmt.Sprintf("duplicate port %d (first at %s)", l.Port, first))
+		default:
+			ports[l.Port] = lp
+		}
+		switch {
+		case l.Protocol == "":
+			v.p.add(lp+".protocol", "required: one of http, https, tcp")
+		case !slices.Contains(ListenerProtocols(), l.Protocol):
+			v.p.add(lp+".protocol", oneOf(ListenerProtocols(), l.Protocol))
+		case l.Protocol == ListenerTCP:
+			v.tcpListener(lp, l)
+		default:
+			v.httpListener(lp, l)
+		}
+	}
+}
+
+// tcpListener checks the fields of a tcp listener.
+func (v *validator) tcpListener(lp string, l *Listener) {
+	switch _, known := v.serviceNames[l.Service]; {
+	case l.Service == "":
+		v.p.add(lp+".service", "required for protocol tcp")
+	case !known:
+		v.p.add(lp+".service", fmt.Sprintf("unknown service %q", l.Service))
+	default:
+		if s := v.serviceByName(l.Service); s != nil && s.BalancingMode != ModeConnection {
+			v.p.add(lp+".service", fmt.Sprintf("service %q has balancing_mode %s; a tcp listener needs a CONNECTION service", l.Service, s.BalancingMode))
+		}
+	}
+	if len(l.Certificates) > 0 {
+		v.p.add(lp+".certificates", "only valid with protocol https; protocol is tcp")
+	}
+	if l.IdleTimeout < 0 {
+		v.p.add(lp+".idle_timeout", fmt.Sprintf("must be >= 0 (0 = no idle timeout), got %v", l.IdleTimeout))
+	}
+	httpOnly := func(key string, set bool) {
+		if set {
+			v.p.add(lp+"."+key, "only valid with protocol http or https; protocol is tcp")
+		}
+	}
+	httpOnly("read_header_timeout", l.ReadHeaderTimeout != 0)
+	httpOnly("max_header_bytes", l.MaxHeaderBytes != 0)
+	httpOnly("max_request_body_bytes", l.MaxRequestBodyBytes != 0)
+}
+
+// httpListener checks the fields of an http or https listener.
+func (v *validator) httpListener(lp string, l *Listener) {
+	if l.Service != "" {
+		v.p.add(lp+".service", fmt.Sprintf("only valid with protocol tcp; protocol %s uses routes", l.Protocol))
+	}
+	switch {
+	case l.Protocol == ListenerHTTPS && len(l.Certificates) == 0:
+		v.p.add(lp+".certificates", "at least one certificate is required for protocol https")
+	case l.Protocol != ListenerHTTPS && len(l.Certificates) > 0:
+		v.p.add(lp+".certificates", fmt.Sprintf("only valid with protocol https; protocol is %s", l.Protocol))
+	}
+	if l.Protocol == ListenerHTTPS {
+		for ci, c := range l.Certificates {
+			cp := fmt.Sprintf("%s.certificates[%d]", lp, ci)
+			if c.CertFile == "" {
+				v.p.add(cp+".cert_file", "required")
+			}
+			if c.KeyFile == "" {
+				v.p.add(cp+".key_file", "required")
+			}
+		}
+	}
+	if l.ReadHeaderTimeout <= 0 {
+		v.p.add(lp+".read_header_timeout", fmt.Sprintf("must be > 0, got %v", l.ReadHeaderTimeout))
+	}
+	if l.IdleTimeout <= 0 {
+		v.p.add(lp+".idle_timeout", fmt.Sprintf("must be > 0, got %v", l.IdleTimeout))
+	}
+	if l.MaxHeaderBytes < minMaxHeaderBytes {
+		v.p.add(lp+".max_header_bytes", fmt.Sprintf("must be >= %d, got %d", minMaxHeaderBytes, l.MaxHeaderBytes))
+	}
+	if l.MaxRequestBodyBytes < 0 {
+		v.p.add(lp+".max_request_body_bytes", fmt.Sprintf("must be >= 0 (0 = unlimited), got %d", l.MaxRequestBodyBytes))
+	}
+}
+
+// serviceByName returns the first service named name, or nil.
+func (v *validator) serviceByName(name string) *Service {
+	for i := range v.c.Services {
+		if v.c.Services[i].Name == name {
+			return &v.c.Services[i]
+		}
 	}
 	return nil
 }
