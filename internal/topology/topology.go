@@ -58,6 +58,16 @@ type Spec struct {
 	// Queue, the requests that may wait per instance (default 64).
 	ServiceTime time.Duration
 	Queue       int
+
+	// EditConfig, when set, rewrites the generated operator config before
+	// it is written (tests add listeners, affinity, outlier detection...).
+	EditConfig func(yaml string) string
+	// GFEArgs are extra flags for every gfe.
+	GFEArgs []string
+	// BackendAdmin gives every backend process a process-level admin
+	// listener (testbackend --admin) at 127.N.(101+r).1:9999; see
+	// Cluster.BackendAdmin.
+	BackendAdmin bool
 }
 
 // Region is one region of a Spec.
@@ -111,6 +121,9 @@ type Cluster struct {
 	Backends   []*proc.Proc
 	// Instances maps region name to its instance addresses.
 	Instances map[string][]string
+	// BackendAdmin maps region name to its backend process's admin
+	// address (with Spec.BackendAdmin).
+	BackendAdmin map[string]string
 
 	opts    Options
 	cpArgs  [][]string
@@ -233,7 +246,7 @@ func Start(ctx context.Context, spec Spec, opts Options) (c *Cluster, err error)
 	if opts.Dir == "" {
 		return nil, errors.New("topology: Options.Dir is required")
 	}
-	c = &Cluster{Spec: spec, Dir: opts.Dir, opts: opts, Bins: opts.Bins, Instances: map[string][]string{}}
+	c = &Cluster{Spec: spec, Dir: opts.Dir, opts: opts, Bins: opts.Bins, Instances: map[string][]string{}, BackendAdmin: map[string]string{}}
 	defer func() {
 		if err != nil {
 			c.Stop()
@@ -245,7 +258,11 @@ func Start(ctx context.Context, spec Spec, opts Options) (c *Cluster, err error)
 		}
 	}
 	c.ConfigPath = filepath.Join(opts.Dir, "spillway.yaml")
-	if err := os.WriteFile(c.ConfigPath, []byte(spec.ConfigYAML()), 0o644); err != nil {
+	yaml := spec.ConfigYAML()
+	if spec.EditConfig != nil {
+		yaml = spec.EditConfig(yaml)
+	}
+	if err := os.WriteFile(c.ConfigPath, []byte(yaml), 0o644); err != nil {
 		return nil, err
 	}
 
@@ -262,7 +279,15 @@ func Start(ctx context.Context, spec Spec, opts Options) (c *Cluster, err error)
 		}
 		c.Backends = append(c.Backends, p)
 	}
-	for _, addrs := range c.Instances {
+	for region, addrs := range c.Instances {
+		if a, ok := c.BackendAdmin[region]; ok {
+			// Any protocol: the process admin answers once every instance
+			// listens.
+			if err := waitCtx(ctx, 20*time.Second, "http://"+a+"/admin/stats"); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		for _, a := range addrs {
 			if err := waitCtx(ctx, 20*time.Second, "http://"+a+"/healthz"); err != nil {
 				return nil, err
@@ -311,6 +336,7 @@ func Start(ctx context.Context, spec Spec, opts Options) (c *Cluster, err error)
 				"--plan-interval", spec.PlanInterval.String(), "--rtt-interval", spec.RTTInterval.String(),
 				"--damping", fmt.Sprint(spec.Damping), "--log-format", "json",
 			}
+			gf.args = append(gf.args, spec.GFEArgs...)
 			c.GFEs = append(c.GFEs, gf)
 			if err := c.StartGFE(gf); err != nil {
 				return nil, err
