@@ -154,6 +154,7 @@ type Edge struct {
 	metrics *metrics
 	rtt     *rttProber
 	proxy   *proxy
+	tcp     *tcpProxy // state shared by the tcp listeners (tcpproxy.go)
 
 	// Accessed atomically.
 	table    atomic.Pointer[table]
@@ -198,6 +199,7 @@ func New(cfg Config, opts Options) (*Edge, error) {
 	}
 	e.rtt = newRTTProber(cfg, dialer, e.clk, e.log)
 	e.proxy = newProxy(e, dialer)
+	e.tcp = newTCPProxy(e, dialer.DialContext)
 	e.planner = newPlanner(e)
 	return e, nil
 }
