@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"time"
 
 	"github.com/spillway-lb/spillway/config"
 )
@@ -35,4 +36,11 @@ func (e *Edge) serveTCP(ctx context.Context, ln net.Listener, l *config.Listener
 		}
 		c.Close()
 	}
+}
+
+// observe replaces, in demand and load, the figures of every service a tcp
+// listener of cs serves: in CONNECTION mode they count open connections, not
+// requests per second. Called only from the planner goroutine. (Work in
+// progress: no-op.)
+func (x *tcpProxy) observe(now time.Time, cs *ControlState, demand map[string]float64, load map[string]map[string]float64) {
 }
