@@ -72,6 +72,7 @@ func (p *planner) step(now time.Time) {
 		}
 		load[name] = gl
 	}
+	e.tcp.observe(now, cs, demand, load) // tcp listeners' services count open connections
 	p.sampled = load
 	st := gossip.NodeState{Kind: gossip.KindGFE, Site: e.cfg.Site, Demand: demand, RTT: rtt, Load: load}
 	if _, err := e.gossip.Publish(st); err != nil {
