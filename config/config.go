@@ -228,7 +228,7 @@ type Service struct {
 // instance from balancing after a run of consecutive failures of real
 // requests, for BaseEjectionTime times the number of times it has been
 // ejected, capped at MaxEjectionTime, and never ejects more than
-// MaxEjectionPercent of a service's instances at once. An ejected instance
+// MaxEjectionPercent of an instance group's instances at once. An ejected instance
 // comes back by itself when its ejection time is over. Either trigger may be
 // disabled with 0; with both 0 nothing is ever ejected.
 type OutlierDetection struct {
@@ -248,10 +248,12 @@ type OutlierDetection struct {
 	// MaxEjectionTime caps the length of one ejection. Default 300s; must be
 	// >= BaseEjectionTime.
 	MaxEjectionTime time.Duration `mapstructure:"max_ejection_time"`
-	// MaxEjectionPercent is the largest share of a service's instances, in
-	// percent (0..100), that may be ejected at the same time; an instance
-	// that would exceed it stays in. Default 50; 0 means never eject (only
-	// counts are kept), 100 allows ejecting every instance.
+	// MaxEjectionPercent is the largest share of the healthy instances of
+	// each of the service's instance groups, in percent (0..100), that may
+	// be ejected at the same time (rounded down); an instance that would
+	// exceed it stays in, and at least one instance of every group always
+	// stays in. Default 50; 0 means never eject (only counts are kept), 100
+	// allows ejecting all but one instance of a group.
 	MaxEjectionPercent int `mapstructure:"max_ejection_percent"`
 }
 
@@ -305,6 +307,23 @@ type SessionAffinity struct {
 	// HeaderName is the request header whose value carries affinity.
 	// Required for header, invalid for other types. Must be an HTTP token.
 	HeaderName string `mapstructure:"header_name"`
+	// CookieSecret is the secret every gfe derives the HMAC-SHA256 key of
+	// generated cookies from (one key per service: HMAC-SHA256(secret,
+	// "spillway affinity cookie key v1" ‖ 0x00 ‖ service name)), so that a
+	// cookie issued by one gfe verifies on every other. Required for
+	// generated_cookie, invalid for other types. At least 32 bytes of random
+	// data, for example the output of `openssl rand -base64 32`. It reaches
+	// the gfes inside the control plane's snapshot; keep it out of the file
+	// with SPILLWAY_SERVICES_<i>_SESSION_AFFINITY_COOKIE_SECRET. Never shown
+	// in validation messages.
+	CookieSecret string `mapstructure:"cookie_secret"`
+	// PreviousCookieSecret, when set, still verifies generated cookies but
+	// no longer signs them, for rotation: move cookie_secret here and set a
+	// new cookie_secret (cookies signed with the old one keep their backend
+	// and are re-signed when next seen); remove it after cookie_ttl, after
+	// which cookies still signed with it are ignored and replaced. Only for
+	// generated_cookie; at least 32 bytes; must differ from CookieSecret.
+	PreviousCookieSecret string `mapstructure:"previous_cookie_secret"`
 }
 
 // HealthCheck configures active health checking of a service's instances

@@ -122,6 +122,12 @@ var badFiles = []struct {
 		`services[1].session_affinity.cookie_ttl: must be >= 0 (0 = session cookie), got -1m0s`,
 		`services[2].session_affinity.cookie_name: only valid with type generated_cookie or http_cookie; type is client_ip`,
 		`services[2].session_affinity.cookie_ttl: only valid with type generated_cookie or http_cookie; type is client_ip`,
+		`services[3].session_affinity.cookie_secret: required for type generated_cookie`,
+		`services[4].session_affinity.cookie_secret: must be at least 32 bytes, got 9`,
+		`services[4].session_affinity.previous_cookie_secret: must be at least 32 bytes, got 10`,
+		`services[5].session_affinity.previous_cookie_secret: must differ from cookie_secret`,
+		`services[6].session_affinity.cookie_secret: only valid with type generated_cookie; type is http_cookie`,
+		`services[6].session_affinity.previous_cookie_secret: only valid with type generated_cookie; type is http_cookie`,
 	}},
 	{"affinity_header.bad.yaml", []string{
 		`services[0].session_affinity.header_name: required for type header`,
@@ -354,7 +360,8 @@ func TestLoadGoodFiles(t *testing.T) {
 							{Group: "us-east-c-web", MaxConnections: 200, CapacityScaler: 1},
 							{Group: "eu-west-b-web", MaxConnections: 100, CapacityScaler: 0},
 						},
-						SessionAffinity: SessionAffinity{Type: AffinityGeneratedCookie, CookieName: "SPILLWAY_AFFINITY", CookieTTL: 90 * time.Minute},
+						SessionAffinity: SessionAffinity{Type: AffinityGeneratedCookie, CookieName: "SPILLWAY_AFFINITY", CookieTTL: 90 * time.Minute,
+							CookieSecret: "full-good-example-secret-0123456789abcdef", PreviousCookieSecret: "full-good-previous-secret-0123456789abcdef"},
 						HealthCheck: HealthCheck{
 							Protocol: HealthHTTPS, Path: "/ready", Port: 8080,
 							Interval: 10 * time.Second, Timeout: 2 * time.Second,

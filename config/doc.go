@@ -35,6 +35,8 @@
 //	      cookie_name: ""                 # required for the cookie types, else invalid
 //	      cookie_ttl: 0s                  # cookie types only; 0 = session cookie
 //	      header_name: ""                 # required for header, else invalid
+//	      cookie_secret: ""               # generated_cookie: required, ≥ 32 bytes, same on every gfe
+//	      previous_cookie_secret: ""      # generated_cookie: optional, verifies only (rotation)
 //	    health_check:
 //	      protocol: http                  # http | https | tcp | grpc
 //	      path: /healthz                  # http, https
@@ -53,7 +55,7 @@
 //	      consecutive_connect_failures: 3 # ≥ 0; 0 disables this trigger
 //	      base_ejection_time: 30s         # > 0; the n-th ejection lasts n × base ...
 //	      max_ejection_time: 300s         # ... up to this; ≥ base_ejection_time
-//	      max_ejection_percent: 50        # 0..100 of the service's instances at once
+//	      max_ejection_percent: 50        # 0..100 of each instance group at once
 //	routes:                               # required, at least one
 //	  - host: "*"                         # exact host, "*.example.com", or "*"
 //	    path_prefix: /                    # plain string prefix, starts with "/"

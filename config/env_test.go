@@ -32,6 +32,22 @@ func TestEnvOverrides(t *testing.T) {
 			},
 		},
 		{
+			name: "cookie secret from the environment",
+			file: "../configs/affinity.yaml",
+			env:  []string{"SPILLWAY_SERVICES_3_SESSION_AFFINITY_COOKIE_SECRET=from-the-secret-store-0123456789abcdef"},
+			check: func(t *testing.T, c *Config) {
+				if got := c.Services[3].SessionAffinity.CookieSecret; got != "from-the-secret-store-0123456789abcdef" {
+					t.Errorf("cookie_secret = %q, want the environment's", got)
+				}
+			},
+		},
+		{
+			name:    "short cookie secret from the environment",
+			file:    "../configs/affinity.yaml",
+			env:     []string{"SPILLWAY_SERVICES_3_SESSION_AFFINITY_COOKIE_SECRET=short"},
+			wantErr: []string{"services[3].session_affinity.cookie_secret: must be at least 32 bytes, got 5"},
+		},
+		{
 			name: "policy, duration, route host, instance address",
 			file: "../configs/demo.yaml",
 			env: []string{

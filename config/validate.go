@@ -340,7 +340,12 @@ func (v *validator) limits(bp string, mode BalancingMode, b Backend) {
 	}
 }
 
-// affinity checks a session affinity section.
+// minCookieSecret is the shortest cookie_secret accepted, in bytes: the
+// size of the HMAC-SHA256 key derived from it (RFC 2104 §3).
+const minCookieSecret = 32
+
+// affinity checks a session affinity section. Messages about secrets give
+// their length, never their value.
 func (v *validator) affinity(ap string, a SessionAffinity) {
 	types := []AffinityType{AffinityNone, AffinityClientIP, AffinityClientIPProto, AffinityClientIPPortProto,
 		AffinityGeneratedCookie, AffinityHTTPCookie, AffinityHeader}
@@ -362,6 +367,24 @@ func (v *validator) affinity(ap string, a SessionAffinity) {
 		v.p.add(ap+".cookie_ttl", fmt.Sprintf("only valid with type generated_cookie or http_cookie; type is %s", a.Type))
 	case a.CookieTTL < 0:
 		v.p.add(ap+".cookie_ttl", fmt.Sprintf("must be >= 0 (0 = session cookie), got %v", a.CookieTTL))
+	}
+	gen := a.Type == AffinityGeneratedCookie
+	switch {
+	case gen && a.CookieSecret == "":
+		v.p.add(ap+".cookie_secret", "required for type generated_cookie")
+	case gen && len(a.CookieSecret) < minCookieSecret:
+		v.p.add(ap+".cookie_secret", fmt.Sprintf("must be at least %d bytes, got %d", minCookieSecret, len(a.CookieSecret)))
+	case !gen && a.CookieSecret != "":
+		v.p.add(ap+".cookie_secret", fmt.Sprintf("only valid with type generated_cookie; type is %s", a.Type))
+	}
+	switch {
+	case a.PreviousCookieSecret == "":
+	case !gen:
+		v.p.add(ap+".previous_cookie_secret", fmt.Sprintf("only valid with type generated_cookie; type is %s", a.Type))
+	case len(a.PreviousCookieSecret) < minCookieSecret:
+		v.p.add(ap+".previous_cookie_secret", fmt.Sprintf("must be at least %d bytes, got %d", minCookieSecret, len(a.PreviousCookieSecret)))
+	case a.PreviousCookieSecret == a.CookieSecret:
+		v.p.add(ap+".previous_cookie_secret", "must differ from cookie_secret")
 	}
 	switch header := a.Type == AffinityHeader; {
 	case header && a.HeaderName == "":
