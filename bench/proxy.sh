@@ -140,7 +140,7 @@ USED_PORTS=" "
 free_port() {
 	local p
 	for _ in $(seq 200); do
-		p=$((20000 + RANDOM % 30000))
+		p=$((20000 + RANDOM % 12000)) # below the usual ephemeral range (32768+)
 		case $USED_PORTS in *" $p "*) continue ;; esac
 		if [ -z "$(ss -Htuan "( sport = :$p )")" ]; then
 			USED_PORTS="$USED_PORTS$p "
