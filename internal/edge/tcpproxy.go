@@ -569,25 +569,19 @@ type tcpConn struct {
 	idle    time.Duration // 0: no idle timeout
 
 	// Accessed atomically.
-	forced   atomic.Int32 // closeReason of abort, if any
-	first    atomic.Int32 // closeClient or closeBackend: the side that ended first
+	why      atomic.Int32 // closeReason: the first of abort's reason and the side that ended first
 	lastRead atomic.Int64 // clock time of the last byte read, in UnixNano (idle timeout only)
 }
 
-// reason returns why c ended: the reason it was aborted for, or else the
-// side that ended first.
-func (c *tcpConn) reason() closeReason {
-	if r := closeReason(c.forced.Load()); r != closeNone {
-		return r
-	}
-	return closeReason(c.first.Load())
-}
+// reason returns why c ended: what came first of an abort (its reason)
+// and one side ending (closeClient, closeBackend).
+func (c *tcpConn) reason() closeReason { return closeReason(c.why.Load()) }
 
 // abort closes both sides of c at once, with a reset, recording r as the
-// reason unless an earlier abort recorded one. Safe to call from any
-// goroutine, any number of times.
+// reason unless c has one already. Safe to call from any goroutine, any
+// number of times.
 func (c *tcpConn) abort(r closeReason) {
-	c.forced.CompareAndSwap(int32(closeNone), int32(r))
+	c.why.CompareAndSwap(int32(closeNone), int32(r))
 	closeReset(c.client)
 	closeReset(c.backend)
 }
@@ -632,7 +626,7 @@ func (c *tcpConn) pipe(dst, src net.Conn, side closeReason, direction string) {
 		// Both are *net.TCPConn: dst.ReadFrom(src) splices in the kernel.
 		n, err = io.Copy(dst, src)
 	}
-	c.first.CompareAndSwap(int32(closeNone), int32(side))
+	c.why.CompareAndSwap(int32(closeNone), int32(side))
 	c.x.metrics.bytes.WithLabelValues(c.service, direction).Add(float64(n))
 	if err != nil {
 		c.client.Close()
