@@ -44,7 +44,8 @@ import (
 //     carried no byte in either direction for that long.
 //   - Drain: when serveTCP's ctx ends (or its listener is closed) it stops
 //     accepting; open connections may finish within DrainTimeout, after
-//     which they are closed.
+//     which they are closed (at once, if ctx ends while a closed listener
+//     drains).
 //
 // For the planner, a service that a tcp listener serves counts its demand
 // and its load per group in open connections (smoothed over
@@ -151,10 +152,12 @@ func (r closeReason) String() string { return closeReasonNames[r] }
 
 // serveTCP accepts connections on ln, the socket of tcp listener l, and
 // proxies each to a backend of l's service, until ctx ends or ln is closed.
-// Then it stops accepting, gives open connections up to DrainTimeout to
-// finish, closes the rest and returns nil once every connection's goroutines
-// have exited. It returns an error only if ln fails for another reason than
-// being closed. Each new connection uses the table live when it arrives, and
+// Then it stops accepting and drains: open connections get up to
+// DrainTimeout to finish, after which the rest are closed. When ln was
+// closed first (a retired listener), ctx ending during the drain closes
+// the rest at once (the caller's hard stop). serveTCP returns once every
+// connection's goroutines have exited: nil, or the error of an Accept that
+// failed for another reason than ln being closed. Each new connection uses the table live when it arrives, and
 // the entry of l's name in that table's config (so a reload that changes the
 // listener's service or idle timeout applies to new connections); l is the
 // fallback when the config has no such entry.
@@ -166,7 +169,11 @@ func (e *Edge) serveTCP(ctx context.Context, ln net.Listener, l *config.Listener
 
 	err := tl.acceptLoop(ctx, ln)
 	ln.Close()
-	tl.drain()
+	var hardStop <-chan struct{}
+	if ctx.Err() == nil {
+		hardStop = ctx.Done()
+	}
+	tl.drain(hardStop)
 	close(stop)
 	watch.Wait()
 	return err
@@ -259,10 +266,11 @@ func transientAcceptError(err error) bool {
 	return false
 }
 
-// drain waits up to DrainTimeout for the open connections to end, then
-// closes the rest and waits for every connection goroutine to exit. New
-// connections are refused from the start of drain.
-func (tl *tcpListener) drain() {
+// drain waits up to DrainTimeout, or until hardStop is closed, for the
+// open connections to end, then closes the rest and waits for every
+// connection goroutine to exit. New connections are refused from the start
+// of drain.
+func (tl *tcpListener) drain(hardStop <-chan struct{}) {
 	e := tl.x.e
 	tl.mu.Lock()
 	tl.draining = true
@@ -282,6 +290,7 @@ func (tl *tcpListener) drain() {
 	case <-done:
 		return
 	case <-t.C():
+	case <-hardStop:
 	}
 	tl.mu.Lock()
 	left := make([]*tcpConn, 0, len(tl.conns))
@@ -293,7 +302,7 @@ func (tl *tcpListener) drain() {
 		c.abort(closeDrain)
 	}
 	if len(left) > 0 {
-		e.log.Info().Str("listener", tl.def.Name).Int("connections", len(left)).Msg("tcp drain timeout: closed the remaining connections")
+		e.log.Info().Str("listener", tl.def.Name).Int("connections", len(left)).Msg("tcp drain over: closed the remaining connections")
 	}
 	<-done
 }

@@ -238,7 +238,8 @@ type tcpHarness struct {
 	g      *fakeGossip
 	clk    *clock.Fake
 	cfg    *config.Config
-	addr   string // the tcp listener
+	ln     net.Listener // the tcp listener
+	addr   string       // its address
 	cancel context.CancelFunc
 	done   chan error // serveTCP's result
 }
@@ -285,7 +286,7 @@ func startTCPWith(t *testing.T, cfg *config.Config, hook func(*Edge)) *tcpHarnes
 		t.Fatal("no listener db")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &tcpHarness{e: e, g: g, clk: clk, cfg: cfg, addr: ln.Addr().String(), cancel: cancel, done: make(chan error, 1)}
+	h := &tcpHarness{e: e, g: g, clk: clk, cfg: cfg, ln: ln, addr: ln.Addr().String(), cancel: cancel, done: make(chan error, 1)}
 	go func() { h.done <- e.serveTCP(ctx, ln, l) }()
 	t.Cleanup(func() {
 		select {
@@ -651,6 +652,35 @@ func TestTCPProxyDrain(t *testing.T) {
 	}
 	if got := h.counter("accepted", "db", "proxied"); got != 2 || e1.accepted.Load() != 2 {
 		t.Errorf("proxied %v connections, backend accepted %d; want 2 and 2 (none while draining)", got, e1.accepted.Load())
+	}
+}
+
+// TestTCPProxyRetiredListener: when its socket is closed under it (the
+// listener was removed or changed), serveTCP stops accepting but lets open
+// connections go on, until ctx ends: then it closes them at once.
+func TestTCPProxyRetiredListener(t *testing.T) {
+	checkLeaks(t)
+	e1 := newEchoBackend(t, "e1")
+	h := startTCP(t, tcpConfig(t, "waterfall", instances(e1), nil, 0))
+	cs, _ := h.open(t, 1)
+	h.ln.Close()
+	h.blockUntil(t, 2) // draining: the drain timer is armed
+	if err := cs[0].echo("still here"); err != nil {
+		t.Fatalf("an open connection broke when its listener closed: %v", err)
+	}
+	h.cancel() // hard stop, well before DrainTimeout
+	cs[0].waitClosed(t)
+	select {
+	case err := <-h.done:
+		h.done <- err
+		if err != nil {
+			t.Fatalf("serveTCP = %v, want nil", err)
+		}
+	case <-time.After(tcpTestTimeout):
+		t.Fatal("serveTCP did not return")
+	}
+	if got := h.counter("closed", "db", "drain"); got != 1 {
+		t.Errorf("closed{reason=drain} = %v, want 1", got)
 	}
 }
 
