@@ -57,6 +57,7 @@ func run(args []string) error {
 	ecfg.DemandSmoothing = v.GetDuration("demand-smoothing")
 	ecfg.RTTPath = v.GetString("rtt-path")
 	ecfg.DrainTimeout = v.GetDuration("drain-timeout")
+	ecfg.CertCheckInterval = v.GetDuration("cert-check-interval")
 	ecfg.AccessLog = v.GetBool("access-log")
 	if s := v.GetString("source-ip"); s != "" {
 		if ecfg.SourceIP, err = netip.ParseAddr(s); err != nil {
@@ -113,7 +114,7 @@ func parseFlags(args []string) (*viper.Viper, error) {
 	fs := pflag.NewFlagSet("gfe", pflag.ContinueOnError)
 	fs.String("node", "", "this gfe's unique name (default hostname-listen)")
 	fs.String("site", "", "the edge site this gfe serves (required)")
-	fs.String("listen", d.Listen, "client-facing HTTP listener")
+	fs.String("listen", d.Listen, "client-facing HTTP listener (HTTP/1.1 and h2c); config listeners bind its host")
 	fs.String("admin", d.Admin, "admin listener: /metrics /healthz /readyz /status /debug/pprof")
 	fs.String("source-ip", "", "local address of connections to backends (tells sites apart)")
 	fs.String("controlplanes", "", "comma-separated control plane gRPC addresses")
@@ -127,6 +128,7 @@ func parseFlags(args []string) (*viper.Viper, error) {
 	fs.Duration("rtt-interval", d.RTTInterval, "how often to probe each region's RTT")
 	fs.String("rtt-path", d.RTTPath, "HTTP path probed for RTT")
 	fs.Duration("drain-timeout", d.DrainTimeout, "how long shutdown waits for in-flight requests")
+	fs.Duration("cert-check-interval", d.CertCheckInterval, "how often https listeners' certificate files are checked for changes")
 	fs.Bool("access-log", false, "log every request")
 	fs.String("log-format", "auto", "json, console, or auto (console on a terminal)")
 	fs.String("log-level", "info", "debug, info, warn or error")

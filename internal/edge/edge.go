@@ -25,7 +25,10 @@ type Config struct {
 	Node string
 	// Site is the edge location this gfe serves. Required.
 	Site string
-	// Listen is the address of the client-facing HTTP listener.
+	// Listen is the address of the client-facing HTTP listener (HTTP/1.1
+	// and h2c, with the defaults of config.DefaultListener). The listeners
+	// of the control state's config bind the host of this address at their
+	// own ports; one whose port is this one takes this socket over.
 	// Default 127.0.0.1:8080.
 	Listen string
 	// Admin is the address of the admin listener (/metrics, /healthz,
@@ -53,9 +56,15 @@ type Config struct {
 	// RTTPath is the HTTP path probed for RTT on a region's instances; any
 	// response counts as a sample. Default "/rtt".
 	RTTPath string
-	// DrainTimeout bounds how long shutdown waits for in-flight requests.
-	// Default 10s.
+	// DrainTimeout bounds how long shutdown waits for in-flight requests,
+	// and how long a removed or changed listener's connections may take to
+	// finish. Default 10s.
 	DrainTimeout time.Duration
+	// CertCheckInterval is how often the certificate files of https
+	// listeners are checked for changes (modification time or size) and
+	// reloaded, and failed listener binds retried. Default 10s. Files are
+	// also checked on every applied snapshot.
+	CertCheckInterval time.Duration
 	// AccessLog logs every request (off by default: it costs on the hot
 	// path).
 	AccessLog bool
@@ -73,6 +82,8 @@ func DefaultConfig() Config {
 		RTTInterval:     time.Second,
 		RTTPath:         "/rtt",
 		DrainTimeout:    10 * time.Second,
+
+		CertCheckInterval: 10 * time.Second,
 	}
 }
 
@@ -96,6 +107,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.Damping > 0 && c.Damping <= 1) {
 		errs = append(errs, fmt.Errorf("gfe.damping: must be in (0,1], got %v", c.Damping))
+	}
+	if c.CertCheckInterval <= 0 {
+		errs = append(errs, fmt.Errorf("gfe.cert_check_interval: must be > 0, got %v", c.CertCheckInterval))
 	}
 	if c.DrainTimeout < 0 {
 		errs = append(errs, fmt.Errorf("gfe.drain_timeout: must be >= 0, got %v", c.DrainTimeout))
@@ -155,6 +169,16 @@ type Edge struct {
 	rtt     *rttProber
 	proxy   *proxy
 	tcp     *tcpProxy // state shared by the tcp listeners (tcpproxy.go)
+	// listeners serves the client-facing sockets.
+	listeners *listenerManager
+	// streams tracks long-lived streams (gRPC calls, upgraded connections)
+	// by backend, so that those of an unavailable backend can be ended.
+	streams *streamTracker
+	// h2c carries gRPC calls to backends; grpcTransport and
+	// upgradeTransport are the tracked transports of transportFor.
+	h2c              *http.Transport
+	grpcTransport    http.RoundTripper
+	upgradeTransport http.RoundTripper
 
 	// Accessed atomically.
 	table    atomic.Pointer[table]
@@ -200,18 +224,39 @@ func New(cfg Config, opts Options) (*Edge, error) {
 	e.rtt = newRTTProber(cfg, dialer, e.clk, e.log)
 	e.proxy = newProxy(e, dialer)
 	e.tcp = newTCPProxy(e, dialer.DialContext)
+	e.streams = newStreamTracker()
+	e.h2c = newH2CTransport(dialer)
+	e.grpcTransport = &trackingTransport{next: e.h2c, streams: e.streams}
+	e.upgradeTransport = &trackingTransport{next: e.proxy.transport, streams: e.streams}
+	if _, ok := e.proxy.rp.Transport.(*http.Transport); ok {
+		// Every request the proxy sends goes by transportFor (gRPC over
+		// h2c, streams tracked).
+		e.proxy.rp.Transport = backendRoundTripper{e}
+	}
+	var err error
+	if e.listeners, err = newListenerManager(e, e.reg); err != nil {
+		return nil, err
+	}
 	e.planner = newPlanner(e)
 	return e, nil
 }
 
 // ApplySnapshot validates cs and makes it the node's control state; the
 // next plan uses it. It returns an error (the control-plane client NACKs
-// with it) when cs cannot be used, and then keeps the previous state. Safe
-// to call from any goroutine.
+// with it) when cs cannot be used — no config, or a certificate of an https
+// listener that cannot be loaded — and then keeps the previous state. It
+// reconciles the listeners (when Run has started them) and ends the
+// long-lived streams (gRPC calls, WebSockets) to backends that cs makes
+// unavailable: unhealthy, or no longer configured. Safe to call from any
+// goroutine.
 func (e *Edge) ApplySnapshot(cs ControlState) error {
 	if cs.Config == nil {
 		return errors.New("edge: snapshot without config")
 	}
+	if err := e.listeners.apply(cs.Config.Listeners); err != nil {
+		return fmt.Errorf("edge: snapshot %s: %w", cs.Version, err)
+	}
+	e.endUnavailableStreams(&cs)
 	if e.control.Swap(&cs) == nil {
 		e.rtt.probeSoon()
 	}
@@ -241,42 +286,45 @@ func (e *Edge) Ready() bool {
 }
 
 // Run serves until ctx is cancelled, then drains: readiness turns false,
-// the listener stops accepting, and in-flight requests get up to
-// DrainTimeout to finish. It returns nil after a clean drain.
+// every listener stops accepting at once (new connections are refused),
+// in-flight requests get up to DrainTimeout to finish, and upgraded
+// connections (WebSockets) are closed. It returns nil after a clean drain,
+// and an error when DrainTimeout passed with requests still in flight.
+//
+// Run binds Config.Listen (an error is returned when it cannot) and the
+// listeners of the current control state (a bind error is logged and
+// retried every CertCheckInterval), and reconciles them with every
+// snapshot applied while it runs.
 func (e *Edge) Run(ctx context.Context) error {
-	ln, err := net.Listen("tcp", e.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("gfe listen %s: %w", e.cfg.Listen, err)
-	}
 	aln, err := net.Listen("tcp", e.cfg.Admin)
 	if err != nil {
-		ln.Close()
 		return fmt.Errorf("gfe admin listen %s: %w", e.cfg.Admin, err)
 	}
-	e.log.Info().Str("listen", ln.Addr().String()).Str("admin", aln.Addr().String()).Msg("gfe serving")
-
-	srv := &http.Server{
-		Handler:           e.proxy,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       90 * time.Second,
-		ErrorLog:          nil,
+	if err := e.listeners.start(); err != nil {
+		aln.Close()
+		return fmt.Errorf("gfe listen %s: %w", e.cfg.Listen, err)
 	}
+	e.log.Info().Str("listen", e.ListenAddr().String()).Str("admin", aln.Addr().String()).Msg("gfe serving")
+
 	admin := &http.Server{Handler: e.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return e.planner.run(gctx) })
 	g.Go(func() error { return e.rtt.run(gctx, e.regionTargets) })
-	g.Go(func() error { return serve(srv, ln) })
+	g.Go(func() error { return e.listeners.run(gctx) })
 	g.Go(func() error { return serve(admin, aln) })
 	g.Go(func() error {
 		<-gctx.Done()
 		e.draining.Store(true)
+		start := time.Now()
 		e.log.Info().Dur("drain_timeout", e.cfg.DrainTimeout).Msg("draining")
 		dctx, cancel := context.WithTimeout(context.Background(), e.cfg.DrainTimeout)
 		defer cancel()
-		err := srv.Shutdown(dctx)
+		err := e.listeners.shutdown(dctx)
 		e.proxy.transport.CloseIdleConnections()
+		e.h2c.CloseIdleConnections()
 		aerr := admin.Shutdown(dctx)
+		e.log.Info().Dur("took", time.Since(start)).Msg("drained")
 		return errors.Join(err, aerr)
 	})
 	err = g.Wait()
@@ -284,6 +332,31 @@ func (e *Edge) Run(ctx context.Context) error {
 		e.log.Info().Msg("gfe stopped")
 	}
 	return err
+}
+
+// ListenAddr returns the bound address of Config.Listen (its real port when
+// Config.Listen asks for port 0), or nil before Run has bound it.
+func (e *Edge) ListenAddr() net.Addr {
+	return e.listeners.addr(e.listeners.defPort)
+}
+
+// endUnavailableStreams ends the tracked streams whose backend cs makes
+// unavailable: unhealthy, or not an instance of cs.Config any more.
+func (e *Edge) endUnavailableStreams(cs *ControlState) {
+	if e.streams.len() == 0 {
+		return
+	}
+	known := map[string]bool{}
+	for _, g := range cs.Config.Groups() {
+		for _, in := range g.Group.Instances {
+			known[in.Address] = true
+		}
+	}
+	n := e.streams.endWhere(func(addr string) bool { return cs.Unhealthy[addr] || !known[addr] })
+	if n > 0 {
+		e.listeners.metrics.streamsClosed.Add(float64(n))
+		e.log.Info().Int("streams", n).Str("version", cs.Version).Msg("ended streams to unavailable backends")
+	}
 }
 
 // serve runs srv on ln and treats a shutdown as a clean stop.
