@@ -19,6 +19,7 @@ func (s *Server) adminHandler() http.Handler {
 	mux.HandleFunc("POST /admin/health", s.serveAdminSetHealth)
 	mux.HandleFunc("GET /admin/stats", s.serveAdminStats)
 	mux.HandleFunc("POST /admin/close", s.serveAdminClose)
+	mux.HandleFunc("POST /admin/fault", s.serveAdminFault)
 	return mux
 }
 
@@ -90,4 +91,21 @@ func (s *Server) serveAdminClose(w http.ResponseWriter, r *http.Request) {
 		in.logger.Info().Int("closed", n).Msg("connections closed by admin request")
 		writeJSON(w, http.StatusOK, map[string]int{"closed": n})
 	}
+}
+
+// serveAdminFault serves POST /admin/fault?instance=NAME&status=CODE: the
+// instance answers every normal HTTP request with CODE (400..599) from now
+// on, or normally again with 0; it answers {"status":CODE}.
+func (s *Server) serveAdminFault(w http.ResponseWriter, r *http.Request) {
+	in := s.instanceParam(w, r)
+	if in == nil {
+		return
+	}
+	status, err := faultParam(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	in.setFault(status)
+	writeJSON(w, http.StatusOK, map[string]int{"status": status})
 }

@@ -34,6 +34,8 @@
 //	GET  /ws             WebSocket echo (below).
 //	POST /admin/health   ?healthy=false|true: fail or pass health checks from now on.
 //	GET  /admin/health   {"healthy":BOOL}.
+//	POST /admin/fault    ?status=CODE: answer every normal request CODE (400..599) from
+//	                     now on, still passing health checks; status=0 ends the fault.
 //	GET  /admin/stats    counters as JSON (Stats).
 //	any other            a normal request: takes capacity, answers 200 with a JSON Reply.
 //
@@ -70,6 +72,8 @@
 //	GET  /admin/stats                               [Stats, ...] of every instance
 //	POST /admin/close?instance=NAME                 close every client connection of
 //	                                                the instance: {"closed":N}
+//	POST /admin/fault?instance=NAME&status=CODE     answer normal HTTP requests CODE
+//	                                                (0 = no fault): {"status":CODE}
 //
 // It answers 400 without ?instance=, 404 for an unknown one. /admin/close
 // closes the instance's TCP connections, whatever their protocol (HTTP

@@ -68,6 +68,9 @@ type Stats struct {
 	// WebSocket messages, and tcp chunks (what one read returned). A
 	// message is counted just before its reply is sent.
 	Messages uint64 `json:"messages"`
+	// Faulted counts normal requests answered with the injected fault
+	// status (POST /admin/fault) instead of being served.
+	Faulted uint64 `json:"faulted"`
 	// OpenConns is the number of client TCP connections open now, of any
 	// protocol (for tcp: the echo connections, admitted or queued).
 	OpenConns int `json:"open_conns"`
@@ -123,6 +126,10 @@ type instance struct {
 	// Accessed atomically.
 	healthy                                               atomic.Bool
 	served, rejected, canceled, probes, streams, messages atomic.Uint64
+	// fault, when not 0, is the status every normal HTTP request is
+	// answered with (see setFault); faulted counts those answers.
+	fault   atomic.Int32
+	faulted atomic.Uint64
 
 	// healthMu serializes health changes.
 	healthMu sync.Mutex
@@ -152,6 +159,7 @@ func newInstance(cfg InstanceConfig, delays []DelayRule, clk clock.Clock, logger
 	in.mux.HandleFunc("GET /admin/health", in.serveGetHealth)
 	in.mux.HandleFunc("POST /admin/health", in.serveSetHealth)
 	in.mux.HandleFunc("GET /admin/stats", in.serveStats)
+	in.mux.HandleFunc("POST /admin/fault", in.serveSetFault)
 	in.mux.HandleFunc("/admin/", http.NotFound)
 	in.mux.HandleFunc("/", in.serveRequest)
 	return in
@@ -267,6 +275,36 @@ func (in *instance) serveSetHealth(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]bool{"healthy": healthy})
 }
 
+// serveSetFault serves POST /admin/fault?status=CODE (see setFault).
+func (in *instance) serveSetFault(w http.ResponseWriter, r *http.Request) {
+	status, err := faultParam(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	in.setFault(status)
+	writeJSON(w, http.StatusOK, map[string]int{"status": status})
+}
+
+// faultParam reads ?status= of a fault request: 0, or an HTTP status in
+// 400..599.
+func faultParam(r *http.Request) (int, error) {
+	status, err := strconv.Atoi(r.URL.Query().Get("status"))
+	if err != nil || (status != 0 && (status < 400 || status > 599)) {
+		return 0, errors.New("want status=0 (no fault) or status=400..599")
+	}
+	return status, nil
+}
+
+// setFault makes the instance answer every normal HTTP request (http and
+// h2; not health checks, RTT probes or admin routes) with status from now
+// on, after the emulated delay and without taking capacity, as a broken
+// backend that still passes its health checks; 0 ends the fault.
+func (in *instance) setFault(status int) {
+	in.fault.Store(int32(status))
+	in.logger.Info().Int("status", status).Msg("fault set by admin request")
+}
+
 func (in *instance) serveStats(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, in.stats())
 }
@@ -285,6 +323,7 @@ func (in *instance) stats() Stats {
 		Probes:    in.probes.Load(),
 		Streams:   in.streams.Load(),
 		Messages:  in.messages.Load(),
+		Faulted:   in.faulted.Load(),
 		OpenConns: in.conns.open(),
 		Conns:     in.conns.accepted.Load(),
 		BySource:  map[string]SourceStats{},
@@ -305,6 +344,11 @@ func (in *instance) serveRequest(w http.ResponseWriter, r *http.Request) {
 	src := source(r)
 	if in.delay(r, src) != nil {
 		in.canceled.Add(1)
+		return
+	}
+	if f := in.fault.Load(); f != 0 {
+		in.faulted.Add(1)
+		http.Error(w, "fault injected", int(f))
 		return
 	}
 	if !in.admitHTTP(w, r, src) {
