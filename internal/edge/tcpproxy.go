@@ -157,10 +157,12 @@ func (r closeReason) String() string { return closeReasonNames[r] }
 // closed first (a retired listener), ctx ending during the drain closes
 // the rest at once (the caller's hard stop). serveTCP returns once every
 // connection's goroutines have exited: nil, or the error of an Accept that
-// failed for another reason than ln being closed. Each new connection uses the table live when it arrives, and
-// the entry of l's name in that table's config (so a reload that changes the
-// listener's service or idle timeout applies to new connections); l is the
-// fallback when the config has no such entry.
+// failed for another reason than ln being closed.
+//
+// Each new connection uses the table live when it arrives, and the entry of
+// l's name in that table's config (so a reload that changes the listener's
+// service or idle timeout applies to new connections); l is the fallback
+// when the config has no such entry.
 func (e *Edge) serveTCP(ctx context.Context, ln net.Listener, l *config.Listener) error {
 	tl := &tcpListener{x: e.tcp, def: l, conns: map[*tcpConn]struct{}{}}
 	stop := make(chan struct{})
