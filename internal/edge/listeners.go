@@ -385,7 +385,9 @@ func (m *listenerManager) serve(g *generation) {
 	case config.ListenerTCP:
 		err = m.e.serveTCP(g.ctx, g.ln, &g.spec)
 	}
-	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+	// The handoff listener is closed before the server is shut down, so
+	// Serve may see it closed first.
+	if err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 		m.log.Error().Err(err).Str("listener", g.spec.Name).Msg("listener stopped")
 	}
 }
