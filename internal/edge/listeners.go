@@ -112,7 +112,7 @@ type listenerManager struct {
 // port is one bound socket and the server generation that serves it.
 type port struct {
 	ln       net.Listener
-	name     string // listener name, for logs
+	name     string // listener name, for logs; guarded by listenerManager.mu
 	accepted prometheus.Counter
 	certs    certStore // https: shared by every generation of the port
 
@@ -488,7 +488,7 @@ func (m *listenerManager) acceptLoop(p *port) {
 			}
 			// Out of file descriptors or the like: back off as net/http does.
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			m.log.Warn().Err(err).Str("listener", p.name).Dur("retry_in", backoff).Msg("accept")
+			m.log.Warn().Err(err).Str("addr", p.ln.Addr().String()).Dur("retry_in", backoff).Msg("accept")
 			t := m.e.clk.NewTimer(backoff)
 			select {
 			case <-t.C():
