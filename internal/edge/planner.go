@@ -1,8 +1,10 @@
 package edge
 
 import (
+	"cmp"
 	"context"
 	"maps"
+	"math"
 	"slices"
 	"time"
 
@@ -22,8 +24,10 @@ type planner struct {
 	meters   map[string]*serviceMeters        // by service
 	load     map[string]map[string]*ewma.Rate // service -> group -> rate
 	prev     map[string]*waterfall.Plan       // by service
+	outliers map[string]*serviceOutliers      // by service
 	lastErr  map[string]string                // by service: last planning error logged
 	sampled  map[string]map[string]float64    // service -> group -> last sampled load
+	now      time.Time                        // the time of the current step
 }
 
 func newPlanner(e *Edge) *planner {
@@ -33,6 +37,7 @@ func newPlanner(e *Edge) *planner {
 		meters:   map[string]*serviceMeters{},
 		load:     map[string]map[string]*ewma.Rate{},
 		prev:     map[string]*waterfall.Plan{},
+		outliers: map[string]*serviceOutliers{},
 		lastErr:  map[string]string{},
 		sampled:  map[string]map[string]float64{},
 	}
@@ -88,6 +93,7 @@ func (p *planner) step(now time.Time) {
 		states = snap.States
 	}
 	me := self{node: e.cfg.Node, site: e.cfg.Site, rtt: rtt, demand: demand}
+	p.now = now
 	old := e.table.Load()
 	t := &table{version: cs.Version, cfg: cs.Config, services: map[string]*service{}}
 	for i := range cs.Config.Services {
@@ -100,10 +106,19 @@ func (p *planner) step(now time.Time) {
 	p.forget(cs.Config)
 	e.table.Store(t)
 	e.metrics.observeTable(t, e.cfg.Site)
+	if e.proxy != nil && e.proxy.sm != nil {
+		for name, so := range p.outliers {
+			e.proxy.sm.ejected.WithLabelValues(name).Set(float64(so.ejectedCount(now)))
+		}
+	}
 }
 
 // buildService builds the table entry of one service. On a planning error it
 // keeps the previous table's entry (or returns an entry without picker).
+//
+// Backends ejected by outlier detection at p.now are left out of the
+// policy's picker and pool, but stay in the service's scope (affinity
+// treats them as unavailable, retries skip them).
 func (p *planner) buildService(cs *ControlState, sc *config.Service, states map[string]gossip.NodeState, me self, old *table) *service {
 	e := p.e
 	m := p.meters[sc.Name]
@@ -111,10 +126,11 @@ func (p *planner) buildService(cs *ControlState, sc *config.Service, states map[
 		m = &serviceMeters{demand: ewma.Rate{Tau: p.e.cfg.DemandSmoothing}}
 		p.meters[sc.Name] = m
 	}
-	svc := &service{name: sc.Name, cfg: sc, meters: m, load: p.groupMeters(sc)}
+	svc := &service{name: sc.Name, cfg: sc, meters: m, load: p.groupMeters(sc), clk: e.clk, ejected: p.onEjection(sc.Name)}
+	so := p.outliersFor(sc)
+	defer so.finish(p.now)
 
-	healthy := map[string][]*waterfall.Backend{}
-	var all []member
+	var all []member // every healthy backend, ejected or not
 	for _, b := range sc.Backends {
 		ref, ok := cs.Config.Group(b.Group)
 		if !ok {
@@ -124,18 +140,16 @@ func (p *planner) buildService(cs *ControlState, sc *config.Service, states map[
 			if cs.Unhealthy[in.Address] {
 				continue
 			}
-			be := p.backend(in)
-			healthy[b.Group] = append(healthy[b.Group], be)
-			all = append(all, member{b: be, group: b.Group, region: ref.Region.Name})
+			all = append(all, member{b: p.backend(in), group: b.Group, region: ref.Region.Name, zone: ref.Zone.Name, host: so.host(b.Group, in.Address)})
 		}
 	}
 
 	svc.healthy = len(all)
 
 	// The pool: every healthy backend, or for hashing with scope
-	// nearest_region only the nearest region's. Baseline policies pick from
-	// it; planned policies fall back to round robin over it while their
-	// site has no plan row yet (no RTT measured).
+	// nearest_region only the nearest region's, less the ejected ones.
+	// Baseline policies pick from it; planned policies fall back to round
+	// robin over it while their site has no plan row yet (no RTT measured).
 	if sc.Policy.IsHash() && sc.HashScope == config.HashScopeNearestRegion {
 		has := map[string]bool{}
 		for _, m := range all {
@@ -146,14 +160,22 @@ func (p *planner) buildService(cs *ControlState, sc *config.Service, states map[
 			all = slices.DeleteFunc(all, func(m member) bool { return m.region != svc.nearest })
 		}
 	}
-	svc.pool = all
-	svc.inflight = func(i int) int64 { return all[i].b.InFlight() }
-	svc.free = func(i int) bool { return !all[i].b.Full() }
+	poolReason := reasonPolicy
+	if sc.Policy.IsPlanned() {
+		poolReason = reasonNoPlan
+	}
+	for i := range all {
+		all[i].reason = poolReason
+	}
+	pool := slices.DeleteFunc(slices.Clone(all), func(m member) bool { return m.host.Ejected(p.now) })
+	svc.pool = pool
+	svc.inflight = func(i int) int64 { return pool[i].b.InFlight() }
+	svc.free = func(i int) bool { return !pool[i].b.Full() }
 	svc.rr = hashing.NewRoundRobin(e.rand())
 	svc.lr = hashing.NewLeastRequest(e.rand)
-	if sc.Policy.IsHash() && len(all) > 0 {
-		names := make([]string, len(all))
-		for i, m := range all {
+	if sc.Policy.IsHash() && len(pool) > 0 {
+		names := make([]string, len(pool))
+		for i, m := range pool {
 			names[i] = m.b.Addr()
 		}
 		mg, err := hashing.NewMaglev(hashing.DefaultConfig(), names)
@@ -165,6 +187,7 @@ func (p *planner) buildService(cs *ControlState, sc *config.Service, states map[
 		svc.maglev = mg
 	}
 	if !sc.Policy.IsPlanned() {
+		p.finishService(svc, byRTT(all, me.rtt))
 		return svc
 	}
 
@@ -185,6 +208,7 @@ func (p *planner) buildService(cs *ControlState, sc *config.Service, states map[
 				return prev
 			}
 		}
+		p.finishService(svc, byRTT(all, me.rtt))
 		return svc
 	}
 	delete(p.lastErr, sc.Name)
@@ -193,8 +217,97 @@ func (p *planner) buildService(cs *ControlState, sc *config.Service, states map[
 	svc.plan = plan
 	row := plan.Row(e.cfg.Site)
 	svc.rowLen = len(row)
+	healthy := map[string][]*waterfall.Backend{}
+	for _, m := range pool {
+		healthy[m.group] = append(healthy[m.group], m.b)
+	}
 	svc.picker = waterfall.NewPicker(row, healthy, waterfall.RoundRobin)
+	if len(row) == 0 {
+		p.finishService(svc, byRTT(all, me.rtt))
+		return svc
+	}
+	// The scope of a planned policy: the backends of the row's groups, in
+	// row order, each counted under its flow's reason.
+	var scope []member
+	for _, f := range row {
+		for _, m := range all {
+			if m.group == f.Group {
+				m.reason = reasonOf(f.Reason)
+				scope = append(scope, m)
+			}
+		}
+	}
+	p.finishService(svc, scope)
 	return svc
+}
+
+// byRTT returns a copy of ms sorted by the RTT of their region (nearest
+// first; regions without an RTT last), keeping their order otherwise.
+func byRTT(ms []member, rtt map[string]float64) []member {
+	out := slices.Clone(ms)
+	key := func(r string) float64 {
+		if v, ok := rtt[r]; ok {
+			return v
+		}
+		return math.Inf(1)
+	}
+	slices.SortStableFunc(out, func(a, b member) int { return cmp.Compare(key(a.region), key(b.region)) })
+	return out
+}
+
+// finishService sets svc's scope (see service.scope) with its indexes and
+// region ranks, and its session affinity over it.
+func (p *planner) finishService(svc *service, scope []member) {
+	svc.scope = scope
+	svc.byAddr = make(map[string]int32, len(scope))
+	svc.byBackend = make(map[*waterfall.Backend]int32, len(scope))
+	first := map[string]int{}
+	for i := range scope {
+		m := &scope[i]
+		if _, ok := first[m.region]; !ok {
+			first[m.region] = i
+		}
+		m.rank = first[m.region]
+		svc.byAddr[m.b.Addr()] = int32(i)
+		svc.byBackend[m.b] = int32(i)
+	}
+	if len(scope) == 0 {
+		return
+	}
+	names := make([]string, len(scope))
+	for i, m := range scope {
+		names[i] = m.b.Addr()
+	}
+	aff, err := newSessionAffinity(svc.cfg, names, svc.affinityFallback(p.e.rand), svc.affinityAvailable())
+	if err != nil {
+		key := "affinity/" + svc.name
+		if msg := err.Error(); p.lastErr[key] != msg {
+			p.e.log.Error().Err(err).Str("service", svc.name).Msg("session affinity disabled")
+			p.lastErr[key] = msg
+		}
+		return
+	}
+	svc.aff = aff
+}
+
+// onEjection returns the function a service calls when one of its hosts is
+// ejected: it counts the ejection and wakes the planner, so that the next
+// table, built at once, leaves the host out. It never blocks.
+func (p *planner) onEjection(service string) func() {
+	kick := p.e.kick
+	var ejections interface{ Inc() }
+	if p.e.proxy != nil && p.e.proxy.sm != nil {
+		ejections = p.e.proxy.sm.ejections.WithLabelValues(service)
+	}
+	return func() {
+		if ejections != nil {
+			ejections.Inc()
+		}
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // backend returns the persistent Backend for an instance, updating its
@@ -252,5 +365,6 @@ func (p *planner) forget(cfg *config.Config) {
 	}
 	maps.DeleteFunc(p.load, func(k string, _ map[string]*ewma.Rate) bool { return !live[k] })
 	maps.DeleteFunc(p.prev, func(k string, _ *waterfall.Plan) bool { return !live[k] })
+	maps.DeleteFunc(p.outliers, func(k string, _ *serviceOutliers) bool { return !live[k] })
 	maps.DeleteFunc(p.backends, func(k string, _ *waterfall.Backend) bool { return !addrs[k] })
 }

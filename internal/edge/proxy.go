@@ -10,6 +10,9 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/spillway-lb/spillway/lb/outlier"
+	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
 func randUint64() uint64 { return rand.Uint64() }
@@ -18,7 +21,12 @@ func randUint64() uint64 { return rand.Uint64() }
 type proxy struct {
 	e         *Edge
 	transport *http.Transport
-	rp        *httputil.ReverseProxy
+	// next carries one attempt of a request to the backend in its URL; the
+	// ReverseProxy's Transport (retryTransport) sends every attempt through
+	// it. backendRoundTripper by default.
+	next http.RoundTripper
+	rp   *httputil.ReverseProxy
+	sm   *sessionMetrics
 }
 
 type pickKey struct{}
@@ -32,9 +40,11 @@ func newProxy(e *Edge, dialer *net.Dialer) *proxy {
 		ResponseHeaderTimeout: 30 * time.Second,
 		ExpectContinueTimeout: time.Second,
 	}
-	p := &proxy{e: e, transport: tr}
+	// Attempts go by the request's protocol (transportFor: gRPC over h2c,
+	// upgrades and gRPC calls tracked as streams, the rest over tr).
+	p := &proxy{e: e, transport: tr, next: backendRoundTripper{e}, sm: newSessionMetrics(e.reg)}
 	p.rp = &httputil.ReverseProxy{
-		Transport:  tr,
+		Transport:  retryTransport{p: p},
 		BufferPool: &bufferPool{},
 		Rewrite: func(r *httputil.ProxyRequest) {
 			pk := r.In.Context().Value(pickKey{}).(*pickHolder)
@@ -42,17 +52,17 @@ func newProxy(e *Edge, dialer *net.Dialer) *proxy {
 			r.Out.URL.Host = pk.backend.Addr()
 			r.Out.Host = r.In.Host
 			r.SetXForwarded()
+			if pk.retries > 0 && r.Out.Body != nil && r.Out.Body != http.NoBody {
+				// Keep the client's body for a retry (see replayBody).
+				r.Out.Body = &replayBody{rc: r.Out.Body}
+			}
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			pk := r.Context().Value(pickKey{}).(*pickHolder)
-			if t := e.table.Load(); t != nil {
-				if s := t.services[pk.serviceName]; s != nil {
-					s.meters.failures.Add(1)
-				}
-			}
+			pk.svc.meters.failures.Add(1)
 			e.metrics.backendErrors.Inc()
 			status := http.StatusBadGateway
-			if errors.Is(err, context.DeadlineExceeded) {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(r.Context().Err(), context.DeadlineExceeded) {
 				status = http.StatusGatewayTimeout
 			}
 			http.Error(w, http.StatusText(status), status)
@@ -90,11 +100,12 @@ func (b *bufferPool) Put(buf []byte) {
 	b.p.Put((*[copyBufferSize]byte)(buf))
 }
 
-// ServeHTTP routes r to a service, picks a backend by the service's policy
-// and forwards r to it.
+// ServeHTTP routes r to a service, picks a backend by the service's session
+// affinity and policy and forwards r to it, within the route's timeout and
+// with the route's retries (retryTransport).
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e := p.e
-	start := time.Now()
+	start := e.clk.Now()
 	t := e.table.Load()
 	if t == nil {
 		http.Error(w, "no configuration yet", http.StatusServiceUnavailable)
@@ -113,7 +124,16 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	svc.meters.demand.Add(1)
 
-	pk, err := svc.pick(e.rand(), flowOf(r))
+	var (
+		pk  pick
+		ck  cookieToSet
+		err error
+	)
+	if svc.aff != nil {
+		pk, ck, err = svc.pickAffinity(r, flowOf(r), start, e.rand)
+	} else {
+		pk, err = svc.pickAt(e.rand(), flowOf(r), start)
+	}
 	if err != nil {
 		svc.meters.failures.Add(1)
 		status := http.StatusServiceUnavailable
@@ -124,27 +144,66 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), status)
 		return
 	}
-	defer pk.done()
 	svc.meters.decisions[pk.reason].Add(1)
 	if l := svc.load[pk.group]; l != nil {
 		l.Add(1)
 	}
-	ph := pickHolder{pick: pk, serviceName: svc.name}
-	r = r.WithContext(context.WithValue(r.Context(), pickKey{}, &ph))
-	p.rp.ServeHTTP(w, r)
+	ctx, cancel := r.Context(), context.CancelFunc(noCancel)
+	if rt.Timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, rt.Timeout)
+	}
+	defer cancel()
+	ph := &pickHolder{Context: ctx, pick: pk, svc: svc, retries: rt.Retries, attempts: 1, cookie: ck, secure: r.TLS != nil}
+	ph.tried[0] = pk.backend
+	defer ph.done() // the pick of the last attempt
+	p.rp.ServeHTTP(w, r.WithContext(ph))
 
-	e.metrics.latency.Observe(time.Since(start).Seconds())
+	elapsed := e.clk.Since(start)
+	e.metrics.latency.Observe(elapsed.Seconds())
 	if e.cfg.AccessLog {
-		e.log.Info().Str("service", svc.name).Str("backend", pk.backend.Addr()).Str("region", pk.region).
-			Str("reason", pk.reason.String()).Str("method", r.Method).Str("path", r.URL.Path).
-			Dur("duration", time.Since(start)).Msg("request")
+		e.log.Info().Str("service", svc.name).Str("backend", ph.backend.Addr()).Str("region", ph.region).
+			Str("reason", ph.reason.String()).Int("attempts", ph.attempts).Str("method", r.Method).Str("path", r.URL.Path).
+			Dur("duration", elapsed).Msg("request")
 	}
 }
 
-// pickHolder carries the pick to Rewrite and ErrorHandler.
+func noCancel() {}
+
+// pickHolder is the context of a proxied request: the route's deadline,
+// and the pick of its current attempt, which Rewrite, retryTransport and
+// ErrorHandler find under pickKey. Being the context itself saves the
+// allocation of a context.WithValue. Used by the request's goroutine only
+// (ReverseProxy calls them all synchronously).
 type pickHolder struct {
+	context.Context
 	pick
-	serviceName string
+	svc *service
+	// retries is how many more attempts the route allows after the first.
+	retries int
+	// attempts made so far, and their backends.
+	attempts int
+	tried    [maxAttempts]*waterfall.Backend
+	// cookie is the affinity cookie to set on the response (value "" for
+	// none), and secure whether the client came over TLS.
+	cookie cookieToSet
+	secure bool
+}
+
+// Value returns the holder itself for pickKey, and otherwise the route
+// context's value.
+func (h *pickHolder) Value(key any) any {
+	if _, ok := key.(pickKey); ok {
+		return h
+	}
+	return h.Context.Value(key)
+}
+
+// report records the result of the current attempt with outlier detection
+// at now; an ejection is counted and wakes the planner.
+func (h *pickHolder) report(r outlier.Result, now time.Time) {
+	if h.host != nil && h.host.Report(r, now) && h.svc.ejected != nil {
+		h.svc.ejected()
+	}
 }
 
 // flowOf returns the request's client and listener addresses.

@@ -4,10 +4,13 @@ import (
 	"errors"
 	"net/netip"
 	"sync/atomic"
+	"time"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/ewma"
 	"github.com/spillway-lb/spillway/lb/hashing"
+	"github.com/spillway-lb/spillway/lb/outlier"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
@@ -71,11 +74,22 @@ type serviceMeters struct {
 	// that was current when the table was built.
 }
 
-// member is one backend in a baseline policy's pool.
+// member is one backend a service may send a request to: in a baseline
+// policy's pool, or in a service's scope.
 type member struct {
 	b      *waterfall.Backend
 	group  string
 	region string
+	zone   string
+	// host is b's outlier-detection state in this service (nil only in
+	// tables built without a detector, such as tests').
+	host *outlier.Host
+	// reason is what a policy pick of b is counted under: the reason of its
+	// group's flow in the plan row, reasonNoPlan or reasonPolicy.
+	reason reason
+	// rank orders regions for retries: the index in the service's scope of
+	// the first backend of b's region (nearer regions come first).
+	rank int
 }
 
 // service is one backend service in a table: its policy's picking state and
@@ -95,7 +109,8 @@ type service struct {
 	plan   *waterfall.Plan // the damped plan the picker comes from
 	world  waterfall.World
 
-	// Baseline policies: the healthy backends in scope.
+	// Baseline policies: the healthy backends in scope that outlier
+	// detection had not ejected when the table was built.
 	pool     []member
 	maglev   *hashing.Maglev
 	rr       *hashing.RoundRobin
@@ -103,6 +118,24 @@ type service struct {
 	inflight func(int) int64
 	free     func(int) bool
 	nearest  string
+
+	// scope is every healthy backend this site may send the service's
+	// requests to, ejected or not, in the order retries prefer regions:
+	// for a planned policy with a plan row, the backends of the row's
+	// groups in row order (nearest region first); otherwise the pool's
+	// backends, nearest region first. Session affinity pins within it, and
+	// retries pick from it. byAddr and byBackend index it.
+	scope     []member
+	byAddr    map[string]int32
+	byBackend map[*waterfall.Backend]int32
+	// aff applies the service's session affinity; nil for type none.
+	aff *sessionAffinity
+	// clk is the edge's clock (outlier detection and cookie expiry).
+	clk clock.Clock
+	// ejected is called when a Report ejects one of the service's hosts:
+	// it counts the ejection and wakes the planner so that the next table
+	// leaves the host out. Must not block.
+	ejected func()
 }
 
 // pick is one routing decision holding a backend slot; release it with done.
@@ -111,6 +144,15 @@ type pick struct {
 	group   string
 	region  string
 	reason  reason
+	zone    string
+	// host is the backend's outlier state (nil: not tracked); the proxy
+	// reports every attempt's result to it.
+	host *outlier.Host
+}
+
+// pickOf returns the pick of member m (whose slot the caller holds).
+func pickOf(m *member, r reason) pick {
+	return pick{backend: m.b, group: m.group, region: m.region, reason: r, zone: m.zone, host: m.host}
 }
 
 func (p *pick) done() { p.backend.Release() }
@@ -121,8 +163,43 @@ type flowKey struct {
 	src, dst netip.AddrPort
 }
 
-// pick chooses a backend for one request. It does not allocate.
+// pick chooses a backend for one request by the service's policy, at the
+// clock's current time. It does not allocate. See pickAt.
 func (s *service) pick(rnd uint64, k flowKey) (pick, error) {
+	return s.pickAt(rnd, k, s.now())
+}
+
+// now reads the service's clock (the real clock in tables built without one).
+func (s *service) now() time.Time {
+	if s.clk == nil {
+		return time.Now()
+	}
+	return s.clk.Now()
+}
+
+// ejectedRepicks bounds how many times pickAt picks again after landing on
+// an ejected backend.
+const ejectedRepicks = 2
+
+// pickAt chooses a backend for one request by the service's policy, skipping
+// backends that outlier detection has ejected at now. Tables leave out the
+// backends ejected when they were built; one ejected since (the planner
+// builds a new table at once, but requests may still hold the old one) is
+// released and picked again, up to ejectedRepicks times, after which the
+// pick stands — better an ejected backend than no answer. Session affinity
+// is not applied here. It does not allocate.
+func (s *service) pickAt(rnd uint64, k flowKey, now time.Time) (pick, error) {
+	pk, err := s.policyPick(rnd, k)
+	for i := 0; err == nil && i < ejectedRepicks && pk.host != nil && pk.host.Ejected(now); i++ {
+		pk.done()
+		rnd = rnd*6364136223846793005 + 1442695040888963407 // next LCG step: another group draw
+		pk, err = s.policyPick(rnd, k)
+	}
+	return pk, err
+}
+
+// policyPick is one pick by the service's policy.
+func (s *service) policyPick(rnd uint64, k flowKey) (pick, error) {
 	if s.cfg.Policy.IsPlanned() && s.rowLen > 0 {
 		c, err := s.picker.Pick(rnd)
 		switch {
@@ -130,6 +207,9 @@ func (s *service) pick(rnd uint64, k flowKey) (pick, error) {
 			return pick{}, errAllBusy
 		case err != nil:
 			return pick{}, errNoBackend
+		}
+		if i, ok := s.byBackend[c.Backend]; ok {
+			return pickOf(&s.scope[i], reasonOf(c.Reason)), nil
 		}
 		return pick{backend: c.Backend, group: c.Group, region: c.Region, reason: reasonOf(c.Reason)}, nil
 	}
@@ -155,7 +235,7 @@ func (s *service) pick(rnd uint64, k flowKey) (pick, error) {
 	if !ok {
 		return pick{}, errAllBusy
 	}
-	m := s.pool[i]
+	m := &s.pool[i]
 	if !m.b.TryAcquire() {
 		return pick{}, errAllBusy
 	}
@@ -163,5 +243,5 @@ func (s *service) pick(rnd uint64, k flowKey) (pick, error) {
 	if s.cfg.Policy.IsPlanned() {
 		r = reasonNoPlan
 	}
-	return pick{backend: m.b, group: m.group, region: m.region, reason: r}, nil
+	return pickOf(m, r), nil
 }
