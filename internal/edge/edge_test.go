@@ -16,7 +16,6 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
-	"github.com/spillway-lb/spillway/internal/ewma"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
@@ -181,9 +180,8 @@ func TestProxyWaterfall(t *testing.T) {
 	g := &fakeGossip{node: "gfe-nyc", states: map[string]gossip.NodeState{}}
 	clk := clock.NewFake(time.Unix(1_000_000, 0))
 	e := newTestEdge(t, g, clk)
-	e.rtt.rtt = map[string]*ewma.Value{"us-east": {}, "eu-west": {}}
-	e.rtt.rtt["us-east"].Update(5)
-	e.rtt.rtt["eu-west"].Update(80)
+	e.rtt.set("us-east", 5)
+	e.rtt.set("eu-west", 80)
 	cfg := twoRegionConfig(t, "waterfall", addrsOf(e1, e2), addrsOf(w1, w2), 100)
 	if err := e.ApplySnapshot(ControlState{Version: "v1", Config: cfg}); err != nil {
 		t.Fatal(err)
@@ -250,9 +248,8 @@ func TestPickDoesNotAllocate(t *testing.T) {
 	for _, policy := range []string{"waterfall", "min_rtt", "round_robin", "least_request", "hash2", "hash3", "hash5"} {
 		t.Run(policy, func(t *testing.T) {
 			e := newTestEdge(t, g, clk)
-			e.rtt.rtt = map[string]*ewma.Value{"us-east": {}, "eu-west": {}}
-			e.rtt.rtt["us-east"].Update(5)
-			e.rtt.rtt["eu-west"].Update(80)
+			e.rtt.set("us-east", 5)
+			e.rtt.set("eu-west", 80)
 			cfg := twoRegionConfig(t, policy, []string{"127.0.0.1:1", "127.0.0.1:2"}, []string{"127.0.0.1:3"}, 100)
 			e.ApplySnapshot(ControlState{Version: "v1", Config: cfg})
 			e.planner.step(clk.Now())

@@ -10,7 +10,6 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
-	"github.com/spillway-lb/spillway/internal/ewma"
 	"github.com/spillway-lb/spillway/internal/gossip"
 )
 
@@ -31,8 +30,7 @@ func proxyUnderTest(tb testing.TB) http.Handler {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	e.rtt.rtt = map[string]*ewma.Value{"us-east": {}}
-	e.rtt.rtt["us-east"].Update(5)
+	e.rtt.set("us-east", 5)
 	y := fmt.Sprintf(`regions:
   - name: us-east
     zones:

@@ -12,15 +12,19 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/spillway-lb/spillway/internal/clock"
-	"github.com/spillway-lb/spillway/internal/ewma"
 )
 
 // rttProber measures this node's round trip to every region: every
 // RTTInterval it sends one HTTP request (RTTPath) to one instance of each
-// region, over a kept-alive connection from SourceIP, and smooths the time
-// to the response headers with an EWMA. Any response counts as a sample;
-// a failed probe adds none (the region keeps its last estimate, and a region
-// never answered has none, so the planner treats it as unreachable).
+// region, over a kept-alive connection from SourceIP, and takes the time to
+// the response headers. The estimate is the minimum of the last rttWindow
+// samples: a busy backend, a busy gfe or a scheduler hiccup only ever adds
+// to a round trip, so the minimum tracks the network distance and a burst of
+// slow samples cannot make a far region look near (which would flip the
+// planner's region order). A real increase shows after rttWindow samples.
+// Any response counts as a sample; a failed probe adds none (the region
+// keeps its last estimate, and a region never answered has none, so the
+// planner treats it as unreachable).
 type rttProber struct {
 	path     string
 	interval time.Duration
@@ -33,7 +37,7 @@ type rttProber struct {
 	kick chan struct{}
 
 	mu  sync.Mutex
-	rtt map[string]*ewma.Value // region -> smoothed ms; guarded by mu
+	rtt map[string]*windowMin // region -> recent samples in ms; guarded by mu
 }
 
 func newRTTProber(cfg Config, dialer *net.Dialer, clk clock.Clock, log zerolog.Logger) *rttProber {
@@ -50,7 +54,7 @@ func newRTTProber(cfg Config, dialer *net.Dialer, clk clock.Clock, log zerolog.L
 				IdleConnTimeout:     time.Minute,
 			},
 		},
-		rtt:  map[string]*ewma.Value{},
+		rtt:  map[string]*windowMin{},
 		kick: make(chan struct{}, 1),
 	}
 }
@@ -69,7 +73,7 @@ func (p *rttProber) snapshot() map[string]float64 {
 	defer p.mu.Unlock()
 	out := make(map[string]float64, len(p.rtt))
 	for r, v := range p.rtt {
-		if x, ok := v.Get(); ok {
+		if x, ok := v.min(); ok {
 			out[r] = x
 		}
 	}
@@ -106,16 +110,16 @@ func (p *rttProber) round(ctx context.Context, targets map[string]string) {
 			p.mu.Lock()
 			v := p.rtt[region]
 			if v == nil {
-				v = &ewma.Value{Alpha: 0.3}
+				v = &windowMin{}
 				p.rtt[region] = v
 			}
-			v.Update(ms)
+			v.add(ms)
 			p.mu.Unlock()
 		})
 	}
 	wg.Wait()
 	p.mu.Lock()
-	maps.DeleteFunc(p.rtt, func(r string, _ *ewma.Value) bool { _, ok := targets[r]; return !ok })
+	maps.DeleteFunc(p.rtt, func(r string, _ *windowMin) bool { _, ok := targets[r]; return !ok })
 	p.mu.Unlock()
 }
 
@@ -158,4 +162,42 @@ func (e *Edge) regionTargets() map[string]string {
 		}
 	}
 	return out
+}
+
+// rttWindow is how many recent RTT samples the estimate is the minimum of.
+const rttWindow = 8
+
+// windowMin holds the last rttWindow samples. Not safe for concurrent use.
+type windowMin struct {
+	samples [rttWindow]float64
+	n       int // samples seen, saturating at rttWindow
+	next    int // where the next sample goes
+}
+
+func (w *windowMin) add(x float64) {
+	w.samples[w.next] = x
+	w.next = (w.next + 1) % rttWindow
+	w.n = min(w.n+1, rttWindow)
+}
+
+// min returns the smallest recent sample, and false before the first one.
+func (w *windowMin) min() (float64, bool) {
+	if w.n == 0 {
+		return 0, false
+	}
+	m := w.samples[0]
+	for _, x := range w.samples[1:w.n] {
+		m = min(m, x)
+	}
+	return m, true
+}
+
+// set replaces region's estimate with one sample of ms (tests and tools
+// that stand in for the prober).
+func (p *rttProber) set(region string, ms float64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w := &windowMin{}
+	w.add(ms)
+	p.rtt[region] = w
 }

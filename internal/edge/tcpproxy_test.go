@@ -21,7 +21,6 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
-	"github.com/spillway-lb/spillway/internal/ewma"
 	"github.com/spillway-lb/spillway/internal/gossip"
 )
 
@@ -267,9 +266,8 @@ func startTCPWith(t *testing.T, cfg *config.Config, hook func(*Edge)) *tcpHarnes
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.rtt.rtt = map[string]*ewma.Value{"us-east": {}, "eu-west": {}}
-	e.rtt.rtt["us-east"].Update(5)
-	e.rtt.rtt["eu-west"].Update(80)
+	e.rtt.set("us-east", 5)
+	e.rtt.set("eu-west", 80)
 	if err := e.ApplySnapshot(ControlState{Version: "v1", Config: cfg}); err != nil {
 		t.Fatal(err)
 	}
