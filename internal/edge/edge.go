@@ -228,11 +228,6 @@ func New(cfg Config, opts Options) (*Edge, error) {
 	e.h2c = newH2CTransport(dialer)
 	e.grpcTransport = &trackingTransport{next: e.h2c, streams: e.streams}
 	e.upgradeTransport = &trackingTransport{next: e.proxy.transport, streams: e.streams}
-	if _, ok := e.proxy.rp.Transport.(*http.Transport); ok {
-		// Every request the proxy sends goes by transportFor (gRPC over
-		// h2c, streams tracked).
-		e.proxy.rp.Transport = backendRoundTripper{e}
-	}
 	var err error
 	if e.listeners, err = newListenerManager(e, e.reg); err != nil {
 		return nil, err
