@@ -87,6 +87,9 @@ type Region struct {
 	// capacity the config declares (the planner still plans with Rate).
 	// Default 0: the backend enforces Rate.
 	MaxRPS float64
+	// InstanceKeys are appended to every instance's testbackend --instance
+	// spec, e.g. ",proto=tcp,max_concurrency=0".
+	InstanceKeys string
 }
 
 // Site is one edge site of a Spec.
@@ -232,11 +235,18 @@ func (s *Spec) backendArgs(ri int) []string {
 	}
 	for zi, z := range r.Zones {
 		for i := 1; i <= r.Instances; i++ {
-			args = append(args, "--instance", fmt.Sprintf("name=%s-%s-%d,addr=%s,region=%s,zone=%s-%s", r.Name, z, i, s.Addr(ri, zi, i), r.Name, r.Name, z))
+			args = append(args, "--instance", fmt.Sprintf("name=%s-%s-%d,addr=%s,region=%s,zone=%s-%s%s", r.Name, z, i, s.Addr(ri, zi, i), r.Name, r.Name, z, r.InstanceKeys))
 		}
+	}
+	if s.BackendAdmin {
+		args = append(args, "--admin", s.BackendAdminAddr(ri))
 	}
 	return args
 }
+
+// BackendAdminAddr is the process admin address of region ri's backend
+// process when Spec.BackendAdmin is set.
+func (s *Spec) BackendAdminAddr(ri int) string { return s.ip(101+ri, 1) + ":9999" }
 
 // Start builds what is missing and starts the deployment: backends, control
 // planes, then gfes, and waits until every gfe is ready (has a plan). On
@@ -272,6 +282,9 @@ func Start(ctx context.Context, spec Spec, opts Options) (c *Cluster, err error)
 			for i := 1; i <= r.Instances; i++ {
 				c.Instances[r.Name] = append(c.Instances[r.Name], spec.Addr(ri, zi, i))
 			}
+		}
+		if spec.BackendAdmin {
+			c.BackendAdmin[r.Name] = spec.BackendAdminAddr(ri)
 		}
 		p, err := proc.Start("backend-"+r.Name, c.Bins["testbackend"], proc.Options{Tee: opts.Tee}, spec.backendArgs(ri)...)
 		if err != nil {
