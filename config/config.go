@@ -388,6 +388,8 @@ type Route struct {
 	// gfe has its headers to the end of the response, retries and time in
 	// the pending queue included. Default 30s; must be > 0. A request that
 	// exceeds it gets 504 (or is reset if its response has started).
+	// Long-lived streams are not bounded by it: WebSocket and other upgraded
+	// connections, and gRPC calls (which carry their own deadline).
 	Timeout time.Duration `mapstructure:"timeout"`
 	// Retries is how many more times, each on another backend instance, the
 	// gfe may send a request that failed: one that never reached a backend

@@ -148,8 +148,11 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if l := svc.load[pk.group]; l != nil {
 		l.Add(1)
 	}
+	// The route timeout bounds the whole request, retries included. Streams
+	// are exempt: an upgraded connection (WebSocket) lives as long as its
+	// client keeps it, and a gRPC call carries its own deadline.
 	ctx, cancel := r.Context(), context.CancelFunc(noCancel)
-	if rt.Timeout > 0 {
+	if rt.Timeout > 0 && !isGRPC(r.Header) && !isUpgrade(r.Header) {
 		ctx, cancel = context.WithTimeout(ctx, rt.Timeout)
 	}
 	defer cancel()

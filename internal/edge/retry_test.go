@@ -297,6 +297,30 @@ func TestRouteTimeout(t *testing.T) {
 	}
 }
 
+// TestRouteTimeoutSparesStreams: an upgrade request (a WebSocket's
+// handshake and tunnel) is not bounded by the route timeout.
+func TestRouteTimeoutSparesStreams(t *testing.T) {
+	sleepy := &testBackend{name: "sleepy"}
+	sleepy.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(400 * time.Millisecond):
+		}
+		w.Header().Set("X-Spillway-Backend", "sleepy")
+	}))
+	t.Cleanup(sleepy.Close)
+	regions := []testRegion{{name: "us-east", zones: []testZone{{name: "us-east-b", addrs: []string{sleepy.addr()}}}}}
+	e, _ := sessionEdge(t, sessionConfig(t, "round_robin", regions, "", ", timeout: 100ms"))
+	if w := do(t, e, "GET", "192.0.2.1:1", "", nil); w.Code != 504 {
+		t.Errorf("plain GET over the timeout: status %d, want 504", w.Code)
+	}
+	w := do(t, e, "GET", "192.0.2.1:1", "", http.Header{"Upgrade": {"websocket"}, "Connection": {"Upgrade"}})
+	if w.Code != 200 || w.Header().Get("X-Spillway-Backend") != "sleepy" {
+		t.Errorf("upgrade request: status %d from %q, want 200 from sleepy after 400ms", w.Code, w.Header().Get("X-Spillway-Backend"))
+	}
+}
+
 // BenchmarkPickAffinity measures a client-IP affinity pick.
 func BenchmarkPickAffinity(b *testing.B) {
 	regions := []testRegion{{name: "us-east", zones: []testZone{{name: "us-east-b", addrs: []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}}}}}
