@@ -382,9 +382,9 @@ func sessStats(addr string) (testbackend.Stats, error) {
 func TestRetriesEndToEnd(t *testing.T) {
 	const n = 2000
 	spec := topology.Spec{
-		Net:         42,
-		Regions:     []topology.Region{{Name: "us-east", Zones: []string{"b", "c"}, Instances: 2, Rate: 40000}},
-		Sites:       []topology.Site{{Name: "nyc", RTT: map[string]time.Duration{"us-east": time.Millisecond}}},
+		Net:     42,
+		Regions: []topology.Region{{Name: "us-east", Zones: []string{"b", "c"}, Instances: 2, Rate: 40000}},
+		Sites:   []topology.Site{{Name: "nyc", RTT: map[string]time.Duration{"us-east": time.Millisecond}}},
 		// 3 s per request keeps all 2,000 in flight together even when a
 		// loaded machine takes a second or more to send them.
 		ServiceTime: 3 * time.Second,
