@@ -49,7 +49,7 @@ func run(keep, verbose bool, net int, settle, measure time.Duration) error {
 	}
 	fmt.Printf("building and starting: 1 control plane, 3 gfes (nyc, lon, tokyo), backends in us-east, eu-west, asia-east (in %s)\n", dir)
 	t0 := time.Now()
-	c, err := topology.Start(ctx, demo.Spec(net), topology.Options{Dir: dir, Tee: tee})
+	c, err := topology.Start(ctx, topology.Demo(net), topology.Options{Dir: dir, Tee: tee})
 	if err != nil {
 		return err
 	}

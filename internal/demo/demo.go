@@ -26,25 +26,6 @@ var (
 	siteNames   = []string{"nyc", "lon", "tokyo"}
 )
 
-// Spec returns the demo topology in 127.net.0.0/16: three regions of two
-// zones, four instances of 40 req/s per zone (320 req/s per region), and
-// sites nyc, lon and tokyo each near one region.
-func Spec(net int) topology.Spec {
-	ms := time.Millisecond
-	s := topology.Spec{
-		Net:   net,
-		Queue: 32,
-		Sites: []topology.Site{
-			{Name: "nyc", RTT: map[string]time.Duration{"us-east": 8 * ms, "eu-west": 35 * ms, "asia-east": 90 * ms}},
-			{Name: "lon", RTT: map[string]time.Duration{"us-east": 35 * ms, "eu-west": 8 * ms, "asia-east": 80 * ms}},
-			{Name: "tokyo", RTT: map[string]time.Duration{"us-east": 90 * ms, "eu-west": 80 * ms, "asia-east": 8 * ms}},
-		},
-	}
-	for _, r := range regionNames {
-		s.Regions = append(s.Regions, topology.Region{Name: r, Zones: []string{"b", "c"}, Instances: 4, Rate: 40})
-	}
-	return s
-}
 
 // RegionCapacity is the configured capacity of one demo region, req/s.
 const RegionCapacity = 320

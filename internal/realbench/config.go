@@ -268,25 +268,6 @@ func (c *Config) spec() topology.Spec {
 	return s
 }
 
-// Deployment returns the benchmark's topology in 127.net.0.0/16, the demo's:
-// regions us-east, eu-west and asia-east of two zones with four instances
-// of 40 req/s each (320 req/s per region; the test backend enforces the
-// rate with a token bucket and queues up to 32 requests per instance), and
-// sites nyc, lon and tokyo, 8 ms from their own region and 35 to 90 ms
-// from the others.
-func Deployment(net int) topology.Spec {
-	ms := time.Millisecond
-	s := topology.Spec{
-		Net:   net,
-		Queue: 32,
-		Sites: []topology.Site{
-			{Name: "nyc", RTT: map[string]time.Duration{"us-east": 8 * ms, "eu-west": 35 * ms, "asia-east": 90 * ms}},
-			{Name: "lon", RTT: map[string]time.Duration{"us-east": 35 * ms, "eu-west": 8 * ms, "asia-east": 80 * ms}},
-			{Name: "tokyo", RTT: map[string]time.Duration{"us-east": 90 * ms, "eu-west": 80 * ms, "asia-east": 8 * ms}},
-		},
-	}
-	for _, r := range []string{"us-east", "eu-west", "asia-east"} {
-		s.Regions = append(s.Regions, topology.Region{Name: r, Zones: []string{"b", "c"}, Instances: 4, Rate: 40})
-	}
-	return s
-}
+// Deployment returns the benchmark's topology in 127.net.0.0/16: the
+// demo's (topology.Demo).
+func Deployment(net int) topology.Spec { return topology.Demo(net) }
