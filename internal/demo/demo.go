@@ -26,7 +26,6 @@ var (
 	siteNames   = []string{"nyc", "lon", "tokyo"}
 )
 
-
 // RegionCapacity is the configured capacity of one demo region, req/s.
 const RegionCapacity = 320
 
