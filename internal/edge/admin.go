@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"slices"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -60,6 +61,16 @@ type ServiceStatus struct {
 	Sites     []SiteStatus     `json:"sites"`
 	Decisions map[string]int64 `json:"decisions"`
 	Failures  int64            `json:"failures"`
+	// Ejected lists the backends passive outlier detection has ejected.
+	Ejected []EjectedStatus `json:"ejected"`
+}
+
+// EjectedStatus is one backend ejected by outlier detection.
+type EjectedStatus struct {
+	Group   string    `json:"group"`
+	Address string    `json:"address"`
+	Until   time.Time `json:"until"`
+	Reason  string    `json:"reason"`
 }
 
 // ShareStatus is one cell of this site's current plan row.
@@ -115,6 +126,13 @@ func (e *Edge) Status() Status {
 		ss := ServiceStatus{Name: n, Policy: string(s.cfg.Policy), Decisions: map[string]int64{}, Failures: s.meters.failures.Load()}
 		for r := range numReasons {
 			ss.Decisions[r.String()] = s.meters.decisions[r].Load()
+		}
+		if s.outliers != nil {
+			for _, h := range s.outliers.Snapshot(e.clk.Now()) {
+				if h.Ejected {
+					ss.Ejected = append(ss.Ejected, EjectedStatus{Group: h.Group, Address: h.Name, Until: h.EjectedUntil, Reason: string(h.Reason)})
+				}
+			}
 		}
 		for _, site := range s.world.Sites {
 			if site.Name == e.cfg.Site {

@@ -84,6 +84,9 @@ func TestOutlierEjection(t *testing.T) {
 			if got := e.planner.outliers["web"].ejectedCount(clk.Now()); got != 1 {
 				t.Errorf("ejected hosts = %d, want 1", got)
 			}
+			if ej := e.Status().Services[0].Ejected; len(ej) != 1 || ej[0].Address != bad.addr() || !ej[0].Until.Equal(clk.Now().Add(2*time.Second)) {
+				t.Errorf("/status ejected = %+v, want %s until now+2s", ej, bad.addr())
+			}
 
 			// Back after 2s, ejected again after 3 more 5xx, for 4s.
 			clk.Advance(2 * time.Second)

@@ -129,6 +129,7 @@ func (p *planner) buildService(cs *ControlState, sc *config.Service, states map[
 	svc := &service{name: sc.Name, cfg: sc, meters: m, load: p.groupMeters(sc), clk: e.clk, ejected: p.onEjection(sc.Name)}
 	so := p.outliersFor(sc)
 	defer so.finish(p.now)
+	svc.outliers = so.det
 
 	var all []member // every healthy backend, ejected or not
 	for _, b := range sc.Backends {

@@ -102,7 +102,10 @@ type service struct {
 	name   string
 	cfg    *config.Service
 	meters *serviceMeters
-	load   map[string]*ewma.Rate // group -> rate; read-only
+	// outliers is the service's outlier detector (safe for concurrent use),
+	// read by /status.
+	outliers *outlier.Detector
+	load     map[string]*ewma.Rate // group -> rate; read-only
 	// healthy counts the service's healthy backends.
 	healthy int
 
