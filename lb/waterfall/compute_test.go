@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // TestComputeScenarios runs the situations of DESIGN.md §3 and the seed
@@ -224,31 +223,7 @@ func TestComputeScenarios(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := mustCompute(t, tt.world)
-			if diff := cmp.Diff(tt.wantFlows, p.Flows, approx); diff != "" {
-				t.Errorf("Compute flows (-want +got):\n%s", diff)
-			}
-			if diff := cmp.Diff(tt.wantIdle, p.Idle, approx); diff != "" {
-				t.Errorf("Compute idle rows (-want +got):\n%s", diff)
-			}
-			gotLoads := map[string]float64{}
-			for _, r := range p.Regions {
-				gotLoads[r.Name] = r.Load
-			}
-			if diff := cmp.Diff(tt.wantLoads, gotLoads, approx); diff != "" {
-				t.Errorf("Compute region loads (-want +got):\n%s", diff)
-			}
-			if !near(p.Lambda, tt.wantLambda) {
-				t.Errorf("Compute Lambda = %v, want %v", p.Lambda, tt.wantLambda)
-			}
-			gotUnplaced := map[string]float64{}
-			for _, s := range p.Sites {
-				if s.Unplaced != 0 {
-					gotUnplaced[s.Name] = s.Unplaced
-				}
-			}
-			if diff := cmp.Diff(tt.wantUnplace, gotUnplaced, approx, cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("Compute unplaced (-want +got):\n%s", diff)
-			}
+			checkPlan(t, "Compute", p, tt.wantFlows, tt.wantIdle, tt.wantLoads, tt.wantLambda, tt.wantUnplace)
 		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
@@ -224,4 +225,36 @@ func siteFlows(p *Plan, site string) map[string]float64 {
 
 func near(a, b float64) bool {
 	return math.Abs(a-b) <= 1e-9*math.Max(1, math.Max(math.Abs(a), math.Abs(b)))
+}
+
+// checkPlan compares a plan with what a scenario test wants: its flows, idle
+// rows, region loads, Lambda and unplaced demand. planner names the function
+// under test in failure messages.
+func checkPlan(t *testing.T, planner string, p *Plan, wantFlows, wantIdle []Flow, wantLoads map[string]float64, wantLambda float64, wantUnplaced map[string]float64) {
+	t.Helper()
+	if diff := cmp.Diff(wantFlows, p.Flows, approx); diff != "" {
+		t.Errorf("%s flows (-want +got):\n%s", planner, diff)
+	}
+	if diff := cmp.Diff(wantIdle, p.Idle, approx); diff != "" {
+		t.Errorf("%s idle rows (-want +got):\n%s", planner, diff)
+	}
+	gotLoads := map[string]float64{}
+	for _, r := range p.Regions {
+		gotLoads[r.Name] = r.Load
+	}
+	if diff := cmp.Diff(wantLoads, gotLoads, approx); diff != "" {
+		t.Errorf("%s region loads (-want +got):\n%s", planner, diff)
+	}
+	if !near(p.Lambda, wantLambda) {
+		t.Errorf("%s Lambda = %v, want %v", planner, p.Lambda, wantLambda)
+	}
+	gotUnplaced := map[string]float64{}
+	for _, s := range p.Sites {
+		if s.Unplaced != 0 {
+			gotUnplaced[s.Name] = s.Unplaced
+		}
+	}
+	if diff := cmp.Diff(wantUnplaced, gotUnplaced, approx, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("%s unplaced (-want +got):\n%s", planner, diff)
+	}
 }

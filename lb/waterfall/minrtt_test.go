@@ -305,31 +305,7 @@ func TestComputeMinRTTScenarios(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := mustComputeMinRTT(t, tt.world)
-			if diff := cmp.Diff(tt.wantFlows, p.Flows, approx); diff != "" {
-				t.Errorf("ComputeMinRTT flows (-want +got):\n%s", diff)
-			}
-			if diff := cmp.Diff(tt.wantIdle, p.Idle, approx); diff != "" {
-				t.Errorf("ComputeMinRTT idle rows (-want +got):\n%s", diff)
-			}
-			gotLoads := map[string]float64{}
-			for _, r := range p.Regions {
-				gotLoads[r.Name] = r.Load
-			}
-			if diff := cmp.Diff(tt.wantLoads, gotLoads, approx); diff != "" {
-				t.Errorf("ComputeMinRTT region loads (-want +got):\n%s", diff)
-			}
-			if !near(p.Lambda, tt.wantLambda) {
-				t.Errorf("ComputeMinRTT Lambda = %v, want %v", p.Lambda, tt.wantLambda)
-			}
-			gotUnplaced := map[string]float64{}
-			for _, s := range p.Sites {
-				if s.Unplaced != 0 {
-					gotUnplaced[s.Name] = s.Unplaced
-				}
-			}
-			if diff := cmp.Diff(tt.wantUnplaced, gotUnplaced, approx, cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("ComputeMinRTT unplaced (-want +got):\n%s", diff)
-			}
+			checkPlan(t, "ComputeMinRTT", p, tt.wantFlows, tt.wantIdle, tt.wantLoads, tt.wantLambda, tt.wantUnplaced)
 			if got := totalRTT(tt.world, p); !near(got, tt.wantRTT) {
 				t.Errorf("ComputeMinRTT total RTT = %v, want %v", got, tt.wantRTT)
 			}
