@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -28,11 +29,20 @@ func main() {
 	settle := flag.Duration("settle", 5*time.Second, "time each phase runs before it is measured")
 	measure := flag.Duration("measure", 6*time.Second, "time each phase is measured")
 	flag.Parse()
-	if err := run(*keep, *verbose, *net, *settle, *measure); err != nil {
+	err := run(*keep, *verbose, *net, *settle, *measure)
+	switch {
+	case errors.Is(err, errInterrupted):
+		fmt.Fprintln(os.Stderr, "\ndemo: interrupted; every process it started has been stopped")
+		os.Exit(130)
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
 }
+
+// errInterrupted is what run returns when Ctrl-C (or SIGTERM) ends the story
+// early; the deferred Stop has stopped every process by then.
+var errInterrupted = errors.New("interrupted")
 
 func run(keep, verbose bool, net int, settle, measure time.Duration) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -69,6 +79,9 @@ func run(keep, verbose bool, net int, settle, measure time.Duration) error {
 			plannedc <- p
 		}()
 		res, err := demo.RunPhase(ctx, c, ph, settle, measure)
+		if ctx.Err() != nil {
+			return errInterrupted
+		}
 		if err != nil {
 			return fmt.Errorf("phase %q: %w", ph.Name, err)
 		}
