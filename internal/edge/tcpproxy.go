@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/ewma"
 )
 
 // The TCP proxy (DESIGN.md §4): a tcp listener terminates each client TCP
@@ -89,8 +90,8 @@ type tcpCount struct {
 // tcpSmooth is a service's smoothed open connections, in total and per
 // group.
 type tcpSmooth struct {
-	total  level
-	groups map[string]*level
+	total  ewma.Level
+	groups map[string]*ewma.Level
 }
 
 func newTCPProxy(e *Edge, dial dialFunc) *tcpProxy {
@@ -740,18 +741,18 @@ func (x *tcpProxy) observe(now time.Time, cs *ControlState, demand map[string]fl
 		x.mu.Unlock()
 		s := x.smooth[l.Service]
 		if s == nil {
-			s = &tcpSmooth{total: level{tau: tau}, groups: map[string]*level{}}
+			s = &tcpSmooth{total: ewma.Level{Tau: tau}, groups: map[string]*ewma.Level{}}
 			x.smooth[l.Service] = s
 		}
-		demand[l.Service] = s.total.sample(now, float64(total))
+		demand[l.Service] = s.total.Sample(now, float64(total))
 		gl := make(map[string]float64, len(sc.Backends))
 		for _, b := range sc.Backends {
 			lv := s.groups[b.Group]
 			if lv == nil {
-				lv = &level{tau: tau}
+				lv = &ewma.Level{Tau: tau}
 				s.groups[b.Group] = lv
 			}
-			gl[b.Group] = lv.sample(now, float64(groups[b.Group]))
+			gl[b.Group] = lv.Sample(now, float64(groups[b.Group]))
 		}
 		load[l.Service] = gl
 	}
@@ -760,30 +761,4 @@ func (x *tcpProxy) observe(now time.Time, cs *ControlState, demand map[string]fl
 			delete(x.smooth, name)
 		}
 	}
-}
-
-// level is an exponentially weighted moving average of a sampled level (a
-// gauge, such as open connections) with time constant tau: a sample taken
-// dt after the previous one has weight 1 − exp(−dt/tau), so the smoothing
-// does not depend on how often it is sampled. The first sample sets it. Not
-// safe for concurrent use.
-type level struct {
-	tau  time.Duration
-	v    float64
-	last time.Time
-	ok   bool
-}
-
-// sample folds x, the level at now, into the average and returns it. A
-// non-increasing now leaves the average unchanged; tau <= 0 follows x.
-func (l *level) sample(now time.Time, x float64) float64 {
-	switch {
-	case !l.ok || l.tau <= 0:
-		l.v, l.last, l.ok = x, now, true
-	case now.After(l.last):
-		w := 1 - math.Exp(-now.Sub(l.last).Seconds()/l.tau.Seconds())
-		l.v += w * (x - l.v)
-		l.last = now
-	}
-	return l.v
 }

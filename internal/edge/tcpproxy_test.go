@@ -715,38 +715,6 @@ func TestTCPDemandIsOpenConnections(t *testing.T) {
 	}
 }
 
-func TestLevel(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	type step struct {
-		at time.Duration
-		x  float64
-	}
-	tests := []struct {
-		name  string
-		tau   time.Duration
-		steps []step
-		want  float64
-	}{
-		{"first sample sets", time.Second, []step{{0, 7}}, 7},
-		{"one tau", time.Second, []step{{0, 0}, {time.Second, 10}}, 10 * (1 - math.Exp(-1))},
-		{"two half taus equal one tau", time.Second, []step{{0, 0}, {500 * time.Millisecond, 10}, {time.Second, 10}}, 10 * (1 - math.Exp(-1))},
-		{"time going back is ignored", time.Second, []step{{time.Second, 4}, {0, 100}}, 4},
-		{"zero tau follows", 0, []step{{0, 1}, {time.Second, 9}}, 9},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			l := level{tau: tt.tau}
-			var got float64
-			for _, s := range tt.steps {
-				got = l.sample(t0.Add(s.at), s.x)
-			}
-			if math.Abs(got-tt.want) > 1e-12 {
-				t.Errorf("sample = %v, want %v", got, tt.want)
-			}
-		})
-	}
-}
-
 func TestAvailable(t *testing.T) {
 	cfg := tcpConfig(t, "waterfall", []tcpInstance{{addr: "127.0.0.1:1"}, {addr: "127.0.0.1:2"}}, []tcpInstance{{addr: "127.0.0.1:3"}}, 0)
 	tests := []struct {

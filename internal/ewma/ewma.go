@@ -62,6 +62,7 @@ type Rate struct {
 	last   int64
 	lastAt time.Time
 	avg    Value
+	level  Level // used instead of avg when Tau is set
 }
 
 // Add counts n events.
@@ -87,9 +88,38 @@ func (r *Rate) Sample(now time.Time) float64 {
 	}
 	inst := float64(n-r.last) / dt
 	r.last, r.lastAt = n, now
-	r.avg.Alpha = r.Alpha
 	if r.Tau > 0 {
-		r.avg.Alpha = -math.Expm1(-dt / r.Tau.Seconds())
+		r.level.Tau = r.Tau
+		return r.level.Sample(now, inst)
 	}
+	r.avg.Alpha = r.Alpha
 	return r.avg.Update(inst)
+}
+
+// Level is an exponentially weighted moving average of a sampled level (a
+// gauge, such as open connections) with time constant Tau: a sample taken
+// dt after the previous one has weight 1 − exp(−dt/Tau), so the smoothing
+// does not depend on how often it is sampled. The first sample sets it. The
+// zero value follows every sample (Tau 0). Not safe for concurrent use.
+type Level struct {
+	// Tau is the time constant: a step in the level is 63% followed after
+	// Tau and 95% after 3·Tau. Zero or negative follows every sample.
+	Tau time.Duration
+
+	v    float64
+	last time.Time
+	ok   bool
+}
+
+// Sample folds x, the level at now, into the average and returns it. A
+// non-increasing now leaves the average unchanged.
+func (l *Level) Sample(now time.Time, x float64) float64 {
+	switch {
+	case !l.ok || l.Tau <= 0:
+		l.v, l.last, l.ok = x, now, true
+	case now.After(l.last):
+		l.v += -math.Expm1(-now.Sub(l.last).Seconds()/l.Tau.Seconds()) * (x - l.v)
+		l.last = now
+	}
+	return l.v
 }

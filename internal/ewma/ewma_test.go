@@ -89,3 +89,35 @@ func TestRateTau(t *testing.T) {
 		t.Errorf("Tau samples at 0.25s steps = %v, want %v", got, h)
 	}
 }
+
+func TestLevel(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	type step struct {
+		at time.Duration
+		x  float64
+	}
+	tests := []struct {
+		name  string
+		tau   time.Duration
+		steps []step
+		want  float64
+	}{
+		{"first sample sets", time.Second, []step{{0, 7}}, 7},
+		{"one tau", time.Second, []step{{0, 0}, {time.Second, 10}}, 10 * (1 - math.Exp(-1))},
+		{"two half taus equal one tau", time.Second, []step{{0, 0}, {500 * time.Millisecond, 10}, {time.Second, 10}}, 10 * (1 - math.Exp(-1))},
+		{"time going back is ignored", time.Second, []step{{time.Second, 4}, {0, 100}}, 4},
+		{"zero tau follows", 0, []step{{0, 1}, {time.Second, 9}}, 9},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := Level{Tau: tt.tau}
+			var got float64
+			for _, s := range tt.steps {
+				got = l.Sample(t0.Add(s.at), s.x)
+			}
+			if math.Abs(got-tt.want) > 1e-12 {
+				t.Errorf("Sample = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
