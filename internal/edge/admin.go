@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
 // adminHandler serves /metrics, /healthz, /readyz, /status and pprof.
@@ -157,5 +155,3 @@ func (e *Edge) Status() Status {
 	}
 	return st
 }
-
-var _ = waterfall.ReasonNearest

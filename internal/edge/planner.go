@@ -26,7 +26,6 @@ type planner struct {
 	prev     map[string]*waterfall.Plan       // by service
 	outliers map[string]*serviceOutliers      // by service
 	lastErr  map[string]string                // by service: last planning error logged
-	sampled  map[string]map[string]float64    // service -> group -> last sampled load
 	now      time.Time                        // the time of the current step
 }
 
@@ -39,7 +38,6 @@ func newPlanner(e *Edge) *planner {
 		prev:     map[string]*waterfall.Plan{},
 		outliers: map[string]*serviceOutliers{},
 		lastErr:  map[string]string{},
-		sampled:  map[string]map[string]float64{},
 	}
 }
 
@@ -78,7 +76,6 @@ func (p *planner) step(now time.Time) {
 		load[name] = gl
 	}
 	e.tcp.observe(now, cs, demand, load) // tcp listeners' services count open connections
-	p.sampled = load
 	st := gossip.NodeState{Kind: gossip.KindGFE, Site: e.cfg.Site, Demand: demand, RTT: rtt, Load: load}
 	if _, err := e.gossip.Publish(st); err != nil {
 		e.log.Warn().Err(err).Msg("gossip publish")
