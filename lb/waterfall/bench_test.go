@@ -49,11 +49,24 @@ func BenchmarkCompute(b *testing.B) {
 	w := benchWorld()
 	cfg := DefaultConfig()
 	b.ReportAllocs()
+	var p *Plan
 	for b.Loop() {
-		if _, err := Compute(w, cfg); err != nil {
+		var err error
+		if p, err = Compute(w, cfg); err != nil {
 			b.Fatal(err)
 		}
 	}
+	reportMeanRTT(b, w, p)
+}
+
+// reportMeanRTT reports the demand-weighted mean RTT of p, in ms, so that
+// the two planners' benchmarks also compare what they plan.
+func reportMeanRTT(b *testing.B, w World, p *Plan) {
+	var demand float64
+	for _, s := range w.Sites {
+		demand += s.Demand
+	}
+	b.ReportMetric(totalRTT(w, p)/demand, "mean-rtt-ms")
 }
 
 func BenchmarkDamp(b *testing.B) {

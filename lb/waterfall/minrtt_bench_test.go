@@ -9,9 +9,12 @@ func BenchmarkComputeMinRTT(b *testing.B) {
 	w := benchWorld()
 	cfg := DefaultConfig()
 	b.ReportAllocs()
+	var p *Plan
 	for b.Loop() {
-		if _, err := ComputeMinRTT(w, cfg); err != nil {
+		var err error
+		if p, err = ComputeMinRTT(w, cfg); err != nil {
 			b.Fatal(err)
 		}
 	}
+	reportMeanRTT(b, w, p)
 }
