@@ -358,9 +358,7 @@ func (p *planner) forget(cfg *config.Config) {
 			addrs[in.Address] = true
 		}
 	}
-	for _, m := range []map[string]*serviceMeters{p.meters} {
-		maps.DeleteFunc(m, func(k string, _ *serviceMeters) bool { return !live[k] })
-	}
+	maps.DeleteFunc(p.meters, func(k string, _ *serviceMeters) bool { return !live[k] })
 	maps.DeleteFunc(p.load, func(k string, _ map[string]*ewma.Rate) bool { return !live[k] })
 	maps.DeleteFunc(p.prev, func(k string, _ *waterfall.Plan) bool { return !live[k] })
 	maps.DeleteFunc(p.outliers, func(k string, _ *serviceOutliers) bool { return !live[k] })
