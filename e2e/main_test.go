@@ -6,9 +6,7 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -107,42 +105,11 @@ func phase(t *testing.T, c *topology.Cluster, rates map[string]float64, settle, 
 
 func loadWarm(t *testing.T, c *topology.Cluster, rates map[string]float64, warmup, d time.Duration) map[string]*loadgen.Result {
 	t.Helper()
-	var (
-		mu  sync.Mutex
-		wg  sync.WaitGroup
-		out = map[string]*loadgen.Result{}
-	)
-	for si, s := range c.Spec.Sites {
-		rate := rates[s.Name]
-		if rate <= 0 {
-			continue
-		}
-		gf := gfeOf(c, s.Name)
-		wg.Go(func() {
-			first := netip.MustParseAddr(fmt.Sprintf("127.%d.%d.100", c.Spec.Net, si+1))
-			res, err := loadgen.Run(context.Background(), loadgen.Config{
-				URL: gf.URL + "/", Rate: rate, Duration: d, Warmup: warmup, Sources: loadgen.Sources(first, 8), Timeout: 5 * time.Second,
-			})
-			if err != nil {
-				t.Errorf("load %s: %v", s.Name, err)
-				return
-			}
-			mu.Lock()
-			out[s.Name] = res
-			mu.Unlock()
-		})
+	res, err := c.Drive(context.Background(), rates, warmup, d)
+	if err != nil {
+		t.Error(err)
 	}
-	wg.Wait()
-	return out
-}
-
-func gfeOf(c *topology.Cluster, site string) *topology.GFE {
-	for _, g := range c.GFEs {
-		if g.Site == site {
-			return g
-		}
-	}
-	return nil
+	return res
 }
 
 // threeSites is the e2e topology: regions us-east, eu-west, asia-east of two

@@ -142,7 +142,7 @@ func TestStaticStabilityAndMembership(t *testing.T) {
 
 	t.Run("killed gfe leaves membership and plans", func(t *testing.T) {
 		load(t, c, map[string]float64{"tokyo": 150}, 3*time.Second)
-		nyc := gfeOf(c, "nyc")
+		nyc := c.GFE("nyc")
 		st, err := topology.Status(ctx, nyc)
 		if err != nil {
 			t.Fatal(err)
@@ -150,7 +150,7 @@ func TestStaticStabilityAndMembership(t *testing.T) {
 		if d := siteDemand(st, "tokyo"); d <= 0 {
 			t.Fatalf("nyc does not see tokyo's demand before the kill (sites %v)", st.Services[0].Sites)
 		}
-		tokyo := gfeOf(c, "tokyo")
+		tokyo := c.GFE("tokyo")
 		tokyo.Proc.Kill()
 		killed := time.Now()
 		err = topology.WaitFor(ctx, 15*time.Second, func() (bool, error) {

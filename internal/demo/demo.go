@@ -9,10 +9,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/netip"
-	"slices"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -84,51 +81,17 @@ func RunPhase(ctx context.Context, c *topology.Cluster, ph Phase, settle, measur
 }
 
 func drive(ctx context.Context, c *topology.Cluster, ph Phase, warmup, d time.Duration) ([]SiteResult, error) {
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		out  []SiteResult
-		errs []error
-	)
-	for si, gf := range gfesBySite(c) {
-		demand := ph.Demand[gf.Site]
-		if demand <= 0 {
-			continue
+	res, err := c.Drive(ctx, ph.Demand, warmup, d)
+	if err != nil {
+		return nil, err
+	}
+	var out []SiteResult
+	for _, s := range siteNames {
+		if r, ok := res[s]; ok {
+			out = append(out, SiteResult{Site: s, Demand: ph.Demand[s], Res: r})
 		}
-		wg.Go(func() {
-			first := netip.MustParseAddr(fmt.Sprintf("127.%d.%d.100", c.Spec.Net, si+1))
-			res, err := loadgen.Run(ctx, loadgen.Config{
-				URL: gf.URL + "/", Rate: demand, Duration: d, Warmup: warmup, Sources: loadgen.Sources(first, 16), Timeout: 3 * time.Second,
-			})
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, err)
-				return
-			}
-			out = append(out, SiteResult{Site: gf.Site, Demand: demand, Res: res})
-		})
 	}
-	wg.Wait()
-	if len(errs) > 0 {
-		return nil, errs[0]
-	}
-	slices.SortFunc(out, func(a, b SiteResult) int { return slices.Index(siteNames, a.Site) - slices.Index(siteNames, b.Site) })
 	return out, nil
-}
-
-// gfesBySite returns the first gfe of every site, in site order.
-func gfesBySite(c *topology.Cluster) []*topology.GFE {
-	var out []*topology.GFE
-	for _, s := range c.Spec.Sites {
-		for _, g := range c.GFEs {
-			if g.Site == s.Name {
-				out = append(out, g)
-				break
-			}
-		}
-	}
-	return out
 }
 
 // ServedRPS returns the measured 2xx rate per region over all sites.

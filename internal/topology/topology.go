@@ -25,13 +25,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spillway-lb/spillway/internal/edge"
+	"github.com/spillway-lb/spillway/internal/loadgen"
 	"github.com/spillway-lb/spillway/internal/proc"
 )
 
@@ -456,6 +459,52 @@ func (c *Cluster) Interrupt() {
 			g.Proc.Signal(syscall.SIGINT)
 		}
 	}
+}
+
+// GFE returns the first gfe of site, or nil if the site has none.
+func (c *Cluster) GFE(site string) *GFE {
+	for _, g := range c.GFEs {
+		if g.Site == site {
+			return g
+		}
+	}
+	return nil
+}
+
+// Drive sends rates[site] requests/s to the first gfe of every site named in
+// rates, all sites at once and open loop, for d, and returns each site's
+// result. Requests started in the first warmup of d are sent but not
+// recorded (loadgen.Config.Warmup). Each site's requests come from 16
+// client addresses of its /24, from 127.N.s.100, kept alive.
+func (c *Cluster) Drive(ctx context.Context, rates map[string]float64, warmup, d time.Duration) (map[string]*loadgen.Result, error) {
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		out  = map[string]*loadgen.Result{}
+		errs []error
+	)
+	for si, s := range c.Spec.Sites {
+		rate, gf := rates[s.Name], c.GFE(s.Name)
+		if rate <= 0 || gf == nil {
+			continue
+		}
+		wg.Go(func() {
+			first := netip.MustParseAddr(c.Spec.ip(si+1, 100))
+			res, err := loadgen.Run(ctx, loadgen.Config{
+				URL: gf.URL + "/", Rate: rate, Duration: d, Warmup: warmup,
+				Sources: loadgen.Sources(first, 16), Timeout: 5 * time.Second,
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("load at %s: %w", s.Name, err))
+				return
+			}
+			out[s.Name] = res
+		})
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
 }
 
 // SetHealthy makes every instance in addrs pass or fail its health checks.
