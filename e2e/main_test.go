@@ -6,37 +6,20 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
+	"math"
 	"testing"
 	"time"
 
 	"github.com/spillway-lb/spillway/internal/edge"
 	"github.com/spillway-lb/spillway/internal/loadgen"
-	"github.com/spillway-lb/spillway/internal/proc"
+	"github.com/spillway-lb/spillway/internal/testkit"
 	"github.com/spillway-lb/spillway/internal/topology"
 )
 
 // bins are the binaries built once for every test in the package.
 var bins map[string]string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "spillway-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	bins, err = proc.Build(ctx, dir, false, "gfe", "controlplane", "testbackend")
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testkit.RunWithBinaries(m, &bins, topology.Binaries...) }
 
 // startCluster starts spec and stops it when the test ends; on failure it
 // prints the processes' logs.
@@ -80,36 +63,160 @@ func tail(s string, n int) string {
 // client addresses in each site's /24, and returns each site's result.
 func load(t *testing.T, c *topology.Cluster, rates map[string]float64, d time.Duration) map[string]*loadgen.Result {
 	t.Helper()
-	return loadWarm(t, c, rates, 0, d)
-}
-
-// phase drives rates for settle+measure without a break, records only the
-// measure part, and takes every gfe's /status half way through it.
-func phase(t *testing.T, c *topology.Cluster, rates map[string]float64, settle, measure time.Duration) (map[string]*loadgen.Result, map[string]*edge.Status) {
-	t.Helper()
-	status := map[string]*edge.Status{}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		time.Sleep(settle + measure/2) // a sampling point inside the measured window, not a wait for a condition
-		for _, g := range c.GFEs {
-			if st, err := topology.Status(context.Background(), g); err == nil {
-				status[g.Site] = st
-			}
-		}
-	}()
-	res := loadWarm(t, c, rates, settle, settle+measure)
-	<-done
-	return res, status
-}
-
-func loadWarm(t *testing.T, c *topology.Cluster, rates map[string]float64, warmup, d time.Duration) map[string]*loadgen.Result {
-	t.Helper()
-	res, err := c.Drive(context.Background(), rates, warmup, d)
+	res, err := c.Drive(context.Background(), rates, 0, d)
 	if err != nil {
 		t.Error(err)
 	}
 	return res
+}
+
+// convergeTimeout bounds how long a phase waits for the deployment to
+// converge on its load. A quiet machine converges in 3–5 s (demand
+// smoothing, damping, gossip); a busy one takes longer, and the wait ends
+// as soon as it has.
+const convergeTimeout = 60 * time.Second
+
+// phase drives rates until every gfe's /status shows the deployment
+// converged on them (converged, and the checks of cond), then records a
+// window of measure: the requests due in it, site by site, and every gfe's
+// /status half way through it. The load runs without a break from the
+// wait into the window. cond may be nil.
+func phase(t *testing.T, c *topology.Cluster, rates map[string]float64, measure time.Duration, cond func(map[string]*edge.Status) error) (map[string]*loadgen.Result, map[string]*edge.Status) {
+	t.Helper()
+	l := c.StartLoad(rates)
+	t0, err := waitConverged(c, rates, cond)
+	if err != nil {
+		res, _ := l.Stop()
+		for site, r := range res {
+			t.Logf("%s: generator lag up to %v, %d sent", site, r.MaxLag, r.Sent)
+		}
+		t.Fatalf("not converged on %v after %v: %v", rates, convergeTimeout, err)
+	}
+	time.Sleep(measure / 2) // half way through the measured window, not a wait for a condition
+	status := statuses(c)
+	time.Sleep(measure - measure/2)
+	all, err := l.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := map[string]*loadgen.Result{}
+	for site, r := range all {
+		from := t0.Sub(r.Start)
+		res[site] = r.Window(from, from+measure)
+		t.Logf("%s: %d requests measured, %d ok, errors %v, generator lag up to %v", site, res[site].Sent, res[site].OK, res[site].Errors, res[site].MaxLag)
+	}
+	return res, status
+}
+
+// statuses returns every gfe's /status by site (the sites whose gfe
+// answered).
+func statuses(c *topology.Cluster) map[string]*edge.Status {
+	out := map[string]*edge.Status{}
+	for _, g := range c.GFEs {
+		if st, err := topology.Status(context.Background(), g); err == nil {
+			out[g.Site] = st
+		}
+	}
+	return out
+}
+
+// waitConverged polls every gfe's /status until, twice in a row half a
+// second apart, every gfe sees every site's demand within 5% of its rate in
+// rates (or, for a site not driven, under 2 req/s), its own plan row moved
+// by less than 0.01 since the previous poll, and cond (if not nil) holds.
+// It returns when that was first seen, or the last reason it was not.
+func waitConverged(c *topology.Cluster, rates map[string]float64, cond func(map[string]*edge.Status) error) (time.Time, error) {
+	deadline := time.Now().Add(convergeTimeout)
+	var prev map[string]*edge.Status
+	good := 0
+	for {
+		now := time.Now()
+		cur := statuses(c)
+		err := converged(c, rates, prev, cur)
+		if err == nil && cond != nil {
+			err = cond(cur)
+		}
+		if err == nil {
+			good++
+			if good == 2 {
+				return now, nil
+			}
+		} else {
+			good = 0
+		}
+		if now.After(deadline) {
+			return time.Time{}, err
+		}
+		prev = cur
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// converged is waitConverged's test of one poll against the previous one.
+func converged(c *topology.Cluster, rates map[string]float64, prev, cur map[string]*edge.Status) error {
+	for _, g := range c.GFEs {
+		st := cur[g.Site]
+		if st == nil || len(st.Services) == 0 {
+			return fmt.Errorf("no /status with a service from %s", g.Site)
+		}
+		svc := st.Services[0]
+		seen := map[string]float64{}
+		for _, s := range svc.Sites {
+			seen[s.Name] = s.DemandRPS
+		}
+		for _, s := range c.Spec.Sites {
+			want, got := rates[s.Name], seen[s.Name]
+			if (want > 0 && !within(got, want, 0.05*want)) || (want == 0 && got >= 2) {
+				return fmt.Errorf("%s sees %s's demand at %.1f req/s, want %.0f", g.Site, s.Name, got, want)
+			}
+		}
+		if prev == nil || prev[g.Site] == nil || len(prev[g.Site].Services) == 0 {
+			return fmt.Errorf("%s: no previous plan to compare", g.Site)
+		}
+		if d := planMoved(prev[g.Site].Services[0].Plan, svc.Plan); d >= 0.01 {
+			return fmt.Errorf("%s's plan row still moving (%.3f in 0.5 s)", g.Site, d)
+		}
+	}
+	return nil
+}
+
+// planMoved is the largest change of a group's share between two plan rows.
+func planMoved(a, b []edge.ShareStatus) float64 {
+	share := func(row []edge.ShareStatus) map[string]float64 {
+		m := map[string]float64{}
+		for _, s := range row {
+			m[s.Group] += s.Share
+		}
+		return m
+	}
+	sa, sb := share(a), share(b)
+	d := 0.0
+	for g, v := range sa {
+		d = math.Max(d, math.Abs(v-sb[g]))
+	}
+	for g, v := range sb {
+		d = math.Max(d, math.Abs(v-sa[g]))
+	}
+	return d
+}
+
+// healthyIn returns a phase condition: every gfe plans with n healthy
+// instances in region.
+func healthyIn(region string, n int) func(map[string]*edge.Status) error {
+	return func(st map[string]*edge.Status) error {
+		for site, s := range st {
+			h := 0
+			for _, g := range s.Services[0].Groups {
+				if g.Region == region {
+					h += g.Healthy
+				}
+			}
+			if h != n {
+				return fmt.Errorf("%s plans with %d healthy instances in %s, want %d", site, h, region, n)
+			}
+		}
+		return nil
+	}
 }
 
 // threeSites is the e2e topology: regions us-east, eu-west, asia-east of two

@@ -50,13 +50,13 @@ func within(got, want, tol float64) bool { return math.Abs(got-want) <= tol }
 // half unhealthy, global overload, and recovery.
 func TestWaterfallEndToEnd(t *testing.T) {
 	c := startCluster(t, threeSites(20))
-	settle, measure := 5*time.Second, 4*time.Second
+	measure := 4 * time.Second
 	ctx := context.Background()
 	steady := map[string]float64{"nyc": 200, "lon": 150, "tokyo": 100}
 	nearest := map[string]string{"nyc": "us-east", "lon": "eu-west", "tokyo": "asia-east"}
 
 	t.Run("under capacity stays nearest", func(t *testing.T) {
-		res, _ := phase(t, c, steady, settle, measure)
+		res, _ := phase(t, c, steady, measure, nil)
 		for site, r := range res {
 			if sh := routedShare(r, nearest[site]); sh < 0.99 {
 				t.Errorf("%s: %.3f of requests in %s, want ≥ 0.99 (routed %v)", site, sh, nearest[site], r.Routed)
@@ -68,7 +68,7 @@ func TestWaterfallEndToEnd(t *testing.T) {
 	})
 
 	t.Run("one region overloaded spills to next nearest", func(t *testing.T) {
-		res, status := phase(t, c, map[string]float64{"nyc": 450, "lon": 150, "tokyo": 100}, settle, measure)
+		res, status := phase(t, c, map[string]float64{"nyc": 450, "lon": 150, "tokyo": 100}, measure, nil)
 		// nyc: us-east holds 320 of 450; the rest goes to eu-west (next
 		// nearest, and it has room: 150 + 130 ≤ 320), none to asia-east.
 		wantEast := regionCap / 450
@@ -100,7 +100,7 @@ func TestWaterfallEndToEnd(t *testing.T) {
 		if err := topology.SetHealthy(ctx, false, c.Instances["eu-west"][:5]...); err != nil {
 			t.Fatal(err)
 		}
-		res, status := phase(t, c, map[string]float64{"nyc": 200, "lon": 100, "tokyo": 100}, settle, measure)
+		res, status := phase(t, c, map[string]float64{"nyc": 200, "lon": 100, "tokyo": 100}, measure, healthyIn("eu-west", 3))
 		plan := planShare(t, status, "lon", "eu-west")
 		if !within(plan, 0.75, 0.075) {
 			t.Errorf("lon plan share of eu-west = %.3f, want 0.75 ±10%%", plan)
@@ -119,7 +119,7 @@ func TestWaterfallEndToEnd(t *testing.T) {
 
 	t.Run("global overload runs every region at the same utilization", func(t *testing.T) {
 		// 1152 req/s against 960: λ = 1.2.
-		res, status := phase(t, c, map[string]float64{"nyc": 500, "lon": 400, "tokyo": 252}, settle, measure)
+		res, status := phase(t, c, map[string]float64{"nyc": 500, "lon": 400, "tokyo": 252}, measure, healthyIn("eu-west", 8))
 		routed := map[string]float64{}
 		for _, r := range res {
 			for region, n := range r.Routed {
@@ -147,7 +147,7 @@ func TestWaterfallEndToEnd(t *testing.T) {
 	})
 
 	t.Run("capacity restored returns traffic to nearest", func(t *testing.T) {
-		res, _ := phase(t, c, steady, settle, measure)
+		res, _ := phase(t, c, steady, measure, nil)
 		for site, r := range res {
 			if sh := routedShare(r, nearest[site]); sh < 0.98 {
 				t.Errorf("%s: %.3f of new requests in %s after recovery, want ≥ 0.98", site, sh, nearest[site])

@@ -17,6 +17,7 @@ import (
 	"net/http/httptrace"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -68,6 +69,14 @@ type RateStep struct {
 	Rate float64
 }
 
+// timeout returns Timeout or its default.
+func (c *Config) timeout() time.Duration {
+	if c.Timeout <= 0 {
+		return 5 * time.Second
+	}
+	return c.Timeout
+}
+
 // rateAt returns the rate in force at elapsed time d.
 func (c *Config) rateAt(d time.Duration) float64 {
 	r := c.Rate
@@ -80,36 +89,84 @@ func (c *Config) rateAt(d time.Duration) float64 {
 	return r
 }
 
+// schedule is a run's rate as constant pieces, for finding when each
+// request is due.
+type schedule []RateStep // the first piece starts at 0
+
+func (c *Config) schedule() schedule {
+	sc := schedule{{At: 0, Rate: c.Rate}}
+	for _, st := range c.Schedule {
+		if st.At <= 0 {
+			sc[0].Rate = st.Rate
+			continue
+		}
+		sc = append(sc, st)
+	}
+	return sc
+}
+
+// due returns when request k (from 0) is due — the moment the integral of
+// the rate reaches k+1 — and true if that is no later than by.
+func (sc schedule) due(k int, by time.Duration) (time.Duration, bool) {
+	need := float64(k + 1) // requests the integral must reach
+	for i, p := range sc {
+		end := by
+		if i+1 < len(sc) {
+			end = min(end, sc[i+1].At)
+		}
+		if end <= p.At {
+			break
+		}
+		n := p.Rate * (end - p.At).Seconds()
+		if n >= need && p.Rate > 0 {
+			return p.At + time.Duration(need/p.Rate*float64(time.Second)), true
+		}
+		need -= n
+	}
+	return 0, false
+}
+
 // Record is one request of a run, kept when Config.Records is set. Warmup
-// requests and dropped requests have none.
+// requests have none.
 type Record struct {
-	// At is when the request was started, since Result.Start.
-	At time.Duration
+	// At is when the request was due, since Result.Start: the schedule's
+	// time, not the moment this process got round to sending it (At + Lag).
+	At time.Duration `json:"at"`
+	// Lag is how late the request was started after At: the generator's
+	// own delay (a busy CPU, a slow scheduler), not the server's.
+	Lag time.Duration `json:"lag"`
+	// Dropped is set when the request was not sent because MaxInFlight
+	// requests were outstanding; such a record has no other field set.
+	Dropped bool `json:"dropped,omitempty"`
 	// Source is the local address and port of the connection the request
 	// went out on: on loopback, the client address the server sees. Zero
 	// when no connection was obtained.
-	Source netip.AddrPort
-	// Status is the response's HTTP status code; 0 when Err is set.
-	Status int
+	Source netip.AddrPort `json:"source"`
+	// Status is the response's HTTP status code; 0 when Error is set.
+	Status int `json:"status,omitempty"`
 	// Region and Backend are the response's X-Spillway-Region and
 	// X-Spillway-Backend headers, whatever the status; empty when absent.
-	Region, Backend string
+	Region  string `json:"region,omitempty"`
+	Backend string `json:"backend,omitempty"`
 	// Latency is the time from sending the request to reading the whole
 	// response body, or to the transport error.
-	Latency time.Duration
-	// Err is the transport error (dial, timeout, reset); nil when a
+	Latency time.Duration `json:"latency"`
+	// Error is the transport error (dial, timeout, reset); empty when a
 	// response was read.
-	Err error
+	Error string `json:"error,omitempty"`
 }
 
 // Result is what a run measured.
 type Result struct {
-	// Sent counts requests started after Warmup; OK those answered 2xx; Failed those with
-	// a transport error or a non-2xx status; Dropped those not sent because
-	// MaxInFlight was reached.
+	// Sent counts requests due after Warmup that were started; OK those
+	// answered 2xx; Failed those with a transport error or a non-2xx
+	// status; Dropped those not sent because MaxInFlight was reached.
 	Sent, OK, Failed, Dropped int64
 	// Status counts responses by HTTP status code.
 	Status map[int]int64
+	// Errors counts transport errors by kind ("timeout", "refused",
+	// "reset", "other").
+	Errors map[string]int64
 	// ByRegion and ByBackend count 2xx responses by the serving backend's
 	// X-Spillway-Region and X-Spillway-Backend headers.
 	ByRegion  map[string]int64
@@ -119,14 +176,77 @@ type Result struct {
 	Routed map[string]int64
 	// Latencies of answered requests (any status), sorted ascending.
 	Latencies []time.Duration
+	// MaxLag is the largest delay between a request's due time and its
+	// start (Record.Lag): how far the generator itself fell behind.
+	MaxLag time.Duration
 	// Elapsed is the wall time of the run including the drain of
 	// outstanding requests.
 	Elapsed time.Duration
 	// Start is when the run started; Record.At counts from it.
 	Start time.Time
 	// Records holds every recorded request when Config.Records is set,
-	// sorted by At. len(Records) == Sent.
+	// sorted by At. len(Records) == Sent + Dropped.
 	Records []Record
+}
+
+func newResult() *Result {
+	return &Result{Status: map[int]int64{}, Errors: map[string]int64{}, ByRegion: map[string]int64{}, ByBackend: map[string]int64{}, Routed: map[string]int64{}}
+}
+
+// tally adds recs to r's counts.
+func (r *Result) tally(recs []Record) {
+	for _, rec := range recs {
+		r.MaxLag = max(r.MaxLag, rec.Lag)
+		if rec.Dropped {
+			r.Dropped++
+			continue
+		}
+		r.Sent++
+		if rec.Error != "" {
+			r.Failed++
+			r.Errors[errorKind(rec.Error)]++
+			continue
+		}
+		r.Status[rec.Status]++
+		if rec.Region != "" {
+			r.Routed[rec.Region]++
+		}
+		r.Latencies = append(r.Latencies, rec.Latency)
+		if rec.Status/100 == 2 {
+			r.OK++
+			r.ByRegion[rec.Region]++
+			r.ByBackend[rec.Backend]++
+		} else {
+			r.Failed++
+		}
+	}
+	slices.Sort(r.Latencies)
+}
+
+// Window returns the result of the requests of r due in [from, to) since
+// r.Start, counted as Run counts them. r must hold Records (Config.Records).
+func (r *Result) Window(from, to time.Duration) *Result {
+	w := newResult()
+	w.Start = r.Start
+	lo, _ := slices.BinarySearchFunc(r.Records, from, func(rec Record, d time.Duration) int { return cmp.Compare(rec.At, d) })
+	hi, _ := slices.BinarySearchFunc(r.Records, to, func(rec Record, d time.Duration) int { return cmp.Compare(rec.At, d) })
+	w.Records = r.Records[lo:hi:hi]
+	w.tally(w.Records)
+	w.Elapsed = to - from
+	return w
+}
+
+// errorKind classes a transport error's text for Result.Errors.
+func errorKind(msg string) string {
+	switch {
+	case strings.Contains(msg, "Timeout") || strings.Contains(msg, "deadline exceeded") || strings.Contains(msg, "timeout"):
+		return "timeout"
+	case strings.Contains(msg, "connection refused"):
+		return "refused"
+	case strings.Contains(msg, "connection reset") || strings.Contains(msg, "EOF") || strings.Contains(msg, "broken pipe"):
+		return "reset"
+	}
+	return "other"
 }
 
 // Percentile returns the p-th percentile (0 < p ≤ 100) of Latencies, or 0
@@ -149,7 +269,15 @@ func (r *Result) RegionShare(region string) float64 {
 }
 
 // Run sends load as cfg describes until cfg.Duration has passed or ctx ends,
-// waits for outstanding requests, and returns what it measured.
+// waits for outstanding requests (each bounded by cfg.Timeout, whether or
+// not ctx has ended), and returns what it measured.
+//
+// Request k (from 0) is due at the moment the integral of the rate since
+// the start reaches k+1, so the number of requests a run schedules depends
+// only on the rate and the time it lasted, never on how punctually this
+// process was scheduled: a generator starved of CPU starts its due requests
+// late (Result.MaxLag says how late) but starts every one of them, each
+// recorded at its due time.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.URL == "" || cfg.Rate <= 0 || cfg.Duration <= 0 {
 		return nil, errors.New("loadgen: URL, Rate and Duration are required")
@@ -159,9 +287,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, fmt.Errorf("loadgen: schedule[%d]: rate must be >= 0 and steps in ascending order, got at %v rate %g", i, s.At, s.Rate)
 		}
 	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 5 * time.Second
-	}
+	cfg.Timeout = cfg.timeout()
 	if cfg.MaxInFlight <= 0 {
 		cfg.MaxInFlight = 4096
 	}
@@ -172,96 +298,81 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}()
 
-	res := &Result{Status: map[int]int64{}, ByRegion: map[string]int64{}, ByBackend: map[string]int64{}, Routed: map[string]int64{}}
+	res := newResult()
+	reqCtx := context.WithoutCancel(ctx) // ctx ends the schedule, not the requests
 	var (
 		mu  sync.Mutex
 		wg  sync.WaitGroup
 		sem = make(chan struct{}, cfg.MaxInFlight)
 	)
-	record := func(rec Record) {
+	keep := func(rec Record) {
 		mu.Lock()
 		defer mu.Unlock()
-		if cfg.Records {
-			res.Records = append(res.Records, rec)
-		}
-		status, region, backend, lat, err := rec.Status, rec.Region, rec.Backend, rec.Latency, rec.Err
-		res.Sent++
-		if err != nil {
-			res.Failed++
-			return
-		}
-		res.Status[status]++
-		if region != "" {
-			res.Routed[region]++
-		}
-		res.Latencies = append(res.Latencies, lat)
-		if status/100 == 2 {
-			res.OK++
-			res.ByRegion[region]++
-			res.ByBackend[backend]++
-		} else {
-			res.Failed++
-		}
+		res.Records = append(res.Records, rec)
 	}
 
 	start := time.Now()
 	res.Start = start
-	interval := time.Second / 1000
-	tick := time.NewTicker(interval)
+	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
-	end := time.NewTimer(cfg.Duration)
-	defer end.Stop()
-	var due float64
-	last := start
-	next := 0
+	sched := cfg.schedule()
+	next := 0 // index of the next request to start
+	// startDue starts every request due by elapsed (capped at Duration).
+	startDue := func(elapsed time.Duration) {
+		for {
+			at, ok := sched.due(next, min(elapsed, cfg.Duration))
+			if !ok {
+				return
+			}
+			c := clients[next%len(clients)]
+			next++
+			rec := Record{At: at, Lag: time.Since(start) - at}
+			measured := at >= cfg.Warmup
+			select {
+			case sem <- struct{}{}:
+			default:
+				if measured {
+					rec.Dropped = true
+					keep(rec)
+				}
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				send(reqCtx, c, cfg, &rec)
+				if measured {
+					keep(rec)
+				}
+			}()
+		}
+	}
 loop:
 	for {
 		select {
 		case <-ctx.Done():
 			break loop
-		case <-end.C:
-			break loop
 		case now := <-tick.C:
-			due += now.Sub(last).Seconds() * cfg.rateAt(now.Sub(start))
-			last = now
-			for ; due >= 1; due-- {
-				at := now.Sub(start)
-				measured := at >= cfg.Warmup
-				select {
-				case sem <- struct{}{}:
-				default:
-					if measured {
-						mu.Lock()
-						res.Dropped++
-						mu.Unlock()
-					}
-					continue
-				}
-				c := clients[next%len(clients)]
-				next++
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					defer func() { <-sem }()
-					rec := send(ctx, c, cfg)
-					rec.At = at
-					if measured {
-						record(rec)
-					}
-				}()
+			elapsed := now.Sub(start)
+			startDue(elapsed)
+			if elapsed >= cfg.Duration {
+				break loop
 			}
 		}
 	}
 	wg.Wait()
 	res.Elapsed = time.Since(start)
-	slices.Sort(res.Latencies)
 	slices.SortStableFunc(res.Records, func(a, b Record) int { return cmp.Compare(a.At, b.At) })
+	res.tally(res.Records)
+	if !cfg.Records {
+		res.Records = nil
+	}
 	return res, nil
 }
 
-// send makes one request. The returned Record has every field but At.
-func send(ctx context.Context, c *http.Client, cfg Config) Record {
-	var rec Record
+// send makes one request and fills in rec's response fields.
+func send(ctx context.Context, c *http.Client, cfg Config, rec *Record) {
 	if cfg.Records {
 		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 			GotConn: func(info httptrace.GotConnInfo) {
@@ -274,8 +385,8 @@ func send(ctx context.Context, c *http.Client, cfg Config) Record {
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.URL, nil)
 	if err != nil {
-		rec.Err = fmt.Errorf("loadgen: %w", err)
-		return rec
+		rec.Error = "loadgen: " + err.Error()
+		return
 	}
 	if cfg.Host != "" {
 		req.Host = cfg.Host
@@ -283,14 +394,13 @@ func send(ctx context.Context, c *http.Client, cfg Config) Record {
 	t0 := time.Now()
 	resp, err := c.Do(req)
 	if err != nil {
-		rec.Latency, rec.Err = time.Since(t0), err
-		return rec
+		rec.Latency, rec.Error = time.Since(t0), err.Error()
+		return
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	rec.Status, rec.Region, rec.Backend = resp.StatusCode, resp.Header.Get("X-Spillway-Region"), resp.Header.Get("X-Spillway-Backend")
 	rec.Latency = time.Since(t0)
-	return rec
 }
 
 // newClients returns one client per source address (or one client when

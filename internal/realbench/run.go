@@ -252,7 +252,7 @@ func drive(ctx context.Context, c *topology.Cluster, cfg *Config, p Policy) (Mea
 			URL: gf.URL + "/", Rate: peak, Schedule: sched, Duration: cfg.Warmup + measured, Warmup: cfg.Warmup,
 			Sources: loadgen.Sources(first, cfg.SourcesPerSite), NewConnEach: true, Timeout: cfg.Timeout, Records: true,
 		}
-		wg.Go(func() { sr.res, sr.err = loadgen.Run(ctx, lc) })
+		wg.Go(func() { sr.res, sr.err = c.RunLoad(ctx, lc) })
 	}
 	wg.Wait()
 	m := Measurement{Policy: p}
@@ -272,6 +272,9 @@ func drive(ctx context.Context, c *topology.Cluster, cfg *Config, p Policy) (Mea
 		m.Dropped += sr.res.Dropped
 		offset := sr.res.Start.Sub(origin)
 		for _, rec := range sr.res.Records {
+			if rec.Dropped {
+				continue // counted in m.Dropped
+			}
 			since := rec.At - cfg.Warmup // since the end of this site's warmup
 			ph, end := 0, cfg.Phases[0].Duration
 			for ph < len(cfg.Phases)-1 && since >= end {

@@ -2,36 +2,18 @@ package realbench
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/spillway-lb/spillway/internal/proc"
+	"github.com/spillway-lb/spillway/internal/testkit"
+	"github.com/spillway-lb/spillway/internal/topology"
 )
 
 // bins are the binaries built once for the package's tests.
 var bins map[string]string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "spillway-realbench-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	bins, err = proc.Build(ctx, dir, false, "gfe", "controlplane", "testbackend")
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testkit.RunWithBinaries(m, &bins, topology.Binaries...) }
 
 // TestRunQuick runs the real thing in quick mode for waterfall and
 // hash5/nearest_region and checks that every request is accounted for and

@@ -164,7 +164,9 @@ type Options struct {
 	// Dir holds binaries, config and logs. Required (t.TempDir()).
 	Dir string
 	// Bins, when set, are prebuilt binaries by name (gfe, controlplane,
-	// testbackend); otherwise Start builds them into Dir.
+	// testbackend, and optionally loadgen); otherwise Start builds them
+	// all into Dir. Load generators run in processes of their own when
+	// loadgen is among them (Cluster.RunLoad).
 	Bins map[string]string
 	// Tee receives every process's output, prefixed by its name.
 	Tee io.Writer
@@ -274,6 +276,9 @@ func (s *Spec) backendArgs(ri int) []string {
 // process when Spec.BackendAdmin is set.
 func (s *Spec) BackendAdminAddr(ri int) string { return s.ip(101+ri, 1) + ":9999" }
 
+// Binaries are the commands a Cluster runs, for proc.Build.
+var Binaries = []string{"gfe", "controlplane", "testbackend", "loadgen"}
+
 // Start builds what is missing and starts the deployment: backends, control
 // planes, then gfes, and waits until every gfe is ready (has a plan). On
 // error it stops what it started.
@@ -289,7 +294,7 @@ func Start(ctx context.Context, spec Spec, opts Options) (c *Cluster, err error)
 		}
 	}()
 	if c.Bins == nil {
-		if c.Bins, err = proc.Build(ctx, filepath.Join(opts.Dir, "bin"), false, "gfe", "controlplane", "testbackend"); err != nil {
+		if c.Bins, err = proc.Build(ctx, filepath.Join(opts.Dir, "bin"), false, Binaries...); err != nil {
 			return nil, err
 		}
 	}
@@ -473,10 +478,54 @@ func (c *Cluster) GFE(site string) *GFE {
 
 // Drive sends rates[site] requests/s to the first gfe of every site named in
 // rates, all sites at once and open loop, for d, and returns each site's
-// result. Requests started in the first warmup of d are sent but not
-// recorded (loadgen.Config.Warmup). Each site's requests come from 16
-// client addresses of its /24, from 127.N.s.100, kept alive.
+// result. Requests due in the first warmup of d are sent but not recorded
+// (loadgen.Config.Warmup). Each site's requests come from 16 client
+// addresses of its /24, from 127.N.s.100, kept alive.
 func (c *Cluster) Drive(ctx context.Context, rates map[string]float64, warmup, d time.Duration) (map[string]*loadgen.Result, error) {
+	return c.drive(ctx, rates, func(cfg *loadgen.Config) {
+		cfg.Duration, cfg.Warmup = d, warmup
+	})
+}
+
+// Load is load started by StartLoad.
+type Load struct {
+	// Start is when the load started; a Result's Record.At counts from
+	// about then (each site's generator starts within milliseconds of it).
+	Start  time.Time
+	cancel context.CancelFunc
+	done   chan struct{}
+	res    map[string]*loadgen.Result
+	err    error
+}
+
+// StartLoad sends rates[site] requests/s to the first gfe of every site
+// named in rates, as Drive does, until Stop (or for at most 10 minutes),
+// recording every request, so that a test can wait for a condition under
+// load and then measure a window of it (loadgen.Result.Window).
+func (c *Cluster) StartLoad(rates map[string]float64) *Load {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &Load{Start: time.Now(), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		l.res, l.err = c.drive(ctx, rates, func(cfg *loadgen.Config) {
+			cfg.Duration, cfg.Records = 10*time.Minute, true
+		})
+	}()
+	return l
+}
+
+// Stop ends the load, waits for outstanding requests and returns each
+// site's result.
+func (l *Load) Stop() (map[string]*loadgen.Result, error) {
+	l.cancel()
+	<-l.done
+	return l.res, l.err
+}
+
+// drive runs one generator per site in rates with the config set(cfg)
+// finishes, in a process of its own when the cluster has the loadgen
+// binary (Options.Bins), and returns each site's result.
+func (c *Cluster) drive(ctx context.Context, rates map[string]float64, set func(*loadgen.Config)) (map[string]*loadgen.Result, error) {
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup
@@ -488,12 +537,13 @@ func (c *Cluster) Drive(ctx context.Context, rates map[string]float64, warmup, d
 		if rate <= 0 || gf == nil {
 			continue
 		}
+		cfg := loadgen.Config{
+			URL: gf.URL + "/", Rate: rate,
+			Sources: loadgen.Sources(netip.MustParseAddr(c.Spec.ip(si+1, 100)), 16), Timeout: 5 * time.Second,
+		}
+		set(&cfg)
 		wg.Go(func() {
-			first := netip.MustParseAddr(c.Spec.ip(si+1, 100))
-			res, err := loadgen.Run(ctx, loadgen.Config{
-				URL: gf.URL + "/", Rate: rate, Duration: d, Warmup: warmup,
-				Sources: loadgen.Sources(first, 16), Timeout: 5 * time.Second,
-			})
+			res, err := c.RunLoad(ctx, cfg)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -505,6 +555,16 @@ func (c *Cluster) Drive(ctx context.Context, rates map[string]float64, warmup, d
 	}
 	wg.Wait()
 	return out, errors.Join(errs...)
+}
+
+// RunLoad runs one load generator: in a process of its own
+// (loadgen.Exec) when the cluster has the loadgen binary, else in this
+// process (loadgen.Run).
+func (c *Cluster) RunLoad(ctx context.Context, cfg loadgen.Config) (*loadgen.Result, error) {
+	if bin := c.Bins["loadgen"]; bin != "" {
+		return loadgen.Exec(ctx, bin, cfg)
+	}
+	return loadgen.Run(ctx, cfg)
 }
 
 // SetHealthy makes every instance in addrs pass or fail its health checks.
