@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"time"
@@ -43,7 +44,7 @@ func Exec(ctx context.Context, bin string, cfg Config) (*Result, error) {
 // Main is the loadgen command: it reads a Config as JSON on stdin, runs it
 // until its Duration has passed or the process is interrupted, and writes
 // the Result as JSON on stdout.
-func Main(ctx context.Context, stdin *os.File, stdout *os.File) error {
+func Main(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 	var cfg Config
 	if err := json.NewDecoder(stdin).Decode(&cfg); err != nil {
 		return fmt.Errorf("loadgen: reading the config on stdin: %w", err)

@@ -187,8 +187,8 @@ func TestRecordsSourceIsWhatTheServerSees(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Sent == 0 || res.Failed != res.Sent {
-		t.Fatalf("closed port: Sent %d Failed %d, want all failed", res.Sent, res.Failed)
+	if res.Sent == 0 || res.Failed != res.Sent || res.Errors["refused"] != res.Sent {
+		t.Fatalf("closed port: Sent %d Failed %d Errors %v, want all failed, refused", res.Sent, res.Failed, res.Errors)
 	}
 	for _, r := range res.Records {
 		if r.Error == "" || r.Status != 0 {
@@ -244,5 +244,56 @@ func TestRateAt(t *testing.T) {
 		if got := c.rateAt(tt.d); got != tt.want {
 			t.Errorf("rateAt(%v) = %v, want %v", tt.d, got, tt.want)
 		}
+	}
+}
+
+// TestScheduleDue checks when each request is due: request k when the
+// integral of the rate reaches k+1, across steps and pauses.
+func TestScheduleDue(t *testing.T) {
+	ms := time.Millisecond
+	c := Config{Rate: 10, Schedule: []RateStep{{At: time.Second, Rate: 0}, {At: 2 * time.Second, Rate: 100}}}
+	sc := c.schedule()
+	for _, tt := range []struct {
+		k      int
+		by     time.Duration
+		want   time.Duration
+		wantOK bool
+	}{
+		{0, time.Hour, 100 * ms, true},          // 10/s: the first at 0.1 s
+		{0, 99 * ms, 0, false},                  // not yet due
+		{9, time.Hour, time.Second, true},       // the tenth exactly at the pause
+		{10, 1500 * ms, 0, false},               // paused
+		{10, time.Hour, 2010 * ms, true},        // 100/s after the pause
+		{109, time.Hour, 3 * time.Second, true}, // 100 more by 3 s
+	} {
+		got, ok := sc.due(tt.k, tt.by)
+		if ok != tt.wantOK || (ok && (got-tt.want).Abs() > time.Microsecond) {
+			t.Errorf("due(%d, by %v) = %v, %v; want %v, %v", tt.k, tt.by, got, ok, tt.want, tt.wantOK)
+		}
+	}
+	// A first step at 0 replaces Rate.
+	if got, ok := (&Config{Rate: 1, Schedule: []RateStep{{At: 0, Rate: 1000}}}).schedule().due(0, time.Hour); !ok || got != ms {
+		t.Errorf("with a step at 0: due(0) = %v, %v; want 1ms", got, ok)
+	}
+}
+
+// TestWindow checks that a window counts the requests due in it as Run
+// counts a whole run.
+func TestWindow(t *testing.T) {
+	ms := time.Millisecond
+	r := &Result{Records: []Record{
+		{At: 10 * ms, Status: 200, Region: "a", Latency: 5 * ms},
+		{At: 20 * ms, Status: 503, Region: "a", Latency: 1 * ms, Lag: 7 * ms},
+		{At: 30 * ms, Error: "dial tcp: connect: connection refused"},
+		{At: 40 * ms, Dropped: true},
+		{At: 50 * ms, Status: 200, Region: "b"},
+	}}
+	w := r.Window(20*ms, 50*ms)
+	if w.Sent != 2 || w.OK != 0 || w.Failed != 2 || w.Dropped != 1 || w.Routed["a"] != 1 || w.Errors["refused"] != 1 || w.MaxLag != 7*ms || len(w.Records) != 3 {
+		t.Errorf("window [20ms, 50ms) = Sent %d OK %d Failed %d Dropped %d Routed %v Errors %v MaxLag %v, %d records; want 2 0 2 1 map[a:1] map[refused:1] 7ms, 3",
+			w.Sent, w.OK, w.Failed, w.Dropped, w.Routed, w.Errors, w.MaxLag, len(w.Records))
+	}
+	if w := r.Window(0, time.Second); w.Sent != 4 || w.OK != 2 || w.ByRegion["b"] != 1 {
+		t.Errorf("whole window: Sent %d OK %d ByRegion %v, want 4, 2, b:1", w.Sent, w.OK, w.ByRegion)
 	}
 }
