@@ -11,6 +11,7 @@ import (
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/ewma"
 	"github.com/spillway-lb/spillway/internal/gossip"
+	"github.com/spillway-lb/spillway/lb/backend"
 	"github.com/spillway-lb/spillway/lb/hashing"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
@@ -120,7 +121,7 @@ func (p *planner) buildService(cs *ControlState, sc *config.Service, states map[
 	e := p.e
 	m := p.meters[sc.Name]
 	if m == nil {
-		m = &serviceMeters{demand: ewma.Rate{Tau: p.e.cfg.DemandSmoothing}, rr: hashing.NewRoundRobin(p.e.rand())}
+		m = &serviceMeters{demand: ewma.Rate{Tau: p.e.cfg.DemandSmoothing}, rr: backend.NewRoundRobin(p.e.rand())}
 		p.meters[sc.Name] = m
 	}
 	svc := &service{name: sc.Name, cfg: sc, meters: m, load: p.groupMeters(sc), clk: e.clk, ejected: p.onEjection(sc.Name)}
@@ -170,7 +171,7 @@ func (p *planner) buildService(cs *ControlState, sc *config.Service, states map[
 	svc.inflight = func(i int) int64 { return pool[i].b.InFlight() }
 	svc.free = func(i int) bool { return !pool[i].b.Full() }
 	svc.rr = m.rr
-	svc.lr = hashing.NewLeastRequest(e.rand)
+	svc.lr = backend.NewLeastRequest(e.rand)
 	if sc.Policy.IsHash() && len(pool) > 0 {
 		names := make([]string, len(pool))
 		for i, m := range pool {

@@ -9,6 +9,7 @@ import (
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/ewma"
+	"github.com/spillway-lb/spillway/lb/backend"
 	"github.com/spillway-lb/spillway/lb/hashing"
 	"github.com/spillway-lb/spillway/lb/outlier"
 	"github.com/spillway-lb/spillway/lb/waterfall"
@@ -70,7 +71,7 @@ type serviceMeters struct {
 	failures  atomic.Int64
 	// rr is the service's round-robin cursor: it outlives tables so that
 	// round robin stays exact across re-plans.
-	rr *hashing.RoundRobin
+	rr *backend.RoundRobin
 	// load maps group name to the rate of requests sent to it. The map is
 	// replaced (never changed) by the planner when the group set changes;
 	// requests read it through the table's service, which holds the map
@@ -119,8 +120,8 @@ type service struct {
 	// detection had not ejected when the table was built.
 	pool     []member
 	maglev   *hashing.Maglev
-	rr       *hashing.RoundRobin
-	lr       *hashing.LeastRequest
+	rr       *backend.RoundRobin
+	lr       *backend.LeastRequest
 	inflight func(int) int64
 	free     func(int) bool
 	nearest  string

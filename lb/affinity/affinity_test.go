@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/spillway-lb/spillway/lb/hashing"
+	"github.com/spillway-lb/spillway/lb/backend"
 )
 
 var t0 = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
@@ -28,7 +28,7 @@ func backendNames(n int) []string {
 // calls and can be made to fail.
 type fakeFallback struct {
 	backends []string
-	rr       hashing.RoundRobin
+	rr       backend.RoundRobin
 	calls    atomic.Int64
 	err      error
 }

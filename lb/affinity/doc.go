@@ -50,7 +50,7 @@
 //	cfg := affinity.DefaultConfig()
 //	cfg.Mode = affinity.ModeGeneratedCookie
 //	backends := []string{"10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"}
-//	var rr hashing.RoundRobin
+//	var rr backend.RoundRobin
 //	fallback := affinity.SelectorFunc(func(affinity.Request) (string, error) {
 //		i, _ := rr.Pick(len(backends))
 //		return backends[i], nil

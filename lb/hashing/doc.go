@@ -1,12 +1,13 @@
-// Package hashing holds the load-balancing baselines that Spillway's
-// waterfall is compared against (DESIGN.md §4): consistent hashing of 2-,
-// 3- and 5-tuple flow keys over a Maglev lookup table, round robin, and
-// least request (power of two choices). None of them looks at capacity or
-// region: that is the point of a baseline.
+// Package hashing holds the consistent-hashing baselines that Spillway's
+// waterfall is compared against (DESIGN.md §4): 2-, 3- and 5-tuple flow keys
+// hashed over a Maglev lookup table. Hashing looks at neither capacity nor
+// region: that is the point of a baseline. The other baselines, round robin
+// and least request (power of two choices), are in lb/backend with the
+// Backend they pick.
 //
 // The package is pure: no I/O, no clock, no package state. Everything on the
-// request path (Key2, Key3, Key5, String, Maglev.Pick, RoundRobin.Pick,
-// LeastRequest.Pick) is allocation-free and never blocks.
+// request path (Key2, Key3, Key5, String, Maglev.Pick) is allocation-free
+// and never blocks.
 //
 // # Keys
 //

@@ -1,4 +1,4 @@
-package hashing
+package backend
 
 import (
 	"math/rand/v2"

@@ -1,0 +1,94 @@
+package backend
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// backendsOf returns n backends named name-0 … name-(n-1), each limited to
+// limit requests at a time (≤ 0: unlimited).
+func backendsOf(name string, n int, limit int64) []*Backend {
+	bs := make([]*Backend, n)
+	for i := range bs {
+		bs[i] = New(fmt.Sprintf("%s-%d", name, i), limit)
+	}
+	return bs
+}
+
+func TestBackendTryAcquireConcurrent(t *testing.T) {
+	b := New("x", 7)
+	var won atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 100 {
+				if b.TryAcquire() {
+					won.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if won.Load() != 7 || b.InFlight() != 7 || !b.Full() {
+		t.Errorf("concurrent TryAcquire won %d, in flight %d, full %v; want 7, 7, true", won.Load(), b.InFlight(), b.Full())
+	}
+	b.Release()
+	if b.Full() || b.InFlight() != 6 {
+		t.Errorf("after Release: full %v, in flight %d; want false, 6", b.Full(), b.InFlight())
+	}
+	u := New("u", -3)
+	for range 1000 {
+		if !u.TryAcquire() {
+			t.Fatal("TryAcquire on an unlimited backend failed")
+		}
+	}
+	if u.Full() || u.MaxConcurrency() != 0 || u.InFlight() != 1000 {
+		t.Errorf("unlimited backend: full %v, max %d, in flight %d; want false, 0, 1000", u.Full(), u.MaxConcurrency(), u.InFlight())
+	}
+}
+
+func TestBackendSetMaxConcurrency(t *testing.T) {
+	b := New("x", 2)
+	for range 2 {
+		if !b.TryAcquire() {
+			t.Fatal("TryAcquire below the limit failed")
+		}
+	}
+	tests := []struct {
+		name     string
+		limit    int64
+		wantMax  int64
+		wantFull bool
+		wantTake bool
+	}{
+		{name: "at the limit", limit: 2, wantMax: 2, wantFull: true},
+		{name: "raised: a slot frees at once", limit: 3, wantMax: 3, wantTake: true},
+		{name: "lowered below in flight: no new slot", limit: 1, wantMax: 1, wantFull: true},
+		{name: "unlimited", limit: 0, wantMax: 0, wantTake: true},
+		{name: "negative means unlimited", limit: -1, wantMax: 0, wantTake: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b.SetMaxConcurrency(tt.limit)
+			if got := b.MaxConcurrency(); got != tt.wantMax {
+				t.Errorf("MaxConcurrency() = %d, want %d", got, tt.wantMax)
+			}
+			if got := b.Full(); got != tt.wantFull {
+				t.Errorf("Full() with %d in flight = %v, want %v", b.InFlight(), got, tt.wantFull)
+			}
+			before := b.InFlight()
+			got := b.TryAcquire()
+			if got != tt.wantTake {
+				t.Errorf("TryAcquire() with %d in flight = %v, want %v", before, got, tt.wantTake)
+			}
+			if got {
+				b.Release()
+			}
+			if b.InFlight() != before {
+				t.Errorf("in flight = %d after TryAcquire and Release, want %d", b.InFlight(), before)
+			}
+		})
+	}
+}
