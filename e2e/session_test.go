@@ -374,30 +374,31 @@ func sessStats(addr string) (testbackend.Stats, error) {
 }
 
 // TestRetriesEndToEnd: one gfe in front of two zones of two instances plus a
-// fifth instance in a process of its own, every request taking 3 s. 2,000
-// GETs are sent at once; with all of them in flight, hundreds at the fifth
-// instance, its process is killed. None is lost: every one gets a 200, those
-// at the killed instance (reset) and those sent to it afterwards (refused)
-// retried on another backend.
+// fifth instance in a process of its own, every instance holding the
+// requests it admits (testbackend /admin/hold). 2,000 GETs are sent at once;
+// once every one of them is in flight, hundreds at the fifth instance, its
+// process is killed and the others' hold lifted. None is lost: every one
+// gets a 200, those at the killed instance (reset) retried on another
+// backend.
 func TestRetriesEndToEnd(t *testing.T) {
 	const n = 2000
 	spec := topology.Spec{
 		Net:     42,
 		Regions: []topology.Region{{Name: "us-east", Zones: []string{"b", "c"}, Instances: 2, Rate: 40000}},
 		Sites:   []topology.Site{{Name: "nyc", RTT: map[string]time.Duration{"us-east": time.Millisecond}}},
-		// 3 s per request keeps all 2,000 in flight together even when a
-		// loaded machine takes a second or more to send them.
-		ServiceTime: 3 * time.Second,
-		Queue:       n,
+		Queue:   n,
 		EditConfig: func(y string) string {
-			return strings.Replace(y, "          - name: us-east-b-web\n            instances:\n",
+			y = strings.Replace(y, "          - name: us-east-b-web\n            instances:\n",
 				"          - name: us-east-b-web\n            instances:\n              - address: "+sessExtraAddr+"\n", 1)
+			// The requests wait for the hold to be lifted, however long
+			// a loaded machine takes to send them all.
+			return strings.Replace(y, "service: web}", "service: web, timeout: 5m}", 1)
 		},
 	}
 	extra, err := proc.Start("backend-extra", bins["testbackend"], proc.Options{},
 		"--instance", "name="+sessExtraName+",addr="+sessExtraAddr+",region=us-east,zone=us-east-b",
 		"--max-concurrency", "0", "--max-rps", "1000000", "--burst", "100000", "--queue", "100000",
-		"--service-time", "3s", "--delay", "127.42.1.0/24=1ms")
+		"--delay", "127.42.1.0/24=1ms")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,10 +415,15 @@ func TestRetriesEndToEnd(t *testing.T) {
 	gf := c.GFEs[0]
 	url := gf.URL + "/"
 	instances := append(slices.Clone(c.Instances["us-east"]), sessExtraAddr)
+	for _, a := range instances {
+		postAdmin(t, "http://"+a+"/admin/hold?on=true")
+	}
 
 	var clients []*http.Client
 	for i := range 8 {
-		clients = append(clients, sessClient(t, fmt.Sprintf("127.42.1.%d", 100+i), n/8))
+		cl := sessClient(t, fmt.Sprintf("127.42.1.%d", 100+i), n/8)
+		cl.Timeout = 5 * time.Minute
+		clients = append(clients, cl)
 	}
 	retriesBefore := metricValue(t, gf.Admin+"/metrics", "spillway_gfe_retries_total", `service="web"`)
 	statuses := map[int]int{}
@@ -436,9 +442,9 @@ func TestRetriesEndToEnd(t *testing.T) {
 			statuses[r.status]++
 		})
 	}
-	// Kill the fifth instance once (nearly) all 2,000 are in flight.
+	// Kill the fifth instance once all 2,000 are held in flight.
 	var total, atExtra int
-	err = topology.WaitFor(context.Background(), 10*time.Second, func() (bool, error) {
+	err = topology.WaitFor(context.Background(), 2*time.Minute, func() (bool, error) {
 		total, atExtra = 0, 0
 		for _, a := range instances {
 			st, err := sessStats(a)
@@ -450,13 +456,16 @@ func TestRetriesEndToEnd(t *testing.T) {
 				atExtra = st.InFlight
 			}
 		}
-		return total >= n*90/100, fmt.Errorf("%d requests in flight at the instances (%d at the fifth)", total, atExtra)
+		return total == n, fmt.Errorf("%d requests in flight at the instances (%d at the fifth)", total, atExtra)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	extra.Kill()
 	killedAt := time.Since(start)
+	for _, a := range instances[:len(instances)-1] {
+		postAdmin(t, "http://"+a+"/admin/hold?on=false")
+	}
 	wg.Wait()
 	took := time.Since(start)
 	retries := metricValue(t, gf.Admin+"/metrics", "spillway_gfe_retries_total", `service="web"`) - retriesBefore

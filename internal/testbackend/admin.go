@@ -20,6 +20,7 @@ func (s *Server) adminHandler() http.Handler {
 	mux.HandleFunc("GET /admin/stats", s.serveAdminStats)
 	mux.HandleFunc("POST /admin/close", s.serveAdminClose)
 	mux.HandleFunc("POST /admin/fault", s.serveAdminFault)
+	mux.HandleFunc("POST /admin/hold", s.serveAdminHold)
 	return mux
 }
 
@@ -108,4 +109,13 @@ func (s *Server) serveAdminFault(w http.ResponseWriter, r *http.Request) {
 	}
 	in.setFault(status)
 	writeJSON(w, http.StatusOK, map[string]int{"status": status})
+}
+
+// serveAdminHold serves POST /admin/hold?instance=NAME&on=BOOL: the
+// instance holds every normal HTTP request it admits from now on until the
+// hold is lifted (see instance.setHold); it answers {"on":BOOL}.
+func (s *Server) serveAdminHold(w http.ResponseWriter, r *http.Request) {
+	if in := s.instanceParam(w, r); in != nil {
+		in.serveSetHold(w, r)
+	}
 }

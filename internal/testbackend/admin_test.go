@@ -159,3 +159,46 @@ func TestShutdownEndsStreams(t *testing.T) {
 		t.Errorf("shutdown took %v", took)
 	}
 }
+
+// TestHold checks that a hold keeps admitted requests in flight, holding
+// their slots, until it is lifted, and that it is set per instance through
+// both admin listeners.
+func TestHold(t *testing.T) {
+	capacity := DefaultCapacity()
+	capacity.MaxConcurrency, capacity.Queue = 0, 100 // unlimited slots
+	s := startServer(t, Config{Instances: []InstanceConfig{testInstance("a", capacity)}, AdminAddr: "127.0.0.1:0"}, nil)
+	c := newClient(t, "")
+	if r := mustDo(t, c, http.MethodPost, "http://"+s.AdminAddr()+"/admin/hold?instance=a&on=true"); r.status != 200 || r.body != `{"on":true}`+"\n" {
+		t.Fatalf("hold on: %d %q", r.status, r.body)
+	}
+	const n = 5
+	done := make(chan response, n)
+	for range n {
+		go func() { done <- do(t.Context(), c, http.MethodGet, "http://"+s.Addr("a")+"/x") }()
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), defaultTestTimeout)
+	defer cancel()
+	for in := s.find("a"); in.stats().InFlight != n; {
+		select {
+		case r := <-done:
+			t.Fatalf("a request finished under the hold: %d %q %v", r.status, r.body, r.err)
+		case <-ctx.Done():
+			t.Fatalf("%d requests in flight under the hold, want %d", in.stats().InFlight, n)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if r := mustDo(t, c, http.MethodPost, "http://"+s.Addr("a")+"/admin/hold?on=false"); r.status != 200 {
+		t.Fatalf("hold off: %d %q", r.status, r.body)
+	}
+	for range n {
+		if r := <-done; r.err != nil || r.status != 200 {
+			t.Errorf("held request: %d %v, want 200 once the hold is lifted", r.status, r.err)
+		}
+	}
+	if st := s.find("a").stats(); st.InFlight != 0 || st.Served != n {
+		t.Errorf("after the hold: in flight %d, served %d; want 0, %d", st.InFlight, st.Served, n)
+	}
+	if r := mustDo(t, c, http.MethodPost, "http://"+s.Addr("a")+"/admin/hold?on=maybe"); r.status != 400 {
+		t.Errorf("hold on=maybe: %d, want 400", r.status)
+	}
+}

@@ -36,6 +36,8 @@
 //	GET  /admin/health   {"healthy":BOOL}.
 //	POST /admin/fault    ?status=CODE: answer every normal request CODE (400..599) from
 //	                     now on, still passing health checks; status=0 ends the fault.
+//	POST /admin/hold     ?on=true|false: hold every normal request admitted from now on
+//	                     (holding its slot, counted in flight) until the hold is lifted.
 //	GET  /admin/stats    counters as JSON (Stats).
 //	any other            a normal request: takes capacity, answers 200 with a JSON Reply.
 //
@@ -74,6 +76,8 @@
 //	                                                the instance: {"closed":N}
 //	POST /admin/fault?instance=NAME&status=CODE     answer normal HTTP requests CODE
 //	                                                (0 = no fault): {"status":CODE}
+//	POST /admin/hold?instance=NAME&on=BOOL          hold admitted normal requests until
+//	                                                the hold is lifted: {"on":BOOL}
 //
 // It answers 400 without ?instance=, 404 for an unknown one. /admin/close
 // closes the instance's TCP connections, whatever their protocol (HTTP

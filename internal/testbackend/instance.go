@@ -134,6 +134,11 @@ type instance struct {
 	// healthMu serializes health changes.
 	healthMu sync.Mutex
 
+	// gate, when not nil, holds every admitted normal HTTP request until it
+	// is closed (see setHold). Guarded by holdMu.
+	holdMu sync.Mutex
+	gate   chan struct{}
+
 	// Guarded by mu.
 	mu       sync.Mutex
 	bySource map[netip.Prefix]*SourceStats
@@ -160,6 +165,7 @@ func newInstance(cfg InstanceConfig, delays []DelayRule, clk clock.Clock, logger
 	in.mux.HandleFunc("POST /admin/health", in.serveSetHealth)
 	in.mux.HandleFunc("GET /admin/stats", in.serveStats)
 	in.mux.HandleFunc("POST /admin/fault", in.serveSetFault)
+	in.mux.HandleFunc("POST /admin/hold", in.serveSetHold)
 	in.mux.HandleFunc("/admin/", http.NotFound)
 	in.mux.HandleFunc("/", in.serveRequest)
 	return in
@@ -305,6 +311,52 @@ func (in *instance) setFault(status int) {
 	in.logger.Info().Int("status", status).Msg("fault set by admin request")
 }
 
+// serveSetHold serves POST /admin/hold?on=BOOL (see setHold).
+func (in *instance) serveSetHold(w http.ResponseWriter, r *http.Request) {
+	on, err := strconv.ParseBool(r.URL.Query().Get("on"))
+	if err != nil {
+		http.Error(w, "want ?on=true or ?on=false", http.StatusBadRequest)
+		return
+	}
+	in.setHold(on)
+	writeJSON(w, http.StatusOK, map[string]bool{"on": on})
+}
+
+// setHold makes every normal HTTP request admitted from now on wait, holding
+// its capacity slot (Stats.InFlight counts it), until the hold is lifted
+// (on false) or its client goes away; lifting it lets every held request
+// go on to its service time. Tests use it to have a known set of requests
+// in flight at once, however slowly their client sends them.
+func (in *instance) setHold(on bool) {
+	in.holdMu.Lock()
+	defer in.holdMu.Unlock()
+	switch {
+	case on && in.gate == nil:
+		in.gate = make(chan struct{})
+	case !on && in.gate != nil:
+		close(in.gate)
+		in.gate = nil
+	}
+	in.logger.Info().Bool("on", on).Msg("hold set by admin request")
+}
+
+// waitGate waits while a hold is on (setHold); it returns ctx's error if
+// ctx ends first.
+func (in *instance) waitGate(ctx context.Context) error {
+	in.holdMu.Lock()
+	gate := in.gate
+	in.holdMu.Unlock()
+	if gate == nil {
+		return nil
+	}
+	select {
+	case <-gate:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 func (in *instance) serveStats(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, in.stats())
 }
@@ -354,7 +406,10 @@ func (in *instance) serveRequest(w http.ResponseWriter, r *http.Request) {
 	if !in.admitHTTP(w, r, src) {
 		return
 	}
-	err := sleep(ctx, in.clock, in.cfg.Capacity.ServiceTime)
+	err := in.waitGate(ctx)
+	if err == nil {
+		err = sleep(ctx, in.clock, in.cfg.Capacity.ServiceTime)
+	}
 	in.lim.release()
 	if err != nil {
 		in.canceled.Add(1)
