@@ -18,6 +18,7 @@ import (
 
 	"github.com/spillway-lb/spillway/internal/cpclient"
 	"github.com/spillway-lb/spillway/internal/proc"
+	"github.com/spillway-lb/spillway/internal/testkit"
 )
 
 const defaultTestTimeout = 30 * time.Second
@@ -141,13 +142,15 @@ func rate(s *cpclient.Snapshot) float64 { return s.Config.Services[0].Backends[0
 // are real HTTP servers, and follows it with a gfe client over real gRPC
 // through an invalid edit, a valid edit and a health check failure.
 func TestEndToEnd(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*defaultTestTimeout)
-	defer cancel()
 	dir := t.TempDir()
-	bins, err := proc.Build(ctx, dir, false, "controlplane")
+	buildCtx, cancelBuild := context.WithTimeout(context.Background(), testkit.BuildTimeout)
+	bins, err := proc.Build(buildCtx, dir, false, "controlplane")
+	cancelBuild()
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*defaultTestTimeout)
+	defer cancel()
 	b1, b2 := newBackend(t), newBackend(t)
 	path := filepath.Join(dir, "cp.yaml")
 	if err := os.WriteFile(path, []byte(configYAML(b1.addr(), b2.addr(), 100)), 0o644); err != nil {
