@@ -153,12 +153,14 @@ const (
 //     the one a waterfall.Picker built from that row gives in expectation:
 //     each group by its share (groups without healthy instances in the
 //     view left out, their share spread over the others), and inside a
-//     group evenly over the instances it believes healthy (round robin).
+//     group evenly over the instances it believes healthy (round robin,
+//     backend.PolicyRoundRobin, as the gfe builds its Picker).
 //     - round_robin and least_request spread the demand evenly over every
 //     instance in scope that the view says is healthy, in groups with
-//     capacity (the expected split of round robin; least request's
-//     preference for backends with fewer requests in flight, which favours
-//     near and idle backends, is not modelled, so it equals round robin).
+//     capacity (the expected split of backend.RoundRobin; the preference of
+//     backend.LeastRequest for backends with fewer requests in flight, which
+//     favours near and idle backends, is not modelled, so it equals round
+//     robin).
 //     - hash2, hash3 and hash5 build a Maglev table (hashing.NewMaglev) over
 //     the same instances and send every connection of the site's synthetic
 //     clients (Model.ClientsPerSite addresses × ConnectionsPerClient source

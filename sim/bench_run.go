@@ -542,8 +542,9 @@ func (r *runner) decidePlanned(k int) error {
 // over the instances the view believes healthy: each group by its share,
 // groups without healthy instances left out and the others scaled up in
 // proportion (evenly when no share is usable), and inside a group evenly
-// over its healthy instances (round robin). It is the distribution Pick
-// gives for uniformly random rnd (TestRowSplitMatchesPicker).
+// over its healthy instances (backend.PolicyRoundRobin, the gfe's policy
+// inside a group). It is the distribution Pick gives for uniformly random
+// rnd (TestRowSplitMatchesPicker).
 func (r *runner) rowSplit(row []waterfall.Flow, seen []groupState) []split {
 	t := r.topo
 	type use struct {

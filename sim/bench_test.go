@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/spillway-lb/spillway/lb/backend"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
@@ -368,12 +369,12 @@ sites: [{name: a, demand_rps: 100, rtt_ms: {X: 1, Y: 50}}]
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			seen := slices.Clone(tr.seenGroups[0])
-			backends := map[string][]*waterfall.Backend{}
-			slotOf := map[*waterfall.Backend]int{}
+			backends := map[string][]*backend.Backend{}
+			slotOf := map[*backend.Backend]int{}
 			for g, h := range tt.healthy {
 				seen[g].Healthy = h
 				for j := range h {
-					b := waterfall.NewBackend(fmt.Sprintf("%s/%d", topo.groupNames[g], j), 0)
+					b := backend.New(fmt.Sprintf("%s/%d", topo.groupNames[g], j), 0)
 					backends[topo.groupNames[g]] = append(backends[topo.groupNames[g]], b)
 					slotOf[b] = topo.first[g] + j
 				}
@@ -382,7 +383,7 @@ sites: [{name: a, demand_rps: 100, rtt_ms: {X: 1, Y: 50}}]
 			for _, sp := range r.rowSplit(tt.row, seen) {
 				want[sp.slot] += sp.share
 			}
-			p := waterfall.NewPicker(tt.row, backends, waterfall.RoundRobin)
+			p := waterfall.NewPicker(tt.row, backends, backend.PolicyRoundRobin)
 			const n = 1 << 16
 			got := map[int]float64{}
 			for i := range n {

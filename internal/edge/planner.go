@@ -21,7 +21,7 @@ import (
 // Only its run goroutine touches its fields.
 type planner struct {
 	e        *Edge
-	backends map[string]*waterfall.Backend    // by address
+	backends map[string]*backend.Backend      // by address
 	meters   map[string]*serviceMeters        // by service
 	load     map[string]map[string]*ewma.Rate // service -> group -> rate
 	prev     map[string]*waterfall.Plan       // by service
@@ -33,7 +33,7 @@ type planner struct {
 func newPlanner(e *Edge) *planner {
 	return &planner{
 		e:        e,
-		backends: map[string]*waterfall.Backend{},
+		backends: map[string]*backend.Backend{},
 		meters:   map[string]*serviceMeters{},
 		load:     map[string]map[string]*ewma.Rate{},
 		prev:     map[string]*waterfall.Plan{},
@@ -216,11 +216,11 @@ func (p *planner) buildService(cs *ControlState, sc *config.Service, states map[
 	svc.plan = plan
 	row := plan.Row(e.cfg.Site)
 	svc.rowLen = len(row)
-	healthy := map[string][]*waterfall.Backend{}
+	healthy := map[string][]*backend.Backend{}
 	for _, m := range pool {
 		healthy[m.group] = append(healthy[m.group], m.b)
 	}
-	svc.picker = waterfall.NewPicker(row, healthy, waterfall.RoundRobin)
+	svc.picker = waterfall.NewPicker(row, healthy, backend.PolicyRoundRobin)
 	if len(row) == 0 {
 		p.finishService(svc, byRTT(all, me.rtt))
 		return svc
@@ -259,7 +259,7 @@ func byRTT(ms []member, rtt map[string]float64) []member {
 func (p *planner) finishService(svc *service, scope []member) {
 	svc.scope = scope
 	svc.byAddr = make(map[string]int32, len(scope))
-	svc.byBackend = make(map[*waterfall.Backend]int32, len(scope))
+	svc.byBackend = make(map[*backend.Backend]int32, len(scope))
 	first := map[string]int{}
 	for i := range scope {
 		m := &scope[i]
@@ -311,10 +311,10 @@ func (p *planner) onEjection(service string) func() {
 
 // backend returns the persistent Backend for an instance, updating its
 // concurrency limit from config.
-func (p *planner) backend(in config.Instance) *waterfall.Backend {
+func (p *planner) backend(in config.Instance) *backend.Backend {
 	b := p.backends[in.Address]
 	if b == nil {
-		b = waterfall.NewBackend(in.Address, int64(in.MaxConcurrency))
+		b = backend.New(in.Address, int64(in.MaxConcurrency))
 		p.backends[in.Address] = b
 	} else if b.MaxConcurrency() != int64(in.MaxConcurrency) {
 		b.SetMaxConcurrency(int64(in.MaxConcurrency))
@@ -363,5 +363,5 @@ func (p *planner) forget(cfg *config.Config) {
 	maps.DeleteFunc(p.load, func(k string, _ map[string]*ewma.Rate) bool { return !live[k] })
 	maps.DeleteFunc(p.prev, func(k string, _ *waterfall.Plan) bool { return !live[k] })
 	maps.DeleteFunc(p.outliers, func(k string, _ *serviceOutliers) bool { return !live[k] })
-	maps.DeleteFunc(p.backends, func(k string, _ *waterfall.Backend) bool { return !addrs[k] })
+	maps.DeleteFunc(p.backends, func(k string, _ *backend.Backend) bool { return !addrs[k] })
 }

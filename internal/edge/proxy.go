@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spillway-lb/spillway/lb/backend"
 	"github.com/spillway-lb/spillway/lb/outlier"
-	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
 func randUint64() uint64 { return rand.Uint64() }
@@ -185,7 +185,7 @@ type pickHolder struct {
 	retries int
 	// attempts made so far, and their backends.
 	attempts int
-	tried    [maxAttempts]*waterfall.Backend
+	tried    [maxAttempts]*backend.Backend
 	// cookie is the affinity cookie to set on the response (value "" for
 	// none), and secure whether the client came over TLS.
 	cookie cookieToSet

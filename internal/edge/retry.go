@@ -11,8 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/spillway-lb/spillway/lb/backend"
 	"github.com/spillway-lb/spillway/lb/outlier"
-	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
 // Retries (DESIGN.md §4; config.Route.Retries).
@@ -179,7 +179,7 @@ func (b *replayBody) touched() bool { return b.started }
 // after attempts on the backends tried (members of s's scope): 0 another
 // zone of a region tried, 1 a region not tried, 2 a zone tried. After one
 // attempt: another zone of its region, another region, its zone.
-func (s *service) retryTier(m *member, tried []*waterfall.Backend) int {
+func (s *service) retryTier(m *member, tried []*backend.Backend) int {
 	regionTried, zoneTried := false, false
 	for _, b := range tried {
 		i, ok := s.byBackend[b]
@@ -209,7 +209,7 @@ func (s *service) retryTier(m *member, tried []*waterfall.Backend) int {
 // so that retries spread. The returned pick holds a slot and keeps failed's
 // reason. It returns false when no backend is available. It does not
 // allocate.
-func (s *service) retryPick(failed *pick, tried []*waterfall.Backend, rnd uint64, now time.Time) (pick, bool) {
+func (s *service) retryPick(failed *pick, tried []*backend.Backend, rnd uint64, now time.Time) (pick, bool) {
 	n := len(s.scope)
 	if n == 0 {
 		return pick{}, false
@@ -244,7 +244,7 @@ func (s *service) retryPick(failed *pick, tried []*waterfall.Backend, rnd uint64
 	return pick{}, false
 }
 
-func containsBackend(bs []*waterfall.Backend, b *waterfall.Backend) bool {
+func containsBackend(bs []*backend.Backend, b *backend.Backend) bool {
 	for _, x := range bs {
 		if x == b {
 			return true

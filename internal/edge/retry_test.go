@@ -16,8 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/spillway-lb/spillway/lb/backend"
 	"github.com/spillway-lb/spillway/lb/outlier"
-	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
 // testCounter returns the value of counter c.
@@ -119,7 +119,7 @@ func TestRetryPick(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e, clk := sessionEdge(t, sessionConfig(t, tt.policy, regions, "", ""))
 			svc := e.table.Load().services["web"]
-			var tried []*waterfall.Backend
+			var tried []*backend.Backend
 			for _, a := range tt.tried {
 				tried = append(tried, svc.scope[svc.byAddr[a]].b)
 			}

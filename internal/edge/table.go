@@ -81,7 +81,7 @@ type serviceMeters struct {
 // member is one backend a service may send a request to: in a baseline
 // policy's pool, or in a service's scope.
 type member struct {
-	b      *waterfall.Backend
+	b      *backend.Backend
 	group  string
 	region string
 	zone   string
@@ -134,7 +134,7 @@ type service struct {
 	// retries pick from it. byAddr and byBackend index it.
 	scope     []member
 	byAddr    map[string]int32
-	byBackend map[*waterfall.Backend]int32
+	byBackend map[*backend.Backend]int32
 	// aff applies the service's session affinity; nil for type none.
 	aff *sessionAffinity
 	// clk is the edge's clock (outlier detection and cookie expiry).
@@ -147,7 +147,7 @@ type service struct {
 
 // pick is one routing decision holding a backend slot; release it with done.
 type pick struct {
-	backend *waterfall.Backend
+	backend *backend.Backend
 	group   string
 	region  string
 	reason  reason

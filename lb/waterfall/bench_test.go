@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/spillway-lb/spillway/lb/backend"
 )
 
 // benchWorld is a world of 80 sites × 40 regions × 3 zones: regions and
@@ -84,10 +86,10 @@ func BenchmarkDamp(b *testing.B) {
 
 // benchPicker is the picker of one bench site: its row of the bench plan,
 // 10 backends per group.
-func benchPicker(b *testing.B, policy Policy) *Picker {
+func benchPicker(b *testing.B, policy backend.Policy) *Picker {
 	p := mustCompute(b, benchWorld())
 	row := p.Row("site-07")
-	backends := map[string][]*Backend{}
+	backends := map[string][]*backend.Backend{}
 	for _, g := range p.Groups {
 		backends[g.Name] = backendsOf(g.Name, 10, 1000)
 	}
@@ -95,7 +97,7 @@ func benchPicker(b *testing.B, policy Policy) *Picker {
 }
 
 func BenchmarkPick(b *testing.B) {
-	for _, policy := range []Policy{RoundRobin, LeastRequest} {
+	for _, policy := range []backend.Policy{backend.PolicyRoundRobin, backend.PolicyLeastRequest} {
 		b.Run(policy.String(), func(b *testing.B) {
 			p := benchPicker(b, policy)
 			rng := rand.NewPCG(1, 2)
@@ -112,7 +114,7 @@ func BenchmarkPick(b *testing.B) {
 }
 
 func BenchmarkPickParallel(b *testing.B) {
-	for _, policy := range []Policy{RoundRobin, LeastRequest} {
+	for _, policy := range []backend.Policy{backend.PolicyRoundRobin, backend.PolicyLeastRequest} {
 		b.Run(policy.String(), func(b *testing.B) {
 			p := benchPicker(b, policy)
 			b.ReportAllocs()

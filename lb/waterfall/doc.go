@@ -16,7 +16,8 @@
 // from its row and its healthy backends, and holds the Picker in an
 // atomic.Pointer[Picker]: requests Load it once and call Pick; the goroutine
 // that receives plan or health updates builds a new Picker and Stores it.
-// Backend values (in-flight counters, concurrency limits) outlive Pickers.
+// Backends (lb/backend: in-flight counters, concurrency limits) outlive
+// Pickers.
 //
 // # The algorithm
 //
@@ -113,8 +114,9 @@
 // A Picker chooses a group with probability equal to its share of the row
 // (cumulative weights, binary search on a random uint64), then a backend of
 // the group by round robin or least-request power of two choices, skipping
-// backends at their maximum concurrency (rule 3). A full group passes the
-// request to the row's other groups in plan order; when all are full Pick
-// returns ErrAllBusy. Pick takes the random value as an argument and does
-// not allocate.
+// backends at their maximum concurrency (rule 3; backend.Policy.Acquire,
+// with a round-robin cursor per group). A full group passes the request to
+// the row's other groups in plan order; when all are full Pick returns
+// ErrAllBusy. Pick takes the random value as an argument and does not
+// allocate.
 package waterfall

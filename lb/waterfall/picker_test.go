@@ -11,13 +11,15 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/spillway-lb/spillway/lb/backend"
 )
 
 // backendsOf returns n backends named group-0 … group-(n-1).
-func backendsOf(group string, n int, limit int64) []*Backend {
-	bs := make([]*Backend, n)
+func backendsOf(group string, n int, limit int64) []*backend.Backend {
+	bs := make([]*backend.Backend, n)
 	for i := range bs {
-		bs[i] = NewBackend(fmt.Sprintf("%s-%d", group, i), limit)
+		bs[i] = backend.New(fmt.Sprintf("%s-%d", group, i), limit)
 	}
 	return bs
 }
@@ -37,36 +39,36 @@ func TestPickShares(t *testing.T) {
 	tests := []struct {
 		name     string
 		row      []Flow
-		backends map[string][]*Backend
+		backends map[string][]*backend.Backend
 		want     map[string]float64
 	}{
 		{
 			name:     "shares of the row",
 			row:      row3(0.5, 0.3, 0.2),
-			backends: map[string][]*Backend{"g1": backendsOf("g1", 3, 0), "g2": backendsOf("g2", 2, 0), "g3": backendsOf("g3", 1, 0)},
+			backends: map[string][]*backend.Backend{"g1": backendsOf("g1", 3, 0), "g2": backendsOf("g2", 2, 0), "g3": backendsOf("g3", 1, 0)},
 			want:     map[string]float64{"g1": 0.5, "g2": 0.3, "g3": 0.2},
 		},
 		{
 			name:     "a group without backends: its share spread over the others",
 			row:      row3(0.5, 0.3, 0.2),
-			backends: map[string][]*Backend{"g1": backendsOf("g1", 2, 0), "g3": backendsOf("g3", 2, 0)},
+			backends: map[string][]*backend.Backend{"g1": backendsOf("g1", 2, 0), "g3": backendsOf("g3", 2, 0)},
 			want:     map[string]float64{"g1": 0.5 / 0.7, "g3": 0.2 / 0.7},
 		},
 		{
 			name:     "shares that do not sum to 1 are normalised",
 			row:      row3(3, 1, 0),
-			backends: map[string][]*Backend{"g1": backendsOf("g1", 1, 0), "g2": backendsOf("g2", 1, 0), "g3": backendsOf("g3", 1, 0)},
+			backends: map[string][]*backend.Backend{"g1": backendsOf("g1", 1, 0), "g2": backendsOf("g2", 1, 0), "g3": backendsOf("g3", 1, 0)},
 			want:     map[string]float64{"g1": 0.75, "g2": 0.25},
 		},
 		{
 			name:     "no positive share: groups even",
 			row:      row3(0, 0, 0),
-			backends: map[string][]*Backend{"g1": backendsOf("g1", 1, 0), "g2": backendsOf("g2", 1, 0)},
+			backends: map[string][]*backend.Backend{"g1": backendsOf("g1", 1, 0), "g2": backendsOf("g2", 1, 0)},
 			want:     map[string]float64{"g1": 0.5, "g2": 0.5},
 		},
 	}
 	for _, tt := range tests {
-		for _, policy := range []Policy{RoundRobin, LeastRequest} {
+		for _, policy := range []backend.Policy{backend.PolicyRoundRobin, backend.PolicyLeastRequest} {
 			t.Run(tt.name+"/"+policy.String(), func(t *testing.T) {
 				p := NewPicker(tt.row, tt.backends, policy)
 				rng := rand.New(rand.NewPCG(1, 2))
@@ -97,7 +99,7 @@ func cmpAbs(tol float64) cmp.Option {
 
 func TestPickRoundRobinEven(t *testing.T) {
 	bs := backendsOf("g", 4, 0)
-	p := NewPicker([]Flow{{Group: "g", Share: 1}}, map[string][]*Backend{"g": bs}, RoundRobin)
+	p := NewPicker([]Flow{{Group: "g", Share: 1}}, map[string][]*backend.Backend{"g": bs}, backend.PolicyRoundRobin)
 	var order []string
 	count := map[string]int{}
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -120,49 +122,10 @@ func TestPickRoundRobinEven(t *testing.T) {
 	}
 }
 
-func TestPickLeastRequestPrefersLessLoaded(t *testing.T) {
-	bs := backendsOf("g", 3, 0)
-	for range 5 {
-		bs[0].TryAcquire() // g-0 is busy
-	}
-	p := NewPicker([]Flow{{Group: "g", Share: 1}}, map[string][]*Backend{"g": bs}, LeastRequest)
-	rng := rand.New(rand.NewPCG(5, 6))
-	count := map[string]int{}
-	for range 1000 {
-		c, err := p.Pick(rng.Uint64())
-		if err != nil {
-			t.Fatalf("Pick: %v", err)
-		}
-		count[c.Backend.Addr()]++
-		c.Done()
-	}
-	// Any two of three include an idle backend, so g-0 is never chosen;
-	// the others split about evenly.
-	if count["g-0"] != 0 || count["g-1"] < 400 || count["g-2"] < 400 {
-		t.Errorf("least request counts = %v, want g-0: 0, g-1 and g-2 ≈ 500", count)
-	}
-
-	// Held picks spread: with no Done, in-flight counts stay within 1.
-	fresh := backendsOf("h", 4, 0)
-	p = NewPicker([]Flow{{Group: "h", Share: 1}}, map[string][]*Backend{"h": fresh}, LeastRequest)
-	for range 400 {
-		if _, err := p.Pick(rng.Uint64()); err != nil {
-			t.Fatalf("Pick: %v", err)
-		}
-	}
-	lo, hi := int64(math.MaxInt64), int64(0)
-	for _, b := range fresh {
-		lo, hi = min(lo, b.InFlight()), max(hi, b.InFlight())
-	}
-	if hi-lo > 10 {
-		t.Errorf("least request in-flight spread %d..%d after 400 picks, want within 10", lo, hi)
-	}
-}
-
 func TestPickConcurrencyLimits(t *testing.T) {
-	for _, policy := range []Policy{RoundRobin, LeastRequest} {
+	for _, policy := range []backend.Policy{backend.PolicyRoundRobin, backend.PolicyLeastRequest} {
 		t.Run(policy.String(), func(t *testing.T) {
-			backends := map[string][]*Backend{
+			backends := map[string][]*backend.Backend{
 				"g1": backendsOf("g1", 2, 1),
 				"g2": backendsOf("g2", 1, 2),
 				"g3": backendsOf("g3", 1, 1),
@@ -219,24 +182,6 @@ func TestPickConcurrencyLimits(t *testing.T) {
 	}
 }
 
-func TestPickSkipsFullBackends(t *testing.T) {
-	for _, policy := range []Policy{RoundRobin, LeastRequest} {
-		bs := backendsOf("g", 3, 1)
-		if !bs[1].TryAcquire() {
-			t.Fatal("TryAcquire on an idle backend failed")
-		}
-		p := NewPicker([]Flow{{Group: "g", Share: 1}}, map[string][]*Backend{"g": bs}, policy)
-		rng := rand.New(rand.NewPCG(7, 8))
-		for range 200 {
-			c, err := p.Pick(rng.Uint64())
-			if err != nil || c.Backend == bs[1] {
-				t.Fatalf("%v: Pick = %v, %v; want a backend other than the full g-1", policy, c.Backend.Addr(), err)
-			}
-			c.Done()
-		}
-	}
-}
-
 func TestPickNoCapacity(t *testing.T) {
 	plan := mustCompute(t, World{
 		Regions: []Region{reg("a", grp("a-a", 10))},
@@ -245,19 +190,19 @@ func TestPickNoCapacity(t *testing.T) {
 	tests := []struct {
 		name     string
 		row      []Flow
-		backends map[string][]*Backend
+		backends map[string][]*backend.Backend
 	}{
-		{"empty row", nil, map[string][]*Backend{"g1": backendsOf("g1", 1, 0)}},
-		{"row of a site that reaches no capacity", plan.Row("cut"), map[string][]*Backend{"a-a": backendsOf("a-a", 1, 0)}},
-		{"no group has a backend", row3(0.5, 0.5, 0), map[string][]*Backend{"other": backendsOf("o", 1, 0)}},
+		{"empty row", nil, map[string][]*backend.Backend{"g1": backendsOf("g1", 1, 0)}},
+		{"row of a site that reaches no capacity", plan.Row("cut"), map[string][]*backend.Backend{"a-a": backendsOf("a-a", 1, 0)}},
+		{"no group has a backend", row3(0.5, 0.5, 0), map[string][]*backend.Backend{"other": backendsOf("o", 1, 0)}},
 	}
 	for _, tt := range tests {
-		p := NewPicker(tt.row, tt.backends, RoundRobin)
+		p := NewPicker(tt.row, tt.backends, backend.PolicyRoundRobin)
 		if c, err := p.Pick(42); !errors.Is(err, ErrNoCapacity) || c.Backend != nil {
 			t.Errorf("%s: Pick = %v, %v; want ErrNoCapacity", tt.name, c, err)
 		}
 	}
-	p := NewPicker(plan.Row("ok"), map[string][]*Backend{"a-a": backendsOf("a-a", 1, 0)}, RoundRobin)
+	p := NewPicker(plan.Row("ok"), map[string][]*backend.Backend{"a-a": backendsOf("a-a", 1, 0)}, backend.PolicyRoundRobin)
 	c, err := p.Pick(42)
 	want := Choice{Backend: c.Backend, Region: "a", Group: "a-a", Reason: ReasonNearest}
 	if err != nil || c != want || c.Backend.Addr() != "a-a-0" {
@@ -268,9 +213,9 @@ func TestPickNoCapacity(t *testing.T) {
 func TestNewPickerCopiesInputs(t *testing.T) {
 	row := row3(1, 0, 0)
 	bs := backendsOf("g1", 1, 0)
-	p := NewPicker(row, map[string][]*Backend{"g1": bs}, RoundRobin)
+	p := NewPicker(row, map[string][]*backend.Backend{"g1": bs}, backend.PolicyRoundRobin)
 	row[0].Group, row[0].Region = "changed", "changed"
-	bs[0] = NewBackend("other", 0)
+	bs[0] = backend.New("other", 0)
 	c, err := p.Pick(0)
 	if err != nil || c.Group != "g1" || c.Region != "r1" || c.Backend.Addr() != "g1-0" {
 		t.Errorf("Pick after the caller changed its inputs = %+v, %v; want g1-0 in g1/r1", c, err)
@@ -278,9 +223,9 @@ func TestNewPickerCopiesInputs(t *testing.T) {
 }
 
 func TestPickDeterministic(t *testing.T) {
-	for _, policy := range []Policy{RoundRobin, LeastRequest} {
+	for _, policy := range []backend.Policy{backend.PolicyRoundRobin, backend.PolicyLeastRequest} {
 		run := func() []string {
-			backends := map[string][]*Backend{"g1": backendsOf("g1", 3, 2), "g2": backendsOf("g2", 2, 2), "g3": backendsOf("g3", 4, 2)}
+			backends := map[string][]*backend.Backend{"g1": backendsOf("g1", 3, 2), "g2": backendsOf("g2", 2, 2), "g3": backendsOf("g3", 4, 2)}
 			p := NewPicker(row3(0.6, 0.3, 0.1), backends, policy)
 			rng := rand.New(rand.NewPCG(9, 10))
 			var got []string
@@ -304,8 +249,8 @@ func TestPickDeterministic(t *testing.T) {
 }
 
 func TestPickAllocs(t *testing.T) {
-	for _, policy := range []Policy{RoundRobin, LeastRequest} {
-		backends := map[string][]*Backend{"g1": backendsOf("g1", 4, 0), "g2": backendsOf("g2", 4, 0), "g3": backendsOf("g3", 4, 0)}
+	for _, policy := range []backend.Policy{backend.PolicyRoundRobin, backend.PolicyLeastRequest} {
+		backends := map[string][]*backend.Backend{"g1": backendsOf("g1", 4, 0), "g2": backendsOf("g2", 4, 0), "g3": backendsOf("g3", 4, 0)}
 		p := NewPicker(row3(0.5, 0.3, 0.2), backends, policy)
 		rng := rand.New(rand.NewPCG(11, 12))
 		if got := testing.AllocsPerRun(1000, func() {
@@ -317,7 +262,7 @@ func TestPickAllocs(t *testing.T) {
 		}); got != 0 {
 			t.Errorf("%v: Pick+Done allocates %v times per run, want 0", policy, got)
 		}
-		busy := NewPicker(row3(1, 0, 0), map[string][]*Backend{"g1": backendsOf("g1", 2, 0)}, policy)
+		busy := NewPicker(row3(1, 0, 0), map[string][]*backend.Backend{"g1": backendsOf("g1", 2, 0)}, policy)
 		for _, b := range busy.groups[0].backends {
 			b.SetMaxConcurrency(1)
 			b.TryAcquire()
@@ -332,38 +277,6 @@ func TestPickAllocs(t *testing.T) {
 	}
 }
 
-func TestBackendTryAcquireConcurrent(t *testing.T) {
-	b := NewBackend("x", 7)
-	var won atomic.Int64
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for range 100 {
-				if b.TryAcquire() {
-					won.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if won.Load() != 7 || b.InFlight() != 7 || !b.Full() {
-		t.Errorf("concurrent TryAcquire won %d, in flight %d, full %v; want 7, 7, true", won.Load(), b.InFlight(), b.Full())
-	}
-	b.Release()
-	if b.Full() || b.InFlight() != 6 {
-		t.Errorf("after Release: full %v, in flight %d; want false, 6", b.Full(), b.InFlight())
-	}
-	u := NewBackend("u", -3)
-	for range 1000 {
-		if !u.TryAcquire() {
-			t.Fatal("TryAcquire on an unlimited backend failed")
-		}
-	}
-	if u.Full() || u.MaxConcurrency() != 0 || u.InFlight() != 1000 {
-		t.Errorf("unlimited backend: full %v, max %d, in flight %d; want false, 0, 1000", u.Full(), u.MaxConcurrency(), u.InFlight())
-	}
-}
-
 // TestPickerSwapUnderLoad picks from many goroutines while another swaps the
 // current Picker, as a gfe does when plans and health change; Backends are
 // shared by every snapshot. Run with -race. Limits must hold at every pick,
@@ -372,11 +285,11 @@ func TestBackendTryAcquireConcurrent(t *testing.T) {
 func TestPickerSwapUnderLoad(t *testing.T) {
 	const limit = 1
 	const workers, picksEach = 4, 5000
-	backends := map[string][]*Backend{"g1": backendsOf("g1", 3, limit), "g2": backendsOf("g2", 2, limit), "g3": backendsOf("g3", 2, limit)}
+	backends := map[string][]*backend.Backend{"g1": backendsOf("g1", 3, limit), "g2": backendsOf("g2", 2, limit), "g3": backendsOf("g3", 2, limit)}
 	snapshots := []*Picker{
-		NewPicker(row3(0.7, 0.2, 0.1), backends, RoundRobin),
-		NewPicker(row3(0.1, 0.1, 0.8), backends, LeastRequest),
-		NewPicker(row3(0, 1, 0)[1:2], backends, RoundRobin), // g2 only
+		NewPicker(row3(0.7, 0.2, 0.1), backends, backend.PolicyRoundRobin),
+		NewPicker(row3(0.1, 0.1, 0.8), backends, backend.PolicyLeastRequest),
+		NewPicker(row3(0, 1, 0)[1:2], backends, backend.PolicyRoundRobin), // g2 only
 	}
 	var cur atomic.Pointer[Picker]
 	cur.Store(snapshots[0])
@@ -444,14 +357,6 @@ func TestPickerSwapUnderLoad(t *testing.T) {
 			if b.InFlight() != 0 {
 				t.Errorf("group %s: %s has %d in flight after every Done, want 0", g, b.Addr(), b.InFlight())
 			}
-		}
-	}
-}
-
-func TestPolicyString(t *testing.T) {
-	for p, want := range map[Policy]string{RoundRobin: "round_robin", LeastRequest: "least_request", Policy(7): "Policy(7)"} {
-		if got := p.String(); got != want {
-			t.Errorf("Policy(%d).String() = %q, want %q", p, got, want)
 		}
 	}
 }
