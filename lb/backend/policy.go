@@ -44,8 +44,8 @@ func (p Policy) String() string {
 //     bits choosing the first and the low 32 bits the second (as
 //     LeastRequest.Pick draws them from two values); the one with fewer
 //     requests in flight (ties: the first draw), else the other, else the
-//     first backend after the first draw that is not full. One backend is
-//     taken if it is not full. rr is not used and may be nil.
+//     first backend after the first draw that is not full. rr is not used
+//     and may be nil.
 //
 // rnd is a uniformly random uint64 (rand.Uint64() or a seeded source in
 // tests): the same rnd, cursor and counters give the same choice. The caller

@@ -43,9 +43,9 @@ func (r *RoundRobin) advance(n int) int { return int((r.next.Add(1) - 1) % uint6
 // The cursor advances by one per call whatever is skipped, so an unavailable
 // backend's turn goes to its successor. available must not block; it is
 // called from the calling goroutine only, on consecutive indexes until it
-// returns true, so it may take what it reports (Policy.Acquire passes
-// Backend.TryAcquire). PickAvailable does not allocate (if available does
-// not).
+// returns true, so it may take what it reports (Policy.Acquire scans the
+// same way with Backend.TryAcquire). PickAvailable does not allocate (if
+// available does not).
 func (r *RoundRobin) PickAvailable(n int, available func(i int) bool) (int, bool) {
 	if n <= 0 {
 		return -1, false
