@@ -137,20 +137,30 @@ const (
 	HashScopeNearestRegion HashScope = "nearest_region"
 )
 
-// BalancingMode says what a backend's capacity counts (DESIGN §2).
+// BalancingMode says what a backend's capacity counts (DESIGN §2), and so
+// in which unit a gfe measures demand: the planner compares the two, so
+// they are always in the same unit (Backend.Capacity, Concurrent).
 type BalancingMode string
 
 // The balancing modes.
 const (
-	// ModeRate counts requests per second. The default.
+	// ModeRate counts requests per second, for capacity and demand. The
+	// default.
 	ModeRate BalancingMode = "RATE"
 	// ModeConnection counts concurrent connections (L4) or in-flight
-	// requests (L7).
+	// requests (L7), for capacity and demand: a gfe's demand is the mean
+	// number of connections or requests it has open, not a rate.
 	ModeConnection BalancingMode = "CONNECTION"
-	// ModeUtilization counts backend utilization as reported by the backend,
-	// in [0,1] per instance.
+	// ModeUtilization limits each instance to a utilization, in (0,1], of
+	// the rate it serves at full utilization; capacity and demand are in
+	// requests per second.
 	ModeUtilization BalancingMode = "UTILIZATION"
 )
+
+// Concurrent reports whether demand and capacity under m count things open
+// at once (connections, requests in flight) rather than requests per
+// second.
+func (m BalancingMode) Concurrent() bool { return m == ModeConnection }
 
 // AffinityType is the kind of session affinity of a service (DESIGN §4).
 type AffinityType string
@@ -261,8 +271,8 @@ type OutlierDetection struct {
 // service may put on it. Which limit to set depends on the service's
 // BalancingMode: RATE takes exactly one of MaxRatePerInstance and MaxRate,
 // CONNECTION exactly one of MaxConnectionsPerInstance and MaxConnections,
-// UTILIZATION takes MaxUtilization. A zero limit is unset; limits of the other
-// modes must stay unset.
+// UTILIZATION takes both MaxUtilization and UtilizationRatePerInstance. A
+// zero limit is unset; limits of the other modes must stay unset.
 type Backend struct {
 	// Group is the name of the instance group. Required; must name a group
 	// under regions.
@@ -285,6 +295,11 @@ type Backend struct {
 	// the group is full when its healthy instances average this utilization.
 	// 0 = unset.
 	MaxUtilization float64 `mapstructure:"max_utilization"`
+	// UtilizationRatePerInstance is, under UTILIZATION, the requests per
+	// second one instance serves at full (100%) utilization: it turns
+	// MaxUtilization into a capacity in requests/s, the unit of demand.
+	// Required with MaxUtilization; 0 = unset.
+	UtilizationRatePerInstance float64 `mapstructure:"utilization_rate_per_instance"`
 	// CapacityScaler multiplies the group's capacity, in [0,1]. Default 1.
 	// 0 drains the group: it gets no new traffic, but stays configured.
 	CapacityScaler float64 `mapstructure:"capacity_scaler"`

@@ -83,6 +83,9 @@ var badFiles = []struct {
 	{"utilization.bad.yaml", []string{
 		`services[0].backends[0].max_utilization: must be in (0, 1], got 1.5`,
 		`services[0].backends[1]: balancing_mode UTILIZATION requires max_utilization`,
+		`services[0].backends[1]: balancing_mode UTILIZATION requires utilization_rate_per_instance`,
+		`services[0].backends[2].utilization_rate_per_instance: must be a finite number > 0, got -3`,
+		`services[1].backends[0].utilization_rate_per_instance: not valid with balancing_mode RATE (it is a UTILIZATION limit)`,
 	}},
 	{"capacity_scaler.bad.yaml", []string{
 		`services[0].backends[0].capacity_scaler: must be in [0, 1] (0 drains), got 1.5`,
@@ -374,7 +377,7 @@ func TestLoadGoodFiles(t *testing.T) {
 						Name:            "api",
 						Policy:          PolicyLeastRequest,
 						BalancingMode:   ModeUtilization,
-						Backends:        []Backend{{Group: "eu-west-b-web", MaxUtilization: 0.8, CapacityScaler: 1}},
+						Backends:        []Backend{{Group: "eu-west-b-web", MaxUtilization: 0.8, UtilizationRatePerInstance: 250, CapacityScaler: 1}},
 						SessionAffinity: SessionAffinity{Type: AffinityHeader, HeaderName: "X-User"},
 						HealthCheck: HealthCheck{
 							Protocol: HealthGRPC, Path: "/healthz", GRPCService: "api.v1.Api",

@@ -27,7 +27,8 @@
 //	      - group: us-east-b-web
 //	        max_rate_per_instance: 100    # RATE: exactly one of max_rate_per_instance, max_rate (req/s)
 //	        # CONNECTION: exactly one of max_connections_per_instance, max_connections
-//	        # UTILIZATION: max_utilization in (0,1]
+//	        # UTILIZATION: max_utilization in (0,1] and utilization_rate_per_instance
+//	        #   (req/s at 100%); capacity = healthy × the two, in req/s
 //	        capacity_scaler: 1.0          # [0,1]; 0 drains
 //	    session_affinity:
 //	      type: none                      # none | client_ip | client_ip_proto | client_ip_port_proto |

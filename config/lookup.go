@@ -204,12 +204,11 @@ func requestHost(h string) string {
 //
 //   - a per-instance limit L: healthy × L,
 //   - a group limit G: G × healthy / instances,
-//   - UTILIZATION: healthy × max_utilization,
+//   - UTILIZATION: healthy × max_utilization × utilization_rate_per_instance,
 //
-// each multiplied by CapacityScaler. The unit is the mode's: requests/s for
-// RATE, concurrent connections for CONNECTION, and for UTILIZATION fully
-// utilized instance-equivalents, which the caller turns into demand units with
-// the throughput it measures per instance. healthy is clamped to
+// each multiplied by CapacityScaler. The unit is the mode's unit of demand
+// (BalancingMode): requests/s for RATE and UTILIZATION, concurrent
+// connections or in-flight requests for CONNECTION. healthy is clamped to
 // [0, instances]; instances ≤ 0 gives 0.
 func (b *Backend) Capacity(mode BalancingMode, healthy, instances int) float64 {
 	if instances <= 0 {
@@ -232,7 +231,7 @@ func (b *Backend) Capacity(mode BalancingMode, healthy, instances int) float64 {
 			c = float64(b.MaxConnections) * frac
 		}
 	case ModeUtilization:
-		c = h * b.MaxUtilization
+		c = h * b.MaxUtilization * b.UtilizationRatePerInstance
 	}
 	return c * b.CapacityScaler
 }

@@ -110,7 +110,11 @@ func TestBackendCapacity(t *testing.T) {
 		{"scaler 0 drains", Backend{MaxRatePerInstance: 100, CapacityScaler: 0}, ModeRate, 4, 4, 0},
 		{"connections per instance", Backend{MaxConnectionsPerInstance: 50, CapacityScaler: 1}, ModeConnection, 2, 5, 100},
 		{"connections per group", Backend{MaxConnections: 500, CapacityScaler: 0.8}, ModeConnection, 1, 5, 80},
-		{"utilization in instance-equivalents", Backend{MaxUtilization: 0.8, CapacityScaler: 1}, ModeUtilization, 5, 5, 4},
+		// 4 healthy instances at 80% of 250 req/s each: 800 req/s, the unit
+		// of demand (it used to be 3.2 "instance-equivalents", compared
+		// with requests/s by the planner).
+		{"utilization in requests/s", Backend{MaxUtilization: 0.8, UtilizationRatePerInstance: 250, CapacityScaler: 1}, ModeUtilization, 4, 5, 800},
+		{"utilization without its rate is no capacity", Backend{MaxUtilization: 0.8, CapacityScaler: 1}, ModeUtilization, 4, 5, 0},
 		{"no healthy instances", Backend{MaxRatePerInstance: 100, CapacityScaler: 1}, ModeRate, 0, 4, 0},
 		{"healthy clamped to instances", Backend{MaxRatePerInstance: 100, CapacityScaler: 1}, ModeRate, 9, 4, 400},
 		{"negative healthy clamped to 0", Backend{MaxRate: 100, CapacityScaler: 1}, ModeRate, -1, 4, 0},
@@ -140,7 +144,7 @@ func TestGroupCapacity(t *testing.T) {
 		{"rate", "us-east-c-svc", 1, 37.5, true}, // 150 × 1/2 × 0.5
 		{"rate", "eu-west-b-svc", 2, 0, true},    // drained
 		{"connections", "eu-west-b-svc", 1, 20, true},
-		{"utilization", "us-east-c-svc", 2, 1.6, true},
+		{"utilization", "us-east-c-svc", 2, 320, true}, // 2 × 0.8 × 200 req/s
 		{"rate", "no-such-group", 1, 0, false},
 		{"connections", "us-east-c-svc", 1, 0, false}, // group exists, not a backend
 		{"no-such-service", "us-east-b-svc", 1, 0, false},
@@ -218,6 +222,20 @@ func TestConcurrentLookups(t *testing.T) {
 	for range 8 {
 		if got := <-done; got != 200*1200 {
 			t.Errorf("sum of capacities = %v, want %v", got, 200*1200)
+		}
+	}
+}
+
+// TestConcurrent checks which balancing modes measure demand as a level
+// (things open at once) rather than a rate: the gfe picks its demand meter
+// by it, so that demand and capacity are in one unit.
+func TestConcurrent(t *testing.T) {
+	for _, tt := range []struct {
+		mode BalancingMode
+		want bool
+	}{{ModeRate, false}, {ModeConnection, true}, {ModeUtilization, false}} {
+		if got := tt.mode.Concurrent(); got != tt.want {
+			t.Errorf("%s.Concurrent() = %v, want %v", tt.mode, got, tt.want)
 		}
 	}
 }

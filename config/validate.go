@@ -307,6 +307,7 @@ func (v *validator) limits(bp string, mode BalancingMode, b Backend) {
 		{"max_connections_per_instance", ModeConnection, float64(b.MaxConnectionsPerInstance)},
 		{"max_connections", ModeConnection, float64(b.MaxConnections)},
 		{"max_utilization", ModeUtilization, b.MaxUtilization},
+		{"utilization_rate_per_instance", ModeUtilization, b.UtilizationRatePerInstance},
 	}
 	var mine, set []string
 	for _, l := range all {
@@ -329,6 +330,14 @@ func (v *validator) limits(bp string, mode BalancingMode, b Backend) {
 		case !(l.val > 0) || math.IsInf(l.val, 0):
 			v.p.add(bp+"."+l.key, fmt.Sprintf("must be a finite number > 0, got %v", l.val))
 		}
+	}
+	if mode == ModeUtilization { // both limits, each checked above
+		for _, l := range all {
+			if l.mode == mode && l.val == 0 {
+				v.p.add(bp, fmt.Sprintf("balancing_mode %s requires %s", mode, l.key))
+			}
+		}
+		return
 	}
 	switch {
 	case len(set) == 0 && len(mine) == 1:
