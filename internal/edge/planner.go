@@ -21,13 +21,12 @@ import (
 // Only its run goroutine touches its fields.
 type planner struct {
 	e        *Edge
-	backends map[string]*backend.Backend      // by address
-	meters   map[string]*serviceMeters        // by service
-	load     map[string]map[string]*ewma.Rate // service -> group -> rate
-	prev     map[string]*waterfall.Plan       // by service
-	outliers map[string]*serviceOutliers      // by service
-	lastErr  map[string]string                // by service: last planning error logged
-	now      time.Time                        // the time of the current step
+	backends map[string]*backend.Backend // by address
+	meters   map[string]*serviceMeters   // by service
+	prev     map[string]*waterfall.Plan  // by service
+	outliers map[string]*serviceOutliers // by service
+	lastErr  map[string]string           // by service: last planning error logged
+	now      time.Time                   // the time of the current step
 }
 
 func newPlanner(e *Edge) *planner {
@@ -35,7 +34,6 @@ func newPlanner(e *Edge) *planner {
 		e:        e,
 		backends: map[string]*backend.Backend{},
 		meters:   map[string]*serviceMeters{},
-		load:     map[string]map[string]*ewma.Rate{},
 		prev:     map[string]*waterfall.Plan{},
 		outliers: map[string]*serviceOutliers{},
 		lastErr:  map[string]string{},
@@ -67,17 +65,11 @@ func (p *planner) step(now time.Time) {
 	cs := e.control.Load()
 
 	demand := map[string]float64{}
-	load := map[string]map[string]float64{}
 	for name, m := range p.meters {
 		demand[name] = m.demand.Sample(now)
-		gl := map[string]float64{}
-		for g, r := range p.load[name] {
-			gl[g] = r.Sample(now)
-		}
-		load[name] = gl
 	}
-	e.tcp.observe(now, cs, demand, load) // tcp listeners' services count open connections
-	st := gossip.NodeState{Kind: gossip.KindGFE, Site: e.cfg.Site, Demand: demand, RTT: rtt, Load: load}
+	e.tcp.observe(now, cs, demand) // tcp listeners' services count open connections
+	st := gossip.NodeState{Kind: gossip.KindGFE, Site: e.cfg.Site, Demand: demand, RTT: rtt}
 	if _, err := e.gossip.Publish(st); err != nil {
 		e.log.Warn().Err(err).Msg("gossip publish")
 	}
@@ -124,7 +116,7 @@ func (p *planner) buildService(cs *ControlState, sc *config.Service, states map[
 		m = &serviceMeters{demand: ewma.Rate{Tau: p.e.cfg.DemandSmoothing}, rr: backend.NewRoundRobin(p.e.rand())}
 		p.meters[sc.Name] = m
 	}
-	svc := &service{name: sc.Name, cfg: sc, meters: m, load: p.groupMeters(sc), clk: e.clk, ejected: p.onEjection(sc.Name)}
+	svc := &service{name: sc.Name, cfg: sc, meters: m, clk: e.clk, ejected: p.onEjection(sc.Name)}
 	so := p.outliersFor(sc)
 	defer so.finish(p.now)
 	svc.outliers = so.det
@@ -322,31 +314,6 @@ func (p *planner) backend(in config.Instance) *backend.Backend {
 	return b
 }
 
-// groupMeters returns the load meters of sc's groups, replacing the map when
-// the group set changed (maps handed to tables are never modified).
-func (p *planner) groupMeters(sc *config.Service) map[string]*ewma.Rate {
-	cur := p.load[sc.Name]
-	same := len(cur) == len(sc.Backends)
-	for _, b := range sc.Backends {
-		if _, ok := cur[b.Group]; !ok {
-			same = false
-		}
-	}
-	if same {
-		return cur
-	}
-	next := make(map[string]*ewma.Rate, len(sc.Backends))
-	for _, b := range sc.Backends {
-		if r, ok := cur[b.Group]; ok {
-			next[b.Group] = r
-		} else {
-			next[b.Group] = &ewma.Rate{Tau: p.e.cfg.DemandSmoothing}
-		}
-	}
-	p.load[sc.Name] = next
-	return next
-}
-
 // forget drops state of services and instances no longer configured.
 func (p *planner) forget(cfg *config.Config) {
 	live := map[string]bool{}
@@ -360,7 +327,6 @@ func (p *planner) forget(cfg *config.Config) {
 		}
 	}
 	maps.DeleteFunc(p.meters, func(k string, _ *serviceMeters) bool { return !live[k] })
-	maps.DeleteFunc(p.load, func(k string, _ map[string]*ewma.Rate) bool { return !live[k] })
 	maps.DeleteFunc(p.prev, func(k string, _ *waterfall.Plan) bool { return !live[k] })
 	maps.DeleteFunc(p.outliers, func(k string, _ *serviceOutliers) bool { return !live[k] })
 	maps.DeleteFunc(p.backends, func(k string, _ *backend.Backend) bool { return !addrs[k] })

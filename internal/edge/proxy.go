@@ -145,9 +145,6 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	svc.meters.decisions[pk.reason].Add(1)
-	if l := svc.load[pk.group]; l != nil {
-		l.Add(1)
-	}
 	// The route timeout bounds the whole request, retries included. Streams
 	// are exempt: an upgraded connection (WebSocket) lives as long as its
 	// client keeps it, and a gRPC call carries its own deadline.

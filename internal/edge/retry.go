@@ -134,9 +134,6 @@ func (t retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		ph.pick = np
 		ph.tried[ph.attempts] = np.backend
 		ph.attempts++
-		if l := ph.svc.load[np.group]; l != nil {
-			l.Add(1)
-		}
 		t.p.sm.retries.WithLabelValues(ph.svc.name).Inc()
 		req = retryRequest(req, np.backend.Addr())
 	}

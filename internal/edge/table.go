@@ -72,10 +72,6 @@ type serviceMeters struct {
 	// rr is the service's round-robin cursor: it outlives tables so that
 	// round robin stays exact across re-plans.
 	rr *backend.RoundRobin
-	// load maps group name to the rate of requests sent to it. The map is
-	// replaced (never changed) by the planner when the group set changes;
-	// requests read it through the table's service, which holds the map
-	// that was current when the table was built.
 }
 
 // member is one backend a service may send a request to: in a baseline
@@ -106,7 +102,6 @@ type service struct {
 	// outliers is the service's outlier detector (safe for concurrent use),
 	// read by /status.
 	outliers *outlier.Detector
-	load     map[string]*ewma.Rate // group -> rate; read-only
 	// healthy counts the service's healthy backends.
 	healthy int
 

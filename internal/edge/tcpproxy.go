@@ -49,7 +49,7 @@ import (
 //     drains).
 //
 // For the planner, a service that a tcp listener serves counts its demand
-// and its load per group in open connections (smoothed over
+// in open connections (smoothed over
 // DemandSmoothing), the unit of CONNECTION-mode capacity (observe).
 
 // reapInterval is how often a tcp listener checks whether the control state
@@ -62,8 +62,7 @@ const reapInterval = 50 * time.Millisecond
 type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 
 // tcpProxy is the state the tcp listeners of one Edge share: the count of
-// open connections per service and group (for the planner's demand and
-// load) and the metrics. Must not be copied.
+// open connections per service (for the planner's demand) and the metrics. Must not be copied.
 type tcpProxy struct {
 	// Immutable after newTCPProxy.
 	e       *Edge
@@ -75,23 +74,10 @@ type tcpProxy struct {
 
 	// Guarded by mu.
 	mu   sync.Mutex
-	open map[string]*tcpCount // service -> its open connections
+	open map[string]int // service -> its open connections
 
 	// Owned by the planner goroutine (observe).
-	smooth map[string]*tcpSmooth // service -> smoothed open connections
-}
-
-// tcpCount is a service's open connections, in total and per group.
-type tcpCount struct {
-	total  int
-	groups map[string]int
-}
-
-// tcpSmooth is a service's smoothed open connections, in total and per
-// group.
-type tcpSmooth struct {
-	total  ewma.Level
-	groups map[string]*ewma.Level
+	smooth map[string]*ewma.Level // service -> smoothed open connections
 }
 
 func newTCPProxy(e *Edge, dial dialFunc) *tcpProxy {
@@ -99,8 +85,8 @@ func newTCPProxy(e *Edge, dial dialFunc) *tcpProxy {
 		e:       e,
 		dial:    dial,
 		metrics: newTCPMetrics(e.reg),
-		open:    map[string]*tcpCount{},
-		smooth:  map[string]*tcpSmooth{},
+		open:    map[string]int{},
+		smooth:  map[string]*ewma.Level{},
 	}
 }
 
@@ -442,16 +428,10 @@ func (tl *tcpListener) untrack(c *tcpConn) {
 	tl.x.metrics.closed.WithLabelValues(c.service, c.reason().String()).Inc()
 }
 
-// count adds d to the open connections of c's service, group and backend.
+// count adds d to the open connections of c's service and backend.
 func (x *tcpProxy) count(c *tcpConn, d int) {
 	x.mu.Lock()
-	n := x.open[c.service]
-	if n == nil {
-		n = &tcpCount{groups: map[string]int{}}
-		x.open[c.service] = n
-	}
-	n.total += d
-	n.groups[c.pick.group] += d
+	x.open[c.service] += d
 	x.mu.Unlock()
 	x.metrics.open.WithLabelValues(c.service, c.pick.backend.Addr()).Add(float64(d))
 }
@@ -708,13 +688,12 @@ func (c *tcpConn) watchIdle() (stop func()) {
 	}
 }
 
-// observe replaces, in demand and load, the figures of every service a tcp
-// listener of cs serves: a CONNECTION-mode service's capacity counts
-// concurrent connections, so its demand is this node's open connections
-// and its load on a group the open connections to that group, each
-// smoothed with time constant DemandSmoothing. Called only from the
-// planner goroutine.
-func (x *tcpProxy) observe(now time.Time, cs *ControlState, demand map[string]float64, load map[string]map[string]float64) {
+// observe replaces, in demand, the figure of every service a tcp listener
+// of cs serves: a CONNECTION-mode service's capacity counts concurrent
+// connections, so its demand is this node's open connections, smoothed
+// with time constant DemandSmoothing. Called only from the planner
+// goroutine.
+func (x *tcpProxy) observe(now time.Time, cs *ControlState, demand map[string]float64) {
 	if cs == nil {
 		return
 	}
@@ -724,37 +703,19 @@ func (x *tcpProxy) observe(now time.Time, cs *ControlState, demand map[string]fl
 		if l.Protocol != config.ListenerTCP || served[l.Service] {
 			continue
 		}
-		sc, ok := cs.Config.Service(l.Service)
-		if !ok {
+		if _, ok := cs.Config.Service(l.Service); !ok {
 			continue
 		}
 		served[l.Service] = true
 		x.mu.Lock()
-		var total int
-		groups := map[string]int{}
-		if n := x.open[l.Service]; n != nil {
-			total = n.total
-			for g, v := range n.groups {
-				groups[g] = v
-			}
-		}
+		open := x.open[l.Service]
 		x.mu.Unlock()
 		s := x.smooth[l.Service]
 		if s == nil {
-			s = &tcpSmooth{total: ewma.Level{Tau: tau}, groups: map[string]*ewma.Level{}}
+			s = &ewma.Level{Tau: tau}
 			x.smooth[l.Service] = s
 		}
-		demand[l.Service] = s.total.Sample(now, float64(total))
-		gl := make(map[string]float64, len(sc.Backends))
-		for _, b := range sc.Backends {
-			lv := s.groups[b.Group]
-			if lv == nil {
-				lv = &ewma.Level{Tau: tau}
-				s.groups[b.Group] = lv
-			}
-			gl[b.Group] = lv.Sample(now, float64(groups[b.Group]))
-		}
-		load[l.Service] = gl
+		demand[l.Service] = s.Sample(now, float64(open))
 	}
 	for name := range x.smooth {
 		if !served[name] {
