@@ -1,6 +1,10 @@
 package config
 
-import "time"
+import (
+	"fmt"
+	"slices"
+	"time"
+)
 
 // Config is the whole operator configuration: where backends live (Regions),
 // what routes point at (Services), how requests find a service (Routes) and
@@ -111,6 +115,16 @@ func Policies() []Policy {
 	return []Policy{PolicyWaterfall, PolicyMinRTT, PolicyRoundRobin, PolicyLeastRequest, PolicyHash2, PolicyHash3, PolicyHash5}
 }
 
+// ParsePolicy returns the Policy named s, or an error listing the valid
+// names (for command-line flags; config files are checked by Load).
+func ParsePolicy(s string) (Policy, error) {
+	p := Policy(s)
+	if !slices.Contains(Policies(), p) {
+		return "", fmt.Errorf("unknown policy %q (want one of %s)", s, joinNames(Policies()))
+	}
+	return p, nil
+}
+
 // IsPlanned reports whether p sends each request by a plan of regions
 // computed from RTT, capacity and health (waterfall, min_rtt), rather than
 // over a flat pool of instances. Spill applies only to these policies.
@@ -136,6 +150,19 @@ const (
 	// nearest region (by the gfe's RTT) that has any.
 	HashScopeNearestRegion HashScope = "nearest_region"
 )
+
+// HashScopes lists every valid HashScope, the default first.
+func HashScopes() []HashScope { return []HashScope{HashScopeGlobal, HashScopeNearestRegion} }
+
+// ParseHashScope returns the HashScope named s, or an error listing the
+// valid names.
+func ParseHashScope(s string) (HashScope, error) {
+	sc := HashScope(s)
+	if !slices.Contains(HashScopes(), sc) {
+		return "", fmt.Errorf("unknown scope %q (want one of %s)", s, joinNames(HashScopes()))
+	}
+	return sc, nil
+}
 
 // BalancingMode says what a backend's capacity counts (DESIGN §2), and so
 // in which unit a gfe measures demand: the planner compares the two, so

@@ -239,3 +239,18 @@ func TestConcurrent(t *testing.T) {
 		}
 	}
 }
+
+func TestParsePolicyAndScope(t *testing.T) {
+	if p, err := ParsePolicy("hash5"); p != PolicyHash5 || err != nil {
+		t.Errorf("ParsePolicy(hash5) = %q, %v", p, err)
+	}
+	if _, err := ParsePolicy("random"); err == nil || err.Error() != `unknown policy "random" (want one of waterfall, min_rtt, round_robin, least_request, hash2, hash3, hash5)` {
+		t.Errorf("ParsePolicy(random) error = %v", err)
+	}
+	if sc, err := ParseHashScope("nearest_region"); sc != HashScopeNearestRegion || err != nil {
+		t.Errorf("ParseHashScope(nearest_region) = %q, %v", sc, err)
+	}
+	if _, err := ParseHashScope("zone"); err == nil || err.Error() != `unknown scope "zone" (want one of global, nearest_region)` {
+		t.Errorf("ParseHashScope(zone) error = %v", err)
+	}
+}

@@ -203,11 +203,16 @@ func isToken(s string) bool {
 
 // oneOf formats the choices of an enum for a message.
 func oneOf[T ~string](choices []T, got T) string {
-	s := make([]string, len(choices))
-	for i, c := range choices {
+	return fmt.Sprintf("must be one of %s; got %q", joinNames(choices), got)
+}
+
+// joinNames joins names with ", ".
+func joinNames[T ~string](names []T) string {
+	s := make([]string, len(names))
+	for i, c := range names {
 		s[i] = string(c)
 	}
-	return fmt.Sprintf("must be one of %s; got %q", strings.Join(s, ", "), got)
+	return strings.Join(s, ", ")
 }
 
 // services checks every backend service.
@@ -226,7 +231,7 @@ func (v *validator) service(sp string, s *Service) {
 	if !slices.Contains(Policies(), s.Policy) {
 		v.p.add(sp+".policy", oneOf(Policies(), s.Policy))
 	}
-	scopes := []HashScope{HashScopeGlobal, HashScopeNearestRegion}
+	scopes := HashScopes()
 	switch {
 	case s.HashScope == "":
 	case !s.Policy.IsHash():

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
@@ -30,10 +31,10 @@ type BenchPolicy struct {
 	PlannerConfig waterfall.Config
 	// Baseline is the baseline policy when Planner is nil: RoundRobin,
 	// LeastRequest, Hash2, Hash3 or Hash5.
-	Baseline Policy
+	Baseline config.Policy
 	// Scope is the baseline's scope; empty means ScopeGlobal. It must be
 	// empty for a planner.
-	Scope Scope
+	Scope config.HashScope
 }
 
 // ID returns the row's label: the name, with "/scope" for a baseline.
@@ -44,9 +45,9 @@ func (p BenchPolicy) ID() string {
 	return p.Name + "/" + string(p.scope())
 }
 
-func (p BenchPolicy) scope() Scope {
+func (p BenchPolicy) scope() config.HashScope {
 	if p.Scope == "" && p.Planner == nil {
-		return ScopeGlobal
+		return config.HashScopeGlobal
 	}
 	return p.Scope
 }
@@ -59,7 +60,7 @@ func PlannerPolicy(name string, planner Planner) BenchPolicy {
 }
 
 // BaselinePolicy returns the BenchPolicy of baseline p with scope sc.
-func BaselinePolicy(p Policy, sc Scope) BenchPolicy {
+func BaselinePolicy(p config.Policy, sc config.HashScope) BenchPolicy {
 	return BenchPolicy{Name: string(p), Baseline: p, Scope: sc}
 }
 
@@ -70,13 +71,13 @@ func BaselinePolicy(p Policy, sc Scope) BenchPolicy {
 // hash5 with scope global and then nearest_region.
 func DefaultBenchPolicies() []BenchPolicy {
 	ps := []BenchPolicy{
-		PlannerPolicy(string(Waterfall), waterfall.Compute),
-		PlannerPolicy(string(MinRTT), waterfall.ComputeMinRTT),
-		BaselinePolicy(RoundRobin, ScopeGlobal),
-		BaselinePolicy(LeastRequest, ScopeGlobal),
+		PlannerPolicy(string(config.PolicyWaterfall), waterfall.Compute),
+		PlannerPolicy(string(config.PolicyMinRTT), waterfall.ComputeMinRTT),
+		BaselinePolicy(config.PolicyRoundRobin, config.HashScopeGlobal),
+		BaselinePolicy(config.PolicyLeastRequest, config.HashScopeGlobal),
 	}
-	for _, sc := range Scopes() {
-		for _, h := range []Policy{Hash2, Hash3, Hash5} {
+	for _, sc := range config.HashScopes() {
+		for _, h := range []config.Policy{config.PolicyHash2, config.PolicyHash3, config.PolicyHash5} {
 			ps = append(ps, BaselinePolicy(h, sc))
 		}
 	}
@@ -95,11 +96,11 @@ func (p BenchPolicy) validate() error {
 		return nil
 	}
 	switch p.Baseline {
-	case RoundRobin, LeastRequest, Hash2, Hash3, Hash5:
+	case config.PolicyRoundRobin, config.PolicyLeastRequest, config.PolicyHash2, config.PolicyHash3, config.PolicyHash5:
 	default:
 		return fmt.Errorf("bench policy %s: baseline %q is not one of round_robin, least_request, hash2, hash3, hash5", p.Name, p.Baseline)
 	}
-	if _, err := ParseScope(string(p.scope())); err != nil {
+	if _, err := config.ParseHashScope(string(p.scope())); err != nil {
 		return fmt.Errorf("bench policy %s: %w", p.Name, err)
 	}
 	return nil
@@ -350,8 +351,8 @@ type LPSummary struct {
 // BenchRow is one policy's outcome. Shares are fractions in [0,1].
 type BenchRow struct {
 	// Policy is the BenchPolicy's Name; Scope is set for baselines only.
-	Policy string `json:"policy"`
-	Scope  Scope  `json:"scope,omitempty"`
+	Policy string           `json:"policy"`
+	Scope  config.HashScope `json:"scope,omitempty"`
 	// Requests is the total demand (as in BenchResult), Routed what the
 	// policy sent to some instance, Served what completed; all in requests.
 	Requests float64 `json:"requests"`

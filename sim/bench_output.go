@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/spillway-lb/spillway/config"
 )
 
 // WriteTable writes r as a header line, one table row per policy, a legend,
@@ -80,7 +82,7 @@ type Comparison struct {
 func (r *BenchResult) Comparison() (c Comparison, ok bool) {
 	var wf *BenchRow
 	for i := range r.Policies {
-		if r.Policies[i].Policy == string(Waterfall) {
+		if r.Policies[i].Policy == string(config.PolicyWaterfall) {
 			wf = &r.Policies[i]
 		}
 	}
@@ -88,8 +90,8 @@ func (r *BenchResult) Comparison() (c Comparison, ok bool) {
 		return Comparison{}, false
 	}
 	for _, row := range r.Policies {
-		switch Policy(row.Policy) {
-		case Hash2, Hash3, Hash5:
+		switch config.Policy(row.Policy) {
+		case config.PolicyHash2, config.PolicyHash3, config.PolicyHash5:
 		default:
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/lb/hashing"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
@@ -122,7 +123,7 @@ func (s *Scenario) newTopology(tl *Timeline, tr *trace, policies []BenchPolicy) 
 	var planners, hashes bool
 	for _, p := range policies {
 		planners = planners || p.Planner != nil
-		hashes = hashes || p.Planner == nil && (p.Baseline == Hash2 || p.Baseline == Hash3 || p.Baseline == Hash5)
+		hashes = hashes || p.Planner == nil && (p.Baseline == config.PolicyHash2 || p.Baseline == config.PolicyHash3 || p.Baseline == config.PolicyHash5)
 	}
 	if hashes {
 		t.clients = make([][]client, len(s.Sites))
@@ -599,7 +600,7 @@ func (r *runner) pool(si int, seen []groupState) []int {
 		}
 		return slots
 	}
-	if r.pol.scope() == ScopeNearestRegion {
+	if r.pol.scope() == config.HashScopeNearestRegion {
 		for _, region := range t.order[si] {
 			if slots := inRegion(region); len(slots) > 0 {
 				return slots
@@ -624,7 +625,7 @@ func (r *runner) baselineSplit(si int, seen []groupState) ([]split, error) {
 		return nil, nil
 	}
 	out := make([]split, len(slots))
-	if r.pol.Baseline == RoundRobin || r.pol.Baseline == LeastRequest {
+	if r.pol.Baseline == config.PolicyRoundRobin || r.pol.Baseline == config.PolicyLeastRequest {
 		for i, s := range slots {
 			out[i] = split{slot: s, share: 1 / float64(len(slots))}
 		}
@@ -639,14 +640,14 @@ func (r *runner) baselineSplit(si int, seen []groupState) ([]split, error) {
 	}
 	for _, c := range r.topo.clients[si] {
 		switch r.pol.Baseline {
-		case Hash2, Hash3:
+		case config.PolicyHash2, config.PolicyHash3:
 			key := hashing.Key2(c.addr, vip.Addr())
-			if r.pol.Baseline == Hash3 {
+			if r.pol.Baseline == config.PolicyHash3 {
 				key = hashing.Key3(c.addr, vip.Addr(), tcp)
 			}
 			i, _ := tbl.Pick(key)
 			out[i].share += c.weight
-		case Hash5:
+		case config.PolicyHash5:
 			w := c.weight / float64(len(c.ports))
 			for _, port := range c.ports {
 				i, _ := tbl.Pick(hashing.Key5(c.addr, vip.Addr(), tcp, port, vip.Port()))

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/lb/backend"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
@@ -444,7 +445,7 @@ func TestBenchShippedScenarios(t *testing.T) {
 				if !(wf.ErrorRate <= h.ErrorRate) {
 					t.Errorf("waterfall errors %v, %s %v: want waterfall no higher", wf.ErrorRate, h.ID(), h.ErrorRate)
 				}
-				if h.Scope == ScopeNearestRegion && !(wf.Excess < h.Excess) {
+				if h.Scope == config.HashScopeNearestRegion && !(wf.Excess < h.Excess) {
 					t.Errorf("waterfall excess %v, %s %v: want waterfall lower", wf.Excess, h.ID(), h.Excess)
 				}
 				switch file {
@@ -585,9 +586,9 @@ func TestBenchErrors(t *testing.T) {
 	}{
 		{name: "no policies", s: s, opts: BenchOptions{Policies: []BenchPolicy{}}, wantMsg: "bench: no policies"},
 		{name: "twice", s: s, opts: BenchOptions{Policies: []BenchPolicy{wf, wf}}, wantMsg: "bench policy waterfall: listed twice"},
-		{name: "scope on a planner", s: s, opts: BenchOptions{Policies: []BenchPolicy{{Name: "w", Planner: waterfall.Compute, Scope: ScopeGlobal}}}, wantErr: ErrScopeNotApplicable},
+		{name: "scope on a planner", s: s, opts: BenchOptions{Policies: []BenchPolicy{{Name: "w", Planner: waterfall.Compute, Scope: config.HashScopeGlobal}}}, wantErr: ErrScopeNotApplicable},
 		{name: "unknown baseline", s: s, opts: BenchOptions{Policies: []BenchPolicy{{Name: "x", Baseline: "random"}}}, wantMsg: `baseline "random" is not one of`},
-		{name: "unknown scope", s: s, opts: BenchOptions{Policies: []BenchPolicy{BaselinePolicy(Hash2, "zone")}}, wantMsg: `unknown scope "zone"`},
+		{name: "unknown scope", s: s, opts: BenchOptions{Policies: []BenchPolicy{BaselinePolicy(config.PolicyHash2, "zone")}}, wantMsg: `unknown scope "zone"`},
 		{name: "invalid scenario", s: &Scenario{}, wantErr: ErrInvalidScenario},
 		{name: "too many instances", s: mustParse(t, `
 regions: [{name: r, groups: [{name: g, instances: 30000, healthy: 30000, rate_per_instance: 1}]}]

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/spillway-lb/spillway/config"
 )
 
 // FuzzParseScenario checks that ParseScenario never panics, that everything
@@ -42,11 +44,11 @@ func FuzzParseScenario(f *testing.F) {
 		if err := s.Validate(); err != nil {
 			t.Fatalf("ParseScenario accepted a scenario that Validate rejects: %v", err)
 		}
-		for _, p := range Policies() {
-			if p.Planned() {
+		for _, p := range config.Policies() {
+			if p.IsPlanned() {
 				continue
 			}
-			for _, sc := range Scopes() {
+			for _, sc := range config.HashScopes() {
 				res, err := s.ExpectedFlows(p, sc)
 				if errors.Is(err, ErrUnservable) || errors.Is(err, ErrOverflow) {
 					continue

@@ -7,75 +7,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
-
-// Policy names a load-balancing policy that lbsim compares.
-type Policy string
-
-// The policies. Only Waterfall and MinRTT look at capacity and RTT; the
-// others are the baselines of DESIGN.md §8.
-const (
-	Waterfall    Policy = "waterfall"
-	MinRTT       Policy = "min_rtt" // least total RTT under Waterfall's constraints
-	RoundRobin   Policy = "round_robin"
-	LeastRequest Policy = "least_request"
-	Hash2        Policy = "hash2" // 2-tuple flow hash (src, dst address)
-	Hash3        Policy = "hash3" // 3-tuple flow hash
-	Hash5        Policy = "hash5" // 5-tuple flow hash
-)
-
-// Policies returns every policy, Waterfall first.
-func Policies() []Policy {
-	return []Policy{Waterfall, MinRTT, RoundRobin, LeastRequest, Hash2, Hash3, Hash5}
-}
-
-// Planned reports whether p routes by a region plan of lb/waterfall
-// (Waterfall, MinRTT) rather than over the instances in a Scope.
-func (p Policy) Planned() bool { return p == Waterfall || p == MinRTT }
-
-// ParsePolicy returns the Policy named s, or an error listing the valid names.
-func ParsePolicy(s string) (Policy, error) {
-	p := Policy(s)
-	if !slices.Contains(Policies(), p) {
-		return "", fmt.Errorf("unknown policy %q (want one of %s)", s, joinNames(Policies()))
-	}
-	return p, nil
-}
-
-// Scope is the set of instances a baseline policy balances over, seen from
-// one site. It does not apply to Waterfall and MinRTT, which choose regions
-// themselves.
-type Scope string
-
-// The scopes. The empty Scope means ScopeGlobal for the baselines.
-const (
-	// ScopeGlobal: every instance of every region in the site's rtt_ms.
-	ScopeGlobal Scope = "global"
-	// ScopeNearestRegion: the instances of the site's nearest region (lowest
-	// RTT, ties by name) that has at least one eligible instance.
-	ScopeNearestRegion Scope = "nearest_region"
-)
-
-// Scopes returns every scope, the default first.
-func Scopes() []Scope { return []Scope{ScopeGlobal, ScopeNearestRegion} }
-
-// ParseScope returns the Scope named s, or an error listing the valid names.
-func ParseScope(s string) (Scope, error) {
-	sc := Scope(s)
-	if !slices.Contains(Scopes(), sc) {
-		return "", fmt.Errorf("unknown scope %q (want one of %s)", s, joinNames(Scopes()))
-	}
-	return sc, nil
-}
-
-func joinNames[T ~string](names []T) string {
-	parts := make([]string, len(names))
-	for i, n := range names {
-		parts[i] = string(n)
-	}
-	return strings.Join(parts, ", ")
-}
 
 // ErrScopeNotApplicable is returned by ExpectedFlows when a scope is given
 // with Waterfall or MinRTT.
@@ -100,12 +34,12 @@ var ErrOverflow = errors.New("load or utilization overflows")
 // then by the site's region order (ascending RTT, ties by name), then by
 // group name; Sites and Regions are sorted by name and list every site and
 // region, with zero load where nothing arrives; and every number is finite.
-func (s *Scenario) ExpectedFlows(p Policy, scope Scope) (*Result, error) {
-	if _, err := ParsePolicy(string(p)); err != nil {
+func (s *Scenario) ExpectedFlows(p config.Policy, scope config.HashScope) (*Result, error) {
+	if _, err := config.ParsePolicy(string(p)); err != nil {
 		return nil, err
 	}
 	var flows []Flow
-	if p.Planned() {
+	if p.IsPlanned() {
 		if scope != "" {
 			return nil, fmt.Errorf("scope %q: %w", scope, ErrScopeNotApplicable)
 		}
@@ -115,9 +49,9 @@ func (s *Scenario) ExpectedFlows(p Policy, scope Scope) (*Result, error) {
 		}
 	} else {
 		if scope == "" {
-			scope = ScopeGlobal
+			scope = config.HashScopeGlobal
 		}
-		if _, err := ParseScope(string(scope)); err != nil {
+		if _, err := config.ParseHashScope(string(scope)); err != nil {
 			return nil, err
 		}
 		var err error
@@ -131,9 +65,9 @@ func (s *Scenario) ExpectedFlows(p Policy, scope Scope) (*Result, error) {
 // plannedFlows returns the flows of the plan of p, Waterfall
 // (waterfall.Compute) or MinRTT (waterfall.ComputeMinRTT), with the
 // planner's DefaultConfig.
-func (s *Scenario) plannedFlows(p Policy) ([]Flow, error) {
+func (s *Scenario) plannedFlows(p config.Policy) ([]Flow, error) {
 	compute := waterfall.Compute
-	if p == MinRTT {
+	if p == config.PolicyMinRTT {
 		compute = waterfall.ComputeMinRTT
 	}
 	plan, err := compute(s.ToWorld(), waterfall.DefaultConfig())
@@ -172,7 +106,7 @@ func (s *Scenario) plannedFlows(p Policy) ([]Flow, error) {
 // baselineFlows spreads each site's demand evenly over the eligible
 // instances in scope: a group with h eligible instances out of H in scope
 // receives demand × h/H.
-func (s *Scenario) baselineFlows(scope Scope) ([]Flow, error) {
+func (s *Scenario) baselineFlows(scope config.HashScope) ([]Flow, error) {
 	var flows []Flow
 	for _, st := range s.Sites {
 		if st.DemandRPS == 0 {
@@ -185,7 +119,7 @@ func (s *Scenario) baselineFlows(scope Scope) ([]Flow, error) {
 				continue
 			}
 			regions = append(regions, r)
-			if scope == ScopeNearestRegion {
+			if scope == config.HashScopeNearestRegion {
 				break
 			}
 		}
@@ -265,7 +199,7 @@ const conservationTolerance = 1e-6
 
 // result sorts flows, checks that they conserve every site's demand and sums
 // them into the Result's sites and regions.
-func (s *Scenario) result(p Policy, scope Scope, flows []Flow) (*Result, error) {
+func (s *Scenario) result(p config.Policy, scope config.HashScope, flows []Flow) (*Result, error) {
 	rank := map[[2]string]int{} // (site, region) → position in the site's region order
 	for _, st := range s.Sites {
 		for i, name := range s.regionOrder(st) {
@@ -331,4 +265,12 @@ func (s *Scenario) result(p Policy, scope Scope, flows []Flow) (*Result, error) 
 	}
 	slices.SortFunc(res.Regions, func(a, b RegionLoad) int { return strings.Compare(a.Name, b.Name) })
 	return res, nil
+}
+
+func joinNames[T ~string](names []T) string {
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = string(n)
+	}
+	return strings.Join(parts, ", ")
 }

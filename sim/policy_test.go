@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/spillway-lb/spillway/config"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files under testdata/")
@@ -49,7 +50,7 @@ func TestExpectedFlowsBaselines(t *testing.T) {
 	// Global: s1 sees a (6 eligible) + b (2; b-drained excluded) + c (0) = 8
 	// instances, 75 rps each; s4 sees the same 8, 15 rps each.
 	global := Result{
-		Scope: ScopeGlobal,
+		Scope: config.HashScopeGlobal,
 		Sites: sites,
 		Flows: []Flow{
 			{"s1", "a", "a-1", 300, ""}, {"s1", "a", "a-2", 150, ""}, {"s1", "b", "b-1", 150, ""},
@@ -65,7 +66,7 @@ func TestExpectedFlowsBaselines(t *testing.T) {
 	// Nearest region: s1 skips c (nothing eligible) for a; s4's tie between a
 	// and b goes to a by name.
 	nearest := Result{
-		Scope: ScopeNearestRegion,
+		Scope: config.HashScopeNearestRegion,
 		Sites: sites,
 		Flows: []Flow{
 			{"s1", "a", "a-1", 400, ""}, {"s1", "a", "a-2", 200, ""},
@@ -80,21 +81,21 @@ func TestExpectedFlowsBaselines(t *testing.T) {
 	}
 	tests := []struct {
 		name   string
-		policy Policy
-		scope  Scope
+		policy config.Policy
+		scope  config.HashScope
 		want   Result
 	}{}
-	for _, p := range []Policy{RoundRobin, LeastRequest, Hash2, Hash3, Hash5} {
+	for _, p := range []config.Policy{config.PolicyRoundRobin, config.PolicyLeastRequest, config.PolicyHash2, config.PolicyHash3, config.PolicyHash5} {
 		for _, c := range []struct {
-			scope Scope
+			scope config.HashScope
 			want  Result
-		}{{"", global}, {ScopeGlobal, global}, {ScopeNearestRegion, nearest}} {
+		}{{"", global}, {config.HashScopeGlobal, global}, {config.HashScopeNearestRegion, nearest}} {
 			want := c.want
 			want.Policy = p
 			tests = append(tests, struct {
 				name   string
-				policy Policy
-				scope  Scope
+				policy config.Policy
+				scope  config.HashScope
 				want   Result
 			}{name: string(p) + "/" + string(c.scope), policy: p, scope: c.scope, want: want})
 		}
@@ -192,11 +193,11 @@ sites:
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := mustParse(t, tt.yaml)
-			got, err := s.ExpectedFlows(Waterfall, "")
+			got, err := s.ExpectedFlows(config.PolicyWaterfall, "")
 			if err != nil {
 				t.Fatalf("ExpectedFlows(waterfall): %v", err)
 			}
-			if got.Policy != Waterfall || got.Scope != "" {
+			if got.Policy != config.PolicyWaterfall || got.Scope != "" {
 				t.Errorf("policy, scope = %q, %q; want waterfall and no scope", got.Policy, got.Scope)
 			}
 			if diff := cmp.Diff(tt.wantFlows, got.Flows, approx); diff != "" {
@@ -255,11 +256,11 @@ sites:
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := mustParse(t, tt.yaml)
-			got, err := s.ExpectedFlows(MinRTT, "")
+			got, err := s.ExpectedFlows(config.PolicyMinRTT, "")
 			if err != nil {
 				t.Fatalf("ExpectedFlows(min_rtt): %v", err)
 			}
-			if got.Policy != MinRTT || got.Scope != "" {
+			if got.Policy != config.PolicyMinRTT || got.Scope != "" {
 				t.Errorf("policy, scope = %q, %q; want min_rtt and no scope", got.Policy, got.Scope)
 			}
 			if diff := cmp.Diff(tt.wantFlows, got.Flows, approx); diff != "" {
@@ -336,7 +337,7 @@ func TestShippedScenariosWaterfall(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := s.ExpectedFlows(Waterfall, "")
+			got, err := s.ExpectedFlows(config.PolicyWaterfall, "")
 			if err != nil {
 				t.Fatalf("ExpectedFlows(waterfall): %v", err)
 			}
@@ -369,22 +370,22 @@ sites: [{name: s, demand_rps: 1e300, rtt_ms: {r: 1}}]
 	tests := []struct {
 		name    string
 		s       *Scenario
-		policy  Policy
-		scope   Scope
+		policy  config.Policy
+		scope   config.HashScope
 		wantErr error  // checked with errors.Is when set
 		wantMsg string // exact message
 	}{
 		{name: "unknown policy", s: s, policy: "random", wantMsg: `unknown policy "random" (want one of waterfall, min_rtt, round_robin, least_request, hash2, hash3, hash5)`},
-		{name: "unknown scope", s: s, policy: RoundRobin, scope: "zone", wantMsg: `unknown scope "zone" (want one of global, nearest_region)`},
-		{name: "scope with waterfall", s: s, policy: Waterfall, scope: ScopeGlobal, wantErr: ErrScopeNotApplicable,
+		{name: "unknown scope", s: s, policy: config.PolicyRoundRobin, scope: "zone", wantMsg: `unknown scope "zone" (want one of global, nearest_region)`},
+		{name: "scope with waterfall", s: s, policy: config.PolicyWaterfall, scope: config.HashScopeGlobal, wantErr: ErrScopeNotApplicable,
 			wantMsg: `scope "global": ` + ErrScopeNotApplicable.Error()},
-		{name: "scope with min_rtt", s: s, policy: MinRTT, scope: ScopeNearestRegion, wantErr: ErrScopeNotApplicable,
+		{name: "scope with min_rtt", s: s, policy: config.PolicyMinRTT, scope: config.HashScopeNearestRegion, wantErr: ErrScopeNotApplicable,
 			wantMsg: `scope "nearest_region": ` + ErrScopeNotApplicable.Error()},
-		{name: "site reaches no healthy instance", s: dark, policy: Hash5, scope: ScopeGlobal, wantErr: ErrUnservable,
+		{name: "site reaches no healthy instance", s: dark, policy: config.PolicyHash5, scope: config.HashScopeGlobal, wantErr: ErrUnservable,
 			wantMsg: `site "s1", scope global: ` + ErrUnservable.Error()},
-		{name: "nearest region scope has nothing either", s: dark, policy: LeastRequest, scope: ScopeNearestRegion, wantErr: ErrUnservable,
+		{name: "nearest region scope has nothing either", s: dark, policy: config.PolicyLeastRequest, scope: config.HashScopeNearestRegion, wantErr: ErrUnservable,
 			wantMsg: `site "s1", scope nearest_region: ` + ErrUnservable.Error()},
-		{name: "utilization overflows", s: tiny, policy: RoundRobin, wantErr: ErrOverflow,
+		{name: "utilization overflows", s: tiny, policy: config.PolicyRoundRobin, wantErr: ErrOverflow,
 			wantMsg: `round_robin: region "r": ` + ErrOverflow.Error()},
 	}
 	for _, tt := range tests {
@@ -404,22 +405,22 @@ sites: [{name: s, demand_rps: 1e300, rtt_ms: {r: 1}}]
 }
 
 func TestParsePolicyAndScope(t *testing.T) {
-	for _, p := range Policies() {
-		if got, err := ParsePolicy(string(p)); err != nil || got != p {
+	for _, p := range config.Policies() {
+		if got, err := config.ParsePolicy(string(p)); err != nil || got != p {
 			t.Errorf("ParsePolicy(%q) = %q, %v; want %q, nil", p, got, err, p)
 		}
 	}
-	for _, sc := range Scopes() {
-		if got, err := ParseScope(string(sc)); err != nil || got != sc {
+	for _, sc := range config.HashScopes() {
+		if got, err := config.ParseHashScope(string(sc)); err != nil || got != sc {
 			t.Errorf("ParseScope(%q) = %q, %v; want %q, nil", sc, got, err, sc)
 		}
 	}
 	for _, bad := range []string{"", "Waterfall", "hash4"} {
-		if _, err := ParsePolicy(bad); err == nil {
+		if _, err := config.ParsePolicy(bad); err == nil {
 			t.Errorf("ParsePolicy(%q) = nil error, want error", bad)
 		}
 	}
-	if _, err := ParseScope(""); err == nil {
+	if _, err := config.ParseHashScope(""); err == nil {
 		t.Errorf("ParseScope(\"\") = nil error, want error")
 	}
 }
@@ -428,7 +429,7 @@ func TestParsePolicyAndScope(t *testing.T) {
 // level, and that the JSON decodes back into the same values.
 func TestResultJSON(t *testing.T) {
 	s := mustParse(t, baselineScenario)
-	res, err := s.ExpectedFlows(RoundRobin, ScopeNearestRegion)
+	res, err := s.ExpectedFlows(config.PolicyRoundRobin, config.HashScopeNearestRegion)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +447,7 @@ func TestResultJSON(t *testing.T) {
 	checkJSONKeys(t, data, []string{"flows", "policy", "regions", "scope", "sites"}, false)
 
 	// Waterfall: no scope, and every flow has a reason.
-	res, err = s.ExpectedFlows(Waterfall, "")
+	res, err = s.ExpectedFlows(config.PolicyWaterfall, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,7 +457,7 @@ func TestResultJSON(t *testing.T) {
 	checkJSONKeys(t, data, []string{"flows", "policy", "regions", "sites"}, true)
 
 	// Waterfall has no scope key, and an empty flow list encodes as [].
-	empty := &Result{Policy: Waterfall, Flows: []Flow{}, Sites: []SiteDemand{}, Regions: []RegionLoad{}}
+	empty := &Result{Policy: config.PolicyWaterfall, Flows: []Flow{}, Sites: []SiteDemand{}, Regions: []RegionLoad{}}
 	data, err = json.Marshal(empty)
 	if err != nil {
 		t.Fatal(err)
@@ -515,7 +516,7 @@ func mapKeys[V any](m map[string]V) func(yield func(string) bool) {
 // run with -update to rewrite it.
 func TestWriteTable(t *testing.T) {
 	s := mustParse(t, baselineScenario)
-	res, err := s.ExpectedFlows(LeastRequest, ScopeGlobal)
+	res, err := s.ExpectedFlows(config.PolicyLeastRequest, config.HashScopeGlobal)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -551,10 +552,10 @@ func TestExpectedFlowsConservation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range Policies() {
-			scopes := Scopes()
-			if p.Planned() {
-				scopes = []Scope{""}
+		for _, p := range config.Policies() {
+			scopes := config.HashScopes()
+			if p.IsPlanned() {
+				scopes = []config.HashScope{""}
 			}
 			for _, sc := range scopes {
 				t.Run(filepath.Base(f)+"/"+string(p)+"/"+string(sc), func(t *testing.T) {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+
+	"github.com/spillway-lb/spillway/config"
 )
 
 // Result is the outcome of one policy on one scenario, as printed by
@@ -18,9 +20,9 @@ import (
 // flows of Waterfall and MinRTT only. Flows, Sites and Regions are
 // never nil, so they encode as [] rather than null.
 type Result struct {
-	Policy Policy `json:"policy"`
+	Policy config.Policy `json:"policy"`
 	// Scope is empty for Waterfall and MinRTT.
-	Scope Scope `json:"scope,omitempty"`
+	Scope config.HashScope `json:"scope,omitempty"`
 	// Sites lists every site of the scenario, sorted by name.
 	Sites []SiteDemand `json:"sites"`
 	// Flows are the non-zero flows, sorted by site, then the site's region
@@ -75,7 +77,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 	if _, err := fmt.Fprintf(w, "policy: %s  scope: %s\n\n", r.Policy, scope); err != nil {
 		return err
 	}
-	withReason := r.Policy.Planned()
+	withReason := r.Policy.IsPlanned()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if withReason {
 		fmt.Fprintln(tw, "SITE\tDEMAND_RPS\tREGION\tGROUP\tRPS\tSHARE\tREASON")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/svgchart"
 	"github.com/spillway-lb/spillway/sim"
 )
@@ -115,8 +116,8 @@ func cdfFigure(res *sim.BenchResult) (*svgchart.Figure, error) {
 		s := svgchart.Series{
 			Name:     row.ID(),
 			ColorKey: row.Policy,
-			Dashed:   row.Scope == sim.ScopeNearestRegion,
-			Bold:     row.Policy == string(sim.Waterfall),
+			Dashed:   row.Scope == config.HashScopeNearestRegion,
+			Bold:     row.Policy == string(config.PolicyWaterfall),
 		}
 		for _, pt := range row.CDF {
 			if pt.Ms > 0 {

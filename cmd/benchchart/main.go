@@ -33,6 +33,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/svgchart"
 	"github.com/spillway-lb/spillway/sim"
 )
@@ -135,7 +136,7 @@ func selectPolicies(list string) ([]sim.BenchPolicy, error) {
 	var out []sim.BenchPolicy
 	if list == "" {
 		for _, p := range all {
-			if p.Name != string(sim.LeastRequest) {
+			if p.Name != string(config.PolicyLeastRequest) {
 				out = append(out, p)
 			}
 		}

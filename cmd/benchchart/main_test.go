@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/svgchart"
 	"github.com/spillway-lb/spillway/sim"
 )
@@ -386,9 +387,9 @@ func TestCDFFigure(t *testing.T) {
 	badCDF, _, _ := cdf(func(p float64) float64 { return 164.45 }) // every point at p99
 	rows := []sim.BenchRow{
 		{Policy: "waterfall", CDF: wfCDF, P50Ms: wf50, P99Ms: wf99},
-		{Policy: "hash2", Scope: sim.ScopeGlobal, CDF: hCDF, P50Ms: h50, P99Ms: h99},
-		{Policy: "hash2", Scope: sim.ScopeNearestRegion, CDF: hCDF, P50Ms: h50, P99Ms: h99},
-		{Policy: "round_robin", Scope: sim.ScopeGlobal, CDF: zeroCDF, P50Ms: z50, P99Ms: z99}, // served nothing
+		{Policy: "hash2", Scope: config.HashScopeGlobal, CDF: hCDF, P50Ms: h50, P99Ms: h99},
+		{Policy: "hash2", Scope: config.HashScopeNearestRegion, CDF: hCDF, P50Ms: h50, P99Ms: h99},
+		{Policy: "round_robin", Scope: config.HashScopeGlobal, CDF: zeroCDF, P50Ms: z50, P99Ms: z99}, // served nothing
 	}
 	fig, err := cdfFigure(&sim.BenchResult{Scenario: "s.yaml", Policies: rows})
 	if err != nil {

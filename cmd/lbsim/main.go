@@ -29,6 +29,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/sim"
 )
 
@@ -78,8 +79,8 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var (
 		scenarioPath = fs.String("scenario", "", "scenario YAML `file` (required)")
-		policyName   = fs.String("policy", "", "`policy`, one of: "+names(sim.Policies())+" (required)")
-		scopeName    = fs.String("scope", "", "`scope` of the baseline policies: "+names(sim.Scopes())+" (default global; not valid with waterfall or min_rtt)")
+		policyName   = fs.String("policy", "", "`policy`, one of: "+names(config.Policies())+" (required)")
+		scopeName    = fs.String("scope", "", "`scope` of the baseline policies: "+names(config.HashScopes())+" (default global; not valid with waterfall or min_rtt)")
 		asJSON       = fs.Bool("json", false, "print one JSON object instead of tables")
 	)
 	fs.Usage = func() {
@@ -106,16 +107,16 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 	if *policyName == "" {
 		return usageErr("--policy is required")
 	}
-	policy, err := sim.ParsePolicy(*policyName)
+	policy, err := config.ParsePolicy(*policyName)
 	if err != nil {
 		return usageErr("--policy: %v", err)
 	}
-	var scope sim.Scope
+	var scope config.HashScope
 	if *scopeName != "" {
-		if scope, err = sim.ParseScope(*scopeName); err != nil {
+		if scope, err = config.ParseHashScope(*scopeName); err != nil {
 			return usageErr("--scope: %v", err)
 		}
-		if policy.Planned() {
+		if policy.IsPlanned() {
 			return usageErr("--scope: %v", sim.ErrScopeNotApplicable)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/sim"
 )
 
@@ -161,9 +162,9 @@ func TestPlanShippedScenarios(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, policy := range sim.Policies() {
+		for _, policy := range config.Policies() {
 			scopes := []string{"", "global", "nearest_region"}
-			if policy.Planned() {
+			if policy.IsPlanned() {
 				scopes = []string{""}
 			}
 			for _, scope := range scopes {
@@ -179,12 +180,12 @@ func TestPlanShippedScenarios(t *testing.T) {
 					if stderr.Len() != 0 {
 						t.Errorf("stderr = %q, want empty", stderr.String())
 					}
-					out := decodePlan(t, stdout.Bytes(), policy.Planned())
+					out := decodePlan(t, stdout.Bytes(), policy.IsPlanned())
 					if out.Policy != string(policy) {
 						t.Errorf("policy = %q, want %q", out.Policy, policy)
 					}
 					wantScope := scope
-					if wantScope == "" && !policy.Planned() {
+					if wantScope == "" && !policy.IsPlanned() {
 						wantScope = "global"
 					}
 					if out.Scope != wantScope {

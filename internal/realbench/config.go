@@ -8,38 +8,38 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/topology"
 )
 
 // Policy is one row of the benchmark: a policy of the service and, for the
 // baselines, its hash scope.
 type Policy struct {
-	// Name is the config's policy: waterfall, min_rtt, round_robin,
-	// least_request, hash2, hash3 or hash5.
-	Name string `json:"policy"`
+	// Name is the service's policy.
+	Name config.Policy `json:"policy"`
 	// Scope is "global" or "nearest_region" for the baselines, empty for
 	// the planned policies (waterfall, min_rtt). Only the hash policies
 	// honour nearest_region; round_robin and least_request always run
 	// global, as the gfe runs them.
-	Scope string `json:"scope,omitempty"`
+	Scope config.HashScope `json:"scope,omitempty"`
 }
 
 // ID returns the row's label: the name, with "/scope" for a baseline (the
 // labels of `lbsim bench`).
 func (p Policy) ID() string {
 	if p.Scope == "" {
-		return p.Name
+		return string(p.Name)
 	}
-	return p.Name + "/" + p.Scope
+	return string(p.Name) + "/" + string(p.Scope)
 }
 
 // planned reports whether p is planned by the gfes (no scope).
-func (p Policy) planned() bool { return p.Name == "waterfall" || p.Name == "min_rtt" }
+func (p Policy) planned() bool { return p.Name.IsPlanned() }
 
 // hashScope is the hash_scope the config gets for p: empty except for the
 // hash policies.
-func (p Policy) hashScope() string {
-	if strings.HasPrefix(p.Name, "hash") {
+func (p Policy) hashScope() config.HashScope {
+	if p.Name.IsHash() {
 		return p.Scope
 	}
 	return ""
@@ -49,9 +49,12 @@ func (p Policy) hashScope() string {
 // bench`: waterfall, min_rtt, round_robin and least_request (global), then
 // hash2, hash3 and hash5 with scope global and with scope nearest_region.
 func DefaultPolicies() []Policy {
-	ps := []Policy{{Name: "waterfall"}, {Name: "min_rtt"}, {Name: "round_robin", Scope: "global"}, {Name: "least_request", Scope: "global"}}
-	for _, sc := range []string{"global", "nearest_region"} {
-		for _, h := range []string{"hash2", "hash3", "hash5"} {
+	ps := []Policy{
+		{Name: config.PolicyWaterfall}, {Name: config.PolicyMinRTT},
+		{Name: config.PolicyRoundRobin, Scope: config.HashScopeGlobal}, {Name: config.PolicyLeastRequest, Scope: config.HashScopeGlobal},
+	}
+	for _, sc := range config.HashScopes() {
+		for _, h := range []config.Policy{config.PolicyHash2, config.PolicyHash3, config.PolicyHash5} {
 			ps = append(ps, Policy{Name: h, Scope: sc})
 		}
 	}
@@ -72,7 +75,7 @@ func SelectPolicies(list string) ([]Policy, error) {
 		if item == "" {
 			continue
 		}
-		if !slices.ContainsFunc(all, func(p Policy) bool { return p.ID() == item || p.Name == item }) {
+		if !slices.ContainsFunc(all, func(p Policy) bool { return p.ID() == item || string(p.Name) == item }) {
 			ids := make([]string, len(all))
 			for i, p := range all {
 				ids[i] = p.ID()
@@ -81,7 +84,7 @@ func SelectPolicies(list string) ([]Policy, error) {
 		}
 		want[item] = true
 	}
-	out := slices.DeleteFunc(all, func(p Policy) bool { return !want[p.ID()] && !want[p.Name] })
+	out := slices.DeleteFunc(all, func(p Policy) bool { return !want[p.ID()] && !want[string(p.Name)] })
 	if len(out) == 0 {
 		return nil, errors.New("no policy named")
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/spillway-lb/spillway/config"
 )
 
 func ids(ps []Policy) []string {
@@ -64,7 +65,7 @@ func TestSelectPolicies(t *testing.T) {
 func TestPolicyHashScope(t *testing.T) {
 	for _, tt := range []struct {
 		p    Policy
-		want string
+		want config.HashScope
 	}{
 		{Policy{Name: "waterfall"}, ""},
 		{Policy{Name: "round_robin", Scope: "global"}, ""},

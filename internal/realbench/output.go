@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/topology"
 	"github.com/spillway-lb/spillway/sim"
 )
@@ -183,7 +184,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 func (r *Result) comparison() (sim.Comparison, bool) {
 	br := sim.BenchResult{}
 	for _, row := range r.Rows {
-		scope := sim.Scope(row.Scope)
+		scope := config.HashScope(row.Scope)
 		if row.Scope == "-" {
 			scope = ""
 		}

@@ -152,7 +152,7 @@ func applyPolicy(ctx context.Context, c *topology.Cluster, p Policy) error {
 			if err != nil {
 				return false, err
 			}
-			if st.ConfigVersion == before[g.Name] || len(st.Services) == 0 || st.Services[0].Policy != p.Name {
+			if st.ConfigVersion == before[g.Name] || len(st.Services) == 0 || st.Services[0].Policy != string(p.Name) {
 				return false, fmt.Errorf("%s serves config %s with policy %v", g.Name, st.ConfigVersion, policies(st.Services))
 			}
 			return true, nil

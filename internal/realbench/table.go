@@ -206,7 +206,7 @@ func (t *table) measured() time.Duration {
 // row computes m's line of the table. It fails on a request from an unknown
 // site, in an unknown phase, or answered by an unknown region.
 func (t *table) row(m Measurement) (Row, error) {
-	row := Row{Policy: m.Policy.Name, Scope: m.Policy.Scope, Dropped: m.Dropped}
+	row := Row{Policy: string(m.Policy.Name), Scope: string(m.Policy.Scope), Dropped: m.Dropped}
 	if row.Scope == "" {
 		row.Scope = "-"
 	}

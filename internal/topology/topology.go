@@ -33,6 +33,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/edge"
 	"github.com/spillway-lb/spillway/internal/loadgen"
 	"github.com/spillway-lb/spillway/internal/proc"
@@ -49,7 +50,8 @@ type Spec struct {
 	// ControlPlanes is the number of control plane replicas. Default 1.
 	ControlPlanes int
 	// Policy of the service "web" (default waterfall) and its HashScope.
-	Policy, HashScope string
+	Policy    config.Policy
+	HashScope config.HashScope
 	// PlanInterval and RTTInterval of every gfe (defaults 250ms, 250ms).
 	PlanInterval, RTTInterval time.Duration
 	// Damping of every gfe (default 0.5).
