@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/spillway-lb/spillway/lb/affinity"
 )
 
 // Config is the whole operator configuration: where backends live (Regions),
@@ -189,27 +191,20 @@ const (
 // second.
 func (m BalancingMode) Concurrent() bool { return m == ModeConnection }
 
-// AffinityType is the kind of session affinity of a service (DESIGN §4).
-type AffinityType string
+// AffinityType is the kind of session affinity of a service (DESIGN §4). It
+// is lb/affinity's Mode, which defines the modes and their behaviour; the
+// names below spell them for the schema.
+type AffinityType = affinity.Mode
 
-// The session affinity types.
+// The session affinity types (see affinity.Mode's constants).
 const (
-	// AffinityNone: every request is balanced on its own. The default.
-	AffinityNone AffinityType = "none"
-	// AffinityClientIP pins a client IP to a backend.
-	AffinityClientIP AffinityType = "client_ip"
-	// AffinityClientIPProto pins (client IP, protocol).
-	AffinityClientIPProto AffinityType = "client_ip_proto"
-	// AffinityClientIPPortProto pins (client IP, client port, protocol).
-	AffinityClientIPPortProto AffinityType = "client_ip_port_proto"
-	// AffinityGeneratedCookie makes the gfe issue a signed cookie named
-	// CookieName that pins the client to its backend for CookieTTL.
-	AffinityGeneratedCookie AffinityType = "generated_cookie"
-	// AffinityHTTPCookie hashes the value of the client's own cookie
-	// CookieName; the gfe issues it (with CookieTTL) when absent.
-	AffinityHTTPCookie AffinityType = "http_cookie"
-	// AffinityHeader hashes the value of request header HeaderName.
-	AffinityHeader AffinityType = "header"
+	AffinityNone              = affinity.ModeNone
+	AffinityClientIP          = affinity.ModeClientIP
+	AffinityClientIPProto     = affinity.ModeClientIPProto
+	AffinityClientIPPortProto = affinity.ModeClientIPPortProto
+	AffinityGeneratedCookie   = affinity.ModeGeneratedCookie
+	AffinityHTTPCookie        = affinity.ModeHTTPCookie
+	AffinityHeader            = affinity.ModeHeader
 )
 
 // HealthProtocol is the protocol of an active health check.

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/spillway-lb/spillway/lb/affinity"
 )
 
 // Validate checks c and returns every problem it finds, joined with
@@ -361,8 +363,7 @@ const minCookieSecret = 32
 // affinity checks a session affinity section. Messages about secrets give
 // their length, never their value.
 func (v *validator) affinity(ap string, a SessionAffinity) {
-	types := []AffinityType{AffinityNone, AffinityClientIP, AffinityClientIPProto, AffinityClientIPPortProto,
-		AffinityGeneratedCookie, AffinityHTTPCookie, AffinityHeader}
+	types := affinity.Modes()
 	if !slices.Contains(types, a.Type) {
 		v.p.add(ap+".type", oneOf(types, a.Type))
 		return
