@@ -184,7 +184,7 @@ func (s *Scenario) view(tr *trace, k int) waterfall.World {
 				Zone:      g.Zone,
 				Instances: st.Started,
 				Healthy:   st.Healthy,
-				Capacity:  float64(st.Healthy) * g.RatePerInstance * st.CapacityScaler,
+				Capacity:  rateCapacity(st.Healthy, g.RatePerInstance, st.CapacityScaler),
 			})
 		}
 		w.Regions = append(w.Regions, wr)
@@ -210,7 +210,7 @@ func (t *topology) solveSteps(tr *trace) ([]stepLP, error) {
 	for k := range tr.steps {
 		capacity := make([]float64, len(t.regions))
 		for g, st := range tr.groups[k] {
-			capacity[t.regionOf[g]] += float64(st.Healthy) * t.rate[g] * st.CapacityScaler
+			capacity[t.regionOf[g]] += rateCapacity(st.Healthy, t.rate[g], st.CapacityScaler)
 		}
 		if k > 0 && slices.Equal(prevDemand, tr.demand[k]) && slices.Equal(prevCap, capacity) {
 			out[k] = out[k-1]
@@ -351,7 +351,7 @@ func (r *runner) run() (BenchRow, error) {
 				accept[i] = 1 - qs.Dropped/(lam*dt)
 			}
 			wait[i], sojourn[i] = qs.WaitS*1000, qs.SojournS*1000
-			c := t.rate[g] * st.CapacityScaler
+			c := rateCapacity(1, t.rate[g], st.CapacityScaler) // this instance's
 			over[i] = lam > c*(1+overCapacityTolerance)
 			excess += max(0, lam-c) * dt
 		}
@@ -438,7 +438,7 @@ func (r *runner) run() (BenchRow, error) {
 			}
 			capacity := make([]float64, nreg)
 			for g, st := range groups {
-				capacity[t.regionOf[g]] += float64(st.Healthy) * t.rate[g] * st.CapacityScaler
+				capacity[t.regionOf[g]] += rateCapacity(st.Healthy, t.rate[g], st.CapacityScaler)
 			}
 			row.Series = append(row.Series, SeriesStep{TS: tr.times[k], Shares: shares, LoadRPS: slices.Clone(regionLoad), CapacityRPS: capacity})
 		}
@@ -591,7 +591,7 @@ func (r *runner) pool(si int, seen []groupState) []int {
 	inRegion := func(region int) []int {
 		var slots []int
 		for g, st := range seen {
-			if t.regionOf[g] != region || st.Healthy == 0 || t.rate[g]*st.CapacityScaler <= 0 {
+			if t.regionOf[g] != region || st.Healthy == 0 || rateCapacity(1, t.rate[g], st.CapacityScaler) <= 0 {
 				continue
 			}
 			for j := range min(st.Healthy, t.nslots[g]) {

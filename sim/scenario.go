@@ -14,6 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
@@ -60,7 +61,15 @@ type Group struct {
 // Capacity returns the group's serving capacity in requests/s:
 // Healthy × RatePerInstance × CapacityScaler.
 func (g Group) Capacity() float64 {
-	return float64(g.Healthy) * g.RatePerInstance * g.CapacityScaler
+	return rateCapacity(g.Healthy, g.RatePerInstance, g.CapacityScaler)
+}
+
+// rateCapacity is the RATE capacity of healthy instances of rate requests/s
+// each, scaled by scaler: the gfe's own formula (config.Backend.Capacity),
+// so that the simulator plans with the capacities a gfe would.
+func rateCapacity(healthy int, rate, scaler float64) float64 {
+	b := config.Backend{MaxRatePerInstance: rate, CapacityScaler: scaler}
+	return b.Capacity(config.ModeRate, healthy, healthy)
 }
 
 // Site is one edge site of a Scenario.
