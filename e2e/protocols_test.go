@@ -3,22 +3,13 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +27,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/loadgen"
 	"github.com/spillway-lb/spillway/internal/proc"
 	"github.com/spillway-lb/spillway/internal/testbackend/echopb"
+	"github.com/spillway-lb/spillway/internal/testkit"
 	"github.com/spillway-lb/spillway/internal/topology"
 )
 
@@ -54,91 +46,6 @@ func protoSpec(net int) topology.Spec {
 	}
 }
 
-// testCA signs the certificates of the TLS tests.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "spillway e2e CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testCA{cert: cert, key: key, pool: pool}
-}
-
-// issue writes a certificate for name with serial, and its key, to
-// dir/name.crt and dir/name.key (through a rename, as a deploy tool
-// would), and returns the two paths.
-func (ca *testCA) issue(t *testing.T, dir, name string, serial int64) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-	for path, data := range map[string][]byte{
-		keyFile:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}),
-		certFile: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-	} {
-		if err := os.WriteFile(path+".tmp", data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(path+".tmp", path); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return certFile, keyFile
-}
-
-// handshake makes a TLS handshake with addr sending sni ("" for none) and
-// returns the served certificate's serial and the ALPN protocol. The chain
-// must verify against ca; the name is for the caller to check.
-func handshake(t *testing.T, addr string, ca *testCA, sni string) (int64, string) {
-	t.Helper()
-	c, err := tls.Dial("tcp", addr, &tls.Config{
-		ServerName: sni, NextProtos: []string{"h2", "http/1.1"}, InsecureSkipVerify: true,
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: ca.pool})
-			return err
-		},
-	})
-	if err != nil {
-		t.Fatalf("TLS handshake with %s, SNI %q: %v", addr, sni, err)
-	}
-	defer c.Close()
-	st := c.ConnectionState()
-	return st.PeerCertificates[0].SerialNumber.Int64(), st.NegotiatedProtocol
-}
-
 // connLog counts the connections a client transport opens and, for TLS,
 // the serial of the certificate each was served.
 type connLog struct {
@@ -155,7 +62,7 @@ func (l *connLog) count() (int, []int64) {
 
 // h2Client returns an HTTP/2-only client: over TLS to sni (verified
 // against ca) when ca is set, else h2c with prior knowledge.
-func h2Client(l *connLog, ca *testCA, sni string) *http.Client {
+func h2Client(l *connLog, ca *testkit.CA, sni string) *http.Client {
 	tr := &http.Transport{Protocols: new(http.Protocols)}
 	var d net.Dialer
 	if ca == nil {
@@ -173,7 +80,7 @@ func h2Client(l *connLog, ca *testCA, sni string) *http.Client {
 			if err != nil {
 				return nil, err
 			}
-			tc := tls.Client(c, &tls.Config{RootCAs: ca.pool, ServerName: sni, NextProtos: []string{"h2"}})
+			tc := tls.Client(c, &tls.Config{RootCAs: ca.Pool, ServerName: sni, NextProtos: []string{"h2"}})
 			if err := tc.HandshakeContext(ctx); err != nil {
 				c.Close()
 				return nil, err
@@ -277,10 +184,10 @@ func postAdmin(t *testing.T, url string) {
 // the others go on.
 func TestListenerProtocols(t *testing.T) {
 	const netN = 30
-	ca := newTestCA(t)
+	ca := testkit.NewCA(t)
 	dir := t.TempDir()
-	aCrt, aKey := ca.issue(t, dir, "a.test", 100)
-	bCrt, bKey := ca.issue(t, dir, "b.test", 200)
+	aCrt, aKey := ca.Issue(t, dir, "a.test", 100, "a.test", "a.test")
+	bCrt, bKey := ca.Issue(t, dir, "b.test", 200, "b.test", "b.test")
 	grpcAddrs, grpcAdmin := startGRPCBackends(t, netN, 2)
 	spec := protoSpec(netN)
 	spec.EditConfig = func(y string) string {
@@ -306,7 +213,7 @@ func TestListenerProtocols(t *testing.T) {
 			wantSerial int64
 		}{{"a.test", 100}, {"b.test", 200}, {"", 100}, {"unknown.test", 100}}
 		for _, tt := range tests {
-			serial, alpn := handshake(t, httpsAddr, ca, tt.sni)
+			serial, alpn := testkit.Handshake(t, httpsAddr, ca, tt.sni)
 			if serial != tt.wantSerial || alpn != "h2" {
 				t.Errorf("SNI %q: certificate serial %d, ALPN %q; want %d, h2", tt.sni, serial, alpn, tt.wantSerial)
 			}
@@ -328,10 +235,10 @@ func TestListenerProtocols(t *testing.T) {
 		if ok, _ := getN(t, cl, "https://"+httpsAddr+"/", 10); ok != 10 {
 			t.Fatalf("%d of 10 requests before the reload", ok)
 		}
-		ca.issue(t, dir, "a.test", 101)
+		ca.Issue(t, dir, "a.test", 101, "a.test", "a.test")
 		t0 := time.Now()
 		err := topology.WaitFor(context.Background(), 10*time.Second, func() (bool, error) {
-			serial, _ := handshake(t, httpsAddr, ca, "a.test")
+			serial, _ := testkit.Handshake(t, httpsAddr, ca, "a.test")
 			return serial == 101, fmt.Errorf("serial %d", serial)
 		})
 		if err != nil {
