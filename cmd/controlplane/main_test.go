@@ -18,6 +18,7 @@ import (
 
 	"github.com/spillway-lb/spillway/internal/cpclient"
 	"github.com/spillway-lb/spillway/internal/proc"
+	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/internal/testkit"
 )
 
@@ -121,7 +122,7 @@ func get(url string) string {
 }
 
 // waitSnapshot waits until the client serves a snapshot for which cond holds.
-func waitSnapshot(t *testing.T, c *cpclient.Client, what string, cond func(*cpclient.Snapshot) bool) *cpclient.Snapshot {
+func waitSnapshot(t *testing.T, c *cpclient.Client, what string, cond func(*snapshot.Snapshot) bool) *snapshot.Snapshot {
 	t.Helper()
 	timeout := time.After(defaultTestTimeout)
 	for {
@@ -136,7 +137,7 @@ func waitSnapshot(t *testing.T, c *cpclient.Client, what string, cond func(*cpcl
 	}
 }
 
-func rate(s *cpclient.Snapshot) float64 { return s.Config.Services[0].Backends[0].MaxRatePerInstance }
+func rate(s *snapshot.Snapshot) float64 { return s.Config.Services[0].Backends[0].MaxRatePerInstance }
 
 // TestEndToEnd builds the real binary, runs it on a config whose instances
 // are real HTTP servers, and follows it with a gfe client over real gRPC
@@ -192,7 +193,7 @@ func TestEndToEnd(t *testing.T) {
 		}
 	}()
 
-	s1 := waitSnapshot(t, c, "both instances healthy", func(s *cpclient.Snapshot) bool {
+	s1 := waitSnapshot(t, c, "both instances healthy", func(s *snapshot.Snapshot) bool {
 		return s.Healthy(b1.addr()) && s.Healthy(b2.addr())
 	})
 	if rate(s1) != 100 || s1.ControlPlane != "cp-e2e" {
@@ -222,19 +223,19 @@ func TestEndToEnd(t *testing.T) {
 
 	// A valid edit arrives as a new version.
 	replaceFile(t, path, configYAML(b1.addr(), b2.addr(), 50))
-	s2 := waitSnapshot(t, c, "rate 50", func(s *cpclient.Snapshot) bool { return rate(s) == 50 })
+	s2 := waitSnapshot(t, c, "rate 50", func(s *snapshot.Snapshot) bool { return rate(s) == 50 })
 	if s2.Version == s1.Version {
 		t.Errorf("version %s did not change with the config", s2.Version)
 	}
 
 	// A failing /healthz flips the instance in a pushed snapshot, and back.
 	b2.failing.Store(true)
-	s3 := waitSnapshot(t, c, "b2 unhealthy", func(s *cpclient.Snapshot) bool { return !s.Healthy(b2.addr()) })
+	s3 := waitSnapshot(t, c, "b2 unhealthy", func(s *snapshot.Snapshot) bool { return !s.Healthy(b2.addr()) })
 	if !s3.Healthy(b1.addr()) || !strings.Contains(s3.Health[b2.addr()].Detail, "503") {
 		t.Errorf("snapshot %+v, want b1 healthy and b2's detail naming status 503", s3.Health)
 	}
 	b2.failing.Store(false)
-	waitSnapshot(t, c, "b2 healthy again", func(s *cpclient.Snapshot) bool { return s.Healthy(b2.addr()) })
+	waitSnapshot(t, c, "b2 healthy again", func(s *snapshot.Snapshot) bool { return s.Healthy(b2.addr()) })
 
 	// SIGHUP is harmless with an unchanged file.
 	if err := p.Signal(syscall.SIGHUP); err != nil {

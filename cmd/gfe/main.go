@@ -27,6 +27,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/edge"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/logging"
+	"github.com/spillway-lb/spillway/internal/snapshot"
 )
 
 func main() {
@@ -152,7 +153,7 @@ func runControlPlaneClient(ctx context.Context, addrs []string, cfg edge.Config,
 	ccfg.Addresses, ccfg.Node, ccfg.Site = addrs, cfg.Node, cfg.Site
 	c, err := cpclient.New(ccfg, cpclient.Options{
 		Logger: log.With().Str("component", "cpclient").Logger(),
-		Apply:  func(s *cpclient.Snapshot) error { return e.ApplySnapshot(controlState(s)) },
+		Apply:  func(s *snapshot.Snapshot) error { return e.ApplySnapshot(controlState(s)) },
 	})
 	if err != nil {
 		return err
@@ -162,7 +163,7 @@ func runControlPlaneClient(ctx context.Context, addrs []string, cfg edge.Config,
 
 // controlState turns a control-plane snapshot into the gfe's control state:
 // an instance the snapshot gives no healthy verdict for counts as unhealthy.
-func controlState(s *cpclient.Snapshot) edge.ControlState {
+func controlState(s *snapshot.Snapshot) edge.ControlState {
 	cs := edge.ControlState{Version: s.Version, Config: s.Config, Unhealthy: map[string]bool{}}
 	for _, g := range s.Config.Groups() {
 		for _, in := range g.Group.Instances {

@@ -6,7 +6,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/internal/cpclient"
+	"github.com/spillway-lb/spillway/internal/snapshot"
 )
 
 func TestControlState(t *testing.T) {
@@ -30,7 +30,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs := controlState(&cpclient.Snapshot{Version: "v7", Config: c, Health: map[string]cpclient.InstanceHealth{
+	cs := controlState(&snapshot.Snapshot{Version: "v7", Config: c, Health: map[string]snapshot.InstanceHealth{
 		"127.0.0.1:1": {Address: "127.0.0.1:1", Healthy: true},
 		"127.0.0.1:2": {Address: "127.0.0.1:2", Healthy: false},
 		// 127.0.0.1:3 has no verdict yet: not healthy.

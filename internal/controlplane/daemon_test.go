@@ -17,6 +17,7 @@ import (
 
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/cpclient"
+	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/health"
 )
 
@@ -82,7 +83,7 @@ func startDaemon(t *testing.T, name, path string, seeds []string, clk clock.Cloc
 }
 
 // client connects a cpclient to the rig's in-memory gRPC server.
-func (r *daemonRig) client(t *testing.T, apply func(*cpclient.Snapshot) error) *cpclient.Client {
+func (r *daemonRig) client(t *testing.T, apply func(*snapshot.Snapshot) error) *cpclient.Client {
 	t.Helper()
 	cfg := cpclient.DefaultConfig()
 	cfg.Addresses, cfg.Node, cfg.Site = []string{"passthrough:///cp"}, "gfe-1", "paris"
@@ -108,7 +109,7 @@ func (r *daemonRig) client(t *testing.T, apply func(*cpclient.Snapshot) error) *
 }
 
 // waitSnapshot waits until the client's current snapshot satisfies cond.
-func waitSnapshot(t *testing.T, c *cpclient.Client, what string, cond func(*cpclient.Snapshot) bool) *cpclient.Snapshot {
+func waitSnapshot(t *testing.T, c *cpclient.Client, what string, cond func(*snapshot.Snapshot) bool) *snapshot.Snapshot {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	defer cancel()
@@ -124,7 +125,7 @@ func waitSnapshot(t *testing.T, c *cpclient.Client, what string, cond func(*cpcl
 	}
 }
 
-func rateOf(s *cpclient.Snapshot) float64 { return s.Config.Services[0].Backends[0].MaxRatePerInstance }
+func rateOf(s *snapshot.Snapshot) float64 { return s.Config.Services[0].Backends[0].MaxRatePerInstance }
 
 func httpGet(t *testing.T, url string) (int, string) {
 	t.Helper()
@@ -154,14 +155,14 @@ func TestDaemonConfigChanges(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	w := newWorld()
 	r := startDaemon(t, "cp-a", path, nil, clk, w, true)
-	c := r.client(t, func(s *cpclient.Snapshot) error {
+	c := r.client(t, func(s *snapshot.Snapshot) error {
 		if rateOf(s) == 13 {
 			return fmt.Errorf("rate 13 is unlucky")
 		}
 		return nil
 	})
 
-	s1 := waitSnapshot(t, c, "first snapshot, all healthy", func(s *cpclient.Snapshot) bool {
+	s1 := waitSnapshot(t, c, "first snapshot, all healthy", func(s *snapshot.Snapshot) bool {
 		return rateOf(s) == 100 && len(s.Health) == 4 && s.Healthy("127.0.0.1:20000") && s.Healthy("127.0.0.1:20003")
 	})
 	if s1.ControlPlane != "cp-a" || s1.Source != path {
@@ -177,7 +178,7 @@ func TestDaemonConfigChanges(t *testing.T) {
 	if !r.d.Reload() {
 		t.Fatal("Reload() of a valid change = false")
 	}
-	s2 := waitSnapshot(t, c, "rate 50", func(s *cpclient.Snapshot) bool { return rateOf(s) == 50 })
+	s2 := waitSnapshot(t, c, "rate 50", func(s *snapshot.Snapshot) bool { return rateOf(s) == 50 })
 	if r.d.Config().Seq != 2 || s2.Version == s1.Version {
 		t.Errorf("after a valid change: config seq %d, snapshot %s (was %s); want seq 2 and a new version", r.d.Config().Seq, s2.Version, s1.Version)
 	}

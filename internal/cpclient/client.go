@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/internal/snapshot"
 	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
 )
 
@@ -113,7 +114,7 @@ type Options struct {
 	// it cannot (the snapshot is then NACKed with that error and the last
 	// good one stays). Nil accepts every snapshot that FromProto accepts.
 	// See Client for the threading contract.
-	Apply func(*Snapshot) error
+	Apply func(*snapshot.Snapshot) error
 	// DialOptions are appended to the client's own (insecure transport
 	// credentials and keepalive), so a grpc.WithTransportCredentials here
 	// replaces the credentials (TLS, mTLS) and a grpc.WithContextDialer
@@ -171,13 +172,13 @@ type Client struct {
 	clock    clock.Clock
 	log      zerolog.Logger
 	rand     func() uint64
-	apply    func(*Snapshot) error
+	apply    func(*snapshot.Snapshot) error
 	dialOpts []grpc.DialOption
 	changes  chan struct{}
 
 	// Accessed atomically.
 	started  atomic.Bool
-	cur      atomic.Pointer[Snapshot]
+	cur      atomic.Pointer[snapshot.Snapshot]
 	pushes   atomic.Uint64
 	acks     atomic.Uint64
 	nacks    atomic.Uint64
@@ -218,7 +219,7 @@ func New(cfg Config, opts Options) (*Client, error) {
 
 // Current returns the snapshot being served: the last one Apply accepted, or
 // nil before the first. It never blocks.
-func (c *Client) Current() *Snapshot { return c.cur.Load() }
+func (c *Client) Current() *snapshot.Snapshot { return c.cur.Load() }
 
 // Changes returns the channel that receives a value after Current changes
 // (see Client for its contract).
@@ -341,7 +342,7 @@ func (c *Client) handle(m *pb.Snapshot) *pb.SnapshotRequest {
 		c.acks.Add(1)
 		return &pb.SnapshotRequest{VersionInfo: cur.Version, ResponseNonce: m.GetNonce()}
 	}
-	snap, err := FromProto(m)
+	snap, err := snapshot.FromProto(m)
 	if err == nil && m.GetNonce() == "" {
 		err = errors.New("snapshot.nonce: required")
 	}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/internal/snapshot"
 	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
 )
 
@@ -157,7 +158,7 @@ func testLogger(t testing.TB) zerolog.Logger {
 }
 
 // startClient runs a client for addrs until the test ends.
-func startClient(t *testing.T, n *network, clk clock.Clock, apply func(*Snapshot) error, addrs ...string) *Client {
+func startClient(t *testing.T, n *network, clk clock.Clock, apply func(*snapshot.Snapshot) error, addrs ...string) *Client {
 	t.Helper()
 	cfg := DefaultConfig()
 	for _, a := range addrs {
@@ -227,7 +228,7 @@ func wantNack(t *testing.T, req *pb.SnapshotRequest, serving, nonce, msg string)
 func TestClientAcksAndNacks(t *testing.T) {
 	n := newNetwork(t)
 	cp, _ := n.serve("cp-a")
-	apply := func(s *Snapshot) error {
+	apply := func(s *snapshot.Snapshot) error {
 		if strings.HasPrefix(s.Version, "bad") {
 			return errors.New("the gfe cannot serve this")
 		}

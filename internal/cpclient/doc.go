@@ -1,7 +1,7 @@
 // Package cpclient is the gfe's side of the control-plane protocol
 // (proto/spillway/v1, DESIGN §5, STYLE §25): it keeps a StreamSnapshots
 // stream open to one control-plane replica, turns every pushed snapshot
-// into a domain Snapshot (FromProto: the configuration parsed with
+// into the domain snapshot.Snapshot (snapshot.FromProto: the configuration parsed with
 // config.Parse, and the health of its instances), hands it to the gfe's
 // validate-and-apply callback, and ACKs or NACKs it.
 //

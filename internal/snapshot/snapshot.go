@@ -1,4 +1,4 @@
-package cpclient
+package snapshot
 
 import (
 	"errors"
@@ -11,9 +11,10 @@ import (
 
 // Snapshot is one validated control-plane snapshot in domain terms: the
 // parsed configuration and the health of its instances. A Snapshot is
-// immutable once FromProto returns it; the Client hands the same pointer to
-// Options.Apply and Current, and callers must not modify it (or the Config
-// it holds, which is read-only as every *config.Config).
+// immutable once made (FromProto, AllHealthy): the cpclient hands the same
+// pointer to its Apply callback and Current, the gfe plans from it, and
+// nobody modifies it (or the Config it holds, which is read-only as every
+// *config.Config).
 type Snapshot struct {
 	// Version identifies the content; equal versions mean equal content,
 	// whichever control plane sent them.
@@ -49,8 +50,23 @@ type InstanceHealth struct {
 }
 
 // Healthy reports whether the instance at addr may take traffic: false for
-// an address the snapshot does not list.
+// an address the snapshot does not list. This is the only question anyone
+// downstream asks about health; the control plane's third state (unknown,
+// no verdict yet) reaches a gfe as not healthy.
 func (s *Snapshot) Healthy(addr string) bool { return s.Health[addr].Healthy }
+
+// AllHealthy returns a Snapshot of cfg under version in which every
+// instance is healthy: what a gfe serves from a config file of its own,
+// with no control plane to check health.
+func AllHealthy(version string, cfg *config.Config) *Snapshot {
+	s := &Snapshot{Version: version, Config: cfg, Source: cfg.Source(), Health: map[string]InstanceHealth{}}
+	for _, g := range cfg.Groups() {
+		for _, in := range g.Group.Instances {
+			s.Health[in.Address] = InstanceHealth{Group: g.Group.Name, Address: in.Address, Healthy: true}
+		}
+	}
+	return s
+}
 
 // FromProto validates a pushed snapshot and converts it. Every problem is
 // returned, joined, each naming its field path ("snapshot.health[2].group:

@@ -1,4 +1,4 @@
-package cpclient
+package snapshot
 
 import (
 	"errors"
@@ -111,9 +111,9 @@ func TestFromProto(t *testing.T) {
 // FuzzFromProto checks that FromProto never panics and that what it accepts
 // is consistent: every listed instance belongs to the configuration.
 func FuzzFromProto(f *testing.F) {
-	f.Add("v1", configYAML(100), "g1", "127.0.0.1:9001", true)
+	f.Add("v1", push("v", "1", 100, true).ConfigYaml, "g1", "127.0.0.1:9001", true)
 	f.Add("", []byte("regions: ["), "", "", false)
-	f.Add("v2", configYAML(1), "g9", "127.0.0.1:9002", false)
+	f.Add("v2", push("v", "1", 1, true).ConfigYaml, "g9", "127.0.0.1:9002", false)
 	f.Fuzz(func(t *testing.T, version string, yaml []byte, group, addr string, healthy bool) {
 		m := &pb.Snapshot{Version: version, Nonce: "1", ConfigYaml: yaml,
 			Health: []*pb.InstanceHealth{{Group: group, Address: addr, Healthy: healthy}}}
@@ -128,4 +128,18 @@ func FuzzFromProto(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestAllHealthy(t *testing.T) {
+	full, err := FromProto(push("v1", "1", 100, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := AllHealthy("file:x.yaml", full.Config)
+	if s.Version != "file:x.yaml" || len(s.Health) != 2 || !s.Healthy("127.0.0.1:9001") || !s.Healthy("127.0.0.1:9002") || s.Healthy("127.0.0.1:1") {
+		t.Errorf("AllHealthy = %+v, want both instances of g1 healthy and nothing else", s)
+	}
+	if full.Healthy("127.0.0.1:9002") || !full.Healthy("127.0.0.1:9001") {
+		t.Errorf("pushed snapshot: Healthy(9001, 9002) = %v, %v; want true, false", full.Healthy("127.0.0.1:9001"), full.Healthy("127.0.0.1:9002"))
+	}
 }
