@@ -392,205 +392,307 @@ func (s *Scenario) timelineProblems(issues map[string]string) []string {
 	if tl == nil {
 		return nil
 	}
-	var out []string
-	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
-	hasIssue := func(path string) bool {
-		msg, ok := issues[path]
-		if ok {
-			add("%s: %s", path, msg)
-		}
-		return ok
-	}
-	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
-	check := func(path string, v float64, ok bool, want string) bool {
-		if hasIssue(path) {
-			return false
-		}
-		if !ok {
-			add("%s: must be %s, got %v", path, want, v)
-		}
-		return ok
-	}
+	c := &timelineCheck{s: s, tl: tl, issues: issues}
+	c.checkClock()
+	c.checkModel()
+	c.checkDemand()
+	valid := c.checkEvents()
+	_, replay := s.groupActions(valid)
+	return append(c.out, replay...)
+}
 
-	durOK := check("timeline.duration_s", tl.DurationS, finite(tl.DurationS) && tl.DurationS > 0, "a finite number > 0")
-	stepOK := check("timeline.step_s", tl.StepS, finite(tl.StepS) && tl.StepS > 0, "a finite number > 0")
-	if durOK && stepOK && tl.DurationS/tl.StepS > maxSteps {
-		add("timeline: duration_s / step_s must be at most %d steps, got %.0f", maxSteps, tl.DurationS/tl.StepS)
+// timelineCheck gathers the problems of one scenario's timeline, section by
+// section in file order. It is used by one goroutine.
+type timelineCheck struct {
+	s      *Scenario
+	tl     *Timeline
+	issues map[string]string // problems found while decoding, by field path
+	out    []string          // the problems so far, in file order
+	// durOK is whether timeline.duration_s is valid, so that times can be
+	// checked against it; set by checkClock.
+	durOK bool
+}
+
+// add appends a problem.
+func (c *timelineCheck) add(format string, args ...any) {
+	c.out = append(c.out, fmt.Sprintf(format, args...))
+}
+
+// hasIssue reports the decoding problem at path, if there is one, and
+// whether there was.
+func (c *timelineCheck) hasIssue(path string) bool {
+	msg, ok := c.issues[path]
+	if ok {
+		c.add("%s: %s", path, msg)
 	}
-	check("timeline.gossip_delay_s", tl.GossipDelayS, finite(tl.GossipDelayS) && tl.GossipDelayS >= 0, "a finite number >= 0")
-	check("timeline.damping", tl.Damping, tl.Damping > 0 && tl.Damping <= 1, "in (0,1]")
-	hasIssue("timeline.seed")
-	m := tl.Model
-	check("timeline.model.utilization_at_capacity", m.UtilizationAtCapacity, m.UtilizationAtCapacity > 0 && m.UtilizationAtCapacity <= 1, "in (0,1]")
-	check("timeline.model.max_queue_ms", m.MaxQueueMs, finite(m.MaxQueueMs) && m.MaxQueueMs > 0, "a finite number > 0")
-	clientsOK := !hasIssue("timeline.model.clients_per_site")
-	if clientsOK && (m.ClientsPerSite < 1 || m.ClientsPerSite > maxClientsPerSite) {
-		add("timeline.model.clients_per_site: must be a whole number in [1, %d], got %d", maxClientsPerSite, m.ClientsPerSite)
-		clientsOK = false
+	return ok
+}
+
+// check reports whether the value v at path is valid: it has no decoding
+// problem and ok holds. Otherwise it adds the problem, saying what the
+// value must be (want).
+func (c *timelineCheck) check(path string, v float64, ok bool, want string) bool {
+	if c.hasIssue(path) {
+		return false
 	}
-	connsOK := !hasIssue("timeline.model.connections_per_client")
-	if connsOK && (m.ConnectionsPerClient < 1 || m.ConnectionsPerClient > maxConnections) {
-		add("timeline.model.connections_per_client: must be a whole number in [1, %d], got %d", maxConnections, m.ConnectionsPerClient)
-		connsOK = false
+	if !ok {
+		c.add("%s: must be %s, got %v", path, want, v)
 	}
+	return ok
+}
+
+// nonNeg checks that the value v at path is a finite number >= 0.
+func (c *timelineCheck) nonNeg(path string, v float64) {
+	c.check(path, v, finite(v) && v >= 0, "a finite number >= 0")
+}
+
+// inRun checks that the time at (seconds) at path falls inside the run:
+// in [0, duration_s), or >= 0 when the duration is itself invalid.
+func (c *timelineCheck) inRun(path string, at float64) {
+	if c.hasIssue(path) {
+		return
+	}
+	if !(at >= 0 && (!c.durOK || at < c.tl.DurationS)) { // also NaN
+		if c.durOK {
+			c.add("%s: must be in [0, duration_s %v), got %v", path, c.tl.DurationS, at)
+		} else {
+			c.add("%s: must be >= 0, got %v", path, at)
+		}
+	}
+}
+
+// finite reports whether v is neither NaN nor infinite.
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+// checkClock checks the run's length, its step and their ratio, the gossip
+// delay, the damping and the seed, and sets c.durOK.
+func (c *timelineCheck) checkClock() {
+	tl := c.tl
+	c.durOK = c.check("timeline.duration_s", tl.DurationS, finite(tl.DurationS) && tl.DurationS > 0, "a finite number > 0")
+	stepOK := c.check("timeline.step_s", tl.StepS, finite(tl.StepS) && tl.StepS > 0, "a finite number > 0")
+	if c.durOK && stepOK && tl.DurationS/tl.StepS > maxSteps {
+		c.add("timeline: duration_s / step_s must be at most %d steps, got %.0f", maxSteps, tl.DurationS/tl.StepS)
+	}
+	c.check("timeline.gossip_delay_s", tl.GossipDelayS, finite(tl.GossipDelayS) && tl.GossipDelayS >= 0, "a finite number >= 0")
+	c.check("timeline.damping", tl.Damping, tl.Damping > 0 && tl.Damping <= 1, "in (0,1]")
+	c.hasIssue("timeline.seed")
+}
+
+// checkModel checks timeline.model: the queue model, the synthetic clients
+// and connections per site and their product, and the client skew.
+func (c *timelineCheck) checkModel() {
+	m := c.tl.Model
+	c.check("timeline.model.utilization_at_capacity", m.UtilizationAtCapacity, m.UtilizationAtCapacity > 0 && m.UtilizationAtCapacity <= 1, "in (0,1]")
+	c.check("timeline.model.max_queue_ms", m.MaxQueueMs, finite(m.MaxQueueMs) && m.MaxQueueMs > 0, "a finite number > 0")
+	clientsOK := c.checkCount("timeline.model.clients_per_site", m.ClientsPerSite, maxClientsPerSite)
+	connsOK := c.checkCount("timeline.model.connections_per_client", m.ConnectionsPerClient, maxConnections)
 	if clientsOK && connsOK && m.ClientsPerSite*m.ConnectionsPerClient > maxKeysPerSite {
-		add("timeline.model: clients_per_site × connections_per_client must be at most %d, got %d", maxKeysPerSite, m.ClientsPerSite*m.ConnectionsPerClient)
+		c.add("timeline.model: clients_per_site × connections_per_client must be at most %d, got %d", maxKeysPerSite, m.ClientsPerSite*m.ConnectionsPerClient)
 	}
-	check("timeline.model.client_skew", m.ClientSkew, m.ClientSkew >= 0 && m.ClientSkew <= maxClientSkew, fmt.Sprintf("in [0,%d]", maxClientSkew))
+	c.check("timeline.model.client_skew", m.ClientSkew, m.ClientSkew >= 0 && m.ClientSkew <= maxClientSkew, fmt.Sprintf("in [0,%d]", maxClientSkew))
+}
 
-	inRun := func(path string, at float64) {
-		if hasIssue(path) {
+// checkCount reports whether the count n at path is valid: it has no
+// decoding problem and lies in [1, most]. Otherwise it adds the problem.
+func (c *timelineCheck) checkCount(path string, n, most int) bool {
+	if c.hasIssue(path) {
+		return false
+	}
+	if n < 1 || n > most {
+		c.add("%s: must be a whole number in [1, %d], got %d", path, most, n)
+		return false
+	}
+	return true
+}
+
+// demandState is what the checks of timeline.demand carry from one entry
+// to the next.
+type demandState struct {
+	sites map[string]bool // the scenario's site names
+	// Per site: the level changes seen so far (indexes into
+	// Timeline.Demand), and per site and kind the diurnal or noise entry
+	// that applies already.
+	levels      map[string][]int
+	multipliers map[[2]string]int
+}
+
+// demandFields are the field names of a timeline.demand entry, in file
+// order.
+var demandFields = []string{"at_s", "rps", "for_s", "rise_s", "hold_s", "fall_s", "period_s", "phase_s", "amplitude"}
+
+// checkDemand checks timeline.demand entry by entry. Level changes are
+// checked in file order; they must also be in time order per site, which
+// the overlap check enforces.
+func (c *timelineCheck) checkDemand() {
+	st := &demandState{sites: map[string]bool{}, levels: map[string][]int{}, multipliers: map[[2]string]int{}}
+	for _, site := range c.s.Sites {
+		st.sites[site.Name] = true
+	}
+	for i, d := range c.tl.Demand {
+		c.checkDemandEntry(i, d, st)
+	}
+}
+
+// checkDemandEntry checks timeline.demand[i], d: its site, its kind, the
+// fields its kind uses, and that it does not clash with the entries before
+// it (recorded in st).
+func (c *timelineCheck) checkDemandEntry(i int, d DemandChange, st *demandState) {
+	path := fmt.Sprintf("timeline.demand[%d]", i)
+	siteOK := c.checkDemandSite(path, d.Site, st.sites)
+	if !slices.Contains(DemandKinds(), d.Kind) {
+		if d.Kind == "" {
+			c.add("%s.kind: required (one of %s)", path, joinNames(DemandKinds()))
+		} else {
+			c.add("%s.kind: unknown kind %q (want one of %s)", path, d.Kind, joinNames(DemandKinds()))
+		}
+		return
+	}
+	fieldsOK := true
+	for _, f := range demandFields {
+		if c.hasIssue(path + "." + f) {
+			fieldsOK = false
+		}
+	}
+	switch d.Kind {
+	case DemandStep, DemandRamp, DemandFlashCrowd:
+		if fieldsOK && c.checkLevelFields(path, d) && siteOK {
+			c.checkLevelOverlap(i, d, st)
+		}
+	case DemandDiurnal:
+		if fieldsOK {
+			c.check(path+".period_s", d.PeriodS, finite(d.PeriodS) && d.PeriodS > 0, "a finite number > 0")
+			c.check(path+".phase_s", d.PhaseS, finite(d.PhaseS), "a finite number")
+			c.check(path+".amplitude", d.Amplitude, d.Amplitude >= 0 && d.Amplitude <= 1, "in [0,1]")
+		}
+	case DemandNoise:
+		if fieldsOK {
+			c.check(path+".amplitude", d.Amplitude, d.Amplitude >= 0 && d.Amplitude <= 1, "in [0,1]")
+		}
+	}
+	if (d.Kind == DemandDiurnal || d.Kind == DemandNoise) && siteOK {
+		c.checkMultiplierOnce(i, d, st)
+	}
+}
+
+// checkDemandSite reports whether the site of the demand entry at path is
+// set and names a scenario site (in sites) or AllSites.
+func (c *timelineCheck) checkDemandSite(path, site string, sites map[string]bool) bool {
+	switch {
+	case site == "":
+		c.add("%s.site: required", path)
+		return false
+	case site != AllSites && !sites[site]:
+		c.add("%s.site: unknown site %q", path, site)
+		return false
+	}
+	return true
+}
+
+// checkLevelFields checks the fields of the level change d at path (a step,
+// ramp or flash crowd) and reports whether they are all valid.
+func (c *timelineCheck) checkLevelFields(path string, d DemandChange) bool {
+	before := len(c.out)
+	c.inRun(path+".at_s", d.AtS)
+	c.nonNeg(path+".rps", d.RPS)
+	c.nonNeg(path+".for_s", d.ForS)
+	c.nonNeg(path+".rise_s", d.RiseS)
+	c.nonNeg(path+".hold_s", d.HoldS)
+	c.nonNeg(path+".fall_s", d.FallS)
+	return len(c.out) == before
+}
+
+// checkLevelOverlap checks that the level change timeline.demand[i], d,
+// starts no earlier than the previous level change of each of its sites
+// ends, and records it in st.levels for those sites up to the first
+// overlap.
+func (c *timelineCheck) checkLevelOverlap(i int, d DemandChange, st *demandState) {
+	for _, name := range c.s.demandSiteNames(d.Site) {
+		if prev := st.levels[name]; len(prev) > 0 {
+			p := c.tl.Demand[prev[len(prev)-1]]
+			if d.AtS < p.end() {
+				c.add("timeline.demand[%d]: starts at %v s, before timeline.demand[%d] (%s of site %s) ends at %v s; level changes of a site must not overlap",
+					i, d.AtS, prev[len(prev)-1], p.Kind, name, p.end())
+				return
+			}
+		}
+		st.levels[name] = append(st.levels[name], i)
+	}
+}
+
+// checkMultiplierOnce checks that timeline.demand[i], d, a diurnal or
+// noise entry, is the only one of its kind for each of its sites, and
+// records it in st.multipliers for those sites up to the first duplicate.
+func (c *timelineCheck) checkMultiplierOnce(i int, d DemandChange, st *demandState) {
+	for _, name := range c.s.demandSiteNames(d.Site) {
+		key := [2]string{name, string(d.Kind)}
+		if prev, dup := st.multipliers[key]; dup {
+			c.add("timeline.demand[%d]: site %s already has a %s entry (timeline.demand[%d])", i, name, d.Kind, prev)
 			return
 		}
-		if !(at >= 0 && (!durOK || at < tl.DurationS)) { // also NaN
-			if durOK {
-				add("%s: must be in [0, duration_s %v), got %v", path, tl.DurationS, at)
-			} else {
-				add("%s: must be >= 0, got %v", path, at)
-			}
-		}
+		st.multipliers[key] = i
 	}
-	nonNeg := func(path string, v float64) {
-		check(path, v, finite(v) && v >= 0, "a finite number >= 0")
-	}
+}
 
-	sites := map[string]bool{}
-	for _, st := range s.Sites {
-		sites[st.Name] = true
+// demandSiteNames returns the sites a demand entry for site applies to:
+// site itself, or every site in scenario order for AllSites.
+func (s *Scenario) demandSiteNames(site string) []string {
+	if site != AllSites {
+		return []string{site}
 	}
-	// Per site: the level changes seen so far (index into tl.Demand) and
-	// whether a diurnal or noise entry applies already.
-	levels := map[string][]int{}
-	multipliers := map[[2]string]int{}
-	siteNames := func(site string) []string {
-		if site != AllSites {
-			return []string{site}
-		}
-		names := make([]string, len(s.Sites))
-		for i, st := range s.Sites {
-			names[i] = st.Name
-		}
-		return names
+	names := make([]string, len(s.Sites))
+	for i, st := range s.Sites {
+		names[i] = st.Name
 	}
-	for i, d := range tl.Demand {
-		path := fmt.Sprintf("timeline.demand[%d]", i)
-		siteOK := true
-		switch {
-		case d.Site == "":
-			add("%s.site: required", path)
-			siteOK = false
-		case d.Site != AllSites && !sites[d.Site]:
-			add("%s.site: unknown site %q", path, d.Site)
-			siteOK = false
-		}
-		if !slices.Contains(DemandKinds(), d.Kind) {
-			if d.Kind == "" {
-				add("%s.kind: required (one of %s)", path, joinNames(DemandKinds()))
-			} else {
-				add("%s.kind: unknown kind %q (want one of %s)", path, d.Kind, joinNames(DemandKinds()))
-			}
-			continue
-		}
-		fieldsOK := true
-		for _, f := range []string{"at_s", "rps", "for_s", "rise_s", "hold_s", "fall_s", "period_s", "phase_s", "amplitude"} {
-			if hasIssue(path + "." + f) {
-				fieldsOK = false
-			}
-		}
-		ok := fieldsOK
-		switch d.Kind {
-		case DemandStep, DemandRamp, DemandFlashCrowd:
-			if fieldsOK {
-				before := len(out)
-				inRun(path+".at_s", d.AtS)
-				nonNeg(path+".rps", d.RPS)
-				nonNeg(path+".for_s", d.ForS)
-				nonNeg(path+".rise_s", d.RiseS)
-				nonNeg(path+".hold_s", d.HoldS)
-				nonNeg(path+".fall_s", d.FallS)
-				ok = len(out) == before
-			}
-			if ok && siteOK {
-				for _, name := range siteNames(d.Site) {
-					if prev := levels[name]; len(prev) > 0 {
-						p := tl.Demand[prev[len(prev)-1]]
-						if d.AtS < p.end() {
-							add("%s: starts at %v s, before timeline.demand[%d] (%s of site %s) ends at %v s; level changes of a site must not overlap",
-								path, d.AtS, prev[len(prev)-1], p.Kind, name, p.end())
-							break
-						}
-					}
-					levels[name] = append(levels[name], i)
-				}
-			}
-		case DemandDiurnal:
-			if fieldsOK {
-				check(path+".period_s", d.PeriodS, finite(d.PeriodS) && d.PeriodS > 0, "a finite number > 0")
-				check(path+".phase_s", d.PhaseS, finite(d.PhaseS), "a finite number")
-				check(path+".amplitude", d.Amplitude, d.Amplitude >= 0 && d.Amplitude <= 1, "in [0,1]")
-			}
-		case DemandNoise:
-			if fieldsOK {
-				check(path+".amplitude", d.Amplitude, d.Amplitude >= 0 && d.Amplitude <= 1, "in [0,1]")
-			}
-		}
-		if (d.Kind == DemandDiurnal || d.Kind == DemandNoise) && siteOK {
-			for _, name := range siteNames(d.Site) {
-				key := [2]string{name, string(d.Kind)}
-				if prev, dup := multipliers[key]; dup {
-					add("%s: site %s already has a %s entry (timeline.demand[%d])", path, name, d.Kind, prev)
-					break
-				}
-				multipliers[key] = i
-			}
-		}
-	}
-	// Level changes were checked in file order; they must also be in time
-	// order per site, which the overlap check enforces.
+	return names
+}
 
-	groups := map[string]Group{}
-	for _, r := range s.Regions {
-		for _, g := range r.Groups {
-			groups[g.Name] = g
-		}
-	}
-	var valid []int // events that passed their own checks, for the replay
-	for i, e := range tl.Events {
-		path := fmt.Sprintf("timeline.events[%d]", i)
-		ok := true
-		switch _, known := groups[e.Group]; {
-		case e.Group == "":
-			add("%s.group: required", path)
-			ok = false
-		case !known:
-			add("%s.group: unknown group %q", path, e.Group)
-			ok = false
-		}
-		before := len(out)
-		inRun(path+".at_s", e.AtS)
-		if hasIssue(path) {
-			ok = false
-		}
-		switch e.Kind {
-		case EventHealth:
-			hasIssue(path + ".healthy")
-		case EventScale:
-			hasIssue(path + ".instances")
-			if !hasIssue(path + ".cold_start_s") {
-				nonNeg(path+".cold_start_s", e.ColdStartS)
-			}
-		case EventScaler:
-			if !(e.CapacityScaler >= 0 && e.CapacityScaler <= 1) {
-				add("%s.capacity_scaler: must be in [0,1], got %v", path, e.CapacityScaler)
-			}
-		}
-		hasIssue(path + ".cold_start_s")
-		if ok && len(out) == before {
+// checkEvents checks timeline.events entry by entry and returns the
+// indexes of the events that passed their own checks, for the replay.
+func (c *timelineCheck) checkEvents() []int {
+	groups := c.s.groupIndex()
+	var valid []int
+	for i, e := range c.tl.Events {
+		if c.checkEvent(i, e, groups) {
 			valid = append(valid, i)
 		}
 	}
-	_, replay := s.groupActions(valid)
-	return append(out, replay...)
+	return valid
+}
+
+// checkEvent checks timeline.events[i], e: its group (a key of groups), its
+// time and the field of its kind. It reports whether the event has no
+// problem.
+func (c *timelineCheck) checkEvent(i int, e Event, groups map[string]int) bool {
+	path := fmt.Sprintf("timeline.events[%d]", i)
+	ok := true
+	switch _, known := groups[e.Group]; {
+	case e.Group == "":
+		c.add("%s.group: required", path)
+		ok = false
+	case !known:
+		c.add("%s.group: unknown group %q", path, e.Group)
+		ok = false
+	}
+	before := len(c.out)
+	c.inRun(path+".at_s", e.AtS)
+	if c.hasIssue(path) {
+		ok = false
+	}
+	switch e.Kind {
+	case EventHealth:
+		c.hasIssue(path + ".healthy")
+	case EventScale:
+		c.hasIssue(path + ".instances")
+		if !c.hasIssue(path + ".cold_start_s") {
+			c.nonNeg(path+".cold_start_s", e.ColdStartS)
+		}
+	case EventScaler:
+		if !(e.CapacityScaler >= 0 && e.CapacityScaler <= 1) {
+			c.add("%s.capacity_scaler: must be in [0,1], got %v", path, e.CapacityScaler)
+		}
+	}
+	c.hasIssue(path + ".cold_start_s")
+	return ok && len(c.out) == before
 }
 
 // groupState is an instance group's state at one moment of a run.
