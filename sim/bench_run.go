@@ -208,10 +208,7 @@ func (t *topology) solveSteps(tr *trace) ([]stepLP, error) {
 	out := make([]stepLP, tr.steps)
 	var prevDemand, prevCap []float64
 	for k := range tr.steps {
-		capacity := make([]float64, len(t.regions))
-		for g, st := range tr.groups[k] {
-			capacity[t.regionOf[g]] += rateCapacity(st.Healthy, t.rate[g], st.CapacityScaler)
-		}
+		capacity := t.regionCapacity(tr.groups[k])
 		if k > 0 && slices.Equal(prevDemand, tr.demand[k]) && slices.Equal(prevCap, capacity) {
 			out[k] = out[k-1]
 			continue
@@ -276,189 +273,265 @@ func newRunner(s *Scenario, tl *Timeline, tr *trace, topo *topology, lps []stepL
 
 // run simulates every step and returns the policy's row.
 func (r *runner) run() (BenchRow, error) {
-	t, tr := r.topo, r.tr
 	row := BenchRow{Policy: r.pol.Name, Scope: r.pol.Scope}
 	if r.pol.Planner == nil {
 		row.Scope = r.pol.scope()
 	}
-	m := r.tl.Model
-	dt := tr.dt
-	var (
-		requests, routed, served, failed float64
-		overServed, excess, cross        float64
-		rttSum, latSum                   float64
-		lpRTT, lpRouted                  float64
-		osc                              float64
-	)
-	nreg := len(t.regions)
-	regionLoad := make([]float64, nreg)
-	// Per site: its region shares this step, and the last step's shares
-	// and change, for the oscillation measure.
-	siteShares := make([][]float64, len(r.s.Sites))
-	prevShares := make([][]float64, len(r.s.Sites))
-	prevDelta := make([][]float64, len(r.s.Sites))
-	for si := range siteShares {
-		siteShares[si] = make([]float64, nreg)
-	}
-	over := make([]bool, t.slots())
-	accept := make([]float64, t.slots())
-	wait := make([]float64, t.slots())
-	sojourn := make([]float64, t.slots())
-
-	for k := range tr.steps {
+	var tot benchTotals
+	st := r.newStepState()
+	for k := range r.tr.steps {
 		if err := r.decide(k); err != nil {
 			return BenchRow{}, fmt.Errorf("step %d: %w", k, err)
 		}
-		clear(r.lambda)
-		var stepRouted, stepRTT float64
-		for si, d := range tr.demand[k] {
-			requests += d * dt
-			if d == 0 {
-				continue
-			}
-			if len(r.splits[si]) == 0 {
-				failed += d * dt
-				continue
-			}
-			for _, sp := range r.splits[si] {
-				r.lambda[sp.slot] += d * sp.share
-			}
-		}
-
-		// Queues.
-		groups := tr.groups[k]
-		for i := range r.lambda {
-			lam, q := r.lambda[i], r.backlog[i]
-			if lam == 0 && q == 0 {
-				continue
-			}
-			g := t.slotGroup[i]
-			st := groups[g]
-			if t.slotIndex[i] >= st.Healthy {
-				// Arrivals fail. The backlog is lost too, but its requests
-				// were counted (as served) when they arrived.
-				failed += lam * dt
-				r.backlog[i] = 0
-				accept[i] = 0
-				continue
-			}
-			mu := t.rate[g] / m.UtilizationAtCapacity
-			qs := stepQueue(q, lam, mu, mu*m.MaxQueueMs/1000, dt)
-			r.backlog[i] = qs.Backlog
-			failed += qs.Dropped
-			accept[i] = 1
-			if lam > 0 {
-				accept[i] = 1 - qs.Dropped/(lam*dt)
-			}
-			wait[i], sojourn[i] = qs.WaitS*1000, qs.SojournS*1000
-			c := rateCapacity(1, t.rate[g], st.CapacityScaler) // this instance's
-			over[i] = lam > c*(1+overCapacityTolerance)
-			excess += max(0, lam-c) * dt
-		}
-
-		// Flows.
-		clear(regionLoad)
-		for si, d := range tr.demand[k] {
-			clear(siteShares[si])
-			if d == 0 {
-				continue
-			}
-			for _, sp := range r.splits[si] {
-				reqs := d * sp.share * dt
-				if reqs == 0 {
-					continue
-				}
-				region := t.regionOf[t.slotGroup[sp.slot]]
-				rtt := t.rtt[si][region]
-				stepRouted += reqs
-				stepRTT += reqs * rtt
-				regionLoad[region] += d * sp.share
-				siteShares[si][region] += sp.share
-				if region != t.nearest[si] {
-					cross += reqs
-				}
-				ok := reqs * accept[sp.slot]
-				if ok <= 0 {
-					continue
-				}
-				served += ok
-				latSum += ok * (rtt + wait[sp.slot] + sojourn[sp.slot])
-				r.hist.addExp(ok, rtt+wait[sp.slot], sojourn[sp.slot])
-				if over[sp.slot] {
-					overServed += ok
-				}
-			}
-		}
-		routed += stepRouted
-		rttSum += stepRTT
-		if lp := r.lps[k]; lp.ok && lp.sol.Placed > 0 {
-			lpRTT += stepRTT
-			lpRouted += stepRouted
-		}
-
-		// Oscillation: zig-zags of each routed site's region shares,
-		// weighted by the site's part of the step's routed traffic.
-		var stepDemand float64
-		for si, d := range tr.demand[k] {
-			if len(r.splits[si]) > 0 {
-				stepDemand += d
-			}
-		}
-		for si, d := range tr.demand[k] {
-			if d == 0 || len(r.splits[si]) == 0 {
-				prevShares[si], prevDelta[si] = nil, nil // the site restarts
-				continue
-			}
-			cur := siteShares[si]
-			if prev := prevShares[si]; prev != nil {
-				delta := prevDelta[si]
-				if delta == nil {
-					delta = make([]float64, nreg)
-				}
-				var zig float64
-				for i := range cur {
-					d1 := cur[i] - prev[i]
-					if prevDelta[si] != nil && d1*delta[i] < 0 {
-						zig += min(math.Abs(d1), math.Abs(delta[i]))
-					}
-					delta[i] = d1
-				}
-				osc += zig * d / stepDemand
-				prevDelta[si] = delta
-			} else {
-				prevShares[si] = make([]float64, nreg)
-			}
-			copy(prevShares[si], cur)
-		}
-
+		r.arrive(k, &tot)
+		r.queue(k, &tot, st)
+		stepRouted := r.flow(k, &tot, st)
+		r.oscillate(k, &tot, st)
 		if r.series {
-			shares := make([]float64, nreg)
-			for i, l := range regionLoad {
-				shares[i] = ratio(l*dt, stepRouted)
-			}
-			capacity := make([]float64, nreg)
-			for g, st := range groups {
-				capacity[t.regionOf[g]] += rateCapacity(st.Healthy, t.rate[g], st.CapacityScaler)
-			}
-			row.Series = append(row.Series, SeriesStep{TS: tr.times[k], Shares: shares, LoadRPS: slices.Clone(regionLoad), CapacityRPS: capacity})
+			row.Series = append(row.Series, r.seriesStep(k, stepRouted, st.regionLoad))
 		}
 	}
+	return r.summarise(row, &tot)
+}
 
-	row.Requests = requests
-	row.Routed = routed
-	row.Served = served
-	row.MeanMs = ratio(latSum, served)
-	row.OverCapacity = ratio(overServed, served)
-	row.Excess = ratio(excess, requests)
-	row.ErrorRate = ratio(failed, requests)
-	row.CrossRegion = ratio(cross, routed)
-	row.MeanRTTMs = ratio(rttSum, routed)
-	if lpRouted > 0 && r.lpMean() > 0 {
-		v := (lpRTT / lpRouted) / r.lpMean()
+// benchTotals are the sums over every step of a run that its BenchRow
+// summarises. Counts are in requests.
+type benchTotals struct {
+	requests, routed, served, failed float64
+	// overServed were served by an instance over its capacity; excess
+	// arrived above an instance's capacity; cross were routed outside their
+	// site's nearest region.
+	overServed, excess, cross float64
+	rttSum, latSum            float64 // requests × ms: routed by RTT, served by latency
+	// lpRTT and lpRouted are rttSum and routed over the steps whose LP
+	// optimum places demand.
+	lpRTT, lpRouted float64
+	osc             float64 // the steps' weighted share reversals; see oscillate
+}
+
+// stepState is a run's per-step working state, reused from step to step.
+type stepState struct {
+	regionLoad []float64 // per region, requests/s in the current step
+	// Per site: its region shares this step, and the last step's shares
+	// and change, for the oscillation measure.
+	siteShares, prevShares, prevDelta [][]float64
+	// Per slot, in the current step: whether the instance is over its
+	// capacity, the share of its arrivals it accepts, and its requests'
+	// mean queue wait and sojourn (service) in ms.
+	over                  []bool
+	accept, wait, sojourn []float64
+}
+
+// newStepState returns the working state for a run, with every site's
+// shares zero and no previous step.
+func (r *runner) newStepState() *stepState {
+	nreg, nsites, nslots := len(r.topo.regions), len(r.s.Sites), r.topo.slots()
+	st := &stepState{
+		regionLoad: make([]float64, nreg),
+		siteShares: make([][]float64, nsites),
+		prevShares: make([][]float64, nsites),
+		prevDelta:  make([][]float64, nsites),
+		over:       make([]bool, nslots),
+		accept:     make([]float64, nslots),
+		wait:       make([]float64, nslots),
+		sojourn:    make([]float64, nslots),
+	}
+	for si := range st.siteShares {
+		st.siteShares[si] = make([]float64, nreg)
+	}
+	return st
+}
+
+// arrive counts step k's requests and sets r.lambda, every slot's arrival
+// rate, from each site's demand and split. A site's demand fails whole
+// when it has no split.
+func (r *runner) arrive(k int, tot *benchTotals) {
+	dt := r.tr.dt
+	clear(r.lambda)
+	for si, d := range r.tr.demand[k] {
+		tot.requests += d * dt
+		if d == 0 {
+			continue
+		}
+		if len(r.splits[si]) == 0 {
+			tot.failed += d * dt
+			continue
+		}
+		for _, sp := range r.splits[si] {
+			r.lambda[sp.slot] += d * sp.share
+		}
+	}
+}
+
+// queue runs every instance slot's queue through step k: arrivals at a
+// slot that is not a healthy instance fail, and its backlog is lost; a
+// healthy instance serves at its rate, drops what overflows its queue and
+// sets its acceptance, wait, sojourn and over-capacity flag in st.
+func (r *runner) queue(k int, tot *benchTotals, st *stepState) {
+	t, m, dt := r.topo, r.tl.Model, r.tr.dt
+	groups := r.tr.groups[k]
+	for i := range r.lambda {
+		lam, q := r.lambda[i], r.backlog[i]
+		if lam == 0 && q == 0 {
+			continue
+		}
+		g := t.slotGroup[i]
+		gs := groups[g]
+		if t.slotIndex[i] >= gs.Healthy {
+			// Arrivals fail. The backlog is lost too, but its requests
+			// were counted (as served) when they arrived.
+			tot.failed += lam * dt
+			r.backlog[i] = 0
+			st.accept[i] = 0
+			continue
+		}
+		mu := t.rate[g] / m.UtilizationAtCapacity
+		qs := stepQueue(q, lam, mu, mu*m.MaxQueueMs/1000, dt)
+		r.backlog[i] = qs.Backlog
+		tot.failed += qs.Dropped
+		st.accept[i] = 1
+		if lam > 0 {
+			st.accept[i] = 1 - qs.Dropped/(lam*dt)
+		}
+		st.wait[i], st.sojourn[i] = qs.WaitS*1000, qs.SojournS*1000
+		c := rateCapacity(1, t.rate[g], gs.CapacityScaler) // this instance's
+		st.over[i] = lam > c*(1+overCapacityTolerance)
+		tot.excess += max(0, lam-c) * dt
+	}
+}
+
+// flow follows every site's requests of step k along its split: it adds
+// their RTT, their cross-region share and the latency of those served to
+// tot, fills st.regionLoad and st.siteShares, and returns the requests
+// routed in the step.
+func (r *runner) flow(k int, tot *benchTotals, st *stepState) float64 {
+	t, dt := r.topo, r.tr.dt
+	var stepRouted, stepRTT float64
+	clear(st.regionLoad)
+	for si, d := range r.tr.demand[k] {
+		clear(st.siteShares[si])
+		if d == 0 {
+			continue
+		}
+		for _, sp := range r.splits[si] {
+			reqs := d * sp.share * dt
+			if reqs == 0 {
+				continue
+			}
+			region := t.regionOf[t.slotGroup[sp.slot]]
+			rtt := t.rtt[si][region]
+			stepRouted += reqs
+			stepRTT += reqs * rtt
+			st.regionLoad[region] += d * sp.share
+			st.siteShares[si][region] += sp.share
+			if region != t.nearest[si] {
+				tot.cross += reqs
+			}
+			r.serve(reqs*st.accept[sp.slot], rtt, sp.slot, tot, st)
+		}
+	}
+	tot.routed += stepRouted
+	tot.rttSum += stepRTT
+	if lp := r.lps[k]; lp.ok && lp.sol.Placed > 0 {
+		tot.lpRTT += stepRTT
+		tot.lpRouted += stepRouted
+	}
+	return stepRouted
+}
+
+// serve accounts ok requests served by slot at rtt ms: their latency (RTT,
+// wait and sojourn) and whether the slot was over capacity.
+func (r *runner) serve(ok, rtt float64, slot int, tot *benchTotals, st *stepState) {
+	if ok <= 0 {
+		return
+	}
+	tot.served += ok
+	tot.latSum += ok * (rtt + st.wait[slot] + st.sojourn[slot])
+	r.hist.addExp(ok, rtt+st.wait[slot], st.sojourn[slot])
+	if st.over[slot] {
+		tot.overServed += ok
+	}
+}
+
+// oscillate adds step k's oscillation to tot: the zig-zags of each routed
+// site's region shares, weighted by the site's part of the step's routed
+// traffic. A site without demand or split restarts.
+func (r *runner) oscillate(k int, tot *benchTotals, st *stepState) {
+	nreg := len(r.topo.regions)
+	var stepDemand float64
+	for si, d := range r.tr.demand[k] {
+		if len(r.splits[si]) > 0 {
+			stepDemand += d
+		}
+	}
+	for si, d := range r.tr.demand[k] {
+		if d == 0 || len(r.splits[si]) == 0 {
+			st.prevShares[si], st.prevDelta[si] = nil, nil // the site restarts
+			continue
+		}
+		cur := st.siteShares[si]
+		if prev := st.prevShares[si]; prev != nil {
+			delta := st.prevDelta[si]
+			if delta == nil {
+				delta = make([]float64, nreg)
+			}
+			var zig float64
+			for i := range cur {
+				d1 := cur[i] - prev[i]
+				if st.prevDelta[si] != nil && d1*delta[i] < 0 {
+					zig += min(math.Abs(d1), math.Abs(delta[i]))
+				}
+				delta[i] = d1
+			}
+			tot.osc += zig * d / stepDemand
+			st.prevDelta[si] = delta
+		} else {
+			st.prevShares[si] = make([]float64, nreg)
+		}
+		copy(st.prevShares[si], cur)
+	}
+}
+
+// seriesStep returns step k's entry of the series: each region's share of
+// the stepRouted requests, its load (regionLoad, requests/s) and its
+// healthy capacity.
+func (r *runner) seriesStep(k int, stepRouted float64, regionLoad []float64) SeriesStep {
+	shares := make([]float64, len(regionLoad))
+	for i, l := range regionLoad {
+		shares[i] = ratio(l*r.tr.dt, stepRouted)
+	}
+	capacity := r.topo.regionCapacity(r.tr.groups[k])
+	return SeriesStep{TS: r.tr.times[k], Shares: shares, LoadRPS: slices.Clone(regionLoad), CapacityRPS: capacity}
+}
+
+// regionCapacity returns every region's healthy capacity in requests/s
+// with the groups in state groups.
+func (t *topology) regionCapacity(groups []groupState) []float64 {
+	capacity := make([]float64, len(t.regions))
+	for g, st := range groups {
+		capacity[t.regionOf[g]] += rateCapacity(st.Healthy, t.rate[g], st.CapacityScaler)
+	}
+	return capacity
+}
+
+// summarise fills row's measures from the run's totals and latency
+// histogram. It fails with ErrOverflow when a total is not finite.
+func (r *runner) summarise(row BenchRow, tot *benchTotals) (BenchRow, error) {
+	row.Requests = tot.requests
+	row.Routed = tot.routed
+	row.Served = tot.served
+	row.MeanMs = ratio(tot.latSum, tot.served)
+	row.OverCapacity = ratio(tot.overServed, tot.served)
+	row.Excess = ratio(tot.excess, tot.requests)
+	row.ErrorRate = ratio(tot.failed, tot.requests)
+	row.CrossRegion = ratio(tot.cross, tot.routed)
+	row.MeanRTTMs = ratio(tot.rttSum, tot.routed)
+	if tot.lpRouted > 0 && r.lpMean() > 0 {
+		v := (tot.lpRTT / tot.lpRouted) / r.lpMean()
 		row.RTTOverLP = &v
 	}
-	row.OscillationPP = 100 * osc / 2
-	for _, v := range []float64{requests, routed, served, failed, overServed, excess, cross, rttSum, latSum, lpRTT, r.lpMean(), osc} {
+	row.OscillationPP = 100 * tot.osc / 2
+	for _, v := range []float64{tot.requests, tot.routed, tot.served, tot.failed, tot.overServed, tot.excess, tot.cross, tot.rttSum, tot.latSum, tot.lpRTT, r.lpMean(), tot.osc} {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			return BenchRow{}, ErrOverflow
 		}
