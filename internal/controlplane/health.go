@@ -619,9 +619,8 @@ func (h *healthManager) publish(ls *loopState, hs []InstanceHealth) {
 	ls.published, ls.announced = groups, true
 }
 
-// groupStates returns the GroupStates this replica publishes: one per
-// (service, owned group) in file order, or one with no service for an owned
-// group no service uses.
+// groupStates returns the GroupStates this replica publishes: one per owned
+// group, in file order.
 func groupStates(p *healthPlan, own ownership, self string, hs []InstanceHealth) []gossip.GroupState {
 	healthy := map[string][]string{}
 	for _, ih := range hs {
@@ -629,7 +628,6 @@ func groupStates(p *healthPlan, own ownership, self string, hs []InstanceHealth)
 			healthy[ih.Group] = append(healthy[ih.Group], ih.Address)
 		}
 	}
-	c := p.cfg.Config
 	var out []gossip.GroupState
 	for _, ref := range p.groups {
 		g := ref.Group.Name
@@ -637,26 +635,14 @@ func groupStates(p *healthPlan, own ownership, self string, hs []InstanceHealth)
 			continue
 		}
 		addrs := healthy[g] // sorted: hs is
-		base := gossip.GroupState{
+		out = append(out, gossip.GroupState{
 			Group:            g,
 			Region:           ref.Region.Name,
 			Zone:             ref.Zone.Name,
 			Instances:        len(ref.Group.Instances),
 			Healthy:          len(addrs),
-			ConfigVersion:    p.cfg.Hash,
 			HealthyInstances: addrs,
-		}
-		keys := p.groupKeys[g]
-		if len(keys) == 1 && keys[0] == "" {
-			out = append(out, base)
-			continue
-		}
-		for _, svc := range keys {
-			gs := base
-			gs.Service = svc
-			gs.Capacity, _ = c.GroupCapacity(svc, g, len(addrs))
-			out = append(out, gs)
-		}
+		})
 	}
 	return out
 }

@@ -76,8 +76,8 @@ func TestHealthManagerChecksAndPublishes(t *testing.T) {
 	}
 	pub, _, _ := r.gossip.lastPublished()
 	want := []gossip.GroupState{
-		{Service: "web", Group: "g00", Region: "r1", Zone: "z-g00", Instances: 2, Healthy: 2, Capacity: 200, ConfigVersion: "hash1", HealthyInstances: []string{a0, a1}},
-		{Service: "web", Group: "g01", Region: "r2", Zone: "z-g01", Instances: 2, Healthy: 1, Capacity: 100, ConfigVersion: "hash1", HealthyInstances: []string{b0}},
+		{Group: "g00", Region: "r1", Zone: "z-g00", Instances: 2, Healthy: 2, HealthyInstances: []string{a0, a1}},
+		{Group: "g01", Region: "r2", Zone: "z-g01", Instances: 2, Healthy: 1, HealthyInstances: []string{b0}},
 	}
 	if pub.Kind != gossip.KindControlPlane {
 		t.Errorf("published kind %q, want controlplane", pub.Kind)
@@ -112,7 +112,7 @@ func TestHealthManagerChecksAndPublishes(t *testing.T) {
 	}
 	waitUntil(t, "g00 published with one healthy instance", func() bool {
 		p, _, _ := r.gossip.lastPublished()
-		return len(p.Groups) == 2 && p.Groups[0].Healthy == 1 && p.Groups[0].Capacity == 100
+		return len(p.Groups) == 2 && p.Groups[0].Healthy == 1 && len(p.Groups[0].HealthyInstances) == 1
 	})
 }
 

@@ -75,8 +75,8 @@ func TestControlPlanes(t *testing.T) {
 func TestReportsFrom(t *testing.T) {
 	snap := &gossip.Snapshot{States: map[string]gossip.NodeState{
 		"cp-b": {Node: "cp-b", Kind: gossip.KindControlPlane, Groups: []gossip.GroupState{
-			{Service: "web", Group: "g1", Region: "r", Instances: 2, Healthy: 1, HealthyInstances: []string{"h:1"}},
-			{Service: "api", Group: "g1", Region: "r", Instances: 2, Healthy: 1, HealthyInstances: []string{"h:1"}},
+			{Group: "g1", Region: "r", Instances: 2, Healthy: 1, HealthyInstances: []string{"h:1"}},
+			{Group: "g1", Region: "r", Instances: 2, Healthy: 1, HealthyInstances: []string{"h:1"}},
 			{Group: "g2", Region: "r", Instances: 2, Healthy: 0},
 			{Group: "g3", Region: "r", Instances: 2, Healthy: 2}, // says how many, not which: no report
 		}},

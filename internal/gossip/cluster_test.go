@@ -188,16 +188,17 @@ func gfeFor(name string, demand float64) NodeState {
 		Site:   "site-" + name,
 		Demand: map[string]float64{"web": demand},
 		RTT:    map[string]float64{"eu-west": 5, "us-east": 80},
-		Load:   map[string]map[string]float64{"web": {"eu-west-b": demand}},
 	}
 }
 
-func cpWithCapacity(capacity float64) NodeState {
+// cpWithHealthy is a control plane's state whose first group has healthy
+// healthy instances: the value tests change to follow a state around.
+func cpWithHealthy(healthy int) NodeState {
 	return NodeState{
 		Kind: KindControlPlane,
 		Groups: []GroupState{
-			{Service: "web", Group: "eu-west-b", Region: "eu-west", Zone: "b", Instances: 4, Healthy: 4, Capacity: capacity, ConfigVersion: "v1"},
-			{Service: "web", Group: "us-east-b", Region: "us-east", Zone: "b", Instances: 4, Healthy: 3, Capacity: 300, ConfigVersion: "v1"},
+			{Group: "eu-west-b", Region: "eu-west", Zone: "b", Instances: 100000, Healthy: healthy},
+			{Group: "us-east-b", Region: "us-east", Zone: "b", Instances: 4, Healthy: 3},
 		},
 	}
 }
@@ -220,7 +221,7 @@ func TestThreeNodes(t *testing.T) {
 	staleSeen := make(chan NodeState, 16)
 
 	n0 := c.start(testConfig("n0"), nil)
-	mustPublish(t, n0, cpWithCapacity(100))
+	mustPublish(t, n0, cpWithHealthy(100))
 	n1 := c.start(withSeeds(testConfig("n1"), n0.Addr()), func(n *Node) { mustPublish(t, n, gfeFor("n1", 10)) })
 	n2 := c.start(withSeeds(testConfig("n2"), n0.Addr()), func(n *Node) {
 		mustPublish(t, n, gfeFor("n2", 20))
@@ -248,10 +249,10 @@ func TestThreeNodes(t *testing.T) {
 
 	// A newer version replaces the older on every node.
 	old := n0.Snapshot().States["n0"]
-	v2 := mustPublish(t, n0, cpWithCapacity(250))
+	v2 := mustPublish(t, n0, cpWithHealthy(250))
 	for _, n := range nodes {
 		waitFor(ctx, t, n, "n0's second state", hasVersion("n0", v2))
-		if got := n.Snapshot().States["n0"].Groups[0].Capacity; got != 250 {
+		if got := n.Snapshot().States["n0"].Groups[0].Healthy; got != 250 {
 			t.Errorf("%s: n0 capacity = %v, want 250", n.cfg.Name, got)
 		}
 	}
@@ -289,7 +290,7 @@ func TestLateJoinerGetsAllStates(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	defer cancel()
 	c := newCluster(t)
-	n0 := c.start(testConfig("n0"), func(n *Node) { mustPublish(t, n, cpWithCapacity(100)) })
+	n0 := c.start(testConfig("n0"), func(n *Node) { mustPublish(t, n, cpWithHealthy(100)) })
 	n1 := c.start(withSeeds(testConfig("n1"), n0.Addr()), func(n *Node) { mustPublish(t, n, gfeFor("n1", 10)) })
 	n2 := c.start(withSeeds(testConfig("n2"), n0.Addr()), func(n *Node) { mustPublish(t, n, gfeFor("n2", 20)) })
 	for _, n := range []*Node{n0, n1, n2} {
@@ -319,7 +320,7 @@ func TestCrashedNodeDropped(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	defer cancel()
 	c := newCluster(t)
-	n0 := c.start(testConfig("n0"), func(n *Node) { mustPublish(t, n, cpWithCapacity(100)) })
+	n0 := c.start(testConfig("n0"), func(n *Node) { mustPublish(t, n, cpWithHealthy(100)) })
 	n1 := c.start(withSeeds(testConfig("n1"), n0.Addr()), func(n *Node) { mustPublish(t, n, gfeFor("n1", 10)) })
 	n2 := c.start(withSeeds(testConfig("n2"), n0.Addr()), func(n *Node) { mustPublish(t, n, gfeFor("n2", 20)) })
 	for _, n := range []*Node{n0, n1, n2} {
@@ -353,7 +354,7 @@ func TestGracefulLeaveDropsAtOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	defer cancel()
 	c := newCluster(t)
-	n0 := c.start(testConfig("n0"), func(n *Node) { mustPublish(t, n, cpWithCapacity(100)) })
+	n0 := c.start(testConfig("n0"), func(n *Node) { mustPublish(t, n, cpWithHealthy(100)) })
 
 	n1, err := New(withSeeds(testConfig("n1"), n0.Addr()), Options{Logger: testLogger(t)})
 	if err != nil {
@@ -404,7 +405,7 @@ func TestEncryption(t *testing.T) {
 			c := newCluster(t)
 			cfg0, cfg1 := testConfig("n0"), testConfig("n1")
 			cfg0.SecretKey, cfg1.SecretKey = tt.key0, tt.key1
-			n0 := c.start(cfg0, func(n *Node) { mustPublish(t, n, cpWithCapacity(100)) })
+			n0 := c.start(cfg0, func(n *Node) { mustPublish(t, n, cpWithHealthy(100)) })
 			n1 := c.start(cfg1, func(n *Node) { mustPublish(t, n, gfeFor("n1", 10)) })
 
 			_, err := n1.Join([]string{n0.Addr()})
@@ -426,7 +427,7 @@ func TestEncryption(t *testing.T) {
 				waitFor(ctx, t, n, "both states", hasAll([]string{"n0", "n1"}))
 			}
 			// And a later change still gets through, encrypted.
-			v := mustPublish(t, n0, cpWithCapacity(200))
+			v := mustPublish(t, n0, cpWithHealthy(200))
 			waitFor(ctx, t, n1, "n0's new state", hasVersion("n0", v))
 		})
 	}
@@ -444,7 +445,7 @@ func TestJoinRetriesUntilSeedIsUp(t *testing.T) {
 
 	seedCfg := testConfig("seed")
 	seedCfg.BindPort = port
-	seed := c.start(seedCfg, func(n *Node) { mustPublish(t, n, cpWithCapacity(100)) })
+	seed := c.start(seedCfg, func(n *Node) { mustPublish(t, n, cpWithHealthy(100)) })
 	for _, n := range []*Node{joiner, seed} {
 		waitFor(ctx, t, n, "both states", hasAll([]string{"joiner", "seed"}))
 	}
@@ -495,7 +496,7 @@ func TestMembershipRepair(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	defer cancel()
 	c := newCluster(t)
-	a := c.start(testConfig("a"), func(n *Node) { mustPublish(t, n, cpWithCapacity(100)) })
+	a := c.start(testConfig("a"), func(n *Node) { mustPublish(t, n, cpWithHealthy(100)) })
 	b := c.start(withSeeds(testConfig("b"), a.Addr()), func(n *Node) { mustPublish(t, n, gfeFor("b", 1)) })
 	waitFor(ctx, t, b, "a and b", hasAll([]string{"a", "b"}))
 	outsider := c.start(testConfig("outsider"), func(n *Node) { mustPublish(t, n, gfeFor("outsider", 2)) })

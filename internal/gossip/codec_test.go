@@ -11,17 +11,14 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
-// bigGFEState has enough services and groups to be compressed.
-func bigGFEState(services, groups int) NodeState {
+// bigGFEState has enough services (services × variants of them) to be
+// compressed.
+func bigGFEState(services, variants int) NodeState {
 	s := gfeState()
 	s.Demand = map[string]float64{}
-	s.Load = map[string]map[string]float64{}
 	for i := range services {
-		svc := fmt.Sprintf("service-%02d", i)
-		s.Demand[svc] = float64(100 + i)
-		s.Load[svc] = map[string]float64{}
-		for j := range groups {
-			s.Load[svc][fmt.Sprintf("region-%d-zone-%d", j/2, j%2)] = float64(i*j) + 0.25
+		for j := range variants {
+			s.Demand[fmt.Sprintf("service-%02d-variant-%d", i, j)] = float64(i*j) + 0.25
 		}
 	}
 	return s

@@ -30,7 +30,7 @@ func propagationCluster(ctx context.Context, tb testing.TB, size int) (*cluster,
 	tb.Helper()
 	c := newCluster(tb)
 	start := time.Now()
-	cp := c.start(propagationConfig("cp"), func(n *Node) { mustPublish(tb, n, cpWithCapacity(100)) })
+	cp := c.start(propagationConfig("cp"), func(n *Node) { mustPublish(tb, n, cpWithHealthy(100)) })
 	nodes := []*Node{cp}
 	names := []string{"cp"}
 	for i := 1; i < size; i++ {
@@ -50,9 +50,9 @@ func propagationCluster(ctx context.Context, tb testing.TB, size int) (*cluster,
 	return c, nodes
 }
 
-// measureChange publishes a capacity change on nodes[0] and returns, for
+// measureChange publishes a health change on nodes[0] and returns, for
 // every other node, how long it took to see it.
-func measureChange(ctx context.Context, tb testing.TB, nodes []*Node, capacity float64) []time.Duration {
+func measureChange(ctx context.Context, tb testing.TB, nodes []*Node, healthy int) []time.Duration {
 	tb.Helper()
 	pub := nodes[0]
 	// Drop notifications of earlier changes so that each waiter starts
@@ -66,7 +66,7 @@ func measureChange(ctx context.Context, tb testing.TB, nodes []*Node, capacity f
 		lats = make([]time.Duration, 0, len(nodes)-1)
 	)
 	start := time.Now()
-	v := mustPublish(tb, pub, cpWithCapacity(capacity))
+	v := mustPublish(tb, pub, cpWithHealthy(healthy))
 	for _, n := range nodes[1:] {
 		wg.Go(func() {
 			for {
@@ -86,11 +86,11 @@ func measureChange(ctx context.Context, tb testing.TB, nodes []*Node, capacity f
 	}
 	wg.Wait()
 	if len(lats) != len(nodes)-1 {
-		tb.Fatalf("change %v reached %d of %d nodes before the deadline", capacity, len(lats), len(nodes)-1)
+		tb.Fatalf("change %v reached %d of %d nodes before the deadline", healthy, len(lats), len(nodes)-1)
 	}
 	for _, n := range nodes[1:] {
-		if got := n.Snapshot().States[pub.cfg.Name].Groups[0].Capacity; got != capacity {
-			tb.Fatalf("%s sees capacity %v, want %v", n.cfg.Name, got, capacity)
+		if got := n.Snapshot().States[pub.cfg.Name].Groups[0].Healthy; got != healthy {
+			tb.Fatalf("%s sees %v healthy, want %v", n.cfg.Name, got, healthy)
 		}
 	}
 	slices.Sort(lats)
@@ -106,7 +106,7 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 	return ds[min(max(i, 0), len(ds)-1)]
 }
 
-// TestPropagation50 measures how long a capacity change published on one
+// TestPropagation50 measures how long a health change published on one
 // node of 50 takes to reach all 50, over several changes, and asserts each
 // took at most 2 s. The log lines are the figures to quote.
 func TestPropagation50(t *testing.T) {
@@ -121,7 +121,7 @@ func TestPropagation50(t *testing.T) {
 
 	var all, perNode []time.Duration
 	for i := range changes {
-		lats := measureChange(ctx, t, nodes, float64(1000+i))
+		lats := measureChange(ctx, t, nodes, 1000+i)
 		last := lats[len(lats)-1]
 		all = append(all, last)
 		perNode = append(perNode, lats...)
@@ -158,7 +158,7 @@ func BenchmarkPropagation50(b *testing.B) {
 	var all, perNode []time.Duration
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		lats := measureChange(ctx, b, nodes, float64(1000+i))
+		lats := measureChange(ctx, b, nodes, 1000+i)
 		all = append(all, lats[len(lats)-1])
 		perNode = append(perNode, lats...)
 	}

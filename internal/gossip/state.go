@@ -14,11 +14,10 @@ type Kind string
 
 // The kinds of node that take part in gossip.
 const (
-	// KindGFE is an edge node (cmd/gfe). It publishes Site, Demand, RTT,
-	// Load and InFlight.
+	// KindGFE is an edge node (cmd/gfe). It publishes Site, Demand and RTT.
 	KindGFE Kind = "gfe"
 	// KindControlPlane is a control plane replica (cmd/controlplane). It
-	// publishes Groups.
+	// publishes Groups: the health of the groups whose checks it owns.
 	KindControlPlane Kind = "controlplane"
 )
 
@@ -26,10 +25,11 @@ const (
 // publishes a complete NodeState each time (there are no partial updates), and
 // a receiver keeps only the state with the highest Version per Node.
 //
-// Demand, load and capacity are in the backend service's demand units, the
-// same units as waterfall.Group.Capacity: requests/s for RATE services, new
-// connections/s (demand) against concurrent connections (capacity) for
-// CONNECTION services.
+// Demand is in the backend service's unit of demand, the unit its capacity
+// is counted in (config.BalancingMode): requests/s, or for CONNECTION
+// services connections or requests open at once. A state carries only what
+// some receiver reads: gfes read Site, Demand and RTT; control planes read
+// Groups.
 //
 // A NodeState returned by this package (from Snapshot or a Changes-driven
 // read) is shared and must not be modified; use Clone or Node.States for a
@@ -61,13 +61,6 @@ type NodeState struct {
 	// RTT maps region name to this gfe's smoothed round trip to the
 	// region's backends, in milliseconds. A missing region is unreachable.
 	RTT map[string]float64 `json:"rtt_ms,omitempty"`
-	// Load maps service name, then instance group name, to the load this
-	// gfe sends to that group, in demand units per second.
-	Load map[string]map[string]float64 `json:"load,omitempty"`
-	// InFlight maps service name, then instance group name, to the requests
-	// (or, for CONNECTION services, open connections) this gfe has
-	// outstanding at that group, averaged over the publishing interval.
-	InFlight map[string]map[string]float64 `json:"in_flight,omitempty"`
 
 	// Groups is the capacity and health of the instance groups a control
 	// plane replica checks. With several replicas each publishes the groups
@@ -75,11 +68,10 @@ type NodeState struct {
 	Groups []GroupState `json:"groups,omitempty"`
 }
 
-// GroupState is one instance group as a control plane sees it.
+// GroupState is the health of one instance group as the control plane
+// that checks it sees it. The gfes get health from their snapshot, and
+// capacity from the configuration, not from here.
 type GroupState struct {
-	// Service is the backend service the group serves (empty if the group
-	// name is unique across services).
-	Service string `json:"service,omitempty"`
 	// Group is the instance group name.
 	Group string `json:"group"`
 	// Region and Zone locate the group.
@@ -90,13 +82,6 @@ type GroupState struct {
 	// Healthy is how many of Instances pass health checks
 	// (0 <= Healthy <= Instances).
 	Healthy int `json:"healthy"`
-	// Capacity is the serving capacity of the healthy instances, after
-	// capacity_scaler, in demand units (requests/s for RATE, concurrent
-	// connections for CONNECTION). Zero drains the group.
-	Capacity float64 `json:"capacity"`
-	// ConfigVersion is the version of the configuration snapshot the
-	// publisher computed Capacity from (opaque; compare for equality).
-	ConfigVersion string `json:"config_version,omitempty"`
 	// HealthyInstances lists the addresses (host:port, as in the
 	// configuration) of the instances counted in Healthy, sorted, so that
 	// every control plane can rebuild per-instance health for the groups
@@ -137,12 +122,6 @@ func (s *NodeState) validate() error {
 	}
 	checkRate("state.demand", s.Demand)
 	checkRate("state.rtt_ms", s.RTT)
-	for _, svc := range sortedKeys(s.Load) {
-		checkRate(fmt.Sprintf("state.load[%q]", svc), s.Load[svc])
-	}
-	for _, svc := range sortedKeys(s.InFlight) {
-		checkRate(fmt.Sprintf("state.in_flight[%q]", svc), s.InFlight[svc])
-	}
 	for i, g := range s.Groups {
 		if g.Group == "" {
 			bad("state.groups[%d].group: required", i)
@@ -155,9 +134,6 @@ func (s *NodeState) validate() error {
 		}
 		if g.Healthy < 0 || g.Healthy > g.Instances {
 			bad("state.groups[%d].healthy: must be in [0, instances=%d], got %d", i, g.Instances, g.Healthy)
-		}
-		if !finiteNonNeg(g.Capacity) {
-			bad("state.groups[%d].capacity: must be finite and >= 0, got %v", i, g.Capacity)
 		}
 		if n := len(g.HealthyInstances); n > 0 && n != g.Healthy {
 			bad("state.groups[%d].healthy_instances: must list healthy=%d addresses, got %d", i, g.Healthy, n)
@@ -200,22 +176,9 @@ func (s NodeState) Clone() NodeState {
 	c := s
 	c.Demand = maps.Clone(s.Demand)
 	c.RTT = maps.Clone(s.RTT)
-	c.Load = cloneNested(s.Load)
-	c.InFlight = cloneNested(s.InFlight)
 	c.Groups = slices.Clone(s.Groups)
 	for i := range c.Groups {
 		c.Groups[i].HealthyInstances = slices.Clone(s.Groups[i].HealthyInstances)
-	}
-	return c
-}
-
-func cloneNested(m map[string]map[string]float64) map[string]map[string]float64 {
-	if m == nil {
-		return nil
-	}
-	c := make(map[string]map[string]float64, len(m))
-	for k, v := range m {
-		c[k] = maps.Clone(v)
 	}
 	return c
 }

@@ -11,14 +11,12 @@ import (
 
 func gfeState() NodeState {
 	return NodeState{
-		Node:     "gfe-1",
-		Kind:     KindGFE,
-		Site:     "paris",
-		Version:  7,
-		Demand:   map[string]float64{"web": 120.5},
-		RTT:      map[string]float64{"eu-west": 4.2, "us-east": 81},
-		Load:     map[string]map[string]float64{"web": {"eu-west-b": 100, "us-east-b": 20.5}},
-		InFlight: map[string]map[string]float64{"web": {"eu-west-b": 3}},
+		Node:    "gfe-1",
+		Kind:    KindGFE,
+		Site:    "paris",
+		Version: 7,
+		Demand:  map[string]float64{"web": 120.5},
+		RTT:     map[string]float64{"eu-west": 4.2, "us-east": 81},
 	}
 }
 
@@ -28,7 +26,7 @@ func cpState() NodeState {
 		Kind:    KindControlPlane,
 		Version: 3,
 		Groups: []GroupState{
-			{Service: "web", Group: "eu-west-b", Region: "eu-west", Zone: "b", Instances: 4, Healthy: 3, Capacity: 300, ConfigVersion: "v12",
+			{Group: "eu-west-b", Region: "eu-west", Zone: "b", Instances: 4, Healthy: 3,
 				HealthyInstances: []string{"10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"}},
 		},
 	}
@@ -52,22 +50,17 @@ func TestValidateRemote(t *testing.T) {
 		{name: "bad numbers", base: gfeState, mutate: func(s *NodeState) {
 			s.Demand["web"] = math.NaN()
 			s.RTT["eu-west"] = -1
-			s.Load["web"]["eu-west-b"] = math.Inf(1)
-			s.InFlight["web"]["eu-west-b"] = -2
 		}, wantErr: []string{
 			`state.demand["web"]: must be finite and >= 0, got NaN`,
 			`state.rtt_ms["eu-west"]: must be finite and >= 0, got -1`,
-			`state.load["web"]["eu-west-b"]: must be finite and >= 0, got +Inf`,
-			`state.in_flight["web"]["eu-west-b"]: must be finite and >= 0, got -2`,
 		}},
 		{name: "bad group", base: cpState, mutate: func(s *NodeState) {
-			s.Groups[0] = GroupState{Instances: -1, Healthy: 2, Capacity: math.NaN()}
+			s.Groups[0] = GroupState{Instances: -1, Healthy: 2}
 		}, wantErr: []string{
 			"state.groups[0].group: required",
 			"state.groups[0].region: required",
 			"state.groups[0].instances: must be >= 0, got -1",
 			"state.groups[0].healthy: must be in [0, instances=-1], got 2",
-			"state.groups[0].capacity: must be finite and >= 0, got NaN",
 		}},
 		{name: "healthy instances disagree with healthy", base: cpState, mutate: func(s *NodeState) {
 			s.Groups[0].HealthyInstances = []string{"10.0.0.1:80", ""}
@@ -118,18 +111,8 @@ func TestCloneSharesNothing(t *testing.T) {
 		for k := range c.RTT {
 			c.RTT[k] = -1
 		}
-		for _, m := range c.Load {
-			for k := range m {
-				m[k] = -1
-			}
-		}
-		for _, m := range c.InFlight {
-			for k := range m {
-				m[k] = -1
-			}
-		}
 		for i := range c.Groups {
-			c.Groups[i].Capacity = -1
+			c.Groups[i].Healthy = -1
 			for j := range c.Groups[i].HealthyInstances {
 				c.Groups[i].HealthyInstances[j] = "scribbled"
 			}
