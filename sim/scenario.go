@@ -88,7 +88,9 @@ type Site struct {
 // return for a bad scenario; test for it with errors.Is.
 var ErrInvalidScenario = errors.New("invalid scenario")
 
-// ScenarioError lists every problem found in one scenario.
+// ScenarioError lists every problem found in one scenario. Each problem is
+// also a *config.FieldError (file, field path, message), the error type of
+// operator configurations, so config.FieldErrors lists them the same way.
 type ScenarioError struct {
 	// File is the name the scenario was parsed under; may be empty.
 	File string
@@ -113,8 +115,19 @@ func (e *ScenarioError) Error() string {
 	return b.String()
 }
 
-// Unwrap returns ErrInvalidScenario.
-func (e *ScenarioError) Unwrap() error { return ErrInvalidScenario }
+// Unwrap returns ErrInvalidScenario and one *config.FieldError per problem,
+// in order.
+func (e *ScenarioError) Unwrap() []error {
+	out := []error{ErrInvalidScenario}
+	for _, p := range e.Problems {
+		path, msg, ok := strings.Cut(p, ": ")
+		if !ok {
+			path, msg = "", p
+		}
+		out = append(out, &config.FieldError{File: e.File, Path: path, Msg: msg})
+	}
+	return out
+}
 
 // The file format. Numeric fields are pointers so that a missing required
 // field can be told from an explicit zero (yaml.v3 loses KnownFields inside

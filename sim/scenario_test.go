@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
@@ -189,6 +190,16 @@ func TestParseScenarioBadFiles(t *testing.T) {
 			for i, line := range lines {
 				if want := path + ": " + tt.want[i]; line != want {
 					t.Errorf("error line %d = %q, want %q", i, line, want)
+				}
+			}
+			// The same problems as config's field errors: file, path, message.
+			fes := config.FieldErrors(err)
+			if len(fes) != len(tt.want) {
+				t.Fatalf("%d config.FieldErrors, want %d", len(fes), len(tt.want))
+			}
+			for i, fe := range fes {
+				if fe.File != path || fe.Error() != path+": "+tt.want[i] {
+					t.Errorf("field error %d = %+v (%q), want file %s and %q", i, fe, fe.Error(), path, tt.want[i])
 				}
 			}
 		})
