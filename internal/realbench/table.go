@@ -210,160 +210,249 @@ func (t *table) row(m Measurement) (Row, error) {
 	if row.Scope == "" {
 		row.Scope = "-"
 	}
+	tl := t.newTally()
+	for i := range m.Requests {
+		if err := tl.add(i, &m.Requests[i]); err != nil {
+			return Row{}, err
+		}
+	}
+	tl.seriesToRates()
+	over, excess := tl.overCapacity()
+	sums := tl.sum(&row, m.Requests, over)
+	t.summarise(&row, sums, excess)
+	t.finishPhases(tl.phases, sums)
+	row.Phases = tl.phases
+	row.Series = tl.series
+	return row, nil
+}
+
+// windowKey names one backend ("region/backend") in one window.
+type windowKey struct {
+	backend string
+	w       int
+}
+
+// rowTally is the first pass over a Measurement's requests: it checks each
+// request and counts it by phase and site, by window and region, and by
+// backend and window.
+type rowTally struct {
+	t        *table
+	total    time.Duration // the measured time
+	nw       int           // windows of t.window, the last possibly shorter
+	siteIdx  map[string]int
+	arrivals map[windowKey]int64
+	rateOf   map[string]float64 // backend -> capacity, requests/s
+	series   []WindowLoad       // per window; LoadRPS counts until seriesToRates
+	phases   []PhaseRow
+}
+
+// newTally returns an empty tally over t's windows, phases and sites.
+func (t *table) newTally() *rowTally {
 	total := t.measured()
 	nw := max(1, int((total+t.window-1)/t.window))
-	type key struct {
-		backend string
-		w       int
+	tl := &rowTally{
+		t: t, total: total, nw: nw, siteIdx: map[string]int{},
+		arrivals: map[windowKey]int64{}, rateOf: map[string]float64{},
+		series: make([]WindowLoad, nw), phases: make([]PhaseRow, len(t.phases)),
 	}
-	arrivals := map[key]int64{}
-	series := make([]WindowLoad, nw)
-	for w := range series {
-		series[w] = WindowLoad{TS: (time.Duration(w) * t.window).Seconds(), LoadRPS: map[string]float64{}}
+	for w := range tl.series {
+		tl.series[w] = WindowLoad{TS: (time.Duration(w) * t.window).Seconds(), LoadRPS: map[string]float64{}}
 	}
-	rateOf := map[string]float64{} // backend -> capacity
-	window := func(r *Request) int { return min(max(0, int(r.T/t.window)), nw-1) }
-
-	phases := make([]PhaseRow, len(t.phases))
-	siteIdx := map[string]int{}
 	for i, s := range t.sites {
-		siteIdx[s] = i
+		tl.siteIdx[s] = i
 	}
-	for i := range phases {
-		phases[i].Name = t.phases[i].Name
-		phases[i].LoadRPS = map[string]float64{}
+	for i := range tl.phases {
+		tl.phases[i].Name = t.phases[i].Name
+		tl.phases[i].LoadRPS = map[string]float64{}
 		for _, s := range t.sites {
-			phases[i].Sites = append(phases[i].Sites, SitePhase{Site: s, Routed: map[string]int64{}})
+			tl.phases[i].Sites = append(tl.phases[i].Sites, SitePhase{Site: s, Routed: map[string]int64{}})
 		}
 	}
-	for i := range m.Requests {
-		r := &m.Requests[i]
-		si, ok := siteIdx[r.Site]
-		if !ok {
-			return Row{}, fmt.Errorf("request %d: unknown site %q", i, r.Site)
-		}
-		if r.Phase < 0 || r.Phase >= len(phases) {
-			return Row{}, fmt.Errorf("request %d: phase %d out of range", i, r.Phase)
-		}
-		if r.Region != "" {
-			rate, ok := t.rate[r.Region]
-			if !ok {
-				return Row{}, fmt.Errorf("request %d: unknown region %q", i, r.Region)
-			}
-			series[window(r)].LoadRPS[r.Region]++
-			if r.Backend != "" {
-				id := r.Region + "/" + r.Backend
-				rateOf[id] = rate
-				arrivals[key{id, window(r)}]++
-			}
-		}
-		ph := &phases[r.Phase]
-		ph.Sent++
-		ph.Sites[si].Sent++
-		if r.ok() {
-			ph.OK++
-			ph.Sites[si].OK++
-		} else {
-			ph.Failed++
-		}
-		if r.Region != "" {
-			ph.Sites[si].Routed[r.Region]++
-		}
-	}
+	return tl
+}
 
-	// Over-capacity windows: capacity·window, the last window possibly
-	// shorter.
-	capOf := func(id string, w int) float64 {
-		length := min(t.window, total-time.Duration(w)*t.window)
-		return rateOf[id] * length.Seconds()
+// window returns the window r was sent in.
+func (tl *rowTally) window(r *Request) int { return min(max(0, int(r.T/tl.t.window)), tl.nw-1) }
+
+// windowLength returns the length of window w: t.window, or less for the
+// last window.
+func (tl *rowTally) windowLength(w int) time.Duration {
+	return min(tl.t.window, tl.total-time.Duration(w)*tl.t.window)
+}
+
+// add checks request i, r, and counts it.
+func (tl *rowTally) add(i int, r *Request) error {
+	si, ok := tl.siteIdx[r.Site]
+	if !ok {
+		return fmt.Errorf("request %d: unknown site %q", i, r.Site)
 	}
-	for w := range series {
-		length := min(t.window, total-time.Duration(w)*t.window).Seconds()
-		for region := range series[w].LoadRPS {
-			series[w].LoadRPS[region] /= length
+	if r.Phase < 0 || r.Phase >= len(tl.phases) {
+		return fmt.Errorf("request %d: phase %d out of range", i, r.Phase)
+	}
+	if r.Region != "" {
+		rate, ok := tl.t.rate[r.Region]
+		if !ok {
+			return fmt.Errorf("request %d: unknown region %q", i, r.Region)
+		}
+		tl.series[tl.window(r)].LoadRPS[r.Region]++
+		if r.Backend != "" {
+			id := r.Region + "/" + r.Backend
+			tl.rateOf[id] = rate
+			tl.arrivals[windowKey{id, tl.window(r)}]++
 		}
 	}
-	over := map[key]bool{}
+	ph := &tl.phases[r.Phase]
+	ph.Sent++
+	ph.Sites[si].Sent++
+	if r.ok() {
+		ph.OK++
+		ph.Sites[si].OK++
+	} else {
+		ph.Failed++
+	}
+	if r.Region != "" {
+		ph.Sites[si].Routed[r.Region]++
+	}
+	return nil
+}
+
+// seriesToRates turns the series' counts into rates over each window's
+// length.
+func (tl *rowTally) seriesToRates() {
+	for w := range tl.series {
+		length := tl.windowLength(w).Seconds()
+		for region := range tl.series[w].LoadRPS {
+			tl.series[w].LoadRPS[region] /= length
+		}
+	}
+}
+
+// overCapacity returns the backend windows in which more requests arrived
+// than the backend's capacity·window allows (beyond the tolerance), and
+// the requests that arrived above capacity, summed over every backend
+// window.
+func (tl *rowTally) overCapacity() (map[windowKey]bool, float64) {
+	over := map[windowKey]bool{}
 	var excess float64
-	for k, a := range arrivals {
-		c := capOf(k.backend, k.w)
-		if float64(a) > c*(1+t.tol) {
+	for k, a := range tl.arrivals {
+		c := tl.rateOf[k.backend] * tl.windowLength(k.w).Seconds()
+		if float64(a) > c*(1+tl.t.tol) {
 			over[k] = true
 		}
 		excess += max(0, float64(a)-c)
 	}
+	return over, excess
+}
 
-	var (
-		lat                   = make([]float64, 0, len(m.Requests))
-		phaseLat              = make([][]float64, len(phases))
-		latSum, rttSum, lpSum float64
-		overServed, cross     int64
-		phaseOver, phaseCross = make([]int64, len(phases)), make([]int64, len(phases))
-		phaseRouted           = make([]int64, len(phases))
-		sources               = map[netip.Addr]bool{}
-		ports                 = map[netip.AddrPort]bool{}
-	)
-	for i := range m.Requests {
-		r := &m.Requests[i]
+// rowSums are the second pass's sums over a row's requests, in total and
+// per phase.
+type rowSums struct {
+	lat []float64 // served requests' latency, ms
+	// latSum is the served requests' latency; rttSum and lpSum the routed
+	// requests' RTT and their phase's LP mean RTT; ms.
+	latSum, rttSum, lpSum float64
+	overServed            int64 // served by a backend in an over-capacity window
+	cross                 int64 // routed outside the site's nearest region
+	// Per phase.
+	phaseLat                           [][]float64
+	phaseOver, phaseCross, phaseRouted []int64
+	// The distinct client addresses and address:port pairs.
+	sources map[netip.Addr]bool
+	ports   map[netip.AddrPort]bool
+}
+
+// sum is the second pass over reqs: it counts them into row (Sent,
+// Connected, Routed, OK, Failed) and returns the sums the measures are
+// made of. over holds the over-capacity backend windows.
+func (tl *rowTally) sum(row *Row, reqs []Request, over map[windowKey]bool) *rowSums {
+	np := len(tl.phases)
+	s := &rowSums{
+		lat: make([]float64, 0, len(reqs)), phaseLat: make([][]float64, np),
+		phaseOver: make([]int64, np), phaseCross: make([]int64, np), phaseRouted: make([]int64, np),
+		sources: map[netip.Addr]bool{}, ports: map[netip.AddrPort]bool{},
+	}
+	for i := range reqs {
+		r := &reqs[i]
 		row.Sent++
 		if r.Source.IsValid() {
 			row.Connected++
-			sources[r.Source.Addr()] = true
-			ports[r.Source] = true
+			s.sources[r.Source.Addr()] = true
+			s.ports[r.Source] = true
 		}
 		if r.Region != "" {
 			row.Routed++
-			phaseRouted[r.Phase]++
-			rttSum += t.rtt[r.Site][r.Region]
-			lpSum += t.lpMean[r.Phase]
-			if r.Region != t.nearest[r.Site] {
-				cross++
-				phaseCross[r.Phase]++
-			}
+			s.addRouted(tl.t, r)
 		}
 		if !r.ok() {
 			row.Failed++
 			continue
 		}
 		row.OK++
-		ms := float64(r.Latency) / float64(time.Millisecond)
-		latSum += ms
-		lat = append(lat, ms)
-		phaseLat[r.Phase] = append(phaseLat[r.Phase], ms)
-		if r.Backend != "" && over[key{r.Region + "/" + r.Backend, window(r)}] {
-			overServed++
-			phaseOver[r.Phase]++
-		}
+		s.addServed(r, r.Backend != "" && over[windowKey{r.Region + "/" + r.Backend, tl.window(r)}])
 	}
+	return s
+}
+
+// addRouted counts the routed request r: its RTT, its phase's LP mean RTT
+// and whether a region other than its site's nearest answered it.
+func (s *rowSums) addRouted(t *table, r *Request) {
+	s.phaseRouted[r.Phase]++
+	s.rttSum += t.rtt[r.Site][r.Region]
+	s.lpSum += t.lpMean[r.Phase]
+	if r.Region != t.nearest[r.Site] {
+		s.cross++
+		s.phaseCross[r.Phase]++
+	}
+}
+
+// addServed counts the served request r: its latency, and whether a
+// backend served it in an over-capacity window (over).
+func (s *rowSums) addServed(r *Request, over bool) {
+	ms := float64(r.Latency) / float64(time.Millisecond)
+	s.latSum += ms
+	s.lat = append(s.lat, ms)
+	s.phaseLat[r.Phase] = append(s.phaseLat[r.Phase], ms)
+	if over {
+		s.overServed++
+		s.phaseOver[r.Phase]++
+	}
+}
+
+// summarise sets row's measures from its counts and the sums s; excess is
+// the requests that arrived above capacity.
+func (t *table) summarise(row *Row, s *rowSums, excess float64) {
 	row.Requests = row.Sent + row.Dropped
-	row.MeanMs = ratio(latSum, float64(row.OK))
-	slices.Sort(lat)
-	row.P50Ms, row.P99Ms = percentile(lat, 50), percentile(lat, 99)
-	row.OverCapacity = ratio(float64(overServed), float64(row.OK))
+	row.MeanMs = ratio(s.latSum, float64(row.OK))
+	slices.Sort(s.lat)
+	row.P50Ms, row.P99Ms = percentile(s.lat, 50), percentile(s.lat, 99)
+	row.OverCapacity = ratio(float64(s.overServed), float64(row.OK))
 	row.Excess = ratio(excess, float64(row.Requests))
 	row.ErrorRate = ratio(float64(row.Failed+row.Dropped), float64(row.Requests))
-	row.CrossRegion = ratio(float64(cross), float64(row.Routed))
-	row.MeanRTTMs = ratio(rttSum, float64(row.Routed))
-	if row.Routed > 0 && lpSum > 0 {
-		v := rttSum / lpSum
+	row.CrossRegion = ratio(float64(s.cross), float64(row.Routed))
+	row.MeanRTTMs = ratio(s.rttSum, float64(row.Routed))
+	if row.Routed > 0 && s.lpSum > 0 {
+		v := s.rttSum / s.lpSum
 		row.RTTOverLP = &v
 	}
-	row.Sources, row.SourcePorts = len(sources), len(ports)
+	row.Sources, row.SourcePorts = len(s.sources), len(s.ports)
+}
+
+// finishPhases sets each phase's measures from the sums s: its P99
+// latency, over-capacity and cross-region shares, and the rate its sites
+// routed to each region.
+func (t *table) finishPhases(phases []PhaseRow, s *rowSums) {
 	for i := range phases {
 		ph := &phases[i]
-		slices.Sort(phaseLat[i])
-		ph.P99Ms = percentile(phaseLat[i], 99)
-		ph.OverCapacity = ratio(float64(phaseOver[i]), float64(ph.OK))
-		ph.CrossRegion = ratio(float64(phaseCross[i]), float64(phaseRouted[i]))
-		for _, s := range ph.Sites {
-			for region, n := range s.Routed {
+		slices.Sort(s.phaseLat[i])
+		ph.P99Ms = percentile(s.phaseLat[i], 99)
+		ph.OverCapacity = ratio(float64(s.phaseOver[i]), float64(ph.OK))
+		ph.CrossRegion = ratio(float64(s.phaseCross[i]), float64(s.phaseRouted[i]))
+		for _, site := range ph.Sites {
+			for region, n := range site.Routed {
 				ph.LoadRPS[region] += float64(n) / t.phases[i].Duration.Seconds()
 			}
 		}
 	}
-	row.Phases = phases
-	row.Series = series
-	return row, nil
 }
 
 // check verifies that row accounts for every request: Requests = Sent +
