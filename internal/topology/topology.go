@@ -295,21 +295,51 @@ func Start(ctx context.Context, spec Spec, opts Options) (c *Cluster, err error)
 			c.Stop()
 		}
 	}()
-	if c.Bins == nil {
-		if c.Bins, err = proc.Build(ctx, filepath.Join(opts.Dir, "bin"), false, Binaries...); err != nil {
+	// In order: each step needs what the steps before it started.
+	steps := []func(context.Context) error{
+		c.build,
+		c.writeConfig,
+		c.startBackends,
+		c.waitBackends,
+		c.startControlPlanes,
+		c.waitControlPlanes,
+		c.startGFEs,
+		c.waitGFEs,
+		c.waitConverged,
+	}
+	for _, step := range steps {
+		if err := step(ctx); err != nil {
 			return nil, err
 		}
 	}
-	c.ConfigPath = filepath.Join(opts.Dir, "spillway.yaml")
-	yaml := spec.ConfigYAML()
-	if spec.EditConfig != nil {
-		yaml = spec.EditConfig(yaml)
-	}
-	if err := os.WriteFile(c.ConfigPath, []byte(yaml), 0o644); err != nil {
-		return nil, err
-	}
+	return c, nil
+}
 
-	// Backends: one process per region.
+// build builds the Binaries into Dir/bin unless Options.Bins gave them.
+func (c *Cluster) build(ctx context.Context) error {
+	if c.Bins != nil {
+		return nil
+	}
+	var err error
+	c.Bins, err = proc.Build(ctx, filepath.Join(c.Dir, "bin"), false, Binaries...)
+	return err
+}
+
+// writeConfig writes the deployment's config (Spec.ConfigYAML, then
+// Spec.EditConfig) to Dir/spillway.yaml and sets ConfigPath.
+func (c *Cluster) writeConfig(context.Context) error {
+	c.ConfigPath = filepath.Join(c.Dir, "spillway.yaml")
+	yaml := c.Spec.ConfigYAML()
+	if c.Spec.EditConfig != nil {
+		yaml = c.Spec.EditConfig(yaml)
+	}
+	return os.WriteFile(c.ConfigPath, []byte(yaml), 0o644)
+}
+
+// startBackends starts one backend process per region, serving all of the
+// region's instances, and records their addresses.
+func (c *Cluster) startBackends(context.Context) error {
+	spec := &c.Spec
 	for ri, r := range spec.Regions {
 		for zi := range r.Zones {
 			for i := 1; i <= r.Instances; i++ {
@@ -319,35 +349,53 @@ func Start(ctx context.Context, spec Spec, opts Options) (c *Cluster, err error)
 		if spec.BackendAdmin {
 			c.BackendAdmin[r.Name] = spec.BackendAdminAddr(ri)
 		}
-		p, err := proc.Start("backend-"+r.Name, c.Bins["testbackend"], proc.Options{Tee: opts.Tee}, spec.backendArgs(ri)...)
+		p, err := proc.Start("backend-"+r.Name, c.Bins["testbackend"], proc.Options{Tee: c.opts.Tee}, spec.backendArgs(ri)...)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		c.Backends = append(c.Backends, p)
 	}
+	return nil
+}
+
+// waitBackends waits until every instance listens: through its backend
+// process's admin address when there is one, else each instance's
+// /healthz.
+func (c *Cluster) waitBackends(ctx context.Context) error {
 	for region, addrs := range c.Instances {
 		if a, ok := c.BackendAdmin[region]; ok {
 			// Any protocol: the process admin answers once every instance
 			// listens.
 			if err := waitCtx(ctx, 20*time.Second, "http://"+a+"/admin/stats"); err != nil {
-				return nil, err
+				return err
 			}
 			continue
 		}
 		for _, a := range addrs {
 			if err := waitCtx(ctx, 20*time.Second, "http://"+a+"/healthz"); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
+	return nil
+}
 
-	// Control planes.
+// gossipSeeds returns the control planes' gossip addresses, which every
+// node joins.
+func (s *Spec) gossipSeeds() []string {
 	var seeds []string
-	for k := 1; k <= spec.ControlPlanes; k++ {
-		seeds = append(seeds, spec.ip(0, k)+":7946")
+	for k := 1; k <= s.ControlPlanes; k++ {
+		seeds = append(seeds, s.ip(0, k)+":7946")
 	}
-	for k := 1; k <= spec.ControlPlanes; k++ {
-		ip := spec.ip(0, k)
+	return seeds
+}
+
+// startControlPlanes starts Spec.ControlPlanes control planes, cp-1 on,
+// and records their names, arguments and addresses for StartControlPlane.
+func (c *Cluster) startControlPlanes(context.Context) error {
+	seeds := c.Spec.gossipSeeds()
+	for k := 1; k <= c.Spec.ControlPlanes; k++ {
+		ip := c.Spec.ip(0, k)
 		name := fmt.Sprintf("cp-%d", k)
 		args := []string{
 			"--config", c.ConfigPath, "--node", name, "--listen", ip + ":7000", "--admin", ip + ":7100",
@@ -358,68 +406,99 @@ func Start(ctx context.Context, spec Spec, opts Options) (c *Cluster, err error)
 		c.CPAddrs = append(c.CPAddrs, ip+":7000")
 		c.CPs = append(c.CPs, nil)
 		if err := c.StartControlPlane(k - 1); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	for k := range c.CPs {
-		if err := waitCtx(ctx, 20*time.Second, "http://"+spec.ip(0, k+1)+":7100/readyz"); err != nil {
-			return nil, err
-		}
-	}
+	return nil
+}
 
-	// gfes.
-	for si, s := range spec.Sites {
+// waitControlPlanes waits until every control plane is ready.
+func (c *Cluster) waitControlPlanes(ctx context.Context) error {
+	for k := range c.CPs {
+		if err := waitCtx(ctx, 20*time.Second, "http://"+c.Spec.ip(0, k+1)+":7100/readyz"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startGFEs starts every site's gfes, in site order.
+func (c *Cluster) startGFEs(context.Context) error {
+	seeds := c.Spec.gossipSeeds()
+	for si, s := range c.Spec.Sites {
 		for g := 1; g <= s.GFEs; g++ {
-			ip := spec.ip(si+1, g)
-			gf := &GFE{
-				Name: fmt.Sprintf("gfe-%s-%d", s.Name, g), Site: s.Name,
-				URL: "http://" + ip + ":8080", Admin: "http://" + ip + ":9090", SourceIP: ip,
-			}
-			gf.args = []string{
-				"--node", gf.Name, "--site", s.Name, "--listen", ip + ":8080", "--admin", ip + ":9090",
-				"--source-ip", ip, "--controlplanes", strings.Join(c.CPAddrs, ","),
-				"--gossip-addr", ip + ":7946", "--join", strings.Join(seeds, ","),
-				"--plan-interval", spec.PlanInterval.String(), "--rtt-interval", spec.RTTInterval.String(),
-				"--damping", fmt.Sprint(spec.Damping), "--log-format", "json",
-			}
-			gf.args = append(gf.args, spec.GFEArgs...)
+			gf := c.newGFE(si, g, seeds)
 			c.GFEs = append(c.GFEs, gf)
 			if err := c.StartGFE(gf); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
+	return nil
+}
+
+// newGFE returns gfe g (from 1) of site si, with the arguments that
+// connect it to the control planes and join it to the gossip seeds.
+func (c *Cluster) newGFE(si, g int, seeds []string) *GFE {
+	spec, s := &c.Spec, c.Spec.Sites[si]
+	ip := spec.ip(si+1, g)
+	gf := &GFE{
+		Name: fmt.Sprintf("gfe-%s-%d", s.Name, g), Site: s.Name,
+		URL: "http://" + ip + ":8080", Admin: "http://" + ip + ":9090", SourceIP: ip,
+	}
+	gf.args = []string{
+		"--node", gf.Name, "--site", s.Name, "--listen", ip + ":8080", "--admin", ip + ":9090",
+		"--source-ip", ip, "--controlplanes", strings.Join(c.CPAddrs, ","),
+		"--gossip-addr", ip + ":7946", "--join", strings.Join(seeds, ","),
+		"--plan-interval", spec.PlanInterval.String(), "--rtt-interval", spec.RTTInterval.String(),
+		"--damping", fmt.Sprint(spec.Damping), "--log-format", "json",
+	}
+	gf.args = append(gf.args, spec.GFEArgs...)
+	return gf
+}
+
+// waitGFEs waits until every gfe is ready: it can serve.
+func (c *Cluster) waitGFEs(ctx context.Context) error {
 	for _, gf := range c.GFEs {
 		if err := waitCtx(ctx, 30*time.Second, gf.Admin+"/readyz"); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	// Ready means a gfe can serve; a started deployment also has every
-	// instance's first health verdict and an RTT to every region in every
-	// gfe.
+	return nil
+}
+
+// waitConverged waits until every gfe has every instance's first health
+// verdict and an RTT to every region: what a started deployment has
+// beyond ready.
+func (c *Cluster) waitConverged(ctx context.Context) error {
 	for _, gf := range c.GFEs {
-		err := WaitFor(ctx, 30*time.Second, func() (bool, error) {
-			st, err := Status(ctx, gf)
-			if err != nil {
-				return false, err
-			}
-			for _, s := range st.Services {
-				for _, g := range s.Groups {
-					if g.Healthy != g.Instances {
-						return false, fmt.Errorf("%s sees group %s with %d of %d healthy", gf.Name, g.Name, g.Healthy, g.Instances)
-					}
-				}
-			}
-			if len(st.RTTms) < len(c.Spec.Regions) {
-				return false, fmt.Errorf("%s has measured the RTT of %d of %d regions", gf.Name, len(st.RTTms), len(c.Spec.Regions))
-			}
-			return len(st.Services) > 0, nil
-		})
+		err := WaitFor(ctx, 30*time.Second, func() (bool, error) { return c.converged(ctx, gf) })
 		if err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return c, nil
+	return nil
+}
+
+// converged reports whether gf has services, sees all of their groups'
+// instances healthy and has measured the RTT of every region; the error
+// says what it lacks.
+func (c *Cluster) converged(ctx context.Context, gf *GFE) (bool, error) {
+	st, err := Status(ctx, gf)
+	if err != nil {
+		return false, err
+	}
+	for _, s := range st.Services {
+		for _, g := range s.Groups {
+			if g.Healthy != g.Instances {
+				return false, fmt.Errorf("%s sees group %s with %d of %d healthy", gf.Name, g.Name, g.Healthy, g.Instances)
+			}
+		}
+	}
+	if len(st.RTTms) < len(c.Spec.Regions) {
+		return false, fmt.Errorf("%s has measured the RTT of %d of %d regions", gf.Name, len(st.RTTms), len(c.Spec.Regions))
+	}
+	return len(st.Services) > 0, nil
 }
 
 // StartControlPlane (re)starts control plane k (from 0).
