@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spillway-lb/spillway/internal/edge"
+	"github.com/spillway-lb/spillway/internal/gfe/status"
 	"github.com/spillway-lb/spillway/internal/loadgen"
 	"github.com/spillway-lb/spillway/internal/testkit"
 	"github.com/spillway-lb/spillway/internal/topology"
@@ -81,7 +81,7 @@ const convergeTimeout = 60 * time.Second
 // window of measure: the requests due in it, site by site, and every gfe's
 // /status half way through it. The load runs without a break from the
 // wait into the window. cond may be nil.
-func phase(t *testing.T, c *topology.Cluster, rates map[string]float64, measure time.Duration, cond func(map[string]*edge.Status) error) (map[string]*loadgen.Result, map[string]*edge.Status) {
+func phase(t *testing.T, c *topology.Cluster, rates map[string]float64, measure time.Duration, cond func(map[string]*status.Status) error) (map[string]*loadgen.Result, map[string]*status.Status) {
 	t.Helper()
 	l := c.StartLoad(rates)
 	t0, err := waitConverged(c, rates, cond)
@@ -110,8 +110,8 @@ func phase(t *testing.T, c *topology.Cluster, rates map[string]float64, measure 
 
 // statuses returns every gfe's /status by site (the sites whose gfe
 // answered).
-func statuses(c *topology.Cluster) map[string]*edge.Status {
-	out := map[string]*edge.Status{}
+func statuses(c *topology.Cluster) map[string]*status.Status {
+	out := map[string]*status.Status{}
 	for _, g := range c.GFEs {
 		if st, err := topology.Status(context.Background(), g); err == nil {
 			out[g.Site] = st
@@ -125,9 +125,9 @@ func statuses(c *topology.Cluster) map[string]*edge.Status {
 // rates (or, for a site not driven, under 2 req/s), its own plan row moved
 // by less than 0.01 since the previous poll, and cond (if not nil) holds.
 // It returns when that was first seen, or the last reason it was not.
-func waitConverged(c *topology.Cluster, rates map[string]float64, cond func(map[string]*edge.Status) error) (time.Time, error) {
+func waitConverged(c *topology.Cluster, rates map[string]float64, cond func(map[string]*status.Status) error) (time.Time, error) {
 	deadline := time.Now().Add(convergeTimeout)
-	var prev map[string]*edge.Status
+	var prev map[string]*status.Status
 	good := 0
 	for {
 		now := time.Now()
@@ -153,7 +153,7 @@ func waitConverged(c *topology.Cluster, rates map[string]float64, cond func(map[
 }
 
 // converged is waitConverged's test of one poll against the previous one.
-func converged(c *topology.Cluster, rates map[string]float64, prev, cur map[string]*edge.Status) error {
+func converged(c *topology.Cluster, rates map[string]float64, prev, cur map[string]*status.Status) error {
 	for _, g := range c.GFEs {
 		st := cur[g.Site]
 		if st == nil || len(st.Services) == 0 {
@@ -181,8 +181,8 @@ func converged(c *topology.Cluster, rates map[string]float64, prev, cur map[stri
 }
 
 // planMoved is the largest change of a group's share between two plan rows.
-func planMoved(a, b []edge.ShareStatus) float64 {
-	share := func(row []edge.ShareStatus) map[string]float64 {
+func planMoved(a, b []status.ShareStatus) float64 {
+	share := func(row []status.ShareStatus) map[string]float64 {
 		m := map[string]float64{}
 		for _, s := range row {
 			m[s.Group] += s.Share
@@ -202,8 +202,8 @@ func planMoved(a, b []edge.ShareStatus) float64 {
 
 // healthyIn returns a phase condition: every gfe plans with n healthy
 // instances in region.
-func healthyIn(region string, n int) func(map[string]*edge.Status) error {
-	return func(st map[string]*edge.Status) error {
+func healthyIn(region string, n int) func(map[string]*status.Status) error {
+	return func(st map[string]*status.Status) error {
 		for site, s := range st {
 			h := 0
 			for _, g := range s.Services[0].Groups {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spillway-lb/spillway/internal/edge"
+	"github.com/spillway-lb/spillway/internal/gfe/status"
 	"github.com/spillway-lb/spillway/internal/topology"
 )
 
@@ -167,7 +167,7 @@ func TestStaticStabilityAndMembership(t *testing.T) {
 	})
 }
 
-func siteDemand(st *edge.Status, site string) float64 {
+func siteDemand(st *status.Status, site string) float64 {
 	for _, s := range st.Services[0].Sites {
 		if s.Name == site {
 			return s.DemandRPS

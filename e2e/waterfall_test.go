@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spillway-lb/spillway/internal/edge"
+	"github.com/spillway-lb/spillway/internal/gfe/status"
 	"github.com/spillway-lb/spillway/internal/loadgen"
 	"github.com/spillway-lb/spillway/internal/topology"
 )
@@ -15,7 +15,7 @@ const regionCap = 320.0
 
 // planShare returns the share of site's plan row that goes to region, from
 // the site's gfe's /status taken during the measurement.
-func planShare(t *testing.T, status map[string]*edge.Status, site, region string) float64 {
+func planShare(t *testing.T, status map[string]*status.Status, site, region string) float64 {
 	t.Helper()
 	st := status[site]
 	if st == nil || len(st.Services) == 0 {

@@ -24,7 +24,7 @@ import (
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/cpclient"
 	"github.com/spillway-lb/spillway/internal/daemonflags"
-	"github.com/spillway-lb/spillway/internal/edge"
+	"github.com/spillway-lb/spillway/internal/gfe"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/logging"
 	"github.com/spillway-lb/spillway/internal/snapshot"
@@ -47,7 +47,7 @@ func run(args []string) error {
 		return err
 	}
 
-	ecfg := edge.DefaultConfig()
+	ecfg := gfe.DefaultConfig()
 	ecfg.Node = v.GetString("node")
 	ecfg.Site = v.GetString("site")
 	ecfg.Listen = v.GetString("listen")
@@ -79,7 +79,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	e, err := edge.New(ecfg, edge.Options{Logger: log, Gossip: node})
+	e, err := gfe.New(ecfg, gfe.Options{Logger: log, Gossip: node})
 	if err != nil {
 		return err
 	}
@@ -90,7 +90,7 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		if err := e.ApplySnapshot(edge.ControlState{Version: "file:" + path, Config: c}); err != nil {
+		if err := e.ApplySnapshot(gfe.ControlState{Version: "file:" + path, Config: c}); err != nil {
 			return err
 		}
 	}
@@ -111,7 +111,7 @@ func run(args []string) error {
 }
 
 func parseFlags(args []string) (*viper.Viper, error) {
-	d := edge.DefaultConfig()
+	d := gfe.DefaultConfig()
 	fs := pflag.NewFlagSet("gfe", pflag.ContinueOnError)
 	fs.String("node", "", "this gfe's unique name (default hostname-listen)")
 	fs.String("site", "", "the edge site this gfe serves (required)")
@@ -148,7 +148,7 @@ func parseFlags(args []string) (*viper.Viper, error) {
 
 // runControlPlaneClient keeps the snapshot stream to the control planes open
 // and applies every pushed snapshot to the gfe.
-func runControlPlaneClient(ctx context.Context, addrs []string, cfg edge.Config, e *edge.Edge, log zerolog.Logger) error {
+func runControlPlaneClient(ctx context.Context, addrs []string, cfg gfe.Config, e *gfe.Daemon, log zerolog.Logger) error {
 	ccfg := cpclient.DefaultConfig()
 	ccfg.Addresses, ccfg.Node, ccfg.Site = addrs, cfg.Node, cfg.Site
 	c, err := cpclient.New(ccfg, cpclient.Options{
@@ -163,8 +163,8 @@ func runControlPlaneClient(ctx context.Context, addrs []string, cfg edge.Config,
 
 // controlState turns a control-plane snapshot into the gfe's control state:
 // an instance the snapshot gives no healthy verdict for counts as unhealthy.
-func controlState(s *snapshot.Snapshot) edge.ControlState {
-	cs := edge.ControlState{Version: s.Version, Config: s.Config, Unhealthy: map[string]bool{}}
+func controlState(s *snapshot.Snapshot) gfe.ControlState {
+	cs := gfe.ControlState{Version: s.Version, Config: s.Config, Unhealthy: map[string]bool{}}
 	for _, g := range s.Config.Groups() {
 		for _, in := range g.Group.Instances {
 			if h, ok := s.Health[in.Address]; !ok || !h.Healthy {

@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/spillway-lb/spillway/internal/edge"
+	"github.com/spillway-lb/spillway/internal/gfe/status"
 	"github.com/spillway-lb/spillway/internal/loadgen"
 	"github.com/spillway-lb/spillway/internal/topology"
 )
@@ -164,7 +164,7 @@ func applyPolicy(ctx context.Context, c *topology.Cluster, p Policy) error {
 	return nil
 }
 
-func policies(s []edge.ServiceStatus) []string {
+func policies(s []status.ServiceStatus) []string {
 	out := make([]string, len(s))
 	for i, e := range s {
 		out[i] = e.Policy

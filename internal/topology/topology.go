@@ -34,7 +34,7 @@ import (
 	"time"
 
 	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/internal/edge"
+	"github.com/spillway-lb/spillway/internal/gfe/status"
 	"github.com/spillway-lb/spillway/internal/loadgen"
 	"github.com/spillway-lb/spillway/internal/proc"
 )
@@ -665,14 +665,14 @@ func SetHealthy(ctx context.Context, healthy bool, addrs ...string) error {
 }
 
 // Status fetches a gfe's /status.
-func Status(ctx context.Context, gf *GFE) (*edge.Status, error) {
+func Status(ctx context.Context, gf *GFE) (*status.Status, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, gf.Admin+"/status", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	var st edge.Status
+	var st status.Status
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		return nil, fmt.Errorf("decode %s/status: %w", gf.Admin, err)
 	}

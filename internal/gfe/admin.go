@@ -1,0 +1,99 @@
+package gfe
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/pprof"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/internal/gfe/status"
+)
+
+// adminHandler serves /metrics, /healthz, /readyz, /status and pprof.
+func (d *Daemon) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !d.Ready() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(d.Status())
+	})
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	return mux
+}
+
+// Status returns the node's current state. Safe to call from any goroutine.
+func (d *Daemon) Status() status.Status {
+	st := status.Status{Node: d.cfg.Node, Site: d.cfg.Site, Ready: d.Ready(), RTTms: d.rtt.Snapshot()}
+	if snap := d.gossip.Snapshot(); snap != nil {
+		st.Members = snap.Members
+	}
+	t := d.table.Load()
+	if t == nil {
+		return st
+	}
+	st.ConfigVersion = t.Version
+	names := make([]string, 0, len(t.Services))
+	for n := range t.Services {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		st.Services = append(st.Services, d.serviceStatus(t.Services[n]))
+	}
+	return st
+}
+
+// serviceStatus returns the /status entry of service s.
+func (d *Daemon) serviceStatus(s *routing.Service) status.ServiceStatus {
+	m := s.Meters()
+	ss := status.ServiceStatus{Name: s.Name(), Policy: string(s.Config().Policy), Decisions: map[string]int64{}, Failures: m.Failures.Load()}
+	for r := range routing.NumReasons {
+		ss.Decisions[r.String()] = m.Decisions[r].Load()
+	}
+	if det := s.Outliers(); det != nil {
+		for _, h := range det.Snapshot(d.clk.Now()) {
+			if h.Ejected {
+				ss.Ejected = append(ss.Ejected, status.EjectedStatus{Group: h.Group, Address: h.Name, Until: h.EjectedUntil, Reason: string(h.Reason)})
+			}
+		}
+	}
+	w := s.World()
+	for _, site := range w.Sites {
+		if site.Name == d.cfg.Site {
+			ss.DemandRPS = site.Demand
+		}
+		ss.Sites = append(ss.Sites, status.SiteStatus{Name: site.Name, DemandRPS: site.Demand})
+	}
+	for _, r := range w.Regions {
+		for _, g := range r.Groups {
+			ss.Groups = append(ss.Groups, status.GroupStatus{Name: g.Name, Region: r.Name, Zone: g.Zone, Instances: g.Instances, Healthy: g.Healthy, CapacityRPS: g.Capacity})
+		}
+	}
+	if p := s.Plan(); p != nil {
+		for _, f := range p.Row(d.cfg.Site) {
+			ss.Plan = append(ss.Plan, status.ShareStatus{Region: f.Region, Group: f.Group, Share: f.Share, Reason: f.Reason.String()})
+		}
+		for _, r := range p.Regions {
+			ss.Regions = append(ss.Regions, status.RegionStatus{Name: r.Name, CapacityRPS: r.Capacity, LoadRPS: r.Load, Utilization: r.Utilization()})
+		}
+	}
+	return ss
+}

@@ -1,0 +1,414 @@
+package gfe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/internal/gfe/httpproxy"
+	"github.com/spillway-lb/spillway/internal/gfe/listeners"
+	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/internal/gfe/rtt"
+	"github.com/spillway-lb/spillway/internal/gfe/tcpproxy"
+	"github.com/spillway-lb/spillway/internal/gossip"
+)
+
+// Config is what an operator sets for one gfe. Start from DefaultConfig.
+type Config struct {
+	// Node is this gfe's name, unique among gfes (its gossip name).
+	Node string
+	// Site is the edge location this gfe serves. Required.
+	Site string
+	// Listen is the address of the client-facing HTTP listener (HTTP/1.1
+	// and h2c, with the defaults of config.DefaultListener). The listeners
+	// of the control state's config bind the host of this address at their
+	// own ports; one whose port is this one takes this socket over.
+	// Default 127.0.0.1:8080.
+	Listen string
+	// Admin is the address of the admin listener (/metrics, /healthz,
+	// /readyz, /status, /debug/pprof). Default 127.0.0.1:9090; keep it on
+	// loopback.
+	Admin string
+	// SourceIP, when valid, is the local address of every connection this
+	// gfe opens to a backend (proxied requests and RTT probes), so that
+	// backends can tell sites apart. Zero lets the kernel choose.
+	SourceIP netip.Addr
+	// PlanInterval is how often the node re-plans from gossip and publishes
+	// its own state. Default 500ms. Lower reacts faster at the cost of CPU
+	// and gossip traffic.
+	PlanInterval time.Duration
+	// Damping is the fraction of the way each plan moves toward the
+	// planner's newest output per PlanInterval (waterfall.Damp). Default
+	// 0.5; 1 disables damping.
+	Damping float64
+	// DemandSmoothing is the time constant of the demand and load rate
+	// estimates this node publishes (ewma.Rate.Tau). Default 1s. Longer
+	// rides out noise at the cost of slower reaction to real changes.
+	DemandSmoothing time.Duration
+	// RTTInterval is how often each region is probed. Default 1s.
+	RTTInterval time.Duration
+	// RTTPath is the HTTP path probed for RTT on a region's instances; any
+	// response counts as a sample. Default "/rtt".
+	RTTPath string
+	// DrainTimeout bounds how long shutdown waits for in-flight requests,
+	// and how long a removed or changed listener's connections may take to
+	// finish. Default 10s.
+	DrainTimeout time.Duration
+	// CertCheckInterval is how often the certificate files of https
+	// listeners are checked for changes (modification time or size) and
+	// reloaded, and failed listener binds retried. Default 10s. Files are
+	// also checked on every applied snapshot.
+	CertCheckInterval time.Duration
+	// AccessLog logs every request (off by default: it costs on the hot
+	// path).
+	AccessLog bool
+}
+
+// DefaultConfig returns a Config with every default filled in; Node and Site
+// are left for the caller.
+func DefaultConfig() Config {
+	return Config{
+		Listen:          "127.0.0.1:8080",
+		Admin:           "127.0.0.1:9090",
+		PlanInterval:    500 * time.Millisecond,
+		Damping:         0.5,
+		DemandSmoothing: time.Second,
+		RTTInterval:     time.Second,
+		RTTPath:         "/rtt",
+		DrainTimeout:    10 * time.Second,
+
+		CertCheckInterval: 10 * time.Second,
+	}
+}
+
+// Validate reports every problem with c, each naming its field.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Site == "" {
+		errs = append(errs, errors.New("gfe.site: required"))
+	}
+	if c.Node == "" {
+		errs = append(errs, errors.New("gfe.node: required"))
+	}
+	if c.PlanInterval <= 0 {
+		errs = append(errs, fmt.Errorf("gfe.plan_interval: must be > 0, got %v", c.PlanInterval))
+	}
+	if c.DemandSmoothing <= 0 {
+		errs = append(errs, fmt.Errorf("gfe.demand_smoothing: must be > 0, got %v", c.DemandSmoothing))
+	}
+	if c.RTTInterval <= 0 {
+		errs = append(errs, fmt.Errorf("gfe.rtt_interval: must be > 0, got %v", c.RTTInterval))
+	}
+	if !(c.Damping > 0 && c.Damping <= 1) {
+		errs = append(errs, fmt.Errorf("gfe.damping: must be in (0,1], got %v", c.Damping))
+	}
+	if c.CertCheckInterval <= 0 {
+		errs = append(errs, fmt.Errorf("gfe.cert_check_interval: must be > 0, got %v", c.CertCheckInterval))
+	}
+	if c.DrainTimeout < 0 {
+		errs = append(errs, fmt.Errorf("gfe.drain_timeout: must be >= 0, got %v", c.DrainTimeout))
+	}
+	for _, a := range []struct{ name, v string }{{"gfe.listen", c.Listen}, {"gfe.admin", c.Admin}} {
+		if _, _, err := net.SplitHostPort(a.v); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", a.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Gossip is the part of the gossip node the gfe uses. *gossip.Node
+// implements it. Both methods may be called from any goroutine.
+type Gossip interface {
+	Publish(gossip.NodeState) (uint64, error)
+	Snapshot() *gossip.Snapshot
+}
+
+// Options are the gfe's dependencies.
+type Options struct {
+	// Logger receives the node's logs. The zero Logger discards them.
+	Logger zerolog.Logger
+	// Clock drives the planner and prober loops; nil means the real clock.
+	Clock clock.Clock
+	// Gossip shares state with the other nodes. Required.
+	Gossip Gossip
+	// Registerer receives the node's Prometheus metrics; nil means a new
+	// registry of its own (served on /metrics).
+	Registry *prometheus.Registry
+	// Rand returns uniform random numbers for picks; nil means
+	// math/rand/v2.Uint64.
+	Rand func() uint64
+}
+
+// ControlState is one control-plane snapshot as the gfe uses it.
+type ControlState = routing.ControlState
+
+// Daemon is one running gfe: it wires the planner loop (a routing.Builder
+// fed by the control state, gossip and the RTT prober), the HTTP and tcp
+// proxies, the listeners and the admin server. Create it with New and start
+// it with Run.
+type Daemon struct {
+	// Immutable after New.
+	cfg       Config
+	log       zerolog.Logger
+	clk       clock.Clock
+	gossip    Gossip
+	reg       *prometheus.Registry
+	metrics   *metrics
+	rtt       *rtt.Prober
+	proxy     *httpproxy.Proxy
+	tcp       *tcpproxy.Proxy
+	listeners *listeners.Manager
+
+	// Accessed atomically.
+	table    atomic.Pointer[routing.Table]
+	control  atomic.Pointer[ControlState]
+	draining atomic.Bool
+
+	// kick wakes the planner when a snapshot arrives or a backend is
+	// ejected (buffered, 1).
+	kick chan struct{}
+
+	// Owned by the planner goroutine.
+	builder *routing.Builder
+}
+
+// New returns a Daemon for cfg. It does not listen until Run.
+func New(cfg Config, opts Options) (*Daemon, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Gossip == nil {
+		return nil, errors.New("gfe: Options.Gossip is required")
+	}
+	d := &Daemon{
+		cfg:    cfg,
+		log:    opts.Logger.With().Str("component", "gfe").Str("site", cfg.Site).Logger(),
+		clk:    clock.OrReal(opts.Clock),
+		gossip: opts.Gossip,
+		reg:    opts.Registry,
+		kick:   make(chan struct{}, 1),
+	}
+	rnd := opts.Rand
+	if rnd == nil {
+		rnd = rand.Uint64
+	}
+	if d.reg == nil {
+		d.reg = prometheus.NewRegistry()
+		d.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	}
+	d.metrics = newMetrics(d.reg, d.Table)
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	if cfg.SourceIP.IsValid() {
+		dialer.LocalAddr = &net.TCPAddr{IP: cfg.SourceIP.AsSlice()}
+	}
+	d.builder = routing.NewBuilder(routing.Config{Node: cfg.Node, Site: cfg.Site, Damping: cfg.Damping, DemandSmoothing: cfg.DemandSmoothing},
+		routing.Options{Clock: d.clk, Rand: rnd})
+	d.rtt = rtt.New(rtt.Config{Path: cfg.RTTPath, Interval: cfg.RTTInterval}, rtt.Options{Clock: d.clk, Logger: d.log, Dialer: dialer})
+	var err error
+	d.proxy, err = httpproxy.New(httpproxy.Config{AccessLog: cfg.AccessLog}, httpproxy.Options{
+		Planner: d, Logger: d.log, Clock: d.clk, Rand: rnd, Dialer: dialer, Registry: d.reg,
+		PickErrors: d.metrics.pickErrors, BackendErrors: d.metrics.backendErrors,
+	})
+	if err != nil {
+		return nil, err
+	}
+	d.tcp, err = tcpproxy.New(tcpproxy.Config{DrainTimeout: cfg.DrainTimeout, DemandSmoothing: cfg.DemandSmoothing}, tcpproxy.Options{
+		State: d, Logger: d.log, Clock: d.clk, Rand: rnd, Dial: dialer.DialContext, Registry: d.reg,
+		PickErrors: d.metrics.pickErrors, BackendErrors: d.metrics.backendErrors,
+	})
+	if err != nil {
+		return nil, err
+	}
+	d.listeners, err = listeners.New(listeners.Config{Listen: cfg.Listen, DrainTimeout: cfg.DrainTimeout, CertCheckInterval: cfg.CertCheckInterval},
+		listeners.Options{HTTP: d.proxy, TCP: d.tcp, Streams: d.proxy, Logger: d.log, Clock: d.clk, Registry: d.reg})
+	if err != nil {
+		return nil, fmt.Errorf("gfe.listen: %w", err)
+	}
+	return d, nil
+}
+
+// ApplySnapshot validates cs and makes it the node's control state; the
+// next plan uses it. It returns an error (the control-plane client NACKs
+// with it) when cs cannot be used — no config, or a certificate of an https
+// listener that cannot be loaded — and then keeps the previous state. It
+// reconciles the listeners (when Run has started them) and ends the
+// long-lived streams (gRPC calls, WebSockets) to backends that cs makes
+// unavailable: unhealthy, or no longer configured. Safe to call from any
+// goroutine.
+func (d *Daemon) ApplySnapshot(cs ControlState) error {
+	if cs.Config == nil {
+		return errors.New("gfe: snapshot without config")
+	}
+	if err := d.listeners.Apply(cs.Config.Listeners); err != nil {
+		return fmt.Errorf("gfe: snapshot %s: %w", cs.Version, err)
+	}
+	d.endUnavailableStreams(&cs)
+	if d.control.Swap(&cs) == nil {
+		d.rtt.ProbeSoon()
+	}
+	d.Wake()
+	return nil
+}
+
+// Table returns the routing table live now, nil before the first plan. The
+// table must not be modified. Safe to call from any goroutine.
+func (d *Daemon) Table() *routing.Table { return d.table.Load() }
+
+// Control returns the control state live now, nil before the first
+// snapshot. Safe to call from any goroutine.
+func (d *Daemon) Control() *ControlState { return d.control.Load() }
+
+// RTT returns this node's RTT estimate per region, in milliseconds.
+func (d *Daemon) RTT() map[string]float64 { return d.rtt.Snapshot() }
+
+// Wake asks the planner for a new table at once. It never blocks.
+func (d *Daemon) Wake() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Ready reports whether the node can serve: it is not draining and its
+// routing table has at least one backend to send requests to.
+func (d *Daemon) Ready() bool {
+	if d.draining.Load() {
+		return false
+	}
+	t := d.table.Load()
+	if t == nil {
+		return false
+	}
+	for _, s := range t.Services {
+		if s.Healthy() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Component is one long-lived part of the daemon, run by Run.
+type Component struct {
+	Name string
+	Run  func(ctx context.Context) error
+}
+
+// Run serves until ctx is cancelled, then drains: readiness turns false,
+// every listener stops accepting at once (new connections are refused),
+// in-flight requests get up to DrainTimeout to finish, and upgraded
+// connections (WebSockets) are closed. It returns nil after a clean drain,
+// and an error when DrainTimeout passed with requests still in flight.
+//
+// Run binds Config.Listen (an error is returned when it cannot) and the
+// listeners of the current control state (a bind error is logged and
+// retried every CertCheckInterval), and reconciles them with every
+// snapshot applied while it runs. Its components — planner, rtt,
+// listeners, admin and drain — run under one errgroup.
+func (d *Daemon) Run(ctx context.Context) error {
+	aln, err := net.Listen("tcp", d.cfg.Admin)
+	if err != nil {
+		return fmt.Errorf("gfe admin listen %s: %w", d.cfg.Admin, err)
+	}
+	if err := d.listeners.Start(); err != nil {
+		aln.Close()
+		return fmt.Errorf("gfe listen %s: %w", d.cfg.Listen, err)
+	}
+	d.log.Info().Str("listen", d.ListenAddr().String()).Str("admin", aln.Addr().String()).Msg("gfe serving")
+	admin := &http.Server{Handler: d.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+
+	components := []Component{
+		{Name: "planner", Run: d.plan},
+		{Name: "rtt", Run: func(ctx context.Context) error { return d.rtt.Run(ctx, d.regionTargets) }},
+		{Name: "listeners", Run: d.listeners.Run},
+		{Name: "admin", Run: func(context.Context) error { return serve(admin, aln) }},
+		{Name: "drain", Run: func(ctx context.Context) error { return d.drain(ctx, admin) }},
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for _, c := range components {
+		g.Go(func() error { return c.Run(gctx) })
+	}
+	err = g.Wait()
+	if ctx.Err() != nil && err == nil {
+		d.log.Info().Msg("gfe stopped")
+	}
+	return err
+}
+
+// drain waits for ctx to end, then drains the listeners and stops the
+// admin server.
+func (d *Daemon) drain(ctx context.Context, admin *http.Server) error {
+	<-ctx.Done()
+	d.draining.Store(true)
+	start := time.Now()
+	d.log.Info().Dur("drain_timeout", d.cfg.DrainTimeout).Msg("draining")
+	dctx, cancel := context.WithTimeout(context.Background(), d.cfg.DrainTimeout)
+	defer cancel()
+	err := d.listeners.Shutdown(dctx)
+	d.proxy.CloseIdleConnections()
+	aerr := admin.Shutdown(dctx)
+	d.log.Info().Dur("took", time.Since(start)).Msg("drained")
+	return errors.Join(err, aerr)
+}
+
+// ListenAddr returns the bound address of Config.Listen (its real port when
+// Config.Listen asks for port 0), or nil before Run has bound it.
+func (d *Daemon) ListenAddr() net.Addr { return d.listeners.DefaultAddr() }
+
+// endUnavailableStreams ends the tracked streams whose backend cs makes
+// unavailable: unhealthy, or not an instance of cs.Config any more.
+func (d *Daemon) endUnavailableStreams(cs *ControlState) {
+	if d.proxy.OpenStreams() == 0 {
+		return
+	}
+	known := map[string]bool{}
+	for _, g := range cs.Config.Groups() {
+		for _, in := range g.Group.Instances {
+			known[in.Address] = true
+		}
+	}
+	if n := d.proxy.EndStreamsTo(func(addr string) bool { return cs.Unhealthy[addr] || !known[addr] }); n > 0 {
+		d.log.Info().Int("streams", n).Str("version", cs.Version).Msg("ended streams to unavailable backends")
+	}
+}
+
+// regionTargets returns, for every region of the current config, the first
+// healthy instance (in config order) to probe; a region with no healthy
+// instance is probed on its first instance, so it keeps an RTT estimate.
+func (d *Daemon) regionTargets() map[string]string {
+	cs := d.control.Load()
+	if cs == nil {
+		return nil
+	}
+	out := map[string]string{}
+	for _, g := range cs.Config.Groups() {
+		r := g.Region.Name
+		for _, in := range g.Group.Instances {
+			if _, ok := out[r]; !ok {
+				out[r] = in.Address
+			}
+			if !cs.Unhealthy[in.Address] && cs.Unhealthy[out[r]] {
+				out[r] = in.Address
+			}
+		}
+	}
+	return out
+}
+
+// serve runs srv on ln and treats a shutdown as a clean stop.
+func serve(srv *http.Server, ln net.Listener) error {
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,145 @@
+package gfe
+
+import (
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
+	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/internal/gossip"
+)
+
+// TestProxyWaterfall runs the planner and the proxy in process against real
+// HTTP backends: under capacity everything goes to the nearest region; with
+// demand over the nearest region's capacity the excess spills to the next.
+func TestProxyWaterfall(t *testing.T) {
+	e1, e2 := backendServer(t, "us-east"), backendServer(t, "us-east")
+	w1, w2 := backendServer(t, "eu-west"), backendServer(t, "eu-west")
+	g := &fakeGossip{node: "gfe-nyc", states: map[string]gossip.NodeState{}}
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	e := newTestEdge(t, g, clk)
+	e.rtt.Set("us-east", 5)
+	e.rtt.Set("eu-west", 80)
+	cfg := gfetest.TwoRegionConfig(t, "waterfall", addrsOf(e1, e2), addrsOf(w1, w2), 100)
+	if err := e.ApplySnapshot(ControlState{Version: "v1", Config: cfg}); err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(e.proxy)
+	defer front.Close()
+
+	send := func(n int) map[string]int {
+		t.Helper()
+		got := map[string]int{}
+		for range n {
+			resp, err := http.Get(front.URL + "/x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			got[resp.Header.Get("X-Spillway-Region")]++
+		}
+		return got
+	}
+
+	// Under capacity: demand 100 rps (another nyc gfe reports it) < 200.
+	g.set(gossip.NodeState{Node: "gfe-nyc-2", Kind: gossip.KindGFE, Site: "nyc", Demand: map[string]float64{"web": 100}, RTT: map[string]float64{"us-east": 5, "eu-west": 80}})
+	e.step(clk.Now())
+	if got := send(200); got["us-east"] != 200 {
+		t.Fatalf("under capacity: regions = %v, want all 200 in us-east", got)
+	}
+
+	// Over capacity: 300 rps at nyc against 200 in us-east ⇒ 1/3 to eu-west.
+	g.set(gossip.NodeState{Node: "gfe-nyc-2", Kind: gossip.KindGFE, Site: "nyc", Demand: map[string]float64{"web": 300}, RTT: map[string]float64{"us-east": 5, "eu-west": 80}})
+	clk.Advance(time.Second) // the 200 requests above also count toward this node's demand
+	e.step(clk.Now())
+	st := e.Status()
+	if len(st.Services) != 1 {
+		t.Fatalf("Status().Services = %v", st.Services)
+	}
+	var eastShare float64
+	for _, s := range st.Services[0].Plan {
+		if s.Region == "us-east" {
+			eastShare += s.Share
+		}
+	}
+	demand := st.Services[0].DemandRPS
+	if want := 200 / demand; math.Abs(eastShare-want) > 1e-9 {
+		t.Fatalf("plan share of us-east = %v, want 200/%v = %v", eastShare, demand, want)
+	}
+	got := send(3000)
+	if frac := float64(got["us-east"]) / 3000; math.Abs(frac-eastShare) > 0.03 {
+		t.Errorf("us-east got %.3f of requests, plan says %.3f (%v)", frac, eastShare, got)
+	}
+	if st.Services[0].Decisions["nearest"] == 0 {
+		t.Errorf("no nearest decisions counted: %v", st.Services[0].Decisions)
+	}
+}
+
+// TestTCPDemandIsOpenConnections: the planner publishes and plans a tcp
+// listener's service with its open connections as demand,
+// smoothed with time constant DemandSmoothing (1 s).
+func TestTCPDemandIsOpenConnections(t *testing.T) {
+	gfetest.CheckLeaks(t)
+	e1, w1 := gfetest.NewEchoBackend(t, "e1"), gfetest.NewEchoBackend(t, "w1")
+	cfg := gfetest.TCPConfig(t, "waterfall", gfetest.Instances(e1.Addr()), gfetest.Instances(w1.Addr()), 0)
+	g := &fakeGossip{node: "gfe-nyc", states: map[string]gossip.NodeState{}}
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	ecfg := DefaultConfig()
+	ecfg.Node, ecfg.Site = "gfe-nyc", "nyc"
+	ecfg.Damping = 1
+	e, err := New(ecfg, Options{Gossip: g, Clock: clk, Rand: gfetest.Rand()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.rtt.Set("us-east", 5)
+	e.rtt.Set("eu-west", 80)
+	if err := e.ApplySnapshot(ControlState{Version: "v1", Config: cfg}); err != nil {
+		t.Fatal(err)
+	}
+	e.step(clk.Now())
+	l, _ := cfg.Listener("db")
+	h := gfetest.ServeTCP(t, clk, ecfg.DrainTimeout, l, e.tcp.Serve)
+	h.Open(t, 30)
+	for _, tt := range []struct {
+		name string
+		want float64
+	}{
+		{"after 1s", 30 * (1 - math.Exp(-1))},
+		{"after 2s", 30 * (1 - math.Exp(-2))},
+	} {
+		clk.Advance(time.Second)
+		e.step(clk.Now())
+		st := g.Snapshot().States["gfe-nyc"]
+		if got := st.Demand["db"]; math.Abs(got-tt.want) > 1e-9 {
+			t.Errorf("%s: published demand = %v, want %v", tt.name, got, tt.want)
+		}
+		if got := e.Status().Services[0].DemandRPS; math.Abs(got-tt.want) > 1e-9 {
+			t.Errorf("%s: planned demand = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestPeers: the table build reads the gossip states of gfes only.
+func TestPeers(t *testing.T) {
+	snap := &gossip.Snapshot{States: map[string]gossip.NodeState{
+		"gfe-lon": {Node: "gfe-lon", Kind: gossip.KindGFE, Site: "lon", Demand: map[string]float64{"web": 30}, RTT: map[string]float64{"eu-west": 5}},
+		"cp":      {Node: "cp", Kind: gossip.KindControlPlane, Groups: []gossip.GroupState{{Group: "east", Region: "us-east"}}},
+	}}
+	want := []routing.Peer{{Node: "gfe-lon", Site: "lon", Demand: map[string]float64{"web": 30}, RTT: map[string]float64{"eu-west": 5}}}
+	if d := cmp.Diff(want, peers(snap)); d != "" {
+		t.Errorf("peers mismatch (-want +got):\n%s", d)
+	}
+	if got := peers(nil); len(got) != 0 {
+		t.Errorf("peers(nil) = %v, want none", got)
+	}
+}

@@ -1,0 +1,24 @@
+// Package httpproxy is the gfe's HTTP reverse proxy: it routes each client
+// request to a service, picks a backend from the live routing table
+// (session affinity first, then the service's policy), and forwards the
+// request with httputil.ReverseProxy over HTTP/1.1, h2c for gRPC, or an
+// upgraded tunnel for WebSockets.
+//
+// The proxy needs two things of the gfe, behind the Planner interface: the
+// live table (routing.Table, loaded once per request) and a way to wake the
+// planner when outlier detection ejects a backend. It owns what lives on
+// the request path: retries (retry.go states what may be retried and why),
+// the outlier reports of every attempt, affinity cookies, the transports
+// and the tracking of long-lived streams, so that the gfe can end those of
+// a backend that becomes unavailable (EndStreamsTo).
+//
+// Guarantees:
+//
+//   - Every request holds one slot of its backend for its whole life (the
+//     last attempt's, with retries), released when it ends.
+//   - A client never sees an internal error's text: no route is a 404, no
+//     backend a 503 and every backend busy a 429, each with a fixed
+//     message; a backend's failure is a 502 (504 for the route timeout).
+//   - The common path does not allocate beyond net/http's own (copy
+//     buffers are pooled; TestProxyBytesPerRequest).
+package httpproxy

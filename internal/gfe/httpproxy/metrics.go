@@ -1,0 +1,83 @@
+package httpproxy
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the HTTP proxy's Prometheus metrics. Counters on the request
+// path are resolved once per label set by the client library and updated
+// atomically; retries, ejections and cookies are off the common path.
+type metrics struct {
+	unrouted      *prometheus.CounterVec // service (empty), code
+	pickErrors    *prometheus.CounterVec // service, error (routing.ErrorLabel)
+	backendErrors prometheus.Counter
+	latency       prometheus.Histogram
+	retries       *prometheus.CounterVec // service
+	ejections     *prometheus.CounterVec // service
+	cookies       *prometheus.CounterVec // service
+	streamsClosed prometheus.Counter
+}
+
+// NewPickErrors returns the counter of requests and connections for which
+// no backend could be picked, by service and error label
+// (routing.ErrorLabel). The gfe shares one between its proxies.
+func NewPickErrors() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "spillway_gfe_pick_errors_total",
+		Help: "Requests and connections for which no backend could be picked, by service and error (no_backend, all_busy, other).",
+	}, []string{"service", "error"})
+}
+
+// NewBackendErrors returns the counter of proxied requests and connections
+// that failed at the backend. The gfe shares one between its proxies.
+func NewBackendErrors() prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "spillway_gfe_backend_errors_total",
+		Help: "Proxied requests that failed at the backend (connect error, reset, timeout), and tcp connections whose backend could not be dialled.",
+	})
+}
+
+func newMetrics(opts Options) *metrics {
+	m := &metrics{
+		unrouted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spillway_gfe_unrouted_requests_total",
+			Help: "Requests that matched no route, by service (empty) and status.",
+		}, []string{"service", "code"}),
+		pickErrors:    opts.PickErrors,
+		backendErrors: opts.BackendErrors,
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "spillway_gfe_request_duration_seconds",
+			Help:    "Time from request arrival to the end of the proxied response.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spillway_gfe_retries_total",
+			Help: "Requests sent again to another backend after an attempt failed (never reached a backend, or idempotent without an answer), by service.",
+		}, []string{"service"}),
+		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spillway_gfe_outlier_ejections_total",
+			Help: "Backends ejected by passive outlier detection, by service.",
+		}, []string{"service"}),
+		cookies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spillway_gfe_affinity_cookies_total",
+			Help: "Session-affinity cookies set on responses (new clients, moved clients, refreshed or re-signed cookies), by service.",
+		}, []string{"service"}),
+		streamsClosed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "spillway_gfe_streams_closed_total",
+			Help: "Long-lived streams (gRPC calls, WebSockets) ended because their backend became unavailable.",
+		}),
+	}
+	cs := []prometheus.Collector{m.unrouted, m.latency, m.retries, m.ejections, m.cookies, m.streamsClosed}
+	if m.pickErrors == nil {
+		m.pickErrors = NewPickErrors()
+		cs = append(cs, m.pickErrors)
+	}
+	if m.backendErrors == nil {
+		m.backendErrors = NewBackendErrors()
+		cs = append(cs, m.backendErrors)
+	}
+	if opts.Registry != nil {
+		opts.Registry.MustRegister(cs...)
+	}
+	return m
+}

@@ -1,0 +1,341 @@
+package httpproxy
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/lb/affinity"
+	"github.com/spillway-lb/spillway/lb/backend"
+	"github.com/spillway-lb/spillway/lb/outlier"
+)
+
+// Planner is what the proxy needs of the gfe's planner. Its methods are
+// called on the request path from many goroutines at once and must not
+// block.
+type Planner interface {
+	// Table returns the routing table live now, nil before the first one.
+	Table() *routing.Table
+	// Wake asks for a new table soon: outlier detection ejected a backend.
+	Wake()
+}
+
+// Config is what an operator sets for the proxy.
+type Config struct {
+	// AccessLog logs every request (off by default: it costs on the hot
+	// path).
+	AccessLog bool
+}
+
+// Options are the proxy's dependencies.
+type Options struct {
+	// Planner gives the live table. Required.
+	Planner Planner
+	// Logger receives the access log. The zero Logger discards it.
+	Logger zerolog.Logger
+	// Clock times requests and outlier reports; nil means the real clock.
+	Clock clock.Clock
+	// Rand returns uniform random numbers for picks; nil means
+	// math/rand/v2.Uint64. It must be safe for concurrent use.
+	Rand func() uint64
+	// Dialer opens connections to backends; nil means a net.Dialer with a
+	// 5 s timeout.
+	Dialer *net.Dialer
+	// Registry receives the proxy's metrics; nil registers them nowhere.
+	Registry prometheus.Registerer
+	// PickErrors and BackendErrors are the counters the proxy shares with
+	// the tcp proxy (labels service and error for PickErrors); nil gives
+	// the proxy counters of its own, registered in Registry.
+	PickErrors    *prometheus.CounterVec
+	BackendErrors prometheus.Counter
+}
+
+// Proxy is the client-facing HTTP handler: route, pick, forward. Create it
+// with New; it is safe for concurrent use.
+type Proxy struct {
+	// Immutable after New.
+	cfg       Config
+	planner   Planner
+	log       zerolog.Logger
+	clk       clock.Clock
+	rand      func() uint64
+	metrics   *metrics
+	transport *http.Transport
+	// next carries one attempt of a request to the backend in its URL; the
+	// ReverseProxy's Transport (retryTransport) sends every attempt through
+	// it. backendRoundTripper by default.
+	next http.RoundTripper
+	rp   *httputil.ReverseProxy
+	// streams tracks long-lived streams (gRPC calls, upgraded connections)
+	// by backend, so that those of an unavailable backend can be ended.
+	streams *streamTracker
+	// h2c carries gRPC calls to backends; grpcTransport and
+	// upgradeTransport are the tracked transports of transportFor.
+	h2c              *http.Transport
+	grpcTransport    http.RoundTripper
+	upgradeTransport http.RoundTripper
+}
+
+type pickKey struct{}
+
+// New returns a Proxy.
+func New(cfg Config, opts Options) (*Proxy, error) {
+	if opts.Planner == nil {
+		return nil, errors.New("httpproxy: Options.Planner is required")
+	}
+	dialer := opts.Dialer
+	if dialer == nil {
+		dialer = &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	}
+	tr := &http.Transport{
+		DialContext:           dialer.DialContext,
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: 30 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+	p := &Proxy{
+		cfg:       cfg,
+		planner:   opts.Planner,
+		log:       opts.Logger,
+		clk:       clock.OrReal(opts.Clock),
+		rand:      opts.Rand,
+		metrics:   newMetrics(opts),
+		transport: tr,
+		streams:   newStreamTracker(),
+		h2c:       newH2CTransport(dialer),
+	}
+	if p.rand == nil {
+		p.rand = rand.Uint64
+	}
+	// Attempts go by the request's protocol (transportFor: gRPC over h2c,
+	// upgrades and gRPC calls tracked as streams, the rest over tr).
+	p.grpcTransport = &trackingTransport{next: p.h2c, streams: p.streams}
+	p.upgradeTransport = &trackingTransport{next: tr, streams: p.streams}
+	p.next = backendRoundTripper{p}
+	p.rp = &httputil.ReverseProxy{
+		Transport:  retryTransport{p: p},
+		BufferPool: &bufferPool{},
+		Rewrite: func(r *httputil.ProxyRequest) {
+			ph := r.In.Context().Value(pickKey{}).(*pickHolder)
+			r.Out.URL.Scheme = "http"
+			r.Out.URL.Host = ph.pick.Backend.Addr()
+			r.Out.Host = r.In.Host
+			r.SetXForwarded()
+			if ph.retries > 0 && r.Out.Body != nil && r.Out.Body != http.NoBody {
+				// Keep the client's body for a retry (see replayBody).
+				r.Out.Body = &replayBody{rc: r.Out.Body}
+			}
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			ph := r.Context().Value(pickKey{}).(*pickHolder)
+			ph.svc.Meters().Failures.Add(1)
+			p.metrics.backendErrors.Inc()
+			status := http.StatusBadGateway
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(r.Context().Err(), context.DeadlineExceeded) {
+				status = http.StatusGatewayTimeout
+			}
+			http.Error(w, http.StatusText(status), status)
+		},
+	}
+	return p, nil
+}
+
+// CloseIdleConnections closes the idle connections to backends.
+func (p *Proxy) CloseIdleConnections() {
+	p.transport.CloseIdleConnections()
+	p.h2c.CloseIdleConnections()
+}
+
+// copyBufferSize is the size of the buffers ReverseProxy copies response
+// bodies through; 32 KiB is what it allocates itself without a pool.
+const copyBufferSize = 32 << 10
+
+// bufferPool recycles ReverseProxy's copy buffers. Without it ReverseProxy
+// allocates a fresh 32 KiB buffer for every response, four fifths of the
+// bytes the gfe allocated per request (bench/proxy.sh), and the GC work that
+// follows cost about a quarter of the proxy's CPU. Buffers are kept as array
+// pointers so that Put does not allocate. Safe for concurrent use.
+type bufferPool struct {
+	p sync.Pool // of *[copyBufferSize]byte
+}
+
+// Get returns a buffer of copyBufferSize bytes.
+func (b *bufferPool) Get() []byte {
+	if a, ok := b.p.Get().(*[copyBufferSize]byte); ok {
+		return a[:]
+	}
+	return new([copyBufferSize]byte)[:]
+}
+
+// Put recycles buf if it came from Get; other slices are dropped.
+func (b *bufferPool) Put(buf []byte) {
+	if len(buf) != copyBufferSize {
+		return
+	}
+	b.p.Put((*[copyBufferSize]byte)(buf))
+}
+
+// The fixed answers to requests that get no backend; the error's text (which
+// may name a backend) never reaches the client.
+const (
+	msgNoConfig  = "no configuration yet"
+	msgNoRoute   = "gfe: no route for request"
+	msgNoBackend = "gfe: no healthy backend"
+	msgAllBusy   = "gfe: every backend is at its concurrency limit"
+)
+
+// ServeHTTP routes r to a service, picks a backend by the service's session
+// affinity and policy and forwards r to it, within the route's timeout and
+// with the route's retries (retryTransport).
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := p.clk.Now()
+	t := p.planner.Table()
+	if t == nil {
+		http.Error(w, msgNoConfig, http.StatusServiceUnavailable)
+		return
+	}
+	rt, ok := t.Config.Route(r.Host, r.URL.Path)
+	if !ok {
+		p.metrics.unrouted.WithLabelValues("", "404").Inc()
+		http.Error(w, msgNoRoute, http.StatusNotFound)
+		return
+	}
+	svc := t.Services[rt.Service]
+	if svc == nil {
+		http.Error(w, msgNoBackend, http.StatusServiceUnavailable)
+		return
+	}
+	svc.Meters().Arrived()
+
+	var (
+		pk  routing.Pick
+		ck  routing.Cookie
+		err error
+	)
+	if a := svc.Affinity(); a != nil {
+		pk, ck, err = svc.PickAffinity(affinityRequest(a, r, flowOf(r)), start, p.rand)
+	} else {
+		pk, err = svc.PickAt(p.rand(), flowOf(r), start)
+	}
+	if err != nil {
+		svc.Meters().Failures.Add(1)
+		p.metrics.pickErrors.WithLabelValues(svc.Name(), routing.ErrorLabel(err)).Inc()
+		if errors.Is(err, routing.ErrAllBusy) {
+			http.Error(w, msgAllBusy, http.StatusTooManyRequests)
+		} else {
+			http.Error(w, msgNoBackend, http.StatusServiceUnavailable)
+		}
+		return
+	}
+	svc.Meters().Decisions[pk.Reason].Add(1)
+	// The route timeout bounds the whole request, retries included. Streams
+	// are exempt: an upgraded connection (WebSocket) lives as long as its
+	// client keeps it, and a gRPC call carries its own deadline.
+	ctx, cancel := r.Context(), context.CancelFunc(noCancel)
+	if rt.Timeout > 0 && !isGRPC(r.Header) && !isUpgrade(r.Header) {
+		ctx, cancel = context.WithTimeout(ctx, rt.Timeout)
+	}
+	defer cancel()
+	ph := &pickHolder{Context: ctx, pick: pk, svc: svc, retries: rt.Retries, attempts: 1, cookie: ck, secure: r.TLS != nil}
+	ph.tried[0] = pk.Backend
+	defer ph.pick.Done() // the pick of the last attempt
+	p.rp.ServeHTTP(w, r.WithContext(ph))
+
+	elapsed := p.clk.Since(start)
+	p.metrics.latency.Observe(elapsed.Seconds())
+	if p.cfg.AccessLog {
+		p.log.Info().Str("service", svc.Name()).Str("backend", ph.pick.Backend.Addr()).Str("region", ph.pick.Region).
+			Str("reason", ph.pick.Reason.String()).Int("attempts", ph.attempts).Str("method", r.Method).Str("path", r.URL.Path).
+			Dur("duration", elapsed).Msg("request")
+	}
+}
+
+func noCancel() {}
+
+// pickHolder is the context of a proxied request: the route's deadline,
+// and the pick of its current attempt, which Rewrite, retryTransport and
+// ErrorHandler find under pickKey. Being the context itself saves the
+// allocation of a context.WithValue. Used by the request's goroutine only
+// (ReverseProxy calls them all synchronously).
+type pickHolder struct {
+	context.Context
+	pick routing.Pick
+	svc  *routing.Service
+	// retries is how many more attempts the route allows after the first.
+	retries int
+	// attempts made so far, and their backends.
+	attempts int
+	tried    [maxAttempts]*backend.Backend
+	// cookie is the affinity cookie to set on the response (Value "" for
+	// none), and secure whether the client came over TLS.
+	cookie routing.Cookie
+	secure bool
+}
+
+// Value returns the holder itself for pickKey, and otherwise the route
+// context's value.
+func (h *pickHolder) Value(key any) any {
+	if _, ok := key.(pickKey); ok {
+		return h
+	}
+	return h.Context.Value(key)
+}
+
+// report records the result of the current attempt with outlier detection
+// at now; an ejection is counted and wakes the planner, so that the next
+// table, built at once, leaves the host out.
+func (p *Proxy) report(h *pickHolder, r outlier.Result, now time.Time) {
+	if h.pick.Host != nil && h.pick.Host.Report(r, now) {
+		p.metrics.ejections.WithLabelValues(h.svc.Name()).Inc()
+		p.planner.Wake()
+	}
+}
+
+// flowOf returns the request's client and listener addresses.
+func flowOf(r *http.Request) routing.Flow {
+	var k routing.Flow
+	k.Src, _ = netip.ParseAddrPort(r.RemoteAddr)
+	if la, ok := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr); ok {
+		ap := la.AddrPort()
+		k.Dst = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	return k
+}
+
+// affinityRequest returns what affinity a looks at in r, whose flow is k.
+// It does not allocate.
+func affinityRequest(a *routing.Affinity, r *http.Request, k routing.Flow) affinity.Request {
+	req := affinity.Request{
+		ClientIP:   k.Src.Addr(),
+		ClientPort: k.Src.Port(),
+		DestIP:     k.Dst.Addr(),
+		DestPort:   k.Dst.Port(),
+		Protocol:   protoTCP,
+	}
+	switch {
+	case a.Cookie() != "":
+		req.Cookie = cookieValue(r.Header, a.Cookie())
+	case a.Header() != "":
+		if v := r.Header[a.Header()]; len(v) > 0 {
+			req.Header = v[0]
+		}
+	}
+	return req
+}
+
+// protoTCP is the IANA protocol number of TCP, the transport of every
+// HTTP/1.1 and h2 client connection.
+const protoTCP = 6

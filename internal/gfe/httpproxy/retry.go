@@ -1,0 +1,169 @@
+package httpproxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+
+	"github.com/spillway-lb/spillway/lb/outlier"
+)
+
+// Retries (DESIGN.md §4; config.Route.Retries).
+//
+// httputil.ReverseProxy sends a request once, so the proxy's Transport is a
+// retryTransport: it sends each attempt through the proxy's attempt
+// transport (proxy.next) to the backend picked for it, reports the result
+// to outlier detection, and when an attempt failed and may safely be sent
+// again, picks another backend and sends it there, up to the route's
+// retries. An attempt may be sent again when
+//
+//   - it never reached a backend: connecting failed (refused, unreachable,
+//     dial timeout), so the backend saw nothing, whatever the method; or
+//   - the method is idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE), the
+//     request has no body, and the attempt failed before any answer came
+//     (connection reset or closed, for instance by a backend that died with
+//     the request in flight).
+//
+// A request with a body is sent again only when it never reached a backend
+// (its body was not read: the proxy hands each attempt a replayBody over the
+// client's body, which the transport cannot close). A request whose client
+// went away or whose route timeout passed is never sent again; an answer,
+// even a 5xx, is never retried (the backend's 5xx counts toward its
+// ejection instead).
+//
+// The retry's backend (routing.Service.RetryPick) is another one than every backend
+// already tried, available (not full, not ejected), and chosen in this order
+// of preference: another zone of the same region, then another region of
+// the service's scope (for planned policies the site's plan row, nearest
+// region first), then another backend of the same zone (after several
+// attempts: a zone not tried of a region tried, a region not tried, a zone
+// tried). The failed backend's slot is released and the new one's taken
+// before the attempt.
+
+// retryable reports whether an attempt of r that failed with err, whose
+// context is done with ctxErr (nil if not), may be sent to another backend.
+func retryable(r *http.Request, err, ctxErr error) bool {
+	if ctxErr != nil {
+		return false
+	}
+	if neverReached(err) {
+		rb, ok := r.Body.(*replayBody)
+		return r.Body == nil || r.Body == http.NoBody || (ok && !rb.touched())
+	}
+	return idempotent(r.Method) && (r.Body == nil || r.Body == http.NoBody)
+}
+
+// idempotent reports whether method is idempotent (RFC 9110 §9.2.2).
+func idempotent(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// neverReached reports whether err means the request never reached a
+// backend: the connection to it could not be opened.
+func neverReached(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// resultOf returns the outlier result of an attempt that failed with err
+// (ctxErr as in retryable), and false when the failure says nothing about
+// the backend (the client went away).
+func resultOf(err, ctxErr error) (outlier.Result, bool) {
+	switch {
+	case errors.Is(ctxErr, context.DeadlineExceeded):
+		return outlier.Timeout, true
+	case ctxErr != nil:
+		return 0, false
+	case neverReached(err):
+		return outlier.ConnectFailure, true
+	}
+	return outlier.ServerError, true
+}
+
+// maxAttempts bounds the attempts of one request: config allows at most 5
+// retries.
+const maxAttempts = 6
+
+// retryTransport is the ReverseProxy's Transport: attempts, outlier reports,
+// retries and affinity cookies (see above). Safe for concurrent use; it
+// allocates only to retry and to set a cookie.
+type retryTransport struct{ p *Proxy }
+
+// RoundTrip implements http.RoundTripper.
+func (t retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ph, ok := req.Context().Value(pickKey{}).(*pickHolder)
+	if !ok {
+		return t.p.next.RoundTrip(req)
+	}
+	p := t.p
+	for {
+		resp, err := p.next.RoundTrip(req)
+		now := p.clk.Now()
+		if err == nil {
+			p.report(ph, outlier.FromStatus(resp.StatusCode), now)
+			if ph.cookie.Value != "" {
+				a := ph.svc.Affinity()
+				v, exp := a.CookieFor(&ph.cookie, ph.pick.Backend.Addr(), now)
+				resp.Header.Add("Set-Cookie", setCookie(a, v, exp, ph.secure))
+				p.metrics.cookies.WithLabelValues(ph.svc.Name()).Inc()
+			}
+			return resp, nil
+		}
+		ctxErr := req.Context().Err()
+		if r, ok := resultOf(err, ctxErr); ok {
+			p.report(ph, r, now)
+		}
+		if ph.attempts > ph.retries || ph.attempts >= maxAttempts || !retryable(req, err, ctxErr) {
+			return nil, err
+		}
+		np, ok := ph.svc.RetryPick(&ph.pick, ph.tried[:ph.attempts], p.rand(), now)
+		if !ok {
+			return nil, err
+		}
+		ph.pick.Done()
+		ph.pick = np
+		ph.tried[ph.attempts] = np.Backend
+		ph.attempts++
+		p.metrics.retries.WithLabelValues(ph.svc.Name()).Inc()
+		req = retryRequest(req, np.Backend.Addr())
+	}
+}
+
+// retryRequest returns a copy of req, an attempt that failed, addressed to
+// addr.
+func retryRequest(req *http.Request, addr string) *http.Request {
+	r := req.WithContext(req.Context())
+	u := *req.URL
+	u.Host = addr
+	r.URL = &u
+	if rb, ok := req.Body.(*replayBody); ok {
+		r.Body = &replayBody{rc: rb.rc}
+	}
+	return r
+}
+
+// replayBody is the body of one attempt of a request with a body: it
+// passes reads through, records whether any happened, and ignores Close
+// (the transport closes a request's body when an attempt fails; the client's
+// body must survive for the next attempt; ReverseProxy closes it at the
+// end). Used by one attempt at a time.
+type replayBody struct {
+	rc      io.ReadCloser
+	started bool
+}
+
+func (b *replayBody) Read(p []byte) (int, error) {
+	b.started = true
+	return b.rc.Read(p)
+}
+
+func (b *replayBody) Close() error { return nil }
+
+// touched reports whether the attempt read from the body.
+func (b *replayBody) touched() bool { return b.started }

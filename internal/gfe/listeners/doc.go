@@ -1,0 +1,27 @@
+// Package listeners runs the gfe's client-facing sockets: http, https and
+// tcp listeners, TLS certificates and their reload.
+//
+// The gfe serves its --listen address (Config.Listen) as an http listener
+// with the defaults of config.DefaultListener, plus every listener of the
+// control state's Config.Listeners, each on its port at the host of
+// --listen. A configured listener whose port is that of --listen takes that
+// socket over (its protocol and limits replace the defaults).
+//
+// Listeners change at runtime with the control state. The Manager
+// reconciles on every applied snapshot, and on a slow tick:
+//
+//   - a new port is bound (a bind failure is logged and retried each tick);
+//   - a removed port stops accepting at once (new connections are refused)
+//     while its open connections finish, gracefully, within DrainTimeout;
+//   - a port whose settings change (protocol, timeouts, limits) keeps its
+//     socket: a new server generation takes over accepting and the old one
+//     drains its connections, so no connection is refused or cut;
+//   - certificates are swapped in place: every TLS handshake reads the live
+//     set (certStore), so established connections keep theirs. Certificate
+//     files are read again when their modification time or size changes,
+//     checked on every reconcile and every CertCheckInterval.
+//
+// A snapshot whose certificates cannot be loaded is rejected (NACKed) and
+// changes nothing; a certificate file that turns bad later is logged and
+// the previous certificate keeps serving.
+package listeners

@@ -1,0 +1,92 @@
+package gfe
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/spillway-lb/spillway/internal/gfe/httpproxy"
+	"github.com/spillway-lb/spillway/internal/gfe/routing"
+)
+
+// metrics are the daemon's Prometheus metrics: the plan, the decisions and
+// the counters the two proxies share.
+type metrics struct {
+	pickErrors    *prometheus.CounterVec // shared by the proxies
+	backendErrors prometheus.Counter     // shared by the proxies
+	planShare     *prometheus.GaugeVec
+	regionUtil    *prometheus.GaugeVec
+	demand        *prometheus.GaugeVec
+	ejected       *prometheus.GaugeVec
+}
+
+func newMetrics(reg prometheus.Registerer, table func() *routing.Table) *metrics {
+	m := &metrics{
+		pickErrors:    httpproxy.NewPickErrors(),
+		backendErrors: httpproxy.NewBackendErrors(),
+		planShare: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "spillway_gfe_plan_share",
+			Help: "Share of this site's demand the current (damped) plan sends to each group.",
+		}, []string{"service", "region", "group"}),
+		regionUtil: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "spillway_gfe_plan_region_utilization",
+			Help: "Planned load over capacity of each region, across all sites.",
+		}, []string{"service", "region"}),
+		demand: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "spillway_gfe_demand_rps",
+			Help: "Smoothed demand arriving at this node, by service, in the service's demand unit (requests/s; requests in flight or open connections for CONNECTION mode).",
+		}, []string{"service"}),
+		ejected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "spillway_gfe_outlier_ejected",
+			Help: "Backends ejected by passive outlier detection at the last plan, by service.",
+		}, []string{"service"}),
+	}
+	reg.MustRegister(m.pickErrors, m.backendErrors, m.planShare, m.regionUtil, m.demand, m.ejected, decisionsCollector{table})
+	return m
+}
+
+// observeTable exports the plan of a freshly stored table, the demand it
+// was planned with and the ejected backends. Called from the planner
+// goroutine.
+func (m *metrics) observeTable(t *routing.Table, site string, demand map[string]float64, ejected map[string]int) {
+	m.planShare.Reset()
+	m.regionUtil.Reset()
+	m.demand.Reset()
+	for name, s := range t.Services {
+		m.demand.WithLabelValues(name).Set(demand[name])
+		if p := s.Plan(); p != nil {
+			for _, f := range p.Row(site) {
+				m.planShare.WithLabelValues(name, f.Region, f.Group).Set(f.Share)
+			}
+			for _, r := range p.Regions {
+				m.regionUtil.WithLabelValues(name, r.Name).Set(r.Utilization())
+			}
+		}
+	}
+	for name, n := range ejected {
+		m.ejected.WithLabelValues(name).Set(float64(n))
+	}
+}
+
+// decisionsDesc describes spillway_gfe_decisions_total.
+var decisionsDesc = prometheus.NewDesc("spillway_gfe_decisions_total",
+	"Routing decisions since start, by service and reason (nearest, spill_capacity, spill_health, overload, affinity, policy, no_plan).",
+	[]string{"service", "reason"}, nil)
+
+// decisionsCollector exports the decision counters of the live table's
+// services as counters, read at scrape time from their atomics.
+type decisionsCollector struct{ table func() *routing.Table }
+
+// Describe implements prometheus.Collector.
+func (c decisionsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- decisionsDesc }
+
+// Collect implements prometheus.Collector.
+func (c decisionsCollector) Collect(ch chan<- prometheus.Metric) {
+	t := c.table()
+	if t == nil {
+		return
+	}
+	for name, s := range t.Services {
+		for r := range routing.NumReasons {
+			ch <- prometheus.MustNewConstMetric(decisionsDesc, prometheus.CounterValue, float64(s.Meters().Decisions[r].Load()), name, r.String())
+		}
+	}
+}

@@ -1,0 +1,70 @@
+package gfe
+
+import (
+	"context"
+	"time"
+
+	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/internal/gossip"
+)
+
+// plan re-plans every PlanInterval, and at once when woken (a snapshot
+// arrived, a backend was ejected), until ctx ends.
+func (d *Daemon) plan(ctx context.Context) error {
+	t := d.clk.NewTicker(d.cfg.PlanInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-t.C():
+			d.step(now)
+		case <-d.kick:
+			d.step(d.clk.Now())
+		}
+	}
+}
+
+// step samples this node's demand, publishes its state by gossip, and
+// builds and stores a new routing table from the current control state and
+// gossip. Called only from the planner goroutine (and tests).
+func (d *Daemon) step(now time.Time) {
+	rtt := d.rtt.Snapshot()
+	cs := d.control.Load()
+
+	demand := d.builder.Demand(now)
+	d.tcp.Demand(now, cs, demand) // tcp listeners' services count open connections
+	st := gossip.NodeState{Kind: gossip.KindGFE, Site: d.cfg.Site, Demand: demand, RTT: rtt}
+	if _, err := d.gossip.Publish(st); err != nil {
+		d.log.Warn().Err(err).Msg("gossip publish")
+	}
+	if cs == nil {
+		return
+	}
+	t, problems := d.builder.Build(routing.Input{
+		Control: cs,
+		Peers:   peers(d.gossip.Snapshot()),
+		Self:    routing.Peer{Node: d.cfg.Node, Site: d.cfg.Site, RTT: rtt, Demand: demand},
+		Now:     now,
+	})
+	for _, err := range problems {
+		d.log.Error().Err(err).Msg("routing table")
+	}
+	d.table.Store(t)
+	d.metrics.observeTable(t, d.cfg.Site, demand, d.builder.Ejected(now))
+}
+
+// peers returns the gfe states of snap as the table build reads them.
+func peers(snap *gossip.Snapshot) []routing.Peer {
+	if snap == nil {
+		return nil
+	}
+	out := make([]routing.Peer, 0, len(snap.States))
+	for name, st := range snap.States {
+		if st.Kind != gossip.KindGFE {
+			continue
+		}
+		out = append(out, routing.Peer{Node: name, Site: st.Site, Demand: st.Demand, RTT: st.RTT})
+	}
+	return out
+}

@@ -1,0 +1,370 @@
+package routing
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/internal/ewma"
+	"github.com/spillway-lb/spillway/lb/backend"
+	"github.com/spillway-lb/spillway/lb/hashing"
+	"github.com/spillway-lb/spillway/lb/waterfall"
+)
+
+// Config is what the table build needs to know about this gfe.
+type Config struct {
+	// Node is this gfe's gossip name; peers under it are ignored.
+	Node string
+	// Site is the edge site whose plan row the table's pickers use.
+	Site string
+	// Damping is the fraction of the way each plan moves toward the
+	// planner's newest output per build (waterfall.Damp), in (0, 1].
+	Damping float64
+	// DemandSmoothing is the time constant of the demand estimates
+	// (Demand). Zero follows every sample.
+	DemandSmoothing time.Duration
+}
+
+// Options are the Builder's dependencies.
+type Options struct {
+	// Clock is what the tables' pickers read the time from (outlier
+	// ejections, cookie expiry) when a request gives none. Nil means the
+	// real clock. Build itself reads no clock: it takes Input.Now.
+	Clock clock.Clock
+	// Rand returns uniform random numbers for picks (least request, the
+	// affinity fallback, round-robin cursors' starting points). Required;
+	// it must be safe for concurrent use.
+	Rand func() uint64
+}
+
+// Input is what one table is built from.
+type Input struct {
+	// Control is the control state (config and health). Required.
+	Control *ControlState
+	// Peers are the other gfes' states from gossip.
+	Peers []Peer
+	// Self is this gfe's own view (Node, Site, RTT and Demand), which
+	// overrides whatever gossip last carried about it (gossip lags by up to
+	// one publish).
+	Self Peer
+	// Now is the time of the build (outlier ejections, expired hosts).
+	Now time.Time
+}
+
+// Builder builds routing tables. It owns everything that outlives one
+// table: backends (with their in-flight counters), meters, outlier state and
+// the previous plan of every service. Its methods must be called from one
+// goroutine at a time (the gfe's planner); the tables it returns are safe
+// for concurrent use by any number of requests.
+type Builder struct {
+	// Immutable after NewBuilder.
+	cfg  Config
+	clk  clock.Clock
+	rand func() uint64
+
+	// Owned by the calling goroutine.
+	backends map[string]*backend.Backend // by address
+	meters   map[string]*Meters          // by service
+	prev     map[string]*waterfall.Plan  // by service
+	prevSvc  map[string]*Service         // by service: the last table's entry
+	outliers map[string]*serviceOutliers // by service
+	lastErr  map[string]string           // by problem key: the last problem reported
+}
+
+// NewBuilder returns a Builder for cfg.
+func NewBuilder(cfg Config, opts Options) *Builder {
+	return &Builder{
+		cfg:      cfg,
+		clk:      clock.OrReal(opts.Clock),
+		rand:     opts.Rand,
+		backends: map[string]*backend.Backend{},
+		meters:   map[string]*Meters{},
+		prev:     map[string]*waterfall.Plan{},
+		prevSvc:  map[string]*Service{},
+		outliers: map[string]*serviceOutliers{},
+		lastErr:  map[string]string{},
+	}
+}
+
+// Build returns a new table for in. A service whose plan cannot be computed
+// keeps its entry of the previous table (or gets one without a plan).
+//
+// Build does no I/O and reads no clock. Problems (a failed plan, affinity
+// or hash table that cannot be built) do not fail the build; they are
+// returned, each once until it changes or goes away, so that the caller can
+// log them without repeating itself every step.
+func (b *Builder) Build(in Input) (*Table, []error) {
+	cs := in.Control
+	t := &Table{Version: cs.Version, Config: cs.Config, Services: map[string]*Service{}}
+	var problems []error
+	seen := map[string]bool{}
+	report := func(key string, err error) {
+		seen[key] = true
+		if msg := err.Error(); b.lastErr[key] != msg {
+			b.lastErr[key] = msg
+			problems = append(problems, err)
+		}
+	}
+	for i := range cs.Config.Services {
+		sc := &cs.Config.Services[i]
+		if svc := b.buildService(in, sc, report); svc != nil {
+			t.Services[sc.Name] = svc
+		}
+	}
+	maps.DeleteFunc(b.lastErr, func(k, _ string) bool { return !seen[k] })
+	b.forget(cs.Config)
+	b.prevSvc = t.Services
+	return t, problems
+}
+
+// buildService builds the table entry of one service, step by step: its
+// members, its pool and baseline pickers, and for a planned policy its
+// world, plan, picker and scope. On a planning error it keeps the previous
+// table's entry (or returns an entry without picker).
+//
+// Backends ejected by outlier detection at in.Now are left out of the
+// policy's picker and pool, but stay in the service's scope (affinity
+// treats them as unavailable, retries skip them).
+func (b *Builder) buildService(in Input, sc *config.Service, report func(string, error)) *Service {
+	so := b.outliersFor(sc, report)
+	defer so.finish(in.Now)
+	svc := &Service{name: sc.Name, cfg: sc, meters: b.metersFor(sc.Name), outliers: so.det, now: b.clk.Now}
+
+	all := b.members(in.Control, sc, so)
+	svc.healthy = len(all)
+	all = b.setPool(svc, all, in.Self.RTT, in.Now)
+	if err := b.setHashing(svc); err != nil {
+		report("hashing/"+sc.Name, fmt.Errorf("service %s: building the hash table: %w", sc.Name, err))
+		svc.pool = nil
+		return svc
+	}
+	if !sc.Policy.IsPlanned() {
+		b.finish(svc, byRTT(all, in.Self.RTT), report)
+		return svc
+	}
+
+	svc.world = BuildWorld(in.Control.Config, sc, in.Control.Unhealthy, in.Peers, in.Self)
+	plan, err := b.plan(sc, svc.world)
+	if err != nil {
+		report("plan/"+sc.Name, fmt.Errorf("service %s: planning failed; keeping the previous plan: %w", sc.Name, err))
+		if prev := b.prevSvc[sc.Name]; prev != nil {
+			return prev
+		}
+		b.finish(svc, byRTT(all, in.Self.RTT), report)
+		return svc
+	}
+	svc.plan = plan
+	row := plan.Row(b.cfg.Site)
+	svc.rowLen = len(row)
+	healthy := map[string][]*backend.Backend{}
+	for _, m := range svc.pool {
+		healthy[m.Group] = append(healthy[m.Group], m.B)
+	}
+	svc.picker = waterfall.NewPicker(row, healthy, backend.PolicyRoundRobin)
+	if len(row) == 0 {
+		b.finish(svc, byRTT(all, in.Self.RTT), report)
+		return svc
+	}
+	b.finish(svc, rowScope(row, all), report)
+	return svc
+}
+
+// metersFor returns the persistent meters of service name.
+func (b *Builder) metersFor(name string) *Meters {
+	m := b.meters[name]
+	if m == nil {
+		m = &Meters{arrivals: ewma.Rate{Tau: b.cfg.DemandSmoothing}, rr: backend.NewRoundRobin(b.rand())}
+		b.meters[name] = m
+	}
+	return m
+}
+
+// members returns every healthy backend of sc, ejected or not, in config
+// order, registering each with sc's outlier detection.
+func (b *Builder) members(cs *ControlState, sc *config.Service, so *serviceOutliers) []Member {
+	var all []Member
+	for _, be := range sc.Backends {
+		ref, ok := cs.Config.Group(be.Group)
+		if !ok {
+			continue
+		}
+		for _, in := range ref.Group.Instances {
+			if cs.Unhealthy[in.Address] {
+				continue
+			}
+			all = append(all, Member{B: b.backend(in), Group: be.Group, Region: ref.Region.Name, Zone: ref.Zone.Name, Host: so.host(be.Group, in.Address)})
+		}
+	}
+	return all
+}
+
+// setPool sets svc's pool and baseline pickers, and returns all, the
+// members, restricted to the nearest region for hashing with scope
+// nearest_region and marked with the reason of a policy pick.
+//
+// The pool is every healthy backend in scope less the ejected ones.
+// Baseline policies pick from it; planned policies fall back to round
+// robin over it while their site has no plan row yet (no RTT measured).
+func (b *Builder) setPool(svc *Service, all []Member, rtt map[string]float64, now time.Time) []Member {
+	sc := svc.cfg
+	if sc.Policy.IsHash() && sc.HashScope == config.HashScopeNearestRegion {
+		has := map[string]bool{}
+		for _, m := range all {
+			has[m.Region] = true
+		}
+		svc.nearest = NearestRegion(rtt, func(r string) bool { return has[r] })
+		if svc.nearest != "" {
+			all = slices.DeleteFunc(all, func(m Member) bool { return m.Region != svc.nearest })
+		}
+	}
+	poolReason := ReasonPolicy
+	if sc.Policy.IsPlanned() {
+		poolReason = ReasonNoPlan
+	}
+	for i := range all {
+		all[i].reason = poolReason
+	}
+	pool := slices.DeleteFunc(slices.Clone(all), func(m Member) bool { return m.Host.Ejected(now) })
+	svc.pool = pool
+	svc.inflight = func(i int) int64 { return pool[i].B.InFlight() }
+	svc.free = func(i int) bool { return !pool[i].B.Full() }
+	svc.rr = svc.meters.rr
+	svc.lr = backend.NewLeastRequest(b.rand)
+	return all
+}
+
+// setHashing builds the Maglev table of a hashing policy over svc's pool.
+func (b *Builder) setHashing(svc *Service) error {
+	if !svc.cfg.Policy.IsHash() || len(svc.pool) == 0 {
+		return nil
+	}
+	names := make([]string, len(svc.pool))
+	for i, m := range svc.pool {
+		names[i] = m.B.Addr()
+	}
+	mg, err := hashing.NewMaglev(hashing.DefaultConfig(), names)
+	if err != nil {
+		return err
+	}
+	svc.maglev = mg
+	return nil
+}
+
+// plan computes the plan of planned service sc over w with its policy's
+// planner and damps it against the previous one.
+func (b *Builder) plan(sc *config.Service, w waterfall.World) (*waterfall.Plan, error) {
+	compute := waterfall.Compute
+	if sc.Policy == config.PolicyMinRTT {
+		compute = waterfall.ComputeMinRTT
+	}
+	plan, err := compute(w, waterfall.Config{SpillThreshold: sc.Spill.Threshold, SpillSlope: sc.Spill.Slope})
+	if err != nil {
+		return nil, err
+	}
+	plan = waterfall.Damp(b.prev[sc.Name], plan, b.cfg.Damping)
+	b.prev[sc.Name] = plan
+	return plan, nil
+}
+
+// rowScope returns the scope of a planned policy: the members of the row's
+// groups, in row order, each counted under its flow's reason.
+func rowScope(row []waterfall.Flow, all []Member) []Member {
+	var scope []Member
+	for _, f := range row {
+		for _, m := range all {
+			if m.Group == f.Group {
+				m.reason = ReasonOf(f.Reason)
+				scope = append(scope, m)
+			}
+		}
+	}
+	return scope
+}
+
+// finish sets svc's scope (see Service.scope) with its indexes and region
+// ranks, and its session affinity over it.
+func (b *Builder) finish(svc *Service, scope []Member, report func(string, error)) {
+	svc.scope = scope
+	svc.byAddr = make(map[string]int32, len(scope))
+	svc.byBackend = make(map[*backend.Backend]int32, len(scope))
+	first := map[string]int{}
+	for i := range scope {
+		m := &scope[i]
+		if _, ok := first[m.Region]; !ok {
+			first[m.Region] = i
+		}
+		m.rank = first[m.Region]
+		svc.byAddr[m.B.Addr()] = int32(i)
+		svc.byBackend[m.B] = int32(i)
+	}
+	if len(scope) == 0 {
+		return
+	}
+	names := make([]string, len(scope))
+	for i, m := range scope {
+		names[i] = m.B.Addr()
+	}
+	aff, err := newAffinity(svc.cfg, names, svc.affinityFallback(b.rand), svc.affinityAvailable())
+	if err != nil {
+		report("affinity/"+svc.name, fmt.Errorf("service %s: session affinity disabled: %w", svc.name, err))
+		return
+	}
+	svc.aff = aff
+}
+
+// backend returns the persistent Backend for an instance, updating its
+// concurrency limit from config.
+func (b *Builder) backend(in config.Instance) *backend.Backend {
+	be := b.backends[in.Address]
+	if be == nil {
+		be = backend.New(in.Address, int64(in.MaxConcurrency))
+		b.backends[in.Address] = be
+	} else if be.MaxConcurrency() != int64(in.MaxConcurrency) {
+		be.SetMaxConcurrency(int64(in.MaxConcurrency))
+	}
+	return be
+}
+
+// Backend returns the persistent Backend of address addr, or nil.
+func (b *Builder) Backend(addr string) *backend.Backend { return b.backends[addr] }
+
+// Demand samples, at now, the arrival rate of every service's requests
+// (requests/s, smoothed with time constant DemandSmoothing).
+func (b *Builder) Demand(now time.Time) map[string]float64 {
+	out := make(map[string]float64, len(b.meters))
+	for name, m := range b.meters {
+		out[name] = m.arrivals.Sample(now)
+	}
+	return out
+}
+
+// Ejected returns, by service, how many hosts outlier detection has
+// ejected at now.
+func (b *Builder) Ejected(now time.Time) map[string]int {
+	out := make(map[string]int, len(b.outliers))
+	for name, so := range b.outliers {
+		out[name] = so.ejectedCount(now)
+	}
+	return out
+}
+
+// forget drops state of services and instances no longer configured.
+func (b *Builder) forget(cfg *config.Config) {
+	live := map[string]bool{}
+	addrs := map[string]bool{}
+	for _, s := range cfg.Services {
+		live[s.Name] = true
+	}
+	for _, g := range cfg.Groups() {
+		for _, in := range g.Group.Instances {
+			addrs[in.Address] = true
+		}
+	}
+	maps.DeleteFunc(b.meters, func(k string, _ *Meters) bool { return !live[k] })
+	maps.DeleteFunc(b.prev, func(k string, _ *waterfall.Plan) bool { return !live[k] })
+	maps.DeleteFunc(b.outliers, func(k string, _ *serviceOutliers) bool { return !live[k] })
+	maps.DeleteFunc(b.backends, func(k string, _ *backend.Backend) bool { return !addrs[k] })
+}

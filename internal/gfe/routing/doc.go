@@ -1,0 +1,62 @@
+// Package routing builds the gfe's routing table: from a control state
+// (config and instance health), the other gfes' gossip (Peer) and this
+// node's own view (its site, RTT and demand), the immutable Table that every
+// request and connection picks its backend from. It is pure: no I/O, no
+// goroutines, no logger or metrics registry, and time comes in as an
+// argument (Input.Now) or through an injected clock, so that the gfe and the
+// simulator (sim) run the same routing.
+//
+// # Model
+//
+// A Builder owns what outlives one table: the Backends (lb/backend, with
+// their in-flight counters), each service's Meters (decisions, failures,
+// arrivals, round-robin cursor), its outlier detector and its previous
+// plan. Build makes, for every service of the config:
+//
+//  1. members: every healthy instance of the service's groups, registered
+//     with the service's outlier detection;
+//  2. the pool: the members less those ejected at Now (for hashing with
+//     scope nearest_region, only the nearest region's), with the baseline
+//     pickers over it — round robin, least request (lb/backend) or Maglev
+//     (lb/hashing);
+//  3. for a planned policy (waterfall, min_rtt): the World (BuildWorld),
+//     the plan (waterfall.Compute or ComputeMinRTT, then Damp against the
+//     previous plan) and the waterfall.Picker over this site's row;
+//  4. the scope: the members this site may use in the order retries prefer
+//     regions (the row's groups for a planned policy with a row, else all
+//     members nearest region first), and the session affinity over it.
+//
+// # Guarantees
+//
+//   - A Table and its Services are never changed after Build returns; the
+//     atomics they point at (Meters, Backends, outlier Hosts) outlive
+//     tables, so counts, limits and round-robin order carry over.
+//   - Pick, PickAt, PickAffinity (when it issues no cookie), RetryPick and
+//     NearestFree are safe for concurrent use, never block, and (but for
+//     PickAffinity's cookies) do not allocate (TestPickDoesNotAllocate,
+//     the affinity Alloc test in internal/gfe/httpproxy).
+//   - A pick that succeeds holds one slot of its backend, released with
+//     Pick.Done; a failed pick holds none. Errors are ErrNoBackend or
+//     ErrAllBusy (ErrorLabel gives their fixed metric labels).
+//   - A service whose plan fails keeps its previous table's entry; Build
+//     returns the problem once (until it changes or goes away) instead of
+//     logging it.
+//   - BuildWorld, and so the plan, depend only on the inputs: equal inputs
+//     give equal tables whatever the order of Peers.
+//
+// # Example
+//
+// The gfe's planner, every PlanInterval:
+//
+//	demand := b.Demand(now) // requests/s per service, from the Meters
+//	t, problems := b.Build(routing.Input{Control: cs, Peers: peers,
+//		Self: routing.Peer{Node: node, Site: site, RTT: rtt, Demand: demand}, Now: now})
+//	table.Store(t)
+//
+// and a request:
+//
+//	svc := table.Load().Services[route.Service]
+//	pk, err := svc.Pick(rnd, routing.Flow{Src: client, Dst: listener})
+//	if err != nil { /* 503, or 429 for ErrAllBusy */ }
+//	defer pk.Done()
+package routing

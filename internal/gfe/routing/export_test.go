@@ -1,0 +1,9 @@
+package routing
+
+// Internals the external tests (package routing_test) use.
+var (
+	OutlierConfig    = outlierConfig
+	AffinityConfig   = affinityConfig
+	SessionCookieTTL = sessionCookieTTL
+	PickOf           = pickOf
+)

@@ -1,0 +1,321 @@
+package routing
+
+import (
+	"errors"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/ewma"
+	"github.com/spillway-lb/spillway/lb/backend"
+	"github.com/spillway-lb/spillway/lb/hashing"
+	"github.com/spillway-lb/spillway/lb/outlier"
+	"github.com/spillway-lb/spillway/lb/waterfall"
+)
+
+// ControlState is one control-plane snapshot as the gfe uses it.
+type ControlState struct {
+	// Version is the snapshot's version, reported on /status.
+	Version string
+	// Config is the validated operator configuration.
+	Config *config.Config
+	// Unhealthy holds the addresses of instances that fail health checks.
+	// Instances not in it count as healthy.
+	Unhealthy map[string]bool
+}
+
+// Reason says why a request went where it went; /status counts decisions by
+// reason and /metrics exports them.
+type Reason uint8
+
+// The reasons of a routing decision.
+const (
+	ReasonNearest       Reason = iota // waterfall: the site's nearest region
+	ReasonSpillCapacity               // waterfall: a nearer region was full
+	ReasonSpillHealth                 // waterfall: a nearer region spilled preemptively
+	ReasonOverload                    // waterfall: every reachable region is full
+	ReasonAffinity                    // session affinity pinned the backend
+	ReasonPolicy                      // a baseline policy (round robin, least request, hashing)
+	ReasonNoPlan                      // a planned policy whose site has no plan row yet: round robin
+	NumReasons                        // the number of reasons
+)
+
+var reasonNames = [NumReasons]string{"nearest", "spill_capacity", "spill_health", "overload", "affinity", "policy", "no_plan"}
+
+// String returns the reason's metric label and /status key.
+func (r Reason) String() string { return reasonNames[r] }
+
+// ReasonOf returns the Reason of a waterfall flow's reason.
+func ReasonOf(r waterfall.Reason) Reason {
+	switch r {
+	case waterfall.ReasonSpillCapacity:
+		return ReasonSpillCapacity
+	case waterfall.ReasonSpillHealth:
+		return ReasonSpillHealth
+	case waterfall.ReasonOverload:
+		return ReasonOverload
+	default:
+		return ReasonNearest
+	}
+}
+
+// Errors a pick can end in; the proxies map them to status codes and to the
+// fixed labels of ErrorLabel.
+var (
+	ErrNoRoute   = errors.New("gfe: no route for request")
+	ErrNoBackend = errors.New("gfe: no healthy backend")
+	ErrAllBusy   = errors.New("gfe: every backend is at its concurrency limit")
+)
+
+// ErrorLabel returns the fixed metric label of a pick error: "no_route",
+// "no_backend", "all_busy", or "other" for anything else (never the error's
+// text, which may carry addresses).
+func ErrorLabel(err error) string {
+	switch {
+	case errors.Is(err, ErrNoRoute):
+		return "no_route"
+	case errors.Is(err, ErrNoBackend):
+		return "no_backend"
+	case errors.Is(err, ErrAllBusy):
+		return "all_busy"
+	}
+	return "other"
+}
+
+// Table is the routing state requests read. It is built by a Builder and
+// never changed after Build returns: callers must not modify its fields.
+type Table struct {
+	// Version is the control state's version.
+	Version string
+	// Config is the control state's configuration.
+	Config *config.Config
+	// Services maps service name to its entry.
+	Services map[string]*Service
+}
+
+// Meters are a service's counters. They outlive tables: the Builder keeps
+// one per service and hands it to every table it builds, so that counts
+// carry over. Safe for concurrent use; must not be copied.
+type Meters struct {
+	// Decisions counts routing decisions by reason.
+	Decisions [NumReasons]atomic.Int64
+	// Failures counts requests (or connections) that got no answer from a
+	// backend: no backend picked, or the backend failed.
+	Failures atomic.Int64
+
+	// arrivals counts requests, for the demand of a rate service.
+	arrivals ewma.Rate
+	// rr is the service's round-robin cursor: it outlives tables so that
+	// round robin stays exact across re-plans.
+	rr *backend.RoundRobin
+}
+
+// Arrived counts one request arriving for the service (its demand). It
+// does not allocate.
+func (m *Meters) Arrived() { m.arrivals.Add(1) }
+
+// Member is one backend a service may send a request to: in a baseline
+// policy's pool, or in a service's scope.
+type Member struct {
+	B      *backend.Backend
+	Group  string
+	Region string
+	Zone   string
+	// Host is B's outlier-detection state in this service.
+	Host *outlier.Host
+	// reason is what a policy pick of B is counted under: the reason of its
+	// group's flow in the plan row, ReasonNoPlan or ReasonPolicy.
+	reason Reason
+	// rank orders regions for retries: the index in the service's scope of
+	// the first backend of B's region (nearer regions come first).
+	rank int
+}
+
+// Service is one backend service in a table: its policy's picking state and
+// what /status shows about it. Immutable after the table is built, apart
+// from the atomics it points at. Its methods are safe for concurrent use.
+type Service struct {
+	name   string
+	cfg    *config.Service
+	meters *Meters
+	// outliers is the service's outlier detector (safe for concurrent use).
+	outliers *outlier.Detector
+	// healthy counts the service's healthy backends.
+	healthy int
+
+	// Planned policies (waterfall, min_rtt).
+	picker *waterfall.Picker
+	rowLen int             // cells in this site's plan row; 0 = no row yet
+	plan   *waterfall.Plan // the damped plan the picker comes from
+	world  waterfall.World
+
+	// Baseline policies: the healthy backends in scope that outlier
+	// detection had not ejected when the table was built.
+	pool     []Member
+	maglev   *hashing.Maglev
+	rr       *backend.RoundRobin
+	lr       *backend.LeastRequest
+	inflight func(int) int64
+	free     func(int) bool
+	nearest  string
+
+	// scope is every healthy backend this site may send the service's
+	// requests to, ejected or not, in the order retries prefer regions:
+	// for a planned policy with a plan row, the backends of the row's
+	// groups in row order (nearest region first); otherwise the pool's
+	// backends, nearest region first. Session affinity pins within it, and
+	// retries pick from it. byAddr and byBackend index it.
+	scope     []Member
+	byAddr    map[string]int32
+	byBackend map[*backend.Backend]int32
+	// aff applies the service's session affinity; nil for type none.
+	aff *Affinity
+	// now reads the builder's clock (outlier detection and cookie expiry).
+	now func() time.Time
+}
+
+// Name returns the service's name.
+func (s *Service) Name() string { return s.name }
+
+// Config returns the service's configuration.
+func (s *Service) Config() *config.Service { return s.cfg }
+
+// Meters returns the service's counters.
+func (s *Service) Meters() *Meters { return s.meters }
+
+// Outliers returns the service's outlier detector.
+func (s *Service) Outliers() *outlier.Detector { return s.outliers }
+
+// Healthy returns the number of the service's healthy backends.
+func (s *Service) Healthy() int { return s.healthy }
+
+// Plan returns the damped plan of a planned policy (nil otherwise, or
+// before the first plan).
+func (s *Service) Plan() *waterfall.Plan { return s.plan }
+
+// World returns the planner input of a planned policy.
+func (s *Service) World() waterfall.World { return s.world }
+
+// Affinity returns the service's session affinity, nil for type none.
+func (s *Service) Affinity() *Affinity { return s.aff }
+
+// Pool returns the backends a baseline policy picks from: the healthy
+// backends in scope that outlier detection had not ejected when the table
+// was built. The slice must not be modified.
+func (s *Service) Pool() []Member { return s.pool }
+
+// Scope returns every healthy backend this site may send the service's
+// requests to, ejected or not, nearest region first (see Service.scope).
+// The slice must not be modified.
+func (s *Service) Scope() []Member { return s.scope }
+
+// Member returns the member of the service's scope with address addr.
+func (s *Service) Member(addr string) (*Member, bool) {
+	i, ok := s.byAddr[addr]
+	if !ok {
+		return nil, false
+	}
+	return &s.scope[i], true
+}
+
+// Pick is one routing decision holding a backend slot; release it with Done.
+type Pick struct {
+	Backend *backend.Backend
+	Group   string
+	Region  string
+	Reason  Reason
+	Zone    string
+	// Host is the backend's outlier state (nil: not tracked); the proxy
+	// reports every attempt's result to it.
+	Host *outlier.Host
+}
+
+// pickOf returns the pick of member m (whose slot the caller holds).
+func pickOf(m *Member, r Reason) Pick {
+	return Pick{Backend: m.B, Group: m.Group, Region: m.Region, Reason: r, Zone: m.Zone, Host: m.Host}
+}
+
+// Done releases the pick's backend slot.
+func (p *Pick) Done() { p.Backend.Release() }
+
+// Flow is what a hashing policy hashes: the client's and the listener's
+// address and ports.
+type Flow struct {
+	Src, Dst netip.AddrPort
+}
+
+// Pick chooses a backend for one request by the service's policy, at the
+// clock's current time. It does not allocate. See PickAt.
+func (s *Service) Pick(rnd uint64, k Flow) (Pick, error) {
+	return s.PickAt(rnd, k, s.now())
+}
+
+// ejectedRepicks bounds how many times PickAt picks again after landing on
+// an ejected backend.
+const ejectedRepicks = 2
+
+// PickAt chooses a backend for one request by the service's policy, skipping
+// backends that outlier detection has ejected at now. Tables leave out the
+// backends ejected when they were built; one ejected since (the planner
+// builds a new table at once, but requests may still hold the old one) is
+// released and picked again, up to ejectedRepicks times, after which the
+// pick stands — better an ejected backend than no answer. Session affinity
+// is not applied here. It does not allocate.
+func (s *Service) PickAt(rnd uint64, k Flow, now time.Time) (Pick, error) {
+	pk, err := s.policyPick(rnd, k)
+	for i := 0; err == nil && i < ejectedRepicks && pk.Host != nil && pk.Host.Ejected(now); i++ {
+		pk.Done()
+		rnd = rnd*6364136223846793005 + 1442695040888963407 // next LCG step: another group draw
+		pk, err = s.policyPick(rnd, k)
+	}
+	return pk, err
+}
+
+// policyPick is one pick by the service's policy.
+func (s *Service) policyPick(rnd uint64, k Flow) (Pick, error) {
+	if s.cfg.Policy.IsPlanned() && s.rowLen > 0 {
+		c, err := s.picker.Pick(rnd)
+		switch {
+		case errors.Is(err, waterfall.ErrAllBusy):
+			return Pick{}, ErrAllBusy
+		case err != nil:
+			return Pick{}, ErrNoBackend
+		}
+		if i, ok := s.byBackend[c.Backend]; ok {
+			return pickOf(&s.scope[i], ReasonOf(c.Reason)), nil
+		}
+		return Pick{Backend: c.Backend, Group: c.Group, Region: c.Region, Reason: ReasonOf(c.Reason)}, nil
+	}
+	n := len(s.pool)
+	if n == 0 {
+		return Pick{}, ErrNoBackend
+	}
+	var i int
+	var ok bool
+	const tcp = 6
+	switch s.cfg.Policy {
+	case config.PolicyRoundRobin, config.PolicyWaterfall, config.PolicyMinRTT:
+		i, ok = s.rr.PickAvailable(n, s.free)
+	case config.PolicyLeastRequest:
+		i, ok = s.lr.Pick(n, s.inflight)
+	case config.PolicyHash2:
+		i, ok = s.maglev.Pick(hashing.Key2(k.Src.Addr(), k.Dst.Addr()))
+	case config.PolicyHash3:
+		i, ok = s.maglev.Pick(hashing.Key3(k.Src.Addr(), k.Dst.Addr(), tcp))
+	case config.PolicyHash5:
+		i, ok = s.maglev.Pick(hashing.Key5(k.Src.Addr(), k.Dst.Addr(), tcp, k.Src.Port(), k.Dst.Port()))
+	}
+	if !ok {
+		return Pick{}, ErrAllBusy
+	}
+	m := &s.pool[i]
+	if !m.B.TryAcquire() {
+		return Pick{}, ErrAllBusy
+	}
+	r := ReasonPolicy
+	if s.cfg.Policy.IsPlanned() {
+		r = ReasonNoPlan
+	}
+	return pickOf(m, r), nil
+}

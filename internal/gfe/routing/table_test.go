@@ -1,0 +1,90 @@
+package routing_test
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
+	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/lb/waterfall"
+)
+
+func TestBuildWorld(t *testing.T) {
+	cfg := gfetest.TwoRegionConfig(t, "waterfall", []string{"127.0.0.1:1", "127.0.0.1:2"}, []string{"127.0.0.1:3", "127.0.0.1:4"}, 100)
+	svc, _ := cfg.Service("web")
+	peers := []routing.Peer{
+		{Node: "gfe-nyc-2", Site: "nyc", Demand: map[string]float64{"web": 50}, RTT: map[string]float64{"us-east": 7, "eu-west": 82}},
+		{Node: "gfe-lon", Site: "lon", Demand: map[string]float64{"web": 30}, RTT: map[string]float64{"us-east": 80, "eu-west": 5, "mars": 1}},
+		{Node: "gfe-new", Site: "tokyo", Demand: map[string]float64{"web": 10}},
+		// A peer without a site (a control plane's state, say) is ignored.
+		{Node: "cp", Demand: map[string]float64{"web": 77}, RTT: map[string]float64{"us-east": 1}},
+		// A stale copy of this node's own state must be ignored.
+		{Node: "gfe-nyc", Site: "nyc", Demand: map[string]float64{"web": 999}},
+	}
+	me := routing.Peer{Node: "gfe-nyc", Site: "nyc", RTT: map[string]float64{"us-east": 5, "eu-west": 80}, Demand: map[string]float64{"web": 100}}
+	got := routing.BuildWorld(cfg, svc, map[string]bool{"127.0.0.1:3": true}, peers, me)
+	want := waterfall.World{
+		Regions: []waterfall.Region{
+			{Name: "us-east", Groups: []waterfall.Group{{Name: "east", Zone: "us-east-b", Instances: 2, Healthy: 2, Capacity: 200}}},
+			{Name: "eu-west", Groups: []waterfall.Group{{Name: "west", Zone: "eu-west-b", Instances: 2, Healthy: 1, Capacity: 100}}},
+		},
+		Sites: []waterfall.Site{
+			{Name: "lon", Demand: 30, RTT: map[string]float64{"us-east": 80, "eu-west": 5}},
+			{Name: "nyc", Demand: 150, RTT: map[string]float64{"us-east": 6, "eu-west": 81}},
+			// tokyo has measured no RTT yet: left out.
+		},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("BuildWorld mismatch (-want +got):\n%s", d)
+	}
+}
+
+func TestNearestRegion(t *testing.T) {
+	rtt := map[string]float64{"a": 5, "b": 5, "c": 1}
+	tests := []struct {
+		name string
+		ok   func(string) bool
+		want string
+	}{
+		{"lowest", func(string) bool { return true }, "c"},
+		{"tie by name", func(r string) bool { return r != "c" }, "a"},
+		{"none", func(string) bool { return false }, ""},
+	}
+	for _, tt := range tests {
+		if got := routing.NearestRegion(rtt, tt.ok); got != tt.want {
+			t.Errorf("%s: NearestRegion = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestPickDoesNotAllocate checks the request-path pick of every policy.
+func TestPickDoesNotAllocate(t *testing.T) {
+	for _, policy := range []string{"waterfall", "min_rtt", "round_robin", "least_request", "hash2", "hash3", "hash5"} {
+		t.Run(policy, func(t *testing.T) {
+			p := gfetest.NewPlanner(lcg()) // nyc: us-east 5 ms, eu-west 80 ms
+			cfg := gfetest.TwoRegionConfig(t, policy, []string{"127.0.0.1:1", "127.0.0.1:2"}, []string{"127.0.0.1:3"}, 100)
+			p.Apply(routing.ControlState{Version: "v1", Config: cfg})
+			p.Step()
+			svc := p.Table().Services["web"]
+			k := routing.Flow{Src: netip.MustParseAddrPort("127.0.3.4:5555"), Dst: netip.MustParseAddrPort("127.0.1.1:8080")}
+			n := testing.AllocsPerRun(1000, func() {
+				p, err := svc.Pick(12345, k)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p.Done()
+			})
+			if n != 0 {
+				t.Errorf("pick allocates %v times, want 0", n)
+			}
+		})
+	}
+}
+
+// lcg returns the seeded linear congruential sequence the gfe tests pick
+// with (not safe for concurrent use).
+func lcg() func() uint64 {
+	var seed uint64
+	return func() uint64 { seed = seed*6364136223846793005 + 1442695040888963407; return seed }
+}

@@ -1,0 +1,142 @@
+package routing
+
+import (
+	"cmp"
+	"math"
+	"slices"
+
+	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/lb/waterfall"
+)
+
+// Peer is what one gfe tells the others by gossip, as the table build
+// reads it: its site, its demand per service and its RTT per region.
+type Peer struct {
+	// Node is the gfe's gossip name.
+	Node string
+	// Site is the gfe's edge site; a peer without one is ignored.
+	Site string
+	// Demand maps service name to the gfe's smoothed demand, in the
+	// service's demand unit (requests/s; open connections or requests in
+	// flight for CONNECTION-mode services).
+	Demand map[string]float64
+	// RTT maps region name to the gfe's round trip to it, in milliseconds.
+	RTT map[string]float64
+}
+
+// BuildWorld returns the planner input for service svc: one Region per
+// region that holds one of svc's groups, with each group's healthy capacity,
+// and one Site per edge site known from peers (plus me's), with the site's
+// total demand for svc and its mean RTT to each region. A peer with me's
+// node name is ignored (me is newer than what gossip carries about this
+// node). A site whose gfes have measured no RTT to any of svc's regions is
+// left out: the planner could not place its demand. BuildWorld is pure.
+func BuildWorld(cfg *config.Config, svc *config.Service, unhealthy map[string]bool, peers []Peer, me Peer) waterfall.World {
+	var w waterfall.World
+	regionIdx := map[string]int{}
+	for i := range svc.Backends {
+		b := &svc.Backends[i]
+		ref, ok := cfg.Group(b.Group)
+		if !ok {
+			continue // validated away by config; kept safe
+		}
+		instances := len(ref.Group.Instances)
+		healthy := 0
+		for _, in := range ref.Group.Instances {
+			if !unhealthy[in.Address] {
+				healthy++
+			}
+		}
+		g := waterfall.Group{
+			Name:      ref.Group.Name,
+			Zone:      ref.Zone.Name,
+			Instances: instances,
+			Healthy:   healthy,
+			Capacity:  b.Capacity(svc.BalancingMode, healthy, instances),
+		}
+		ri, ok := regionIdx[ref.Region.Name]
+		if !ok {
+			ri = len(w.Regions)
+			regionIdx[ref.Region.Name] = ri
+			w.Regions = append(w.Regions, waterfall.Region{Name: ref.Region.Name})
+		}
+		w.Regions[ri].Groups = append(w.Regions[ri].Groups, g)
+	}
+
+	type acc struct {
+		demand float64
+		rttSum map[string]float64
+		rttN   map[string]int
+	}
+	sites := map[string]*acc{}
+	add := func(site string, demand float64, rtt map[string]float64) {
+		a := sites[site]
+		if a == nil {
+			a = &acc{rttSum: map[string]float64{}, rttN: map[string]int{}}
+			sites[site] = a
+		}
+		a.demand += demand
+		for r, v := range rtt {
+			if _, ok := regionIdx[r]; ok {
+				a.rttSum[r] += v
+				a.rttN[r]++
+			}
+		}
+	}
+	for _, p := range peers {
+		if p.Node == me.Node || p.Site == "" {
+			continue
+		}
+		add(p.Site, p.Demand[svc.Name], p.RTT)
+	}
+	add(me.Site, me.Demand[svc.Name], me.RTT)
+
+	names := make([]string, 0, len(sites))
+	for n := range sites {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		a := sites[n]
+		if len(a.rttN) == 0 {
+			continue
+		}
+		rtt := make(map[string]float64, len(a.rttN))
+		for r, k := range a.rttN {
+			rtt[r] = a.rttSum[r] / float64(k)
+		}
+		w.Sites = append(w.Sites, waterfall.Site{Name: n, Demand: a.demand, RTT: rtt})
+	}
+	return w
+}
+
+// NearestRegion returns the region with the lowest RTT in rtt among those
+// for which ok returns true (ties by name), or "" if none.
+func NearestRegion(rtt map[string]float64, ok func(region string) bool) string {
+	best, bestRTT := "", 0.0
+	for r, v := range rtt {
+		if !ok(r) {
+			continue
+		}
+		if best == "" || v < bestRTT || (v == bestRTT && r < best) {
+			best, bestRTT = r, v
+		}
+	}
+	return best
+}
+
+// byRTT returns a copy of ms sorted by the RTT of their region (nearest
+// first; regions without an RTT last), keeping their order otherwise.
+func byRTT(ms []Member, rtt map[string]float64) []Member {
+	out := slices.Clone(ms)
+	slices.SortStableFunc(out, func(a, b Member) int { return cmp.Compare(rttOf(rtt, a.Region), rttOf(rtt, b.Region)) })
+	return out
+}
+
+// rttOf returns region's RTT in rtt, +Inf when it has none.
+func rttOf(rtt map[string]float64, region string) float64 {
+	if v, ok := rtt[region]; ok {
+		return v
+	}
+	return math.Inf(1)
+}

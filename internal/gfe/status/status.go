@@ -1,0 +1,78 @@
+// Package status holds the JSON document a gfe serves on /status: the
+// node, its plan row, planned region loads, group health and capacity, the
+// sites' demand and the routing decisions of every service. It holds only
+// types, so that tools reading /status (internal/topology, e2e tests,
+// benchmarks) do not import the gfe itself.
+//
+// Figures are in each service's demand unit: requests/s for RATE and
+// UTILIZATION services, concurrent connections (or requests in flight) for
+// CONNECTION services. The JSON names end in _rps for history.
+package status
+
+import "time"
+
+// Status is the JSON document /status serves.
+type Status struct {
+	Node          string             `json:"node"`
+	Site          string             `json:"site"`
+	Ready         bool               `json:"ready"`
+	ConfigVersion string             `json:"config_version"`
+	RTTms         map[string]float64 `json:"rtt_ms"`
+	Members       []string           `json:"gossip_members"`
+	Services      []ServiceStatus    `json:"services"`
+}
+
+// ServiceStatus is one service in Status.
+type ServiceStatus struct {
+	Name      string           `json:"name"`
+	Policy    string           `json:"policy"`
+	DemandRPS float64          `json:"demand_rps"`
+	Plan      []ShareStatus    `json:"plan"`
+	Regions   []RegionStatus   `json:"regions"`
+	Groups    []GroupStatus    `json:"groups"`
+	Sites     []SiteStatus     `json:"sites"`
+	Decisions map[string]int64 `json:"decisions"`
+	Failures  int64            `json:"failures"`
+	// Ejected lists the backends passive outlier detection has ejected.
+	Ejected []EjectedStatus `json:"ejected"`
+}
+
+// EjectedStatus is one backend ejected by outlier detection.
+type EjectedStatus struct {
+	Group   string    `json:"group"`
+	Address string    `json:"address"`
+	Until   time.Time `json:"until"`
+	Reason  string    `json:"reason"`
+}
+
+// ShareStatus is one cell of this site's current plan row.
+type ShareStatus struct {
+	Region string  `json:"region"`
+	Group  string  `json:"group"`
+	Share  float64 `json:"share"`
+	Reason string  `json:"reason"`
+}
+
+// RegionStatus is a region's planned load across all sites.
+type RegionStatus struct {
+	Name        string  `json:"name"`
+	CapacityRPS float64 `json:"capacity_rps"`
+	LoadRPS     float64 `json:"load_rps"`
+	Utilization float64 `json:"utilization"`
+}
+
+// GroupStatus is a group's health and capacity as planned.
+type GroupStatus struct {
+	Name        string  `json:"name"`
+	Region      string  `json:"region"`
+	Zone        string  `json:"zone"`
+	Instances   int     `json:"instances"`
+	Healthy     int     `json:"healthy"`
+	CapacityRPS float64 `json:"capacity_rps"`
+}
+
+// SiteStatus is a site's demand as this node sees it from gossip.
+type SiteStatus struct {
+	Name      string  `json:"name"`
+	DemandRPS float64 `json:"demand_rps"`
+}

@@ -1,0 +1,36 @@
+// Package tcpproxy is the gfe's TCP proxy (DESIGN.md §4): a tcp listener
+// terminates each client TCP connection, picks one backend of its
+// CONNECTION-mode service with the service's routing table entry, opens its
+// own connection to it from the gfe's SourceIP and copies bytes both ways
+// until both sides are done. It reads the live table and control state
+// through the State interface.
+//
+// Guarantees:
+//
+//   - Connection persistence. A proxied connection keeps its backend for its
+//     whole life. It is never re-dialled elsewhere: when its backend becomes
+//     unavailable (the control state marks it unhealthy, or the service no
+//     longer has it) both of its sides are closed, with a reset, so that the
+//     client reconnects and the new connection is picked afresh. Plan changes
+//     and spill move only new connections.
+//   - A connection holds one concurrency slot of its backend (the slot the
+//     pick took) until it ends, so an instance's max_concurrency caps its
+//     open connections.
+//   - A dial failure, which happens before any byte was relayed, is retried
+//     once on another backend.
+//   - Half-close: when one side finishes sending (EOF), the other side's
+//     write half is closed and the opposite direction goes on; the
+//     connection ends when both directions have. A read or write error on
+//     either side closes both.
+//   - The listener's IdleTimeout, when positive, closes a connection that
+//     carried no byte in either direction for that long.
+//   - Drain: when Serve's ctx ends (or its listener is closed) it stops
+//     accepting; open connections may finish within DrainTimeout, after
+//     which they are closed (at once, if ctx ends while a closed listener
+//     drains).
+//
+// For the planner, a service that a tcp listener serves counts its demand
+// in open connections (smoothed over DemandSmoothing), the unit of
+// CONNECTION-mode capacity (Proxy.Demand).
+
+package tcpproxy
