@@ -218,7 +218,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, msgNoBackend, http.StatusServiceUnavailable)
 		return
 	}
-	svc.Meters().Arrived()
+	svc.Meters().Started()
+	defer svc.Meters().Ended()
 
 	var (
 		pk  routing.Pick

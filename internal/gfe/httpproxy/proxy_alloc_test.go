@@ -2,12 +2,14 @@ package httpproxy
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
@@ -101,5 +103,50 @@ func BenchmarkProxy(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		serveOne(b, h)
+	}
+}
+
+// TestConnectionDemandIsInFlight: the proxy counts a request in flight for
+// its whole life, so a CONNECTION-mode service's demand is the number of
+// requests in flight, not their rate.
+func TestConnectionDemandIsInFlight(t *testing.T) {
+	arrived, release := make(chan struct{}, 10), make(chan struct{})
+	back := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+	}))
+	t.Cleanup(back.Close)
+	cfg := gfetest.TCPConfig(t, "round_robin", gfetest.Instances(strings.TrimPrefix(back.URL, "http://")), nil, 0)
+	e, clk := sessionEdge(t, cfg)
+	const n = 5
+	codes := make(chan int, n)
+	for i := range n {
+		go func() {
+			req := httptest.NewRequest(http.MethodGet, "http://gfe.test/x", nil)
+			req.RemoteAddr = fmt.Sprintf("192.0.2.1:%d", 40000+i)
+			w := httptest.NewRecorder()
+			e.proxy.ServeHTTP(w, req)
+			codes <- w.Code
+		}()
+	}
+	for range n {
+		<-arrived
+	}
+	m := e.p.Table().Services["db"].Meters()
+	if got := m.InFlight(); got != n {
+		t.Errorf("in flight = %d, want %d", got, n)
+	}
+	clk.Advance(10 * time.Second) // ten time constants
+	if got := e.p.Builder.Demand(clk.Now())["db"]; math.Abs(got-n) > 0.01 {
+		t.Errorf("demand = %v, want %d requests in flight", got, n)
+	}
+	close(release)
+	for range n {
+		if code := <-codes; code != http.StatusOK {
+			t.Errorf("status %d, want 200", code)
+		}
+	}
+	if got := m.InFlight(); got != 0 {
+		t.Errorf("in flight after the requests ended = %d, want 0", got)
 	}
 }

@@ -131,7 +131,7 @@ func (b *Builder) Build(in Input) (*Table, []error) {
 func (b *Builder) buildService(in Input, sc *config.Service, report func(string, error)) *Service {
 	so := b.outliersFor(sc, report)
 	defer so.finish(in.Now)
-	svc := &Service{name: sc.Name, cfg: sc, meters: b.metersFor(sc.Name), outliers: so.det, now: b.clk.Now}
+	svc := &Service{name: sc.Name, cfg: sc, meters: b.metersFor(sc), outliers: so.det, now: b.clk.Now}
 
 	all := b.members(in.Control, sc, so)
 	svc.healthy = len(all)
@@ -172,13 +172,19 @@ func (b *Builder) buildService(in Input, sc *config.Service, report func(string,
 	return svc
 }
 
-// metersFor returns the persistent meters of service name.
-func (b *Builder) metersFor(name string) *Meters {
-	m := b.meters[name]
+// metersFor returns the persistent meters of service sc, measuring demand
+// in the unit of its balancing mode.
+func (b *Builder) metersFor(sc *config.Service) *Meters {
+	m := b.meters[sc.Name]
 	if m == nil {
-		m = &Meters{arrivals: ewma.Rate{Tau: b.cfg.DemandSmoothing}, rr: backend.NewRoundRobin(b.rand())}
-		b.meters[name] = m
+		m = &Meters{
+			arrivals: ewma.Rate{Tau: b.cfg.DemandSmoothing},
+			level:    ewma.Level{Tau: b.cfg.DemandSmoothing},
+			rr:       backend.NewRoundRobin(b.rand()),
+		}
+		b.meters[sc.Name] = m
 	}
+	m.concurrent = sc.BalancingMode.Concurrent()
 	return m
 }
 
@@ -331,12 +337,14 @@ func (b *Builder) backend(in config.Instance) *backend.Backend {
 // Backend returns the persistent Backend of address addr, or nil.
 func (b *Builder) Backend(addr string) *backend.Backend { return b.backends[addr] }
 
-// Demand samples, at now, the arrival rate of every service's requests
-// (requests/s, smoothed with time constant DemandSmoothing).
+// Demand samples, at now, the demand of every service in the unit of its
+// balancing mode, smoothed with time constant DemandSmoothing: requests in
+// flight for a CONNECTION-mode service (its capacity counts concurrent
+// requests), requests/s otherwise (Meters.Started and Ended count them).
 func (b *Builder) Demand(now time.Time) map[string]float64 {
 	out := make(map[string]float64, len(b.meters))
 	for name, m := range b.meters {
-		out[name] = m.arrivals.Sample(now)
+		out[name] = m.demand(now)
 	}
 	return out
 }

@@ -104,16 +104,51 @@ type Meters struct {
 	// backend: no backend picked, or the backend failed.
 	Failures atomic.Int64
 
-	// arrivals counts requests, for the demand of a rate service.
+	// inFlight counts the requests started and not yet ended.
+	inFlight atomic.Int64
+
+	// Owned by the Builder's goroutine.
+	// arrivals counts requests, for the demand of a rate service
+	// (requests/s); level smooths inFlight, for the demand of a
+	// CONNECTION-mode service (requests in flight), whose capacity counts
+	// concurrent requests or connections (config.BalancingMode.Concurrent).
 	arrivals ewma.Rate
+	level    ewma.Level
+	// concurrent is whether the service's demand is a level (inFlight)
+	// rather than a rate (arrivals), from its balancing mode at the last
+	// build.
+	concurrent bool
 	// rr is the service's round-robin cursor: it outlives tables so that
 	// round robin stays exact across re-plans.
 	rr *backend.RoundRobin
 }
 
-// Arrived counts one request arriving for the service (its demand). It
-// does not allocate.
-func (m *Meters) Arrived() { m.arrivals.Add(1) }
+// Started counts one request arriving for the service: its demand, and one
+// more in flight until Ended. It does not allocate.
+func (m *Meters) Started() {
+	m.arrivals.Add(1)
+	m.inFlight.Add(1)
+}
+
+// Ended counts the end of a request counted by Started. It does not
+// allocate.
+func (m *Meters) Ended() { m.inFlight.Add(-1) }
+
+// InFlight returns the number of requests started and not yet ended.
+func (m *Meters) InFlight() int64 { return m.inFlight.Load() }
+
+// demand samples the service's demand at now in its balancing mode's unit:
+// the smoothed number of requests in flight for a CONNECTION-mode service,
+// the smoothed arrival rate (requests/s) otherwise. Both averages are
+// sampled every time, so that a change of mode finds them current.
+func (m *Meters) demand(now time.Time) float64 {
+	rate := m.arrivals.Sample(now)
+	level := m.level.Sample(now, float64(m.inFlight.Load()))
+	if m.concurrent {
+		return level
+	}
+	return rate
+}
 
 // Member is one backend a service may send a request to: in a baseline
 // policy's pool, or in a service's scope.
