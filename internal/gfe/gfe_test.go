@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
@@ -141,5 +143,52 @@ func TestPeers(t *testing.T) {
 	}
 	if got := peers(nil); len(got) != 0 {
 		t.Errorf("peers(nil) = %v, want none", got)
+	}
+}
+
+// TestDecisionsMetric: routing decisions are exported as a counter, read
+// from the live table's meters.
+func TestDecisionsMetric(t *testing.T) {
+	east, west := backendServer(t, "us-east"), backendServer(t, "eu-west")
+	g := &fakeGossip{node: "gfe-nyc", states: map[string]gossip.NodeState{}}
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	e := newTestEdge(t, g, clk)
+	e.rtt.Set("us-east", 5)
+	e.rtt.Set("eu-west", 80)
+	if err := e.ApplySnapshot(ControlState{Version: "v1", Config: gfetest.TwoRegionConfig(t, "waterfall", addrsOf(east), addrsOf(west), 100)}); err != nil {
+		t.Fatal(err)
+	}
+	e.step(clk.Now())
+	t.Cleanup(e.proxy.CloseIdleConnections)
+	for range 3 {
+		req := httptest.NewRequest(http.MethodGet, "http://gfe.test/x", nil)
+		w := httptest.NewRecorder()
+		e.proxy.ServeHTTP(w, req)
+		if w.Code != http.StatusOK {
+			t.Fatalf("status %d", w.Code)
+		}
+	}
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "spillway_gfe_decisions_total" {
+			continue
+		}
+		if mf.GetType() != dto.MetricType_COUNTER {
+			t.Errorf("spillway_gfe_decisions_total is a %v, want a counter", mf.GetType())
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			got[labels["service"]+"/"+labels["reason"]] = m.GetCounter().GetValue()
+		}
+	}
+	if got["web/nearest"] != 3 || got["web/spill_capacity"] != 0 || len(got) != int(routing.NumReasons) {
+		t.Errorf("decisions = %v, want web/nearest 3 and every other reason 0", got)
 	}
 }

@@ -278,3 +278,46 @@ func BenchmarkPickAffinity(b *testing.B) {
 		}
 	})
 }
+
+// TestPickErrors: a request that gets no backend is answered with a fixed
+// status and message, and counted under a fixed error label.
+func TestPickErrors(t *testing.T) {
+	b := newTestBackend(t, "b1")
+	regions := []gfetest.Region{{Name: "us-east", Zones: []gfetest.Zone{{Name: "us-east-b", Addrs: []string{b.addr()}}}}}
+	tests := []struct {
+		name      string
+		unhealthy bool // the only backend fails its health checks
+		full      bool // the only backend is at its concurrency limit
+		wantCode  int
+		wantBody  string
+		wantLabel string
+	}{
+		{"no backend", true, false, http.StatusServiceUnavailable, "gfe: no healthy backend\n", "no_backend"},
+		{"all busy", false, true, http.StatusTooManyRequests, "gfe: every backend is at its concurrency limit\n", "all_busy"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := gfetest.SessionConfig(t, "round_robin", regions, "", "")
+			e, _ := sessionEdge(t, cfg)
+			if tt.unhealthy {
+				e.p.Apply(routing.ControlState{Version: "v2", Config: cfg, Unhealthy: map[string]bool{b.addr(): true}})
+				e.p.Step()
+			}
+			if tt.full {
+				be := e.p.Builder.Backend(b.addr())
+				be.SetMaxConcurrency(1)
+				be.TryAcquire()
+			}
+			w := do(t, e, "GET", "192.0.2.1:1", "", nil)
+			if w.Code != tt.wantCode || w.Body.String() != tt.wantBody {
+				t.Errorf("status %d, body %q; want %d, %q", w.Code, w.Body.String(), tt.wantCode, tt.wantBody)
+			}
+			if got := testCounter(e.proxy.metrics.pickErrors.WithLabelValues("web", tt.wantLabel)); got != 1 {
+				t.Errorf("pick errors{error=%q} = %v, want 1", tt.wantLabel, got)
+			}
+			if got := e.p.Table().Services["web"].Meters().Failures.Load(); got != 1 {
+				t.Errorf("failures = %d, want 1", got)
+			}
+		})
+	}
+}
