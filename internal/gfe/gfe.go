@@ -298,10 +298,11 @@ func (d *Daemon) Ready() bool {
 	return false
 }
 
-// Component is one long-lived part of the daemon, run by Run.
-type Component struct {
-	Name string
-	Run  func(ctx context.Context) error
+// component is one long-lived part of the daemon, run by Run under its
+// errgroup.
+type component struct {
+	name string
+	run  func(ctx context.Context) error
 }
 
 // Run serves until ctx is cancelled, then drains: readiness turns false,
@@ -327,16 +328,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.log.Info().Str("listen", d.ListenAddr().String()).Str("admin", aln.Addr().String()).Msg("gfe serving")
 	admin := &http.Server{Handler: d.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 
-	components := []Component{
-		{Name: "planner", Run: d.plan},
-		{Name: "rtt", Run: func(ctx context.Context) error { return d.rtt.Run(ctx, d.regionTargets) }},
-		{Name: "listeners", Run: d.listeners.Run},
-		{Name: "admin", Run: func(context.Context) error { return serve(admin, aln) }},
-		{Name: "drain", Run: func(ctx context.Context) error { return d.drain(ctx, admin) }},
+	components := []component{
+		{name: "planner", run: d.plan},
+		{name: "rtt", run: func(ctx context.Context) error { return d.rtt.Run(ctx, d.regionTargets) }},
+		{name: "listeners", run: d.listeners.Run},
+		{name: "admin", run: func(context.Context) error { return serve(admin, aln) }},
+		{name: "drain", run: func(ctx context.Context) error { return d.drain(ctx, admin) }},
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	for _, c := range components {
-		g.Go(func() error { return c.Run(gctx) })
+		g.Go(func() error { return c.run(gctx) })
 	}
 	err = g.Wait()
 	if ctx.Err() != nil && err == nil {

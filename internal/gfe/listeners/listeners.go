@@ -159,11 +159,11 @@ func New(cfg Config, opts Options) (*Manager, error) {
 	}
 	host, p, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
-		return nil, fmt.Errorf("gfe.listen: %w", err)
+		return nil, fmt.Errorf("listen %q: %w", cfg.Listen, err)
 	}
 	defPort, err := net.LookupPort("tcp", p)
 	if err != nil {
-		return nil, fmt.Errorf("gfe.listen: %w", err)
+		return nil, fmt.Errorf("listen %q: %w", cfg.Listen, err)
 	}
 	m := &Manager{
 		cfg:     cfg,
