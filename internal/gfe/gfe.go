@@ -337,7 +337,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	for _, c := range components {
-		g.Go(func() error { return c.run(gctx) })
+		g.Go(func() error {
+			if err := c.run(gctx); err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+			return nil
+		})
 	}
 	err = g.Wait()
 	if ctx.Err() != nil && err == nil {
