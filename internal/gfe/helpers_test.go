@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -20,8 +19,8 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
-	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
 	"github.com/spillway-lb/spillway/internal/gossip"
+	"github.com/spillway-lb/spillway/internal/testkit"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
@@ -282,7 +281,7 @@ func h2cClient(d *dialCounter) *http.Client {
 
 // tlsClient returns an HTTP/2-only client over TLS that trusts ca and
 // sends serverName as SNI.
-func tlsClient(d *dialCounter, ca *gfetest.CA, serverName string) *http.Client {
+func tlsClient(d *dialCounter, ca *testkit.CA, serverName string) *http.Client {
 	tr := &http.Transport{Protocols: new(http.Protocols)}
 	tr.Protocols.SetHTTP2(true)
 	tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -314,31 +313,6 @@ func get(t *testing.T, c *http.Client, url string) (int, string, string) {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode, resp.Proto, resp.Header.Get("X-Backend")
-}
-
-// handshake makes one TLS handshake with addr and returns the served
-// certificate's serial and the negotiated protocol.
-func handshake(t *testing.T, addr string, ca *gfetest.CA, sni string) (int64, string) {
-	t.Helper()
-	// The chain is checked against ca; the name is the caller's to check
-	// (an unknown SNI gets the default certificate, which does not name it).
-	cfg := &tls.Config{
-		ServerName:         sni,
-		NextProtos:         []string{"h2", "http/1.1"},
-		InsecureSkipVerify: true,
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			opts := x509.VerifyOptions{Roots: ca.Pool, Intermediates: x509.NewCertPool()}
-			_, err := cs.PeerCertificates[0].Verify(opts)
-			return err
-		},
-	}
-	c, err := tls.Dial("tcp", addr, cfg)
-	if err != nil {
-		t.Fatalf("TLS handshake with %s (SNI %q): %v", addr, sni, err)
-	}
-	defer c.Close()
-	st := c.ConnectionState()
-	return st.PeerCertificates[0].SerialNumber.Int64(), st.NegotiatedProtocol
 }
 
 // rawRequest sends raw on a new connection to addr and returns the status

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
+	"github.com/spillway-lb/spillway/internal/testkit"
 )
 
 // TestListenersHTTP checks an http listener: HTTP/1.1 and h2c, header and
@@ -191,10 +192,10 @@ func TestListenersHTTP(t *testing.T) {
 // with an unreadable certificate rejected.
 func TestListenersHTTPS(t *testing.T) {
 	b1 := newHTTPBackend(t, "b1")
-	ca := gfetest.NewCA(t)
+	ca := testkit.NewCA(t)
 	dir := t.TempDir()
-	certA := ca.Issue(t, dir, "a", 100, "a.test", "a.test")
-	certB := ca.Issue(t, dir, "b", 200, "b.test", "b.test", "*.b.test")
+	certA := gfetest.IssueCert(t, ca, dir, "a", 100, "a.test", "a.test")
+	certB := gfetest.IssueCert(t, ca, dir, "b", 200, "b.test", "b.test", "*.b.test")
 	port := freePort(t)
 	listeners := func(a, b config.Certificate) string {
 		return fmt.Sprintf(`listeners:
@@ -221,7 +222,7 @@ func TestListenersHTTPS(t *testing.T) {
 			{"", 100},           // no SNI: the default
 		}
 		for _, tt := range tests {
-			serial, proto := handshake(t, addr, ca, tt.sni)
+			serial, proto := testkit.Handshake(t, addr, ca, tt.sni)
 			if serial != tt.wantSerial || proto != "h2" {
 				t.Errorf("SNI %q: served serial %d with ALPN %q, want %d and h2", tt.sni, serial, proto, tt.wantSerial)
 			}
@@ -236,9 +237,9 @@ func TestListenersHTTPS(t *testing.T) {
 				t.Fatalf("GET = %d %s from %q, want 200 HTTP/2.0 from b1", code, proto, be)
 			}
 		}
-		ca.Issue(t, dir, "a", 101, "a.test", "a.test")
+		gfetest.IssueCert(t, ca, dir, "a", 101, "a.test", "a.test")
 		e.listeners.Check()
-		if serial, _ := handshake(t, addr, ca, "a.test"); serial != 101 {
+		if serial, _ := testkit.Handshake(t, addr, ca, "a.test"); serial != 101 {
 			t.Fatalf("after the reload a.test is served serial %d, want 101", serial)
 		}
 		for range 5 {
@@ -263,9 +264,9 @@ func TestListenersHTTPS(t *testing.T) {
 			t.Errorf("control state version %q after a rejected snapshot, want v1", v)
 		}
 		// A file that turns bad later is logged; the loaded certificate stays.
-		gfetest.WriteAtomic(t, certB.CertFile, []byte("garbage"))
+		testkit.WriteFileAtomic(t, certB.CertFile, []byte("garbage"))
 		e.listeners.Check()
-		if serial, _ := handshake(t, addr, ca, "b.test"); serial != 200 {
+		if serial, _ := testkit.Handshake(t, addr, ca, "b.test"); serial != 200 {
 			t.Errorf("after certificate b turned bad, b.test is served serial %d, want the previous 200", serial)
 		}
 	})

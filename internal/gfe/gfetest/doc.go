@@ -3,9 +3,10 @@
 // routing.Builder and a fake clock (Planner, which implements
 // httpproxy.Planner and tcpproxy.State), configs rendered and parsed by the
 // real loader (TwoRegionConfig, SessionConfig, TCPConfig), a seeded
-// concurrent-safe random source (Rand), a test CA (CA), and a TCP echo
-// backend with a client and a harness that serves a tcp listener under the
-// fake clock (EchoBackend, TCPClient, ServeTCP).
+// concurrent-safe random source (Rand), certificates for https listeners
+// from testkit's CA (IssueCert), and a TCP echo backend with a client and a
+// harness that serves a tcp listener under the fake clock (EchoBackend,
+// TCPClient, ServeTCP).
 //
 // Only tests import it. Its helpers take a testing.TB and fail it on error;
 // blocking waits are bounded by TCPTestTimeout, a guard against hangs, never

@@ -9,16 +9,17 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
+	"github.com/spillway-lb/spillway/internal/testkit"
 )
 
 func TestCertSetPick(t *testing.T) {
-	ca := gfetest.NewCA(t)
+	ca := testkit.NewCA(t)
 	dir := t.TempDir()
 	certs := []config.Certificate{
-		ca.Issue(t, dir, "a", 10, "a.test", "a.test", "www.a.test"),
-		ca.Issue(t, dir, "b", 11, "b.test", "b.test", "*.b.test"),
-		ca.Issue(t, dir, "c", 12, "c.test"), // CN only
-		ca.Issue(t, dir, "a2", 13, "a.test", "A.TEST"),
+		gfetest.IssueCert(t, ca, dir, "a", 10, "a.test", "a.test", "www.a.test"),
+		gfetest.IssueCert(t, ca, dir, "b", 11, "b.test", "b.test", "*.b.test"),
+		gfetest.IssueCert(t, ca, dir, "c", 12, "c.test"), // CN only
+		gfetest.IssueCert(t, ca, dir, "a2", 13, "a.test", "A.TEST"),
 	}
 	set, err := loadCertSet("listeners[0]", certs, nil)
 	if err != nil {
@@ -49,10 +50,10 @@ func TestCertSetPick(t *testing.T) {
 }
 
 func TestLoadCertSetErrors(t *testing.T) {
-	ca := gfetest.NewCA(t)
+	ca := testkit.NewCA(t)
 	dir := t.TempDir()
-	good := ca.Issue(t, dir, "good", 2, "good.test", "good.test")
-	other := ca.Issue(t, dir, "other", 3, "other.test", "other.test")
+	good := gfetest.IssueCert(t, ca, dir, "good", 2, "good.test", "good.test")
+	other := gfetest.IssueCert(t, ca, dir, "other", 3, "other.test", "other.test")
 	garbage := filepath.Join(dir, "garbage.pem")
 	if err := os.WriteFile(garbage, []byte("not pem"), 0o600); err != nil {
 		t.Fatal(err)
@@ -88,10 +89,10 @@ func TestLoadCertSetErrors(t *testing.T) {
 // TestCertSetReload checks that a set reuses unchanged certificates and
 // notices rewritten files.
 func TestCertSetReload(t *testing.T) {
-	ca := gfetest.NewCA(t)
+	ca := testkit.NewCA(t)
 	dir := t.TempDir()
-	a := ca.Issue(t, dir, "a", 1, "a.test", "a.test")
-	b := ca.Issue(t, dir, "b", 2, "b.test", "b.test")
+	a := gfetest.IssueCert(t, ca, dir, "a", 1, "a.test", "a.test")
+	b := gfetest.IssueCert(t, ca, dir, "b", 2, "b.test", "b.test")
 	s1, err := loadCertSet("l", []config.Certificate{a, b}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +100,7 @@ func TestCertSetReload(t *testing.T) {
 	if s1.changed() {
 		t.Fatal("a fresh set reports a change")
 	}
-	ca.Issue(t, dir, "b", 3, "b.test", "b.test")
+	gfetest.IssueCert(t, ca, dir, "b", 3, "b.test", "b.test")
 	if !s1.changed() {
 		t.Fatal("rewritten files not noticed")
 	}
