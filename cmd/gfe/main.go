@@ -90,7 +90,7 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		if err := e.ApplySnapshot(gfe.ControlState{Version: "file:" + path, Config: c}); err != nil {
+		if err := e.ApplySnapshot(snapshot.FromConfig("file:"+path, c)); err != nil {
 			return err
 		}
 	}
@@ -153,24 +153,10 @@ func runControlPlaneClient(ctx context.Context, addrs []string, cfg gfe.Config, 
 	ccfg.Addresses, ccfg.Node, ccfg.Site = addrs, cfg.Node, cfg.Site
 	c, err := cpclient.New(ccfg, cpclient.Options{
 		Logger: log.With().Str("component", "cpclient").Logger(),
-		Apply:  func(s *snapshot.Snapshot) error { return e.ApplySnapshot(controlState(s)) },
+		Apply:  e.ApplySnapshot,
 	})
 	if err != nil {
 		return err
 	}
 	return c.Run(ctx)
-}
-
-// controlState turns a control-plane snapshot into the gfe's control state:
-// an instance the snapshot gives no healthy verdict for counts as unhealthy.
-func controlState(s *snapshot.Snapshot) gfe.ControlState {
-	cs := gfe.ControlState{Version: s.Version, Config: s.Config, Unhealthy: map[string]bool{}}
-	for _, g := range s.Config.Groups() {
-		for _, in := range g.Group.Instances {
-			if h, ok := s.Health[in.Address]; !ok || !h.Healthy {
-				cs.Unhealthy[in.Address] = true
-			}
-		}
-	}
-	return cs
 }

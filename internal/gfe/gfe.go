@@ -22,6 +22,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/gfe/rtt"
 	"github.com/spillway-lb/spillway/internal/gfe/tcpproxy"
 	"github.com/spillway-lb/spillway/internal/gossip"
+	"github.com/spillway-lb/spillway/internal/snapshot"
 )
 
 // Config is what an operator sets for one gfe. Start from DefaultConfig.
@@ -32,7 +33,7 @@ type Config struct {
 	Site string
 	// Listen is the address of the client-facing HTTP listener (HTTP/1.1
 	// and h2c, with the defaults of config.DefaultListener). The listeners
-	// of the control state's config bind the host of this address at their
+	// of the snapshot's config bind the host of this address at their
 	// own ports; one whose port is this one takes this socket over.
 	// Default 127.0.0.1:8080.
 	Listen string
@@ -150,11 +151,8 @@ type Options struct {
 	Rand func() uint64
 }
 
-// ControlState is one control-plane snapshot as the gfe uses it.
-type ControlState = routing.ControlState
-
 // Daemon is one running gfe: it wires the planner loop (a routing.Builder
-// fed by the control state, gossip and the RTT prober), the HTTP and tcp
+// fed by the snapshot, gossip and the RTT prober), the HTTP and tcp
 // proxies, the listeners and the admin server. Create it with New and start
 // it with Run.
 type Daemon struct {
@@ -172,7 +170,7 @@ type Daemon struct {
 
 	// Accessed atomically.
 	table    atomic.Pointer[routing.Table]
-	control  atomic.Pointer[ControlState]
+	control  atomic.Pointer[snapshot.Snapshot]
 	draining atomic.Bool
 
 	// kick wakes the planner when a snapshot arrives or a backend is
@@ -238,23 +236,23 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 	return d, nil
 }
 
-// ApplySnapshot validates cs and makes it the node's control state; the
-// next plan uses it. It returns an error (the control-plane client NACKs
-// with it) when cs cannot be used — no config, or a certificate of an https
-// listener that cannot be loaded — and then keeps the previous state. It
+// ApplySnapshot validates cs and makes it the node's snapshot; the next
+// plan uses it. It returns an error (the control-plane client NACKs with
+// it) when cs cannot be used — no config, or a certificate of an https
+// listener that cannot be loaded — and then keeps the previous one. It
 // reconciles the listeners (when Run has started them) and ends the
 // long-lived streams (gRPC calls, WebSockets) to backends that cs makes
-// unavailable: unhealthy, or no longer configured. Safe to call from any
-// goroutine.
-func (d *Daemon) ApplySnapshot(cs ControlState) error {
+// unavailable: unhealthy, or no longer configured. cs must not be modified
+// afterwards. Safe to call from any goroutine.
+func (d *Daemon) ApplySnapshot(cs *snapshot.Snapshot) error {
 	if cs.Config == nil {
 		return errors.New("gfe: snapshot without config")
 	}
 	if err := d.listeners.Apply(cs.Config.Listeners); err != nil {
 		return fmt.Errorf("gfe: snapshot %s: %w", cs.Version, err)
 	}
-	d.endUnavailableStreams(&cs)
-	if d.control.Swap(&cs) == nil {
+	d.endUnavailableStreams(cs)
+	if d.control.Swap(cs) == nil {
 		d.rtt.ProbeSoon()
 	}
 	d.Wake()
@@ -265,9 +263,9 @@ func (d *Daemon) ApplySnapshot(cs ControlState) error {
 // table must not be modified. Safe to call from any goroutine.
 func (d *Daemon) Table() *routing.Table { return d.table.Load() }
 
-// Control returns the control state live now, nil before the first
-// snapshot. Safe to call from any goroutine.
-func (d *Daemon) Control() *ControlState { return d.control.Load() }
+// Snapshot returns the snapshot live now, nil before the first one. Safe
+// to call from any goroutine.
+func (d *Daemon) Snapshot() *snapshot.Snapshot { return d.control.Load() }
 
 // RTT returns this node's RTT estimate per region, in milliseconds.
 func (d *Daemon) RTT() map[string]float64 { return d.rtt.Snapshot() }
@@ -312,7 +310,7 @@ type component struct {
 // and an error when DrainTimeout passed with requests still in flight.
 //
 // Run binds Config.Listen (an error is returned when it cannot) and the
-// listeners of the current control state (a bind error is logged and
+// listeners of the current snapshot (a bind error is logged and
 // retried every CertCheckInterval), and reconciles them with every
 // snapshot applied while it runs. Its components — planner, rtt,
 // listeners, admin and drain — run under one errgroup.
@@ -373,7 +371,7 @@ func (d *Daemon) ListenAddr() net.Addr { return d.listeners.DefaultAddr() }
 
 // endUnavailableStreams ends the tracked streams whose backend cs makes
 // unavailable: unhealthy, or not an instance of cs.Config any more.
-func (d *Daemon) endUnavailableStreams(cs *ControlState) {
+func (d *Daemon) endUnavailableStreams(cs *snapshot.Snapshot) {
 	if d.proxy.OpenStreams() == 0 {
 		return
 	}
@@ -383,7 +381,7 @@ func (d *Daemon) endUnavailableStreams(cs *ControlState) {
 			known[in.Address] = true
 		}
 	}
-	if n := d.proxy.EndStreamsTo(func(addr string) bool { return cs.Unhealthy[addr] || !known[addr] }); n > 0 {
+	if n := d.proxy.EndStreamsTo(func(addr string) bool { return !cs.Healthy(addr) || !known[addr] }); n > 0 {
 		d.log.Info().Int("streams", n).Str("version", cs.Version).Msg("ended streams to unavailable backends")
 	}
 }
@@ -403,7 +401,7 @@ func (d *Daemon) regionTargets() map[string]string {
 			if _, ok := out[r]; !ok {
 				out[r] = in.Address
 			}
-			if !cs.Unhealthy[in.Address] && cs.Unhealthy[out[r]] {
+			if cs.Healthy(in.Address) && !cs.Healthy(out[r]) {
 				out[r] = in.Address
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gossip"
+	"github.com/spillway-lb/spillway/internal/snapshot"
 )
 
 // TestProxyWaterfall runs the planner and the proxy in process against real
@@ -29,7 +30,7 @@ func TestProxyWaterfall(t *testing.T) {
 	e.rtt.Set("us-east", 5)
 	e.rtt.Set("eu-west", 80)
 	cfg := gfetest.TwoRegionConfig(t, "waterfall", addrsOf(e1, e2), addrsOf(w1, w2), 100)
-	if err := e.ApplySnapshot(ControlState{Version: "v1", Config: cfg}); err != nil {
+	if err := e.ApplySnapshot(snapshot.FromConfig("v1", cfg)); err != nil {
 		t.Fatal(err)
 	}
 	front := httptest.NewServer(e.proxy)
@@ -105,7 +106,7 @@ func TestTCPDemandIsOpenConnections(t *testing.T) {
 	}
 	e.rtt.Set("us-east", 5)
 	e.rtt.Set("eu-west", 80)
-	if err := e.ApplySnapshot(ControlState{Version: "v1", Config: cfg}); err != nil {
+	if err := e.ApplySnapshot(snapshot.FromConfig("v1", cfg)); err != nil {
 		t.Fatal(err)
 	}
 	e.step(clk.Now())
@@ -155,7 +156,7 @@ func TestDecisionsMetric(t *testing.T) {
 	e := newTestEdge(t, g, clk)
 	e.rtt.Set("us-east", 5)
 	e.rtt.Set("eu-west", 80)
-	if err := e.ApplySnapshot(ControlState{Version: "v1", Config: gfetest.TwoRegionConfig(t, "waterfall", addrsOf(east), addrsOf(west), 100)}); err != nil {
+	if err := e.ApplySnapshot(snapshot.FromConfig("v1", gfetest.TwoRegionConfig(t, "waterfall", addrsOf(east), addrsOf(west), 100))); err != nil {
 		t.Fatal(err)
 	}
 	e.step(clk.Now())

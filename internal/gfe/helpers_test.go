@@ -20,6 +20,7 @@ import (
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gossip"
+	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/internal/testkit"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -231,7 +232,7 @@ func startEdge(t *testing.T, c *config.Config, drain time.Duration) *runningEdge
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.ApplySnapshot(ControlState{Version: "v1", Config: c}); err != nil {
+	if err := e.ApplySnapshot(snapshot.FromConfig("v1", c)); err != nil {
 		t.Fatalf("ApplySnapshot: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

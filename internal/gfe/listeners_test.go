@@ -14,6 +14,7 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
+	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/internal/testkit"
 )
 
@@ -256,12 +257,12 @@ func TestListenersHTTPS(t *testing.T) {
 
 	t.Run("bad certificate", func(t *testing.T) {
 		bad := config.Certificate{CertFile: dir + "/missing.crt", KeyFile: certB.KeyFile}
-		err := e.ApplySnapshot(ControlState{Version: "v2", Config: edgeConfig(t, []string{b1.addr()}, listeners(certA, bad))})
+		err := e.ApplySnapshot(snapshot.FromConfig("v2", edgeConfig(t, []string{b1.addr()}, listeners(certA, bad))))
 		if err == nil || !strings.Contains(err.Error(), "listeners[0].certificates[1]: cert_file") {
 			t.Fatalf("ApplySnapshot with a missing certificate = %v, want an error naming listeners[0].certificates[1]", err)
 		}
 		if v := e.control.Load().Version; v != "v1" {
-			t.Errorf("control state version %q after a rejected snapshot, want v1", v)
+			t.Errorf("snapshot version %q after a rejected snapshot, want v1", v)
 		}
 		// A file that turns bad later is logged; the loaded certificate stays.
 		testkit.WriteFileAtomic(t, certB.CertFile, []byte("garbage"))
@@ -305,7 +306,7 @@ func TestListenersReconcile(t *testing.T) {
 		slow <- resp.StatusCode
 	}()
 	waitUntil(t, "the slow request to reach the backend", func() bool { return b.slowIn.Load() == 1 })
-	if err := e.ApplySnapshot(ControlState{Version: "v2", Config: withLimit(1024)}); err != nil {
+	if err := e.ApplySnapshot(snapshot.FromConfig("v2", withLimit(1024))); err != nil {
 		t.Fatal(err)
 	}
 	if code := rawRequest(t, addr, headers); code != http.StatusRequestHeaderFieldsTooLarge {
@@ -317,13 +318,13 @@ func TestListenersReconcile(t *testing.T) {
 	}
 
 	// Removed: refused. Added back: served.
-	if err := e.ApplySnapshot(ControlState{Version: "v3", Config: edgeConfig(t, []string{b.addr()}, "")}); err != nil {
+	if err := e.ApplySnapshot(snapshot.FromConfig("v3", edgeConfig(t, []string{b.addr()}, ""))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := net.Dial("tcp", addr); !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("dial after the listener was removed: %v, want connection refused", err)
 	}
-	if err := e.ApplySnapshot(ControlState{Version: "v4", Config: withLimit(65536)}); err != nil {
+	if err := e.ApplySnapshot(snapshot.FromConfig("v4", withLimit(65536))); err != nil {
 		t.Fatal(err)
 	}
 	if code := rawRequest(t, addr, headers); code != 200 {

@@ -26,7 +26,7 @@ func (d *Daemon) plan(ctx context.Context) error {
 }
 
 // step samples this node's demand, publishes its state by gossip, and
-// builds and stores a new routing table from the current control state and
+// builds and stores a new routing table from the current snapshot and
 // gossip. Called only from the planner goroutine (and tests).
 func (d *Daemon) step(now time.Time) {
 	rtt := d.rtt.Snapshot()
@@ -42,10 +42,10 @@ func (d *Daemon) step(now time.Time) {
 		return
 	}
 	t, problems := d.builder.Build(routing.Input{
-		Control: cs,
-		Peers:   peers(d.gossip.Snapshot()),
-		Self:    routing.Peer{Node: d.cfg.Node, Site: d.cfg.Site, RTT: rtt, Demand: demand},
-		Now:     now,
+		Snapshot: cs,
+		Peers:    peers(d.gossip.Snapshot()),
+		Self:     routing.Peer{Node: d.cfg.Node, Site: d.cfg.Site, RTT: rtt, Demand: demand},
+		Now:      now,
 	})
 	for _, err := range problems {
 		d.log.Error().Err(err).Msg("routing table")

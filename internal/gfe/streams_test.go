@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/internal/testbackend/echopb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -152,7 +153,7 @@ func TestGRPCThroughGFE(t *testing.T) {
 	if gone.instance != "g1" {
 		gone, stays = stays, gone
 	}
-	if err := e.ApplySnapshot(ControlState{Version: "v2", Config: c, Unhealthy: map[string]bool{unhealthy: true}}); err != nil {
+	if err := e.ApplySnapshot(snapshot.FromConfig("v2", c, unhealthy)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := gone.st.Recv(); err == nil {
@@ -223,7 +224,7 @@ func TestUpgradeEndsWithItsBackend(t *testing.T) {
 	}
 
 	// b1 leaves the config: its tunnels close, b2's go on.
-	if err := e.ApplySnapshot(ControlState{Version: "v2", Config: edgeConfig(t, []string{b2.addr()}, "")}); err != nil {
+	if err := e.ApplySnapshot(snapshot.FromConfig("v2", edgeConfig(t, []string{b2.addr()}, ""))); err != nil {
 		t.Fatal(err)
 	}
 	closed, alive := 0, 0

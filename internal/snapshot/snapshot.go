@@ -3,6 +3,7 @@ package snapshot
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/spillway-lb/spillway/config"
@@ -55,14 +56,15 @@ type InstanceHealth struct {
 // no verdict yet) reaches a gfe as not healthy.
 func (s *Snapshot) Healthy(addr string) bool { return s.Health[addr].Healthy }
 
-// AllHealthy returns a Snapshot of cfg under version in which every
-// instance is healthy: what a gfe serves from a config file of its own,
-// with no control plane to check health.
-func AllHealthy(version string, cfg *config.Config) *Snapshot {
+// FromConfig returns a Snapshot of cfg under version in which every
+// instance is healthy but those at the addresses in unhealthy: what a gfe
+// serves from a config file of its own, with no control plane to check
+// health (and, in tests, any health one wants).
+func FromConfig(version string, cfg *config.Config, unhealthy ...string) *Snapshot {
 	s := &Snapshot{Version: version, Config: cfg, Source: cfg.Source(), Health: map[string]InstanceHealth{}}
 	for _, g := range cfg.Groups() {
 		for _, in := range g.Group.Instances {
-			s.Health[in.Address] = InstanceHealth{Group: g.Group.Name, Address: in.Address, Healthy: true}
+			s.Health[in.Address] = InstanceHealth{Group: g.Group.Name, Address: in.Address, Healthy: !slices.Contains(unhealthy, in.Address)}
 		}
 	}
 	return s

@@ -130,14 +130,17 @@ func FuzzFromProto(f *testing.F) {
 	})
 }
 
-func TestAllHealthy(t *testing.T) {
+func TestFromConfig(t *testing.T) {
 	full, err := FromProto(push("v1", "1", 100, false))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := AllHealthy("file:x.yaml", full.Config)
+	s := FromConfig("file:x.yaml", full.Config)
 	if s.Version != "file:x.yaml" || len(s.Health) != 2 || !s.Healthy("127.0.0.1:9001") || !s.Healthy("127.0.0.1:9002") || s.Healthy("127.0.0.1:1") {
-		t.Errorf("AllHealthy = %+v, want both instances of g1 healthy and nothing else", s)
+		t.Errorf("FromConfig = %+v, want both instances of g1 healthy and nothing else", s)
+	}
+	if s := FromConfig("v", full.Config, "127.0.0.1:9002"); !s.Healthy("127.0.0.1:9001") || s.Healthy("127.0.0.1:9002") {
+		t.Errorf("FromConfig(9002 unhealthy): Healthy(9001, 9002) = %v, %v; want true, false", s.Healthy("127.0.0.1:9001"), s.Healthy("127.0.0.1:9002"))
 	}
 	if full.Healthy("127.0.0.1:9002") || !full.Healthy("127.0.0.1:9001") {
 		t.Errorf("pushed snapshot: Healthy(9001, 9002) = %v, %v; want true, false", full.Healthy("127.0.0.1:9001"), full.Healthy("127.0.0.1:9002"))

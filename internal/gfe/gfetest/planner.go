@@ -7,11 +7,12 @@ import (
 
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/internal/snapshot"
 )
 
 // Planner stands in for the gfe's planner in the proxies' tests: it holds a
 // routing.Builder and builds tables on Step, at the fake clock's time, for
-// site nyc (node gfe-nyc) with damping 1, from the control state of the
+// site nyc (node gfe-nyc) with damping 1, from the snapshot of the
 // last Apply, the RTTs of SetRTT (us-east 5 ms and eu-west 80 ms to start
 // with) and the peers of SetPeer. It implements httpproxy.Planner and
 // tcpproxy.State. Safe for concurrent use, except Step.
@@ -24,12 +25,12 @@ type Planner struct {
 	Builder *routing.Builder
 	// Demand, when set, adjusts this node's demand before each build (as
 	// the gfe lets its tcp proxy count open connections).
-	Demand func(now time.Time, cs *routing.ControlState, demand map[string]float64)
+	Demand func(now time.Time, cs *snapshot.Snapshot, demand map[string]float64)
 	// Woken receives a value (if there is room) on every Wake.
 	Woken chan struct{}
 
 	table   atomic.Pointer[routing.Table]
-	control atomic.Pointer[routing.ControlState]
+	control atomic.Pointer[snapshot.Snapshot]
 	mu      sync.Mutex
 	rtt     map[string]float64      // guarded by mu
 	peers   map[string]routing.Peer // guarded by mu
@@ -48,8 +49,8 @@ func NewPlanner(rnd func() uint64) *Planner {
 	}
 }
 
-// Apply makes cs the control state of the next Step.
-func (p *Planner) Apply(cs routing.ControlState) { p.control.Store(&cs) }
+// Apply makes s the snapshot of the next Step.
+func (p *Planner) Apply(s *snapshot.Snapshot) { p.control.Store(s) }
 
 // SetRTT sets this node's RTT to region, in ms.
 func (p *Planner) SetRTT(region string, ms float64) {
@@ -84,7 +85,7 @@ func (p *Planner) Step() []error {
 	}
 	rtt := p.rttLocked()
 	p.mu.Unlock()
-	t, problems := p.Builder.Build(routing.Input{Control: cs, Peers: peers, Self: routing.Peer{Node: "gfe-nyc", Site: "nyc", RTT: rtt, Demand: demand}, Now: now})
+	t, problems := p.Builder.Build(routing.Input{Snapshot: cs, Peers: peers, Self: routing.Peer{Node: "gfe-nyc", Site: "nyc", RTT: rtt, Demand: demand}, Now: now})
 	p.table.Store(t)
 	return problems
 }
@@ -100,8 +101,8 @@ func (p *Planner) Wake() {
 	}
 }
 
-// Control implements tcpproxy.State.
-func (p *Planner) Control() *routing.ControlState { return p.control.Load() }
+// Snapshot implements tcpproxy.State.
+func (p *Planner) Snapshot() *snapshot.Snapshot { return p.control.Load() }
 
 // RTT implements tcpproxy.State.
 func (p *Planner) RTT() map[string]float64 {

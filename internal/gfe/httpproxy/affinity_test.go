@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/internal/snapshot"
 
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
 	"github.com/spillway-lb/spillway/lb/affinity"
@@ -137,7 +138,7 @@ func TestGeneratedCookieAffinity(t *testing.T) {
 
 			// The pinned backend turns unhealthy: the client moves once and
 			// gets a cookie for its new backend, which then holds.
-			e.p.Apply(routing.ControlState{Version: "v2", Config: cfg, Unhealthy: map[string]bool{addrOf(bs, pinned): true}})
+			e.p.Apply(snapshot.FromConfig("v2", cfg, addrOf(bs, pinned)))
 			e.p.Step()
 			w = do(t, e, "GET", client, "", withCookie(c.Value))
 			moved := w.Header().Get("X-Spillway-Backend")

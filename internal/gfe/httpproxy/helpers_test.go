@@ -13,6 +13,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/internal/snapshot"
 )
 
 // Helpers of the session tests (affinity, outlier detection, retries).
@@ -56,7 +57,7 @@ type testGFE struct {
 func sessionEdge(t testing.TB, cfg *config.Config) (*testGFE, *clock.Fake) {
 	t.Helper()
 	p := gfetest.NewPlanner(gfetest.Rand()) // seeded, and safe for parallel benchmarks
-	p.Apply(routing.ControlState{Version: "v1", Config: cfg})
+	p.Apply(snapshot.FromConfig("v1", cfg))
 	p.Step()
 	proxy, err := New(Config{}, Options{Planner: p, Clock: p.Clock, Rand: p.Rand})
 	if err != nil {

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/outlier"
 )
 
@@ -130,7 +130,7 @@ func TestOutlierLimits(t *testing.T) {
 		if got := len(e.p.Table().Services["web"].Outliers().Snapshot(clk.Now())); got != 4 {
 			t.Fatalf("registered hosts = %d, want 4", got)
 		}
-		e.p.Apply(routing.ControlState{Version: "v2", Config: cfg, Unhealthy: map[string]bool{bs[1].addr(): true}})
+		e.p.Apply(snapshot.FromConfig("v2", cfg, bs[1].addr()))
 		e.p.Step()
 		for _, h := range e.p.Table().Services["web"].Outliers().Snapshot(clk.Now()) {
 			if h.Name == bs[1].addr() {

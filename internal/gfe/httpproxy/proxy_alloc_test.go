@@ -13,7 +13,7 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/internal/snapshot"
 )
 
 // proxyUnderTest returns a gfe proxy whose plan sends every request to one
@@ -47,7 +47,7 @@ routes:
 	}
 	// The gfe's defaults: the real random source, no access log.
 	p := gfetest.NewPlanner(rand.Uint64)
-	p.Apply(routing.ControlState{Version: "v1", Config: c})
+	p.Apply(snapshot.FromConfig("v1", c))
 	p.Step()
 	proxy, err := New(Config{}, Options{Planner: p, Clock: p.Clock})
 	if err != nil {

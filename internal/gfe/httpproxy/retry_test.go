@@ -18,6 +18,7 @@ import (
 
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/outlier"
 )
 
@@ -300,7 +301,7 @@ func TestPickErrors(t *testing.T) {
 			cfg := gfetest.SessionConfig(t, "round_robin", regions, "", "")
 			e, _ := sessionEdge(t, cfg)
 			if tt.unhealthy {
-				e.p.Apply(routing.ControlState{Version: "v2", Config: cfg, Unhealthy: map[string]bool{b.addr(): true}})
+				e.p.Apply(snapshot.FromConfig("v2", cfg, b.addr()))
 				e.p.Step()
 			}
 			if tt.full {

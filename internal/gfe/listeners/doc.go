@@ -3,11 +3,11 @@
 //
 // The gfe serves its --listen address (Config.Listen) as an http listener
 // with the defaults of config.DefaultListener, plus every listener of the
-// control state's Config.Listeners, each on its port at the host of
+// snapshot's Config.Listeners, each on its port at the host of
 // --listen. A configured listener whose port is that of --listen takes that
 // socket over (its protocol and limits replace the defaults).
 //
-// Listeners change at runtime with the control state. The Manager
+// Listeners change at runtime with the snapshot. The Manager
 // reconciles on every applied snapshot, and on a slow tick:
 //
 //   - a new port is bound (a bind failure is logged and retried each tick);

@@ -9,6 +9,7 @@ import (
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/ewma"
+	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/backend"
 	"github.com/spillway-lb/spillway/lb/hashing"
 	"github.com/spillway-lb/spillway/lb/waterfall"
@@ -42,8 +43,9 @@ type Options struct {
 
 // Input is what one table is built from.
 type Input struct {
-	// Control is the control state (config and health). Required.
-	Control *ControlState
+	// Snapshot is the configuration and instance health to route by.
+	// Required.
+	Snapshot *snapshot.Snapshot
 	// Peers are the other gfes' states from gossip.
 	Peers []Peer
 	// Self is this gfe's own view (Node, Site, RTT and Demand), which
@@ -97,7 +99,7 @@ func NewBuilder(cfg Config, opts Options) *Builder {
 // returned, each once until it changes or goes away, so that the caller can
 // log them without repeating itself every step.
 func (b *Builder) Build(in Input) (*Table, []error) {
-	cs := in.Control
+	cs := in.Snapshot
 	t := &Table{Version: cs.Version, Config: cs.Config, Services: map[string]*Service{}}
 	var problems []error
 	seen := map[string]bool{}
@@ -133,7 +135,7 @@ func (b *Builder) buildService(in Input, sc *config.Service, report func(string,
 	defer so.finish(in.Now)
 	svc := &Service{name: sc.Name, cfg: sc, meters: b.metersFor(sc), outliers: so.det, now: b.clk.Now}
 
-	all := b.members(in.Control, sc, so)
+	all := b.members(in.Snapshot, sc, so)
 	svc.healthy = len(all)
 	all = b.setPool(svc, all, in.Self.RTT, in.Now)
 	if err := b.setHashing(svc); err != nil {
@@ -146,7 +148,7 @@ func (b *Builder) buildService(in Input, sc *config.Service, report func(string,
 		return svc
 	}
 
-	svc.world = BuildWorld(in.Control.Config, sc, in.Control.Unhealthy, in.Peers, in.Self)
+	svc.world = BuildWorld(in.Snapshot, sc, in.Peers, in.Self)
 	plan, err := b.plan(sc, svc.world)
 	if err != nil {
 		report("plan/"+sc.Name, fmt.Errorf("service %s: planning failed; keeping the previous plan: %w", sc.Name, err))
@@ -190,7 +192,7 @@ func (b *Builder) metersFor(sc *config.Service) *Meters {
 
 // members returns every healthy backend of sc, ejected or not, in config
 // order, registering each with sc's outlier detection.
-func (b *Builder) members(cs *ControlState, sc *config.Service, so *serviceOutliers) []Member {
+func (b *Builder) members(cs *snapshot.Snapshot, sc *config.Service, so *serviceOutliers) []Member {
 	var all []Member
 	for _, be := range sc.Backends {
 		ref, ok := cs.Config.Group(be.Group)
@@ -198,7 +200,7 @@ func (b *Builder) members(cs *ControlState, sc *config.Service, so *serviceOutli
 			continue
 		}
 		for _, in := range ref.Group.Instances {
-			if cs.Unhealthy[in.Address] {
+			if !cs.Healthy(in.Address) {
 				continue
 			}
 			all = append(all, Member{B: b.backend(in), Group: be.Group, Region: ref.Region.Name, Zone: ref.Zone.Name, Host: so.host(be.Group, in.Address)})

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/internal/snapshot"
 )
 
 // TestDemandUnits: a service's demand is in the unit its capacity counts.
@@ -28,7 +28,7 @@ func TestDemandUnits(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := gfetest.NewPlanner(gfetest.Rand()) // DemandSmoothing 1s
-			p.Apply(routing.ControlState{Version: "v1", Config: tt.cfg})
+			p.Apply(snapshot.FromConfig("v1", tt.cfg))
 			p.Step()
 			m := p.Table().Services[tt.service].Meters()
 			start := p.Clock.Now()

@@ -1,5 +1,5 @@
-// Package routing builds the gfe's routing table: from a control state
-// (config and instance health), the other gfes' gossip (Peer) and this
+// Package routing builds the gfe's routing table: from a snapshot
+// (internal/snapshot: config and instance health), the other gfes' gossip (Peer) and this
 // node's own view (its site, RTT and demand), the immutable Table that every
 // request and connection picks its backend from. It is pure: no I/O, no
 // goroutines, no logger or metrics registry, and time comes in as an
@@ -49,7 +49,7 @@
 // The gfe's planner, every PlanInterval:
 //
 //	demand := b.Demand(now) // requests/s per service, from the Meters
-//	t, problems := b.Build(routing.Input{Control: cs, Peers: peers,
+//	t, problems := b.Build(routing.Input{Snapshot: cs, Peers: peers,
 //		Self: routing.Peer{Node: node, Site: site, RTT: rtt, Demand: demand}, Now: now})
 //	table.Store(t)
 //

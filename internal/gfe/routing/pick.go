@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/backend"
 )
 
@@ -134,12 +135,12 @@ func (s *Service) NearestFree(rtt map[string]float64, exclude string, r Reason) 
 
 // Available reports whether backend addr may keep the connections of
 // service in cs: it is one of the service's instances and not unhealthy. A
-// nil cs (no control state yet) keeps everything.
-func Available(cs *ControlState, service, addr string) bool {
+// nil cs (no snapshot yet) keeps everything.
+func Available(cs *snapshot.Snapshot, service, addr string) bool {
 	if cs == nil {
 		return true
 	}
-	if cs.Unhealthy[addr] {
+	if !cs.Healthy(addr) {
 		return false
 	}
 	sc, ok := cs.Config.Service(service)

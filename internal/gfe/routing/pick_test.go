@@ -6,6 +6,7 @@ import (
 
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/backend"
 	"github.com/spillway-lb/spillway/lb/outlier"
 )
@@ -41,7 +42,7 @@ func TestRetryPick(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := gfetest.NewPlanner(gfetest.Rand())
-			p.Apply(routing.ControlState{Version: "v1", Config: gfetest.SessionConfig(t, tt.policy, regions, "", "")})
+			p.Apply(snapshot.FromConfig("v1", gfetest.SessionConfig(t, tt.policy, regions, "", "")))
 			p.Step()
 			clk := p.Clock
 			svc := p.Table().Services["web"]
@@ -87,17 +88,17 @@ func TestAvailable(t *testing.T) {
 	cfg := gfetest.TCPConfig(t, "waterfall", gfetest.Instances("127.0.0.1:1", "127.0.0.1:2"), gfetest.Instances("127.0.0.1:3"), 0)
 	tests := []struct {
 		name    string
-		cs      *routing.ControlState
+		cs      *snapshot.Snapshot
 		service string
 		addr    string
 		want    bool
 	}{
-		{"no control state yet", nil, "db", "127.0.0.1:1", true},
-		{"healthy", &routing.ControlState{Config: cfg}, "db", "127.0.0.1:3", true},
-		{"unhealthy", &routing.ControlState{Config: cfg, Unhealthy: map[string]bool{"127.0.0.1:1": true}}, "db", "127.0.0.1:1", false},
-		{"another is unhealthy", &routing.ControlState{Config: cfg, Unhealthy: map[string]bool{"127.0.0.1:1": true}}, "db", "127.0.0.1:2", true},
-		{"not an instance of the service", &routing.ControlState{Config: cfg}, "db", "127.0.0.1:9", false},
-		{"service removed", &routing.ControlState{Config: cfg}, "gone", "127.0.0.1:1", false},
+		{"no snapshot yet", nil, "db", "127.0.0.1:1", true},
+		{"healthy", snapshot.FromConfig("", cfg), "db", "127.0.0.1:3", true},
+		{"unhealthy", snapshot.FromConfig("", cfg, "127.0.0.1:1"), "db", "127.0.0.1:1", false},
+		{"another is unhealthy", snapshot.FromConfig("", cfg, "127.0.0.1:1"), "db", "127.0.0.1:2", true},
+		{"not an instance of the service", snapshot.FromConfig("", cfg), "db", "127.0.0.1:9", false},
+		{"service removed", snapshot.FromConfig("", cfg), "gone", "127.0.0.1:1", false},
 	}
 	for _, tt := range tests {
 		if got := routing.Available(tt.cs, tt.service, tt.addr); got != tt.want {

@@ -14,17 +14,6 @@ import (
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
-// ControlState is one control-plane snapshot as the gfe uses it.
-type ControlState struct {
-	// Version is the snapshot's version, reported on /status.
-	Version string
-	// Config is the validated operator configuration.
-	Config *config.Config
-	// Unhealthy holds the addresses of instances that fail health checks.
-	// Instances not in it count as healthy.
-	Unhealthy map[string]bool
-}
-
 // Reason says why a request went where it went; /status counts decisions by
 // reason and /metrics exports them.
 type Reason uint8
@@ -86,9 +75,9 @@ func ErrorLabel(err error) string {
 // Table is the routing state requests read. It is built by a Builder and
 // never changed after Build returns: callers must not modify its fields.
 type Table struct {
-	// Version is the control state's version.
+	// Version is the snapshot's version.
 	Version string
-	// Config is the control state's configuration.
+	// Config is the snapshot's configuration.
 	Config *config.Config
 	// Services maps service name to its entry.
 	Services map[string]*Service

@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
@@ -23,7 +24,7 @@ func TestBuildWorld(t *testing.T) {
 		{Node: "gfe-nyc", Site: "nyc", Demand: map[string]float64{"web": 999}},
 	}
 	me := routing.Peer{Node: "gfe-nyc", Site: "nyc", RTT: map[string]float64{"us-east": 5, "eu-west": 80}, Demand: map[string]float64{"web": 100}}
-	got := routing.BuildWorld(cfg, svc, map[string]bool{"127.0.0.1:3": true}, peers, me)
+	got := routing.BuildWorld(snapshot.FromConfig("v1", cfg, "127.0.0.1:3"), svc, peers, me)
 	want := waterfall.World{
 		Regions: []waterfall.Region{
 			{Name: "us-east", Groups: []waterfall.Group{{Name: "east", Zone: "us-east-b", Instances: 2, Healthy: 2, Capacity: 200}}},
@@ -64,7 +65,7 @@ func TestPickDoesNotAllocate(t *testing.T) {
 		t.Run(policy, func(t *testing.T) {
 			p := gfetest.NewPlanner(lcg()) // nyc: us-east 5 ms, eu-west 80 ms
 			cfg := gfetest.TwoRegionConfig(t, policy, []string{"127.0.0.1:1", "127.0.0.1:2"}, []string{"127.0.0.1:3"}, 100)
-			p.Apply(routing.ControlState{Version: "v1", Config: cfg})
+			p.Apply(snapshot.FromConfig("v1", cfg))
 			p.Step()
 			svc := p.Table().Services["web"]
 			k := routing.Flow{Src: netip.MustParseAddrPort("127.0.3.4:5555"), Dst: netip.MustParseAddrPort("127.0.1.1:8080")}

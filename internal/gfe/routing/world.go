@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
@@ -24,14 +25,16 @@ type Peer struct {
 	RTT map[string]float64
 }
 
-// BuildWorld returns the planner input for service svc: one Region per
-// region that holds one of svc's groups, with each group's healthy capacity,
+// BuildWorld returns the planner input for service svc of snapshot s: one
+// Region per region that holds one of svc's groups, with each group's
+// healthy capacity (s.Healthy, config.Backend.Capacity),
 // and one Site per edge site known from peers (plus me's), with the site's
 // total demand for svc and its mean RTT to each region. A peer with me's
 // node name is ignored (me is newer than what gossip carries about this
 // node). A site whose gfes have measured no RTT to any of svc's regions is
 // left out: the planner could not place its demand. BuildWorld is pure.
-func BuildWorld(cfg *config.Config, svc *config.Service, unhealthy map[string]bool, peers []Peer, me Peer) waterfall.World {
+func BuildWorld(s *snapshot.Snapshot, svc *config.Service, peers []Peer, me Peer) waterfall.World {
+	cfg := s.Config
 	var w waterfall.World
 	regionIdx := map[string]int{}
 	for i := range svc.Backends {
@@ -43,7 +46,7 @@ func BuildWorld(cfg *config.Config, svc *config.Service, unhealthy map[string]bo
 		instances := len(ref.Group.Instances)
 		healthy := 0
 		for _, in := range ref.Group.Instances {
-			if !unhealthy[in.Address] {
+			if s.Healthy(in.Address) {
 				healthy++
 			}
 		}

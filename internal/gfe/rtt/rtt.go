@@ -33,7 +33,7 @@ type Prober struct {
 	log      zerolog.Logger
 	client   *http.Client
 
-	// kick starts a round at once (buffered, 1): the first control state
+	// kick starts a round at once (buffered, 1): the first snapshot
 	// should not wait a whole interval for its first RTT estimates.
 	kick chan struct{}
 

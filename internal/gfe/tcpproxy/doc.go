@@ -2,14 +2,14 @@
 // terminates each client TCP connection, picks one backend of its
 // CONNECTION-mode service with the service's routing table entry, opens its
 // own connection to it from the gfe's SourceIP and copies bytes both ways
-// until both sides are done. It reads the live table and control state
+// until both sides are done. It reads the live table and snapshot
 // through the State interface.
 //
 // Guarantees:
 //
 //   - Connection persistence. A proxied connection keeps its backend for its
 //     whole life. It is never re-dialled elsewhere: when its backend becomes
-//     unavailable (the control state marks it unhealthy, or the service no
+//     unavailable (the snapshot marks it unhealthy, or the service no
 //     longer has it) both of its sides are closed, with a reset, so that the
 //     client reconnects and the new connection is picked afresh. Plan changes
 //     and spill move only new connections.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/internal/snapshot"
 )
 
 // closeReason says why a proxied connection ended.
@@ -78,12 +79,12 @@ type tcpListener struct {
 
 // watch closes ln when ctx ends, and until stop is closed (through the
 // drain too) reaps the connections whose backend became unavailable each
-// time the control state changes.
+// time the snapshot changes.
 func (tl *tcpListener) watch(ctx context.Context, ln net.Listener, stop <-chan struct{}) {
 	x := tl.x
 	t := x.clk.NewTicker(reapInterval)
 	defer t.Stop()
-	last := x.state.Control()
+	last := x.state.Snapshot()
 	done := ctx.Done()
 	for {
 		select {
@@ -93,7 +94,7 @@ func (tl *tcpListener) watch(ctx context.Context, ln net.Listener, stop <-chan s
 		case <-stop:
 			return
 		case <-t.C():
-			if cs := x.state.Control(); cs != last {
+			if cs := x.state.Snapshot(); cs != last {
 				last = cs
 				tl.reap(cs)
 			}
@@ -191,7 +192,7 @@ func (tl *tcpListener) drain(hardStop <-chan struct{}) {
 
 // reap closes every connection of tl whose backend is no longer available
 // in cs.
-func (tl *tcpListener) reap(cs *routing.ControlState) {
+func (tl *tcpListener) reap(cs *snapshot.Snapshot) {
 	tl.mu.Lock()
 	var dead []*tcpConn
 	for c := range tl.conns {
@@ -262,7 +263,7 @@ func (tl *tcpListener) handle(ctx context.Context, c net.Conn) {
 	svc.Meters().Decisions[pk.Reason].Add(1)
 	x.metrics.accepted.WithLabelValues(svc.Name(), "proxied").Inc()
 	// The reaper may have looked before this connection was tracked.
-	if !routing.Available(x.state.Control(), pc.service, pk.Backend.Addr()) {
+	if !routing.Available(x.state.Snapshot(), pc.service, pk.Backend.Addr()) {
 		pc.abort(closeUnhealthy)
 	}
 	pc.run()

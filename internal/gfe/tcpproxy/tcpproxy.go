@@ -15,13 +15,14 @@ import (
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/ewma"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/internal/snapshot"
 )
 
 // copyBufferSize is the size of the copy buffers of connections with an
 // idle timeout, io.Copy's own.
 const copyBufferSize = 32 << 10
 
-// reapInterval is how often a tcp listener checks whether the control state
+// reapInterval is how often a tcp listener checks whether the snapshot
 // changed, and if so closes the connections whose backend became
 // unavailable. It bounds the delay between a health verdict reaching the gfe
 // and the connections of that backend being closed.
@@ -35,9 +36,9 @@ type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 type State interface {
 	// Table returns the routing table live now, nil before the first one.
 	Table() *routing.Table
-	// Control returns the control state live now, nil before the first
-	// one. It may be newer than the table's.
-	Control() *routing.ControlState
+	// Snapshot returns the snapshot live now, nil before the first one.
+	// It may be newer than the table's.
+	Snapshot() *snapshot.Snapshot
 	// RTT returns this node's RTT estimate per region, in milliseconds.
 	RTT() map[string]float64
 }
@@ -54,7 +55,7 @@ type Config struct {
 
 // Options are the tcp proxy's dependencies.
 type Options struct {
-	// State gives the live table and control state. Required.
+	// State gives the live table and snapshot. Required.
 	State State
 	// Logger receives the proxy's logs. The zero Logger discards them.
 	Logger zerolog.Logger
@@ -212,7 +213,7 @@ func (x *Proxy) pick(svc *routing.Service, k routing.Flow, exclude string) (rout
 // connections, so its demand is this node's open connections, smoothed
 // with time constant DemandSmoothing. Called only from the planner
 // goroutine.
-func (x *Proxy) Demand(now time.Time, cs *routing.ControlState, demand map[string]float64) {
+func (x *Proxy) Demand(now time.Time, cs *snapshot.Snapshot, demand map[string]float64) {
 	if cs == nil {
 		return
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/internal/snapshot"
 )
 
 // tcpHarness is a tcp proxy with a planned table, serving one tcp listener
@@ -58,7 +59,7 @@ func startTCPWith(t *testing.T, cfg *config.Config, hook func(*Proxy)) *tcpHarne
 		t.Fatal(err)
 	}
 	p.Demand = x.Demand
-	p.Apply(routing.ControlState{Version: "v1", Config: cfg})
+	p.Apply(snapshot.FromConfig("v1", cfg))
 	p.Step()
 	if hook != nil {
 		hook(x)
@@ -190,7 +191,7 @@ func TestTCPProxyPersistence(t *testing.T) {
 
 	// e1 fails its health check: its 10 connections are closed on both
 	// sides; e2's stay.
-	h.p.Apply(routing.ControlState{Version: "v2", Config: cfg, Unhealthy: map[string]bool{e1.Addr(): true}})
+	h.p.Apply(snapshot.FromConfig("v2", cfg, e1.Addr()))
 	h.clk.Advance(reapInterval)
 	for _, c := range cs {
 		if c.Backend == "e1" {
