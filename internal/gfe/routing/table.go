@@ -15,39 +15,37 @@ import (
 )
 
 // Reason says why a request went where it went; /status counts decisions by
-// reason and /metrics exports them.
+// reason and /metrics exports them. The planner's reasons are
+// waterfall.Reason's, with the same values and names; the gfe adds three
+// of its own after them.
 type Reason uint8
 
 // The reasons of a routing decision.
 const (
-	ReasonNearest       Reason = iota // waterfall: the site's nearest region
-	ReasonSpillCapacity               // waterfall: a nearer region was full
-	ReasonSpillHealth                 // waterfall: a nearer region spilled preemptively
-	ReasonOverload                    // waterfall: every reachable region is full
-	ReasonAffinity                    // session affinity pinned the backend
-	ReasonPolicy                      // a baseline policy (round robin, least request, hashing)
-	ReasonNoPlan                      // a planned policy whose site has no plan row yet: round robin
-	NumReasons                        // the number of reasons
+	ReasonNearest       = Reason(waterfall.ReasonNearest)       // the site's nearest region
+	ReasonSpillCapacity = Reason(waterfall.ReasonSpillCapacity) // a nearer region was full
+	ReasonSpillHealth   = Reason(waterfall.ReasonSpillHealth)   // a nearer region spilled preemptively
+	ReasonOverload      = Reason(waterfall.ReasonOverload)      // every reachable region is full
+
+	ReasonAffinity = Reason(waterfall.NumReasons) + iota - 4 // session affinity pinned the backend
+	ReasonPolicy                                             // a baseline policy (round robin, least request, hashing)
+	ReasonNoPlan                                             // a planned policy whose site has no plan row yet: round robin
+	NumReasons                                               // the number of reasons
 )
 
-var reasonNames = [NumReasons]string{"nearest", "spill_capacity", "spill_health", "overload", "affinity", "policy", "no_plan"}
+// gfeReasonNames are the names of the reasons after the planner's.
+var gfeReasonNames = [NumReasons - ReasonAffinity]string{"affinity", "policy", "no_plan"}
 
 // String returns the reason's metric label and /status key.
-func (r Reason) String() string { return reasonNames[r] }
+func (r Reason) String() string {
+	if r < ReasonAffinity {
+		return waterfall.Reason(r).String()
+	}
+	return gfeReasonNames[r-ReasonAffinity]
+}
 
 // ReasonOf returns the Reason of a waterfall flow's reason.
-func ReasonOf(r waterfall.Reason) Reason {
-	switch r {
-	case waterfall.ReasonSpillCapacity:
-		return ReasonSpillCapacity
-	case waterfall.ReasonSpillHealth:
-		return ReasonSpillHealth
-	case waterfall.ReasonOverload:
-		return ReasonOverload
-	default:
-		return ReasonNearest
-	}
-}
+func ReasonOf(r waterfall.Reason) Reason { return Reason(r) }
 
 // Errors a pick can end in; the proxies map them to status codes and to the
 // fixed labels of ErrorLabel.

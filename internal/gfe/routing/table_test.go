@@ -2,6 +2,7 @@ package routing_test
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -88,4 +89,22 @@ func TestPickDoesNotAllocate(t *testing.T) {
 func lcg() func() uint64 {
 	var seed uint64
 	return func() uint64 { seed = seed*6364136223846793005 + 1442695040888963407; return seed }
+}
+
+// TestReasonNames checks the decision reasons' labels: the planner's four
+// (waterfall.Reason, same values) then the gfe's own three.
+func TestReasonNames(t *testing.T) {
+	var got []string
+	for r := range routing.NumReasons {
+		got = append(got, r.String())
+	}
+	want := []string{"nearest", "spill_capacity", "spill_health", "overload", "affinity", "policy", "no_plan"}
+	if !slices.Equal(got, want) {
+		t.Errorf("reason names %v, want %v", got, want)
+	}
+	for r := range waterfall.Reason(waterfall.NumReasons) {
+		if g := routing.ReasonOf(r); g.String() != r.String() {
+			t.Errorf("ReasonOf(%v) = %v", r, g)
+		}
+	}
 }
