@@ -100,6 +100,42 @@ func NewPicker(row []Flow, backends map[string][]*backend.Backend, policy backen
 	return p
 }
 
+// PickerGroup is one group a Picker chooses from, as Groups reports it.
+type PickerGroup struct {
+	Region, Group string
+	Reason        Reason
+	// Share is the probability that Pick chooses the group for a uniformly
+	// random rnd, before it falls back to another group because this one is
+	// full: the group's plan share, renormalised over the groups with
+	// backends (exactly the width of its interval of rnd values).
+	Share float64
+	// Backends are the group's backends, from which the Picker's policy
+	// chooses one. The slice must not be modified.
+	Backends []*backend.Backend
+}
+
+// Groups returns the groups the Picker chooses from, in row order, with
+// the probability of each: what Pick does on average, for callers that
+// need the distribution rather than a choice (the simulator). Read-only;
+// it allocates.
+func (p *Picker) Groups() []PickerGroup {
+	const two64 = 1 << 64
+	out := make([]PickerGroup, len(p.groups))
+	var lo uint64
+	for i := range p.groups {
+		g := &p.groups[i]
+		// Pick chooses group i for rnd in [bound[i-1], bound[i]), and the
+		// last group also for MaxUint64 itself.
+		width := float64(p.bound[i] - lo)
+		if i == len(p.groups)-1 {
+			width = float64(math.MaxUint64-lo) + 1
+		}
+		lo = p.bound[i]
+		out[i] = PickerGroup{Region: g.region, Group: g.group, Reason: g.reason, Share: width / two64, Backends: g.backends}
+	}
+	return out
+}
+
 // scale64 maps f in [0, 1] to [0, 2^64), saturating.
 func scale64(f float64) uint64 {
 	const two64 = 1 << 64

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -87,6 +88,20 @@ func TestPickShares(t *testing.T) {
 				// 0.005 is more than 4 standard deviations at 200k picks.
 				if diff := cmp.Diff(tt.want, count, cmpAbs(0.005)); diff != "" {
 					t.Errorf("group frequencies (-want +got):\n%s", diff)
+				}
+				// Groups reports the same distribution, exactly, with each
+				// group's backends.
+				shares := map[string]float64{}
+				for _, g := range p.Groups() {
+					if g.Share > 1e-18 { // the last group also takes rnd = MaxUint64: 2^-64
+						shares[g.Group] += g.Share
+					}
+					if !slices.Equal(tt.backends[g.Group], g.Backends) {
+						t.Errorf("Groups(): backends of %s = %v, want %v", g.Group, g.Backends, tt.backends[g.Group])
+					}
+				}
+				if diff := cmp.Diff(tt.want, shares, cmpAbs(1e-12)); diff != "" {
+					t.Errorf("Groups() shares (-want +got):\n%s", diff)
 				}
 			})
 		}

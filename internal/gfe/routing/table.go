@@ -216,6 +216,18 @@ func (s *Service) Healthy() int { return s.healthy }
 // before the first plan).
 func (s *Service) Plan() *waterfall.Plan { return s.plan }
 
+// Picker returns the waterfall Picker that Pick uses for a planned policy:
+// the one over this site's row of the damped plan and the Pool's backends
+// of each group. It returns nil when Pick uses none: for a baseline policy,
+// and for a planned one whose site has no plan row yet (Pick then goes
+// round robin over the Pool).
+func (s *Service) Picker() *waterfall.Picker {
+	if !s.cfg.Policy.IsPlanned() || s.rowLen == 0 {
+		return nil
+	}
+	return s.picker
+}
+
 // World returns the planner input of a planned policy.
 func (s *Service) World() waterfall.World { return s.world }
 
