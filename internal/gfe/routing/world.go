@@ -66,23 +66,26 @@ func BuildWorld(s *snapshot.Snapshot, svc *config.Service, peers []Peer, me Peer
 		w.Regions[ri].Groups = append(w.Regions[ri].Groups, g)
 	}
 
+	// Per site: its demand and, per region index, the sum and count of its
+	// gfes' RTTs (slices, not maps: the simulator builds 80-site worlds
+	// for every site every step).
 	type acc struct {
 		demand float64
-		rttSum map[string]float64
-		rttN   map[string]int
+		rttSum []float64
+		rttN   []int
 	}
 	sites := map[string]*acc{}
 	add := func(site string, demand float64, rtt map[string]float64) {
 		a := sites[site]
 		if a == nil {
-			a = &acc{rttSum: map[string]float64{}, rttN: map[string]int{}}
+			a = &acc{rttSum: make([]float64, len(w.Regions)), rttN: make([]int, len(w.Regions))}
 			sites[site] = a
 		}
 		a.demand += demand
 		for r, v := range rtt {
-			if _, ok := regionIdx[r]; ok {
-				a.rttSum[r] += v
-				a.rttN[r]++
+			if ri, ok := regionIdx[r]; ok {
+				a.rttSum[ri] += v
+				a.rttN[ri]++
 			}
 		}
 	}
@@ -101,12 +104,20 @@ func BuildWorld(s *snapshot.Snapshot, svc *config.Service, peers []Peer, me Peer
 	slices.Sort(names)
 	for _, n := range names {
 		a := sites[n]
-		if len(a.rttN) == 0 {
+		measured := 0
+		for _, k := range a.rttN {
+			if k > 0 {
+				measured++
+			}
+		}
+		if measured == 0 {
 			continue
 		}
-		rtt := make(map[string]float64, len(a.rttN))
-		for r, k := range a.rttN {
-			rtt[r] = a.rttSum[r] / float64(k)
+		rtt := make(map[string]float64, measured)
+		for ri, k := range a.rttN {
+			if k > 0 {
+				rtt[w.Regions[ri].Name] = a.rttSum[ri] / float64(k)
+			}
 		}
 		w.Sites = append(w.Sites, waterfall.Site{Name: n, Demand: a.demand, RTT: rtt})
 	}
