@@ -8,60 +8,51 @@ import (
 	"sync"
 
 	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
-// Planner computes a plan from one gfe's view of the world. waterfall.Compute
-// is one; any planner with the same signature (a min-cost min_rtt planner,
-// say) plugs into Bench as one more BenchPolicy through PlannerPolicy.
-type Planner func(waterfall.World, waterfall.Config) (*waterfall.Plan, error)
-
-// BenchPolicy is one policy that Bench runs, one row of its result: either a
-// planner that every gfe runs (Planner set), or a baseline picker.
+// BenchPolicy is one policy that Bench runs, one row of its result: the
+// load-balancing policy every gfe's routing table applies to the scenario's
+// one service (config.Service.Policy and HashScope).
 type BenchPolicy struct {
-	// Name labels the row ("waterfall", "hash5", ...). For a baseline it
-	// is the Policy's name.
+	// Name labels the row ("waterfall", "hash5", ...); the policy's name in
+	// the defaults.
 	Name string
-	// Planner, when non-nil, makes this a planned policy: each step every
-	// gfe computes a plan with it from its own view, damps it towards the
-	// previous one (waterfall.Damp) and sends its site's demand by its row.
-	Planner Planner
-	// PlannerConfig is passed to Planner; the zero value means
-	// waterfall.DefaultConfig().
-	PlannerConfig waterfall.Config
-	// Baseline is the baseline policy when Planner is nil: RoundRobin,
-	// LeastRequest, Hash2, Hash3 or Hash5.
-	Baseline config.Policy
-	// Scope is the baseline's scope; empty means ScopeGlobal. It must be
-	// empty for a planner.
+	// Policy is the service's policy: a planned one (waterfall, min_rtt),
+	// whose gfes plan (waterfall.Compute or ComputeMinRTT), damp and pick
+	// by their site's plan row, or a baseline (round_robin, least_request,
+	// hash2, hash3, hash5).
+	Policy config.Policy
+	// Scope is a baseline's scope; empty means HashScopeGlobal. Only hash
+	// policies take nearest_region (the gfe's hash_scope), and planned
+	// policies none.
 	Scope config.HashScope
 }
 
 // ID returns the row's label: the name, with "/scope" for a baseline.
 func (p BenchPolicy) ID() string {
-	if p.Planner != nil {
+	if p.Policy.IsPlanned() {
 		return p.Name
 	}
 	return p.Name + "/" + string(p.scope())
 }
 
 func (p BenchPolicy) scope() config.HashScope {
-	if p.Scope == "" && p.Planner == nil {
+	if p.Scope == "" && !p.Policy.IsPlanned() {
 		return config.HashScopeGlobal
 	}
 	return p.Scope
 }
 
-// PlannerPolicy returns a planned BenchPolicy named name that runs planner
-// with waterfall.DefaultConfig(); min_rtt joins the default bench as
-// PlannerPolicy("min_rtt", waterfall.ComputeMinRTT).
-func PlannerPolicy(name string, planner Planner) BenchPolicy {
-	return BenchPolicy{Name: name, Planner: planner}
+// PlannedPolicy returns the BenchPolicy of planned policy p (waterfall or
+// min_rtt), named after it.
+func PlannedPolicy(p config.Policy) BenchPolicy {
+	return BenchPolicy{Name: string(p), Policy: p}
 }
 
-// BaselinePolicy returns the BenchPolicy of baseline p with scope sc.
+// BaselinePolicy returns the BenchPolicy of baseline p with scope sc, named
+// after p.
 func BaselinePolicy(p config.Policy, sc config.HashScope) BenchPolicy {
-	return BenchPolicy{Name: string(p), Baseline: p, Scope: sc}
+	return BenchPolicy{Name: string(p), Policy: p, Scope: sc}
 }
 
 // DefaultBenchPolicies returns the rows of a default bench: waterfall;
@@ -71,8 +62,8 @@ func BaselinePolicy(p config.Policy, sc config.HashScope) BenchPolicy {
 // hash5 with scope global and then nearest_region.
 func DefaultBenchPolicies() []BenchPolicy {
 	ps := []BenchPolicy{
-		PlannerPolicy(string(config.PolicyWaterfall), waterfall.Compute),
-		PlannerPolicy(string(config.PolicyMinRTT), waterfall.ComputeMinRTT),
+		PlannedPolicy(config.PolicyWaterfall),
+		PlannedPolicy(config.PolicyMinRTT),
 		BaselinePolicy(config.PolicyRoundRobin, config.HashScopeGlobal),
 		BaselinePolicy(config.PolicyLeastRequest, config.HashScopeGlobal),
 	}
@@ -89,19 +80,20 @@ func (p BenchPolicy) validate() error {
 	if p.Name == "" {
 		return errors.New("bench policy: empty name")
 	}
-	if p.Planner != nil {
+	if _, err := config.ParsePolicy(string(p.Policy)); err != nil {
+		return fmt.Errorf("bench policy %s: %w", p.Name, err)
+	}
+	if p.Policy.IsPlanned() {
 		if p.Scope != "" {
 			return fmt.Errorf("bench policy %s: %w", p.Name, ErrScopeNotApplicable)
 		}
 		return nil
 	}
-	switch p.Baseline {
-	case config.PolicyRoundRobin, config.PolicyLeastRequest, config.PolicyHash2, config.PolicyHash3, config.PolicyHash5:
-	default:
-		return fmt.Errorf("bench policy %s: baseline %q is not one of round_robin, least_request, hash2, hash3, hash5", p.Name, p.Baseline)
-	}
 	if _, err := config.ParseHashScope(string(p.scope())); err != nil {
 		return fmt.Errorf("bench policy %s: %w", p.Name, err)
+	}
+	if !p.Policy.IsHash() && p.scope() != config.HashScopeGlobal {
+		return fmt.Errorf("bench policy %s: scope %s: the gfe takes a hash_scope only for hash2, hash3 and hash5", p.Name, p.Scope)
 	}
 	return nil
 }
@@ -145,32 +137,40 @@ const (
 //  1. The world is evaluated at t (the truth: every site's demand, every
 //     group's started and healthy instances and capacity_scaler) and at
 //     t − GossipDelayS (what gossip has told the gfes so far).
-//  2. One gfe per site decides how to split its site's demand over
-//     instances:
-//     - a planner policy computes a plan (Planner, e.g. waterfall.Compute)
-//     over its view: the delayed world, but its own site's demand as of t;
-//     it damps the plan towards its previous one (waterfall.Damp with
-//     Timeline.Damping) and uses its site's row (Plan.Row). The split is
-//     the one a waterfall.Picker built from that row gives in expectation:
-//     each group by its share (groups without healthy instances in the
-//     view left out, their share spread over the others), and inside a
-//     group evenly over the instances it believes healthy (round robin,
-//     backend.PolicyRoundRobin, as the gfe builds its Picker).
-//     - round_robin and least_request spread the demand evenly over every
-//     instance in scope that the view says is healthy, in groups with
-//     capacity (the expected split of backend.RoundRobin; the preference of
-//     backend.LeastRequest for backends with fewer requests in flight, which
-//     favours near and idle backends, is not modelled, so it equals round
-//     robin).
-//     - hash2, hash3 and hash5 build a Maglev table (hashing.NewMaglev) over
-//     the same instances and send every connection of the site's synthetic
+//  2. One gfe per site runs the gfe's own routing table build
+//     (internal/gfe/routing.Builder, with Timeline.Damping and the
+//     snapshot, peers and demand below) and splits its site's demand over
+//     instances as that table picks. Its snapshot is the delayed world as
+//     a config with one service under the row's policy (groups listing
+//     their started instances, max_rate_per_instance rate_per_instance,
+//     the capacity_scaler of then, the healthy ones healthy); its peers
+//     are the other sites with their delayed demand and their RTTs; its
+//     own demand is as of t (see bench_gfe.go). From the table:
+//     - waterfall and min_rtt: the table plans (waterfall.Compute or
+//     ComputeMinRTT), damps the plan towards its previous one
+//     (waterfall.Damp) and picks by its site's row with a
+//     waterfall.Picker; the split is that Picker's distribution: each
+//     group with the probability the Picker chooses it
+//     (waterfall.Picker.Groups: its share, renormalised over the groups
+//     with healthy instances), evenly over the group's healthy instances
+//     (round robin, as the gfe picks inside a group).
+//     - round_robin and least_request: evenly over the table's pool, every
+//     healthy instance, drained groups (capacity_scaler 0) included as in
+//     the gfe (the expected split of backend.RoundRobin; the
+//     preference of backend.LeastRequest for backends with fewer requests
+//     in flight, which favours near and idle backends, is not modelled, so
+//     it equals round robin).
+//     - hash2, hash3 and hash5: every connection of the site's synthetic
 //     clients (Model.ClientsPerSite addresses × ConnectionsPerClient source
-//     ports, drawn from Timeline.Seed) where Maglev maps its key
-//     (hashing.Key2, Key3 or Key5 to one anycast address, port 443): the
-//     exact split of that client population, not an average over
-//     backends. Scope global uses every region the site reaches;
-//     nearest_region only its nearest region (by RTT, ties by name) with
-//     such an instance.
+//     ports, drawn from Timeline.Seed) to one anycast address, port 443,
+//     picked by the table itself (its Maglev over its pool, keyed by the
+//     policy's 2/3/5-tuple): the exact split of that client population,
+//     not an average over backends. Scope global uses every healthy
+//     instance; nearest_region those of the site's nearest region (by
+//     RTT, ties by name) that has one.
+//     The pool of scope global includes regions the site has no RTT to
+//     (as the gfe's does); the site does not reach them, so what it sends
+//     there fails without reaching an instance (it is not routed).
 //  3. Each instance's arrival rate λ is the sum of what every site sends
 //     it. Its service rate is μ = rate_per_instance /
 //     Model.UtilizationAtCapacity and its queue holds at most μ ×
@@ -196,8 +196,9 @@ const (
 // requests served by an instance whose arrival rate exceeded its capacity
 // (rate_per_instance × capacity_scaler) by more than 1%; Excess, the share
 // of requests above capacity (Σ max(0, λ − capacity) over healthy
-// instances); ErrorRate, failed requests (unroutable, overflowed, or sent
-// to an unhealthy instance) over all requests; CrossRegion, the share of
+// instances); ErrorRate, failed requests (unroutable, sent to a region the
+// site does not reach, overflowed, or sent to an unhealthy instance) over
+// all requests; CrossRegion, the share of
 // routed requests sent outside the site's nearest region; MeanRTTMs and
 // RTTOverLP, the mean RTT of routed requests over that of the linear-program
 // optimum of the same steps (solveLP: least total RTT with every region

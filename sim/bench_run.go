@@ -6,12 +6,6 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"slices"
-	"strconv"
-	"strings"
-
-	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/lb/hashing"
-	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
 // overCapacityTolerance is how far above its capacity an instance's arrival
@@ -41,16 +35,22 @@ type topology struct {
 	// Per instance slot.
 	slotGroup []int
 	slotIndex []int // index inside its group
-	slotName  []string
 	// Per site.
 	rtt     [][]float64 // [site][region], ms
 	reach   [][]bool
 	nearest []int   // nearest region, -1 if none
 	order   [][]int // reachable regions, nearest first (ties by name)
 	clients [][]client
-	// views[k] is the World the gfes see at step k (other sites' demand and
-	// every group's state gossip delay behind); nil without planners.
-	views []waterfall.World
+
+	// The gfes' configs (see bench_gfe.go): region and group names that
+	// config accepts (per region, per group), each region's groups, every
+	// slot's instance address and back, and every site's RTT map under
+	// the config's region names.
+	regionCfg, groupCfg []string
+	regionGroups        [][]int
+	slotAddr            []string
+	slotOf              map[string]int
+	siteRTT             []map[string]float64
 }
 
 // client is one synthetic client of a site: an address, its connections'
@@ -95,7 +95,6 @@ func (s *Scenario) newTopology(tl *Timeline, tr *trace, policies []BenchPolicy) 
 		for j := range n {
 			t.slotGroup = append(t.slotGroup, g)
 			t.slotIndex = append(t.slotIndex, j)
-			t.slotName = append(t.slotName, t.groupNames[g]+"/"+strconv.Itoa(j))
 		}
 	}
 
@@ -120,23 +119,14 @@ func (s *Scenario) newTopology(tl *Timeline, tr *trace, policies []BenchPolicy) 
 		t.nearest = append(t.nearest, nearest)
 	}
 
-	var planners, hashes bool
-	for _, p := range policies {
-		planners = planners || p.Planner != nil
-		hashes = hashes || p.Planner == nil && (p.Baseline == config.PolicyHash2 || p.Baseline == config.PolicyHash3 || p.Baseline == config.PolicyHash5)
-	}
+	hashes := slices.ContainsFunc(policies, func(p BenchPolicy) bool { return p.Policy.IsHash() })
 	if hashes {
 		t.clients = make([][]client, len(s.Sites))
 		for i := range s.Sites {
 			t.clients[i] = newClients(tl, i)
 		}
 	}
-	if planners {
-		t.views = make([]waterfall.World, tr.steps)
-		for k := range tr.steps {
-			t.views[k] = s.view(tr, k)
-		}
-	}
+	t.setRouting(s)
 	return t, nil
 }
 
@@ -165,34 +155,6 @@ func newClients(tl *Timeline, site int) []client {
 		cs[k].weight /= total
 	}
 	return cs
-}
-
-// view returns the World the gfes see at step k: every group as it was
-// gossip delay ago (started instances, healthy instances, capacity) and
-// every site with its demand of then. A gfe replaces its own site's demand
-// by the current one.
-func (s *Scenario) view(tr *trace, k int) waterfall.World {
-	w := waterfall.World{Regions: make([]waterfall.Region, 0, len(s.Regions)), Sites: make([]waterfall.Site, 0, len(s.Sites))}
-	gi := 0
-	for _, r := range s.Regions {
-		wr := waterfall.Region{Name: r.Name, Groups: make([]waterfall.Group, 0, len(r.Groups))}
-		for _, g := range r.Groups {
-			st := tr.seenGroups[k][gi]
-			gi++
-			wr.Groups = append(wr.Groups, waterfall.Group{
-				Name:      g.Name,
-				Zone:      g.Zone,
-				Instances: st.Started,
-				Healthy:   st.Healthy,
-				Capacity:  rateCapacity(st.Healthy, g.RatePerInstance, st.CapacityScaler),
-			})
-		}
-		w.Regions = append(w.Regions, wr)
-	}
-	for i, st := range s.Sites {
-		w.Sites = append(w.Sites, waterfall.Site{Name: st.Name, Demand: tr.seen[k][i], RTT: st.RTTms})
-	}
-	return w
 }
 
 // stepLP is the LP optimum of one step; ok is false when none exists.
@@ -241,46 +203,41 @@ type runner struct {
 	topo   *topology
 	lps    []stepLP
 	pol    BenchPolicy
-	cfg    waterfall.Config
 	series bool
 
-	backlog []float64         // per slot, requests
-	lambda  []float64         // per slot, requests/s in the current step
-	prev    []*waterfall.Plan // per site: the gfe's last (damped) plan
-	splits  [][]split         // per site, the current step's split
-	// Baseline splits depend only on the view of the groups; they are
-	// rebuilt when it changes.
-	splitsFor []groupState
-	tables    map[string]*hashing.Maglev
-	hist      *latencyHist
+	gfes    *gfes
+	backlog []float64 // per slot, requests
+	lambda  []float64 // per slot, requests/s in the current step
+	// Per site, the current step's split, and the share of its demand
+	// sent where it fails before reaching an instance (a region the site
+	// does not reach; everything when it has no split).
+	splits [][]split
+	lost   []float64
+	hist   *latencyHist
 }
 
 func newRunner(s *Scenario, tl *Timeline, tr *trace, topo *topology, lps []stepLP, p BenchPolicy, series bool) *runner {
-	cfg := p.PlannerConfig
-	if cfg == (waterfall.Config{}) {
-		cfg = waterfall.DefaultConfig()
-	}
 	return &runner{
-		s: s, tl: tl, tr: tr, topo: topo, lps: lps, pol: p, cfg: cfg, series: series,
+		s: s, tl: tl, tr: tr, topo: topo, lps: lps, pol: p, series: series,
+		gfes:    newGFEs(s, tl, topo, p),
 		backlog: make([]float64, topo.slots()),
 		lambda:  make([]float64, topo.slots()),
-		prev:    make([]*waterfall.Plan, len(s.Sites)),
 		splits:  make([][]split, len(s.Sites)),
-		tables:  map[string]*hashing.Maglev{},
+		lost:    make([]float64, len(s.Sites)),
 		hist:    newLatencyHist(),
 	}
 }
 
 // run simulates every step and returns the policy's row.
 func (r *runner) run() (BenchRow, error) {
-	row := BenchRow{Policy: r.pol.Name, Scope: r.pol.Scope}
-	if r.pol.Planner == nil {
+	row := BenchRow{Policy: r.pol.Name}
+	if !r.pol.Policy.IsPlanned() {
 		row.Scope = r.pol.scope()
 	}
 	var tot benchTotals
 	st := r.newStepState()
 	for k := range r.tr.steps {
-		if err := r.decide(k); err != nil {
+		if err := r.gfes.decide(k, r.tr, r.splits, r.lost); err != nil {
 			return BenchRow{}, fmt.Errorf("step %d: %w", k, err)
 		}
 		r.arrive(k, &tot)
@@ -343,8 +300,8 @@ func (r *runner) newStepState() *stepState {
 }
 
 // arrive counts step k's requests and sets r.lambda, every slot's arrival
-// rate, from each site's demand and split. A site's demand fails whole
-// when it has no split.
+// rate, from each site's demand and split. The share of a site's demand
+// that is lost (r.lost) fails.
 func (r *runner) arrive(k int, tot *benchTotals) {
 	dt := r.tr.dt
 	clear(r.lambda)
@@ -353,10 +310,7 @@ func (r *runner) arrive(k int, tot *benchTotals) {
 		if d == 0 {
 			continue
 		}
-		if len(r.splits[si]) == 0 {
-			tot.failed += d * dt
-			continue
-		}
+		tot.failed += d * r.lost[si] * dt
 		for _, sp := range r.splits[si] {
 			r.lambda[sp.slot] += d * sp.share
 		}
@@ -555,201 +509,4 @@ func (r *runner) lpMean() float64 {
 		}
 	}
 	return ratio(cost, placed)
-}
-
-// decide sets r.splits for step k.
-func (r *runner) decide(k int) error {
-	if r.pol.Planner != nil {
-		return r.decidePlanned(k)
-	}
-	seen := r.tr.seenGroups[k]
-	if r.splitsFor != nil && slices.Equal(r.splitsFor, seen) {
-		return nil
-	}
-	r.splitsFor = seen
-	for si := range r.s.Sites {
-		sp, err := r.baselineSplit(si, seen)
-		if err != nil {
-			return err
-		}
-		r.splits[si] = sp
-	}
-	return nil
-}
-
-// decidePlanned runs every gfe's planner, damping and row for step k.
-func (r *runner) decidePlanned(k int) error {
-	t, tr := r.topo, r.tr
-	w := t.views[k]
-	var shared *waterfall.Plan
-	damped := map[[2]*waterfall.Plan]*waterfall.Plan{}
-	for si, st := range r.s.Sites {
-		var plan *waterfall.Plan
-		var err error
-		if tr.demand[k][si] == tr.seen[k][si] {
-			if shared == nil {
-				if shared, err = r.pol.Planner(w, r.cfg); err != nil {
-					return err
-				}
-			}
-			plan = shared
-		} else {
-			own := waterfall.World{Regions: w.Regions, Sites: slices.Clone(w.Sites)}
-			own.Sites[si].Demand = tr.demand[k][si]
-			if plan, err = r.pol.Planner(own, r.cfg); err != nil {
-				return err
-			}
-		}
-		key := [2]*waterfall.Plan{r.prev[si], plan}
-		d, ok := damped[key]
-		if !ok {
-			d = waterfall.Damp(r.prev[si], plan, r.tl.Damping)
-			damped[key] = d
-		}
-		r.prev[si] = d
-		r.splits[si] = r.rowSplit(d.Row(st.Name), tr.seenGroups[k])
-	}
-	return nil
-}
-
-// rowSplit returns the expected split of a waterfall.Picker built from row
-// over the instances the view believes healthy: each group by its share,
-// groups without healthy instances left out and the others scaled up in
-// proportion (evenly when no share is usable), and inside a group evenly
-// over its healthy instances (backend.PolicyRoundRobin, the gfe's policy
-// inside a group). It is the distribution Pick gives for uniformly random
-// rnd (TestRowSplitMatchesPicker).
-func (r *runner) rowSplit(row []waterfall.Flow, seen []groupState) []split {
-	t := r.topo
-	type use struct {
-		g int
-		w float64
-	}
-	var uses []use
-	var total float64
-	for _, f := range row {
-		g, ok := t.groupIdx[f.Group]
-		if !ok || seen[g].Healthy == 0 {
-			continue
-		}
-		w := max(f.Share, 0)
-		uses = append(uses, use{g, w})
-		total += w
-	}
-	if len(uses) == 0 {
-		return nil
-	}
-	if !(total > 0) || math.IsInf(total, 0) {
-		for i := range uses {
-			uses[i].w = 1
-		}
-		total = float64(len(uses))
-	}
-	var out []split
-	for _, u := range uses {
-		n := min(seen[u.g].Healthy, t.nslots[u.g])
-		for j := range n {
-			out = append(out, split{slot: t.first[u.g] + j, share: u.w / total / float64(n)})
-		}
-	}
-	return out
-}
-
-// pool returns the instance slots a baseline at site si balances over, given
-// the view: the healthy instances of groups with capacity, in every region
-// the site reaches (global) or in its nearest region that has one
-// (nearest_region), in scenario order.
-func (r *runner) pool(si int, seen []groupState) []int {
-	t := r.topo
-	inRegion := func(region int) []int {
-		var slots []int
-		for g, st := range seen {
-			if t.regionOf[g] != region || st.Healthy == 0 || rateCapacity(1, t.rate[g], st.CapacityScaler) <= 0 {
-				continue
-			}
-			for j := range min(st.Healthy, t.nslots[g]) {
-				slots = append(slots, t.first[g]+j)
-			}
-		}
-		return slots
-	}
-	if r.pol.scope() == config.HashScopeNearestRegion {
-		for _, region := range t.order[si] {
-			if slots := inRegion(region); len(slots) > 0 {
-				return slots
-			}
-		}
-		return nil
-	}
-	var slots []int
-	for region := range t.regions {
-		if t.reach[si][region] {
-			slots = append(slots, inRegion(region)...)
-		}
-	}
-	slices.Sort(slots)
-	return slots
-}
-
-// baselineSplit returns site si's split under a baseline policy.
-func (r *runner) baselineSplit(si int, seen []groupState) ([]split, error) {
-	slots := r.pool(si, seen)
-	if len(slots) == 0 {
-		return nil, nil
-	}
-	out := make([]split, len(slots))
-	if r.pol.Baseline == config.PolicyRoundRobin || r.pol.Baseline == config.PolicyLeastRequest {
-		for i, s := range slots {
-			out[i] = split{slot: s, share: 1 / float64(len(slots))}
-		}
-		return out, nil
-	}
-	tbl, err := r.table(slots)
-	if err != nil {
-		return nil, err
-	}
-	for i, s := range slots {
-		out[i].slot = s
-	}
-	for _, c := range r.topo.clients[si] {
-		switch r.pol.Baseline {
-		case config.PolicyHash2, config.PolicyHash3:
-			key := hashing.Key2(c.addr, vip.Addr())
-			if r.pol.Baseline == config.PolicyHash3 {
-				key = hashing.Key3(c.addr, vip.Addr(), tcp)
-			}
-			i, _ := tbl.Pick(key)
-			out[i].share += c.weight
-		case config.PolicyHash5:
-			w := c.weight / float64(len(c.ports))
-			for _, port := range c.ports {
-				i, _ := tbl.Pick(hashing.Key5(c.addr, vip.Addr(), tcp, port, vip.Port()))
-				out[i].share += w
-			}
-		}
-	}
-	return slices.DeleteFunc(out, func(s split) bool { return s.share == 0 }), nil
-}
-
-// table returns the Maglev table over slots, building it on first use.
-func (r *runner) table(slots []int) (*hashing.Maglev, error) {
-	var b strings.Builder
-	for _, s := range slots {
-		b.WriteString(strconv.Itoa(s))
-		b.WriteByte(',')
-	}
-	key := b.String()
-	if tbl, ok := r.tables[key]; ok {
-		return tbl, nil
-	}
-	names := make([]string, len(slots))
-	for i, s := range slots {
-		names[i] = r.topo.slotName[s]
-	}
-	tbl, err := hashing.NewMaglev(hashing.DefaultConfig(), names)
-	if err != nil {
-		return nil, fmt.Errorf("maglev over %d backends: %w", len(names), err)
-	}
-	r.tables[key] = tbl
-	return tbl, nil
 }

@@ -16,8 +16,6 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/lb/backend"
-	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
 // benchRow runs s with the given policies and returns the rows by ID.
@@ -336,72 +334,6 @@ timeline:
 	}
 }
 
-// TestRowSplitMatchesPicker checks rowSplit, the expected split the bench
-// uses for planner policies, against a real waterfall.Picker picking with
-// evenly spread random values.
-func TestRowSplitMatchesPicker(t *testing.T) {
-	s := mustParse(t, `
-regions:
-  - name: X
-    groups:
-      - {name: x1, instances: 4, healthy: 4, rate_per_instance: 100}
-      - {name: x2, instances: 3, healthy: 3, rate_per_instance: 100}
-  - name: Y
-    groups:
-      - {name: y1, instances: 5, healthy: 5, rate_per_instance: 100}
-sites: [{name: a, demand_rps: 100, rtt_ms: {X: 1, Y: 50}}]
-`)
-	tl := DefaultTimeline()
-	tr := s.newTrace(&tl, 1)
-	topo, err := s.newTopology(&tl, tr, DefaultBenchPolicies())
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newRunner(s, &tl, tr, topo, nil, DefaultBenchPolicies()[0], false)
-	tests := []struct {
-		name    string
-		row     []waterfall.Flow
-		healthy []int // per group, as the view sees it
-	}{
-		{"three groups", []waterfall.Flow{{Group: "x1", Share: 0.5}, {Group: "x2", Share: 0.3}, {Group: "y1", Share: 0.2}}, []int{4, 3, 5}},
-		{"a group without healthy instances", []waterfall.Flow{{Group: "x1", Share: 0.5}, {Group: "x2", Share: 0.3}, {Group: "y1", Share: 0.2}}, []int{4, 0, 2}},
-		{"zero shares spread evenly", []waterfall.Flow{{Group: "x1"}, {Group: "y1"}}, []int{1, 3, 5}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			seen := slices.Clone(tr.seenGroups[0])
-			backends := map[string][]*backend.Backend{}
-			slotOf := map[*backend.Backend]int{}
-			for g, h := range tt.healthy {
-				seen[g].Healthy = h
-				for j := range h {
-					b := backend.New(fmt.Sprintf("%s/%d", topo.groupNames[g], j), 0)
-					backends[topo.groupNames[g]] = append(backends[topo.groupNames[g]], b)
-					slotOf[b] = topo.first[g] + j
-				}
-			}
-			want := map[int]float64{}
-			for _, sp := range r.rowSplit(tt.row, seen) {
-				want[sp.slot] += sp.share
-			}
-			p := waterfall.NewPicker(tt.row, backends, backend.PolicyRoundRobin)
-			const n = 1 << 16
-			got := map[int]float64{}
-			for i := range n {
-				c, err := p.Pick(uint64((float64(i) + 0.5) / n * math.MaxUint64))
-				if err != nil {
-					t.Fatal(err)
-				}
-				got[slotOf[c.Backend]] += 1.0 / n
-				c.Done()
-			}
-			if diff := cmp.Diff(want, got, cmpopts.EquateApprox(0, 1e-3)); diff != "" {
-				t.Errorf("rowSplit vs Picker (-rowSplit +picker):\n%s", diff)
-			}
-		})
-	}
-}
-
 // TestBenchShippedScenarios is the benchmark's question: in the flash-crowd
 // and global-overload scenarios, does waterfall serve fewer requests over
 // capacity and have a lower p99 than every hashing mode?
@@ -548,32 +480,6 @@ func TestBenchDeterministic(t *testing.T) {
 	}
 }
 
-// TestBenchPlannerPolicy plugs in a second planner, as min_rtt will be:
-// the same planner under another name gives the same row; a failing one
-// fails the bench with its name.
-func TestBenchPlannerPolicy(t *testing.T) {
-	s := mustParse(t, twoRegions)
-	errBoom := errors.New("boom")
-	res, err := s.Bench(BenchOptions{Policies: []BenchPolicy{
-		DefaultBenchPolicies()[0],
-		PlannerPolicy("waterfall_again", waterfall.Compute),
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, b := res.Policies[0], res.Policies[1]
-	b.Policy = a.Policy
-	if diff := cmp.Diff(a, b); diff != "" {
-		t.Errorf("same planner, different rows (-waterfall +waterfall_again):\n%s", diff)
-	}
-	_, err = s.Bench(BenchOptions{Policies: []BenchPolicy{PlannerPolicy("broken", func(waterfall.World, waterfall.Config) (*waterfall.Plan, error) {
-		return nil, errBoom
-	})}})
-	if !errors.Is(err, errBoom) || !strings.Contains(err.Error(), "bench broken: step 0") {
-		t.Errorf("Bench with a failing planner: error %v, want it to wrap boom and name the policy and step", err)
-	}
-}
-
 func TestBenchErrors(t *testing.T) {
 	s := mustParse(t, twoRegions)
 	wf := DefaultBenchPolicies()[0]
@@ -586,8 +492,9 @@ func TestBenchErrors(t *testing.T) {
 	}{
 		{name: "no policies", s: s, opts: BenchOptions{Policies: []BenchPolicy{}}, wantMsg: "bench: no policies"},
 		{name: "twice", s: s, opts: BenchOptions{Policies: []BenchPolicy{wf, wf}}, wantMsg: "bench policy waterfall: listed twice"},
-		{name: "scope on a planner", s: s, opts: BenchOptions{Policies: []BenchPolicy{{Name: "w", Planner: waterfall.Compute, Scope: config.HashScopeGlobal}}}, wantErr: ErrScopeNotApplicable},
-		{name: "unknown baseline", s: s, opts: BenchOptions{Policies: []BenchPolicy{{Name: "x", Baseline: "random"}}}, wantMsg: `baseline "random" is not one of`},
+		{name: "scope on a planned policy", s: s, opts: BenchOptions{Policies: []BenchPolicy{{Name: "w", Policy: config.PolicyWaterfall, Scope: config.HashScopeGlobal}}}, wantErr: ErrScopeNotApplicable},
+		{name: "unknown policy", s: s, opts: BenchOptions{Policies: []BenchPolicy{{Name: "x", Policy: "random"}}}, wantMsg: `bench policy x: unknown policy "random"`},
+		{name: "nearest_region without hashing", s: s, opts: BenchOptions{Policies: []BenchPolicy{BaselinePolicy(config.PolicyRoundRobin, config.HashScopeNearestRegion)}}, wantMsg: "the gfe takes a hash_scope only for hash2, hash3 and hash5"},
 		{name: "unknown scope", s: s, opts: BenchOptions{Policies: []BenchPolicy{BaselinePolicy(config.PolicyHash2, "zone")}}, wantMsg: `unknown scope "zone"`},
 		{name: "invalid scenario", s: &Scenario{}, wantErr: ErrInvalidScenario},
 		{name: "too many instances", s: mustParse(t, `
@@ -612,7 +519,10 @@ sites: [{name: s, demand_rps: 1, rtt_ms: {r: 1}}]
 }
 
 // TestBenchUnroutable: a site whose only region has no capacity fails all
-// its requests under every policy, and the LP leaves it out.
+// its requests under every policy, and the LP leaves it out. (The gfe's
+// global pool for a is y, in a region a does not reach, and so is its
+// nearest_region pool, since X has no healthy instance: those requests
+// fail too; see TestBenchUnreachableRegion.)
 func TestBenchUnroutable(t *testing.T) {
 	s := mustParse(t, `
 regions:

@@ -34,6 +34,22 @@
 // Every Result conserves demand: the flows of a site add up to its demand
 // (up to float rounding), or ExpectedFlows returns an error.
 //
+// These are the model's flows, written here for `lbsim plan`: they do not
+// run the gfe's routing, and their baselines differ from the gfe's in two
+// ways (the global scope is limited to the regions in rtt_ms, and drained
+// groups are left out).
+//
+// # Bench
+//
+// Scenario.Bench (`lbsim bench`) runs a scenario's timeline step by step
+// with one simulated gfe per site that runs the gfe's own routing: a
+// routing.Builder (internal/gfe/routing) per site builds the routing table
+// from a snapshot of the world as gossip shows it, and the site's demand
+// is split over instances as that table picks (the plan row's Picker,
+// round robin over the pool, or the table's Maglev for every synthetic
+// client connection). The queueing of the backends, the LP optimum and the
+// metrics are the simulator's own. See Bench for the model.
+//
 // Package sim does no I/O beyond LoadScenario reading the named file and
 // Result.WriteTable writing to the given writer.
 package sim
