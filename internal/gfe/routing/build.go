@@ -74,6 +74,7 @@ type Builder struct {
 	prevSvc  map[string]*Service         // by service: the last table's entry
 	outliers map[string]*serviceOutliers // by service
 	lastErr  map[string]string           // by problem key: the last problem reported
+	forgot   *config.Config              // the config of the last forget
 }
 
 // NewBuilder returns a Builder for cfg.
@@ -361,8 +362,14 @@ func (b *Builder) Ejected(now time.Time) map[string]int {
 	return out
 }
 
-// forget drops state of services and instances no longer configured.
+// forget drops state of services and instances no longer configured. With
+// the config of its last call it has nothing to do: since then, state was
+// only added for what that config holds.
 func (b *Builder) forget(cfg *config.Config) {
+	if cfg == b.forgot {
+		return
+	}
+	b.forgot = cfg
 	live := map[string]bool{}
 	addrs := map[string]bool{}
 	for _, s := range cfg.Services {

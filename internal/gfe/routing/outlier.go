@@ -89,7 +89,10 @@ func (b *Builder) outliersFor(sc *config.Service, report func(string, error)) *s
 			so.cfg = cfg
 		}
 	}
-	so.seen = map[hostKey]bool{}
+	if so.seen == nil {
+		so.seen = map[hostKey]bool{}
+	}
+	clear(so.seen)
 	return so
 }
 
