@@ -6,8 +6,8 @@ import (
 	"math"
 	"net/netip"
 	"slices"
-	"sort"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -57,7 +57,7 @@ func rankNames(prefix string, names []string) []string {
 	for i := range idx {
 		idx[i] = i
 	}
-	sort.SliceStable(idx, func(a, b int) bool { return names[idx[a]] < names[idx[b]] })
+	slices.SortStableFunc(idx, func(a, b int) int { return strings.Compare(names[a], names[b]) })
 	width := len(strconv.Itoa(max(len(names)-1, 0)))
 	out := make([]string, len(names))
 	for rank, i := range idx {
