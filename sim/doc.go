@@ -35,9 +35,8 @@
 // (up to float rounding), or ExpectedFlows returns an error.
 //
 // These are the model's flows, written here for `lbsim plan`: they do not
-// run the gfe's routing, and their baselines differ from the gfe's in two
-// ways (the global scope is limited to the regions in rtt_ms, and drained
-// groups are left out).
+// run the gfe's routing, and their baselines differ from the gfe's in one
+// way: the global scope is limited to the regions in rtt_ms.
 //
 // # Bench
 //

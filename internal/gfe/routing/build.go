@@ -214,15 +214,22 @@ func (b *Builder) members(cs *snapshot.Snapshot, sc *config.Service, so *service
 // members, restricted to the nearest region for hashing with scope
 // nearest_region and marked with the reason of a policy pick.
 //
-// The pool is every healthy backend in scope less the ejected ones.
-// Baseline policies pick from it; planned policies fall back to round
-// robin over it while their site has no plan row yet (no RTT measured).
+// The pool is every healthy backend in scope less the ejected ones and
+// those of drained groups (capacity_scaler 0: no new traffic). Baseline
+// policies pick from it; planned policies fall back to round robin over it
+// while their site has no plan row yet (no RTT measured).
 func (b *Builder) setPool(svc *Service, all []Member, rtt map[string]float64, now time.Time) []Member {
 	sc := svc.cfg
+	drained := func(m Member) bool {
+		be, ok := sc.Backend(m.Group)
+		return ok && be.CapacityScaler == 0
+	}
 	if sc.Policy.IsHash() && sc.HashScope == config.HashScopeNearestRegion {
 		has := map[string]bool{}
 		for _, m := range all {
-			has[m.Region] = true
+			if !drained(m) {
+				has[m.Region] = true
+			}
 		}
 		svc.nearest = NearestRegion(rtt, func(r string) bool { return has[r] })
 		if svc.nearest != "" {
@@ -236,7 +243,7 @@ func (b *Builder) setPool(svc *Service, all []Member, rtt map[string]float64, no
 	for i := range all {
 		all[i].reason = poolReason
 	}
-	pool := slices.DeleteFunc(slices.Clone(all), func(m Member) bool { return m.Host.Ejected(now) })
+	pool := slices.DeleteFunc(slices.Clone(all), func(m Member) bool { return m.Host.Ejected(now) || drained(m) })
 	svc.pool = pool
 	svc.inflight = func(i int) int64 { return pool[i].B.InFlight() }
 	svc.free = func(i int) bool { return !pool[i].B.Full() }

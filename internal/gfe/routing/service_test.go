@@ -1,11 +1,13 @@
 package routing_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/snapshot"
@@ -58,6 +60,53 @@ func TestServicePicker(t *testing.T) {
 			}
 			if diff := cmp.Diff(tt.wantGroups, got); diff != "" {
 				t.Errorf("Picker groups (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestDrainedGroupLeavesPool: a group with capacity_scaler 0 gets no new
+// traffic from a baseline policy (the pool leaves it out) and, for hashing
+// with scope nearest_region, does not count as the nearest region's.
+func TestDrainedGroupLeavesPool(t *testing.T) {
+	east, west := []string{"127.0.0.1:1", "127.0.0.1:2"}, []string{"127.0.0.1:3", "127.0.0.1:4"}
+	for _, tt := range []struct {
+		policy, scope string
+		drain         string
+		want          []string
+	}{
+		{"round_robin", "", "", []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4"}},
+		{"round_robin", "", "west", east},
+		{"hash5", "global", "east", west},
+		{"hash5", "nearest_region", "", east},
+		{"hash5", "nearest_region", "east", west},
+		{"least_request", "", "west", east},
+	} {
+		t.Run(tt.policy+"/"+tt.scope+"/drain "+tt.drain, func(t *testing.T) {
+			c := *gfetest.TwoRegionConfig(t, tt.policy, east, west, 100)
+			c.Services = slices.Clone(c.Services)
+			c.Services[0].HashScope = config.HashScope(tt.scope)
+			c.Services[0].Backends = slices.Clone(c.Services[0].Backends)
+			for i := range c.Services[0].Backends {
+				if c.Services[0].Backends[i].Group == tt.drain {
+					c.Services[0].Backends[i].CapacityScaler = 0
+				}
+			}
+			cfg, err := config.New(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1}, routing.Options{Rand: gfetest.Rand()})
+			tbl, problems := b.Build(routing.Input{Snapshot: snapshot.FromConfig("v1", cfg), Self: routing.Peer{Node: "gfe-nyc", Site: "nyc", RTT: map[string]float64{"us-east": 5, "eu-west": 80}}, Now: time.Unix(1_000_000, 0)})
+			if len(problems) > 0 {
+				t.Fatalf("Build: %v", problems)
+			}
+			var got []string
+			for _, m := range tbl.Services["web"].Pool() {
+				got = append(got, m.B.Addr())
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("pool %v, want %v", got, tt.want)
 			}
 		})
 	}
