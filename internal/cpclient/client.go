@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/spillway-lb/spillway/internal/backoff"
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
@@ -264,7 +265,7 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		c.failures.Add(1)
 		c.setLastErr(err)
-		d := backoff(fails, c.cfg.BackoffMin, c.cfg.BackoffMax, c.rand())
+		d := backoff.Jittered(fails, c.cfg.BackoffMin, c.cfg.BackoffMax, c.rand())
 		fails++
 		idx = (idx + 1) % n
 		c.log.Warn().Err(err).Str("control_plane", addr).Str("next", c.cfg.Addresses[idx]).
@@ -277,18 +278,6 @@ func (c *Client) Run(ctx context.Context) error {
 		case <-t.C():
 		}
 	}
-}
-
-// backoff is the wait after failure number attempt (from 0) in a row:
-// lo·2^attempt capped at hi, jittered uniformly into [d/2, d] by r.
-func backoff(attempt int, lo, hi time.Duration, r uint64) time.Duration {
-	d := lo
-	for i := 0; i < attempt && d < hi; i++ {
-		d *= 2
-	}
-	d = min(d, hi)
-	half := d / 2
-	return half + time.Duration(r%uint64(d-half+1))
 }
 
 // session runs one stream to addr until it fails. healthy reports whether

@@ -392,26 +392,6 @@ func waitConnected(t *testing.T, c *Client, addr string) {
 	}
 }
 
-func TestBackoff(t *testing.T) {
-	lo, hi := 200*time.Millisecond, 10*time.Second
-	tests := []struct {
-		attempt  int
-		r        uint64
-		min, max time.Duration
-	}{
-		{attempt: 0, r: 0, min: 100 * time.Millisecond, max: 100 * time.Millisecond},
-		{attempt: 0, r: ^uint64(0), min: 100 * time.Millisecond, max: 200 * time.Millisecond},
-		{attempt: 3, r: 12345, min: 800 * time.Millisecond, max: 1600 * time.Millisecond},
-		{attempt: 10, r: 0, min: 5 * time.Second, max: 5 * time.Second},
-		{attempt: 60, r: ^uint64(0), min: 5 * time.Second, max: 10 * time.Second},
-	}
-	for _, tt := range tests {
-		if got := backoff(tt.attempt, lo, hi, tt.r); got < tt.min || got > tt.max {
-			t.Errorf("backoff(%d, r=%d) = %v, want in [%v, %v]", tt.attempt, tt.r, got, tt.min, tt.max)
-		}
-	}
-}
-
 func TestConfigValidate(t *testing.T) {
 	c := Config{Addresses: []string{""}}
 	err := c.Validate()

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
 
+	"github.com/spillway-lb/spillway/internal/backoff"
 	"github.com/spillway-lb/spillway/internal/clock"
 )
 
@@ -333,7 +334,7 @@ func (n *Node) joinWithBackoff(ctx context.Context, seeds []string) {
 			n.log.Info().Int("contacted", k).Int("members", n.Members()).Msg("joined cluster")
 			return
 		}
-		d := joinBackoff(attempt, n.cfg.JoinBackoffMin, n.cfg.JoinBackoffMax, n.rand())
+		d := backoff.Jittered(attempt, n.cfg.JoinBackoffMin, n.cfg.JoinBackoffMax, n.rand())
 		n.log.Warn().Err(err).Int("attempt", attempt+1).Dur("retry_in", d).Msg("join failed")
 		t := n.clock.NewTimer(d)
 		select {
@@ -343,18 +344,6 @@ func (n *Node) joinWithBackoff(ctx context.Context, seeds []string) {
 		case <-t.C():
 		}
 	}
-}
-
-// joinBackoff is the wait after failed attempt number attempt (from 0):
-// min·2^attempt capped at max, then jittered uniformly into [d/2, d] by r.
-func joinBackoff(attempt int, lo, hi time.Duration, r uint64) time.Duration {
-	d := lo
-	for i := 0; i < attempt && d < hi; i++ {
-		d *= 2
-	}
-	d = min(d, hi)
-	half := d / 2
-	return half + time.Duration(r%uint64(d-half+1))
 }
 
 // stop leaves (unless a crash is being simulated) and shuts memberlist down.
