@@ -493,7 +493,11 @@ func freePort(t testing.TB) int {
 // member learns of it (here: a node outside the cluster sends its state
 // straight to one member) is joined through the address in its state.
 func TestMembershipRepair(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	// outsider joined no one, so no push/pull ever reaches it: only repair
+	// can close the gap. The deadline is generous (a loaded machine may
+	// fail a join or two, which repair retries); how fast it closes is
+	// logged, not asserted.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*defaultTestTimeout)
 	defer cancel()
 	c := newCluster(t)
 	a := c.start(testConfig("a"), func(n *Node) { mustPublish(t, n, cpWithHealthy(100)) })
@@ -516,8 +520,51 @@ func TestMembershipRepair(t *testing.T) {
 		waitFor(ctx, t, n, "all three states", hasAll(all))
 	}
 	took := time.Since(start)
-	t.Logf("membership gap closed and states everywhere after %v", took.Round(time.Millisecond))
-	if limit := 4 * a.repairEvery(); took > limit+time.Second {
-		t.Errorf("repair took %v, want <= %v", took, limit+time.Second)
+	st := a.Stats()
+	t.Logf("membership gap closed and states everywhere after %v (repair every %v; a: %d repairs, %d failed joins)",
+		took.Round(time.Millisecond), a.repairEvery(), st.Repairs, st.RepairErrors)
+	if st.Repairs < 1 {
+		t.Errorf("a made %d repairs, want at least 1 (it held outsider's state without the membership)", st.Repairs)
+	}
+}
+
+// TestMembershipRepairRetriesFailedJoins: a state whose node cannot be
+// joined (its address refuses connections) is not given up after one try:
+// every repair round joins it again until it answers or its state is
+// pruned.
+func TestMembershipRepairRetriesFailedJoins(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*defaultTestTimeout)
+	defer cancel()
+	c := newCluster(t)
+	a := c.start(testConfig("a"), func(n *Node) { mustPublish(t, n, cpWithHealthy(100)) })
+	outsider := c.start(testConfig("outsider"), func(n *Node) { mustPublish(t, n, gfeFor("outsider", 2)) })
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close() // nothing listens there any more: joins are refused
+	ghost := gfeFor("ghost", 3)
+	ghost.Node, ghost.Addr, ghost.Version = "ghost", dead, 1
+
+	host, portStr, err := net.SplitHostPort(a.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(portStr)
+	to := memberlist.Node{Name: "a", Addr: net.ParseIP(host), Port: uint16(port)}
+	if err := outsider.ml.Load().SendReliable(&to, directMsg(t, ghost)); err != nil {
+		t.Fatalf("SendReliable: %v", err)
+	}
+	for a.Stats().RepairErrors < 3 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("a tried to join the ghost %d times, want it retried every round (at least 3)", a.Stats().RepairErrors)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if st := a.Stats(); st.Repairs != 0 {
+		t.Errorf("a counted %d repairs of a node that never answered", st.Repairs)
 	}
 }

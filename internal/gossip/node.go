@@ -78,6 +78,10 @@ type Stats struct {
 	// SendErrors counts direct sends that failed (the member is gone, or
 	// its TCP connection failed); gossip and push/pull still cover it.
 	SendErrors uint64
+	// Repairs counts membership gaps closed by joining a node known only
+	// from its state; RepairErrors the joins that failed (retried at the
+	// next repair round).
+	Repairs, RepairErrors uint64
 }
 
 // Node is this process's member of the gossip cluster. It publishes this
@@ -130,19 +134,21 @@ type Node struct {
 	// Accessed atomically.
 	started atomic.Bool
 	// advertise is memberlist's advertise address, set once by Run.
-	advertise atomic.Pointer[string]
-	crashed   atomic.Bool // skip Leave on shutdown (tests simulate a crash)
-	ml        atomic.Pointer[memberlist.Memberlist]
-	snap      atomic.Pointer[Snapshot]
-	ppCache   atomic.Pointer[encodedView]
-	received  atomic.Uint64
-	accepted  atomic.Uint64
-	stale     atomic.Uint64
-	invalid   atomic.Uint64
-	relayed   atomic.Uint64
-	pushPull  atomic.Uint64
-	sent      atomic.Uint64
-	sendErrs  atomic.Uint64
+	advertise  atomic.Pointer[string]
+	crashed    atomic.Bool // skip Leave on shutdown (tests simulate a crash)
+	ml         atomic.Pointer[memberlist.Memberlist]
+	snap       atomic.Pointer[Snapshot]
+	ppCache    atomic.Pointer[encodedView]
+	received   atomic.Uint64
+	accepted   atomic.Uint64
+	stale      atomic.Uint64
+	invalid    atomic.Uint64
+	relayed    atomic.Uint64
+	pushPull   atomic.Uint64
+	sent       atomic.Uint64
+	sendErrs   atomic.Uint64
+	repairs    atomic.Uint64
+	repairErrs atomic.Uint64
 
 	// Guarded by mu.
 	mu  sync.Mutex
@@ -280,18 +286,22 @@ func (n *Node) repairEvery() time.Duration { return 5 * n.cfg.GossipInterval }
 // seeds merge) until the next push/pull, PushPullInterval later (20s at 50
 // nodes). A state received from a node memberlist does not list proves the
 // gap, and carries the node's address: joining it (one push/pull) teaches
-// both sides each other's members at once. Each state version is tried
-// once; states of nodes memberlist reported dead are never tried.
+// both sides each other's members at once. A state version whose node was
+// joined is not tried again; a join that failed (the node slow to answer on
+// a loaded machine, say) is retried every round until it works or the state
+// is pruned. States of nodes memberlist reported dead are never tried.
 func (n *Node) repairGaps() {
+	type gap struct {
+		node, addr string
+		version    uint64
+	}
 	n.mu.Lock()
-	var addrs, names []string
+	var gaps []gap
 	for _, s := range n.tab.gaps(n.clock.Now(), 2*n.repairEvery()) {
 		if s.Addr == "" || n.repaired[s.Node] >= s.Version {
 			continue
 		}
-		n.repaired[s.Node] = s.Version
-		addrs = append(addrs, s.Addr)
-		names = append(names, s.Node)
+		gaps = append(gaps, gap{s.Node, s.Addr, s.Version})
 	}
 	for node := range n.repaired {
 		if _, held := n.tab.states[node]; !held {
@@ -299,12 +309,18 @@ func (n *Node) repairGaps() {
 		}
 	}
 	n.mu.Unlock()
-	if len(addrs) == 0 {
-		return
+	for _, g := range gaps {
+		if _, err := n.Join([]string{g.addr}); err != nil {
+			n.repairErrs.Add(1)
+			n.log.Info().Str("node", g.node).Err(err).Msg("joining a node known only from its state failed; retrying next round")
+			continue
+		}
+		n.repairs.Add(1)
+		n.mu.Lock()
+		n.repaired[g.node] = max(n.repaired[g.node], g.version)
+		n.mu.Unlock()
+		n.log.Info().Str("node", g.node).Msg("joined a node known only from its state")
 	}
-	k, err := n.Join(addrs)
-	n.log.Info().Strs("nodes", names).Int("contacted", k).AnErr("error", err).
-		Msg("joined nodes known only from their states")
 }
 
 // stampAddr re-publishes a state published before Run with the node's
@@ -571,6 +587,9 @@ func (n *Node) Stats() Stats {
 		PushPulls:  n.pushPull.Load(),
 		Sent:       n.sent.Load(),
 		SendErrors: n.sendErrs.Load(),
+
+		Repairs:      n.repairs.Load(),
+		RepairErrors: n.repairErrs.Load(),
 	}
 }
 
