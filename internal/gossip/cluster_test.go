@@ -140,6 +140,13 @@ func (c *cluster) shutdown() {
 // deadline of ctx.
 func waitFor(ctx context.Context, t testing.TB, n *Node, what string, cond func(*Snapshot) bool) {
 	t.Helper()
+	waitForOr(ctx, t, n, what, cond, func() string { return "" })
+}
+
+// waitForOr is waitFor that adds more(), evaluated at the deadline, to its
+// failure message.
+func waitForOr(ctx context.Context, t testing.TB, n *Node, what string, cond func(*Snapshot) bool, more func() string) {
+	t.Helper()
 	for {
 		snap := n.Snapshot()
 		if cond(snap) {
@@ -148,8 +155,8 @@ func waitFor(ctx context.Context, t testing.TB, n *Node, what string, cond func(
 		select {
 		case <-n.Changes():
 		case <-ctx.Done():
-			t.Fatalf("%s: no %s before the deadline; view: members %v, states of %v",
-				n.cfg.Name, what, snap.Members, slices.Sorted(mapKeys(snap.States)))
+			t.Fatalf("%s: no %s before the deadline; view: members %v, states of %v %s",
+				n.cfg.Name, what, snap.Members, slices.Sorted(mapKeys(snap.States)), more())
 		}
 	}
 }
@@ -517,7 +524,11 @@ func TestMembershipRepair(t *testing.T) {
 	}
 	all := []string{"a", "b", "outsider"}
 	for _, n := range []*Node{a, b, outsider} {
-		waitFor(ctx, t, n, "all three states", hasAll(all))
+		if ctx.Err() == nil {
+			waitForOr(ctx, t, n, "all three states", hasAll(all), func() string {
+				return fmt.Sprintf("a's stats %+v, a holds outsider's state: %v", a.Stats(), a.holds("outsider"))
+			})
+		}
 	}
 	took := time.Since(start)
 	st := a.Stats()

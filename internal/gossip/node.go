@@ -235,9 +235,9 @@ func (n *Node) Run(ctx context.Context) error {
 	addr := ml.LocalNode().Address()
 	n.advertise.Store(&addr)
 	n.ml.Store(ml)
+	n.stampAddr(addr)
 	close(n.ready)
 	n.log.Info().Str("addr", addr).Bool("encrypted", n.key != nil).Msg("gossip started")
-	n.stampAddr(addr)
 
 	sendCtx, stopSender := context.WithCancel(ctx)
 	senderDone := make(chan struct{})
@@ -403,7 +403,8 @@ func (n *Node) Join(addrs []string) (int, error) {
 }
 
 // Ready returns a channel that is closed once Run has started memberlist,
-// after which Addr is known and Join works.
+// after which Addr is known, Join works, and a state published before Run
+// carries the address (which other nodes join it by to repair a gap).
 func (n *Node) Ready() <-chan struct{} { return n.ready }
 
 // Addr returns the "ip:port" other nodes reach this node at (the seed to

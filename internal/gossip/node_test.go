@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -252,4 +253,16 @@ func TestPushPullRoundTrip(t *testing.T) {
 	if got := b.Stats().Invalid; got != 1 {
 		t.Errorf("invalid after a garbage push/pull = %d, want 1", got)
 	}
+}
+
+// holds describes what n holds of node: nothing, or its state's version
+// and whether memberlist reported the node departed.
+func (n *Node) holds(node string) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	h, ok := n.tab.states[node]
+	if !ok {
+		return "nothing"
+	}
+	return fmt.Sprintf("version %d, departed %v", h.state.Version, h.departed)
 }
