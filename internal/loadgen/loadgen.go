@@ -77,18 +77,6 @@ func (c *Config) timeout() time.Duration {
 	return c.Timeout
 }
 
-// rateAt returns the rate in force at elapsed time d.
-func (c *Config) rateAt(d time.Duration) float64 {
-	r := c.Rate
-	for _, s := range c.Schedule {
-		if d < s.At {
-			break
-		}
-		r = s.Rate
-	}
-	return r
-}
-
 // schedule is a run's rate as constant pieces, for finding when each
 // request is due.
 type schedule []RateStep // the first piece starts at 0

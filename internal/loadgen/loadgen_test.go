@@ -235,18 +235,6 @@ func TestScheduleChangesRate(t *testing.T) {
 	}
 }
 
-func TestRateAt(t *testing.T) {
-	c := Config{Rate: 10, Schedule: []RateStep{{At: time.Second, Rate: 20}, {At: 2 * time.Second, Rate: 0}}}
-	for _, tt := range []struct {
-		d    time.Duration
-		want float64
-	}{{0, 10}, {999 * time.Millisecond, 10}, {time.Second, 20}, {1500 * time.Millisecond, 20}, {2 * time.Second, 0}, {time.Hour, 0}} {
-		if got := c.rateAt(tt.d); got != tt.want {
-			t.Errorf("rateAt(%v) = %v, want %v", tt.d, got, tt.want)
-		}
-	}
-}
-
 // TestScheduleDue checks when each request is due: request k when the
 // integral of the rate reaches k+1, across steps and pauses.
 func TestScheduleDue(t *testing.T) {

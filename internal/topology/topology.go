@@ -568,11 +568,9 @@ func (c *Cluster) Drive(ctx context.Context, rates map[string]float64, warmup, d
 	})
 }
 
-// Load is load started by StartLoad.
+// Load is load started by StartLoad. Each site's Result.Start is when its
+// generator started; its Record.At count from there.
 type Load struct {
-	// Start is when the load started; a Result's Record.At counts from
-	// about then (each site's generator starts within milliseconds of it).
-	Start  time.Time
 	cancel context.CancelFunc
 	done   chan struct{}
 	res    map[string]*loadgen.Result
@@ -585,7 +583,7 @@ type Load struct {
 // load and then measure a window of it (loadgen.Result.Window).
 func (c *Cluster) StartLoad(rates map[string]float64) *Load {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &Load{Start: time.Now(), cancel: cancel, done: make(chan struct{})}
+	l := &Load{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(l.done)
 		l.res, l.err = c.drive(ctx, rates, func(cfg *loadgen.Config) {
