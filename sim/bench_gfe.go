@@ -8,13 +8,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/snapshot"
+	"github.com/spillway-lb/spillway/internal/splitmix"
 )
 
 // The simulated gfes run the gfe's own routing (internal/gfe/routing): each
@@ -173,9 +173,12 @@ func newGFEs(s *Scenario, tl *Timeline, topo *topology, p BenchPolicy) *gfes {
 	clk := clock.NewFake(benchEpoch) // never advanced: PickAt gets the time
 	for si, st := range s.Sites {
 		g.sites = append(g.sites, st.Name)
+		// The tables draw random numbers only for round-robin starting
+		// points and least-request choices, which no split reads; seeded,
+		// so that a run repeats exactly.
 		g.builders = append(g.builders, routing.NewBuilder(
 			routing.Config{Node: nodeName(si), Site: st.Name, Damping: tl.Damping},
-			routing.Options{Clock: clk, Rand: splitMix(tl.Seed ^ uint64(si)<<32)},
+			routing.Options{Clock: clk, Rand: splitmix.Sequence(tl.Seed ^ uint64(si)<<32)},
 		))
 	}
 	return g
@@ -183,22 +186,6 @@ func newGFEs(s *Scenario, tl *Timeline, topo *topology, p BenchPolicy) *gfes {
 
 // nodeName is the gossip name of site si's gfe.
 func nodeName(si int) string { return "gfe-" + strconv.Itoa(si) }
-
-// splitMix returns a SplitMix64 sequence from seed, safe for concurrent use
-// (routing.Options.Rand). The gfes' tables use it only for round-robin
-// starting points and least-request draws, neither of which a split reads.
-func splitMix(seed uint64) func() uint64 {
-	var n atomic.Uint64
-	n.Store(seed)
-	return func() uint64 {
-		x := n.Add(0x9e3779b97f4a7c15)
-		x ^= x >> 30
-		x *= 0xbf58476d1ce4e5b9
-		x ^= x >> 27
-		x *= 0x94d049bb133111eb
-		return x ^ x>>31
-	}
-}
 
 // stateKey returns a map key for group states; with started only, one
 // for their started counts and scalers.

@@ -8,6 +8,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/snapshot"
+	"github.com/spillway-lb/spillway/internal/splitmix"
 )
 
 // Planner stands in for the gfe's planner in the proxies' tests: it holds a
@@ -120,19 +121,8 @@ func (p *Planner) rttLocked() map[string]float64 {
 	return out
 }
 
-// Mix64 is the SplitMix64 finalizer.
-func Mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
-}
-
 // Rand returns a seeded SplitMix64 sequence that is safe for concurrent
 // use: the same picks every run.
 func Rand() func() uint64 {
-	var seed atomic.Uint64
-	return func() uint64 { return Mix64(seed.Add(0x9e3779b97f4a7c15)) }
+	return splitmix.Sequence(0)
 }
