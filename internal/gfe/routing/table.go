@@ -26,11 +26,14 @@ const (
 	ReasonSpillCapacity = Reason(waterfall.ReasonSpillCapacity) // a nearer region was full
 	ReasonSpillHealth   = Reason(waterfall.ReasonSpillHealth)   // a nearer region spilled preemptively
 	ReasonOverload      = Reason(waterfall.ReasonOverload)      // every reachable region is full
+)
 
-	ReasonAffinity = Reason(waterfall.NumReasons) + iota - 4 // session affinity pinned the backend
-	ReasonPolicy                                             // a baseline policy (round robin, least request, hashing)
-	ReasonNoPlan                                             // a planned policy whose site has no plan row yet: round robin
-	NumReasons                                               // the number of reasons
+// The gfe's own reasons, after the planner's.
+const (
+	ReasonAffinity Reason = Reason(waterfall.NumReasons) + iota // session affinity pinned the backend
+	ReasonPolicy                                                // a baseline policy (round robin, least request, hashing)
+	ReasonNoPlan                                                // a planned policy whose site has no plan row yet: round robin
+	NumReasons                                                  // the number of reasons
 )
 
 // gfeReasonNames are the names of the reasons after the planner's.
