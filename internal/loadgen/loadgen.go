@@ -16,9 +16,10 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/netip"
+	"os"
 	"slices"
-	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -142,6 +143,9 @@ type Record struct {
 	// Error is the transport error (dial, timeout, reset); empty when a
 	// response was read.
 	Error string `json:"error,omitempty"`
+	// ErrorKind classes Error for Result.Errors: "timeout", "refused",
+	// "reset" or "other"; empty when Error is.
+	ErrorKind string `json:"error_kind,omitempty"`
 }
 
 // Result is what a run measured.
@@ -192,7 +196,7 @@ func (r *Result) tally(recs []Record) {
 		r.Sent++
 		if rec.Error != "" {
 			r.Failed++
-			r.Errors[errorKind(rec.Error)]++
+			r.Errors[rec.ErrorKind]++
 			continue
 		}
 		r.Status[rec.Status]++
@@ -224,14 +228,15 @@ func (r *Result) Window(from, to time.Duration) *Result {
 	return w
 }
 
-// errorKind classes a transport error's text for Result.Errors.
-func errorKind(msg string) string {
+// errorKind classes a transport error for Result.Errors by what it wraps.
+func errorKind(err error) string {
+	var ne net.Error
 	switch {
-	case strings.Contains(msg, "Timeout") || strings.Contains(msg, "deadline exceeded") || strings.Contains(msg, "timeout"):
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
 		return "timeout"
-	case strings.Contains(msg, "connection refused"):
+	case errors.Is(err, syscall.ECONNREFUSED):
 		return "refused"
-	case strings.Contains(msg, "connection reset") || strings.Contains(msg, "EOF") || strings.Contains(msg, "broken pipe"):
+	case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 		return "reset"
 	}
 	return "other"
@@ -373,7 +378,7 @@ func send(ctx context.Context, c *http.Client, cfg Config, rec *Record) {
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.URL, nil)
 	if err != nil {
-		rec.Error = "loadgen: " + err.Error()
+		rec.Error, rec.ErrorKind = "loadgen: "+err.Error(), "other"
 		return
 	}
 	if cfg.Host != "" {
@@ -382,7 +387,7 @@ func send(ctx context.Context, c *http.Client, cfg Config, rec *Record) {
 	t0 := time.Now()
 	resp, err := c.Do(req)
 	if err != nil {
-		rec.Latency, rec.Error = time.Since(t0), err.Error()
+		rec.Latency, rec.Error, rec.ErrorKind = time.Since(t0), err.Error(), errorKind(err)
 		return
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)

@@ -2,11 +2,16 @@ package loadgen
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
+	"os"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -272,7 +277,7 @@ func TestWindow(t *testing.T) {
 	r := &Result{Records: []Record{
 		{At: 10 * ms, Status: 200, Region: "a", Latency: 5 * ms},
 		{At: 20 * ms, Status: 503, Region: "a", Latency: 1 * ms, Lag: 7 * ms},
-		{At: 30 * ms, Error: "dial tcp: connect: connection refused"},
+		{At: 30 * ms, Error: "dial tcp: connect: connection refused", ErrorKind: "refused"},
 		{At: 40 * ms, Dropped: true},
 		{At: 50 * ms, Status: 200, Region: "b"},
 	}}
@@ -283,5 +288,23 @@ func TestWindow(t *testing.T) {
 	}
 	if w := r.Window(0, time.Second); w.Sent != 4 || w.OK != 2 || w.ByRegion["b"] != 1 {
 		t.Errorf("whole window: Sent %d OK %d ByRegion %v, want 4, 2, b:1", w.Sent, w.OK, w.ByRegion)
+	}
+}
+
+func TestErrorKind(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want string
+	}{
+		{&url.Error{Op: "Get", URL: "http://x", Err: context.DeadlineExceeded}, "timeout"},
+		{&net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}, "timeout"},
+		{&net.OpError{Op: "dial", Err: &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}}, "refused"},
+		{&net.OpError{Op: "read", Err: &os.SyscallError{Syscall: "read", Err: syscall.ECONNRESET}}, "reset"},
+		{&url.Error{Op: "Get", URL: "http://x", Err: io.EOF}, "reset"},
+		{errors.New("something else"), "other"},
+	} {
+		if got := errorKind(tt.err); got != tt.want {
+			t.Errorf("errorKind(%v) = %q, want %q", tt.err, got, tt.want)
+		}
 	}
 }
