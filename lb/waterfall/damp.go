@@ -13,13 +13,24 @@ import (
 const dampSnap = 1e-9
 
 // Damp returns the plan a gfe should use after prev when the planner now
-// says next (rule 8): every site's share of each region moves a fraction
-// alpha of the way from prev to next, and the site sends next's demand.
-// Applied again and again towards the same next, Damp shrinks the gap
-// between each share and next's by the factor (1−α) per call, and returns
-// next's row itself once every gap is below dampSnap (1e-9).
+// says next (rule 8): traffic that next moves back toward a site's nearer
+// regions moves only a fraction alpha of the way per call, while traffic
+// that next moves away, toward farther regions, moves at once; the site
+// sends next's demand. Precisely, with a site's regions in its order
+// (nearest first) and C(k) the share of its k nearest regions together,
+//
+//	C_d(k) = min(C_next(k), (1−α)·C_prev(k) + α·C_next(k))
+//
+// and each region's share is C_d(k) − C_d(k−1). Applied again and again
+// towards the same next, Damp shrinks each gap C_next(k) − C_d(k) by the
+// factor (1−α) per call, and returns next's row itself once every region's
+// share is within dampSnap (1e-9) of next's.
 //
 // Guarantees, for the result d:
+//   - spill is never slowed: for every k, a site's k nearest regions
+//     together get no more of its traffic in d than in next; in particular
+//     its nearest region never gets more than next gives it, so a region
+//     that fills up is relieved in the very next plan;
 //   - conservation: each site's flows in d sum to its demand in next
 //     (SiteLoad.Demand − Unplaced), and its shares to 1;
 //   - safety: d sends to a group only if next lists it with capacity and
@@ -32,9 +43,10 @@ const dampSnap = 1e-9
 //     idle row undamped), and loads are recomputed from d's flows.
 //
 // A flow keeps the Reason next gives its region, or prev's when only prev
-// sends there. A damped plan can run a region above its capacity for a few
-// rounds: that is the price of smoothness, and callers tighten capacity
-// from local signals (backend 429/503) if it hurts.
+// sends there. A damped return can leave a farther region more traffic than
+// next gives it for a few rounds (the region being returned from had room
+// for it before); callers tighten capacity from local signals (backend
+// 429/503, queueing, load reports) if that hurts.
 //
 // alpha is clamped to [0, 1]; alpha ≥ 1, NaN or a nil prev return next
 // itself. Damp never modifies prev or next; the result may share storage
@@ -83,9 +95,17 @@ func Damp(prev, next *Plan, alpha float64) *Plan {
 			d.Flows = append(d.Flows, nrow...)
 			continue
 		}
+		// Damp the cumulative shares in the site's region order: the k
+		// nearest regions together move a fraction alpha of the way toward
+		// next when next gives them more (a return), but at once when next
+		// gives them less (a spill outward).
 		snap := true
+		var cp, cn, cd float64 // cumulative shares of prev, next and d
 		for i := range ps {
-			ps[i] = (1-alpha)*ps[i]/psum + alpha*ns[i]
+			cp += ps[i] / psum
+			cn += ns[i]
+			c := min(cn, (1-alpha)*cp+alpha*cn)
+			ps[i], cd = max(c-cd, 0), c
 			if math.Abs(ps[i]-ns[i]) > dampSnap {
 				snap = false
 			}

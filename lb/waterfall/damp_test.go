@@ -31,21 +31,33 @@ func TestDamp(t *testing.T) {
 		wantGroupAA float64
 	}{
 		{
-			name:  "halfway between prev and next, split by next's zones",
-			prev:  twoRegions(100, 500, 500, 1000), // all 100 in a
-			next:  twoRegions(100, 20, 30, 1000),   // a 50, b 50
+			name:  "a return toward the nearer region moves halfway, split by next's zones",
+			prev:  twoRegions(100, 20, 30, 1000),   // a 50, b 50
+			next:  twoRegions(100, 300, 700, 1000), // all 100 in a
 			alpha: 0.5,
 			want: []Flow{
-				flow("s", "a", "a-a", 30, 0.3, ReasonNearest),
-				flow("s", "a", "a-b", 45, 0.45, ReasonNearest),
+				flow("s", "a", "a-a", 22.5, 0.225, ReasonNearest),
+				flow("s", "a", "a-b", 52.5, 0.525, ReasonNearest),
 				flow("s", "b", "b-a", 25, 0.25, ReasonSpillCapacity),
 			},
-			wantLoadA: 75, wantLoadB: 25, wantGroupAA: 30,
+			wantLoadA: 75, wantLoadB: 25, wantGroupAA: 22.5,
+		},
+		{
+			name:  "a spill away from a full region is not damped",
+			prev:  twoRegions(100, 500, 500, 1000), // all 100 in a
+			next:  twoRegions(100, 20, 30, 1000),   // a 50, b 50
+			alpha: 0.1,
+			want: []Flow{
+				flow("s", "a", "a-a", 20, 0.2, ReasonNearest),
+				flow("s", "a", "a-b", 30, 0.3, ReasonNearest),
+				flow("s", "b", "b-a", 50, 0.5, ReasonSpillCapacity),
+			},
+			wantLoadA: 50, wantLoadB: 50, wantGroupAA: 20,
 		},
 		{
 			name:  "shares are damped, demand is next's",
-			prev:  twoRegions(100, 500, 500, 1000), // all in a
-			next:  twoRegions(200, 50, 50, 1000),   // a 100, b 100
+			prev:  twoRegions(100, 25, 25, 1000),   // a 50, b 50
+			next:  twoRegions(200, 500, 500, 1000), // all in a
 			alpha: 0.5,
 			want: []Flow{
 				flow("s", "a", "a-a", 75, 0.375, ReasonNearest),
@@ -55,15 +67,16 @@ func TestDamp(t *testing.T) {
 			wantLoadA: 150, wantLoadB: 50, wantGroupAA: 75,
 		},
 		{
-			name:  "alpha 0 keeps prev's shares",
-			prev:  twoRegions(100, 500, 500, 1000),
-			next:  twoRegions(100, 25, 25, 1000),
+			name:  "alpha 0 keeps prev's shares on a return",
+			prev:  twoRegions(100, 25, 25, 1000),
+			next:  twoRegions(100, 500, 500, 1000),
 			alpha: 0,
 			want: []Flow{
-				flow("s", "a", "a-a", 50, 0.5, ReasonNearest),
-				flow("s", "a", "a-b", 50, 0.5, ReasonNearest),
+				flow("s", "a", "a-a", 25, 0.25, ReasonNearest),
+				flow("s", "a", "a-b", 25, 0.25, ReasonNearest),
+				flow("s", "b", "b-a", 50, 0.5, ReasonSpillCapacity),
 			},
-			wantLoadA: 100, wantGroupAA: 50,
+			wantLoadA: 50, wantLoadB: 50, wantGroupAA: 25,
 		},
 		{
 			name:  "a region that lost all capacity is left at once",
@@ -90,16 +103,16 @@ func TestDamp(t *testing.T) {
 			wantLoadA: 100, wantGroupAA: 50,
 		},
 		{
-			name:  "a site that was idle starts from its idle row",
+			name:  "a site that was idle starts from its idle row, all nearest, and spills from it at once",
 			prev:  twoRegions(0, 500, 500, 1000), // idle row: all to a
 			next:  twoRegions(100, 10, 40, 1000), // a 50, b 50
 			alpha: 0.5,
 			want: []Flow{
-				flow("s", "a", "a-a", 15, 0.15, ReasonNearest),
-				flow("s", "a", "a-b", 60, 0.6, ReasonNearest),
-				flow("s", "b", "b-a", 25, 0.25, ReasonSpillCapacity),
+				flow("s", "a", "a-a", 10, 0.1, ReasonNearest),
+				flow("s", "a", "a-b", 40, 0.4, ReasonNearest),
+				flow("s", "b", "b-a", 50, 0.5, ReasonSpillCapacity),
 			},
-			wantLoadA: 75, wantLoadB: 25, wantGroupAA: 15,
+			wantLoadA: 50, wantLoadB: 50, wantGroupAA: 10,
 		},
 		{
 			name: "a site new in next takes next's row",
@@ -177,16 +190,16 @@ func TestDampReturnsNext(t *testing.T) {
 	}
 }
 
-// TestDampConverges: damping towards a fixed next closes the gap by (1−α)
-// per step and then lands on next exactly.
+// TestDampConverges: damping a return towards a fixed next closes the gap
+// by (1−α) per step and then lands on next exactly.
 func TestDampConverges(t *testing.T) {
-	prev := mustCompute(t, twoRegions(100, 500, 500, 1000))
-	next := mustCompute(t, twoRegions(100, 25, 25, 1000)) // a 50%, b 50%
+	prev := mustCompute(t, twoRegions(100, 25, 25, 1000)) // a 50%, b 50%
+	next := mustCompute(t, twoRegions(100, 500, 500, 1000))
 	const alpha = 0.3
 	d := prev
 	for n := 1; n <= 100; n++ {
 		d = Damp(d, next, alpha)
-		gap := math.Abs(siteFlows(d, "s")["b"]/100 - 0.5)
+		gap := math.Abs(siteFlows(d, "s")["b"] / 100)
 		want := 0.5 * math.Pow(1-alpha, float64(n))
 		if want > 1e-9 && !near(gap, want) {
 			t.Fatalf("step %d: gap to next %v, want %v", n, gap, want)
@@ -200,7 +213,8 @@ func TestDampConverges(t *testing.T) {
 // TestDampProperties damps between random worlds and their perturbed
 // successors and checks what Damp guarantees: conservation of next's
 // demand, zone split by next's capacities, no flow to a group without
-// capacity or a region the site no longer reaches, and determinism.
+// capacity or a region the site no longer reaches, spill never slowed
+// (spillNotSlowed), and determinism.
 func TestDampProperties(t *testing.T) {
 	cfg := DefaultConfig()
 	for seed := range uint64(500) {
@@ -229,6 +243,9 @@ func TestDampProperties(t *testing.T) {
 			if i < 0 || g[i].Capacity <= 0 || !slices.Contains(o.order[f.Site], f.Region) {
 				fail("safety", fmt.Errorf("flow %+v to a group without capacity or an unreachable region", f))
 			}
+		}
+		if err := spillNotSlowed(d, next); err != nil {
+			fail("spill not slowed", err)
 		}
 		if diff := cmp.Diff(d, Damp(prev, next, alpha)); diff != "" {
 			fail("determinism", fmt.Errorf("%s", diff))
@@ -267,4 +284,20 @@ func perturbed(w World, rng *rand.Rand) World {
 		}
 	}
 	return out
+}
+
+// spillNotSlowed checks that, for every site of next and every k, the k
+// nearest regions of the site get no larger share in d than in next.
+func spillNotSlowed(d, next *Plan) error {
+	for _, site := range next.Sites {
+		var cd, cn float64
+		for _, reg := range site.Regions {
+			cd += regionShare(d.Row(site.Name), reg)
+			cn += regionShare(next.Row(site.Name), reg)
+			if cd > cn+1e-9 {
+				return fmt.Errorf("site %s: regions up to %s get %v of its traffic, next gives them %v", site.Name, reg, cd, cn)
+			}
+		}
+	}
+	return nil
 }
