@@ -54,6 +54,17 @@ type Rate struct {
 	// smoothing does not depend on how often Sample is called. A step in
 	// the true rate is 63% followed after Tau and 95% after 3·Tau.
 	Tau time.Duration
+	// FastAttack, with Tau, lets a step up in the rate through at once: a
+	// Sample whose count of events since the previous one exceeds what the
+	// average predicts for that time by more than attackSigmas Poisson
+	// standard deviations and by more than attackRatio of the prediction
+	// replaces the average with the measured rate. Anything else (noise,
+	// and every decrease) is smoothed with Tau. So a step up shows in full
+	// in the first Sample after a whole sampling interval of it (fast
+	// attack), while a step down decays with Tau (slow decay), and random
+	// arrivals at a steady rate move the average only by chance of about
+	// one sample in a thousand.
+	FastAttack bool
 
 	// Accessed atomically.
 	n atomic.Int64
@@ -86,15 +97,33 @@ func (r *Rate) Sample(now time.Time) float64 {
 		v, _ := r.avg.Get()
 		return v
 	}
-	inst := float64(n-r.last) / dt
+	count := float64(n - r.last)
+	inst := count / dt
 	r.last, r.lastAt = n, now
 	if r.Tau > 0 {
 		r.level.Tau = r.Tau
+		if r.FastAttack && r.level.ok {
+			want := r.level.v * dt // the count the average predicts
+			if count > want+attackSigmas*math.Sqrt(want) && count > want*(1+attackRatio) {
+				r.level.v, r.level.last = inst, now
+				return inst
+			}
+		}
 		return r.level.Sample(now, inst)
 	}
 	r.avg.Alpha = r.Alpha
 	return r.avg.Update(inst)
 }
+
+// The thresholds of Rate.FastAttack: a count must exceed its prediction
+// by more than attackSigmas standard deviations of a Poisson count (about
+// one steady sample in a thousand does) and by more than attackRatio of
+// the prediction (so that a high rate's small relative noise does not
+// count).
+const (
+	attackSigmas = 3
+	attackRatio  = 0.1
+)
 
 // Level is an exponentially weighted moving average of a sampled level (a
 // gauge, such as open connections) with time constant Tau: a sample taken

@@ -121,3 +121,50 @@ func TestLevel(t *testing.T) {
 		})
 	}
 }
+
+// TestRateFastAttack: with FastAttack a step up in the rate is the
+// estimate after one whole sampling interval, a step down decays with Tau,
+// and counts within the Poisson noise of a steady rate are smoothed.
+func TestRateFastAttack(t *testing.T) {
+	const dt = 250 * time.Millisecond
+	t0 := time.Unix(1000, 0)
+	tests := []struct {
+		name   string
+		counts []int64 // events per interval of dt, after a first Sample at t0
+		want   float64 // the estimate after the last interval
+	}{
+		// The first interval sets the level; then 200/s is 50 a step.
+		{"steady", []int64{50, 50, 50}, 200},
+		// 200/s to 450/s: 112 or 113 events a step; the first one jumps.
+		{"step up shows in one interval", []int64{50, 50, 112}, 448},
+		// Noise of ±2σ (σ = √50 ≈ 7) is smoothed: 64 predicted 50 is
+		// 200 + (256−200)(1−e^−0.25).
+		{"noise is smoothed", []int64{50, 64}, 200 + 56*-math.Expm1(-0.25)},
+		// 3σ above but under 10% more: at 40,000/s a step predicts 10,000,
+		// σ = 100; 10,400 is 4σ but only 4% more.
+		{"small relative excess is smoothed", []int64{10000, 10400}, 40000 + 1600*-math.Expm1(-0.25)},
+		// 450/s to 200/s decays with Tau (1 s): after 1 s, 37% of the step
+		// is left.
+		{"step down decays", []int64{112, 50, 50, 50, 50}, 200 + 248*math.Exp(-1)},
+		// At 4/s one event is predicted per step: 4 is within 3σ (1+3),
+		// 5 is not.
+		{"low rate: within 3σ", []int64{1, 4}, 4 + 12*-math.Expm1(-0.25)},
+		{"low rate: beyond 3σ", []int64{1, 5}, 20},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := Rate{Tau: time.Second, FastAttack: true}
+			now := t0
+			r.Sample(now)
+			var got float64
+			for _, c := range tt.counts {
+				r.Add(c)
+				now = now.Add(dt)
+				got = r.Sample(now)
+			}
+			if math.Abs(got-tt.want) > 1e-6 {
+				t.Errorf("after %v: %v, want %v", tt.counts, got, tt.want)
+			}
+		})
+	}
+}

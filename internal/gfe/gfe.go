@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gfe/httpproxy"
 	"github.com/spillway-lb/spillway/internal/gfe/listeners"
@@ -55,7 +56,9 @@ type Config struct {
 	Damping float64
 	// DemandSmoothing is the time constant of the demand and load rate
 	// estimates this node publishes (ewma.Rate.Tau). Default 1s. Longer
-	// rides out noise at the cost of slower reaction to real changes.
+	// rides out noise at the cost of slower reaction to real changes. It
+	// slows only decreases: a step up in demand beyond the noise shows in
+	// the plan after one PlanInterval (ewma.Rate.FastAttack).
 	DemandSmoothing time.Duration
 	// RTTInterval is how often each region is probed. Default 1s.
 	RTTInterval time.Duration
@@ -386,23 +389,37 @@ func (d *Daemon) endUnavailableStreams(cs *snapshot.Snapshot) {
 	}
 }
 
-// regionTargets returns, for every region of the current config, the first
-// healthy instance (in config order) to probe; a region with no healthy
-// instance is probed on its first instance, so it keeps an RTT estimate.
-func (d *Daemon) regionTargets() map[string]string {
+// regionTargets returns, for every region of the current config, the
+// instance to probe and the protocol it speaks. The instance is the first
+// healthy one (in config order); a region with no healthy instance is
+// probed on its first instance, so it keeps an RTT estimate. The protocol
+// is that of the health check of the first service (in config order) whose
+// backends list the instance's group, config.HealthHTTP for a group no
+// service uses.
+func (d *Daemon) regionTargets() map[string]rtt.Target {
 	cs := d.control.Load()
 	if cs == nil {
 		return nil
 	}
-	out := map[string]string{}
+	proto := map[string]config.HealthProtocol{} // group -> protocol of its first service
+	for _, s := range cs.Config.Services {
+		for _, b := range s.Backends {
+			if _, ok := proto[b.Group]; !ok {
+				proto[b.Group] = s.HealthCheck.Protocol
+			}
+		}
+	}
+	out := map[string]rtt.Target{}
 	for _, g := range cs.Config.Groups() {
 		r := g.Region.Name
+		p := proto[g.Group.Name]
+		if p == "" {
+			p = config.HealthHTTP
+		}
 		for _, in := range g.Group.Instances {
-			if _, ok := out[r]; !ok {
-				out[r] = in.Address
-			}
-			if cs.Healthy(in.Address) && !cs.Healthy(out[r]) {
-				out[r] = in.Address
+			cur, ok := out[r]
+			if !ok || cs.Healthy(in.Address) && !cs.Healthy(cur.Addr) {
+				out[r] = rtt.Target{Addr: in.Address, Protocol: p}
 			}
 		}
 	}

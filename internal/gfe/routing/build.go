@@ -25,7 +25,10 @@ type Config struct {
 	// planner's newest output per build (waterfall.Damp), in (0, 1].
 	Damping float64
 	// DemandSmoothing is the time constant of the demand estimates
-	// (Demand). Zero follows every sample.
+	// (Demand). Zero follows every sample. A rate's estimate attacks fast
+	// (ewma.Rate.FastAttack): a step up in a site's demand shows in full
+	// in the first build after one whole build interval of it, and in that
+	// build's plan; a step down decays with this time constant.
 	DemandSmoothing time.Duration
 }
 
@@ -181,7 +184,7 @@ func (b *Builder) metersFor(sc *config.Service) *Meters {
 	m := b.meters[sc.Name]
 	if m == nil {
 		m = &Meters{
-			arrivals: ewma.Rate{Tau: b.cfg.DemandSmoothing},
+			arrivals: ewma.Rate{Tau: b.cfg.DemandSmoothing, FastAttack: true},
 			level:    ewma.Level{Tau: b.cfg.DemandSmoothing},
 			rr:       backend.NewRoundRobin(b.rand()),
 		}

@@ -53,3 +53,59 @@ func TestDemandUnits(t *testing.T) {
 		})
 	}
 }
+
+// TestDemandStepShowsInOnePlanInterval: a step in this site's demand from
+// 160 to 320 requests/s shows in full in the plan built one plan interval
+// (250 ms) after it, spilling what us-east (200 req/s) cannot take; the
+// step back down decays with the 1 s time constant (fast attack, slow
+// decay), on the fake clock.
+func TestDemandStepShowsInOnePlanInterval(t *testing.T) {
+	east := []string{"127.0.0.1:1", "127.0.0.1:2"}
+	p := gfetest.NewPlanner(gfetest.Rand()) // DemandSmoothing 1s, damping 1
+	p.Apply(snapshot.FromConfig("v1", gfetest.TwoRegionConfig(t, "waterfall", east, []string{"127.0.0.1:3", "127.0.0.1:4", "127.0.0.1:5"}, 100)))
+	p.Step()
+	m := p.Table().Services["web"].Meters()
+	const interval = 250 * time.Millisecond
+	start := p.Clock.Now()
+	// run sends rate requests/s evenly from `from` for d, building a table
+	// every interval, and returns the plan's nyc demand and us-east share
+	// at the end.
+	run := func(from time.Time, rate float64, d time.Duration) (demand, east float64) {
+		gap := time.Duration(float64(time.Second) / rate)
+		next := from
+		for at := from.Add(interval); !at.After(from.Add(d)); at = at.Add(interval) {
+			for ; next.Before(at); next = next.Add(gap) {
+				p.Clock.AdvanceTo(next)
+				m.Started()
+				m.Ended()
+			}
+			p.Clock.AdvanceTo(at)
+			p.Step()
+		}
+		plan := p.Table().Services["web"].Plan()
+		for _, s := range plan.Sites {
+			if s.Name == "nyc" {
+				demand = s.Demand
+			}
+		}
+		for _, f := range plan.Row("nyc") {
+			if f.Region == "us-east" {
+				east += f.Share
+			}
+		}
+		return demand, east
+	}
+	if d, e := run(start, 160, 3*time.Second); math.Abs(d-160) > 1e-6 || e != 1 {
+		t.Fatalf("steady 160 req/s: plan demand %v, us-east share %v; want 160, 1", d, e)
+	}
+	step := start.Add(3 * time.Second)
+	if d, e := run(step, 320, interval); math.Abs(d-320) > 1e-6 || math.Abs(e-200.0/320) > 1e-9 {
+		t.Errorf("one interval after a step to 320 req/s: plan demand %v, us-east share %v; want 320, %v", d, e, 200.0/320)
+	}
+	run(step.Add(interval), 320, 3*time.Second)
+	down := step.Add(interval + 3*time.Second)
+	want := 160 + 160*math.Exp(-1)
+	if d, _ := run(down, 160, time.Second); math.Abs(d-want) > 1e-6 {
+		t.Errorf("1 s after a step down to 160 req/s: plan demand %v, want %v (1 s time constant)", d, want)
+	}
+}
