@@ -254,6 +254,63 @@ type Service struct {
 	// health checking, next to the active HealthCheck). Defaults as in
 	// DefaultOutlierDetection.
 	OutlierDetection OutlierDetection `mapstructure:"outlier_detection"`
+	// TargetUtilization is the headroom of the plan: the fraction of each
+	// group's capacity the planner fills before it spills to the next
+	// region, in (0, 1]. Default 0.95. Below 1 it keeps a region that the
+	// plan fills from running at exactly its limit, where any burst makes
+	// a queue that never drains; 1 plans with the declared capacity as is.
+	// Rule 6's uniform overload starts when demand exceeds this fraction of
+	// the global capacity.
+	TargetUtilization float64 `mapstructure:"target_utilization"`
+	// Feedback tunes how a gfe's own requests shrink a group's effective
+	// capacity (DESIGN §3 rule 8; lb/capacity). Defaults as in
+	// DefaultFeedback.
+	Feedback Feedback `mapstructure:"feedback"`
+}
+
+// Feedback configures the local signals of a service (lb/capacity): what
+// counts as overload, how far a group's effective capacity shrinks and how
+// fast it comes back.
+type Feedback struct {
+	// Enabled turns the local signals on. Default true. Off, every group
+	// is planned at its declared capacity.
+	Enabled bool `mapstructure:"enabled"`
+	// RejectFraction is the fraction of requests refused for capacity (429,
+	// 503, gRPC UNAVAILABLE/RESOURCE_EXHAUSTED) or left unanswered above
+	// which a group is overloaded, in (0, 1). Default 0.01.
+	RejectFraction float64 `mapstructure:"reject_fraction"`
+	// QueueDelay is how far a group's mean latency must rise above its
+	// baseline (the lowest in the last minute) to count as queueing.
+	// Default 25ms; must be > 0.
+	QueueDelay time.Duration `mapstructure:"queue_delay"`
+	// Decrease is the fraction of its load an overloaded group keeps, in
+	// (0, 1). Default 0.9.
+	Decrease float64 `mapstructure:"decrease"`
+	// Hold is the least time between two shrinks of one group. Default 1s.
+	Hold time.Duration `mapstructure:"hold"`
+	// RecoverDelay is how long a group's capacity stays shrunk after its
+	// last signal. Default 2s.
+	RecoverDelay time.Duration `mapstructure:"recover_delay"`
+	// RecoverRate is how much of its capacity a group gets back per
+	// second after RecoverDelay, in (0, 1]. Default 0.05.
+	RecoverRate float64 `mapstructure:"recover_rate"`
+	// MinFactor is the smallest fraction of its capacity a group is ever
+	// planned with, in (0, 1]. Default 0.1.
+	MinFactor float64 `mapstructure:"min_factor"`
+}
+
+// DefaultFeedback returns the default local-signal settings.
+func DefaultFeedback() Feedback {
+	return Feedback{
+		Enabled:        true,
+		RejectFraction: 0.01,
+		QueueDelay:     25 * time.Millisecond,
+		Decrease:       0.9,
+		Hold:           time.Second,
+		RecoverDelay:   2 * time.Second,
+		RecoverRate:    0.05,
+		MinFactor:      0.1,
+	}
 }
 
 // OutlierDetection configures passive health checking: a gfe ejects an
@@ -514,12 +571,14 @@ type Certificate struct {
 // DefaultOutlierDetection. Name and Backends are left empty.
 func DefaultService() Service {
 	return Service{
-		Policy:           PolicyWaterfall,
-		BalancingMode:    ModeRate,
-		SessionAffinity:  DefaultSessionAffinity(),
-		HealthCheck:      DefaultHealthCheck(),
-		Spill:            DefaultSpill(),
-		OutlierDetection: DefaultOutlierDetection(),
+		Policy:            PolicyWaterfall,
+		BalancingMode:     ModeRate,
+		SessionAffinity:   DefaultSessionAffinity(),
+		HealthCheck:       DefaultHealthCheck(),
+		Spill:             DefaultSpill(),
+		OutlierDetection:  DefaultOutlierDetection(),
+		TargetUtilization: 0.95,
+		Feedback:          DefaultFeedback(),
 	}
 }
 

@@ -237,6 +237,12 @@ func (c *checker) checkValue(path string, t reflect.Type, v any, def reflect.Val
 			return fail("a number")
 		}
 		return f, true
+	case t.Kind() == reflect.Bool:
+		b, ok := v.(bool)
+		if !ok {
+			return fail("true or false")
+		}
+		return b, true
 	}
 	// Unreachable for this package's types; a new field kind needs a case.
 	return fail("a value of Go type " + t.String())
@@ -527,6 +533,12 @@ func envValue(s string, t reflect.Type) (any, error) {
 			return nil, fmt.Errorf("expected a number, got %q", s)
 		}
 		return f, nil
+	case t.Kind() == reflect.Bool:
+		b, err := strconv.ParseBool(strings.TrimSpace(s))
+		if err != nil {
+			return nil, fmt.Errorf("expected true or false, got %q", s)
+		}
+		return b, nil
 	}
 	return nil, fmt.Errorf("cannot be set from the environment (Go type %s)", t)
 }
@@ -581,7 +593,7 @@ func encodeStruct(v, def reflect.Value) *yaml.Node {
 	return n
 }
 
-// encodeScalar encodes a string, integer, float or duration field.
+// encodeScalar encodes a string, integer, float, bool or duration field.
 func encodeScalar(v reflect.Value) *yaml.Node {
 	var x any
 	switch {
@@ -593,6 +605,8 @@ func encodeScalar(v reflect.Value) *yaml.Node {
 		x = v.Int()
 	case v.Kind() == reflect.Float64:
 		x = v.Float()
+	case v.Kind() == reflect.Bool:
+		x = v.Bool()
 	default:
 		x = v.Interface()
 	}

@@ -278,6 +278,37 @@ func (v *validator) service(sp string, s *Service) {
 		v.p.add(sp+".spill.slope", fmt.Sprintf("must be a finite number > 0, got %v", sl))
 	}
 	v.outlierDetection(sp+".outlier_detection", s.OutlierDetection)
+	if t := s.TargetUtilization; !(t > 0 && t <= 1) {
+		v.p.add(sp+".target_utilization", fmt.Sprintf("must be in (0, 1], got %v", t))
+	}
+	v.feedback(sp+".feedback", s.Feedback)
+}
+
+// feedback checks a feedback section.
+func (v *validator) feedback(fp string, f Feedback) {
+	open01 := func(key string, x float64) {
+		if !(x > 0 && x < 1) {
+			v.p.add(fp+"."+key, fmt.Sprintf("must be in (0, 1), got %v", x))
+		}
+	}
+	half01 := func(key string, x float64) {
+		if !(x > 0 && x <= 1) {
+			v.p.add(fp+"."+key, fmt.Sprintf("must be in (0, 1], got %v", x))
+		}
+	}
+	open01("reject_fraction", f.RejectFraction)
+	open01("decrease", f.Decrease)
+	half01("recover_rate", f.RecoverRate)
+	half01("min_factor", f.MinFactor)
+	if f.QueueDelay <= 0 {
+		v.p.add(fp+".queue_delay", fmt.Sprintf("must be > 0, got %v", f.QueueDelay))
+	}
+	if f.Hold < 0 {
+		v.p.add(fp+".hold", fmt.Sprintf("must be >= 0, got %v", f.Hold))
+	}
+	if f.RecoverDelay < 0 {
+		v.p.add(fp+".recover_delay", fmt.Sprintf("must be >= 0, got %v", f.RecoverDelay))
+	}
 }
 
 // outlierDetection checks an outlier detection section.

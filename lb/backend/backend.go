@@ -1,6 +1,9 @@
 package backend
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Backend is one instance requests can be sent to, with its in-flight
 // counter and its maximum concurrency. Its state outlives whatever picks
@@ -20,6 +23,9 @@ type Backend struct {
 	// Pad to a 64-byte cache line so that picks on neighbouring Backends
 	// from different cores do not contend.
 	_ [32]byte
+
+	// signals are written as requests end, on a cache line of their own.
+	signals signalCounters
 }
 
 // New returns a Backend for addr (host:port) that takes at most
@@ -74,3 +80,86 @@ func (b *Backend) TryAcquire() bool {
 
 // Release returns a slot taken by TryAcquire or Policy.Acquire.
 func (b *Backend) Release() { b.inflight.Add(-1) }
+
+// Outcome is how a request to a backend ended, as its signals count it.
+type Outcome uint8
+
+// The outcomes of a request.
+const (
+	// OutcomeOK: the backend answered (any status but a capacity
+	// rejection).
+	OutcomeOK Outcome = iota
+	// OutcomeRejected: the backend refused the request for capacity (429,
+	// 503, gRPC UNAVAILABLE or RESOURCE_EXHAUSTED).
+	OutcomeRejected
+	// OutcomeFailed: no answer came (connect error, reset, timeout).
+	OutcomeFailed
+)
+
+// Signals are what requests to a backend ended in over some time: the
+// local signals of DESIGN.md §3 rule 8, which lb/capacity turns into a
+// group's effective capacity.
+type Signals struct {
+	// Answered counts answers, rejections included; Rejected the
+	// rejections; Failed the requests without an answer.
+	Answered, Rejected, Failed int64
+	// Latency sums the time to the answer of the OutcomeOK requests.
+	Latency time.Duration
+	// Reports counts load reports; Utilization sums their utilizations.
+	Reports     int64
+	Utilization float64
+}
+
+// utilizationUnit is the fixed-point unit load reports are summed in.
+const utilizationUnit = 1e6
+
+// signalCounters are a Backend's Signals since the last TakeSignals,
+// padded to a cache line.
+type signalCounters struct {
+	answered, rejected, failed, latency, reports, utilization atomic.Int64
+	_                                                         [16]byte
+}
+
+// Observe counts one request that ended in o after latency (the time to
+// the answer; ignored unless o is OutcomeOK). It does not allocate and is
+// safe for concurrent use.
+func (b *Backend) Observe(o Outcome, latency time.Duration) {
+	c := &b.signals
+	switch o {
+	case OutcomeOK:
+		c.answered.Add(1)
+		c.latency.Add(int64(latency))
+	case OutcomeRejected:
+		c.answered.Add(1)
+		c.rejected.Add(1)
+	case OutcomeFailed:
+		c.failed.Add(1)
+	}
+}
+
+// ObserveLoad counts one load report of utilization u (ORCA: 1 is fully
+// used; negative or NaN values are ignored). It does not allocate and is
+// safe for concurrent use.
+func (b *Backend) ObserveLoad(u float64) {
+	if !(u >= 0) {
+		return
+	}
+	b.signals.reports.Add(1)
+	b.signals.utilization.Add(int64(min(u, 1e6) * utilizationUnit))
+}
+
+// TakeSignals returns the signals counted since the previous call and
+// starts counting anew. Requests that end during the call are counted in
+// one call or the next, never lost; a sum may pair one call's latency with
+// the next call's count when a request ends in between.
+func (b *Backend) TakeSignals() Signals {
+	c := &b.signals
+	return Signals{
+		Answered:    c.answered.Swap(0),
+		Rejected:    c.rejected.Swap(0),
+		Failed:      c.failed.Swap(0),
+		Latency:     time.Duration(c.latency.Swap(0)),
+		Reports:     c.reports.Swap(0),
+		Utilization: float64(c.utilization.Swap(0)) / utilizationUnit,
+	}
+}

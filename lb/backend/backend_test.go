@@ -2,9 +2,11 @@ package backend
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // backendsOf returns n backends named name-0 … name-(n-1), each limited to
@@ -90,5 +92,29 @@ func TestBackendSetMaxConcurrency(t *testing.T) {
 				t.Errorf("in flight = %d after TryAcquire and Release, want %d", b.InFlight(), before)
 			}
 		})
+	}
+}
+
+// TestSignals: Observe and ObserveLoad count, TakeSignals returns the
+// counts and starts again.
+func TestSignals(t *testing.T) {
+	b := New("a:1", 0)
+	b.Observe(OutcomeOK, 10*time.Millisecond)
+	b.Observe(OutcomeOK, 30*time.Millisecond)
+	b.Observe(OutcomeRejected, time.Second)
+	b.Observe(OutcomeFailed, time.Second)
+	b.ObserveLoad(0.5)
+	b.ObserveLoad(1.25)
+	b.ObserveLoad(math.NaN())
+	b.ObserveLoad(-1)
+	want := Signals{Answered: 3, Rejected: 1, Failed: 1, Latency: 40 * time.Millisecond, Reports: 2, Utilization: 1.75}
+	if got := b.TakeSignals(); got != want {
+		t.Errorf("TakeSignals = %+v, want %+v", got, want)
+	}
+	if got := b.TakeSignals(); got != (Signals{}) {
+		t.Errorf("second TakeSignals = %+v, want zero", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { b.Observe(OutcomeOK, time.Millisecond); b.ObserveLoad(0.3) }); n != 0 {
+		t.Errorf("Observe allocates %v times", n)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/ewma"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/backend"
+	"github.com/spillway-lb/spillway/lb/capacity"
 	"github.com/spillway-lb/spillway/lb/hashing"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
@@ -78,6 +79,10 @@ type Builder struct {
 	outliers map[string]*serviceOutliers // by service
 	lastErr  map[string]string           // by problem key: the last problem reported
 	forgot   *config.Config              // the config of the last forget
+	// estimators hold every group's effective capacity (capacity.go);
+	// lastBuild is the time of the last Build.
+	estimators map[groupKey]*capacity.Estimator
+	lastBuild  time.Time
 }
 
 // NewBuilder returns a Builder for cfg.
@@ -92,6 +97,8 @@ func NewBuilder(cfg Config, opts Options) *Builder {
 		prevSvc:  map[string]*Service{},
 		outliers: map[string]*serviceOutliers{},
 		lastErr:  map[string]string{},
+
+		estimators: map[groupKey]*capacity.Estimator{},
 	}
 }
 
@@ -114,9 +121,15 @@ func (b *Builder) Build(in Input) (*Table, []error) {
 			problems = append(problems, err)
 		}
 	}
+	sigs := b.takeSignals()
+	var dt float64
+	if !b.lastBuild.IsZero() && in.Now.After(b.lastBuild) {
+		dt = in.Now.Sub(b.lastBuild).Seconds()
+	}
+	b.lastBuild = in.Now
 	for i := range cs.Config.Services {
 		sc := &cs.Config.Services[i]
-		if svc := b.buildService(in, sc, report); svc != nil {
+		if svc := b.buildService(in, sc, sigs, dt, report); svc != nil {
 			t.Services[sc.Name] = svc
 		}
 	}
@@ -134,7 +147,7 @@ func (b *Builder) Build(in Input) (*Table, []error) {
 // Backends ejected by outlier detection at in.Now are left out of the
 // policy's picker and pool, but stay in the service's scope (affinity
 // treats them as unavailable, retries skip them).
-func (b *Builder) buildService(in Input, sc *config.Service, report func(string, error)) *Service {
+func (b *Builder) buildService(in Input, sc *config.Service, sigs map[*backend.Backend]backend.Signals, dt float64, report func(string, error)) *Service {
 	so := b.outliersFor(sc, report)
 	defer so.finish(in.Now)
 	svc := &Service{name: sc.Name, cfg: sc, meters: b.metersFor(sc), outliers: so.det, now: b.clk.Now}
@@ -152,7 +165,10 @@ func (b *Builder) buildService(in Input, sc *config.Service, report func(string,
 		return svc
 	}
 
-	svc.world = BuildWorld(in.Snapshot, sc, in.Peers, in.Self)
+	own := b.updateCapacity(in, sc, sigs, dt)
+	factor := mergeFactors(sc.Name, own, in.Peers, in.Self.Node)
+	svc.world = BuildWorld(in.Snapshot, sc, in.Peers, in.Self, factor)
+	svc.capacity = b.capacities(sc, svc.world, own, factor)
 	plan, err := b.plan(sc, svc.world)
 	if err != nil {
 		report("plan/"+sc.Name, fmt.Errorf("service %s: planning failed; keeping the previous plan: %w", sc.Name, err))
@@ -393,5 +409,6 @@ func (b *Builder) forget(cfg *config.Config) {
 	maps.DeleteFunc(b.meters, func(k string, _ *Meters) bool { return !live[k] })
 	maps.DeleteFunc(b.prev, func(k string, _ *waterfall.Plan) bool { return !live[k] })
 	maps.DeleteFunc(b.outliers, func(k string, _ *serviceOutliers) bool { return !live[k] })
+	maps.DeleteFunc(b.estimators, func(k groupKey, _ *capacity.Estimator) bool { return !live[k.service] })
 	maps.DeleteFunc(b.backends, func(k string, _ *backend.Backend) bool { return !addrs[k] })
 }

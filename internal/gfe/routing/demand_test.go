@@ -56,7 +56,8 @@ func TestDemandUnits(t *testing.T) {
 
 // TestDemandStepShowsInOnePlanInterval: a step in this site's demand from
 // 160 to 320 requests/s shows in full in the plan built one plan interval
-// (250 ms) after it, spilling what us-east (200 req/s) cannot take; the
+// (250 ms) after it, spilling what us-east (200 req/s, planned at the
+// default target utilization 0.95) cannot take; the
 // step back down decays with the 1 s time constant (fast attack, slow
 // decay), on the fake clock.
 func TestDemandStepShowsInOnePlanInterval(t *testing.T) {
@@ -99,8 +100,8 @@ func TestDemandStepShowsInOnePlanInterval(t *testing.T) {
 		t.Fatalf("steady 160 req/s: plan demand %v, us-east share %v; want 160, 1", d, e)
 	}
 	step := start.Add(3 * time.Second)
-	if d, e := run(step, 320, interval); math.Abs(d-320) > 1e-6 || math.Abs(e-200.0/320) > 1e-9 {
-		t.Errorf("one interval after a step to 320 req/s: plan demand %v, us-east share %v; want 320, %v", d, e, 200.0/320)
+	if d, e := run(step, 320, interval); math.Abs(d-320) > 1e-6 || math.Abs(e-190.0/320) > 1e-9 {
+		t.Errorf("one interval after a step to 320 req/s: plan demand %v, us-east share %v; want 320, %v", d, e, 190.0/320)
 	}
 	run(step.Add(interval), 320, 3*time.Second)
 	down := step.Add(interval + 3*time.Second)

@@ -174,6 +174,8 @@ type Service struct {
 	rowLen int             // cells in this site's plan row; 0 = no row yet
 	plan   *waterfall.Plan // the damped plan the picker comes from
 	world  waterfall.World
+	// capacity is every group's declared and effective capacity.
+	capacity []GroupCapacity
 
 	// Baseline policies: the healthy backends in scope that outlier
 	// detection had not ejected when the table was built.
@@ -202,6 +204,11 @@ type Service struct {
 
 // Name returns the service's name.
 func (s *Service) Name() string { return s.name }
+
+// Capacity returns the declared and effective capacity of every group the
+// service's plan was built with, in the world's region order; nil for a
+// baseline policy. Callers must not modify it.
+func (s *Service) Capacity() []GroupCapacity { return s.capacity }
 
 // Config returns the service's configuration.
 func (s *Service) Config() *config.Service { return s.cfg }

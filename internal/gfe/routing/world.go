@@ -23,17 +23,23 @@ type Peer struct {
 	Demand map[string]float64
 	// RTT maps region name to the gfe's round trip to it, in milliseconds.
 	RTT map[string]float64
+	// Capacity maps service name and group name to the gfe's own
+	// effective-capacity factor of the group, in (0, 1) (lb/capacity); a
+	// group it does not list is at 1.
+	Capacity map[string]map[string]float64
 }
 
 // BuildWorld returns the planner input for service svc of snapshot s: one
 // Region per region that holds one of svc's groups, with each group's
-// healthy capacity (s.Healthy, config.Backend.Capacity),
+// healthy capacity (s.Healthy, config.Backend.Capacity) times svc's
+// TargetUtilization times its factor in factor (1 when absent: see
+// mergeFactors),
 // and one Site per edge site known from peers (plus me's), with the site's
 // total demand for svc and its mean RTT to each region. A peer with me's
 // node name is ignored (me is newer than what gossip carries about this
 // node). A site whose gfes have measured no RTT to any of svc's regions is
 // left out: the planner could not place its demand. BuildWorld is pure.
-func BuildWorld(s *snapshot.Snapshot, svc *config.Service, peers []Peer, me Peer) waterfall.World {
+func BuildWorld(s *snapshot.Snapshot, svc *config.Service, peers []Peer, me Peer, factor map[string]float64) waterfall.World {
 	cfg := s.Config
 	var w waterfall.World
 	regionIdx := map[string]int{}
@@ -55,7 +61,7 @@ func BuildWorld(s *snapshot.Snapshot, svc *config.Service, peers []Peer, me Peer
 			Zone:      ref.Zone.Name,
 			Instances: instances,
 			Healthy:   healthy,
-			Capacity:  b.Capacity(svc.BalancingMode, healthy, instances),
+			Capacity:  b.Capacity(svc.BalancingMode, healthy, instances) * svc.TargetUtilization * factorOf(factor, ref.Group.Name),
 		}
 		ri, ok := regionIdx[ref.Region.Name]
 		if !ok {

@@ -1,0 +1,216 @@
+package routing
+
+import (
+	"time"
+
+	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/lb/backend"
+	"github.com/spillway-lb/spillway/lb/capacity"
+	"github.com/spillway-lb/spillway/lb/waterfall"
+)
+
+// The closed loop (DESIGN.md §3 rule 8). Requests count how they ended on
+// their backend (backend.Backend.Observe, ObserveLoad); every build takes
+// those counts, sums them per group into a capacity.Sample, and updates
+// the group's capacity.Estimator in the service. The world of the build
+// plans each group with
+//
+//	declared capacity of its healthy instances × target_utilization × factor
+//
+// where factor is the lowest of this gfe's own estimate and every peer's
+// gossiped one (Peer.Capacity), so that one gfe's shrink applies in its own
+// plan at once and in every other gfe's plan once gossip carries it.
+
+// GroupCapacity is what /status and /metrics show about one group of a
+// service: its declared and effective capacity and what shrank it.
+type GroupCapacity struct {
+	// Group and Region name the group.
+	Group, Region string
+	// Declared is the capacity of the group's healthy instances as
+	// configured (config.Backend.Capacity), in the service's demand unit.
+	Declared float64
+	// Planned is what the plan fills the group up to: Declared ×
+	// target_utilization × Factor.
+	Planned float64
+	// Factor is the group's effective-capacity factor the plan used (the
+	// lowest of Own and the peers'), and Own this gfe's own estimate.
+	Factor, Own float64
+	// Signal is the last signal that shrank this gfe's own estimate or
+	// holds it down (capacity.SignalNone when Own is 1), and SignalAt when
+	// it was seen.
+	Signal   capacity.Signal
+	SignalAt time.Time
+}
+
+// Effective returns Declared × Factor: the capacity local signals leave
+// the group, before the service's target utilization.
+func (g GroupCapacity) Effective() float64 { return g.Declared * g.Factor }
+
+// groupKey names an estimator: a group of a service.
+type groupKey struct{ service, group string }
+
+// estimatorConfig returns the capacity estimator settings of service sc.
+func estimatorConfig(sc *config.Service) capacity.Config {
+	c := capacity.DefaultConfig()
+	f := sc.Feedback
+	c.RejectFraction = f.RejectFraction
+	c.QueueDelay = f.QueueDelay
+	c.Decrease = f.Decrease
+	c.Hold = f.Hold
+	c.RecoverDelay = f.RecoverDelay
+	c.RecoverRate = f.RecoverRate
+	c.MinFactor = f.MinFactor
+	if sc.BalancingMode == config.ModeUtilization {
+		// Load reports measure utilization against max_utilization, the
+		// limit the operator declared (averaged over the backends).
+		var sum float64
+		for _, b := range sc.Backends {
+			sum += b.MaxUtilization
+		}
+		if len(sc.Backends) > 0 && sum > 0 {
+			c.UtilizationLimit = sum / float64(len(sc.Backends))
+		}
+	}
+	return c
+}
+
+// takeSignals takes the signals every backend counted since the last
+// build.
+func (b *Builder) takeSignals() map[*backend.Backend]backend.Signals {
+	out := make(map[*backend.Backend]backend.Signals, len(b.backends))
+	for _, be := range b.backends {
+		if s := be.TakeSignals(); s != (backend.Signals{}) {
+			out[be] = s
+		}
+	}
+	return out
+}
+
+// updateCapacity updates the estimators of service sc's groups from the
+// signals of the build at in.Now and returns this gfe's own factor per
+// group (1 for a service with feedback off).
+func (b *Builder) updateCapacity(in Input, sc *config.Service, sigs map[*backend.Backend]backend.Signals, dt float64) map[string]float64 {
+	own := make(map[string]float64, len(sc.Backends))
+	prev := b.prev[sc.Name]
+	ecfg := estimatorConfig(sc)
+	for _, be := range sc.Backends {
+		ref, ok := in.Snapshot.Config.Group(be.Group)
+		if !ok {
+			continue
+		}
+		key := groupKey{sc.Name, be.Group}
+		if !sc.Feedback.Enabled {
+			delete(b.estimators, key)
+			own[be.Group] = 1
+			continue
+		}
+		var s capacity.Sample
+		healthy := 0
+		for _, inst := range ref.Group.Instances {
+			if in.Snapshot.Healthy(inst.Address) {
+				healthy++
+			}
+			bk := b.backends[inst.Address]
+			if bk == nil {
+				continue
+			}
+			g := sigs[bk]
+			s.Answered += g.Answered
+			s.Rejected += g.Rejected
+			s.Failed += g.Failed
+			s.Latency += g.Latency
+			s.Reports += g.Reports
+			s.Utilization += g.Utilization
+			if l := bk.MaxConcurrency(); l > 0 {
+				s.InFlight += bk.InFlight()
+				s.Limit += l
+			}
+		}
+		s.Capacity = be.Capacity(sc.BalancingMode, healthy, len(ref.Group.Instances)) * sc.TargetUtilization
+		if prev != nil {
+			for _, gl := range prev.Groups {
+				if gl.Name == be.Group {
+					s.Load = gl.Load
+				}
+			}
+		}
+		if dt > 0 && !sc.BalancingMode.Concurrent() {
+			s.Load = max(s.Load, float64(s.Answered+s.Failed)/dt)
+		}
+		e := b.estimators[key]
+		if e == nil {
+			e = capacity.New(ecfg)
+			b.estimators[key] = e
+		}
+		e.SetConfig(ecfg)
+		f, _ := e.Update(in.Now, s)
+		own[be.Group] = f
+	}
+	return own
+}
+
+// capacities returns the GroupCapacity of every group of world w, planned
+// for service sc with the factors of BuildWorld.
+func (b *Builder) capacities(sc *config.Service, w waterfall.World, own, factor map[string]float64) []GroupCapacity {
+	var out []GroupCapacity
+	for _, r := range w.Regions {
+		for _, g := range r.Groups {
+			gc := GroupCapacity{Group: g.Name, Region: r.Name, Planned: g.Capacity, Factor: factorOf(factor, g.Name), Own: factorOf(own, g.Name)}
+			if be, ok := sc.Backend(g.Name); ok {
+				gc.Declared = be.Capacity(sc.BalancingMode, g.Healthy, g.Instances)
+			}
+			if e := b.estimators[groupKey{sc.Name, g.Name}]; e != nil {
+				gc.Signal, gc.SignalAt = e.Signal()
+			}
+			out = append(out, gc)
+		}
+	}
+	return out
+}
+
+// factorOf returns group's factor in m, 1 when it has none.
+func factorOf(m map[string]float64, group string) float64 {
+	if f, ok := m[group]; ok {
+		return f
+	}
+	return 1
+}
+
+// mergeFactors returns, per group of own, the lowest of own's factor and
+// every peer's for service svc (peers with this gfe's node name are
+// ignored, as BuildWorld ignores them).
+func mergeFactors(svc string, own map[string]float64, peers []Peer, self string) map[string]float64 {
+	out := make(map[string]float64, len(own))
+	for g, f := range own {
+		out[g] = f
+	}
+	for _, p := range peers {
+		if p.Node == self {
+			continue
+		}
+		for g, f := range p.Capacity[svc] {
+			if cur, ok := out[g]; ok && f > 0 && f < cur {
+				out[g] = f
+			}
+		}
+	}
+	return out
+}
+
+// Factors returns this gfe's own effective-capacity factors below 1, by
+// service and group: what it gossips (Peer.Capacity).
+func (b *Builder) Factors() map[string]map[string]float64 {
+	var out map[string]map[string]float64
+	for k, e := range b.estimators {
+		if f := e.Factor(); f < 1 {
+			if out == nil {
+				out = map[string]map[string]float64{}
+			}
+			if out[k.service] == nil {
+				out[k.service] = map[string]float64{}
+			}
+			out[k.service][k.group] = f
+		}
+	}
+	return out
+}

@@ -1,0 +1,302 @@
+package capacity
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Signal names what shrank a group's capacity.
+type Signal uint8
+
+// The signals, in the order an overloaded Sample is judged by.
+const (
+	SignalNone          Signal = iota // no overload seen
+	SignalRejections                  // backends refused requests for capacity
+	SignalConnectErrors               // requests got no answer
+	SignalLoadReport                  // backends reported utilization above the limit
+	SignalInFlight                    // requests in flight at the concurrency limits
+	SignalQueueing                    // latency above the group's baseline
+	NumSignals                        // the number of signals
+)
+
+var signalNames = [NumSignals]string{"none", "rejections", "connect_errors", "load_report", "in_flight", "queueing"}
+
+// String returns the signal's metric label and /status name.
+func (s Signal) String() string {
+	if s < NumSignals {
+		return signalNames[s]
+	}
+	return fmt.Sprintf("Signal(%d)", uint8(s))
+}
+
+// Config tunes an Estimator. Start from DefaultConfig.
+type Config struct {
+	// MinRequests is how many requests a Sample must hold before it is
+	// judged; fewer accumulate with the next interval's. Default 10.
+	MinRequests int64
+	// RejectFraction is the fraction of requests refused for capacity (or
+	// left unanswered) above which a Sample is overloaded. Default 0.01.
+	RejectFraction float64
+	// UtilizationLimit is the mean reported utilization above which a
+	// Sample is overloaded. Default 1 (a backend reporting more than it
+	// can serve); a UTILIZATION-mode service uses its max_utilization.
+	UtilizationLimit float64
+	// InFlightLimit is the fraction of the group's concurrency limits in
+	// flight at which a Sample is overloaded. Default 1.
+	InFlightLimit float64
+	// QueueDelay is how far the mean latency must rise above the group's
+	// baseline to count as queueing. Default 25ms.
+	QueueDelay time.Duration
+	// BaselineWindow is how long the lowest mean latency of a sample
+	// stays the group's baseline. Default 60s.
+	BaselineWindow time.Duration
+	// Decrease is the fraction of its load a shrinking group keeps, in
+	// (0, 1). Default 0.9: the group drains its queue at a tenth of its
+	// load.
+	Decrease float64
+	// Hold is how long after a shrink the factor does not shrink again.
+	// Default 1s.
+	Hold time.Duration
+	// RecoverDelay is how long the factor stays put after the last signal
+	// before it grows. Default 2s.
+	RecoverDelay time.Duration
+	// RecoverRate is how much the factor grows per second while it
+	// recovers. Default 0.05 (from 0.5 to 1 in 10 s).
+	RecoverRate float64
+	// MinFactor is the lowest factor, in (0, 1]. Default 0.1: a group keeps
+	// some traffic, so that its recovery can be seen.
+	MinFactor float64
+}
+
+// DefaultConfig returns the defaults of every Config field.
+func DefaultConfig() Config {
+	return Config{
+		MinRequests:      10,
+		RejectFraction:   0.01,
+		UtilizationLimit: 1,
+		InFlightLimit:    1,
+		QueueDelay:       25 * time.Millisecond,
+		BaselineWindow:   time.Minute,
+		Decrease:         0.9,
+		Hold:             time.Second,
+		RecoverDelay:     2 * time.Second,
+		RecoverRate:      0.05,
+		MinFactor:        0.1,
+	}
+}
+
+// Validate reports every field out of range.
+func (c Config) Validate() error {
+	var errs []error
+	check := func(ok bool, field string, v any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("capacity: %s out of range: %v", field, v))
+		}
+	}
+	check(c.MinRequests >= 1, "min_requests", c.MinRequests)
+	check(c.RejectFraction > 0 && c.RejectFraction < 1, "reject_fraction", c.RejectFraction)
+	check(c.UtilizationLimit > 0, "utilization_limit", c.UtilizationLimit)
+	check(c.InFlightLimit > 0 && c.InFlightLimit <= 1, "in_flight_limit", c.InFlightLimit)
+	check(c.QueueDelay > 0, "queue_delay", c.QueueDelay)
+	check(c.BaselineWindow > 0, "baseline_window", c.BaselineWindow)
+	check(c.Decrease > 0 && c.Decrease < 1, "decrease", c.Decrease)
+	check(c.Hold >= 0, "hold", c.Hold)
+	check(c.RecoverDelay >= 0, "recover_delay", c.RecoverDelay)
+	check(c.RecoverRate > 0, "recover_rate", c.RecoverRate)
+	check(c.MinFactor > 0 && c.MinFactor <= 1, "min_factor", c.MinFactor)
+	return errors.Join(errs...)
+}
+
+// Sample is what one gfe's requests to one group ended in since the
+// previous Sample, and what the group carried meanwhile.
+type Sample struct {
+	// Answered counts requests a backend answered, rejections included.
+	Answered int64
+	// Rejected counts the answers that refused the request for capacity.
+	Rejected int64
+	// Failed counts requests that got no answer (connect errors, resets,
+	// timeouts).
+	Failed int64
+	// Latency is the sum of the time to the answer of the answered
+	// requests that were not rejected.
+	Latency time.Duration
+	// Reports counts load reports, and Utilization is the sum of the
+	// utilizations they reported.
+	Reports     int64
+	Utilization float64
+	// InFlight and Limit are the requests this gfe had in flight to the
+	// group's instances with a concurrency limit, and the sum of those
+	// limits, when the sample was taken (Limit 0: no limits).
+	InFlight, Limit int64
+	// Load is the larger of the group's load in the last plan and this
+	// gfe's own rate to it, in the plan's demand unit; Capacity is the
+	// capacity the plan gives the group at factor 1 (the declared capacity
+	// of its healthy instances times the service's target utilization).
+	Load, Capacity float64
+}
+
+// Add folds o into s: counts add up, the gauges (InFlight, Limit, Load and
+// Capacity) are o's.
+func (s *Sample) Add(o Sample) {
+	s.Answered += o.Answered
+	s.Rejected += o.Rejected
+	s.Failed += o.Failed
+	s.Latency += o.Latency
+	s.Reports += o.Reports
+	s.Utilization += o.Utilization
+	s.InFlight, s.Limit, s.Load, s.Capacity = o.InFlight, o.Limit, o.Load, o.Capacity
+}
+
+// requests returns how many requests the sample holds.
+func (s *Sample) requests() int64 { return s.Answered + s.Failed }
+
+// Estimator is the effective capacity of one group as one gfe sees it. The
+// zero value is not ready: use New. Not safe for concurrent use (the gfe's
+// planner owns it).
+type Estimator struct {
+	cfg    Config
+	factor float64
+	// signal is the last overload seen, at lastSignal; lastShrink is the
+	// time of the last shrink and last that of the last Update.
+	signal                       Signal
+	lastSignal, lastShrink, last time.Time
+	// pending accumulates samples until one holds MinRequests.
+	pending Sample
+	// baseline holds the lowest mean latency per bucket of
+	// BaselineWindow/baselineBuckets.
+	baseline [baselineBuckets]bucket
+}
+
+// baselineBuckets is how many buckets BaselineWindow is kept in: the
+// baseline forgets a minimum between BaselineWindow and
+// BaselineWindow·(1 + 1/baselineBuckets) after it was seen.
+const baselineBuckets = 12
+
+// bucket is the lowest mean latency seen in one time slot.
+type bucket struct {
+	slot int64 // start of the slot in units of the bucket width; 0: empty
+	min  time.Duration
+}
+
+// New returns an Estimator at factor 1. cfg must be valid (Validate).
+func New(cfg Config) *Estimator {
+	return &Estimator{cfg: cfg, factor: 1}
+}
+
+// SetConfig changes the estimator's configuration, keeping its state.
+func (e *Estimator) SetConfig(cfg Config) { e.cfg = cfg }
+
+// Factor returns the current factor, in [MinFactor, 1].
+func (e *Estimator) Factor() float64 { return e.factor }
+
+// Signal returns the last signal that shrank the factor or held it down
+// (SignalNone once the factor is back at 1), and when it was seen.
+func (e *Estimator) Signal() (Signal, time.Time) { return e.signal, e.lastSignal }
+
+// Update folds s, the sample of the interval ending at now, into the
+// estimate and returns the new factor and the signal of s (SignalNone when s
+// was not overloaded or not judged yet).
+func (e *Estimator) Update(now time.Time, s Sample) (float64, Signal) {
+	dt := 0.0
+	if !e.last.IsZero() && now.After(e.last) {
+		dt = now.Sub(e.last).Seconds()
+	}
+	e.last = now
+	e.pending.Add(s)
+	p := e.pending
+	sig, keep := SignalNone, 1.0
+	if p.requests() >= e.cfg.MinRequests || (p.Limit > 0 && p.InFlight >= p.Limit) {
+		e.pending = Sample{}
+		sig, keep = e.judge(now, &p)
+	}
+	if sig != SignalNone {
+		e.signal, e.lastSignal = sig, now
+		if now.Sub(e.lastShrink) >= e.cfg.Hold || e.lastShrink.IsZero() {
+			load := p.Load
+			if load <= 0 || p.Capacity <= 0 {
+				load = e.factor * p.Capacity
+			}
+			if p.Capacity > 0 {
+				f := load * keep / p.Capacity
+				if f < e.factor {
+					e.factor = max(f, e.cfg.MinFactor)
+					e.lastShrink = now
+				}
+			}
+		}
+		return e.factor, sig
+	}
+	if e.factor < 1 {
+		// Grow for the part of the interval after RecoverDelay.
+		grow := min(dt, now.Sub(e.lastSignal.Add(e.cfg.RecoverDelay)).Seconds())
+		if grow > 0 {
+			e.factor = min(1, e.factor+e.cfg.RecoverRate*grow)
+		}
+	}
+	if e.factor == 1 {
+		e.signal = SignalNone
+	}
+	return e.factor, SignalNone
+}
+
+// judge returns the signal of p, a sample with enough requests, and the
+// fraction of its load the group should keep; it records p's mean latency
+// in the baseline.
+func (e *Estimator) judge(now time.Time, p *Sample) (Signal, float64) {
+	n := float64(p.requests())
+	keep := e.cfg.Decrease
+	var mean time.Duration
+	if ok := p.Answered - p.Rejected; ok > 0 {
+		mean = p.Latency / time.Duration(ok)
+	}
+	base, hasBase := e.baselineAt(now)
+	if mean > 0 {
+		e.observe(now, mean)
+	}
+	switch {
+	case n > 0 && float64(p.Rejected)/n > e.cfg.RejectFraction:
+		return SignalRejections, keep * (1 - float64(p.Rejected)/n)
+	case n > 0 && float64(p.Failed)/n > e.cfg.RejectFraction:
+		return SignalConnectErrors, keep * (1 - float64(p.Failed)/n)
+	case p.Reports > 0 && p.Utilization/float64(p.Reports) > e.cfg.UtilizationLimit:
+		u := p.Utilization / float64(p.Reports)
+		return SignalLoadReport, min(keep, e.cfg.UtilizationLimit/u)
+	case p.Limit > 0 && float64(p.InFlight) >= e.cfg.InFlightLimit*float64(p.Limit):
+		return SignalInFlight, keep
+	case hasBase && mean > 0 && mean-base > e.cfg.QueueDelay:
+		return SignalQueueing, keep
+	}
+	return SignalNone, 1
+}
+
+// observe records a sample's mean latency at now in the baseline.
+func (e *Estimator) observe(now time.Time, mean time.Duration) {
+	width := e.bucketWidth()
+	slot := now.UnixNano()/int64(width) + 1
+	b := &e.baseline[slot%baselineBuckets]
+	if b.slot != slot {
+		*b = bucket{slot: slot, min: mean}
+		return
+	}
+	b.min = min(b.min, mean)
+}
+
+// baselineAt returns the lowest mean latency seen in the buckets of the
+// last BaselineWindow, and false when there is none.
+func (e *Estimator) baselineAt(now time.Time) (time.Duration, bool) {
+	width := e.bucketWidth()
+	cur := now.UnixNano()/int64(width) + 1
+	best, ok := time.Duration(math.MaxInt64), false
+	for _, b := range e.baseline {
+		if b.slot != 0 && cur-b.slot < baselineBuckets {
+			best, ok = min(best, b.min), true
+		}
+	}
+	return best, ok
+}
+
+func (e *Estimator) bucketWidth() time.Duration {
+	return max(e.cfg.BaselineWindow/baselineBuckets, time.Millisecond)
+}

@@ -1,0 +1,204 @@
+package capacity
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+var t0 = time.Unix(1_000_000, 0)
+
+// ok is a clean sample of n requests of latency lat each, the group
+// carrying load of capacity 100.
+func ok(n int64, lat time.Duration, load float64) Sample {
+	return Sample{Answered: n, Latency: time.Duration(n) * lat, Load: load, Capacity: 100}
+}
+
+// TestSignals: each kind of overload shrinks the factor in the very Update
+// that sees it, by the amount the package doc promises, and names itself.
+func TestSignals(t *testing.T) {
+	const lat = 40 * time.Millisecond
+	tests := []struct {
+		name       string
+		s          Sample
+		wantSignal Signal
+		wantFactor float64
+	}{
+		{"clean", ok(100, lat, 80), SignalNone, 1},
+		{"a backend that rejects: 10% refused at load 80",
+			Sample{Answered: 100, Rejected: 10, Latency: 90 * lat, Load: 80, Capacity: 100},
+			SignalRejections, 0.8 * 0.9 * 0.9},
+		{"1% refused is within the limit", Sample{Answered: 100, Rejected: 1, Latency: 99 * lat, Load: 80, Capacity: 100}, SignalNone, 1},
+		{"a backend that stops answering: 20 of 100 fail",
+			Sample{Answered: 80, Failed: 20, Latency: 80 * lat, Load: 90, Capacity: 100},
+			SignalConnectErrors, 0.9 * 0.9 * 0.8},
+		{"a backend that reports high utilization: 1.5 at load 90",
+			Sample{Answered: 100, Latency: 100 * lat, Reports: 100, Utilization: 150, Load: 90, Capacity: 100},
+			SignalLoadReport, 0.9 / 1.5},
+		{"utilization 1.05 shrinks by Decrease, the larger step",
+			Sample{Answered: 100, Latency: 100 * lat, Reports: 10, Utilization: 10.5, Load: 90, Capacity: 100},
+			SignalLoadReport, 0.9 * 0.9},
+		{"utilization at the limit is fine", Sample{Answered: 100, Latency: 100 * lat, Reports: 10, Utilization: 10, Load: 90, Capacity: 100}, SignalNone, 1},
+		{"in flight at the concurrency limits",
+			Sample{Answered: 20, Latency: 20 * lat, InFlight: 16, Limit: 16, Load: 50, Capacity: 100},
+			SignalInFlight, 0.5 * 0.9},
+		{"no plan load: the factor itself shrinks",
+			Sample{Answered: 100, Rejected: 50, Latency: 50 * lat, Capacity: 100},
+			SignalRejections, 0.9 * 0.5},
+		{"never below MinFactor",
+			Sample{Answered: 100, Rejected: 99, Latency: lat, Load: 5, Capacity: 100},
+			SignalRejections, 0.1},
+		{"a shrink never raises the factor: load 150 over capacity 100",
+			Sample{Answered: 100, Rejected: 2, Latency: 98 * lat, Load: 150, Capacity: 100},
+			SignalRejections, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := New(DefaultConfig())
+			f, sig := e.Update(t0, tt.s)
+			if sig != tt.wantSignal || math.Abs(f-tt.wantFactor) > 1e-9 {
+				t.Errorf("Update = %v, %v; want %v, %v", f, sig, tt.wantFactor, tt.wantSignal)
+			}
+		})
+	}
+}
+
+// TestQueueing: a backend that queues. Latency 40 ms is the baseline;
+// a mean 30 ms above it shrinks the factor, 20 ms above does not.
+func TestQueueing(t *testing.T) {
+	e := New(DefaultConfig())
+	now := t0
+	step := func(s Sample) (float64, Signal) {
+		now = now.Add(250 * time.Millisecond)
+		return e.Update(now, s)
+	}
+	for range 8 {
+		if f, sig := step(ok(50, 40*time.Millisecond, 90)); f != 1 || sig != SignalNone {
+			t.Fatalf("baseline: %v %v", f, sig)
+		}
+	}
+	if f, sig := step(ok(50, 60*time.Millisecond, 90)); f != 1 || sig != SignalNone {
+		t.Errorf("20 ms above the baseline: %v %v, want 1 none", f, sig)
+	}
+	if f, sig := step(ok(50, 70*time.Millisecond, 90)); sig != SignalQueueing || math.Abs(f-0.81) > 1e-9 {
+		t.Errorf("30 ms above the baseline: %v %v, want 0.81 queueing", f, sig)
+	}
+	// The baseline is forgotten after BaselineWindow (60 s, in 5 s
+	// buckets): a backend that got slower for good stops counting as
+	// queueing about a minute later.
+	for range 4 * 65 {
+		step(ok(50, 70*time.Millisecond, 90))
+	}
+	if _, sig := step(ok(50, 70*time.Millisecond, 90)); sig != SignalNone {
+		t.Errorf("65 s at a new latency: signal %v, want none (baseline moved)", sig)
+	}
+}
+
+// TestHoldAndRecovery: after a shrink the factor holds for Hold even if
+// signals continue, shrinks again after it, stays put for RecoverDelay
+// after the last signal, then grows by RecoverRate per second to 1.
+func TestHoldAndRecovery(t *testing.T) {
+	e := New(DefaultConfig())
+	rejecting := Sample{Answered: 100, Rejected: 10, Latency: time.Second, Load: 100, Capacity: 100}
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	steps := []struct {
+		ms   int
+		s    Sample
+		want float64
+	}{
+		{0, rejecting, 0.81},
+		{500, Sample{Answered: 100, Rejected: 10, Latency: time.Second, Load: 81, Capacity: 100}, 0.81}, // held
+		{1000, Sample{Answered: 100, Rejected: 10, Latency: time.Second, Load: 81, Capacity: 100}, 0.81 * 0.81},
+		{2000, ok(100, 10*time.Millisecond, 65), 0.6561}, // 1 s after the last signal
+		{3000, ok(100, 10*time.Millisecond, 65), 0.6561}, // 2 s: recovery starts
+		{4000, ok(100, 10*time.Millisecond, 65), 0.7061},
+		{10000, ok(100, 10*time.Millisecond, 65), 1},
+	}
+	for _, st := range steps {
+		f, _ := e.Update(at(st.ms), st.s)
+		if math.Abs(f-st.want) > 1e-9 {
+			t.Fatalf("at %d ms: factor %v, want %v", st.ms, f, st.want)
+		}
+	}
+	if sig, _ := e.Signal(); sig != SignalNone {
+		t.Errorf("recovered: Signal() = %v, want none", sig)
+	}
+}
+
+// TestFewRequestsAccumulate: a quiet group's requests are judged once
+// MinRequests of them arrived, over several intervals.
+func TestFewRequestsAccumulate(t *testing.T) {
+	e := New(DefaultConfig())
+	s := Sample{Answered: 3, Rejected: 1, Latency: 2 * 10 * time.Millisecond, Load: 50, Capacity: 100}
+	for i := range 3 {
+		if f, sig := e.Update(t0.Add(time.Duration(i)*time.Second), s); f != 1 || sig != SignalNone {
+			t.Fatalf("update %d with %d requests so far: %v %v", i, 3*(i+1), f, sig)
+		}
+	}
+	f, sig := e.Update(t0.Add(3*time.Second), s)
+	if want := 0.5 * 0.9 * (1 - 4.0/12); sig != SignalRejections || math.Abs(f-want) > 1e-9 {
+		t.Errorf("12 requests, 4 refused: %v %v, want %v rejections", f, sig, want)
+	}
+}
+
+// TestSawTooth: a group whose real capacity is 70% of its declared one,
+// fed by a plan that sends it min(demand, factor·capacity), settles with
+// its load oscillating within a band of about 1 − Decrease around 70, and
+// is never above 80 once it has shrunk.
+func TestSawTooth(t *testing.T) {
+	e := New(DefaultConfig())
+	const demand, real = 100.0, 70.0
+	lo, hi := math.Inf(1), 0.0
+	for i := range 240 { // 60 s at 250 ms
+		now := t0.Add(time.Duration(i) * 250 * time.Millisecond)
+		load := math.Min(demand, e.Factor()*100)
+		s := Sample{Answered: 100, Latency: 100 * 10 * time.Millisecond, Load: load, Capacity: 100}
+		if load > real {
+			s.Rejected = int64(math.Ceil(100 * (load - real) / load))
+		}
+		e.Update(now, s)
+		if i >= 80 {
+			lo, hi = min(lo, load), max(hi, load)
+		}
+	}
+	if lo < 55 || hi > 75 {
+		t.Errorf("load after 20 s between %v and %v, want within [55, 75]", lo, hi)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("DefaultConfig: %v", err)
+	}
+	c := DefaultConfig()
+	c.Decrease, c.MinFactor = 1, 0
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("Validate accepted decrease 1 and min_factor 0")
+	}
+	for _, want := range []string{"decrease", "min_factor"} {
+		if !contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}
+
+func TestSignalString(t *testing.T) {
+	for s := range NumSignals {
+		if s.String() == "" || s.String()[0] == 'S' {
+			t.Errorf("Signal %d has no name", s)
+		}
+	}
+	if got := Signal(99).String(); got != "Signal(99)" {
+		t.Errorf("Signal(99).String() = %q", got)
+	}
+}

@@ -1,0 +1,63 @@
+// Package capacity turns what a gfe's own requests tell it about an
+// instance group into the group's effective capacity: the closed loop of
+// DESIGN.md §3 rule 8.
+//
+// # Model
+//
+// The planner fills every group up to the capacity the configuration
+// declares for it. A real group may take less: its instances are slower
+// than declared, another tenant shares them, or the plan ran ahead of a
+// step in demand and left a queue behind. A gfe sees that in its own
+// requests long before any configuration changes. Every plan interval the
+// gfe sums, per group, what the requests it sent there since the last one
+// ended in (Sample) and hands it to the group's Estimator, which returns a
+// Factor in [MinFactor, 1]: the fraction of the planned capacity the next
+// plan may use. The gfe applies its own factor in its very next plan and
+// gossips it; every gfe plans each group with the lowest factor any gfe
+// reports, so they all converge on the same world.
+//
+// # Signals
+//
+// A Sample is judged once it holds at least MinRequests requests (samples of
+// quiet groups accumulate over intervals). It is overloaded, by the first
+// signal that applies, when:
+//
+//   - SignalRejections: more than RejectFraction of the requests were
+//     refused for capacity (HTTP 429 and 503, the test backend's
+//     X-Spillway-Reject: queue-full, gRPC UNAVAILABLE and
+//     RESOURCE_EXHAUSTED);
+//   - SignalConnectErrors: more than RejectFraction never got an answer
+//     (connection refused or reset, connect or response timeout);
+//   - SignalLoadReport: the backends' own load reports (ORCA
+//     endpoint-load-metrics, lb/loadreport) average a utilization above
+//     UtilizationLimit;
+//   - SignalInFlight: the gfe's requests in flight reached
+//     InFlightLimit of the group's concurrency limits;
+//   - SignalQueueing: the mean latency of answered requests rose more than
+//     QueueDelay above the group's baseline, the lowest mean latency of any
+//     sample in the last BaselineWindow (the network round trip plus the
+//     service time: only queueing adds to it).
+//
+// # Reaction
+//
+// Overload shrinks at once; recovery is slow and linear (AIMD):
+//
+//   - Shrink: the factor drops so that the next plan sends the group
+//     Decrease times the load it carried (for a load report above the
+//     limit, limit/utilization times it if that is lower; for rejections
+//     and connect errors, also less the refused fraction). The load is the
+//     larger of the plan's load on the group and what this gfe alone sent
+//     it. A group that shrank holds for Hold before it may shrink again,
+//     so that the plan's change has time to drain the group's queue rather
+//     than being mistaken for more overload.
+//   - Recover: once RecoverDelay has passed without a signal, the factor
+//     grows by RecoverRate per second until it is 1 again. Recovery that
+//     overshoots the group's real capacity brings a signal back and the
+//     factor steps down again, so a group whose real capacity is below its
+//     declared one settles in a saw-tooth of amplitude about 1 − Decrease.
+//
+// Guarantees: the factor is always in [MinFactor, 1]; it never shrinks
+// without a signal nor grows while signals persist; identical inputs give
+// identical outputs. Nothing here reads a clock or does I/O: the caller
+// passes the time of every Update.
+package capacity
