@@ -2,9 +2,11 @@
 // real capacity limits and user-space network delay, for Spillway's tests,
 // demo and benchmarks. Each instance speaks HTTP/1.1 + h2c + WebSocket
 // (proto=http, the default), HTTP/2 over TLS (proto=h2), gRPC with the
-// health and Echo services (proto=grpc) or raw TCP echo (proto=tcp);
-// --admin adds a process admin listener that toggles health, reads stats and
-// closes connections of any instance. See package internal/testbackend for
+// health and Echo services (proto=grpc) or raw TCP echo (proto=tcp), and
+// reports its real load the ORCA way (an Endpoint-Load-Metrics header, gRPC
+// per-call trailers and OpenRcaService; --load-reports=false turns them
+// off); --admin adds a process admin listener that toggles health, reads
+// stats and closes connections of any instance. See package internal/testbackend for
 // the model and the flags; run with -h for usage.
 package main
 

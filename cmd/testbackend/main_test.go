@@ -23,6 +23,7 @@ import (
 
 	"github.com/spillway-lb/spillway/internal/testbackend"
 	"github.com/spillway-lb/spillway/internal/testbackend/echopb"
+	"github.com/spillway-lb/spillway/lb/loadreport"
 )
 
 const defaultTestTimeout = 60 * time.Second
@@ -65,7 +66,8 @@ func TestBinary(t *testing.T) {
 
 	cmd := exec.CommandContext(ctx, bin,
 		"--instance", "name=us-east-b-1,addr=127.0.0.1:0,region=us-east,zone=us-east-b",
-		"--instance", "name=eu-west-b-1,addr=127.0.0.1:0,region=eu-west,zone=eu-west-b,max_concurrency=1",
+		"--instance", "name=eu-west-b-1,addr=127.0.0.1:0,region=eu-west,zone=eu-west-b,max_concurrency=1,load_reports=true",
+		"--load-reports=false",
 		"--delay", "eu-west:127.0.1.0/24=30ms")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -126,6 +128,16 @@ func TestBinary(t *testing.T) {
 		if err != nil || resp.StatusCode != http.StatusOK || reply.Instance != name || resp.Header.Get(testbackend.HeaderBackend) != name {
 			t.Errorf("GET %s/hello = %d %+v (%v), header %q; want 200 from %s", name, resp.StatusCode, reply, err, resp.Header.Get(testbackend.HeaderBackend), name)
 		}
+		// --load-reports=false turns reports off but for eu-west-b-1,
+		// whose load_reports=true overrides it. Its one request has left
+		// its slot: idle, with one arrival in the last second.
+		wantLoad := map[string]string{
+			"us-east-b-1": "",
+			"eu-west-b-1": "TEXT application_utilization=0, cpu_utilization=0, rps_fractional=1, named_metrics.queue=0",
+		}[name]
+		if got := resp.Header.Get(loadreport.Header); got != wantLoad {
+			t.Errorf("GET %s/hello: %s %q, want %q", name, loadreport.Header, got, wantLoad)
+		}
 	}
 	resp, err := client.Post("http://"+addrs["eu-west-b-1"]+"/admin/health?healthy=false", "", nil)
 	if err != nil {
@@ -137,8 +149,9 @@ func TestBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable {
-		t.Errorf("GET /healthz after POST /admin/health?healthy=false = %d, want 503", resp.StatusCode)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get(loadreport.Header) != "" {
+		t.Errorf("GET /healthz after POST /admin/health?healthy=false = %d with %s %q, want 503 without a load report",
+			resp.StatusCode, loadreport.Header, resp.Header.Get(loadreport.Header))
 	}
 	resp, err = client.Get("http://" + addrs["eu-west-b-1"] + "/admin/stats")
 	if err != nil {

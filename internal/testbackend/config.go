@@ -30,6 +30,19 @@ type Config struct {
 	// protocol (see the package doc). Empty means no admin listener. Port 0
 	// picks a free port (see Server.AdminAddr).
 	AdminAddr string
+	// ORCAMinInterval is the shortest interval between two out-of-band
+	// load reports that a grpc instance's OpenRcaService sends on one
+	// stream; a client that asks for a longer interval gets its own. Zero
+	// means DefaultORCAMinInterval (100ms).
+	ORCAMinInterval time.Duration
+}
+
+// orcaMinInterval returns c.ORCAMinInterval or its default.
+func (c Config) orcaMinInterval() time.Duration {
+	if c.ORCAMinInterval == 0 {
+		return DefaultORCAMinInterval
+	}
+	return c.ORCAMinInterval
 }
 
 // Proto is the protocol an instance speaks on its address.
@@ -85,6 +98,11 @@ type InstanceConfig struct {
 	CertFile, KeyFile string
 	// Capacity of the instance.
 	Capacity Capacity
+	// NoLoadReports turns off the ORCA load reports of the instance (see
+	// the package doc): the Endpoint-Load-Metrics header (http, h2), and
+	// the per-call trailer and the OpenRcaService (grpc). The zero value
+	// sends them.
+	NoLoadReports bool
 }
 
 // Capacity is the serving capacity of one instance (see the package doc).
@@ -140,7 +158,7 @@ func DefaultCapacity() Capacity {
 
 // DefaultConfig returns a Config with every default set and no instances.
 func DefaultConfig() Config {
-	return Config{ShutdownTimeout: 5 * time.Second}
+	return Config{ShutdownTimeout: 5 * time.Second, ORCAMinInterval: DefaultORCAMinInterval}
 }
 
 // Validate reports every problem of c, each naming its field path, joined
@@ -187,6 +205,9 @@ func (c Config) Validate() error {
 		} else {
 			rules[k] = i
 		}
+	}
+	if c.ORCAMinInterval < 0 {
+		errs = append(errs, fmt.Errorf("orca_min_interval: must be >= 0, got %s", c.ORCAMinInterval))
 	}
 	if c.ShutdownTimeout < 0 {
 		errs = append(errs, fmt.Errorf("shutdown_timeout: must be >= 0, got %s", c.ShutdownTimeout))
@@ -267,11 +288,13 @@ func (c Capacity) validate(path string) error {
 //	name=us-east-b-1,addr=127.0.0.1:9101,region=us-east,zone=us-east-b
 //
 // with optional keys proto (http|h2|grpc|tcp, default http), cert and key
-// (PEM files, proto h2 only) and capacity overrides max_concurrency,
-// max_rps, burst, queue and service_time (a Go duration). Capacity fields
-// not given keep their value from defaults. It checks syntax only; Config.Validate checks values.
-func ParseInstance(spec string, defaults Capacity) (InstanceConfig, error) {
-	inst := InstanceConfig{Capacity: defaults}
+// (PEM files, proto h2 only), capacity overrides max_concurrency, max_rps,
+// burst, queue and service_time (a Go duration), and load_reports (a
+// bool: false sets NoLoadReports). Fields not given keep their value from
+// defaults, which gives the process-wide defaults of the flags. It checks
+// syntax only; Config.Validate checks values.
+func ParseInstance(spec string, defaults InstanceConfig) (InstanceConfig, error) {
+	inst := defaults
 	seen := map[string]bool{}
 	for kv := range strings.SplitSeq(spec, ",") {
 		key, value, ok := strings.Cut(kv, "=")
@@ -310,8 +333,12 @@ func ParseInstance(spec string, defaults Capacity) (InstanceConfig, error) {
 			inst.Capacity.Queue, err = strconv.Atoi(value)
 		case "service_time":
 			inst.Capacity.ServiceTime, err = time.ParseDuration(value)
+		case "load_reports":
+			var on bool
+			on, err = strconv.ParseBool(value)
+			inst.NoLoadReports = !on
 		default:
-			return InstanceConfig{}, fmt.Errorf("instance %q: unknown key %q (want name, addr, region, zone, proto, cert, key, max_concurrency, max_rps, burst, queue, service_time)", spec, key)
+			return InstanceConfig{}, fmt.Errorf("instance %q: unknown key %q (want name, addr, region, zone, proto, cert, key, max_concurrency, max_rps, burst, queue, service_time, load_reports)", spec, key)
 		}
 		if err != nil {
 			return InstanceConfig{}, fmt.Errorf("instance %q: %s: %w", spec, key, err)

@@ -127,6 +127,7 @@ func TestParseFlags(t *testing.T) {
 					{Region: "eu-west", Prefix: netip.MustParsePrefix("127.0.2.0/24"), RTT: 80 * time.Millisecond},
 				},
 				ShutdownTimeout: time.Second,
+				ORCAMinInterval: DefaultORCAMinInterval,
 			},
 		},
 		{
@@ -135,6 +136,7 @@ func TestParseFlags(t *testing.T) {
 			want: Config{
 				Instances:       []InstanceConfig{{Name: "a", Addr: ":0", Region: "r", Zone: "z", Capacity: def}},
 				ShutdownTimeout: DefaultConfig().ShutdownTimeout,
+				ORCAMinInterval: DefaultORCAMinInterval,
 			},
 		},
 		{
@@ -154,9 +156,37 @@ func TestParseFlags(t *testing.T) {
 					{Name: "p", Addr: "127.0.0.1:9104", Region: "r", Zone: "z", Proto: ProtoHTTP, Capacity: def},
 				},
 				ShutdownTimeout: DefaultConfig().ShutdownTimeout,
+				ORCAMinInterval: DefaultORCAMinInterval,
 				AdminAddr:       "127.0.0.1:9100",
 			},
 		},
+		{
+			name: "load reports: flag default, instance key overrides",
+			args: []string{
+				"--instance", "name=a,addr=127.0.0.1:9101,region=r,zone=z",
+				"--instance", "name=b,addr=127.0.0.1:9102,region=r,zone=z,load_reports=true",
+				"--load-reports=false", "--orca-min-interval", "1s",
+			},
+			want: Config{
+				Instances: []InstanceConfig{
+					{Name: "a", Addr: "127.0.0.1:9101", Region: "r", Zone: "z", Capacity: def, NoLoadReports: true},
+					{Name: "b", Addr: "127.0.0.1:9102", Region: "r", Zone: "z", Capacity: def},
+				},
+				ShutdownTimeout: DefaultConfig().ShutdownTimeout,
+				ORCAMinInterval: time.Second,
+			},
+		},
+		{
+			name: "load reports off for one instance",
+			args: []string{"--instance", "name=a,addr=:0,region=r,zone=z,load_reports=false"},
+			want: Config{
+				Instances:       []InstanceConfig{{Name: "a", Addr: ":0", Region: "r", Zone: "z", Capacity: def, NoLoadReports: true}},
+				ShutdownTimeout: DefaultConfig().ShutdownTimeout,
+				ORCAMinInterval: DefaultORCAMinInterval,
+			},
+		},
+		{name: "bad load_reports", args: []string{"--instance", "name=a,addr=:0,region=r,zone=z,load_reports=maybe"}, wantErrSubstr: "load_reports: strconv.ParseBool"},
+		{name: "negative orca interval", args: []string{"--instance", "name=a,addr=:0,region=r,zone=z", "--orca-min-interval", "-1s"}, wantErrSubstr: "orca_min_interval: must be >= 0, got -1s"},
 		{name: "unknown proto", args: []string{"--instance", "name=a,addr=:0,region=r,zone=z,proto=udp"}, wantErrSubstr: `instances[0].proto: unknown protocol "udp" (want one of http|h2|grpc|tcp)`},
 		{name: "cert without key", args: []string{"--instance", "name=a,addr=:0,region=r,zone=z,proto=h2,cert=c.pem"}, wantErrSubstr: `instances[0]: cert and key must be given together (cert "c.pem", key "")`},
 		{name: "cert for grpc", args: []string{"--instance", "name=a,addr=:0,region=r,zone=z,proto=grpc,cert=c.pem,key=k.pem"}, wantErrSubstr: "instances[0].cert: only for proto h2, got proto grpc"},
@@ -207,7 +237,7 @@ func TestParseFlagsHelp(t *testing.T) {
 		t.Fatalf("ParseFlags(-h) error = %v, want flag.ErrHelp", err)
 	}
 	for _, want := range []string{"usage: testbackend", "-instance", "-delay", "-max-concurrency", "-max-rps", "-queue", "-service-time",
-		"-admin", "proto=http|h2|grpc|tcp", "cert=FILE", "/admin/close?instance=NAME"} {
+		"-admin", "proto=http|h2|grpc|tcp", "cert=FILE", "/admin/close?instance=NAME", "-load-reports", "load_reports=BOOL", "-orca-min-interval"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("usage does not mention %q:\n%s", want, out.String())
 		}

@@ -17,7 +17,8 @@
 //	      returns it; it is its own CA).
 //	grpc  a gRPC server (cleartext HTTP/2) with the standard grpc.health.v1
 //	      service, the spillway.testing.v1.Echo test service (package
-//	      echopb) and server reflection.
+//	      echopb), the ORCA xds.service.orca.v3.OpenRcaService (see Load
+//	      reports) and server reflection.
 //	tcp   a raw TCP echo server.
 //
 // Every instance identifies itself in every answer. The http and h2
@@ -122,6 +123,45 @@
 // Streams make the default capacity (4 slots, a queue of 16) small: give
 // an instance that must hold many open streams max_concurrency=0
 // (unlimited) or a large value.
+//
+// # Load reports
+//
+// Every instance reports its real load the ORCA way (package
+// lb/loadreport), as backends do for Envoy and for gRPC clients, so that
+// the gfe can see overload before its own signals do. The http and h2
+// protocols set the header
+//
+//	Endpoint-Load-Metrics: TEXT application_utilization=U, cpu_utilization=U, rps_fractional=R, named_metrics.queue=Q
+//
+// on every answer to a normal request (served, rejected with 503
+// queue-full, or faulted) and on the 101 of a WebSocket; not on /healthz,
+// /rtt or /admin. The grpc protocol sends the same report, as the
+// serialized OrcaLoadReport of grpc-go's orca package, in the trailer
+// endpoint-load-metrics-bin of every Echo call (unary or stream, served or
+// rejected), and out of band on OpenRcaService.StreamCoreMetrics: one
+// report at once, then one every interval the client asks for, but not
+// more often than Config.ORCAMinInterval (--orca-min-interval, 100ms). A
+// tcp instance sends none.
+//
+// The values are measured when the answer is made, after a served request
+// or an ended stream has given back its slot (the load it leaves behind;
+// a WebSocket's 101 counts the WebSocket, which holds its slot):
+//
+//	R  arrivals per second over the last second: requests, RPCs and streams
+//	   that asked for capacity (admitted, queued or rejected), counted by the
+//	   limiter in 100ms buckets, the oldest weighted by how much of it the
+//	   second covers (off by at most one bucket's arrivals).
+//	Q  requests waiting for a token or a slot now.
+//	U  max(in_flight/max_concurrency, R/max_rps), leaving out a limit that is
+//	   0 (unlimited); when Q > 0, max(that, 1) + Q/D, where D is
+//	   max_concurrency if set, else max_rps.
+//
+// A request waits only when the instance cannot start it at once, so
+// U > 1 exactly when requests are queued or arrivals outrun max_rps: demand
+// above what the instance can serve. An instance
+// without limits never queues and reports U = 0. NoLoadReports (instance
+// key load_reports=false, or --load-reports=false for every instance)
+// turns all of this off: no header, no trailer, no OpenRcaService.
 //
 // # Network distance
 //

@@ -12,34 +12,39 @@ import (
 //
 //	--instance SPEC        an instance (repeat for more): name=N,addr=HOST:PORT,region=R,zone=Z
 //	                       plus optional proto (http|h2|grpc|tcp), cert, key (h2 only),
-//	                       max_concurrency, max_rps, burst, queue, service_time
+//	                       max_concurrency, max_rps, burst, queue, service_time, load_reports
 //	--max-concurrency N    default slots per instance (4; 0 = unlimited)
 //	--max-rps R            default requests/s per instance (0 = unlimited)
 //	--burst N              default token-bucket size for --max-rps (1)
 //	--queue N              default queue bound per instance (16)
 //	--service-time D       default time a request holds its slot (2ms)
+//	--load-reports BOOL    default for every instance: send ORCA load reports (true)
+//	--orca-min-interval D  shortest interval of out-of-band ORCA reports on grpc instances (100ms)
 //	--delay [REGION:]CIDR=RTT   emulated RTT to callers in CIDR (repeatable)
 //	--shutdown-timeout D   graceful shutdown bound (5s)
 //	--admin HOST:PORT      process admin listener (/admin/{health,stats,close}?instance=NAME; none by default)
 //
-// The capacity flags are defaults for every instance; keys in an --instance
-// spec override them for that instance, whatever the order of the flags. On
-// -h it writes the usage to output and returns flag.ErrHelp. It writes
-// nothing else; errors are returned.
+// The capacity flags and --load-reports are defaults for every instance;
+// keys in an --instance spec override them for that instance, whatever the
+// order of the flags. On -h it writes the usage to output and returns
+// flag.ErrHelp. It writes nothing else; errors are returned.
 func ParseFlags(args []string, output io.Writer) (Config, error) {
 	cfg := DefaultConfig()
-	defaults := DefaultCapacity()
+	defaults := InstanceConfig{Capacity: DefaultCapacity()}
+	loadReports := true
 	var specs []string
 
 	fs := flag.NewFlagSet("testbackend", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.Func("instance", "an instance, `SPEC` = name=N,addr=HOST:PORT,region=R,zone=Z[,proto=http|h2|grpc|tcp,cert=FILE,key=FILE,max_concurrency=N,max_rps=R,burst=N,queue=N,service_time=D] (repeatable; proto defaults to http = HTTP/1.1 + h2c + WebSocket at /ws; h2 = TLS with ALPN, self-signed unless cert and key are given; grpc = gRPC health + spillway.testing.v1.Echo; tcp = echo after a hello line)",
+	fs.Func("instance", "an instance, `SPEC` = name=N,addr=HOST:PORT,region=R,zone=Z[,proto=http|h2|grpc|tcp,cert=FILE,key=FILE,max_concurrency=N,max_rps=R,burst=N,queue=N,service_time=D,load_reports=BOOL] (repeatable; proto defaults to http = HTTP/1.1 + h2c + WebSocket at /ws; h2 = TLS with ALPN, self-signed unless cert and key are given; grpc = gRPC health + spillway.testing.v1.Echo; tcp = echo after a hello line)",
 		func(s string) error { specs = append(specs, s); return nil })
-	fs.IntVar(&defaults.MaxConcurrency, "max-concurrency", defaults.MaxConcurrency, "requests (or open streams) served at once per instance (0 = unlimited)")
-	fs.Float64Var(&defaults.MaxRPS, "max-rps", defaults.MaxRPS, "requests started per second per instance (0 = unlimited)")
-	fs.IntVar(&defaults.Burst, "burst", defaults.Burst, "token-bucket size of --max-rps: requests that may start back to back")
-	fs.IntVar(&defaults.Queue, "queue", defaults.Queue, "requests that may wait for a slot or token per instance; more are rejected with 503")
-	fs.DurationVar(&defaults.ServiceTime, "service-time", defaults.ServiceTime, "time a request holds its slot")
+	fs.IntVar(&defaults.Capacity.MaxConcurrency, "max-concurrency", defaults.Capacity.MaxConcurrency, "requests (or open streams) served at once per instance (0 = unlimited)")
+	fs.Float64Var(&defaults.Capacity.MaxRPS, "max-rps", defaults.Capacity.MaxRPS, "requests started per second per instance (0 = unlimited)")
+	fs.IntVar(&defaults.Capacity.Burst, "burst", defaults.Capacity.Burst, "token-bucket size of --max-rps: requests that may start back to back")
+	fs.IntVar(&defaults.Capacity.Queue, "queue", defaults.Capacity.Queue, "requests that may wait for a slot or token per instance; more are rejected with 503")
+	fs.DurationVar(&defaults.Capacity.ServiceTime, "service-time", defaults.Capacity.ServiceTime, "time a request holds its slot")
+	fs.BoolVar(&loadReports, "load-reports", loadReports, "send ORCA load reports: the Endpoint-Load-Metrics header on every answer to a normal HTTP request, per-call trailers and the OpenRcaService on grpc (instance key load_reports overrides)")
+	fs.DurationVar(&cfg.ORCAMinInterval, "orca-min-interval", cfg.ORCAMinInterval, "shortest interval between two out-of-band ORCA load reports on one OpenRcaService stream of a grpc instance")
 	fs.Func("delay", "`[REGION:]CIDR=RTT`: emulated RTT to callers whose source address is in CIDR, for instances of REGION only if given (repeatable; longest prefix wins)",
 		func(s string) error {
 			r, err := ParseDelayRule(s)
@@ -63,6 +68,7 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	defaults.NoLoadReports = !loadReports
 	for _, spec := range specs {
 		inst, err := ParseInstance(spec, defaults)
 		if err != nil {

@@ -7,11 +7,13 @@ import (
 	"net"
 	"net/netip"
 
+	v3orcaservicegrpc "github.com/cncf/xds/go/xds/service/orca/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/orca"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
@@ -39,10 +41,19 @@ type grpcFrontend struct {
 }
 
 func newGRPCFrontend(in *instance, ln net.Listener) *grpcFrontend {
-	f := &grpcFrontend{in: in, ln: ln, srv: grpc.NewServer(), health: health.NewServer()}
+	var opts []grpc.ServerOption
+	if !in.cfg.NoLoadReports {
+		// Per-call reports: Echo handlers fill the recorder this option
+		// puts in their context (recordCallLoad).
+		opts = append(opts, orca.CallMetricsServerOption(nil))
+	}
+	f := &grpcFrontend{in: in, ln: ln, srv: grpc.NewServer(opts...), health: health.NewServer()}
 	f.setStatus(healthgrpc.HealthCheckResponse_SERVING)
 	healthgrpc.RegisterHealthServer(f.srv, &healthService{Server: f.health, in: in})
 	echopb.RegisterEchoServer(f.srv, &echoService{in: in})
+	if !in.cfg.NoLoadReports {
+		v3orcaservicegrpc.RegisterOpenRcaServiceServer(f.srv, &orcaService{in: in, minInterval: in.orcaMinInterval})
+	}
 	reflection.Register(f.srv)
 	in.onHealth = func(healthy bool) error {
 		st := healthgrpc.HealthCheckResponse_SERVING
@@ -177,7 +188,8 @@ type echoService struct {
 }
 
 // Unary answers one request like a normal HTTP request: after the emulated
-// RTT and admission, holding a slot for the service time.
+// RTT and admission, holding a slot for the service time, with the load
+// report in its trailer when it is served or rejected.
 func (e *echoService) Unary(ctx context.Context, req *echopb.EchoRequest) (*echopb.EchoReply, error) {
 	in := e.in
 	_ = grpc.SetTrailer(ctx, in.trailerMD())
@@ -191,6 +203,7 @@ func (e *echoService) Unary(ctx context.Context, req *echopb.EchoRequest) (*echo
 	if err := in.admit(ctx, src); err != nil {
 		if errors.Is(err, ErrQueueFull) {
 			md.Set(metadataReject, "queue-full")
+			in.recordCallLoad(ctx)
 		}
 		_ = grpc.SetHeader(ctx, md)
 		return nil, rpcError(err)
@@ -204,6 +217,7 @@ func (e *echoService) Unary(ctx context.Context, req *echopb.EchoRequest) (*echo
 	}
 	in.served.Add(1)
 	in.countSource(src, func(c *SourceStats) { c.Served++ })
+	in.recordCallLoad(ctx) // after release: the load this call leaves behind
 	if req.GetStatusCode() != 0 {
 		return nil, status.Error(codes.Code(req.GetStatusCode()), req.GetStatusMessage())
 	}
@@ -214,7 +228,8 @@ func (e *echoService) Unary(ctx context.Context, req *echopb.EchoRequest) (*echo
 // it ends; it sends its header metadata at once, then answers each request
 // after the emulated RTT plus the service time. It ends with OK when the
 // client closes its side, with the status a request asks for, or with
-// UNAVAILABLE after the current message when the instance stops.
+// UNAVAILABLE after the current message when the instance stops. Its
+// trailer carries the load report made as it ends.
 func (e *echoService) Stream(stream echopb.Echo_StreamServer) error {
 	in := e.in
 	ctx := stream.Context()
@@ -230,10 +245,14 @@ func (e *echoService) Stream(stream echopb.Echo_StreamServer) error {
 	if err := in.admit(ctx, src); err != nil {
 		if errors.Is(err, ErrQueueFull) {
 			md.Set(metadataReject, "queue-full")
+			in.recordCallLoad(ctx)
 		}
 		_ = stream.SetHeader(md)
 		return rpcError(err)
 	}
+	// Deferred first, so run last: the report in the trailer is the load
+	// the stream leaves behind when it ends.
+	defer in.recordCallLoad(ctx)
 	defer in.lim.release()
 	in.startStream(src)
 	if err := stream.SendHeader(md); err != nil {

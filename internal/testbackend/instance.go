@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -112,6 +113,8 @@ type instance struct {
 	// addr is the address the instance is bound to (the port chosen if
 	// cfg.Addr had port 0); it stays the same when a tcp listener reopens.
 	addr string
+	// orcaMinInterval is Config.ORCAMinInterval or its default (grpc only).
+	orcaMinInterval time.Duration
 	// onHealth, if set, applies a health change to the protocol (a gRPC
 	// health status, a tcp listener) before the change is visible in
 	// healthy. Called with healthMu held.
@@ -400,6 +403,7 @@ func (in *instance) serveRequest(w http.ResponseWriter, r *http.Request) {
 	}
 	if f := in.fault.Load(); f != 0 {
 		in.faulted.Add(1)
+		in.setLoadHeader(w)
 		http.Error(w, "fault injected", int(f))
 		return
 	}
@@ -417,6 +421,7 @@ func (in *instance) serveRequest(w http.ResponseWriter, r *http.Request) {
 	}
 	in.served.Add(1)
 	in.countSource(src, func(c *SourceStats) { c.Served++ })
+	in.setLoadHeader(w) // after release: the load this request leaves behind
 	writeJSON(w, http.StatusOK, Reply{
 		Instance: in.cfg.Name,
 		Region:   in.cfg.Region,
@@ -428,11 +433,12 @@ func (in *instance) serveRequest(w http.ResponseWriter, r *http.Request) {
 }
 
 // admitHTTP admits r from src; it reports false, having answered a
-// rejection with 503, when r must not be served.
+// rejection with 503 (and a load report), when r must not be served.
 func (in *instance) admitHTTP(w http.ResponseWriter, r *http.Request, src netip.Addr) bool {
 	err := in.admit(r.Context(), src)
 	if errors.Is(err, ErrQueueFull) {
 		w.Header().Set(HeaderReject, "queue-full")
+		in.setLoadHeader(w)
 		http.Error(w, "queue full", http.StatusServiceUnavailable)
 	}
 	return err == nil

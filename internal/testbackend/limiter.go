@@ -35,6 +35,10 @@ type limiter struct {
 	maxInFlight int             // high-water mark of inFlight
 	maxQueued   int             // high-water mark of queued
 	changed     chan struct{}   // closed and replaced when inFlight or queued changes
+	// arrivals counts the calls of acquire over the last second, for the
+	// load reports. Counting here, under the lock acquire takes anyway and
+	// at the time it reads anyway, costs no extra synchronization.
+	arrivals rateWindow
 }
 
 func newLimiter(c Capacity, clk clock.Clock) *limiter {
@@ -54,6 +58,7 @@ func newLimiter(c Capacity, clk clock.Clock) *limiter {
 func (l *limiter) acquire(ctx context.Context) error {
 	l.mu.Lock()
 	now := l.clock.Now()
+	l.arrivals.add(now)
 	var wait time.Duration
 	if l.interval > 0 {
 		tat := l.tat
@@ -164,6 +169,15 @@ func (l *limiter) load() (inFlight, queued, maxInFlight, maxQueued int) {
 	return l.inFlight, l.queued, l.maxInFlight, l.maxQueued
 }
 
+// report returns what the load reports are made of: the requests in
+// flight and queued now, and the arrivals per second over the last second
+// (every call of acquire: admitted, queued or rejected).
+func (l *limiter) report() (inFlight, queued int, rps float64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.inFlight, l.queued, l.arrivals.rate(l.clock.Now())
+}
+
 // slotFreeLocked reports whether a request may take a slot now without
 // overtaking a waiter. Caller must hold l.mu.
 func (l *limiter) slotFreeLocked() bool {
@@ -201,4 +215,76 @@ func sleep(ctx context.Context, c clock.Clock, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// The arrival rate is counted in rateBuckets buckets of rateBucket each:
+// the second before now starts in the oldest one.
+const (
+	rateBucket  = 100 * time.Millisecond
+	rateBuckets = int(time.Second/rateBucket) + 1
+)
+
+// rateWindow measures an event rate over the last second, as a sliding
+// window of fixed buckets: add counts an event in the bucket of its time,
+// and rate sums the buckets the second before now covers, the oldest in
+// proportion to how much of it the second covers (events spread evenly in
+// it, as the sliding-window counters of rate limiters assume). The
+// estimate is off by at most the events of one bucket. It does no
+// allocation and no I/O; the zero value is empty. It is not safe for
+// concurrent use (the limiter guards it with its mutex).
+type rateWindow struct {
+	counts [rateBuckets]int
+	// epochs[i] is the bucket number (time since the Unix epoch divided
+	// by rateBucket, rounded down) that counts[i] belongs to; a bucket of
+	// another number is stale and counts 0.
+	epochs [rateBuckets]int64
+}
+
+// bucketOf returns the bucket number of t and how much of the bucket has
+// elapsed at t, in [0, 1).
+func bucketOf(t time.Time) (epoch int64, elapsed float64) {
+	ns := t.UnixNano()
+	epoch = ns / int64(rateBucket)
+	if ns%int64(rateBucket) < 0 { // round toward -inf before 1970
+		epoch--
+	}
+	return epoch, float64(ns-epoch*int64(rateBucket)) / float64(rateBucket)
+}
+
+// slotOf returns the index of bucket number epoch in a rateWindow.
+func slotOf(epoch int64) int {
+	s := int(epoch % int64(rateBuckets))
+	if s < 0 {
+		s += rateBuckets
+	}
+	return s
+}
+
+// add counts one event at now.
+func (w *rateWindow) add(now time.Time) {
+	e, _ := bucketOf(now)
+	i := slotOf(e)
+	if w.epochs[i] != e {
+		w.epochs[i], w.counts[i] = e, 0
+	}
+	w.counts[i]++
+}
+
+// rate returns the events per second over the second before now.
+func (w *rateWindow) rate(now time.Time) float64 {
+	e, elapsed := bucketOf(now)
+	var sum float64
+	for k := range int64(rateBuckets) {
+		b := e - k
+		i := slotOf(b)
+		if w.epochs[i] != b {
+			continue
+		}
+		c := float64(w.counts[i])
+		if k == int64(rateBuckets)-1 {
+			c *= 1 - elapsed // the part of the oldest bucket in the second
+		}
+		sum += c
+	}
+	return sum // over one second: per second
 }

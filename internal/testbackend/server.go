@@ -71,6 +71,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		}
 		in := newInstance(ic, cfg.Delays, clk, s.logger)
 		in.addr = ln.Addr().String()
+		in.orcaMinInterval = cfg.orcaMinInterval()
 		fe, err := newFrontend(in, in.conns.wrap(ln))
 		if err != nil {
 			_ = ln.Close()

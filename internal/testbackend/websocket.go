@@ -34,6 +34,7 @@ func (in *instance) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer in.lim.release()
+	in.setLoadHeader(w) // on the 101 answer, counting this stream in flight
 	// Any origin may connect: the backend is a test tool.
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil {
