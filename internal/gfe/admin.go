@@ -82,9 +82,19 @@ func (d *Daemon) serviceStatus(s *routing.Service) status.ServiceStatus {
 		}
 		ss.Sites = append(ss.Sites, status.SiteStatus{Name: site.Name, DemandRPS: site.Demand})
 	}
+	caps := s.Capacity()
 	for _, r := range w.Regions {
 		for _, g := range r.Groups {
-			ss.Groups = append(ss.Groups, status.GroupStatus{Name: g.Name, Region: r.Name, Zone: g.Zone, Instances: g.Instances, Healthy: g.Healthy, CapacityRPS: g.Capacity})
+			gs := status.GroupStatus{Name: g.Name, Region: r.Name, Zone: g.Zone, Instances: g.Instances, Healthy: g.Healthy, CapacityRPS: g.Capacity, Factor: 1, OwnFactor: 1, Signal: "none"}
+			if i := slices.IndexFunc(caps, func(c routing.GroupCapacity) bool { return c.Group == g.Name }); i >= 0 {
+				c := caps[i]
+				gs.DeclaredRPS, gs.EffectiveRPS, gs.Factor, gs.OwnFactor, gs.Signal = c.Declared, c.Effective(), c.Factor, c.Own, c.Signal.String()
+				if !c.SignalAt.IsZero() {
+					at := c.SignalAt
+					gs.SignalAt = &at
+				}
+			}
+			ss.Groups = append(ss.Groups, gs)
 		}
 	}
 	if p := s.Plan(); p != nil {

@@ -160,16 +160,19 @@ type Options struct {
 // it with Run.
 type Daemon struct {
 	// Immutable after New.
-	cfg       Config
-	log       zerolog.Logger
-	clk       clock.Clock
-	gossip    Gossip
-	reg       *prometheus.Registry
-	metrics   *metrics
-	rtt       *rtt.Prober
-	proxy     *httpproxy.Proxy
-	tcp       *tcpproxy.Proxy
-	listeners *listeners.Manager
+	cfg     Config
+	log     zerolog.Logger
+	clk     clock.Clock
+	gossip  Gossip
+	reg     *prometheus.Registry
+	metrics *metrics
+	rtt     *rtt.Prober
+	// lastFactors are the own capacity factors of the last step (planner
+	// goroutine only).
+	lastFactors map[string]map[string]float64
+	proxy       *httpproxy.Proxy
+	tcp         *tcpproxy.Proxy
+	listeners   *listeners.Manager
 
 	// Accessed atomically.
 	table    atomic.Pointer[routing.Table]

@@ -5,6 +5,7 @@ import (
 
 	"github.com/spillway-lb/spillway/internal/gfe/httpproxy"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/lb/capacity"
 )
 
 // metrics are the daemon's Prometheus metrics: the plan, the decisions and
@@ -16,6 +17,9 @@ type metrics struct {
 	regionUtil    *prometheus.GaugeVec
 	demand        *prometheus.GaugeVec
 	ejected       *prometheus.GaugeVec
+	// The closed loop, per service and group.
+	declared, effective, factor *prometheus.GaugeVec
+	shrunk                      *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer, table func() *routing.Table) *metrics {
@@ -38,8 +42,24 @@ func newMetrics(reg prometheus.Registerer, table func() *routing.Table) *metrics
 			Name: "spillway_gfe_outlier_ejected",
 			Help: "Backends ejected by passive outlier detection at the last plan, by service.",
 		}, []string{"service"}),
+		declared: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "spillway_gfe_group_declared_capacity",
+			Help: "Configured capacity of each group's healthy instances, in the service's demand unit.",
+		}, []string{"service", "region", "group"}),
+		effective: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "spillway_gfe_group_effective_capacity",
+			Help: "Declared capacity times the effective-capacity factor the plan used (local signals, DESIGN.md §3 rule 8), before target_utilization.",
+		}, []string{"service", "region", "group"}),
+		factor: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "spillway_gfe_group_capacity_factor",
+			Help: "Effective-capacity factor of each group: own is this gfe's estimate, planned the lowest any gfe gossips.",
+		}, []string{"service", "region", "group", "source"}),
+		shrunk: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "spillway_gfe_group_capacity_signal",
+			Help: "1 for the signal that last shrank this gfe's own estimate of a group's capacity or holds it down (rejections, connect_errors, load_report, in_flight, queueing).",
+		}, []string{"service", "region", "group", "signal"}),
 	}
-	reg.MustRegister(m.pickErrors, m.backendErrors, m.planShare, m.regionUtil, m.demand, m.ejected, decisionsCollector{table})
+	reg.MustRegister(m.pickErrors, m.backendErrors, m.planShare, m.regionUtil, m.demand, m.ejected, m.declared, m.effective, m.factor, m.shrunk, decisionsCollector{table})
 	return m
 }
 
@@ -50,8 +70,21 @@ func (m *metrics) observeTable(t *routing.Table, site string, demand map[string]
 	m.planShare.Reset()
 	m.regionUtil.Reset()
 	m.demand.Reset()
+	m.declared.Reset()
+	m.effective.Reset()
+	m.factor.Reset()
+	m.shrunk.Reset()
 	for name, s := range t.Services {
 		m.demand.WithLabelValues(name).Set(demand[name])
+		for _, g := range s.Capacity() {
+			m.declared.WithLabelValues(name, g.Region, g.Group).Set(g.Declared)
+			m.effective.WithLabelValues(name, g.Region, g.Group).Set(g.Effective())
+			m.factor.WithLabelValues(name, g.Region, g.Group, "own").Set(g.Own)
+			m.factor.WithLabelValues(name, g.Region, g.Group, "planned").Set(g.Factor)
+			if g.Signal != capacity.SignalNone {
+				m.shrunk.WithLabelValues(name, g.Region, g.Group, g.Signal.String()).Set(1)
+			}
+		}
 		if p := s.Plan(); p != nil {
 			for _, f := range p.Row(site) {
 				m.planShare.WithLabelValues(name, f.Region, f.Group).Set(f.Share)

@@ -34,24 +34,31 @@ func (d *Daemon) step(now time.Time) {
 
 	demand := d.builder.Demand(now)
 	d.tcp.Demand(now, cs, demand) // tcp listeners' services count open connections
-	st := gossip.NodeState{Kind: gossip.KindGFE, Site: d.cfg.Site, Demand: demand, RTT: rtt}
+	// Build before publishing, so that a group this build shrank (local
+	// signals) is gossiped in the same step.
+	var t *routing.Table
+	if cs != nil {
+		var problems []error
+		t, problems = d.builder.Build(routing.Input{
+			Snapshot: cs,
+			Peers:    peers(d.gossip.Snapshot()),
+			Self:     routing.Peer{Node: d.cfg.Node, Site: d.cfg.Site, RTT: rtt, Demand: demand},
+			Now:      now,
+		})
+		for _, err := range problems {
+			d.log.Error().Err(err).Msg("routing table")
+		}
+		d.table.Store(t)
+	}
+	factors := d.builder.Factors()
+	d.logFactors(t, factors)
+	st := gossip.NodeState{Kind: gossip.KindGFE, Site: d.cfg.Site, Demand: demand, RTT: rtt, Capacity: factors}
 	if _, err := d.gossip.Publish(st); err != nil {
 		d.log.Warn().Err(err).Msg("gossip publish")
 	}
-	if cs == nil {
-		return
+	if t != nil {
+		d.metrics.observeTable(t, d.cfg.Site, demand, d.builder.Ejected(now))
 	}
-	t, problems := d.builder.Build(routing.Input{
-		Snapshot: cs,
-		Peers:    peers(d.gossip.Snapshot()),
-		Self:     routing.Peer{Node: d.cfg.Node, Site: d.cfg.Site, RTT: rtt, Demand: demand},
-		Now:      now,
-	})
-	for _, err := range problems {
-		d.log.Error().Err(err).Msg("routing table")
-	}
-	d.table.Store(t)
-	d.metrics.observeTable(t, d.cfg.Site, demand, d.builder.Ejected(now))
 }
 
 // peers returns the gfe states of snap as the table build reads them.
@@ -64,7 +71,35 @@ func peers(snap *gossip.Snapshot) []routing.Peer {
 		if st.Kind != gossip.KindGFE {
 			continue
 		}
-		out = append(out, routing.Peer{Node: name, Site: st.Site, Demand: st.Demand, RTT: st.RTT})
+		out = append(out, routing.Peer{Node: name, Site: st.Site, Demand: st.Demand, RTT: st.RTT, Capacity: st.Capacity})
 	}
 	return out
+}
+
+// logFactors logs every change of this gfe's own effective-capacity factors
+// that matters to an operator: a group that shrank (with the signal), and
+// one that recovered to its full capacity. Gradual recovery steps are not
+// logged. Called from the planner goroutine.
+func (d *Daemon) logFactors(t *routing.Table, factors map[string]map[string]float64) {
+	last := d.lastFactors
+	d.lastFactors = factors
+	if t == nil {
+		return
+	}
+	for name, svc := range t.Services {
+		for _, g := range svc.Capacity() {
+			was, ok := last[name][g.Group]
+			if !ok {
+				was = 1
+			}
+			switch {
+			case g.Own < was:
+				d.log.Info().Str("service", name).Str("group", g.Group).Str("signal", g.Signal.String()).
+					Float64("factor", g.Own).Float64("was", was).Float64("declared", g.Declared).Float64("planned", g.Planned).
+					Msg("group capacity shrunk by local signals")
+			case g.Own == 1 && was < 1:
+				d.log.Info().Str("service", name).Str("group", g.Group).Msg("group capacity recovered")
+			}
+		}
+	}
 }

@@ -61,6 +61,12 @@ type NodeState struct {
 	// RTT maps region name to this gfe's smoothed round trip to the
 	// region's backends, in milliseconds. A missing region is unreachable.
 	RTT map[string]float64 `json:"rtt_ms,omitempty"`
+	// Capacity maps backend service name and instance group name to this
+	// gfe's effective-capacity factor of the group, in (0, 1]: the share of
+	// the group's planned capacity that its own requests' signals leave it
+	// (DESIGN.md §3 rule 8, lb/capacity). A group not listed is at 1. Every
+	// gfe plans a group with the lowest factor any gfe publishes.
+	Capacity map[string]map[string]float64 `json:"capacity,omitempty"`
 
 	// Groups is the capacity and health of the instance groups a control
 	// plane replica checks. With several replicas each publishes the groups
@@ -122,6 +128,13 @@ func (s *NodeState) validate() error {
 	}
 	checkRate("state.demand", s.Demand)
 	checkRate("state.rtt_ms", s.RTT)
+	for _, svc := range sortedKeys(s.Capacity) {
+		for _, g := range sortedKeys(s.Capacity[svc]) {
+			if v := s.Capacity[svc][g]; !(v > 0 && v <= 1) {
+				bad("state.capacity[%q][%q]: must be in (0, 1], got %v", svc, g, v)
+			}
+		}
+	}
 	for i, g := range s.Groups {
 		if g.Group == "" {
 			bad("state.groups[%d].group: required", i)
@@ -176,6 +189,12 @@ func (s NodeState) Clone() NodeState {
 	c := s
 	c.Demand = maps.Clone(s.Demand)
 	c.RTT = maps.Clone(s.RTT)
+	if s.Capacity != nil {
+		c.Capacity = make(map[string]map[string]float64, len(s.Capacity))
+		for svc, m := range s.Capacity {
+			c.Capacity[svc] = maps.Clone(m)
+		}
+	}
 	c.Groups = slices.Clone(s.Groups)
 	for i := range c.Groups {
 		c.Groups[i].HealthyInstances = slices.Clone(s.Groups[i].HealthyInstances)

@@ -265,8 +265,12 @@ func (e *Estimator) judge(now time.Time, p *Sample) (Signal, float64) {
 		return SignalLoadReport, min(keep, e.cfg.UtilizationLimit/u)
 	case p.Limit > 0 && float64(p.InFlight) >= e.cfg.InFlightLimit*float64(p.Limit):
 		return SignalInFlight, keep
-	case hasBase && mean > 0 && mean-base > e.cfg.QueueDelay:
-		return SignalQueueing, keep
+	case hasBase && mean > 0 && mean-base > max(e.cfg.QueueDelay, base/4):
+		// Requests wait about mean−base: sending the group that fraction
+		// of a second less per second drains the queue in about a second
+		// (Little's law), and Decrease at least.
+		wait := (mean - base).Seconds()
+		return SignalQueueing, min(keep, max(1-wait, 0.5))
 	}
 	return SignalNone, 1
 }

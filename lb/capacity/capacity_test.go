@@ -94,6 +94,34 @@ func TestQueueing(t *testing.T) {
 	}
 }
 
+// TestQueueingDepth: the deeper the queue, the more the group sheds (a
+// wait of w seconds keeps 1 − w of the load, at most Decrease, at least
+// half), and a far group's baseline allows it a quarter more of jitter.
+func TestQueueingDepth(t *testing.T) {
+	tests := []struct {
+		name      string
+		base, now time.Duration
+		want      float64
+		wantSig   Signal
+	}{
+		{"30 ms over 40 keeps Decrease", 40 * time.Millisecond, 70 * time.Millisecond, 0.9 * 0.9, SignalQueueing},
+		{"300 ms over 40 keeps 70%", 40 * time.Millisecond, 340 * time.Millisecond, 0.9 * 0.7, SignalQueueing},
+		{"900 ms over 40 keeps half", 40 * time.Millisecond, 940 * time.Millisecond, 0.9 * 0.5, SignalQueueing},
+		{"40 ms over a 200 ms baseline is jitter", 200 * time.Millisecond, 240 * time.Millisecond, 1, SignalNone},
+		{"60 ms over a 200 ms baseline is queueing", 200 * time.Millisecond, 260 * time.Millisecond, 0.81, SignalQueueing},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := New(DefaultConfig())
+			e.Update(t0, ok(50, tt.base, 90))
+			f, sig := e.Update(t0.Add(250*time.Millisecond), ok(50, tt.now, 90))
+			if sig != tt.wantSig || math.Abs(f-tt.want) > 1e-9 {
+				t.Errorf("Update = %v %v, want %v %v", f, sig, tt.want, tt.wantSig)
+			}
+		})
+	}
+}
+
 // TestHoldAndRecovery: after a shrink the factor holds for Hold even if
 // signals continue, shrinks again after it, stays put for RecoverDelay
 // after the last signal, then grows by RecoverRate per second to 1.

@@ -33,19 +33,23 @@
 //     UtilizationLimit;
 //   - SignalInFlight: the gfe's requests in flight reached
 //     InFlightLimit of the group's concurrency limits;
-//   - SignalQueueing: the mean latency of answered requests rose more than
-//     QueueDelay above the group's baseline, the lowest mean latency of any
-//     sample in the last BaselineWindow (the network round trip plus the
-//     service time: only queueing adds to it).
+//   - SignalQueueing: the mean latency of answered requests rose above the
+//     group's baseline, the lowest mean latency of any sample in the last
+//     BaselineWindow (the network round trip plus the service time: only
+//     queueing adds to it), by more than QueueDelay and more than a
+//     quarter of the baseline (a far region's round trip varies more in
+//     absolute terms).
 //
 // # Reaction
 //
 // Overload shrinks at once; recovery is slow and linear (AIMD):
 //
 //   - Shrink: the factor drops so that the next plan sends the group
-//     Decrease times the load it carried (for a load report above the
-//     limit, limit/utilization times it if that is lower; for rejections
-//     and connect errors, also less the refused fraction). The load is the
+//     Decrease times the load it carried, or less: for a load report above
+//     the limit, limit/utilization times it; for queueing with requests
+//     waiting w seconds, (1 − w) times it (down to half), which drains the
+//     queue in about a second by Little's law; for rejections and connect
+//     errors, also less the refused fraction. The load is the
 //     larger of the plan's load on the group and what this gfe alone sent
 //     it. A group that shrank holds for Hold before it may shrink again,
 //     so that the plan's change has time to drain the group's queue rather

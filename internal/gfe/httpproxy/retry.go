@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/spillway-lb/spillway/lb/backend"
 	"github.com/spillway-lb/spillway/lb/outlier"
 )
 
@@ -103,9 +104,11 @@ func (t retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	p := t.p
 	for {
+		sent := p.clk.Now()
 		resp, err := p.next.RoundTrip(req)
 		now := p.clk.Now()
 		if err == nil {
+			observeAnswer(ph.pick.Backend, resp, now.Sub(sent))
 			p.report(ph, outlier.FromStatus(resp.StatusCode), now)
 			if ph.cookie.Value != "" {
 				a := ph.svc.Affinity()
@@ -117,6 +120,7 @@ func (t retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		ctxErr := req.Context().Err()
 		if r, ok := resultOf(err, ctxErr); ok {
+			ph.pick.Backend.Observe(backend.OutcomeFailed, 0)
 			p.report(ph, r, now)
 		}
 		if ph.attempts > ph.retries || ph.attempts >= maxAttempts || !retryable(req, err, ctxErr) {

@@ -63,12 +63,27 @@ type RegionStatus struct {
 
 // GroupStatus is a group's health and capacity as planned.
 type GroupStatus struct {
-	Name        string  `json:"name"`
-	Region      string  `json:"region"`
-	Zone        string  `json:"zone"`
-	Instances   int     `json:"instances"`
-	Healthy     int     `json:"healthy"`
+	Name      string `json:"name"`
+	Region    string `json:"region"`
+	Zone      string `json:"zone"`
+	Instances int    `json:"instances"`
+	Healthy   int    `json:"healthy"`
+	// CapacityRPS is what the plan fills the group up to:
+	// DeclaredRPS × the service's target_utilization × Factor.
 	CapacityRPS float64 `json:"capacity_rps"`
+	// DeclaredRPS is the configured capacity of the healthy instances.
+	DeclaredRPS float64 `json:"declared_rps"`
+	// EffectiveRPS is DeclaredRPS × Factor: what local signals leave.
+	EffectiveRPS float64 `json:"effective_rps"`
+	// Factor is the effective-capacity factor the plan used (the lowest
+	// any gfe gossips), OwnFactor this gfe's own.
+	Factor    float64 `json:"factor"`
+	OwnFactor float64 `json:"own_factor"`
+	// Signal is what last shrank this gfe's own factor or holds it down
+	// (lb/capacity: rejections, connect_errors, load_report, in_flight,
+	// queueing; none at factor 1), seen at SignalAt.
+	Signal   string     `json:"signal"`
+	SignalAt *time.Time `json:"signal_at,omitempty"`
 }
 
 // SiteStatus is a site's demand as this node sees it from gossip.
