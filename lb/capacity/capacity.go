@@ -130,6 +130,10 @@ type Sample struct {
 	// group's instances with a concurrency limit, and the sum of those
 	// limits, when the sample was taken (Limit 0: no limits).
 	InFlight, Limit int64
+	// Outstanding is every request this gfe had in flight to the group
+	// when the sample was taken: with no answers, a growing number tells a
+	// group that stopped answering.
+	Outstanding int64
 	// Load is the larger of the group's load in the last plan and this
 	// gfe's own rate to it, in the plan's demand unit; Capacity is the
 	// capacity the plan gives the group at factor 1 (the declared capacity
@@ -146,7 +150,7 @@ func (s *Sample) Add(o Sample) {
 	s.Latency += o.Latency
 	s.Reports += o.Reports
 	s.Utilization += o.Utilization
-	s.InFlight, s.Limit, s.Load, s.Capacity = o.InFlight, o.Limit, o.Load, o.Capacity
+	s.InFlight, s.Limit, s.Outstanding, s.Load, s.Capacity = o.InFlight, o.Limit, o.Outstanding, o.Load, o.Capacity
 }
 
 // requests returns how many requests the sample holds.
@@ -164,6 +168,8 @@ type Estimator struct {
 	lastSignal, lastShrink, last time.Time
 	// pending accumulates samples until one holds MinRequests.
 	pending Sample
+	// outstanding is Sample.Outstanding of the last judged sample.
+	outstanding int64
 	// baseline holds the lowest mean latency per bucket of
 	// BaselineWindow/baselineBuckets.
 	baseline [baselineBuckets]bucket
@@ -207,7 +213,7 @@ func (e *Estimator) Update(now time.Time, s Sample) (float64, Signal) {
 	e.pending.Add(s)
 	p := e.pending
 	sig, keep := SignalNone, 1.0
-	if p.requests() >= e.cfg.MinRequests || (p.Limit > 0 && p.InFlight >= p.Limit) {
+	if p.requests() >= e.cfg.MinRequests || (p.Limit > 0 && p.InFlight >= p.Limit) || p.Outstanding-e.outstanding >= e.cfg.MinRequests {
 		e.pending = Sample{}
 		sig, keep = e.judge(now, &p)
 	}
@@ -255,6 +261,7 @@ func (e *Estimator) judge(now time.Time, p *Sample) (Signal, float64) {
 	if mean > 0 {
 		e.observe(now, mean)
 	}
+	stalled := e.stalled(p)
 	switch {
 	case n > 0 && float64(p.Rejected)/n > e.cfg.RejectFraction:
 		return SignalRejections, keep * (1 - float64(p.Rejected)/n)
@@ -265,6 +272,8 @@ func (e *Estimator) judge(now time.Time, p *Sample) (Signal, float64) {
 		return SignalLoadReport, min(keep, e.cfg.UtilizationLimit/u)
 	case p.Limit > 0 && float64(p.InFlight) >= e.cfg.InFlightLimit*float64(p.Limit):
 		return SignalInFlight, keep
+	case stalled:
+		return SignalInFlight, 0
 	case hasBase && mean > 0 && mean-base > max(e.cfg.QueueDelay, base/4):
 		// Requests wait about mean−base: sending the group that fraction
 		// of a second less per second drains the queue in about a second
@@ -273,6 +282,18 @@ func (e *Estimator) judge(now time.Time, p *Sample) (Signal, float64) {
 		return SignalQueueing, min(keep, max(1-wait, 0.5))
 	}
 	return SignalNone, 1
+}
+
+// stalled reports whether p's group stopped answering: this gfe's
+// requests to it in flight grew by MinRequests or more since the last
+// judged sample and not one of them got an answer or failed. (Streams that
+// stay open do not grow; new ones are answered when they open. A group
+// that answers some of its requests is left to the other signals, health
+// checks and outlier detection.)
+func (e *Estimator) stalled(p *Sample) bool {
+	grew := p.Outstanding - e.outstanding
+	e.outstanding = p.Outstanding
+	return grew >= e.cfg.MinRequests && p.requests() == 0
 }
 
 // observe records a sample's mean latency at now in the baseline.

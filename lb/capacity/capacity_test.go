@@ -230,3 +230,41 @@ func TestSignalString(t *testing.T) {
 		t.Errorf("Signal(99).String() = %q", got)
 	}
 }
+
+// TestStopsAnswering: a group that stops answering (requests pile up, no
+// answers) shrinks to what it still answers; a busy group whose requests
+// in flight its answer rate explains does not.
+func TestStopsAnswering(t *testing.T) {
+	tests := []struct {
+		name    string
+		s       Sample
+		want    float64
+		wantSig Signal
+	}{
+		{"25 out, none answered", Sample{Outstanding: 25, Load: 100, Capacity: 100}, 0.1, SignalInFlight},
+		{"9 out, none answered: too few to tell", Sample{Outstanding: 9, Load: 100, Capacity: 100}, 1, SignalNone},
+		// 400/s answered in 40 ms: about 16 in flight is normal (Little).
+		{"16 out at 400/s, 40 ms", Sample{Answered: 100, Latency: 100 * 40 * time.Millisecond, Outstanding: 16, Load: 400, Capacity: 500}, 1, SignalNone},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := New(DefaultConfig())
+			f, sig := e.Update(t0, tt.s)
+			if sig != tt.wantSig || math.Abs(f-tt.want) > 1e-9 {
+				t.Errorf("Update = %v %v, want %v %v", f, sig, tt.want, tt.wantSig)
+			}
+		})
+	}
+	// 40 streams open, answered as they open, and stay open with no new
+	// request: no signal.
+	e := New(DefaultConfig())
+	for i := range 8 {
+		s := Sample{Outstanding: 40, Load: 10, Capacity: 100}
+		if i == 0 {
+			s.Answered, s.Latency = 40, 40*10*time.Millisecond
+		}
+		if f, sig := e.Update(t0.Add(time.Duration(i)*250*time.Millisecond), s); f != 1 || sig != SignalNone {
+			t.Fatalf("open streams, update %d: %v %v", i, f, sig)
+		}
+	}
+}

@@ -121,8 +121,10 @@ func (b *Builder) updateCapacity(in Input, sc *config.Service, sigs map[*backend
 			s.Latency += g.Latency
 			s.Reports += g.Reports
 			s.Utilization += g.Utilization
+			n := bk.InFlight()
+			s.Outstanding += n
 			if l := bk.MaxConcurrency(); l > 0 {
-				s.InFlight += bk.InFlight()
+				s.InFlight += n
 				s.Limit += l
 			}
 		}
