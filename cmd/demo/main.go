@@ -69,7 +69,7 @@ func run(keep, verbose bool, net int, settle, measure time.Duration) error {
 	story := demo.Story()
 	for i, ph := range story {
 		// The plan is read half way through the measured window.
-		plannedc := make(chan map[string]float64, 1)
+		plannedc := make(chan map[string]demo.RegionPlan, 1)
 		go func() {
 			time.Sleep(settle + measure/2)
 			p, err := demo.Planned(ctx, c)

@@ -117,9 +117,19 @@ func RoutedRPS(results []SiteResult, measure time.Duration) map[string]float64 {
 	return out
 }
 
+// RegionPlan is what the first gfe's /status says about one region: the
+// planned load over the declared capacity of its healthy instances, the
+// capacity local signals leave it (DESIGN.md §3 rule 8) and the signals
+// that shrank it.
+type RegionPlan struct {
+	Utilization float64
+	Effective   float64
+	Signals     string
+}
+
 // Print writes the phase's tables: where each site's traffic went, and each
-// region's measured and planned utilization.
-func Print(w io.Writer, i, n int, ph Phase, results []SiteResult, planned map[string]float64, measure time.Duration) {
+// region's measured and planned utilization, and its effective capacity.
+func Print(w io.Writer, i, n int, ph Phase, results []SiteResult, planned map[string]RegionPlan, measure time.Duration) {
 	fmt.Fprintf(w, "\n== phase %d/%d: %s\n   expect: %s\n", i, n, ph.Name, ph.Expect)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "site\tdemand\t%s\tok\terrors\tp50\tp99\t\n", strings.Join(regionNames, "\t"))
@@ -137,24 +147,45 @@ func Print(w io.Writer, i, n int, ph Phase, results []SiteResult, planned map[st
 	tw.Flush()
 	served, routed := ServedRPS(results, measure), RoutedRPS(results, measure)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "region\tcapacity\tsent\tutilization\tplanned\tserved ok\t\n")
+	fmt.Fprintf(tw, "region\tcapacity\tsent\tutilization\tplanned\tserved ok\teffective\tsignal\t\n")
 	for _, reg := range regionNames {
-		fmt.Fprintf(tw, "%s\t%d/s\t%.0f/s\t%.0f%%\t%.0f%%\t%.0f/s\t\n", reg, RegionCapacity, routed[reg], 100*routed[reg]/RegionCapacity, 100*planned[reg], served[reg])
+		p := planned[reg]
+		sig := p.Signals
+		if sig == "" {
+			sig = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%d/s\t%.0f/s\t%.0f%%\t%.0f%%\t%.0f/s\t%.0f/s\t%s\t\n", reg, RegionCapacity, routed[reg], 100*routed[reg]/RegionCapacity, 100*p.Utilization, served[reg], p.Effective, sig)
 	}
 	tw.Flush()
 }
 
-// Planned returns the planned utilization of every region as the first
-// gfe's /status reports it.
-func Planned(ctx context.Context, c *topology.Cluster) (map[string]float64, error) {
+// Planned returns what the first gfe's /status says about every region:
+// its planned utilization against the declared capacity of its healthy
+// instances, its effective capacity (the least any gfe gossips) and the
+// signals that shrank its groups at that gfe.
+func Planned(ctx context.Context, c *topology.Cluster) (map[string]RegionPlan, error) {
 	st, err := topology.Status(ctx, c.GFEs[0])
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]float64{}
+	out := map[string]RegionPlan{}
 	for _, s := range st.Services {
+		declared := map[string]float64{}
+		for _, g := range s.Groups {
+			declared[g.Region] += g.DeclaredRPS
+			p := out[g.Region]
+			p.Effective += g.EffectiveRPS
+			if g.Signal != "none" && !strings.Contains(p.Signals, g.Signal) {
+				p.Signals = strings.TrimPrefix(p.Signals+","+g.Signal, ",")
+			}
+			out[g.Region] = p
+		}
 		for _, r := range s.Regions {
-			out[r.Name] = r.Utilization
+			p := out[r.Name]
+			if declared[r.Name] > 0 {
+				p.Utilization = r.LoadRPS / declared[r.Name]
+			}
+			out[r.Name] = p
 		}
 	}
 	return out, nil

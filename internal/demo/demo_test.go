@@ -34,7 +34,7 @@ func TestRatesAndPrint(t *testing.T) {
 		t.Errorf("RoutedRPS mismatch (-want +got):\n%s", d)
 	}
 	var b bytes.Buffer
-	Print(&b, 2, 5, Story()[1], results, map[string]float64{"us-east": 1, "eu-west": 0.84}, measure)
+	Print(&b, 2, 5, Story()[1], results, map[string]RegionPlan{"us-east": {Utilization: 0.95, Effective: 288, Signals: "queueing"}, "eu-west": {Utilization: 0.84, Effective: 320}}, measure)
 	out := b.String()
 	for _, want := range []string{
 		"== phase 2/5: flash crowd at nyc",
@@ -43,6 +43,8 @@ func TestRatesAndPrint(t *testing.T) {
 		"2.2%",                     // nyc's error rate: 20/900
 		"us-east     320/s  330/s", // capacity, sent
 		"103%",                     // us-east utilization: 330/320
+		"95%",                      // us-east planned
+		"288/s  queueing",          // us-east effective capacity, signal
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("Print output lacks %q:\n%s", want, out)
