@@ -19,7 +19,11 @@ import (
 //
 // where factor is the lowest of this gfe's own estimate and every peer's
 // gossiped one (Peer.Capacity), so that one gfe's shrink applies in its own
-// plan at once and in every other gfe's plan once gossip carries it.
+// plan at once and in every other gfe's plan once gossip carries it. When
+// the sites demand more than the shrunk groups hold in total, every region
+// is full and spilling cannot help: the world is planned without factors,
+// so that rule 6 spreads the overload evenly over the configured
+// capacities rather than over noisy estimates.
 
 // GroupCapacity is what /status and /metrics show about one group of a
 // service: its declared and effective capacity and what shrank it.
@@ -168,6 +172,21 @@ func (b *Builder) capacities(sc *config.Service, w waterfall.World, own, factor 
 		}
 	}
 	return out
+}
+
+// overloaded reports whether w's sites demand more than its groups'
+// capacity in total.
+func overloaded(w waterfall.World) bool {
+	var demand, capacity float64
+	for _, s := range w.Sites {
+		demand += s.Demand
+	}
+	for _, r := range w.Regions {
+		for _, g := range r.Groups {
+			capacity += g.Capacity
+		}
+	}
+	return demand > capacity
 }
 
 // factorOf returns group's factor in m, 1 when it has none.

@@ -1,0 +1,78 @@
+package routing_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
+	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/internal/snapshot"
+	"github.com/spillway-lb/spillway/lb/backend"
+	"github.com/spillway-lb/spillway/lb/capacity"
+)
+
+// TestEffectiveCapacity: a group shrinks in this gfe's own next plan when
+// its requests are rejected, and in its plan when a peer gossips a lower
+// factor; when the demand exceeds what the shrunk groups hold, the plan
+// falls back to the configured capacities (rule 6 over them).
+func TestEffectiveCapacity(t *testing.T) {
+	east := []string{"127.0.0.1:1", "127.0.0.1:2"}
+	west := []string{"127.0.0.1:3", "127.0.0.1:4", "127.0.0.1:5"}
+	p := gfetest.NewPlanner(gfetest.Rand())
+	p.Apply(snapshot.FromConfig("v1", gfetest.TwoRegionConfig(t, "waterfall", east, west, 100)))
+	peer := func(demand float64, factor map[string]float64) {
+		p.SetPeer(routing.Peer{Node: "gfe-nyc-2", Site: "nyc", Demand: map[string]float64{"web": demand},
+			RTT: map[string]float64{"us-east": 5, "eu-west": 80}, Capacity: map[string]map[string]float64{"web": factor}})
+	}
+	group := func(name string) routing.GroupCapacity {
+		for _, g := range p.Table().Services["web"].Capacity() {
+			if g.Group == name {
+				return g
+			}
+		}
+		t.Fatalf("no group %s", name)
+		return routing.GroupCapacity{}
+	}
+	peer(100, nil)
+	p.Step()
+	if g := group("east"); g.Planned != 190 || g.Factor != 1 || g.Own != 1 {
+		t.Fatalf("clean: east %+v, want planned 190 at factor 1", g)
+	}
+
+	// 5 of 25 answers from us-east in 250 ms (100 req/s) are 503s: east
+	// shrinks in the next build to Decrease × (1 − 0.2) of its load (100)
+	// over 190.
+	b := p.Builder.Backend(east[0])
+	for i := range 25 {
+		if i < 5 {
+			b.Observe(backend.OutcomeRejected, 0)
+		} else {
+			b.Observe(backend.OutcomeOK, 0)
+		}
+	}
+	p.Clock.Advance(250e6)
+	p.Step()
+	want := 0.9 * 0.8 * 100 / 190
+	if g := group("east"); math.Abs(g.Own-want) > 1e-9 || g.Factor != g.Own || g.Signal != capacity.SignalRejections || math.Abs(g.Planned-190*want) > 1e-9 {
+		t.Errorf("after rejections: east %+v, want own = factor = %v by rejections", g, want)
+	}
+	if f := p.Builder.Factors()["web"]["east"]; math.Abs(f-want) > 1e-9 {
+		t.Errorf("Factors() gossips east at %v, want %v", f, want)
+	}
+
+	// A peer's lower factor of west wins.
+	peer(100, map[string]float64{"west": 0.5})
+	p.Clock.Advance(250e6)
+	p.Step()
+	if g := group("west"); g.Factor != 0.5 || g.Own != 1 || g.Planned != 300*0.95*0.5 {
+		t.Errorf("peer's factor: west %+v, want factor 0.5 (own 1), planned %v", g, 300*0.95*0.5)
+	}
+
+	// Global overload: 600 req/s against 475 configured (0.95 × 500).
+	peer(600, map[string]float64{"west": 0.5})
+	p.Clock.Advance(250e6)
+	p.Step()
+	if g := group("west"); g.Factor != 1 || g.Planned != 285 {
+		t.Errorf("global overload: west %+v, want planned at the configured 285 (factor 1)", g)
+	}
+}
