@@ -262,26 +262,39 @@ func (e *Estimator) judge(now time.Time, p *Sample) (Signal, float64) {
 		e.observe(now, mean)
 	}
 	stalled := e.stalled(p)
-	switch {
-	case n > 0 && float64(p.Rejected)/n > e.cfg.RejectFraction:
-		return SignalRejections, keep * (1 - float64(p.Rejected)/n)
-	case n > 0 && float64(p.Failed)/n > e.cfg.RejectFraction:
-		return SignalConnectErrors, keep * (1 - float64(p.Failed)/n)
-	case p.Reports > 0 && p.Utilization/float64(p.Reports) > e.cfg.UtilizationLimit:
+	// Every signal that applies proposes how much of its load the group
+	// keeps; the strongest wins, and names the shrink (ties go to the
+	// first in Signal order).
+	sig, best := SignalNone, 1.0
+	propose := func(s Signal, k float64) {
+		if k < best || sig == SignalNone {
+			sig, best = s, k
+		}
+	}
+	if n > 0 && float64(p.Rejected)/n > e.cfg.RejectFraction {
+		propose(SignalRejections, keep*(1-float64(p.Rejected)/n))
+	}
+	if n > 0 && float64(p.Failed)/n > e.cfg.RejectFraction {
+		propose(SignalConnectErrors, keep*(1-float64(p.Failed)/n))
+	}
+	if p.Reports > 0 && p.Utilization/float64(p.Reports) > e.cfg.UtilizationLimit {
 		u := p.Utilization / float64(p.Reports)
-		return SignalLoadReport, min(keep, e.cfg.UtilizationLimit/u)
-	case p.Limit > 0 && float64(p.InFlight) >= e.cfg.InFlightLimit*float64(p.Limit):
-		return SignalInFlight, keep
-	case stalled:
-		return SignalInFlight, 0
-	case hasBase && mean > 0 && mean-base > max(e.cfg.QueueDelay, base/4):
+		propose(SignalLoadReport, min(keep, e.cfg.UtilizationLimit/u))
+	}
+	if p.Limit > 0 && float64(p.InFlight) >= e.cfg.InFlightLimit*float64(p.Limit) {
+		propose(SignalInFlight, keep)
+	}
+	if stalled {
+		propose(SignalInFlight, 0)
+	}
+	if hasBase && mean > 0 && mean-base > max(e.cfg.QueueDelay, base/4) {
 		// Requests wait about mean−base: sending the group that fraction
 		// of a second less per second drains the queue in about a second
 		// (Little's law), and Decrease at least.
 		wait := (mean - base).Seconds()
-		return SignalQueueing, min(keep, max(1-wait, 0.5))
+		propose(SignalQueueing, min(keep, max(1-wait, 0.5)))
 	}
-	return SignalNone, 1
+	return sig, best
 }
 
 // stalled reports whether p's group stopped answering: this gfe's

@@ -268,3 +268,15 @@ func TestStopsAnswering(t *testing.T) {
 		}
 	}
 }
+
+// TestStrongestSignalWins: a sample with a mild load report (1.05: keep
+// Decrease) and a deep queue (300 ms: keep 70%) sheds by the queue.
+func TestStrongestSignalWins(t *testing.T) {
+	e := New(DefaultConfig())
+	e.Update(t0, ok(50, 40*time.Millisecond, 90))
+	s := ok(50, 340*time.Millisecond, 90)
+	s.Reports, s.Utilization = 10, 10.5
+	if f, sig := e.Update(t0.Add(250*time.Millisecond), s); sig != SignalQueueing || math.Abs(f-0.9*0.7) > 1e-9 {
+		t.Errorf("Update = %v %v, want %v queueing", f, sig, 0.9*0.7)
+	}
+}

@@ -19,8 +19,9 @@
 // # Signals
 //
 // A Sample is judged once it holds at least MinRequests requests (samples of
-// quiet groups accumulate over intervals). It is overloaded, by the first
-// signal that applies, when:
+// quiet groups accumulate over intervals). It is overloaded when any of
+// these signals applies; when several do, the one that sheds the most
+// decides (and names the shrink):
 //
 //   - SignalRejections: more than RejectFraction of the requests were
 //     refused for capacity (HTTP 429 and 503, the test backend's
