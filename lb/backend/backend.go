@@ -19,10 +19,11 @@ type Backend struct {
 	// Accessed atomically.
 	inflight atomic.Int64
 	limit    atomic.Int64 // 0: unlimited
+	soft     atomic.Int64 // 0: none
 
 	// Pad to a 64-byte cache line so that picks on neighbouring Backends
 	// from different cores do not contend.
-	_ [32]byte
+	_ [24]byte
 
 	// signals are written as requests end, on a cache line of their own.
 	signals signalCounters
@@ -51,10 +52,31 @@ func (b *Backend) MaxConcurrency() int64 { return b.limit.Load() }
 // affected; lowering the limit below InFlight only stops new acquisitions.
 func (b *Backend) SetMaxConcurrency(n int64) { b.limit.Store(max(n, 0)) }
 
-// Full reports whether b is at its concurrency limit. Health is not b's
-// concern: unhealthy backends are left out of the slices callers pick from.
+// SetSoftLimit sets a second concurrency limit (≤ 0: none) that the
+// caller derives from what it measures rather than from configuration:
+// the gfe's closed loop sets it so that requests beyond what an instance
+// serves without queueing spill to the next group instead of waiting
+// (DESIGN.md §3 rule 8). Full and TryAcquire honour the lower of the two
+// limits; MaxConcurrency reports the configured one only.
+func (b *Backend) SetSoftLimit(n int64) { b.soft.Store(max(n, 0)) }
+
+// SoftLimit returns b's soft limit, 0 when it has none.
+func (b *Backend) SoftLimit() int64 { return b.soft.Load() }
+
+// cap returns the lower of b's positive limits, 0 when it has none.
+func (b *Backend) cap() int64 {
+	l, s := b.limit.Load(), b.soft.Load()
+	if s > 0 && (l <= 0 || s < l) {
+		return s
+	}
+	return l
+}
+
+// Full reports whether b is at its concurrency limit (the lower of its
+// configured and soft limits). Health is not b's concern: unhealthy
+// backends are left out of the slices callers pick from.
 func (b *Backend) Full() bool {
-	l := b.limit.Load()
+	l := b.cap()
 	return l > 0 && b.inflight.Load() >= l
 }
 
@@ -62,7 +84,7 @@ func (b *Backend) Full() bool {
 // it never exceeds the limit, even under concurrent calls. A successful
 // TryAcquire must be paired with one Release.
 func (b *Backend) TryAcquire() bool {
-	l := b.limit.Load()
+	l := b.cap()
 	if l <= 0 {
 		b.inflight.Add(1)
 		return true

@@ -118,3 +118,32 @@ func TestSignals(t *testing.T) {
 		t.Errorf("Observe allocates %v times", n)
 	}
 }
+
+// TestSoftLimit: the lower of the configured and soft limits applies; the
+// soft limit alone applies to an unlimited backend; MaxConcurrency stays
+// the configured one.
+func TestSoftLimit(t *testing.T) {
+	tests := []struct {
+		limit, soft int64
+		want        int // acquisitions before TryAcquire fails
+	}{
+		{0, 0, -1}, {4, 0, 4}, {0, 3, 3}, {4, 2, 2}, {2, 4, 2},
+	}
+	for _, tt := range tests {
+		b := New("a:1", tt.limit)
+		b.SetSoftLimit(tt.soft)
+		n := 0
+		for n < 10 && b.TryAcquire() {
+			n++
+		}
+		if tt.want < 0 && n != 10 || tt.want >= 0 && n != tt.want {
+			t.Errorf("limit %d soft %d: %d acquisitions, want %d", tt.limit, tt.soft, n, tt.want)
+		}
+		if full := b.Full(); full != (tt.want >= 0) {
+			t.Errorf("limit %d soft %d: Full() = %v after acquiring", tt.limit, tt.soft, full)
+		}
+		if b.MaxConcurrency() != tt.limit || b.SoftLimit() != tt.soft {
+			t.Errorf("limit %d soft %d: MaxConcurrency %d SoftLimit %d", tt.limit, tt.soft, b.MaxConcurrency(), b.SoftLimit())
+		}
+	}
+}

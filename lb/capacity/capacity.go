@@ -201,6 +201,11 @@ func (e *Estimator) Factor() float64 { return e.factor }
 // (SignalNone once the factor is back at 1), and when it was seen.
 func (e *Estimator) Signal() (Signal, time.Time) { return e.signal, e.lastSignal }
 
+// Baseline returns the group's unqueued answer time at now: the lowest
+// mean latency of a judged sample in the last BaselineWindow, and false
+// when there is none.
+func (e *Estimator) Baseline(now time.Time) (time.Duration, bool) { return e.baselineAt(now) }
+
 // Update folds s, the sample of the interval ending at now, into the
 // estimate and returns the new factor and the signal of s (SignalNone when s
 // was not overloaded or not judged yet).

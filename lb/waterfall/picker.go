@@ -35,6 +35,10 @@ type Picker struct {
 	// MaxUint64, which also takes the value MaxUint64 itself.
 	bound  []uint64
 	groups []pickGroup
+	// last is the index of the last group with a positive share: Pick's
+	// first choice is never beyond it (groups after it, of share 0, are
+	// only fallbacks).
+	last int
 }
 
 type pickGroup struct {
@@ -53,7 +57,8 @@ type pickGroup struct {
 // NewPicker builds a Picker for row, a site's plan row (Plan.Row), whose
 // group g may use backends[g]: the healthy backends of g only. Groups keep
 // the row's order, which is the fallback order when a group is full, and
-// are chosen with probability proportional to their Share. Groups without
+// are chosen with probability proportional to their Share; a group of
+// share 0 is never a first choice, only a fallback (an overflow group). Groups without
 // backends are left out and their share is spread over the others in
 // proportion; if no group has a backend, or the row is empty, Pick returns
 // ErrNoCapacity. policy chooses the backend inside a group; each group has
@@ -93,9 +98,12 @@ func NewPicker(row []Flow, backends map[string][]*backend.Backend, policy backen
 	for i, w := range weights {
 		cum += w
 		p.bound[i] = scale64(cum / total)
+		if w > 0 {
+			p.last = i
+		}
 	}
-	if n > 0 {
-		p.bound[n-1] = math.MaxUint64
+	for i := p.last; i < n; i++ {
+		p.bound[i] = math.MaxUint64
 	}
 	return p
 }
@@ -127,8 +135,11 @@ func (p *Picker) Groups() []PickerGroup {
 		// Pick chooses group i for rnd in [bound[i-1], bound[i]), and the
 		// last group also for MaxUint64 itself.
 		width := float64(p.bound[i] - lo)
-		if i == len(p.groups)-1 {
+		switch {
+		case i == p.last:
 			width = float64(math.MaxUint64-lo) + 1
+		case i > p.last:
+			width = 0
 		}
 		lo = p.bound[i]
 		out[i] = PickerGroup{Region: g.region, Group: g.group, Reason: g.reason, Share: width / two64, Backends: g.backends}
@@ -160,8 +171,9 @@ func (p *Picker) Pick(rnd uint64) (Choice, error) {
 	if n == 0 {
 		return Choice{}, ErrNoCapacity
 	}
-	// Binary search for the first bound above rnd.
-	lo, hi := 0, n-1
+	// Binary search for the first bound above rnd, among the groups up to
+	// the last with a share.
+	lo, hi := 0, p.last
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
 		if rnd < p.bound[m] {

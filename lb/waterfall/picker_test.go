@@ -375,3 +375,28 @@ func TestPickerSwapUnderLoad(t *testing.T) {
 		}
 	}
 }
+
+// TestPickOverflowGroup: a group of share 0 at the end of the row (an
+// overflow group) is never a first choice, whatever rnd, and takes picks
+// only when every group before it is full; Groups reports it with share 0.
+func TestPickOverflowGroup(t *testing.T) {
+	backends := map[string][]*backend.Backend{"g1": backendsOf("g1", 1, 1), "g2": backendsOf("g2", 1, 0)}
+	p := NewPicker([]Flow{flow("s", "r1", "g1", 10, 1, ReasonNearest), flow("s", "r2", "g2", 0, 0, ReasonSpillCapacity)}, backends, backend.PolicyRoundRobin)
+	for _, rnd := range []uint64{0, 1 << 63, math.MaxUint64} {
+		c, err := p.Pick(rnd)
+		if err != nil || c.Group != "g1" {
+			t.Fatalf("Pick(%#x) = %q, %v; want g1", rnd, c.Group, err)
+		}
+		c.Done()
+	}
+	held, _ := p.Pick(0)
+	c, err := p.Pick(math.MaxUint64)
+	if err != nil || c.Group != "g2" || c.Reason != ReasonSpillCapacity {
+		t.Errorf("with g1 full: %q %v %v, want g2 spill_capacity", c.Group, c.Reason, err)
+	}
+	c.Done()
+	held.Done()
+	if gs := p.Groups(); gs[0].Share != 1 || gs[1].Share != 0 {
+		t.Errorf("Groups shares %v %v, want 1 0", gs[0].Share, gs[1].Share)
+	}
+}

@@ -161,11 +161,13 @@ func (b *Builder) buildService(in Input, sc *config.Service, sigs map[*backend.B
 		return svc
 	}
 	if !sc.Policy.IsPlanned() {
+		b.clearSoftLimits(in, sc)
 		b.finish(svc, byRTT(all, in.Self.RTT), report)
 		return svc
 	}
 
 	own := b.updateCapacity(in, sc, sigs, dt)
+	defer b.setSoftLimits(in, sc)
 	factor := mergeFactors(sc.Name, own, in.Peers, in.Self.Node)
 	svc.world = BuildWorld(in.Snapshot, sc, in.Peers, in.Self, factor)
 	if overloaded(svc.world) {
@@ -187,11 +189,17 @@ func (b *Builder) buildService(in Input, sc *config.Service, sigs map[*backend.B
 	svc.plan = plan
 	row := plan.Row(b.cfg.Site)
 	svc.rowLen = len(row)
+	pickRow := row
+	if sc.Feedback.Enabled && len(row) > 0 {
+		// Overflow groups are for first picks only: the scope (session
+		// affinity, retries) stays the plan row.
+		pickRow = withOverflow(row, plan, b.cfg.Site)
+	}
 	healthy := map[string][]*backend.Backend{}
 	for _, m := range svc.pool {
 		healthy[m.Group] = append(healthy[m.Group], m.B)
 	}
-	svc.picker = waterfall.NewPicker(row, healthy, backend.PolicyRoundRobin)
+	svc.picker = waterfall.NewPicker(pickRow, healthy, backend.PolicyRoundRobin)
 	if len(row) == 0 {
 		b.finish(svc, byRTT(all, in.Self.RTT), report)
 		return svc

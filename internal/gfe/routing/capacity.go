@@ -1,6 +1,8 @@
 package routing
 
 import (
+	"math"
+	"slices"
 	"time"
 
 	"github.com/spillway-lb/spillway/config"
@@ -231,6 +233,115 @@ func (b *Builder) Factors() map[string]map[string]float64 {
 				out[k.service] = map[string]float64{}
 			}
 			out[k.service][k.group] = f
+		}
+	}
+	return out
+}
+
+// Overflow at pick time. A plan changes once per build; a step in demand
+// or a burst meets it up to a build interval late, and queues at the
+// nearest group in the meantime. So every instance of a planned service
+// gets a soft concurrency limit (backend.Backend.SetSoftLimit): the
+// requests this gfe may have in flight to it without queueing there,
+// Little's law over the instance's planned rate,
+//
+//	soft = max(minSoftLimit, ⌈rate per instance × (baseline + 2 × queue_delay)⌉)
+//
+// where the baseline is the group's unqueued answer time (lb/capacity).
+// A pick that finds every instance of its group at its soft limit takes
+// the next group of the row, and past the row the groups of the site's
+// farther regions, nearest first (withOverflow): the overflow spills to
+// the next region at once, and the next build plans it. Overflow groups
+// serve first picks only; session affinity and retries keep to the plan
+// row. A group without a baseline yet has no soft limit.
+
+// minSoftLimit is the lowest soft limit: an instance always takes a
+// couple of requests at once from each gfe.
+const minSoftLimit = 2
+
+// setSoftLimits sets the soft limit of every instance of planned service
+// sc from its group's planned capacity and baseline (see above); none for
+// CONNECTION-mode services or with feedback off.
+func (b *Builder) setSoftLimits(in Input, sc *config.Service) {
+	if !sc.Feedback.Enabled || sc.BalancingMode.Concurrent() {
+		b.clearSoftLimits(in, sc)
+		return
+	}
+	prev := b.prevSvc[sc.Name]
+	for _, be := range sc.Backends {
+		ref, ok := in.Snapshot.Config.Group(be.Group)
+		if !ok {
+			continue
+		}
+		var soft int64
+		e := b.estimators[groupKey{sc.Name, be.Group}]
+		base, hasBase := time.Duration(0), false
+		if e != nil {
+			base, hasBase = e.Baseline(in.Now)
+		}
+		if hasBase && prev != nil {
+			for _, g := range prev.capacity {
+				if g.Group != be.Group || g.Declared <= 0 {
+					continue
+				}
+				healthy := 0
+				for _, inst := range ref.Group.Instances {
+					if in.Snapshot.Healthy(inst.Address) {
+						healthy++
+					}
+				}
+				if healthy > 0 {
+					rate := g.Declared * g.Factor / float64(healthy)
+					window := base + 2*sc.Feedback.QueueDelay
+					soft = max(minSoftLimit, int64(math.Ceil(rate*window.Seconds())))
+				}
+			}
+		}
+		for _, inst := range ref.Group.Instances {
+			if bk := b.backends[inst.Address]; bk != nil {
+				bk.SetSoftLimit(soft)
+			}
+		}
+	}
+}
+
+// clearSoftLimits removes the soft limits of service sc's instances.
+func (b *Builder) clearSoftLimits(in Input, sc *config.Service) {
+	for _, be := range sc.Backends {
+		ref, ok := in.Snapshot.Config.Group(be.Group)
+		if !ok {
+			continue
+		}
+		for _, inst := range ref.Group.Instances {
+			if bk := b.backends[inst.Address]; bk != nil {
+				bk.SetSoftLimit(0)
+			}
+		}
+	}
+}
+
+// withOverflow returns row followed by a flow of share 0 to every group
+// with capacity of the site's regions that row does not reach, in the
+// site's region order (nearest first), with reason spill_capacity: where a
+// pick goes when every group of the row is at its limit.
+func withOverflow(row []waterfall.Flow, plan *waterfall.Plan, site string) []waterfall.Flow {
+	sl, ok := plan.Site(site)
+	if !ok {
+		return row
+	}
+	in := map[string]bool{}
+	for _, f := range row {
+		in[f.Region] = true
+	}
+	out := slices.Clone(row)
+	for _, r := range sl.Regions {
+		if in[r] {
+			continue
+		}
+		for _, g := range plan.RegionGroups(r) {
+			if g.Capacity > 0 {
+				out = append(out, waterfall.Flow{Site: site, Region: r, Group: g.Name, Reason: waterfall.ReasonSpillCapacity})
+			}
 		}
 	}
 	return out

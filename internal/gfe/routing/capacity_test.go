@@ -3,6 +3,7 @@ package routing_test
 import (
 	"math"
 	"testing"
+	"time"
 
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
@@ -50,7 +51,7 @@ func TestEffectiveCapacity(t *testing.T) {
 			b.Observe(backend.OutcomeOK, 0)
 		}
 	}
-	p.Clock.Advance(250e6)
+	p.Clock.Advance(250 * time.Millisecond)
 	p.Step()
 	want := 0.9 * 0.8 * 100 / 190
 	if g := group("east"); math.Abs(g.Own-want) > 1e-9 || g.Factor != g.Own || g.Signal != capacity.SignalRejections || math.Abs(g.Planned-190*want) > 1e-9 {
@@ -62,7 +63,7 @@ func TestEffectiveCapacity(t *testing.T) {
 
 	// A peer's lower factor of west wins.
 	peer(100, map[string]float64{"west": 0.5})
-	p.Clock.Advance(250e6)
+	p.Clock.Advance(250 * time.Millisecond)
 	p.Step()
 	if g := group("west"); g.Factor != 0.5 || g.Own != 1 || g.Planned != 300*0.95*0.5 {
 		t.Errorf("peer's factor: west %+v, want factor 0.5 (own 1), planned %v", g, 300*0.95*0.5)
@@ -70,9 +71,65 @@ func TestEffectiveCapacity(t *testing.T) {
 
 	// Global overload: 600 req/s against 475 configured (0.95 × 500).
 	peer(600, map[string]float64{"west": 0.5})
-	p.Clock.Advance(250e6)
+	p.Clock.Advance(250 * time.Millisecond)
 	p.Step()
 	if g := group("west"); g.Factor != 1 || g.Planned != 285 {
 		t.Errorf("global overload: west %+v, want planned at the configured 285 (factor 1)", g)
+	}
+}
+
+// TestSoftLimitOverflow: once a group has a baseline (25 ms), each of its
+// instances gets a soft limit of ⌈rate per instance × (baseline + 2 ×
+// queue_delay)⌉ = ⌈100 × 0.075⌉ = 8; when both us-east instances hold 8
+// of this gfe's requests, the next pick overflows to eu-west, which the
+// plan row does not reach, as spill_capacity. A baseline policy has no
+// soft limits.
+func TestSoftLimitOverflow(t *testing.T) {
+	east := []string{"127.0.0.1:1", "127.0.0.1:2"}
+	west := []string{"127.0.0.1:3", "127.0.0.1:4", "127.0.0.1:5"}
+	for _, policy := range []string{"waterfall", "round_robin"} {
+		t.Run(policy, func(t *testing.T) {
+			p := gfetest.NewPlanner(gfetest.Rand())
+			p.Apply(snapshot.FromConfig("v1", gfetest.TwoRegionConfig(t, policy, east, west, 100)))
+			p.Step()
+			for _, a := range east {
+				for range 10 {
+					p.Builder.Backend(a).Observe(backend.OutcomeOK, 25*time.Millisecond)
+				}
+			}
+			for range 3 { // judge the sample, then set limits from its baseline
+				p.Clock.Advance(250 * time.Millisecond)
+				p.Step()
+			}
+			want := int64(8)
+			if policy != "waterfall" {
+				want = 0
+			}
+			for _, a := range east {
+				if got := p.Builder.Backend(a).SoftLimit(); got != want {
+					t.Fatalf("soft limit of %s = %d, want %d", a, got, want)
+				}
+			}
+			if policy != "waterfall" {
+				return
+			}
+			svc := p.Table().Services["web"]
+			var held []routing.Pick
+			for range 16 {
+				pk, err := svc.Pick(0, routing.Flow{})
+				if err != nil || pk.Region != "us-east" {
+					t.Fatalf("pick %d: %v %v, want us-east", len(held), pk.Region, err)
+				}
+				held = append(held, pk)
+			}
+			pk, err := svc.Pick(0, routing.Flow{})
+			if err != nil || pk.Region != "eu-west" || pk.Reason != routing.ReasonSpillCapacity {
+				t.Errorf("17th pick: %v %v %v, want eu-west spill_capacity", pk.Region, pk.Reason, err)
+			}
+			pk.Done()
+			for _, h := range held {
+				h.Done()
+			}
+		})
 	}
 }
