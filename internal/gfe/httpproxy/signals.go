@@ -1,6 +1,7 @@
 package httpproxy
 
 import (
+	"io"
 	"net/http"
 	"time"
 
@@ -13,15 +14,23 @@ import (
 // answer refuses the request for capacity, OutcomeOK (with the time to
 // the response headers) otherwise; an attempt without an answer counts as
 // OutcomeFailed (retryTransport). A load report in the response
-// (endpoint-load-metrics, ORCA) counts its utilization. None of it
-// allocates.
+// (endpoint-load-metrics, ORCA) counts its utilization. A gRPC call is
+// counted when its body ends, by its trailers (grpc-status, and the
+// per-call ORCA report endpoint-load-metrics-bin). Nothing but the gRPC
+// path allocates.
 
 // headerReject is the test backend's capacity-rejection header
 // (X-Spillway-Reject: queue-full), canonical.
 const headerReject = "X-Spillway-Reject"
 
 // observeAnswer counts resp, the answer of an attempt on b after latency.
+// A gRPC answer with a body is counted when its body ends, from its
+// trailers (grpcSignals).
 func observeAnswer(b *backend.Backend, resp *http.Response, latency time.Duration) {
+	if isGRPC(resp.Header) && resp.Body != nil && resp.Body != http.NoBody && len(resp.Header["Grpc-Status"]) == 0 {
+		resp.Body = &grpcSignals{ReadCloser: resp.Body, resp: resp, b: b, latency: latency}
+		return
+	}
 	if rejected(resp) {
 		b.Observe(backend.OutcomeRejected, latency)
 	} else {
@@ -49,4 +58,53 @@ func rejected(resp *http.Response) bool {
 		return v[0] == "14" || v[0] == "8"
 	}
 	return false
+}
+
+// grpcTrailerReport is the canonical form of the trailer that carries a
+// gRPC call's ORCA load report (loadreport.GRPCTrailer).
+var grpcTrailerReport = http.CanonicalHeaderKey(loadreport.GRPCTrailer)
+
+// grpcSignals is the body of a gRPC answer: when it ends (EOF, or Close
+// before it) it counts the call on b by its trailers — grpc-status
+// UNAVAILABLE or RESOURCE_EXHAUSTED as a rejection, anything else as an
+// answer after latency (the time to the response headers) — and the
+// per-call ORCA report in endpoint-load-metrics-bin, if any. Used by the
+// request's goroutine only.
+type grpcSignals struct {
+	io.ReadCloser
+	resp    *http.Response
+	b       *backend.Backend
+	latency time.Duration
+	done    bool
+}
+
+func (g *grpcSignals) Read(p []byte) (int, error) {
+	n, err := g.ReadCloser.Read(p)
+	if err == io.EOF {
+		g.observe()
+	}
+	return n, err
+}
+
+func (g *grpcSignals) Close() error {
+	g.observe()
+	return g.ReadCloser.Close()
+}
+
+func (g *grpcSignals) observe() {
+	if g.done {
+		return
+	}
+	g.done = true
+	tr := g.resp.Trailer
+	if v := tr["Grpc-Status"]; len(v) > 0 && (v[0] == "14" || v[0] == "8") {
+		g.b.Observe(backend.OutcomeRejected, g.latency)
+	} else {
+		g.b.Observe(backend.OutcomeOK, g.latency)
+	}
+	if v := tr[grpcTrailerReport]; len(v) > 0 {
+		if r, err := loadreport.Parse("BIN " + v[0]); err == nil {
+			g.b.ObserveLoad(r.Utilization())
+		}
+	}
 }
