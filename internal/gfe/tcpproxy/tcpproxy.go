@@ -16,6 +16,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/ewma"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/snapshot"
+	"github.com/spillway-lb/spillway/lb/backend"
 )
 
 // copyBufferSize is the size of the copy buffers of connections with an
@@ -168,7 +169,8 @@ func (x *Proxy) count(c *tcpConn, d int) {
 // pick finds every backend it may use busy, a planned policy spills to the
 // nearest backend with a free slot (rule 4, enforced locally before the plan
 // catches up). A failed dial is retried once on another backend. The
-// returned pick holds a slot of its backend.
+// returned pick holds a slot of its backend. Every dial counts on its
+// backend for the closed loop: its connect time, or a failure.
 func (x *Proxy) connect(ctx context.Context, svc *routing.Service, k routing.Flow) (routing.Pick, net.Conn, error) {
 	var failed string
 	var lastErr error
@@ -181,9 +183,16 @@ func (x *Proxy) connect(ctx context.Context, svc *routing.Service, k routing.Flo
 			return routing.Pick{}, nil, err
 		}
 		addr := pk.Backend.Addr()
+		t0 := time.Now()
 		up, err := x.dial(ctx, "tcp", addr)
 		if err == nil {
+			// The connect time is the answer's latency for the closed
+			// loop (a backend whose accept queue fills connects slowly).
+			pk.Backend.Observe(backend.OutcomeOK, time.Since(t0))
 			return pk, up, nil
+		}
+		if ctx.Err() == nil {
+			pk.Backend.Observe(backend.OutcomeFailed, 0)
 		}
 		pk.Done()
 		x.backendErrors.Inc()

@@ -302,6 +302,14 @@ func TestTCPProxyDialRetry(t *testing.T) {
 	if got := h.p.Builder.Backend(dead.Addr()).InFlight(); got != 0 {
 		t.Errorf("the dead backend holds %d slots, want 0", got)
 	}
+	// The closed loop counts each failed dial on the dead backend and each
+	// connect on the live one.
+	if s := h.p.Builder.Backend(dead.Addr()).TakeSignals(); s.Failed != n || s.Answered != 0 {
+		t.Errorf("dead backend's signals %+v, want %d failed", s, n)
+	}
+	if s := h.p.Builder.Backend(e2.Addr()).TakeSignals(); s.Answered != 10 || s.Latency <= 0 {
+		t.Errorf("live backend's signals %+v, want 10 answered with their connect time", s)
+	}
 }
 
 // TestTCPProxyIdleTimeout: a connection is closed after IdleTimeout without
