@@ -292,11 +292,15 @@ type Feedback struct {
 	// last signal. Default 2s.
 	RecoverDelay time.Duration `mapstructure:"recover_delay"`
 	// RecoverRate is how much of its capacity a group gets back per
-	// second after RecoverDelay, in (0, 1]. Default 0.05.
+	// second after RecoverDelay, in (0, 1]. Default 0.1.
 	RecoverRate float64 `mapstructure:"recover_rate"`
 	// MinFactor is the smallest fraction of its capacity a group is ever
 	// planned with, in (0, 1]. Default 0.1.
 	MinFactor float64 `mapstructure:"min_factor"`
+	// MaxShrink is the largest fraction of its effective capacity a group
+	// loses in one shrink, in (0, 1]. Default 0.25 (a gfe's idea of a
+	// group's load can lag the other gfes'; deeper cuts take a few holds).
+	MaxShrink float64 `mapstructure:"max_shrink"`
 }
 
 // DefaultFeedback returns the default local-signal settings.
@@ -308,8 +312,9 @@ func DefaultFeedback() Feedback {
 		Decrease:       0.9,
 		Hold:           time.Second,
 		RecoverDelay:   2 * time.Second,
-		RecoverRate:    0.05,
+		RecoverRate:    0.1,
 		MinFactor:      0.1,
+		MaxShrink:      0.25,
 	}
 }
 

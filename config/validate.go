@@ -300,6 +300,7 @@ func (v *validator) feedback(fp string, f Feedback) {
 	open01("decrease", f.Decrease)
 	half01("recover_rate", f.RecoverRate)
 	half01("min_factor", f.MinFactor)
+	half01("max_shrink", f.MaxShrink)
 	if f.QueueDelay <= 0 {
 		v.p.add(fp+".queue_delay", fmt.Sprintf("must be > 0, got %v", f.QueueDelay))
 	}

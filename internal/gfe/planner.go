@@ -94,8 +94,11 @@ func (d *Daemon) logFactors(t *routing.Table, factors map[string]map[string]floa
 			}
 			switch {
 			case g.Own < was:
+				l := g.Last
 				d.log.Info().Str("service", name).Str("group", g.Group).Str("signal", g.Signal.String()).
 					Float64("factor", g.Own).Float64("was", was).Float64("declared", g.Declared).Float64("planned", g.Planned).
+					Int64("requests", l.Requests).Float64("rejected", l.Rejected).Float64("failed", l.Failed).
+					Float64("utilization", l.Utilization).Dur("latency", l.Mean).Dur("baseline", l.Baseline).
 					Msg("group capacity shrunk by local signals")
 			case g.Own == 1 && was < 1:
 				d.log.Info().Str("service", name).Str("group", g.Group).Msg("group capacity recovered")

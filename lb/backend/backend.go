@@ -130,16 +130,21 @@ type Signals struct {
 	// Reports counts load reports; Utilization sums their utilizations.
 	Reports     int64
 	Utilization float64
+	// Rates counts load reports that carried the backend's request rate,
+	// and Rate sums those rates (requests/s).
+	Rates int64
+	Rate  float64
 }
 
-// utilizationUnit is the fixed-point unit load reports are summed in.
+// utilizationUnit is the fixed-point unit load reports (utilizations and
+// rates) are summed in.
 const utilizationUnit = 1e6
 
 // signalCounters are a Backend's Signals since the last TakeSignals,
 // padded to a cache line.
 type signalCounters struct {
 	answered, rejected, failed, latency, reports, utilization atomic.Int64
-	_                                                         [16]byte
+	rates, rate                                               atomic.Int64
 }
 
 // Observe counts one request that ended in o after latency (the time to
@@ -170,6 +175,18 @@ func (b *Backend) ObserveLoad(u float64) {
 	b.signals.utilization.Add(int64(min(u, 1e6) * utilizationUnit))
 }
 
+// ObserveRate counts the request rate (requests/s) a load report said the
+// backend receives from every client (ORCA rps_fractional; negative or
+// NaN values are ignored). It does not allocate and is safe for
+// concurrent use.
+func (b *Backend) ObserveRate(rps float64) {
+	if !(rps >= 0) {
+		return
+	}
+	b.signals.rates.Add(1)
+	b.signals.rate.Add(int64(min(rps, 1e9) * utilizationUnit))
+}
+
 // TakeSignals returns the signals counted since the previous call and
 // starts counting anew. Requests that end during the call are counted in
 // one call or the next, never lost; a sum may pair one call's latency with
@@ -183,5 +200,7 @@ func (b *Backend) TakeSignals() Signals {
 		Latency:     time.Duration(c.latency.Swap(0)),
 		Reports:     c.reports.Swap(0),
 		Utilization: float64(c.utilization.Swap(0)) / utilizationUnit,
+		Rates:       c.rates.Swap(0),
+		Rate:        float64(c.rate.Swap(0)) / utilizationUnit,
 	}
 }

@@ -107,7 +107,9 @@ func TestSignals(t *testing.T) {
 	b.ObserveLoad(1.25)
 	b.ObserveLoad(math.NaN())
 	b.ObserveLoad(-1)
-	want := Signals{Answered: 3, Rejected: 1, Failed: 1, Latency: 40 * time.Millisecond, Reports: 2, Utilization: 1.75}
+	b.ObserveRate(30)
+	b.ObserveRate(math.NaN())
+	want := Signals{Answered: 3, Rejected: 1, Failed: 1, Latency: 40 * time.Millisecond, Reports: 2, Utilization: 1.75, Rates: 1, Rate: 30}
 	if got := b.TakeSignals(); got != want {
 		t.Errorf("TakeSignals = %+v, want %+v", got, want)
 	}

@@ -63,11 +63,17 @@ type Config struct {
 	// before it grows. Default 2s.
 	RecoverDelay time.Duration
 	// RecoverRate is how much the factor grows per second while it
-	// recovers. Default 0.05 (from 0.5 to 1 in 10 s).
+	// recovers. Default 0.1 (from 0.5 to 1 in 5 s).
 	RecoverRate float64
 	// MinFactor is the lowest factor, in (0, 1]. Default 0.1: a group keeps
 	// some traffic, so that its recovery can be seen.
 	MinFactor float64
+	// MaxShrink is the largest fraction of its value the factor loses in
+	// one shrink, in (0, 1]. Default 0.25. A gfe's idea of a group's load
+	// can lag (other gfes' traffic reaches the plan by gossip), so one
+	// sample is not trusted to cut deeper; a real collapse takes a few
+	// Holds. A group that stopped answering is not bounded.
+	MaxShrink float64
 }
 
 // DefaultConfig returns the defaults of every Config field.
@@ -82,8 +88,9 @@ func DefaultConfig() Config {
 		Decrease:         0.9,
 		Hold:             time.Second,
 		RecoverDelay:     2 * time.Second,
-		RecoverRate:      0.05,
+		RecoverRate:      0.1,
 		MinFactor:        0.1,
+		MaxShrink:        0.25,
 	}
 }
 
@@ -106,6 +113,7 @@ func (c Config) Validate() error {
 	check(c.RecoverDelay >= 0, "recover_delay", c.RecoverDelay)
 	check(c.RecoverRate > 0, "recover_rate", c.RecoverRate)
 	check(c.MinFactor > 0 && c.MinFactor <= 1, "min_factor", c.MinFactor)
+	check(c.MaxShrink > 0 && c.MaxShrink <= 1, "max_shrink", c.MaxShrink)
 	return errors.Join(errs...)
 }
 
@@ -170,6 +178,8 @@ type Estimator struct {
 	pending Sample
 	// outstanding is Sample.Outstanding of the last judged sample.
 	outstanding int64
+	// judged is what the last judged sample showed.
+	judged Judgement
 	// baseline holds the lowest mean latency per bucket of
 	// BaselineWindow/baselineBuckets.
 	baseline [baselineBuckets]bucket
@@ -231,6 +241,9 @@ func (e *Estimator) Update(now time.Time, s Sample) (float64, Signal) {
 			}
 			if p.Capacity > 0 {
 				f := load * keep / p.Capacity
+				if keep > 0 {
+					f = max(f, e.factor*(1-e.cfg.MaxShrink))
+				}
 				if f < e.factor {
 					e.factor = max(f, e.cfg.MinFactor)
 					e.lastShrink = now
@@ -252,6 +265,28 @@ func (e *Estimator) Update(now time.Time, s Sample) (float64, Signal) {
 	return e.factor, SignalNone
 }
 
+// Judgement is what one judged sample showed: the figures each signal
+// reads, for logs and /status.
+type Judgement struct {
+	// At is when the sample was judged.
+	At time.Time
+	// Signal and Keep are the strongest signal and the fraction of its
+	// load it would keep the group at (1 for none).
+	Signal Signal
+	Keep   float64
+	// Requests in the sample; Rejected and Failed as fractions of them.
+	Requests         int64
+	Rejected, Failed float64
+	// Utilization is the mean load report (0: none).
+	Utilization float64
+	// Mean is the mean latency of the answered requests and Baseline the
+	// group's unqueued latency before the sample (0: none yet).
+	Mean, Baseline time.Duration
+}
+
+// Last returns what the last judged sample showed.
+func (e *Estimator) Last() Judgement { return e.judged }
+
 // judge returns the signal of p, a sample with enough requests, and the
 // fraction of its load the group should keep; it records p's mean latency
 // in the baseline.
@@ -271,6 +306,19 @@ func (e *Estimator) judge(now time.Time, p *Sample) (Signal, float64) {
 	// keeps; the strongest wins, and names the shrink (ties go to the
 	// first in Signal order).
 	sig, best := SignalNone, 1.0
+	defer func() {
+		j := Judgement{At: now, Signal: sig, Keep: best, Requests: p.requests(), Mean: mean}
+		if n > 0 {
+			j.Rejected, j.Failed = float64(p.Rejected)/n, float64(p.Failed)/n
+		}
+		if p.Reports > 0 {
+			j.Utilization = p.Utilization / float64(p.Reports)
+		}
+		if hasBase {
+			j.Baseline = base
+		}
+		e.judged = j
+	}()
 	propose := func(s Signal, k float64) {
 		if k < best || sig == SignalNone {
 			sig, best = s, k

@@ -8,6 +8,33 @@ import (
 
 var t0 = time.Unix(1_000_000, 0)
 
+// testConfig is DefaultConfig with MaxShrink 1 (one shrink may take the
+// whole way: the tests below check how far each signal asks to go) and
+// RecoverRate 0.05; TestMaxShrink checks the default bound.
+func testConfig() Config {
+	c := DefaultConfig()
+	c.MaxShrink, c.RecoverRate = 1, 0.05
+	return c
+}
+
+// TestMaxShrink: with the default MaxShrink (0.25) one shrink takes at
+// most a quarter of the factor, a second one after Hold another quarter,
+// and a group that stopped answering drops to MinFactor at once.
+func TestMaxShrink(t *testing.T) {
+	e := New(DefaultConfig())
+	deep := Sample{Answered: 100, Rejected: 90, Latency: time.Second, Load: 100, Capacity: 100}
+	if f, _ := e.Update(t0, deep); f != 0.75 {
+		t.Errorf("first shrink: %v, want 0.75", f)
+	}
+	if f, _ := e.Update(t0.Add(time.Second), deep); f != 0.75*0.75 {
+		t.Errorf("second shrink: %v, want %v", f, 0.75*0.75)
+	}
+	e = New(DefaultConfig())
+	if f, sig := e.Update(t0, Sample{Outstanding: 20, Load: 100, Capacity: 100}); f != 0.1 || sig != SignalInFlight {
+		t.Errorf("stopped answering: %v %v, want 0.1 in_flight", f, sig)
+	}
+}
+
 // ok is a clean sample of n requests of latency lat each, the group
 // carrying load of capacity 100.
 func ok(n int64, lat time.Duration, load float64) Sample {
@@ -54,7 +81,7 @@ func TestSignals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := New(DefaultConfig())
+			e := New(testConfig())
 			f, sig := e.Update(t0, tt.s)
 			if sig != tt.wantSignal || math.Abs(f-tt.wantFactor) > 1e-9 {
 				t.Errorf("Update = %v, %v; want %v, %v", f, sig, tt.wantFactor, tt.wantSignal)
@@ -66,7 +93,7 @@ func TestSignals(t *testing.T) {
 // TestQueueing: a backend that queues. Latency 40 ms is the baseline;
 // a mean 30 ms above it shrinks the factor, 20 ms above does not.
 func TestQueueing(t *testing.T) {
-	e := New(DefaultConfig())
+	e := New(testConfig())
 	now := t0
 	step := func(s Sample) (float64, Signal) {
 		now = now.Add(250 * time.Millisecond)
@@ -112,7 +139,7 @@ func TestQueueingDepth(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := New(DefaultConfig())
+			e := New(testConfig())
 			e.Update(t0, ok(50, tt.base, 90))
 			f, sig := e.Update(t0.Add(250*time.Millisecond), ok(50, tt.now, 90))
 			if sig != tt.wantSig || math.Abs(f-tt.want) > 1e-9 {
@@ -126,7 +153,7 @@ func TestQueueingDepth(t *testing.T) {
 // signals continue, shrinks again after it, stays put for RecoverDelay
 // after the last signal, then grows by RecoverRate per second to 1.
 func TestHoldAndRecovery(t *testing.T) {
-	e := New(DefaultConfig())
+	e := New(testConfig())
 	rejecting := Sample{Answered: 100, Rejected: 10, Latency: time.Second, Load: 100, Capacity: 100}
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	steps := []struct {
@@ -156,7 +183,7 @@ func TestHoldAndRecovery(t *testing.T) {
 // TestFewRequestsAccumulate: a quiet group's requests are judged once
 // MinRequests of them arrived, over several intervals.
 func TestFewRequestsAccumulate(t *testing.T) {
-	e := New(DefaultConfig())
+	e := New(testConfig())
 	s := Sample{Answered: 3, Rejected: 1, Latency: 2 * 10 * time.Millisecond, Load: 50, Capacity: 100}
 	for i := range 3 {
 		if f, sig := e.Update(t0.Add(time.Duration(i)*time.Second), s); f != 1 || sig != SignalNone {
@@ -174,7 +201,7 @@ func TestFewRequestsAccumulate(t *testing.T) {
 // its load oscillating within a band of about 1 − Decrease around 70, and
 // is never above 80 once it has shrunk.
 func TestSawTooth(t *testing.T) {
-	e := New(DefaultConfig())
+	e := New(testConfig())
 	const demand, real = 100.0, 70.0
 	lo, hi := math.Inf(1), 0.0
 	for i := range 240 { // 60 s at 250 ms
@@ -195,6 +222,9 @@ func TestSawTooth(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
+	if err := testConfig().Validate(); err != nil {
+		t.Fatalf("testConfig: %v", err)
+	}
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Fatalf("DefaultConfig: %v", err)
 	}
@@ -248,7 +278,7 @@ func TestStopsAnswering(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := New(DefaultConfig())
+			e := New(testConfig())
 			f, sig := e.Update(t0, tt.s)
 			if sig != tt.wantSig || math.Abs(f-tt.want) > 1e-9 {
 				t.Errorf("Update = %v %v, want %v %v", f, sig, tt.want, tt.wantSig)
@@ -257,7 +287,7 @@ func TestStopsAnswering(t *testing.T) {
 	}
 	// 40 streams open, answered as they open, and stay open with no new
 	// request: no signal.
-	e := New(DefaultConfig())
+	e := New(testConfig())
 	for i := range 8 {
 		s := Sample{Outstanding: 40, Load: 10, Capacity: 100}
 		if i == 0 {
@@ -272,7 +302,7 @@ func TestStopsAnswering(t *testing.T) {
 // TestStrongestSignalWins: a sample with a mild load report (1.05: keep
 // Decrease) and a deep queue (300 ms: keep 70%) sheds by the queue.
 func TestStrongestSignalWins(t *testing.T) {
-	e := New(DefaultConfig())
+	e := New(testConfig())
 	e.Update(t0, ok(50, 40*time.Millisecond, 90))
 	s := ok(50, 340*time.Millisecond, 90)
 	s.Reports, s.Utilization = 10, 10.5

@@ -54,8 +54,11 @@
 //     waiting w seconds, (1 − w) times it (down to half), which drains the
 //     queue in about a second by Little's law; for rejections and connect
 //     errors, also less the refused fraction. The load is the
-//     larger of the plan's load on the group and what this gfe alone sent
-//     it. A group that shrank holds for Hold before it may shrink again,
+//     largest of the plan's load on the group, what this gfe alone sent
+//     it, and what its instances' load reports say they receive. One
+//     shrink takes at most MaxShrink of the factor (a gfe's idea of the
+//     load can lag), except for a group that stopped answering. A group
+//     that shrank holds for Hold before it may shrink again,
 //     so that the plan's change has time to drain the group's queue rather
 //     than being mistaken for more overload.
 //   - Recover: once RecoverDelay has passed without a signal, the factor

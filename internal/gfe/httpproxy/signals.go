@@ -39,6 +39,9 @@ func observeAnswer(b *backend.Backend, resp *http.Response, latency time.Duratio
 	if v := resp.Header[loadreport.Header]; len(v) > 0 {
 		if r, err := loadreport.Parse(v[0]); err == nil {
 			b.ObserveLoad(r.Utilization())
+			if r.RPSFractional > 0 {
+				b.ObserveRate(r.RPSFractional)
+			}
 		}
 	}
 }
@@ -105,6 +108,9 @@ func (g *grpcSignals) observe() {
 	if v := tr[grpcTrailerReport]; len(v) > 0 {
 		if r, err := loadreport.Parse("BIN " + v[0]); err == nil {
 			g.b.ObserveLoad(r.Utilization())
+			if r.RPSFractional > 0 {
+				g.b.ObserveRate(r.RPSFractional)
+			}
 		}
 	}
 }

@@ -46,6 +46,8 @@ type GroupCapacity struct {
 	// it was seen.
 	Signal   capacity.Signal
 	SignalAt time.Time
+	// Last is what the last judged sample of this gfe's requests showed.
+	Last capacity.Judgement
 }
 
 // Effective returns Declared × Factor: the capacity local signals leave
@@ -66,6 +68,7 @@ func estimatorConfig(sc *config.Service) capacity.Config {
 	c.RecoverDelay = f.RecoverDelay
 	c.RecoverRate = f.RecoverRate
 	c.MinFactor = f.MinFactor
+	c.MaxShrink = f.MaxShrink
 	if sc.BalancingMode == config.ModeUtilization {
 		// Load reports measure utilization against max_utilization, the
 		// limit the operator declared (averaged over the backends).
@@ -111,6 +114,7 @@ func (b *Builder) updateCapacity(in Input, sc *config.Service, sigs map[*backend
 			continue
 		}
 		var s capacity.Sample
+		var reported float64
 		healthy := 0
 		for _, inst := range ref.Group.Instances {
 			if in.Snapshot.Healthy(inst.Address) {
@@ -127,6 +131,10 @@ func (b *Builder) updateCapacity(in Input, sc *config.Service, sigs map[*backend
 			s.Latency += g.Latency
 			s.Reports += g.Reports
 			s.Utilization += g.Utilization
+			if g.Rates > 0 {
+				// What the instance says it receives from every gfe.
+				reported += g.Rate / float64(g.Rates)
+			}
 			n := bk.InFlight()
 			s.Outstanding += n
 			if l := bk.MaxConcurrency(); l > 0 {
@@ -142,8 +150,14 @@ func (b *Builder) updateCapacity(in Input, sc *config.Service, sigs map[*backend
 				}
 			}
 		}
-		if dt > 0 && !sc.BalancingMode.Concurrent() {
-			s.Load = max(s.Load, float64(s.Answered+s.Failed)/dt)
+		if !sc.BalancingMode.Concurrent() {
+			// The load is at least what this gfe sent and what the
+			// instances report receiving from every gfe (the plan may
+			// not know yet what other gfes send).
+			if dt > 0 {
+				s.Load = max(s.Load, float64(s.Answered+s.Failed)/dt)
+			}
+			s.Load = max(s.Load, reported)
 		}
 		e := b.estimators[key]
 		if e == nil {
@@ -169,6 +183,7 @@ func (b *Builder) capacities(sc *config.Service, w waterfall.World, own, factor 
 			}
 			if e := b.estimators[groupKey{sc.Name, g.Name}]; e != nil {
 				gc.Signal, gc.SignalAt = e.Signal()
+				gc.Last = e.Last()
 			}
 			out = append(out, gc)
 		}
