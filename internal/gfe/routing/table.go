@@ -111,7 +111,23 @@ type Meters struct {
 	// rr is the service's round-robin cursor: it outlives tables so that
 	// round robin stays exact across re-plans.
 	rr *backend.RoundRobin
+	// seq numbers the service's planned picks (groupDraw).
+	seq atomic.Uint64
 }
+
+// weyl is 2^64 divided by the golden ratio: the stride of the Weyl
+// sequence groupDraw takes.
+const weyl = 0x9E3779B97F4A7C15
+
+// groupDraw returns the value the next planned pick chooses its group by:
+// the n-th term of the Weyl sequence n·2^64/φ (mod 2^64), a low-discrepancy
+// sequence. Mapped through the plan shares it gives every group its share
+// of any run of consecutive requests as evenly spaced as it can be, so that
+// a group's arrivals are as smooth as the service's. Random draws would
+// thin the stream into Poisson-like bursts, which queue at a backend that
+// enforces its rate well below its capacity. Safe for concurrent use; it
+// does not allocate.
+func (m *Meters) groupDraw() uint64 { return m.seq.Add(1) * weyl }
 
 // Started counts one request arriving for the service: its demand, and one
 // more in flight until Ended. It does not allocate.
@@ -305,7 +321,9 @@ const ejectedRepicks = 2
 // builds a new table at once, but requests may still hold the old one) is
 // released and picked again, up to ejectedRepicks times, after which the
 // pick stands — better an ejected backend than no answer. Session affinity
-// is not applied here. It does not allocate.
+// is not applied here. A planned policy chooses the group by the service's
+// Weyl sequence (Meters.groupDraw), not by rnd, which then only picks
+// inside the group. It does not allocate.
 func (s *Service) PickAt(rnd uint64, k Flow, now time.Time) (Pick, error) {
 	pk, err := s.policyPick(rnd, k)
 	for i := 0; err == nil && i < ejectedRepicks && pk.Host != nil && pk.Host.Ejected(now); i++ {
@@ -319,7 +337,7 @@ func (s *Service) PickAt(rnd uint64, k Flow, now time.Time) (Pick, error) {
 // policyPick is one pick by the service's policy.
 func (s *Service) policyPick(rnd uint64, k Flow) (Pick, error) {
 	if s.cfg.Policy.IsPlanned() && s.rowLen > 0 {
-		c, err := s.picker.Pick(rnd)
+		c, err := s.picker.Pick(s.meters.groupDraw())
 		switch {
 		case errors.Is(err, waterfall.ErrAllBusy):
 			return Pick{}, ErrAllBusy
