@@ -134,3 +134,48 @@ func TestSoftLimitOverflow(t *testing.T) {
 		})
 	}
 }
+
+// TestPlannedPicksAreSmooth: with a plan row of 70% us-east and 30%
+// eu-west, every run of 10 consecutive picks sends 6 to 8 of them to
+// us-east (the Weyl sequence spreads each group's share evenly; random
+// draws would give 10 of 10 or 4 of 10 in some run), and over 1000 picks
+// the shares are the plan's within 0.5%.
+func TestPlannedPicksAreSmooth(t *testing.T) {
+	east := []string{"127.0.0.1:1", "127.0.0.1:2"}
+	west := []string{"127.0.0.1:3", "127.0.0.1:4", "127.0.0.1:5"}
+	p := gfetest.NewPlanner(gfetest.Rand())
+	p.Apply(snapshot.FromConfig("v1", gfetest.TwoRegionConfig(t, "waterfall", east, west, 100)))
+	// us-east plans 190 req/s (0.95 × 200): 190/0.7 of demand sends 70%.
+	p.SetPeer(routing.Peer{Node: "gfe-nyc-2", Site: "nyc", Demand: map[string]float64{"web": 190 / 0.7}, RTT: map[string]float64{"us-east": 5, "eu-west": 80}})
+	p.Step()
+	svc := p.Table().Services["web"]
+	var inEast []bool
+	for i := range 1000 {
+		pk, err := svc.Pick(uint64(i), routing.Flow{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inEast = append(inEast, pk.Region == "us-east")
+		pk.Done()
+	}
+	total := 0
+	for i, e := range inEast {
+		if e {
+			total++
+		}
+		if i >= 9 {
+			n := 0
+			for _, e := range inEast[i-9 : i+1] {
+				if e {
+					n++
+				}
+			}
+			if n < 6 || n > 8 {
+				t.Fatalf("picks %d..%d: %d of 10 to us-east, want 6..8", i-9, i, n)
+			}
+		}
+	}
+	if math.Abs(float64(total)/1000-0.7) > 0.005 {
+		t.Errorf("%d of 1000 picks to us-east, want 700 ± 5", total)
+	}
+}
