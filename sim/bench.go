@@ -183,9 +183,21 @@ const (
 //     instance accepts it. A request's latency is the
 //     RTT from its site to the instance's region plus its time at the
 //     instance (wait behind the backlog, queueing and service).
+//  4. With Timeline.Feedback (the default), the closed loop (DESIGN.md §3
+//     rule 8): each site's gfe is told what its own requests of the step
+//     ended in, instance by instance, on the counters its next build reads
+//     (backend.Backend.Observe and ObserveLoad, as the gfe's proxy
+//     does): refused for the share the instance's full queue dropped,
+//     failed when the instance was down, answered with the step's mean
+//     latency otherwise, and one load report per instance (its
+//     utilization and the rate it receives, Model.LoadReports) unless the
+//     scenario turns reports off. The builder turns them into each group's effective capacity
+//     factor (lb/capacity), applies its own at once and gossips it: the
+//     other gfes plan with it GossipDelayS later (at least one step).
+//     Only planned policies read the signals. See bench_loop.go.
 //
-// A run starts from a steady state: empty queues, and gfes whose first plan
-// is not damped. The run is deterministic.
+// A run starts from a steady state: empty queues, every factor at 1, and
+// gfes whose first plan is not damped. The run is deterministic.
 //
 // # Metrics
 //
@@ -255,6 +267,8 @@ func (s *Scenario) Bench(opts BenchOptions) (*BenchResult, error) {
 		Sites:        len(s.Sites),
 		Instances:    topo.slots(),
 		Policies:     make([]BenchRow, len(policies)),
+		Feedback:     tl.Feedback,
+		LoadReports:  tl.Model.LoadReports,
 	}
 	for _, r := range s.Regions {
 		res.Regions = append(res.Regions, r.Name)
@@ -334,6 +348,11 @@ type BenchResult struct {
 	LP LPSummary `json:"lp"`
 	// Policies holds one row per policy, in the order run.
 	Policies []BenchRow `json:"policies"`
+	// Feedback and LoadReports are Timeline.Feedback and
+	// Model.LoadReports: whether the gfes ran the closed loop, and with
+	// the instances' load reports.
+	Feedback    bool `json:"feedback"`
+	LoadReports bool `json:"load_reports"`
 }
 
 // LPSummary is the min-RTT optimum over a run.

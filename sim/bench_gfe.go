@@ -37,7 +37,10 @@ import (
 //     0 becomes rate 1 with scaler 0: capacity 0 either way, but config
 //     requires a positive rate);
 //   - the first Healthy instances of a group are healthy in the snapshot
-//     (snapshot.FromConfig), the others not.
+//     (snapshot.FromConfig), the others not;
+//   - the service's feedback (the closed loop) is on as Timeline.Feedback
+//     says, with the defaults of config.DefaultFeedback, and its
+//     target_utilization is config.DefaultService's.
 //
 // Regions and groups get names that config accepts and that sort as the
 // scenario's names do (so that ties broken by name break the same way):
@@ -100,6 +103,7 @@ func (t *topology) config(p BenchPolicy, groups []groupState) (*config.Config, e
 	svc := config.DefaultService()
 	svc.Name = benchService
 	svc.Policy = p.Policy
+	svc.Feedback.Enabled = t.feedback
 	if svc.Policy.IsHash() {
 		svc.HashScope = p.scope()
 	}
@@ -159,6 +163,9 @@ type gfes struct {
 	tables []*routing.Table
 	// counts is scratch: requests per slot while a split is summed.
 	counts []float64
+	// loop is the closed loop's state (bench_loop.go); nil for a
+	// baseline, whose builds read no signals.
+	loop *loop
 }
 
 func newGFEs(s *Scenario, tl *Timeline, topo *topology, p BenchPolicy) *gfes {
@@ -169,6 +176,9 @@ func newGFEs(s *Scenario, tl *Timeline, topo *topology, p BenchPolicy) *gfes {
 		snaps:   map[string]*snapshot.Snapshot{},
 		tables:  make([]*routing.Table, len(s.Sites)),
 		counts:  make([]float64, topo.slots()),
+	}
+	if p.Policy.IsPlanned() {
+		g.loop = newLoop(tl, len(s.Sites))
 	}
 	clk := clock.NewFake(benchEpoch) // never advanced: PickAt gets the time
 	for si, st := range s.Sites {
@@ -249,6 +259,9 @@ func (g *gfes) decide(k int, tr *trace, splits [][]split, lost []float64) error 
 	if err != nil {
 		return err
 	}
+	if g.loop != nil {
+		defer g.loop.record(k, g.builders)
+	}
 	if cs == nil {
 		for si := range splits {
 			splits[si], lost[si] = nil, 1
@@ -261,6 +274,7 @@ func (g *gfes) decide(k int, tr *trace, splits [][]split, lost []float64) error 
 		peers = make([]routing.Peer, len(g.builders))
 		for si := range peers {
 			peers[si] = g.peer(si, tr.seen[k][si])
+			peers[si].Capacity = g.loop.heard(k, si)
 		}
 	}
 	// A baseline of scope global has the same pool at every gfe (the pool
@@ -283,7 +297,8 @@ func (g *gfes) decide(k int, tr *trace, splits [][]split, lost []float64) error 
 }
 
 // peer returns what site si's gfe tells the others (and itself): its site,
-// RTT and a demand of demand requests/s.
+// RTT and a demand of demand requests/s (decide adds the capacity factors
+// the others have heard of).
 func (g *gfes) peer(si int, demand float64) routing.Peer {
 	return routing.Peer{
 		Node:   nodeName(si),

@@ -51,6 +51,9 @@ type topology struct {
 	slotAddr            []string
 	slotOf              map[string]int
 	siteRTT             []map[string]float64
+	// feedback is Timeline.Feedback: the gfes' services run the closed
+	// loop.
+	feedback bool
 }
 
 // client is one synthetic client of a site: an address, its connections'
@@ -65,7 +68,7 @@ func (t *topology) slots() int { return len(t.slotGroup) }
 
 // newTopology builds the shared state of a Bench run over tr.
 func (s *Scenario) newTopology(tl *Timeline, tr *trace, policies []BenchPolicy) (*topology, error) {
-	t := &topology{groupIdx: map[string]int{}}
+	t := &topology{groupIdx: map[string]int{}, feedback: tl.Feedback}
 	regionAt := map[string]int{}
 	for ri, r := range s.Regions {
 		regionAt[r.Name] = ri
@@ -237,18 +240,30 @@ func (r *runner) run() (BenchRow, error) {
 	var tot benchTotals
 	st := r.newStepState()
 	for k := range r.tr.steps {
-		if err := r.gfes.decide(k, r.tr, r.splits, r.lost); err != nil {
-			return BenchRow{}, fmt.Errorf("step %d: %w", k, err)
+		stepRouted, err := r.step(k, &tot, st)
+		if err != nil {
+			return BenchRow{}, err
 		}
-		r.arrive(k, &tot)
-		r.queue(k, &tot, st)
-		stepRouted := r.flow(k, &tot, st)
-		r.oscillate(k, &tot, st)
 		if r.series {
 			row.Series = append(row.Series, r.seriesStep(k, stepRouted, st.regionLoad))
 		}
 	}
 	return r.summarise(row, &tot)
+}
+
+// step simulates step k: the gfes decide, the requests arrive and queue,
+// flow to the instances, tell the gfes what they ended in, and swing the
+// shares. It returns the requests routed in the step.
+func (r *runner) step(k int, tot *benchTotals, st *stepState) (float64, error) {
+	if err := r.gfes.decide(k, r.tr, r.splits, r.lost); err != nil {
+		return 0, fmt.Errorf("step %d: %w", k, err)
+	}
+	r.arrive(k, tot)
+	r.queue(k, tot, st)
+	stepRouted := r.flow(k, tot, st)
+	r.signal(k, st)
+	r.oscillate(k, tot, st)
+	return stepRouted, nil
 }
 
 // benchTotals are the sums over every step of a run that its BenchRow
@@ -273,10 +288,11 @@ type stepState struct {
 	// and change, for the oscillation measure.
 	siteShares, prevShares, prevDelta [][]float64
 	// Per slot, in the current step: whether the instance is over its
-	// capacity, the share of its arrivals it accepts, and its requests'
-	// mean queue wait and sojourn (service) in ms.
-	over                  []bool
-	accept, wait, sojourn []float64
+	// capacity, the share of its arrivals it accepts, its requests' mean
+	// queue wait and sojourn (service) in ms, and the utilization it
+	// reports (Model.LoadReports).
+	over                        []bool
+	accept, wait, sojourn, util []float64
 }
 
 // newStepState returns the working state for a run, with every site's
@@ -292,6 +308,7 @@ func (r *runner) newStepState() *stepState {
 		accept:     make([]float64, nslots),
 		wait:       make([]float64, nslots),
 		sojourn:    make([]float64, nslots),
+		util:       make([]float64, nslots),
 	}
 	for si := range st.siteShares {
 		st.siteShares[si] = make([]float64, nreg)
@@ -348,10 +365,29 @@ func (r *runner) queue(k int, tot *benchTotals, st *stepState) {
 			st.accept[i] = 1 - qs.Dropped/(lam*dt)
 		}
 		st.wait[i], st.sojourn[i] = qs.WaitS*1000, qs.SojournS*1000
+		st.util[i] = reportedUtilization(q, lam, mu, dt, qs.WaitS)
 		c := rateCapacity(1, t.rate[g], gs.CapacityScaler) // this instance's
 		st.over[i] = lam > c*(1+overCapacityTolerance)
 		tot.excess += max(0, lam-c) * dt
 	}
+}
+
+// reportedUtilization is the mean load report of an instance over a step
+// that starts with backlog requests waiting, with arrival rate lambda,
+// service rate mu and a mean wait of waitS seconds (stepQueue): the report
+// of a rate-limited test backend (internal/testbackend), λ/μ while nothing
+// waits and max(λ/μ, 1) plus the seconds of work waiting while requests
+// do, averaged over the step.
+func reportedUtilization(backlog, lambda, mu, dt, waitS float64) float64 {
+	rho := lambda / mu
+	var queued float64 // the share of the step with requests waiting
+	switch r := lambda - mu; {
+	case r > 0 || (r == 0 && backlog > 0):
+		queued = 1
+	case backlog > 0:
+		queued = min(1, backlog/-r/dt)
+	}
+	return rho + queued*max(0, 1-rho) + waitS
 }
 
 // flow follows every site's requests of step k along its split: it adds

@@ -216,12 +216,19 @@ regions:
   - {name: Y, groups: [{name: y, instances: 10, healthy: 10, rate_per_instance: 100}]}
 `
 
-// TestBenchGossipDelay: a's demand jumps from 50 to 90 at t = 2. a's gfe
-// sees it at once and keeps X (it is nearest to X); b's gfe sees a's old 50
-// until t = 4 and keeps sending its 40 to X, which runs at 130 for two
-// steps; then b spills 30 to Y.
+// TestBenchGossipDelay: a's demand jumps from 50 to 90 at t = 2. X is
+// planned at 95 (its 100 × target_utilization 0.95). a's gfe sees the jump
+// at once and keeps X (it is nearest to X), leaving b 5; b's gfe sees a's
+// old 50 until t = 4 and keeps sending its 40 to X, which runs at 130 for
+// two steps; then b spills 35 to Y.
+//
+// With the closed loop on, both gfes see X queue in step 2 (130 > μ = 125)
+// and shrink X's capacity in their plans of step 3: X gets less than 130
+// in step 3, before gossip brings a's demand (how much less is
+// lb/capacity's to say), and at most 95 after.
 func TestBenchGossipDelay(t *testing.T) {
-	s := mustParse(t, nearFar+`
+	scenario := func(feedback bool) *Scenario {
+		return mustParse(t, nearFar+fmt.Sprintf(`
 sites:
   - {name: a, demand_rps: 50, rtt_ms: {X: 1, Y: 50}}
   - {name: b, demand_rps: 40, rtt_ms: {X: 2, Y: 60}}
@@ -229,39 +236,59 @@ timeline:
   duration_s: 6
   gossip_delay_s: 2
   damping: 1
+  feedback: %v
   demand: [{site: a, kind: step, at_s: 2, rps: 90}]
-`)
-	res, _ := benchRows(t, s, BenchOptions{Series: true, Policies: policies(t, "waterfall")})
-	if diff := cmp.Diff([]float64{90, 90, 130, 130, 100, 100}, series(t, res, "waterfall", "X", load), cmpopts.EquateApprox(1e-12, 1e-9)); diff != "" {
-		t.Errorf("load on X mismatch (-want +got):\n%s", diff)
+`, feedback))
+	}
+	res, _ := benchRows(t, scenario(false), BenchOptions{Series: true, Policies: policies(t, "waterfall")})
+	if diff := cmp.Diff([]float64{90, 90, 130, 130, 95, 95}, series(t, res, "waterfall", "X", load), cmpopts.EquateApprox(1e-12, 1e-9)); diff != "" {
+		t.Errorf("loop off: load on X mismatch (-want +got):\n%s", diff)
+	}
+	res, _ = benchRows(t, scenario(true), BenchOptions{Series: true, Policies: policies(t, "waterfall")})
+	got := series(t, res, "waterfall", "X", load)
+	if diff := cmp.Diff([]float64{90, 90, 130}, got[:3], cmpopts.EquateApprox(1e-12, 1e-9)); diff != "" {
+		t.Errorf("loop on: load on X before the loop can act mismatch (-want +got):\n%s", diff)
+	}
+	if !(got[3] < 130) {
+		t.Errorf("loop on: load on X at t = 3 is %v, want below the 130 of the loop off", got[3])
+	}
+	for k, l := range got[4:] {
+		if !(l <= 95) {
+			t.Errorf("loop on: load on X at t = %d is %v, want at most its planned 95", k+4, l)
+		}
 	}
 }
 
-// TestBenchDamping: demand steps from 50 to 150 at t = 2, so the plan's
-// share of X drops from 1 to 2/3; damped by 0.5 a step, the share goes 1,
-// 5/6, 3/4, 17/24.
+// TestBenchDamping: demand steps from 50 to 150 at t = 2 and back to 50 at
+// t = 5. The spill away from the full X is not damped (DESIGN.md §3 rule
+// 8): X's share drops to its planned 95 of 150 at once. The return is:
+// damped by 0.5 a step, X's share goes from 19/30 halfway to 1 each step,
+// 49/60, 109/120, 229/240.
 func TestBenchDamping(t *testing.T) {
 	s := mustParse(t, nearFar+`
 sites: [{name: a, demand_rps: 50, rtt_ms: {X: 1, Y: 50}}]
 timeline:
-  duration_s: 5
+  duration_s: 8
   gossip_delay_s: 0
   damping: 0.5
-  demand: [{site: a, kind: step, at_s: 2, rps: 150}]
+  demand:
+    - {site: a, kind: step, at_s: 2, rps: 150}
+    - {site: a, kind: step, at_s: 5, rps: 50}
 `)
 	res, rows := benchRows(t, s, BenchOptions{Series: true, Policies: policies(t, "waterfall")})
-	want := []float64{1, 1, 5.0 / 6, 3.0 / 4, 17.0 / 24}
+	want := []float64{1, 1, 19.0 / 30, 19.0 / 30, 19.0 / 30, 49.0 / 60, 109.0 / 120, 229.0 / 240}
 	if diff := cmp.Diff(want, series(t, res, "waterfall", "X", share), cmpopts.EquateApprox(1e-12, 1e-12)); diff != "" {
 		t.Errorf("share of X mismatch (-want +got):\n%s", diff)
 	}
 	if got := rows["waterfall"].OscillationPP; got != 0 {
-		t.Errorf("oscillation of a monotone convergence = %v, want 0", got)
+		t.Errorf("oscillation of a spill and a monotone return = %v, want 0", got)
 	}
 }
 
 // TestBenchOscillation: demand alternating 150, 50, 150, 50 without damping
-// moves X's share 2/3, 1, 2/3, 1 (and Y's the other way): two reversals of
-// 1/3 on each region, 4/3 in all, halved: 66.7 percentage points.
+// moves X's share 19/30, 1, 19/30, 1 (X is planned at 95 of its 100; Y's
+// share moves the other way): two reversals of 11/30 on each region, 44/30
+// in all, halved: 73.3 percentage points.
 func TestBenchOscillation(t *testing.T) {
 	s := mustParse(t, nearFar+`
 sites: [{name: a, demand_rps: 150, rtt_ms: {X: 1, Y: 50}}]
@@ -274,7 +301,7 @@ timeline:
     - {site: a, kind: step, at_s: 3, rps: 50}
 `)
 	_, rows := benchRows(t, s, BenchOptions{})
-	if got, want := rows["waterfall"].OscillationPP, 200.0/3; math.Abs(got-want) > 1e-9 {
+	if got, want := rows["waterfall"].OscillationPP, 220.0/3; math.Abs(got-want) > 1e-9 {
 		t.Errorf("waterfall oscillation = %v, want %v", got, want)
 	}
 	if got := rows["hash5/global"].OscillationPP; got != 0 {
@@ -305,9 +332,9 @@ timeline:
 	}
 }
 
-// TestBenchColdStart: X (2 instances, 200 rps) gets 2 more at t = 1 that
-// serve from t = 3; the gfes see them from t = 5 and only then move the
-// 100 rps they spilled to Y back to X.
+// TestBenchColdStart: X (2 instances, 200 rps, planned at 190) gets 2 more
+// at t = 1 that serve from t = 3; the gfes see them from t = 5 and only
+// then move the 110 rps they spilled to Y back to X.
 func TestBenchColdStart(t *testing.T) {
 	s := mustParse(t, `
 regions:
@@ -323,10 +350,10 @@ timeline:
 	if diff := cmp.Diff([]float64{200, 200, 200, 400, 400, 400, 400}, series(t, res, "waterfall", "X", capacity)); diff != "" {
 		t.Errorf("capacity of X mismatch (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]float64{200, 200, 200, 200, 200, 300, 300}, series(t, res, "waterfall", "X", load), cmpopts.EquateApprox(1e-12, 1e-9)); diff != "" {
+	if diff := cmp.Diff([]float64{190, 190, 190, 190, 190, 300, 300}, series(t, res, "waterfall", "X", load), cmpopts.EquateApprox(1e-12, 1e-9)); diff != "" {
 		t.Errorf("load on X mismatch (-want +got):\n%s", diff)
 	}
-	if got, want := rows["waterfall"].CrossRegion, 500.0/2100; math.Abs(got-want) > 1e-12 {
+	if got, want := rows["waterfall"].CrossRegion, 550.0/2100; math.Abs(got-want) > 1e-12 {
 		t.Errorf("cross-region share = %v, want %v", got, want)
 	}
 	if res.Instances != 12+2 {
@@ -582,7 +609,7 @@ func TestBenchJSON(t *testing.T) {
 	if err := json.Unmarshal(data, &top); err != nil {
 		t.Fatal(err)
 	}
-	wantTop := []string{"damping", "gossip_delay_s", "instances", "lp", "policies", "regions", "requests", "seed", "sites", "step_s", "steps"}
+	wantTop := []string{"damping", "feedback", "gossip_delay_s", "instances", "load_reports", "lp", "policies", "regions", "requests", "seed", "sites", "step_s", "steps"}
 	if diff := cmp.Diff(wantTop, sortedKeys(top)); diff != "" {
 		t.Errorf("top-level keys mismatch (-want +got):\n%s", diff)
 	}

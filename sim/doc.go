@@ -46,8 +46,13 @@
 // from a snapshot of the world as gossip shows it, and the site's demand
 // is split over instances as that table picks (the plan row's Picker,
 // round robin over the pool, or the table's Maglev for every synthetic
-// client connection). The queueing of the backends, the LP optimum and the
-// metrics are the simulator's own. See Bench for the model.
+// client connection). Each gfe closes the loop as the gfe does: what its
+// requests ended in on each instance (served and how fast, refused by a
+// full queue, failed at an instance that is down, load reports) goes into
+// the builder's backend counters, and the builder's capacity factors are
+// gossiped to the other gfes (timeline feedback and model load_reports turn
+// this off). The queueing of the backends, the LP optimum and the metrics
+// are the simulator's own. See Bench for the model.
 //
 // Package sim does no I/O beyond LoadScenario reading the named file and
 // Result.WriteTable writing to the given writer.

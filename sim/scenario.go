@@ -185,6 +185,8 @@ func LoadScenario(path string) (*Scenario, error) {
 //	    rtt_ms: {us-east: 5, eu-west: 80}
 //	timeline:                  # optional; see Timeline and `lbsim bench`
 //	  duration_s: 60
+//	  feedback: true           # the gfes' closed loop (default true)
+//	  model: {load_reports: true}  # instances send load reports (default true)
 //	  demand:
 //	    - {site: nyc, kind: step, at_s: 20, rps: 2500}
 //	  events:
@@ -243,6 +245,7 @@ var typeNames = strings.NewReplacer(
 	"sim.fileEvent", "an event (a mapping)",
 	"map[string]float64", "a mapping of region to milliseconds",
 	"float64", "a number",
+	"bool", "true or false",
 	"string", "a string",
 )
 

@@ -31,6 +31,15 @@ type Timeline struct {
 	// towards the planner's newest output each step (waterfall.Damp).
 	// Default 0.5, the gfe's default. 1 disables damping.
 	Damping float64
+	// Feedback turns the gfes' closed loop on (DESIGN.md §3 rule 8; the
+	// service's feedback.enabled in their config). Default true. On, each
+	// gfe counts what its own requests ended in on every instance (served
+	// and how fast, refused by a full queue, failed at an instance that is
+	// down, and load reports when Model.LoadReports) and plans each group
+	// with the effective capacity lb/capacity derives from that, gossiped
+	// to the other gfes GossipDelayS later; off, every group is planned
+	// at its declared capacity.
+	Feedback bool
 	// Seed seeds everything random in the run: the synthetic client
 	// addresses and ports hashed by the hash policies, and demand noise.
 	// Default 1. The same scenario and seed give the same result.
@@ -67,6 +76,16 @@ type Model struct {
 	// [0, 4]: client k (from 1) sends in proportion to k^−ClientSkew.
 	// Default 0: every client sends the same.
 	ClientSkew float64
+	// LoadReports says whether the instances send load reports (ORCA
+	// endpoint-load-metrics) with their answers. Default true. An
+	// instance reports its utilization as the test backend does with a
+	// rate limit alone, averaged over the step: λ/μ while nothing waits,
+	// max(λ/μ, 1) plus the seconds of work waiting while requests do; so
+	// at rate_per_instance without a queue it reports
+	// UtilizationAtCapacity. It also reports the rate it receives from
+	// every site (ORCA rps_fractional). Only gfes with Timeline.Feedback
+	// read them.
+	LoadReports bool
 }
 
 // DemandKind says how a DemandChange changes a site's demand.
@@ -186,7 +205,8 @@ func DefaultTimeline() Timeline {
 		DurationS:    1,
 		StepS:        1,
 		GossipDelayS: 2,
-		Damping:      0.5, // the gfe's default (gfe.damping)
+		Damping:      0.5,  // the gfe's default (gfe.damping)
+		Feedback:     true, // the gfe's default (feedback.enabled)
 		Seed:         1,
 		Model: Model{
 			UtilizationAtCapacity: 0.8,  // 25% headroom above the configured rate
@@ -194,6 +214,7 @@ func DefaultTimeline() Timeline {
 			ClientsPerSite:        1000,
 			ConnectionsPerClient:  4,
 			ClientSkew:            0,
+			LoadReports:           true,
 		},
 	}
 }
@@ -223,6 +244,7 @@ type fileTimeline struct {
 	StepS        *float64     `yaml:"step_s"`
 	GossipDelayS *float64     `yaml:"gossip_delay_s"`
 	Damping      *float64     `yaml:"damping"`
+	Feedback     *bool        `yaml:"feedback"`
 	Seed         *float64     `yaml:"seed"`
 	Model        *fileModel   `yaml:"model"`
 	Demand       []fileDemand `yaml:"demand"`
@@ -235,6 +257,7 @@ type fileModel struct {
 	ClientsPerSite        *float64 `yaml:"clients_per_site"`
 	ConnectionsPerClient  *float64 `yaml:"connections_per_client"`
 	ClientSkew            *float64 `yaml:"client_skew"`
+	LoadReports           *bool    `yaml:"load_reports"`
 }
 
 type fileDemand struct {
@@ -279,6 +302,9 @@ func (f *fileTimeline) timeline(issues map[string]string) *Timeline {
 	set(&tl.StepS, f.StepS)
 	set(&tl.GossipDelayS, f.GossipDelayS)
 	set(&tl.Damping, f.Damping)
+	if f.Feedback != nil {
+		tl.Feedback = *f.Feedback
+	}
 	if f.Seed != nil {
 		if v := *f.Seed; v != math.Trunc(v) || v < 0 || v > maxCount {
 			issues["timeline.seed"] = fmt.Sprintf("must be a whole number in [0, %d], got %v", int64(maxCount), v)
@@ -299,6 +325,9 @@ func (f *fileTimeline) timeline(issues map[string]string) *Timeline {
 		set(&tl.Model.UtilizationAtCapacity, m.UtilizationAtCapacity)
 		set(&tl.Model.MaxQueueMs, m.MaxQueueMs)
 		set(&tl.Model.ClientSkew, m.ClientSkew)
+		if m.LoadReports != nil {
+			tl.Model.LoadReports = *m.LoadReports
+		}
 		whole("timeline.model.clients_per_site", m.ClientsPerSite, 1, maxClientsPerSite, &tl.Model.ClientsPerSite)
 		whole("timeline.model.connections_per_client", m.ConnectionsPerClient, 1, maxConnections, &tl.Model.ConnectionsPerClient)
 	}

@@ -52,6 +52,7 @@ timeline:
   step_s: 0.5
   gossip_delay_s: 0
   damping: 1
+  feedback: false
   seed: 7
   model:
     utilization_at_capacity: 0.7
@@ -59,6 +60,7 @@ timeline:
     clients_per_site: 10
     connections_per_client: 2
     client_skew: 1.2
+    load_reports: false
   demand:
     - {site: nyc, kind: step, at_s: 0, rps: 100}
     - {site: nyc, kind: ramp, at_s: 5, for_s: 5, rps: 200}
@@ -71,8 +73,8 @@ timeline:
     - {at_s: 3, group: us-east-b, capacity_scaler: 0.5}
 `,
 			want: &Timeline{
-				DurationS: 60, StepS: 0.5, GossipDelayS: 0, Damping: 1, Seed: 7,
-				Model: Model{UtilizationAtCapacity: 0.7, MaxQueueMs: 250, ClientsPerSite: 10, ConnectionsPerClient: 2, ClientSkew: 1.2},
+				DurationS: 60, StepS: 0.5, GossipDelayS: 0, Damping: 1, Feedback: false, Seed: 7,
+				Model: Model{UtilizationAtCapacity: 0.7, MaxQueueMs: 250, ClientsPerSite: 10, ConnectionsPerClient: 2, ClientSkew: 1.2, LoadReports: false},
 				Demand: []DemandChange{
 					{Site: "nyc", Kind: DemandStep, AtS: 0, RPS: 100},
 					{Site: "nyc", Kind: DemandRamp, AtS: 5, ForS: 5, RPS: 200},
@@ -150,6 +152,8 @@ func TestParseTimelineBadFiles(t *testing.T) {
 		{"wrong-type.bad.yaml", []string{
 			"line 13: cannot unmarshal !!map into a list of demand changes",
 			"line 15: cannot unmarshal !!str `soon` into a number",
+			"line 16: cannot unmarshal !!str `often` into true or false",
+			"line 17: cannot unmarshal !!int `2` into true or false",
 		}},
 	}
 	covered := map[string]bool{}
