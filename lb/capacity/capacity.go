@@ -178,8 +178,11 @@ type Estimator struct {
 	pending Sample
 	// outstanding is Sample.Outstanding of the last judged sample.
 	outstanding int64
-	// judged is what the last judged sample showed.
+	// judged is what the last judged sample showed; queued whether its
+	// latency was above the baseline (queueing counts only when two
+	// samples in a row show it).
 	judged Judgement
+	queued bool
 	// baseline holds the lowest mean latency per bucket of
 	// BaselineWindow/baselineBuckets.
 	baseline [baselineBuckets]bucket
@@ -340,13 +343,15 @@ func (e *Estimator) judge(now time.Time, p *Sample) (Signal, float64) {
 	if stalled {
 		propose(SignalInFlight, 0)
 	}
-	if hasBase && mean > 0 && mean-base > max(e.cfg.QueueDelay, base/4) {
+	queued := hasBase && mean > 0 && mean-base > max(e.cfg.QueueDelay, base/4)
+	if queued && e.queued {
 		// Requests wait about mean−base: sending the group that fraction
 		// of a second less per second drains the queue in about a second
 		// (Little's law), and Decrease at least.
 		wait := (mean - base).Seconds()
 		propose(SignalQueueing, min(keep, max(1-wait, 0.5)))
 	}
+	e.queued = queued
 	return sig, best
 }
 

@@ -104,11 +104,21 @@ func TestQueueing(t *testing.T) {
 			t.Fatalf("baseline: %v %v", f, sig)
 		}
 	}
-	if f, sig := step(ok(50, 60*time.Millisecond, 90)); f != 1 || sig != SignalNone {
-		t.Errorf("20 ms above the baseline: %v %v, want 1 none", f, sig)
+	for range 2 {
+		if f, sig := step(ok(50, 60*time.Millisecond, 90)); f != 1 || sig != SignalNone {
+			t.Errorf("20 ms above the baseline: %v %v, want 1 none", f, sig)
+		}
 	}
+	// One sample 30 ms above is a pause; the second in a row a queue.
+	if f, sig := step(ok(50, 70*time.Millisecond, 90)); f != 1 || sig != SignalNone {
+		t.Errorf("30 ms above the baseline once: %v %v, want 1 none", f, sig)
+	}
+	if f, sig := step(ok(50, 40*time.Millisecond, 90)); f != 1 || sig != SignalNone {
+		t.Errorf("back at the baseline: %v %v, want 1 none", f, sig)
+	}
+	step(ok(50, 70*time.Millisecond, 90))
 	if f, sig := step(ok(50, 70*time.Millisecond, 90)); sig != SignalQueueing || math.Abs(f-0.81) > 1e-9 {
-		t.Errorf("30 ms above the baseline: %v %v, want 0.81 queueing", f, sig)
+		t.Errorf("30 ms above the baseline twice: %v %v, want 0.81 queueing", f, sig)
 	}
 	// The baseline is forgotten after BaselineWindow (60 s, in 5 s
 	// buckets): a backend that got slower for good stops counting as
@@ -141,7 +151,8 @@ func TestQueueingDepth(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := New(testConfig())
 			e.Update(t0, ok(50, tt.base, 90))
-			f, sig := e.Update(t0.Add(250*time.Millisecond), ok(50, tt.now, 90))
+			e.Update(t0.Add(250*time.Millisecond), ok(50, tt.now, 90))
+			f, sig := e.Update(t0.Add(500*time.Millisecond), ok(50, tt.now, 90))
 			if sig != tt.wantSig || math.Abs(f-tt.want) > 1e-9 {
 				t.Errorf("Update = %v %v, want %v %v", f, sig, tt.want, tt.wantSig)
 			}
@@ -304,9 +315,10 @@ func TestStopsAnswering(t *testing.T) {
 func TestStrongestSignalWins(t *testing.T) {
 	e := New(testConfig())
 	e.Update(t0, ok(50, 40*time.Millisecond, 90))
+	e.Update(t0.Add(250*time.Millisecond), ok(50, 340*time.Millisecond, 90)) // queueing once: not yet
 	s := ok(50, 340*time.Millisecond, 90)
 	s.Reports, s.Utilization = 10, 10.5
-	if f, sig := e.Update(t0.Add(250*time.Millisecond), s); sig != SignalQueueing || math.Abs(f-0.9*0.7) > 1e-9 {
+	if f, sig := e.Update(t0.Add(500*time.Millisecond), s); sig != SignalQueueing || math.Abs(f-0.9*0.7) > 1e-9 {
 		t.Errorf("Update = %v %v, want %v queueing", f, sig, 0.9*0.7)
 	}
 }
