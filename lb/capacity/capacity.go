@@ -52,6 +52,11 @@ type Config struct {
 	// BaselineWindow is how long the lowest mean latency of a sample
 	// stays the group's baseline. Default 60s.
 	BaselineWindow time.Duration
+	// QueuePersist is how long latency must stay above the baseline, over
+	// consecutive samples, to count as queueing. Default 400ms: a pause of
+	// the gfe or its machine delays the answers of one short sample; a
+	// queue persists.
+	QueuePersist time.Duration
 	// Decrease is the fraction of its load a shrinking group keeps, in
 	// (0, 1). Default 0.9: the group drains its queue at a tenth of its
 	// load.
@@ -85,6 +90,7 @@ func DefaultConfig() Config {
 		InFlightLimit:    1,
 		QueueDelay:       25 * time.Millisecond,
 		BaselineWindow:   time.Minute,
+		QueuePersist:     400 * time.Millisecond,
 		Decrease:         0.9,
 		Hold:             time.Second,
 		RecoverDelay:     2 * time.Second,
@@ -108,6 +114,7 @@ func (c Config) Validate() error {
 	check(c.InFlightLimit > 0 && c.InFlightLimit <= 1, "in_flight_limit", c.InFlightLimit)
 	check(c.QueueDelay > 0, "queue_delay", c.QueueDelay)
 	check(c.BaselineWindow > 0, "baseline_window", c.BaselineWindow)
+	check(c.QueuePersist >= 0, "queue_persist", c.QueuePersist)
 	check(c.Decrease > 0 && c.Decrease < 1, "decrease", c.Decrease)
 	check(c.Hold >= 0, "hold", c.Hold)
 	check(c.RecoverDelay >= 0, "recover_delay", c.RecoverDelay)
@@ -178,11 +185,11 @@ type Estimator struct {
 	pending Sample
 	// outstanding is Sample.Outstanding of the last judged sample.
 	outstanding int64
-	// judged is what the last judged sample showed; queued whether its
-	// latency was above the baseline (queueing counts only when two
-	// samples in a row show it).
-	judged Judgement
-	queued bool
+	// judged is what the last judged sample showed, judgedAt when;
+	// queuedFrom is the start of the run of samples whose latency is
+	// above the baseline (zero: the last one was not).
+	judged               Judgement
+	judgedAt, queuedFrom time.Time
 	// baseline holds the lowest mean latency per bucket of
 	// BaselineWindow/baselineBuckets.
 	baseline [baselineBuckets]bucket
@@ -344,14 +351,20 @@ func (e *Estimator) judge(now time.Time, p *Sample) (Signal, float64) {
 		propose(SignalInFlight, 0)
 	}
 	queued := hasBase && mean > 0 && mean-base > max(e.cfg.QueueDelay, base/4)
-	if queued && e.queued {
+	switch {
+	case !queued:
+		e.queuedFrom = time.Time{}
+	case e.queuedFrom.IsZero():
+		e.queuedFrom = e.judgedAt // the start of this sample
+	}
+	if queued && now.Sub(e.queuedFrom) >= e.cfg.QueuePersist {
 		// Requests wait about mean−base: sending the group that fraction
 		// of a second less per second drains the queue in about a second
 		// (Little's law), and Decrease at least.
 		wait := (mean - base).Seconds()
 		propose(SignalQueueing, min(keep, max(1-wait, 0.5)))
 	}
-	e.queued = queued
+	e.judgedAt = now
 	return sig, best
 }
 

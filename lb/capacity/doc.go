@@ -42,8 +42,9 @@
 //     BaselineWindow (the network round trip plus the service time: only
 //     queueing adds to it), by more than QueueDelay and more than a
 //     quarter of the baseline (a far region's round trip varies more in
-//     absolute terms), in two judged samples in a row (a pause of the gfe
-//     or its machine delays every answer once; a queue persists).
+//     absolute terms), over consecutive samples that span QueuePersist
+//     (a pause of the gfe or its machine delays the answers of one short
+//     sample; a queue persists).
 //
 // # Reaction
 //
