@@ -281,10 +281,10 @@ type Feedback struct {
 	RejectFraction float64 `mapstructure:"reject_fraction"`
 	// QueueDelay is how far a group's mean latency must rise above its
 	// baseline (the lowest in the last minute) to count as queueing.
-	// Default 25ms; must be > 0.
+	// Default 40ms; must be > 0.
 	QueueDelay time.Duration `mapstructure:"queue_delay"`
 	// Decrease is the fraction of its load an overloaded group keeps, in
-	// (0, 1). Default 0.9.
+	// (0, 1). Default 0.95 (less when the signal asks for more).
 	Decrease float64 `mapstructure:"decrease"`
 	// Hold is the least time between two shrinks of one group. Default 1s.
 	Hold time.Duration `mapstructure:"hold"`
@@ -308,8 +308,8 @@ func DefaultFeedback() Feedback {
 	return Feedback{
 		Enabled:        true,
 		RejectFraction: 0.01,
-		QueueDelay:     25 * time.Millisecond,
-		Decrease:       0.9,
+		QueueDelay:     40 * time.Millisecond,
+		Decrease:       0.95,
 		Hold:           time.Second,
 		RecoverDelay:   2 * time.Second,
 		RecoverRate:    0.1,

@@ -47,7 +47,7 @@ type Config struct {
 	// flight at which a Sample is overloaded. Default 1.
 	InFlightLimit float64
 	// QueueDelay is how far the mean latency must rise above the group's
-	// baseline to count as queueing. Default 25ms.
+	// baseline to count as queueing. Default 40ms.
 	QueueDelay time.Duration
 	// BaselineWindow is how long the lowest mean latency of a sample
 	// stays the group's baseline. Default 60s.
@@ -58,8 +58,9 @@ type Config struct {
 	// queue persists.
 	QueuePersist time.Duration
 	// Decrease is the fraction of its load a shrinking group keeps, in
-	// (0, 1). Default 0.9: the group drains its queue at a tenth of its
-	// load.
+	// (0, 1). Default 0.95: the group drains its queue at a twentieth of
+	// its load, or faster when the signal asks for more (deep queues,
+	// high load reports, many refusals).
 	Decrease float64
 	// Hold is how long after a shrink the factor does not shrink again.
 	// Default 1s.
@@ -88,10 +89,10 @@ func DefaultConfig() Config {
 		RejectFraction:   0.01,
 		UtilizationLimit: 1,
 		InFlightLimit:    1,
-		QueueDelay:       25 * time.Millisecond,
+		QueueDelay:       40 * time.Millisecond,
 		BaselineWindow:   time.Minute,
 		QueuePersist:     400 * time.Millisecond,
-		Decrease:         0.9,
+		Decrease:         0.95,
 		Hold:             time.Second,
 		RecoverDelay:     2 * time.Second,
 		RecoverRate:      0.1,

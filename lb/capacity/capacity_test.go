@@ -9,11 +9,12 @@ import (
 var t0 = time.Unix(1_000_000, 0)
 
 // testConfig is DefaultConfig with MaxShrink 1 (one shrink may take the
-// whole way: the tests below check how far each signal asks to go) and
-// RecoverRate 0.05; TestMaxShrink checks the default bound.
+// whole way: the tests below check how far each signal asks to go),
+// RecoverRate 0.05, Decrease 0.9 and QueueDelay 25ms, the figures the
+// tests below compute with; TestMaxShrink checks the default bound.
 func testConfig() Config {
 	c := DefaultConfig()
-	c.MaxShrink, c.RecoverRate = 1, 0.05
+	c.MaxShrink, c.RecoverRate, c.Decrease, c.QueueDelay = 1, 0.05, 0.9, 25*time.Millisecond
 	return c
 }
 
