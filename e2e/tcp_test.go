@@ -94,7 +94,9 @@ func tcpEditConfig(insts []tcpInstance) func(string) string {
 			return b.String()
 		})
 		var svc strings.Builder
-		svc.WriteString("  - name: db\n    policy: waterfall\n    balancing_mode: CONNECTION\n    backends:\n")
+		// Planned at the full declared capacity: the instances'
+		// max_concurrency holds us-east to it exactly.
+		svc.WriteString("  - name: db\n    policy: waterfall\n    balancing_mode: CONNECTION\n    target_utilization: 1\n    backends:\n")
 		for _, zone := range []string{"us-east-b", "us-east-c", "eu-west-b"} {
 			per := 0
 			for _, in := range insts {

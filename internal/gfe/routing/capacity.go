@@ -135,11 +135,17 @@ func (b *Builder) updateCapacity(in Input, sc *config.Service, sigs map[*backend
 				// What the instance says it receives from every gfe.
 				reported += g.Rate / float64(g.Rates)
 			}
-			n := bk.InFlight()
-			s.Outstanding += n
-			if l := bk.MaxConcurrency(); l > 0 {
-				s.InFlight += n
-				s.Limit += l
+			if !sc.BalancingMode.Concurrent() {
+				// A CONNECTION-mode service's capacity is what it holds
+				// open: being at the concurrency limits is being full,
+				// not overloaded, and long-lived connections pile up
+				// without answers by design.
+				n := bk.InFlight()
+				s.Outstanding += n
+				if l := bk.MaxConcurrency(); l > 0 {
+					s.InFlight += n
+					s.Limit += l
+				}
 			}
 		}
 		s.Capacity = be.Capacity(sc.BalancingMode, healthy, len(ref.Group.Instances)) * sc.TargetUtilization
