@@ -266,7 +266,7 @@ func (b *Builder) Factors() map[string]map[string]float64 {
 // requests this gfe may have in flight to it without queueing there,
 // Little's law over the instance's planned rate,
 //
-//	soft = max(minSoftLimit, ⌈rate per instance × (baseline + 2 × queue_delay)⌉)
+//	soft = max(minSoftLimit, ⌈rate per instance × (baseline + queue_delay)⌉)
 //
 // where the baseline is the group's unqueued answer time (lb/capacity).
 // A pick that finds every instance of its group at its soft limit takes
@@ -313,7 +313,7 @@ func (b *Builder) setSoftLimits(in Input, sc *config.Service) {
 				}
 				if healthy > 0 {
 					rate := g.Declared * g.Factor / float64(healthy)
-					window := base + 2*sc.Feedback.QueueDelay
+					window := base + sc.Feedback.QueueDelay
 					soft = max(minSoftLimit, int64(math.Ceil(rate*window.Seconds())))
 				}
 			}

@@ -80,8 +80,8 @@ func TestEffectiveCapacity(t *testing.T) {
 }
 
 // TestSoftLimitOverflow: once a group has a baseline (25 ms), each of its
-// instances gets a soft limit of ⌈rate per instance × (baseline + 2 ×
-// queue_delay)⌉ = ⌈100 × 0.105⌉ = 11; when both us-east instances hold 11
+// instances gets a soft limit of ⌈rate per instance × (baseline +
+// queue_delay)⌉ = ⌈100 × 0.065⌉ = 7; when both us-east instances hold 7
 // of this gfe's requests, the next pick overflows to eu-west, which the
 // plan row does not reach, as spill_capacity. A baseline policy has no
 // soft limits.
@@ -102,7 +102,7 @@ func TestSoftLimitOverflow(t *testing.T) {
 				p.Clock.Advance(250 * time.Millisecond)
 				p.Step()
 			}
-			want := int64(11)
+			want := int64(7)
 			if policy != "waterfall" {
 				want = 0
 			}
@@ -116,7 +116,7 @@ func TestSoftLimitOverflow(t *testing.T) {
 			}
 			svc := p.Table().Services["web"]
 			var held []routing.Pick
-			for range 22 {
+			for range 14 {
 				pk, err := svc.Pick(0, routing.Flow{})
 				if err != nil || pk.Region != "us-east" {
 					t.Fatalf("pick %d: %v %v, want us-east", len(held), pk.Region, err)
@@ -125,7 +125,7 @@ func TestSoftLimitOverflow(t *testing.T) {
 			}
 			pk, err := svc.Pick(0, routing.Flow{})
 			if err != nil || pk.Region != "eu-west" || pk.Reason != routing.ReasonSpillCapacity {
-				t.Errorf("23rd pick: %v %v %v, want eu-west spill_capacity", pk.Region, pk.Reason, err)
+				t.Errorf("15th pick: %v %v %v, want eu-west spill_capacity", pk.Region, pk.Reason, err)
 			}
 			pk.Done()
 			for _, h := range held {
