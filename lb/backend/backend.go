@@ -100,6 +100,26 @@ func (b *Backend) TryAcquire() bool {
 	}
 }
 
+// TryAcquireHard is TryAcquire under the configured limit only, ignoring
+// the soft limit: for a request that every backend's soft limit turned
+// away, which must still go somewhere.
+func (b *Backend) TryAcquireHard() bool {
+	l := b.limit.Load()
+	if l <= 0 {
+		b.inflight.Add(1)
+		return true
+	}
+	for {
+		n := b.inflight.Load()
+		if n >= l {
+			return false
+		}
+		if b.inflight.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
 // Release returns a slot taken by TryAcquire or Policy.Acquire.
 func (b *Backend) Release() { b.inflight.Add(-1) }
 

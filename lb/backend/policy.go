@@ -52,7 +52,22 @@ func (p Policy) String() string {
 // must Release the backend when the request ends. Acquire is safe for
 // concurrent use, never blocks and does not allocate.
 func (p Policy) Acquire(bs []*Backend, rr *RoundRobin, rnd uint64) (int, bool) {
-	tryAcquire := func(i int) bool { return bs[i].TryAcquire() }
+	return p.acquire(bs, rr, rnd, false)
+}
+
+// AcquireHard is Acquire under the backends' configured limits only,
+// ignoring their soft limits (Backend.TryAcquireHard).
+func (p Policy) AcquireHard(bs []*Backend, rr *RoundRobin, rnd uint64) (int, bool) {
+	return p.acquire(bs, rr, rnd, true)
+}
+
+func (p Policy) acquire(bs []*Backend, rr *RoundRobin, rnd uint64, hard bool) (int, bool) {
+	tryAcquire := func(i int) bool {
+		if hard {
+			return bs[i].TryAcquireHard()
+		}
+		return bs[i].TryAcquire()
+	}
 	n := len(bs)
 	switch {
 	case n == 0:
@@ -72,10 +87,10 @@ func (p Policy) Acquire(bs []*Backend, rr *RoundRobin, rnd uint64) (int, bool) {
 	if jLess {
 		win, lose = j, i
 	}
-	if bs[win].TryAcquire() {
+	if tryAcquire(win) {
 		return win, true
 	}
-	if bs[lose].TryAcquire() {
+	if tryAcquire(lose) {
 		return lose, true
 	}
 	return scan(n, i, tryAcquire)

@@ -162,10 +162,14 @@ func scale64(f float64) uint64 {
 // probability equal to its plan share, then a backend inside it by the
 // Picker's policy (backend.Policy.Acquire), skipping backends at their
 // concurrency limit; when the whole group is full it tries the row's other
-// groups in plan order (nearest first). The returned Choice holds one slot
-// of its Backend: call Done when the request ends. Pick returns ErrAllBusy
-// when every backend is full and ErrNoCapacity when the Picker has no
-// backend at all. Pick does not allocate.
+// groups in plan order (nearest first). When soft limits
+// (backend.Backend.SetSoftLimit) turn it away from every group, it tries
+// again the same way under the configured limits only: soft limits move
+// requests to another group, they never refuse one. The returned Choice
+// holds one slot of its Backend: call Done when the request ends. Pick
+// returns ErrAllBusy when every backend is at its configured limit and
+// ErrNoCapacity when the Picker has no backend at all. Pick does not
+// allocate.
 func (p *Picker) Pick(rnd uint64) (Choice, error) {
 	n := len(p.groups)
 	if n == 0 {
@@ -184,24 +188,34 @@ func (p *Picker) Pick(rnd uint64) (Choice, error) {
 	}
 	// Inside the group, use bits independent of those that chose it.
 	inner := mix64(rnd)
-	if c, ok := p.pickIn(lo, inner); ok {
-		return c, nil
-	}
-	for i := range n {
-		if i == lo {
-			continue
-		}
-		if c, ok := p.pickIn(i, inner); ok {
+	// First under every limit; when the backends' soft limits (preferences
+	// set from measurements) turn the request away everywhere, again under
+	// their configured limits only, from the group it chose.
+	for _, hard := range [2]bool{false, true} {
+		if c, ok := p.pickIn(lo, inner, hard); ok {
 			return c, nil
+		}
+		for i := range n {
+			if i == lo {
+				continue
+			}
+			if c, ok := p.pickIn(i, inner, hard); ok {
+				return c, nil
+			}
 		}
 	}
 	return Choice{}, ErrAllBusy
 }
 
-// pickIn tries to take a backend of group gi by the Picker's policy.
-func (p *Picker) pickIn(gi int, rnd uint64) (Choice, bool) {
+// pickIn tries to take a backend of group gi by the Picker's policy, under
+// the configured limits only when hard.
+func (p *Picker) pickIn(gi int, rnd uint64, hard bool) (Choice, bool) {
 	g := &p.groups[gi]
-	i, ok := p.policy.Acquire(g.backends, &g.cursor, rnd)
+	acquire := p.policy.Acquire
+	if hard {
+		acquire = p.policy.AcquireHard
+	}
+	i, ok := acquire(g.backends, &g.cursor, rnd)
 	if !ok {
 		return Choice{}, false
 	}

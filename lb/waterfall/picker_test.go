@@ -400,3 +400,32 @@ func TestPickOverflowGroup(t *testing.T) {
 		t.Errorf("Groups shares %v %v, want 1 0", gs[0].Share, gs[1].Share)
 	}
 }
+
+// TestPickSoftLimitsNeverRefuse: when every backend of every group is at
+// its soft limit, Pick still picks, under the configured limits, from the
+// group the draw chose; ErrAllBusy comes only at the configured limits.
+func TestPickSoftLimitsNeverRefuse(t *testing.T) {
+	backends := map[string][]*backend.Backend{"g1": backendsOf("g1", 1, 2), "g2": backendsOf("g2", 1, 2)}
+	for _, bs := range backends {
+		bs[0].SetSoftLimit(1)
+	}
+	p := NewPicker(row3(0.5, 0.5, 0)[:2], backends, backend.PolicyRoundRobin)
+	var held []Choice
+	for _, want := range []string{"g1", "g2", "g1", "g2"} { // soft, soft, then hard
+		rnd := uint64(0)
+		if want == "g2" {
+			rnd = math.MaxUint64
+		}
+		c, err := p.Pick(rnd)
+		if err != nil || c.Group != want {
+			t.Fatalf("pick %d: %q %v, want %s", len(held), c.Group, err, want)
+		}
+		held = append(held, c)
+	}
+	if _, err := p.Pick(0); !errors.Is(err, ErrAllBusy) {
+		t.Errorf("at every configured limit: %v, want ErrAllBusy", err)
+	}
+	for _, c := range held {
+		c.Done()
+	}
+}
