@@ -167,14 +167,17 @@ func (b *Builder) buildService(in Input, sc *config.Service, sigs map[*backend.B
 	}
 
 	own := b.updateCapacity(in, sc, sigs, dt)
-	defer b.setSoftLimits(in, sc)
 	factor := mergeFactors(sc.Name, own, in.Peers, in.Self.Node)
 	svc.world = BuildWorld(in.Snapshot, sc, in.Peers, in.Self, factor)
 	if overloaded(svc.world) {
 		// Shrinking cannot make room when every region is full: plan the
-		// uniform overload of rule 6 on the configured capacities.
+		// uniform overload of rule 6 on the configured capacities, and
+		// let no soft limit move requests away from it.
 		factor = nil
 		svc.world = BuildWorld(in.Snapshot, sc, in.Peers, in.Self, nil)
+		defer b.clearSoftLimits(in, sc)
+	} else {
+		defer b.setSoftLimits(in, sc)
 	}
 	svc.capacity = b.capacities(sc, svc.world, own, factor)
 	plan, err := b.plan(sc, svc.world)

@@ -84,7 +84,7 @@ func TestEffectiveCapacity(t *testing.T) {
 // queue_delay)⌉ = ⌈100 × 0.065⌉ = 7; when both us-east instances hold 7
 // of this gfe's requests, the next pick overflows to eu-west, which the
 // plan row does not reach, as spill_capacity. A baseline policy has no
-// soft limits.
+// soft limits, nor has any instance in global overload.
 func TestSoftLimitOverflow(t *testing.T) {
 	east := []string{"127.0.0.1:1", "127.0.0.1:2"}
 	west := []string{"127.0.0.1:3", "127.0.0.1:4", "127.0.0.1:5"}
@@ -130,6 +130,16 @@ func TestSoftLimitOverflow(t *testing.T) {
 			pk.Done()
 			for _, h := range held {
 				h.Done()
+			}
+			// Global overload (600 req/s against 475 planned): no soft
+			// limits, so that rule 6's even overload holds.
+			p.SetPeer(routing.Peer{Node: "gfe-nyc-2", Site: "nyc", Demand: map[string]float64{"web": 600}, RTT: map[string]float64{"us-east": 5, "eu-west": 80}})
+			p.Clock.Advance(250 * time.Millisecond)
+			p.Step()
+			for _, a := range append(east, west...) {
+				if got := p.Builder.Backend(a).SoftLimit(); got != 0 {
+					t.Errorf("global overload: soft limit of %s = %d, want none", a, got)
+				}
 			}
 		})
 	}
