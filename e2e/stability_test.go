@@ -125,7 +125,9 @@ func TestStaticStabilityAndMembership(t *testing.T) {
 				if err != nil {
 					return false, err
 				}
-				if len(st.Services) == 0 || len(st.Services[0].Groups) == 0 || st.Services[0].Groups[0].CapacityRPS != 240 {
+				// The declared capacity (the plan fills it to the
+				// service's target utilization).
+				if len(st.Services) == 0 || len(st.Services[0].Groups) == 0 || st.Services[0].Groups[0].DeclaredRPS != 240 {
 					return false, nil
 				}
 			}
