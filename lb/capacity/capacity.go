@@ -148,8 +148,10 @@ type Sample struct {
 	InFlight, Limit int64
 	// Outstanding is every request this gfe had in flight to the group
 	// when the sample was taken: with no answers, a growing number tells a
-	// group that stopped answering.
+	// group that stopped answering. Instances is the number of healthy
+	// instances in the group.
 	Outstanding int64
+	Instances   int
 	// Load is the larger of the group's load in the last plan and this
 	// gfe's own rate to it, in the plan's demand unit; Capacity is the
 	// capacity the plan gives the group at factor 1 (the declared capacity
@@ -166,7 +168,7 @@ func (s *Sample) Add(o Sample) {
 	s.Latency += o.Latency
 	s.Reports += o.Reports
 	s.Utilization += o.Utilization
-	s.InFlight, s.Limit, s.Outstanding, s.Load, s.Capacity = o.InFlight, o.Limit, o.Outstanding, o.Load, o.Capacity
+	s.InFlight, s.Limit, s.Outstanding, s.Instances, s.Load, s.Capacity = o.InFlight, o.Limit, o.Outstanding, o.Instances, o.Load, o.Capacity
 }
 
 // requests returns how many requests the sample holds.
@@ -239,7 +241,7 @@ func (e *Estimator) Update(now time.Time, s Sample) (float64, Signal) {
 	e.pending.Add(s)
 	p := e.pending
 	sig, keep := SignalNone, 1.0
-	if p.requests() >= e.cfg.MinRequests || (p.Limit > 0 && p.InFlight >= p.Limit) || p.Outstanding-e.outstanding >= e.cfg.MinRequests {
+	if p.requests() >= e.cfg.MinRequests || (p.Limit > 0 && p.InFlight >= p.Limit) || p.Outstanding-e.outstanding >= e.stallGrowth(&p) {
 		e.pending = Sample{}
 		sig, keep = e.judge(now, &p)
 	}
@@ -370,7 +372,7 @@ func (e *Estimator) judge(now time.Time, p *Sample) (Signal, float64) {
 }
 
 // stalled reports whether p's group stopped answering: this gfe's
-// requests to it in flight grew by MinRequests or more since the last
+// requests to it in flight grew by stallGrowth or more since the last
 // judged sample and not one of them got an answer or failed. (Streams that
 // stay open do not grow; new ones are answered when they open. A group
 // that answers some of its requests is left to the other signals, health
@@ -378,7 +380,15 @@ func (e *Estimator) judge(now time.Time, p *Sample) (Signal, float64) {
 func (e *Estimator) stalled(p *Sample) bool {
 	grew := p.Outstanding - e.outstanding
 	e.outstanding = p.Outstanding
-	return grew >= e.cfg.MinRequests && p.requests() == 0
+	return grew >= e.stallGrowth(p) && p.requests() == 0
+}
+
+// stallGrowth is how much a sample's outstanding requests must grow,
+// without an answer, to tell a group that stopped answering: MinRequests,
+// or two per instance if that is less (a gfe's soft limits may hold its
+// requests to a stuck group to a few per instance).
+func (e *Estimator) stallGrowth(p *Sample) int64 {
+	return min(e.cfg.MinRequests, 2*int64(max(p.Instances, 1)))
 }
 
 // observe records a sample's mean latency at now in the baseline.

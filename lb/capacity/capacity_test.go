@@ -284,7 +284,11 @@ func TestStopsAnswering(t *testing.T) {
 		wantSig Signal
 	}{
 		{"25 out, none answered", Sample{Outstanding: 25, Load: 100, Capacity: 100}, 0.1, SignalInFlight},
-		{"9 out, none answered: too few to tell", Sample{Outstanding: 9, Load: 100, Capacity: 100}, 1, SignalNone},
+		{"9 out of 8 instances, none answered: too few to tell", Sample{Outstanding: 9, Instances: 8, Load: 100, Capacity: 100}, 1, SignalNone},
+		// Soft limits may hold a gfe to a few requests per instance: two
+		// per instance without an answer are enough.
+		{"8 out of 4 instances, none answered", Sample{Outstanding: 8, Instances: 4, Load: 100, Capacity: 100}, 0.1, SignalInFlight},
+		{"7 out of 4 instances, none answered", Sample{Outstanding: 7, Instances: 4, Load: 100, Capacity: 100}, 1, SignalNone},
 		// 400/s answered in 40 ms: about 16 in flight is normal (Little).
 		{"16 out at 400/s, 40 ms", Sample{Answered: 100, Latency: 100 * 40 * time.Millisecond, Outstanding: 16, Load: 400, Capacity: 500}, 1, SignalNone},
 	}

@@ -34,9 +34,9 @@
 //     UtilizationLimit;
 //   - SignalInFlight: the gfe's requests in flight reached
 //     InFlightLimit of the group's concurrency limits, or the group
-//     stopped answering: they grew by MinRequests or more since the last
-//     sample and none of them got an answer (the group then keeps only
-//     MinFactor);
+//     stopped answering: they grew by MinRequests (or two per instance, if
+//     less) since the last sample and none of them got an answer (the
+//     group then keeps only MinFactor);
 //   - SignalQueueing: the mean latency of answered requests rose above the
 //     group's baseline, the lowest mean latency of any sample in the last
 //     BaselineWindow (the network round trip plus the service time: only

@@ -148,6 +148,7 @@ func (b *Builder) updateCapacity(in Input, sc *config.Service, sigs map[*backend
 				}
 			}
 		}
+		s.Instances = healthy
 		s.Capacity = be.Capacity(sc.BalancingMode, healthy, len(ref.Group.Instances)) * sc.TargetUtilization
 		if prev != nil {
 			for _, gl := range prev.Groups {
@@ -280,9 +281,11 @@ func (b *Builder) Factors() map[string]map[string]float64 {
 // whose longer round trip leaves more requests in flight). A soft limit
 // never refuses a request (waterfall.Picker.Pick).
 
-// minSoftLimit is the lowest soft limit: an instance always takes a
-// couple of requests at once from each gfe.
-const minSoftLimit = 2
+// minSoftLimit is the lowest soft limit: an instance always takes a few
+// requests at once from each gfe, so that a busy gfe's own scheduling
+// delays (which hold requests in flight longer) do not overflow traffic
+// from an instance that is not queueing.
+const minSoftLimit = 4
 
 // setSoftLimits sets the soft limit of every instance of planned service
 // sc from its group's planned capacity and baseline (see above); none for
