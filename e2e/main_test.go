@@ -219,6 +219,19 @@ func healthyIn(region string, n int) func(map[string]*status.Status) error {
 	}
 }
 
+// fullCapacity is a phase condition: every gfe plans every group with
+// capacity factor 1 (no local signal holds one down).
+func fullCapacity(st map[string]*status.Status) error {
+	for site, s := range st {
+		for _, g := range s.Services[0].Groups {
+			if g.Factor != 1 || g.OwnFactor != 1 {
+				return fmt.Errorf("%s plans %s at factor %v (own %v, %s)", site, g.Name, g.Factor, g.OwnFactor, g.Signal)
+			}
+		}
+	}
+	return nil
+}
+
 // threeSites is the e2e topology: regions us-east, eu-west, asia-east of two
 // zones with four 40 req/s instances each (320 req/s per region), and sites
 // nyc, lon, tokyo each near one region.
