@@ -323,11 +323,13 @@ func TestFlashCrowdFigures(t *testing.T) {
 		panel, region string
 		want, tol     float64
 	}{
-		// waterfall fills us-east to capacity and spills nyc's 500 rps to eu-west
-		{util, "waterfall", "us-east", 100, 1},
-		{util, "waterfall", "eu-west", 100 * 1100 / 1200.0, 1},
-		{util, "waterfall", "asia-east", 100 * 700 / 1200.0, 1},
-		{shares, "waterfall", "us-east", 100 * 2000 / 3800.0, 0.5},
+		// waterfall fills us-east to its target utilization (0.95 of 2000
+		// rps) and eu-west too (0.95 of 1200), and spills the rest of nyc's
+		// surplus to asia-east: 1900 + 1140 + 760 = 3800 rps
+		{util, "waterfall", "us-east", 95, 1},
+		{util, "waterfall", "eu-west", 95, 1},
+		{util, "waterfall", "asia-east", 100 * 760 / 1200.0, 1},
+		{shares, "waterfall", "us-east", 100 * 1900 / 3800.0, 0.5},
 		// hashing within the nearest region keeps all of nyc in us-east
 		{util, "hash2/nearest_region", "us-east", 125, 0.5},
 		{util, "hash5/nearest_region", "us-east", 125, 0.5},

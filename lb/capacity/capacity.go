@@ -186,8 +186,16 @@ type Estimator struct {
 	lastSignal, lastShrink, last time.Time
 	// pending accumulates samples until one holds MinRequests.
 	pending Sample
-	// outstanding is Sample.Outstanding of the last judged sample.
+	// outstanding is Sample.Outstanding of the last judged sample;
+	// silentSince the start of the run of samples with requests out, load
+	// planned and no answer (zero: the last one had an answer).
 	outstanding int64
+	silentSince time.Time
+	// lastOut and curOut are Sample.Outstanding of the previous and the
+	// current Update, silentOut the value when the silence began: a
+	// silent group must have sent requests (more out than then), so that
+	// idle open streams are not silence.
+	lastOut, curOut, silentOut int64
 	// judged is what the last judged sample showed, judgedAt when;
 	// queuedFrom is the start of the run of samples whose latency is
 	// above the baseline (zero: the last one was not).
@@ -238,10 +246,20 @@ func (e *Estimator) Update(now time.Time, s Sample) (float64, Signal) {
 		dt = now.Sub(e.last).Seconds()
 	}
 	e.last = now
+	// Silence: requests out, load planned, and not one answer or failure.
+	if s.requests() == 0 && s.Outstanding > 0 && s.Load > 0 {
+		if e.silentSince.IsZero() {
+			e.silentSince = now.Add(-time.Duration(dt * float64(time.Second)))
+			e.silentOut = e.lastOut
+		}
+	} else {
+		e.silentSince = time.Time{}
+	}
+	e.lastOut, e.curOut = s.Outstanding, s.Outstanding
 	e.pending.Add(s)
 	p := e.pending
 	sig, keep := SignalNone, 1.0
-	if p.requests() >= e.cfg.MinRequests || (p.Limit > 0 && p.InFlight >= p.Limit) || p.Outstanding-e.outstanding >= e.stallGrowth(&p) {
+	if p.requests() >= e.cfg.MinRequests || (p.Limit > 0 && p.InFlight >= p.Limit) || p.Outstanding-e.outstanding >= e.stallGrowth(&p) || e.silent(now) {
 		e.pending = Sample{}
 		sig, keep = e.judge(now, &p)
 	}
@@ -314,7 +332,7 @@ func (e *Estimator) judge(now time.Time, p *Sample) (Signal, float64) {
 	if mean > 0 {
 		e.observe(now, mean)
 	}
-	stalled := e.stalled(p)
+	stalled := e.stalled(now, p)
 	// Every signal that applies proposes how much of its load the group
 	// keeps; the strongest wins, and names the shrink (ties go to the
 	// first in Signal order).
@@ -373,14 +391,27 @@ func (e *Estimator) judge(now time.Time, p *Sample) (Signal, float64) {
 
 // stalled reports whether p's group stopped answering: this gfe's
 // requests to it in flight grew by stallGrowth or more since the last
-// judged sample and not one of them got an answer or failed. (Streams that
+// judged sample and not one of them got an answer or failed, or it has been
+// silent (requests out, load planned, no answer) for stallSilence. (Streams that
 // stay open do not grow; new ones are answered when they open. A group
 // that answers some of its requests is left to the other signals, health
 // checks and outlier detection.)
-func (e *Estimator) stalled(p *Sample) bool {
+func (e *Estimator) stalled(now time.Time, p *Sample) bool {
 	grew := p.Outstanding - e.outstanding
 	e.outstanding = p.Outstanding
-	return grew >= e.stallGrowth(p) && p.requests() == 0
+	return grew >= e.stallGrowth(p) && p.requests() == 0 || e.silent(now)
+}
+
+// stallSilence is how long a group with requests out and load planned may
+// give no answer at all before it counts as stopped answering, however few
+// requests this gfe has out to it (soft limits hold them to a few).
+const stallSilence = time.Second
+
+// silent reports whether the group has had requests out, load planned and
+// no answer for stallSilence at now, and more requests out than when the
+// silence began (requests went out and none came back).
+func (e *Estimator) silent(now time.Time) bool {
+	return !e.silentSince.IsZero() && now.Sub(e.silentSince) >= stallSilence && e.curOut > e.silentOut
 }
 
 // stallGrowth is how much a sample's outstanding requests must grow,

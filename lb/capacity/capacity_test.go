@@ -327,3 +327,29 @@ func TestStrongestSignalWins(t *testing.T) {
 		t.Errorf("Update = %v %v, want %v queueing", f, sig, 0.9*0.7)
 	}
 }
+
+// TestSilence: a group whose requests out creep from 3 to 5 (too few to
+// grow by two per instance at once) and that answers nothing while load is
+// planned counts as stopped answering after a second; one with no load
+// planned never does, nor one whose requests out stay put (idle streams;
+// TestStopsAnswering).
+func TestSilence(t *testing.T) {
+	for _, load := range []float64{50, 0} {
+		e := New(DefaultConfig())
+		var f float64
+		var sig Signal
+		for i := range 6 {
+			out := int64(min(3+i/2, 5))
+			f, sig = e.Update(t0.Add(time.Duration(i)*250*time.Millisecond), Sample{Outstanding: out, Instances: 4, Load: load, Capacity: 100})
+			if i < 4 && sig != SignalNone {
+				t.Fatalf("load %v, update %d: %v %v before a second of silence", load, i, f, sig)
+			}
+		}
+		if load > 0 && (sig != SignalInFlight || f != 0.1) {
+			t.Errorf("load %v: after 1.25 s of silence %v %v, want 0.1 in_flight", load, f, sig)
+		}
+		if load == 0 && (sig != SignalNone || f != 1) {
+			t.Errorf("no load planned: %v %v, want 1 none", f, sig)
+		}
+	}
+}

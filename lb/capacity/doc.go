@@ -35,8 +35,10 @@
 //   - SignalInFlight: the gfe's requests in flight reached
 //     InFlightLimit of the group's concurrency limits, or the group
 //     stopped answering: they grew by MinRequests (or two per instance, if
-//     less) since the last sample and none of them got an answer (the
-//     group then keeps only MinFactor);
+//     less) since the last sample and none of them got an answer, or for a
+//     second the group had requests out and load planned, took more, and
+//     answered nothing (the group then keeps only MinFactor; open streams
+//     that sit idle take no more and are not silent);
 //   - SignalQueueing: the mean latency of answered requests rose above the
 //     group's baseline, the lowest mean latency of any sample in the last
 //     BaselineWindow (the network round trip plus the service time: only
