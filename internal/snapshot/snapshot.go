@@ -56,6 +56,17 @@ type InstanceHealth struct {
 // no verdict yet) reaches a gfe as not healthy.
 func (s *Snapshot) Healthy(addr string) bool { return s.Health[addr].Healthy }
 
+// HealthyCount returns how many of instances are Healthy.
+func (s *Snapshot) HealthyCount(instances []config.Instance) int {
+	n := 0
+	for _, in := range instances {
+		if s.Healthy(in.Address) {
+			n++
+		}
+	}
+	return n
+}
+
 // FromConfig returns a Snapshot of cfg under version in which every
 // instance is healthy but those at the addresses in unhealthy: what a gfe
 // serves from a config file of its own, with no control plane to check

@@ -175,11 +175,12 @@ func (b *Builder) buildService(in Input, sc *config.Service, sigs map[*backend.B
 		// let no soft limit move requests away from it.
 		factor = nil
 		svc.world = BuildWorld(in.Snapshot, sc, in.Peers, in.Self, nil)
-		defer b.clearSoftLimits(in, sc)
+		b.clearSoftLimits(in, sc)
+		svc.capacity = b.capacities(sc, svc.world, own, factor)
 	} else {
-		defer b.setSoftLimits(in, sc)
+		svc.capacity = b.capacities(sc, svc.world, own, factor)
+		b.setSoftLimits(in, sc, svc.capacity)
 	}
-	svc.capacity = b.capacities(sc, svc.world, own, factor)
 	plan, err := b.plan(sc, svc.world)
 	if err != nil {
 		report("plan/"+sc.Name, fmt.Errorf("service %s: planning failed; keeping the previous plan: %w", sc.Name, err))

@@ -30,8 +30,10 @@ import (
 // GroupCapacity is what /status and /metrics show about one group of a
 // service: its declared and effective capacity and what shrank it.
 type GroupCapacity struct {
-	// Group and Region name the group.
+	// Group and Region name the group; Healthy counts its healthy
+	// instances.
 	Group, Region string
+	Healthy       int
 	// Declared is the capacity of the group's healthy instances as
 	// configured (config.Backend.Capacity), in the service's demand unit.
 	Declared float64
@@ -115,11 +117,8 @@ func (b *Builder) updateCapacity(in Input, sc *config.Service, sigs map[*backend
 		}
 		var s capacity.Sample
 		var reported float64
-		healthy := 0
+		healthy := in.Snapshot.HealthyCount(ref.Group.Instances)
 		for _, inst := range ref.Group.Instances {
-			if in.Snapshot.Healthy(inst.Address) {
-				healthy++
-			}
 			bk := b.backends[inst.Address]
 			if bk == nil {
 				continue
@@ -184,7 +183,7 @@ func (b *Builder) capacities(sc *config.Service, w waterfall.World, own, factor 
 	var out []GroupCapacity
 	for _, r := range w.Regions {
 		for _, g := range r.Groups {
-			gc := GroupCapacity{Group: g.Name, Region: r.Name, Planned: g.Capacity, Factor: factorOf(factor, g.Name), Own: factorOf(own, g.Name)}
+			gc := GroupCapacity{Group: g.Name, Region: r.Name, Healthy: g.Healthy, Planned: g.Capacity, Factor: factorOf(factor, g.Name), Own: factorOf(own, g.Name)}
 			if be, ok := sc.Backend(g.Name); ok {
 				gc.Declared = be.Capacity(sc.BalancingMode, g.Healthy, g.Instances)
 			}
@@ -288,41 +287,25 @@ func (b *Builder) Factors() map[string]map[string]float64 {
 const minSoftLimit = 4
 
 // setSoftLimits sets the soft limit of every instance of planned service
-// sc from its group's planned capacity and baseline (see above); none for
-// CONNECTION-mode services or with feedback off.
-func (b *Builder) setSoftLimits(in Input, sc *config.Service) {
+// sc from caps, its groups' capacities in this build, and each group's
+// baseline (see above); none for CONNECTION-mode services or with feedback
+// off.
+func (b *Builder) setSoftLimits(in Input, sc *config.Service, caps []GroupCapacity) {
 	if !sc.Feedback.Enabled || sc.BalancingMode.Concurrent() {
 		b.clearSoftLimits(in, sc)
 		return
 	}
-	prev := b.prevSvc[sc.Name]
-	for _, be := range sc.Backends {
-		ref, ok := in.Snapshot.Config.Group(be.Group)
+	for _, g := range caps {
+		ref, ok := in.Snapshot.Config.Group(g.Group)
 		if !ok {
 			continue
 		}
 		var soft int64
-		e := b.estimators[groupKey{sc.Name, be.Group}]
-		base, hasBase := time.Duration(0), false
-		if e != nil {
-			base, hasBase = e.Baseline(in.Now)
-		}
-		if hasBase && prev != nil {
-			for _, g := range prev.capacity {
-				if g.Group != be.Group || g.Declared <= 0 {
-					continue
-				}
-				healthy := 0
-				for _, inst := range ref.Group.Instances {
-					if in.Snapshot.Healthy(inst.Address) {
-						healthy++
-					}
-				}
-				if healthy > 0 {
-					rate := g.Declared * g.Factor / float64(healthy)
-					window := base + sc.Feedback.QueueDelay
-					soft = max(minSoftLimit, int64(math.Ceil(rate*window.Seconds())))
-				}
+		if e := b.estimators[groupKey{sc.Name, g.Group}]; e != nil && g.Healthy > 0 {
+			if base, ok := e.Baseline(in.Now); ok {
+				rate := g.Declared * g.Factor / float64(g.Healthy)
+				window := base + sc.Feedback.QueueDelay
+				soft = max(minSoftLimit, int64(math.Ceil(rate*window.Seconds())))
 			}
 		}
 		for _, inst := range ref.Group.Instances {

@@ -50,12 +50,7 @@ func BuildWorld(s *snapshot.Snapshot, svc *config.Service, peers []Peer, me Peer
 			continue // validated away by config; kept safe
 		}
 		instances := len(ref.Group.Instances)
-		healthy := 0
-		for _, in := range ref.Group.Instances {
-			if s.Healthy(in.Address) {
-				healthy++
-			}
-		}
+		healthy := s.HealthyCount(ref.Group.Instances)
 		g := waterfall.Group{
 			Name:      ref.Group.Name,
 			Zone:      ref.Zone.Name,
