@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -247,19 +248,10 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal("Validate accepted decrease 1 and min_factor 0")
 	}
 	for _, want := range []string{"decrease", "min_factor"} {
-		if !contains(err.Error(), want) {
+		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
 	}
-}
-
-func contains(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return true
-		}
-	}
-	return false
 }
 
 func TestSignalString(t *testing.T) {

@@ -57,10 +57,15 @@ func rejected(resp *http.Response) bool {
 	if len(resp.Header[headerReject]) > 0 {
 		return true
 	}
-	if v := resp.Header["Grpc-Status"]; len(v) > 0 {
-		return v[0] == "14" || v[0] == "8"
-	}
-	return false
+	return grpcRefused(resp.Header)
+}
+
+// grpcRefused reports whether h (a trailers-only answer's header, or a
+// call's trailers) carries grpc-status UNAVAILABLE (14) or
+// RESOURCE_EXHAUSTED (8).
+func grpcRefused(h http.Header) bool {
+	v := h["Grpc-Status"]
+	return len(v) > 0 && (v[0] == "14" || v[0] == "8")
 }
 
 // grpcTrailerReport is the canonical form of the trailer that carries a
@@ -100,7 +105,7 @@ func (g *grpcSignals) observe() {
 	}
 	g.done = true
 	tr := g.resp.Trailer
-	if v := tr["Grpc-Status"]; len(v) > 0 && (v[0] == "14" || v[0] == "8") {
+	if grpcRefused(tr) {
 		g.b.Observe(backend.OutcomeRejected, g.latency)
 	} else {
 		g.b.Observe(backend.OutcomeOK, g.latency)
