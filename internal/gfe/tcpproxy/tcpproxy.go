@@ -183,7 +183,7 @@ func (x *Proxy) connect(ctx context.Context, svc *routing.Service, k routing.Flo
 			return routing.Pick{}, nil, err
 		}
 		addr := pk.Backend.Addr()
-		t0 := time.Now()
+		t0 := time.Now() // network time: the real clock, as the RTT prober's
 		up, err := x.dial(ctx, "tcp", addr)
 		if err == nil {
 			// The connect time is the answer's latency for the closed
