@@ -136,7 +136,12 @@ const (
 //
 //  1. The world is evaluated at t (the truth: every site's demand, every
 //     group's started and healthy instances and capacity_scaler) and at
-//     t − GossipDelayS (what gossip has told the gfes so far).
+//     t − GossipDelayS (what gossip has told the gfes so far). A site's
+//     demand as gfes plan with it is its gfe's estimate: the gfe's own
+//     filter (ewma.RateFilter, fast attack, slow decay with time constant
+//     Timeline.DemandSmoothingS) over the site's requests up to the end of
+//     the step, at once for the site's own gfe and GossipDelayS later for
+//     the others.
 //  2. One gfe per site runs the gfe's own routing table build
 //     (internal/gfe/routing.Builder, with Timeline.Damping and the
 //     snapshot, peers and demand below) and splits its site's demand over
@@ -259,16 +264,17 @@ func (s *Scenario) Bench(opts BenchOptions) (*BenchResult, error) {
 	}
 
 	res := &BenchResult{
-		Steps:        steps,
-		StepS:        tl.StepS,
-		GossipDelayS: tl.GossipDelayS,
-		Damping:      tl.Damping,
-		Seed:         tl.Seed,
-		Sites:        len(s.Sites),
-		Instances:    topo.slots(),
-		Policies:     make([]BenchRow, len(policies)),
-		Feedback:     tl.Feedback,
-		LoadReports:  tl.Model.LoadReports,
+		Steps:            steps,
+		StepS:            tl.StepS,
+		GossipDelayS:     tl.GossipDelayS,
+		DemandSmoothingS: tl.DemandSmoothingS,
+		Damping:          tl.Damping,
+		Seed:             tl.Seed,
+		Sites:            len(s.Sites),
+		Instances:        topo.slots(),
+		Policies:         make([]BenchRow, len(policies)),
+		Feedback:         tl.Feedback,
+		LoadReports:      tl.Model.LoadReports,
 	}
 	for _, r := range s.Regions {
 		res.Regions = append(res.Regions, r.Name)
@@ -333,9 +339,12 @@ type BenchResult struct {
 	Steps        int     `json:"steps"`
 	StepS        float64 `json:"step_s"`
 	GossipDelayS float64 `json:"gossip_delay_s"`
-	Damping      float64 `json:"damping"`
-	Seed         uint64  `json:"seed"`
-	Sites        int     `json:"sites"`
+	// DemandSmoothingS is the time constant of each gfe's estimate of its
+	// own site's demand (Timeline.DemandSmoothingS).
+	DemandSmoothingS float64 `json:"demand_smoothing_s"`
+	Damping          float64 `json:"damping"`
+	Seed             uint64  `json:"seed"`
+	Sites            int     `json:"sites"`
 	// Regions lists the region names in scenario order; region-indexed
 	// slices (BenchRow.Series) follow this order.
 	Regions []string `json:"regions"`

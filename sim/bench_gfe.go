@@ -285,7 +285,7 @@ func (g *gfes) decide(k int, tr *trace, splits [][]split, lost []float64) error 
 	for si, b := range g.builders {
 		if !shared || tbl == nil {
 			var problems []error
-			tbl, problems = b.Build(routing.Input{Snapshot: cs, Peers: peers, Self: g.peer(si, tr.demand[k][si]), Now: now})
+			tbl, problems = b.Build(routing.Input{Snapshot: cs, Peers: peers, Self: g.peer(si, tr.heard[k][si]), Now: now})
 			if len(problems) > 0 {
 				return errors.Join(problems...)
 			}

@@ -30,8 +30,8 @@ func (r *BenchResult) WriteTable(w io.Writer) error {
 	case !r.LoadReports:
 		loop = ", no load reports"
 	}
-	if _, err := fmt.Fprintf(w, "%s: %d %s of %gs, gossip delay %gs, damping %g%s, seed %d; %d sites, %d regions, %d instances; %.0f requests; LP optimum mean RTT %.1f ms\n\n",
-		name, r.Steps, steps, r.StepS, r.GossipDelayS, r.Damping, loop, r.Seed, r.Sites, len(r.Regions), r.Instances, r.Requests, r.LP.MeanRTTMs); err != nil {
+	if _, err := fmt.Fprintf(w, "%s: %d %s of %gs, gossip delay %gs, demand smoothing %gs, damping %g%s, seed %d; %d sites, %d regions, %d instances; %.0f requests; LP optimum mean RTT %.1f ms\n\n",
+		name, r.Steps, steps, r.StepS, r.GossipDelayS, r.DemandSmoothingS, r.Damping, loop, r.Seed, r.Sites, len(r.Regions), r.Instances, r.Requests, r.LP.MeanRTTMs); err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -609,7 +609,7 @@ func TestBenchJSON(t *testing.T) {
 	if err := json.Unmarshal(data, &top); err != nil {
 		t.Fatal(err)
 	}
-	wantTop := []string{"damping", "feedback", "gossip_delay_s", "instances", "load_reports", "lp", "policies", "regions", "requests", "seed", "sites", "step_s", "steps"}
+	wantTop := []string{"damping", "demand_smoothing_s", "feedback", "gossip_delay_s", "instances", "load_reports", "lp", "policies", "regions", "requests", "seed", "sites", "step_s", "steps"}
 	if diff := cmp.Diff(wantTop, sortedKeys(top)); diff != "" {
 		t.Errorf("top-level keys mismatch (-want +got):\n%s", diff)
 	}

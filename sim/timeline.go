@@ -27,6 +27,12 @@ type Timeline struct {
 	// and capacity as they were at t − GossipDelayS (as at 0 before the
 	// start); it measures its own site's demand itself, without delay.
 	GossipDelayS float64
+	// DemandSmoothingS is the time constant, in seconds ≥ 0, of each gfe's
+	// estimate of its own site's demand: the gfe's filter (ewma.Rate with
+	// FastAttack, its demand-smoothing flag), fed each step's requests.
+	// Default 1, the gfe's default. 0 plans every step from the step's
+	// true demand.
+	DemandSmoothingS float64
 	// Damping is the fraction alpha in (0, 1] by which a gfe moves its plan
 	// towards the planner's newest output each step (waterfall.Damp).
 	// Default 0.5, the gfe's default. 1 disables damping.
@@ -202,12 +208,13 @@ type Event struct {
 // step of one second with every setting at its default.
 func DefaultTimeline() Timeline {
 	return Timeline{
-		DurationS:    1,
-		StepS:        1,
-		GossipDelayS: 2,
-		Damping:      0.5,  // the gfe's default (gfe.damping)
-		Feedback:     true, // the gfe's default (feedback.enabled)
-		Seed:         1,
+		DurationS:        1,
+		StepS:            1,
+		GossipDelayS:     2,
+		DemandSmoothingS: 1,    // the gfe's default (gfe.demand-smoothing)
+		Damping:          0.5,  // the gfe's default (gfe.damping)
+		Feedback:         true, // the gfe's default (feedback.enabled)
+		Seed:             1,
 		Model: Model{
 			UtilizationAtCapacity: 0.8,  // 25% headroom above the configured rate
 			MaxQueueMs:            1000, // one second of work
@@ -236,19 +243,21 @@ const (
 	maxConnections    = 100
 	maxKeysPerSite    = 1_000_000
 	maxClientSkew     = 4
+	maxSmoothingS     = 3600
 )
 
 // The file form of a timeline. Pointers tell a missing field from a zero.
 type fileTimeline struct {
-	DurationS    *float64     `yaml:"duration_s"`
-	StepS        *float64     `yaml:"step_s"`
-	GossipDelayS *float64     `yaml:"gossip_delay_s"`
-	Damping      *float64     `yaml:"damping"`
-	Feedback     *bool        `yaml:"feedback"`
-	Seed         *float64     `yaml:"seed"`
-	Model        *fileModel   `yaml:"model"`
-	Demand       []fileDemand `yaml:"demand"`
-	Events       []fileEvent  `yaml:"events"`
+	DurationS        *float64     `yaml:"duration_s"`
+	StepS            *float64     `yaml:"step_s"`
+	GossipDelayS     *float64     `yaml:"gossip_delay_s"`
+	DemandSmoothingS *float64     `yaml:"demand_smoothing_s"`
+	Damping          *float64     `yaml:"damping"`
+	Feedback         *bool        `yaml:"feedback"`
+	Seed             *float64     `yaml:"seed"`
+	Model            *fileModel   `yaml:"model"`
+	Demand           []fileDemand `yaml:"demand"`
+	Events           []fileEvent  `yaml:"events"`
 }
 
 type fileModel struct {
@@ -301,6 +310,7 @@ func (f *fileTimeline) timeline(issues map[string]string) *Timeline {
 	}
 	set(&tl.StepS, f.StepS)
 	set(&tl.GossipDelayS, f.GossipDelayS)
+	set(&tl.DemandSmoothingS, f.DemandSmoothingS)
 	set(&tl.Damping, f.Damping)
 	if f.Feedback != nil {
 		tl.Feedback = *f.Feedback
@@ -503,6 +513,7 @@ func (c *timelineCheck) checkClock() {
 		c.add("timeline: duration_s / step_s must be at most %d steps, got %.0f", maxSteps, tl.DurationS/tl.StepS)
 	}
 	c.check("timeline.gossip_delay_s", tl.GossipDelayS, finite(tl.GossipDelayS) && tl.GossipDelayS >= 0, "a finite number >= 0")
+	c.check("timeline.demand_smoothing_s", tl.DemandSmoothingS, finite(tl.DemandSmoothingS) && tl.DemandSmoothingS >= 0 && tl.DemandSmoothingS <= maxSmoothingS, "a finite number in [0, 3600]")
 	c.check("timeline.damping", tl.Damping, tl.Damping > 0 && tl.Damping <= 1, "in (0,1]")
 	c.hasIssue("timeline.seed")
 }

@@ -4,6 +4,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"time"
+
+	"github.com/spillway-lb/spillway/internal/ewma"
 )
 
 // trace is a timeline evaluated at every step: the true state of the world
@@ -15,9 +18,12 @@ type trace struct {
 	// times[k] is the start of step k, k·dt.
 	times []float64
 	// demand[k][site] is the true demand of each site (scenario order) in
-	// requests/s during step k; seen[k][site] the demand at times[k] −
-	// gossip delay.
-	demand, seen [][]float64
+	// requests/s during step k.
+	demand [][]float64
+	// heard[k][site] is each site's demand as its own gfe estimates it at
+	// the end of step k (demandEstimates); seen[k][site] is that estimate
+	// as the other gfes have it, gossip delay later.
+	heard, seen [][]float64
 	// groups[k][g] is the true state of each group (scenario order) during
 	// step k; seenGroups[k][g] the state at times[k] − gossip delay.
 	groups, seenGroups [][]groupState
@@ -33,14 +39,19 @@ func (s *Scenario) newTrace(tl *Timeline, n int) *trace {
 	}
 	prog := s.demandPrograms(tl, tl.Steps())
 	tr.demand = make([][]float64, n)
-	tr.seen = make([][]float64, n)
 	for k := range n {
 		tr.demand[k] = make([]float64, len(s.Sites))
-		tr.seen[k] = make([]float64, len(s.Sites))
 		for i := range s.Sites {
 			tr.demand[k][i] = prog[i].at(tr.times[k])
-			tr.seen[k][i] = prog[i].at(seenAt[k])
 		}
+	}
+	tr.heard = demandEstimates(tr.demand, tl.StepS, tl.DemandSmoothingS)
+	tr.seen = make([][]float64, n)
+	for k := range n {
+		// The estimate the site's gfe planned the step at seenAt[k] with,
+		// as tr.heard[k] is the one its gfe plans step k with.
+		j := int(math.Floor(seenAt[k]/tl.StepS + 1e-9))
+		tr.seen[k] = tr.heard[min(j, k)]
 	}
 	withTimeline := *s
 	withTimeline.Timeline = tl
@@ -48,6 +59,32 @@ func (s *Scenario) newTrace(tl *Timeline, n int) *trace {
 	tr.groups = groupStatesAt(s.initialGroupStates(), actions, tl.Events, tr.times)
 	tr.seenGroups = groupStatesAt(s.initialGroupStates(), actions, tl.Events, seenAt)
 	return tr
+}
+
+// demandEstimates returns each site's demand as its gfe estimates it at
+// the end of every step: the step's requests (demand × step) observed by
+// the gfe's own filter (ewma.RateFilter with FastAttack and time constant
+// smoothingS, the filter of the gfe's ewma.Rate), once per step as the gfe
+// samples it once per plan interval. The first step's estimate is its
+// demand; smoothingS 0 follows every step.
+func demandEstimates(demand [][]float64, stepS, smoothingS float64) [][]float64 {
+	out := make([][]float64, len(demand))
+	for k := range demand {
+		out[k] = make([]float64, len(demand[k]))
+	}
+	if len(demand) == 0 {
+		return out
+	}
+	start := time.Unix(0, 0)
+	step := time.Duration(stepS * float64(time.Second))
+	for si := range demand[0] {
+		f := ewma.RateFilter{Tau: time.Duration(smoothingS * float64(time.Second)), FastAttack: true, Alpha: 1}
+		f.Observe(start, 0)
+		for k := range demand {
+			out[k][si] = f.Observe(start.Add(time.Duration(k+1)*step), demand[k][si]*stepS)
+		}
+	}
+	return out
 }
 
 // groupStatesAt applies actions (sorted by time, already checked) to init

@@ -51,6 +51,7 @@ timeline:
   duration_s: 60
   step_s: 0.5
   gossip_delay_s: 0
+  demand_smoothing_s: 2.5
   damping: 1
   feedback: false
   seed: 7
@@ -73,7 +74,7 @@ timeline:
     - {at_s: 3, group: us-east-b, capacity_scaler: 0.5}
 `,
 			want: &Timeline{
-				DurationS: 60, StepS: 0.5, GossipDelayS: 0, Damping: 1, Feedback: false, Seed: 7,
+				DurationS: 60, StepS: 0.5, GossipDelayS: 0, DemandSmoothingS: 2.5, Damping: 1, Feedback: false, Seed: 7,
 				Model: Model{UtilizationAtCapacity: 0.7, MaxQueueMs: 250, ClientsPerSite: 10, ConnectionsPerClient: 2, ClientSkew: 1.2, LoadReports: false},
 				Demand: []DemandChange{
 					{Site: "nyc", Kind: DemandStep, AtS: 0, RPS: 100},
@@ -110,6 +111,7 @@ func TestParseTimelineBadFiles(t *testing.T) {
 			"timeline.duration_s: must be a finite number > 0, got 0",
 			"timeline.step_s: must be a finite number > 0, got -1",
 			"timeline.gossip_delay_s: must be a finite number >= 0, got +Inf",
+			"timeline.demand_smoothing_s: must be a finite number in [0, 3600], got -1",
 			"timeline.damping: must be in (0,1], got 0",
 			"timeline.seed: must be a whole number in [0, 9007199254740992], got 1.5",
 			"timeline.model.utilization_at_capacity: must be in (0,1], got 1.5",
@@ -351,6 +353,66 @@ timeline:
 	}
 	if diff := cmp.Diff([]int{10, 10, 10, 10, 10}, seenHealthy); diff != "" {
 		t.Errorf("eu-west-b healthy as seen mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestDemandEstimates checks the gfes' demand filter in the trace: a step
+// up shows in full in its own step (fast attack), a step down and a rise
+// below the attack threshold decay with the time constant, the other gfes
+// see the estimate gossip delay later, and smoothing 0 follows every step.
+func TestDemandEstimates(t *testing.T) {
+	decay := math.Exp(-1) // one 1 s step of a 1 s time constant
+	tests := []struct {
+		name      string
+		demand    []float64
+		smoothing float64
+		want      []float64
+	}{
+		{"step up passes at once", []float64{500, 700, 700}, 1, []float64{500, 700, 700}},
+		{"step down decays", []float64{700, 500, 500}, 1, []float64{700, 500 + 200*decay, 500 + 200*decay*decay}},
+		{"small rise is smoothed", []float64{1000, 1050, 1050}, 1, []float64{1000, 1050 - 50*decay, 1050 - 50*decay*decay}},
+		{"no smoothing", []float64{700, 500, 1050}, 0, []float64{700, 500, 1050}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			demand := make([][]float64, len(tt.demand))
+			for k, d := range tt.demand {
+				demand[k] = []float64{d}
+			}
+			got := demandEstimates(demand, 1, tt.smoothing)
+			for k := range tt.want {
+				if math.Abs(got[k][0]-tt.want[k]) > 1e-9 {
+					t.Errorf("step %d: estimate %v, want %v", k, got[k][0], tt.want[k])
+				}
+			}
+		})
+	}
+
+	s := mustParse(t, tinyRegions+`
+timeline:
+  duration_s: 5
+  gossip_delay_s: 2
+  demand:
+    - {site: nyc, kind: step, at_s: 1, rps: 400}
+`)
+	tr := s.newTrace(s.Timeline, 5)
+	nyc := func(m [][]float64) []float64 {
+		var out []float64
+		for _, row := range m {
+			out = append(out, math.Round(row[0]*100)/100)
+		}
+		return out
+	}
+	d := 400 + 100*decay
+	wantHeard := []float64{500, d, 400 + 100*decay*decay, 400 + 100*decay*decay*decay, 400 + 100*math.Pow(decay, 4)}
+	for i := range wantHeard {
+		wantHeard[i] = math.Round(wantHeard[i]*100) / 100
+	}
+	if diff := cmp.Diff(wantHeard, nyc(tr.heard)); diff != "" {
+		t.Errorf("nyc's own estimate mismatch (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]float64{wantHeard[0], wantHeard[0], wantHeard[0], wantHeard[1], wantHeard[2]}, nyc(tr.seen)); diff != "" {
+		t.Errorf("nyc's estimate as the others see it mismatch (-want +got):\n%s", diff)
 	}
 }
 

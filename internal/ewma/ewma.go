@@ -43,37 +43,22 @@ func (e *Value) Update(x float64) float64 {
 func (e *Value) Get() (float64, bool) { return e.v, e.set }
 
 // Rate turns events counted from any goroutine into a smoothed rate per
-// second. Add is safe for concurrent use and allocation-free; Sample must be
-// called from one goroutine at a time. Rate must not be copied after first use.
+// second: RateFilter over the events counted between Samples. Add is safe
+// for concurrent use and allocation-free; Sample must be called from one
+// goroutine at a time. Rate must not be copied after first use.
 type Rate struct {
-	// Alpha is the smoothing weight of each Sample (see Value.Alpha). It is
-	// ignored when Tau is set.
-	Alpha float64
-	// Tau, when positive, is the time constant of the average: a Sample
-	// taken dt after the previous one has weight 1 − exp(−dt/Tau), so the
-	// smoothing does not depend on how often Sample is called. A step in
-	// the true rate is 63% followed after Tau and 95% after 3·Tau.
-	Tau time.Duration
-	// FastAttack, with Tau, lets a step up in the rate through at once: a
-	// Sample whose count of events since the previous one exceeds what the
-	// average predicts for that time by more than attackSigmas Poisson
-	// standard deviations and by more than attackRatio of the prediction
-	// replaces the average with the measured rate. Anything else (noise,
-	// and every decrease) is smoothed with Tau. So a step up shows in full
-	// in the first Sample after a whole sampling interval of it (fast
-	// attack), while a step down decays with Tau (slow decay), and random
-	// arrivals at a steady rate move the average only by chance of about
-	// one sample in a thousand.
+	// Alpha, Tau and FastAttack configure the filter, as RateFilter's
+	// fields of the same names.
+	Alpha      float64
+	Tau        time.Duration
 	FastAttack bool
 
 	// Accessed atomically.
 	n atomic.Int64
 
 	// Owned by the goroutine that calls Sample.
-	last   int64
-	lastAt time.Time
-	avg    Value
-	level  Level // used instead of avg when Tau is set
+	last int64
+	f    RateFilter
 }
 
 // Add counts n events.
@@ -83,36 +68,83 @@ func (r *Rate) Add(n int64) { r.n.Add(n) }
 func (r *Rate) Total() int64 { return r.n.Load() }
 
 // Sample computes the rate of events since the previous Sample, folds it into
-// the average and returns the smoothed rate in events per second. The first
-// call only starts the window and returns 0. A non-increasing now leaves the
-// average unchanged.
+// the average and returns the smoothed rate in events per second, as
+// RateFilter.Observe does with the events counted since the previous Sample.
+// The first call only starts the window and returns 0. A non-increasing now
+// leaves the average unchanged.
 func (r *Rate) Sample(now time.Time) float64 {
 	n := r.n.Load()
-	if r.lastAt.IsZero() {
-		r.last, r.lastAt = n, now
+	r.f.Alpha, r.f.Tau, r.f.FastAttack = r.Alpha, r.Tau, r.FastAttack
+	advances := r.f.lastAt.IsZero() || now.After(r.f.lastAt)
+	v := r.f.Observe(now, float64(n-r.last))
+	if advances {
+		r.last = n
+	}
+	return v
+}
+
+// RateFilter is Rate's filter, for a caller that counts the events itself
+// (a simulation, which has fractional counts): it turns counts of events
+// observed over successive intervals into a smoothed rate per second. Not
+// safe for concurrent use; the zero value follows every interval (Alpha 0
+// means DefaultAlpha, see Alpha).
+type RateFilter struct {
+	// Alpha is the smoothing weight of each Observe (see Value.Alpha). It
+	// is ignored when Tau is set.
+	Alpha float64
+	// Tau, when positive, is the time constant of the average: an Observe
+	// dt after the previous one has weight 1 − exp(−dt/Tau), so the
+	// smoothing does not depend on how often Observe is called. A step in
+	// the true rate is 63% followed after Tau and 95% after 3·Tau.
+	Tau time.Duration
+	// FastAttack, with Tau, lets a step up in the rate through at once: an
+	// Observe whose count of events exceeds what the average predicts for
+	// its interval by more than attackSigmas Poisson standard deviations
+	// and by more than attackRatio of the prediction replaces the average
+	// with the measured rate. Anything else (noise, and every decrease) is
+	// smoothed with Tau. So a step up shows in full in the first Observe
+	// after a whole interval of it (fast attack), while a step down decays
+	// with Tau (slow decay), and random arrivals at a steady rate move the
+	// average only by chance of about one interval in a thousand.
+	FastAttack bool
+
+	lastAt time.Time
+	avg    Value
+	level  Level // used instead of avg when Tau is set
+}
+
+// Observe folds count, the events seen since the previous Observe, into
+// the average and returns the smoothed rate in events per second. The first
+// call only starts the window (count is ignored) and returns 0. A
+// non-increasing now leaves the average unchanged and ignores count.
+func (f *RateFilter) Observe(now time.Time, count float64) float64 {
+	if f.lastAt.IsZero() {
+		f.lastAt = now
 		return 0
 	}
-	dt := now.Sub(r.lastAt).Seconds()
+	dt := now.Sub(f.lastAt).Seconds()
 	if dt <= 0 {
-		v, _ := r.avg.Get()
+		if f.Tau > 0 {
+			return f.level.v
+		}
+		v, _ := f.avg.Get()
 		return v
 	}
-	count := float64(n - r.last)
 	inst := count / dt
-	r.last, r.lastAt = n, now
-	if r.Tau > 0 {
-		r.level.Tau = r.Tau
-		if r.FastAttack && r.level.ok {
-			want := r.level.v * dt // the count the average predicts
+	f.lastAt = now
+	if f.Tau > 0 {
+		f.level.Tau = f.Tau
+		if f.FastAttack && f.level.ok {
+			want := f.level.v * dt // the count the average predicts
 			if count > want+attackSigmas*math.Sqrt(want) && count > want*(1+attackRatio) {
-				r.level.v, r.level.last = inst, now
+				f.level.v, f.level.last = inst, now
 				return inst
 			}
 		}
-		return r.level.Sample(now, inst)
+		return f.level.Sample(now, inst)
 	}
-	r.avg.Alpha = r.Alpha
-	return r.avg.Update(inst)
+	f.avg.Alpha = f.Alpha
+	return f.avg.Update(inst)
 }
 
 // The thresholds of Rate.FastAttack: a count must exceed its prediction
