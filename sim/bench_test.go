@@ -263,13 +263,15 @@ timeline:
 // t = 5. The spill away from the full X is not damped (DESIGN.md §3 rule
 // 8): X's share drops to its planned 95 of 150 at once. The return is:
 // damped by 0.5 a step, X's share goes from 19/30 halfway to 1 each step,
-// 49/60, 109/120, 229/240.
+// 49/60, 109/120, 229/240. The gfe plans with the true demand (no demand
+// smoothing), so that only the plan's damping slows the return.
 func TestBenchDamping(t *testing.T) {
 	s := mustParse(t, nearFar+`
 sites: [{name: a, demand_rps: 50, rtt_ms: {X: 1, Y: 50}}]
 timeline:
   duration_s: 8
   gossip_delay_s: 0
+  demand_smoothing_s: 0
   damping: 0.5
   demand:
     - {site: a, kind: step, at_s: 2, rps: 150}
@@ -288,21 +290,31 @@ timeline:
 // TestBenchOscillation: demand alternating 150, 50, 150, 50 without damping
 // moves X's share 19/30, 1, 19/30, 1 (X is planned at 95 of its 100; Y's
 // share moves the other way): two reversals of 11/30 on each region, 44/30
-// in all, halved: 73.3 percentage points.
+// in all, halved: 73.3 percentage points, when the gfe plans with the true
+// demand. With the gfe's demand smoothing (default 2 s) the falls to 50
+// are followed slowly, and the swing is smaller.
 func TestBenchOscillation(t *testing.T) {
-	s := mustParse(t, nearFar+`
+	scenario := func(smoothing string) *Scenario {
+		return mustParse(t, nearFar+`
 sites: [{name: a, demand_rps: 150, rtt_ms: {X: 1, Y: 50}}]
 timeline:
   duration_s: 4
   damping: 1
+`+smoothing+`
   demand:
     - {site: a, kind: step, at_s: 1, rps: 50}
     - {site: a, kind: step, at_s: 2, rps: 150}
     - {site: a, kind: step, at_s: 3, rps: 50}
 `)
-	_, rows := benchRows(t, s, BenchOptions{})
-	if got, want := rows["waterfall"].OscillationPP, 220.0/3; math.Abs(got-want) > 1e-9 {
-		t.Errorf("waterfall oscillation = %v, want %v", got, want)
+	}
+	_, rows := benchRows(t, scenario("  demand_smoothing_s: 0"), BenchOptions{})
+	raw := rows["waterfall"].OscillationPP
+	if want := 220.0 / 3; math.Abs(raw-want) > 1e-9 {
+		t.Errorf("waterfall oscillation without demand smoothing = %v, want %v", raw, want)
+	}
+	_, smoothed := benchRows(t, scenario(""), BenchOptions{})
+	if got := smoothed["waterfall"].OscillationPP; !(got > 0 && got < raw*0.75) {
+		t.Errorf("waterfall oscillation with demand smoothing = %v, want in (0, %v): under 3/4 of the %v without", got, raw*0.75, raw)
 	}
 	if got := rows["hash5/global"].OscillationPP; got != 0 {
 		t.Errorf("hash5 oscillation = %v, want 0 (its split does not depend on demand)", got)

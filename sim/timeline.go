@@ -3,6 +3,7 @@ package sim
 import (
 	"cmp"
 	"fmt"
+	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"math"
 	"slices"
 	"strings"
@@ -30,8 +31,8 @@ type Timeline struct {
 	// DemandSmoothingS is the time constant, in seconds ≥ 0, of each gfe's
 	// estimate of its own site's demand: the gfe's filter (ewma.Rate with
 	// FastAttack, its demand-smoothing flag), fed each step's requests.
-	// Default 1, the gfe's default. 0 plans every step from the step's
-	// true demand.
+	// Default 2, the gfe's (routing.DefaultDemandSmoothing). 0 plans
+	// every step from the step's true demand.
 	DemandSmoothingS float64
 	// Damping is the fraction alpha in (0, 1] by which a gfe moves its plan
 	// towards the planner's newest output each step (waterfall.Damp).
@@ -211,9 +212,9 @@ func DefaultTimeline() Timeline {
 		DurationS:        1,
 		StepS:            1,
 		GossipDelayS:     2,
-		DemandSmoothingS: 1,    // the gfe's default (gfe.demand-smoothing)
-		Damping:          0.5,  // the gfe's default (gfe.damping)
-		Feedback:         true, // the gfe's default (feedback.enabled)
+		DemandSmoothingS: routing.DefaultDemandSmoothing.Seconds(), // the gfe's default
+		Damping:          0.5,                                      // the gfe's default (gfe.damping)
+		Feedback:         true,                                     // the gfe's default (feedback.enabled)
 		Seed:             1,
 		Model: Model{
 			UtilizationAtCapacity: 0.8,  // 25% headroom above the configured rate

@@ -392,6 +392,7 @@ func TestDemandEstimates(t *testing.T) {
 timeline:
   duration_s: 5
   gossip_delay_s: 2
+  demand_smoothing_s: 1
   demand:
     - {site: nyc, kind: step, at_s: 1, rps: 400}
 `)

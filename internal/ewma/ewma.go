@@ -166,6 +166,15 @@ type Level struct {
 	// Tau is the time constant: a step in the level is 63% followed after
 	// Tau and 95% after 3·Tau. Zero or negative follows every sample.
 	Tau time.Duration
+	// FastAttack lets a rise in the level through at once, as
+	// RateFilter.FastAttack does a rise in a rate: a sample above the
+	// average by more than attackSigmas square roots of the average and by
+	// more than attackRatio of it replaces the average. The thresholds
+	// suit a level that is a count of things in flight, such as requests
+	// or connections open: at a steady arrival rate that count is Poisson
+	// distributed (an M/G/∞ system), so its noise is the square root of
+	// its mean. Falls and noise are smoothed with Tau.
+	FastAttack bool
 
 	v    float64
 	last time.Time
@@ -178,6 +187,8 @@ func (l *Level) Sample(now time.Time, x float64) float64 {
 	switch {
 	case !l.ok || l.Tau <= 0:
 		l.v, l.last, l.ok = x, now, true
+	case l.FastAttack && now.After(l.last) && x > l.v+attackSigmas*math.Sqrt(max(0, l.v)) && x > l.v*(1+attackRatio):
+		l.v, l.last = x, now
 	case now.After(l.last):
 		l.v += -math.Expm1(-now.Sub(l.last).Seconds()/l.Tau.Seconds()) * (x - l.v)
 		l.last = now

@@ -97,20 +97,28 @@ func TestLevel(t *testing.T) {
 		x  float64
 	}
 	tests := []struct {
-		name  string
-		tau   time.Duration
-		steps []step
-		want  float64
+		name   string
+		tau    time.Duration
+		attack bool
+		steps  []step
+		want   float64
 	}{
-		{"first sample sets", time.Second, []step{{0, 7}}, 7},
-		{"one tau", time.Second, []step{{0, 0}, {time.Second, 10}}, 10 * (1 - math.Exp(-1))},
-		{"two half taus equal one tau", time.Second, []step{{0, 0}, {500 * time.Millisecond, 10}, {time.Second, 10}}, 10 * (1 - math.Exp(-1))},
-		{"time going back is ignored", time.Second, []step{{time.Second, 4}, {0, 100}}, 4},
-		{"zero tau follows", 0, []step{{0, 1}, {time.Second, 9}}, 9},
+		{"first sample sets", time.Second, false, []step{{0, 7}}, 7},
+		{"one tau", time.Second, false, []step{{0, 0}, {time.Second, 10}}, 10 * (1 - math.Exp(-1))},
+		{"two half taus equal one tau", time.Second, false, []step{{0, 0}, {500 * time.Millisecond, 10}, {time.Second, 10}}, 10 * (1 - math.Exp(-1))},
+		{"time going back is ignored", time.Second, false, []step{{time.Second, 4}, {0, 100}}, 4},
+		{"zero tau follows", 0, false, []step{{0, 1}, {time.Second, 9}}, 9},
+		// FastAttack: 100 → 150 is 5 square roots and 50% up: taken at
+		// once; 100 → 125 is 2.5 square roots up: smoothed; a fall is
+		// smoothed.
+		{"attack: a rise passes at once", time.Second, true, []step{{0, 100}, {time.Second, 150}}, 150},
+		{"attack: a rise within the noise is smoothed", time.Second, true, []step{{0, 100}, {time.Second, 125}}, 100 + 25*(1-math.Exp(-1))},
+		{"attack: a fall is smoothed", time.Second, true, []step{{0, 100}, {time.Second, 10}}, 100 - 90*(1-math.Exp(-1))},
+		{"attack: from zero", 2 * time.Second, true, []step{{0, 0}, {time.Second, 30}}, 30},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := Level{Tau: tt.tau}
+			l := Level{Tau: tt.tau, FastAttack: tt.attack}
 			var got float64
 			for _, s := range tt.steps {
 				got = l.Sample(t0.Add(s.at), s.x)

@@ -55,7 +55,8 @@ type Config struct {
 	// 0.5; 1 disables damping.
 	Damping float64
 	// DemandSmoothing is the time constant of the demand and load rate
-	// estimates this node publishes (ewma.Rate.Tau). Default 1s. Longer
+	// estimates this node publishes (ewma.Rate.Tau). Default
+	// routing.DefaultDemandSmoothing, 2s. Longer
 	// rides out noise at the cost of slower reaction to real changes. It
 	// slows only decreases: a step up in demand beyond the noise shows in
 	// the plan after one PlanInterval (ewma.Rate.FastAttack).
@@ -87,7 +88,7 @@ func DefaultConfig() Config {
 		Admin:           "127.0.0.1:9090",
 		PlanInterval:    500 * time.Millisecond,
 		Damping:         0.5,
-		DemandSmoothing: time.Second,
+		DemandSmoothing: routing.DefaultDemandSmoothing,
 		RTTInterval:     time.Second,
 		RTTPath:         "/rtt",
 		DrainTimeout:    10 * time.Second,

@@ -241,7 +241,7 @@ func (x *Proxy) Demand(now time.Time, cs *snapshot.Snapshot, demand map[string]f
 		x.mu.Unlock()
 		s := x.smooth[l.Service]
 		if s == nil {
-			s = &ewma.Level{Tau: tau}
+			s = &ewma.Level{Tau: tau, FastAttack: true}
 			x.smooth[l.Service] = s
 		}
 		demand[l.Service] = s.Sample(now, float64(open))
