@@ -244,8 +244,10 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 
 // ApplySnapshot validates cs and makes it the node's snapshot; the next
 // plan uses it. It returns an error (the control-plane client NACKs with
-// it) when cs cannot be used — no config, or a certificate of an https
-// listener that cannot be loaded — and then keeps the previous one. It
+// it) when cs cannot be used — no config, a service that cannot be planned
+// (routing.CheckPlannable: a capacity that is not finite), or a
+// certificate of an https listener that cannot be loaded — and then keeps
+// the previous one, which goes on routing. It
 // reconciles the listeners (when Run has started them) and ends the
 // long-lived streams (gRPC calls, WebSockets) to backends that cs makes
 // unavailable: unhealthy, or no longer configured. cs must not be modified
@@ -253,6 +255,9 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 func (d *Daemon) ApplySnapshot(cs *snapshot.Snapshot) error {
 	if cs.Config == nil {
 		return errors.New("gfe: snapshot without config")
+	}
+	if err := routing.CheckPlannable(cs); err != nil {
+		return fmt.Errorf("gfe: snapshot %s cannot be planned: %w", cs.Version, err)
 	}
 	if err := d.listeners.Apply(cs.Config.Listeners); err != nil {
 		return fmt.Errorf("gfe: snapshot %s: %w", cs.Version, err)
