@@ -366,9 +366,11 @@ func (m *Manager) openLocked(key int, l config.Listener) (*port, error) {
 	if l.Protocol == config.ListenerHTTPS {
 		p.certs.cur.Store(m.certs[l.Name])
 	}
+	m.startGenerationLocked(p, l)
+	// After the first generation is set: the accept loop reads its
+	// protocol for the fd budget.
 	m.wg.Add(1)
 	go m.acceptLoop(p)
-	m.startGenerationLocked(p, l)
 	m.log.Info().Str("listener", l.Name).Str("protocol", string(l.Protocol)).Str("addr", ln.Addr().String()).Msg("listening")
 	return p, nil
 }
@@ -500,6 +502,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	var gens []*generation
 	for key, p := range m.ports {
 		delete(m.ports, key)
+		p.cancel()
 		p.ln.Close()
 		if g := p.cur.Swap(nil); g != nil {
 			g.ln.Close()
