@@ -66,8 +66,8 @@ type Group struct {
 	// Name of the group, e.g. "us-east-b-web". Required, unique across the
 	// file, same syntax as Region.Name.
 	Name string `mapstructure:"name"`
-	// Instances of the group. Required: at least one. Addresses are unique
-	// across the file.
+	// Instances of the group. Required: at least one, at most 10000.
+	// Addresses are unique across the file.
 	Instances []Instance `mapstructure:"instances"`
 }
 
@@ -79,8 +79,8 @@ type Instance struct {
 	Address string `mapstructure:"address"`
 	// MaxConcurrency is the most requests this instance may have in flight
 	// at once (Cloud Run concurrency, DESIGN §4). Requests beyond it wait in
-	// the gfe's pending queue. Default 0, which means unlimited; negative is
-	// invalid.
+	// the gfe's pending queue. Default 0, which means unlimited; at most
+	// 1000000; negative is invalid.
 	MaxConcurrency int `mapstructure:"max_concurrency"`
 }
 
@@ -362,18 +362,19 @@ type Backend struct {
 	// under regions.
 	Group string `mapstructure:"group"`
 	// MaxRatePerInstance is the RATE capacity of each healthy instance, in
-	// requests per second. 0 = unset; otherwise > 0.
+	// requests per second. 0 = unset; otherwise in (0, 1e9].
 	MaxRatePerInstance float64 `mapstructure:"max_rate_per_instance"`
 	// MaxRate is the RATE capacity of the whole group, in requests per second,
 	// when all its instances are healthy; it shrinks in proportion to the
-	// healthy fraction. 0 = unset; otherwise > 0.
+	// healthy fraction. 0 = unset; otherwise in (0, 1e9].
 	MaxRate float64 `mapstructure:"max_rate"`
 	// MaxConnectionsPerInstance is the CONNECTION capacity of each healthy
-	// instance, in concurrent connections. 0 = unset; otherwise > 0.
+	// instance, in concurrent connections. 0 = unset; otherwise in
+	// 1..1e9.
 	MaxConnectionsPerInstance int `mapstructure:"max_connections_per_instance"`
 	// MaxConnections is the CONNECTION capacity of the whole group when all
 	// its instances are healthy, shrinking with the healthy fraction.
-	// 0 = unset; otherwise > 0.
+	// 0 = unset; otherwise in 1..1e9.
 	MaxConnections int `mapstructure:"max_connections"`
 	// MaxUtilization is the UTILIZATION target of each instance, in (0,1]:
 	// the group is full when its healthy instances average this utilization.
@@ -382,7 +383,7 @@ type Backend struct {
 	// UtilizationRatePerInstance is, under UTILIZATION, the requests per
 	// second one instance serves at full (100%) utilization: it turns
 	// MaxUtilization into a capacity in requests/s, the unit of demand.
-	// Required with MaxUtilization; 0 = unset.
+	// Required with MaxUtilization, in (0, 1e9]; 0 = unset.
 	UtilizationRatePerInstance float64 `mapstructure:"utilization_rate_per_instance"`
 	// CapacityScaler multiplies the group's capacity, in [0,1]. Default 1.
 	// 0 drains the group: it gets no new traffic, but stays configured.
@@ -549,16 +550,35 @@ type Listener struct {
 	ReadHeaderTimeout time.Duration `mapstructure:"read_header_timeout"`
 	// IdleTimeout closes a client connection that stays idle this long.
 	// http/https: the keep-alive idle time between requests; default 90s,
-	// must be > 0. tcp: the time without a byte in either direction;
-	// default 0, which means no idle timeout; negative is invalid.
+	// in (0, 24h]. tcp: the time without a byte in either direction;
+	// default 10m, in (0, 24h].
 	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
+	// FirstByteTimeout closes a tcp connection whose client sent no byte
+	// this long after it was accepted (a client that only opens
+	// connections). The backend is dialled at once, so a protocol where
+	// the server speaks first works as long as its client answers within
+	// this time. tcp: default 30s, in (0, 1h]. http/https: must be 0
+	// (read_header_timeout bounds them).
+	FirstByteTimeout time.Duration `mapstructure:"first_byte_timeout"`
+	// MaxConnections is the most connections a tcp listener holds open at
+	// once; one more is closed (reset) at once and counted in
+	// spillway_gfe_tcp_refused_total{reason="listener_limit"}. tcp:
+	// default 10000, in 1..1000000. http/https: must be 0.
+	MaxConnections int `mapstructure:"max_connections"`
+	// MaxConnectionsPerClient is the most connections one client IP
+	// address may hold open at once on a tcp listener; one more is closed
+	// (reset) at once and counted in
+	// spillway_gfe_tcp_refused_total{reason="client_limit"}. Clients behind
+	// one NAT share it. tcp: default 256, in 1..1000000. http/https: must
+	// be 0.
+	MaxConnectionsPerClient int `mapstructure:"max_connections_per_client"`
 	// MaxHeaderBytes is the largest request header block accepted, in bytes
-	// (a larger one gets 431). http/https: default 65536, must be >= 1024.
+	// (a larger one gets 431). http/https: default 65536, in 1024..1048576.
 	// tcp: must be 0.
 	MaxHeaderBytes int `mapstructure:"max_header_bytes"`
 	// MaxRequestBodyBytes is the largest request body accepted, in bytes (a
 	// larger one gets 413). http/https: default 0, which means unlimited;
-	// negative is invalid. tcp: must be 0.
+	// at most 1 TiB; negative is invalid. tcp: must be 0.
 	MaxRequestBodyBytes int64 `mapstructure:"max_request_body_bytes"`
 }
 
@@ -602,12 +622,19 @@ func DefaultOutlierDetection() OutlierDetection {
 
 // DefaultListener returns a Listener of protocol p with the defaults of that
 // protocol. http and https (and any other p): 10s read_header_timeout, 90s
-// idle_timeout, 64 KiB max_header_bytes, unlimited body. tcp: no idle
-// timeout and the http-only fields zero. Name, Port, Service and
-// Certificates are left empty.
+// idle_timeout, 64 KiB max_header_bytes, unlimited body. tcp: 10m
+// idle_timeout, 30s first_byte_timeout, 10000 max_connections, 256
+// max_connections_per_client, and the http-only fields zero. Name, Port,
+// Service and Certificates are left empty.
 func DefaultListener(p ListenerProtocol) Listener {
 	if p == ListenerTCP {
-		return Listener{Protocol: p}
+		return Listener{
+			Protocol:                p,
+			IdleTimeout:             10 * time.Minute,
+			FirstByteTimeout:        30 * time.Second,
+			MaxConnections:          10_000,
+			MaxConnectionsPerClient: 256,
+		}
 	}
 	return Listener{
 		Protocol:          p,

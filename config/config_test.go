@@ -95,8 +95,8 @@ var badFiles = []struct {
 		`services[0].health_check.path: must start with "/"`,
 		`services[0].health_check.port: must be in 1..65535, or 0 for the instance's port, got 70000`,
 		`services[0].health_check.timeout: must be less than interval (5s), got 5s`,
-		`services[0].health_check.healthy_threshold: must be >= 1, got 0`,
-		`services[0].health_check.unhealthy_threshold: must be >= 1, got -1`,
+		`services[0].health_check.healthy_threshold: must be in 1..100, got 0`,
+		`services[0].health_check.unhealthy_threshold: must be in 1..100, got -1`,
 		`services[0].health_check.jitter: must be in [0, 1), got 1`,
 	}},
 	{"health_interval.bad.yaml", []string{
@@ -111,7 +111,7 @@ var badFiles = []struct {
 		`instances[2].address: invalid host:port ":9000": missing host`,
 		`instances[3].address: invalid host:port "bad host:80": host "bad host" is neither an IP address nor a DNS name`,
 		`instances[4].address: invalid host:port "127.0.0.1:http": port "http" is not a number`,
-		`instances[5].max_concurrency: must be >= 0 (0 = unlimited), got -1`,
+		`instances[5].max_concurrency: must be in 0..1000000 (0 = unlimited), got -1`,
 		`regions[0].zones[0].groups[0].instances[6].address: duplicate address "127.0.0.1:9001" (first at regions[0].zones[0].groups[0].instances[5])`,
 		`regions[0].zones[0].groups[0].instances[7].address: required`,
 	}},
@@ -122,7 +122,7 @@ var badFiles = []struct {
 	{"affinity_cookie.bad.yaml", []string{
 		`services[0].session_affinity.cookie_name: required for type http_cookie`,
 		`services[1].session_affinity.cookie_name: invalid cookie name "my cookie": must be an RFC 6265 token`,
-		`services[1].session_affinity.cookie_ttl: must be >= 0 (0 = session cookie), got -1m0s`,
+		`services[1].session_affinity.cookie_ttl: must be in [0, 9600h0m0s] (400 days; 0 = session cookie), got -1m0s`,
 		`services[2].session_affinity.cookie_name: only valid with type generated_cookie or http_cookie; type is client_ip`,
 		`services[2].session_affinity.cookie_ttl: only valid with type generated_cookie or http_cookie; type is client_ip`,
 		`services[3].session_affinity.cookie_secret: required for type generated_cookie`,
@@ -155,7 +155,7 @@ var badFiles = []struct {
 	}},
 	{"spill.bad.yaml", []string{
 		`services[0].spill.threshold: must be in [0, 1] (0 disables preemptive spill), got 1.5`,
-		`services[0].spill.slope: must be a finite number > 0, got 0`,
+		`services[0].spill.slope: must be in (0, 1000], got 0`,
 	}},
 	{"structure.bad.yaml", []string{
 		`regions[0].name: invalid region name "US-East"`,
@@ -190,10 +190,10 @@ var badFiles = []struct {
 	{"listener_limits.bad.yaml", []string{
 		`listeners[0].read_header_timeout: must be > 0, got 0s`,
 		`listeners[0].idle_timeout: must be > 0, got -1s`,
-		`listeners[0].max_header_bytes: must be >= 1024, got 1023`,
-		`listeners[0].max_request_body_bytes: must be >= 0 (0 = unlimited), got -1`,
+		`listeners[0].max_header_bytes: must be in 1024..1048576, got 1023`,
+		`listeners[0].max_request_body_bytes: must be in 0..1099511627776 (0 = unlimited), got -1`,
 		`listeners[1].certificates: only valid with protocol https; protocol is tcp`,
-		`listeners[1].idle_timeout: must be >= 0 (0 = no idle timeout), got -5s`,
+		`listeners[1].idle_timeout: must be > 0, got -5s`,
 		`listeners[1].read_header_timeout: only valid with protocol http or https; protocol is tcp`,
 		`listeners[1].max_header_bytes: only valid with protocol http or https; protocol is tcp`,
 		`listeners[1].max_request_body_bytes: only valid with protocol http or https; protocol is tcp`,
@@ -201,8 +201,8 @@ var badFiles = []struct {
 		`listeners[2].max_request_body_bytes: expected an integer, got number 1.5`,
 	}},
 	{"outlier_detection.bad.yaml", []string{
-		`services[0].outlier_detection.consecutive_5xx: must be >= 0 (0 disables), got -1`,
-		`services[0].outlier_detection.consecutive_connect_failures: must be >= 0 (0 disables), got -2`,
+		`services[0].outlier_detection.consecutive_5xx: must be in 0..10000 (0 disables), got -1`,
+		`services[0].outlier_detection.consecutive_connect_failures: must be in 0..10000 (0 disables), got -2`,
 		`services[0].outlier_detection.max_ejection_time: must be >= base_ejection_time (1m0s), got 30s`,
 		`services[0].outlier_detection.max_ejection_percent: must be in 0..100, got 101`,
 		`services[1].outlier_detection.base_ejection_time: must be > 0, got 0s`,
@@ -456,8 +456,8 @@ func TestLoadGoodFiles(t *testing.T) {
 						ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute,
 						MaxHeaderBytes: 1024, MaxRequestBodyBytes: 10 << 20,
 					},
-					{Name: "db-l4", Protocol: ListenerTCP, Port: 5432, Service: "db"},
-					{Name: "db-l4-idle", Protocol: ListenerTCP, Port: 5433, Service: "db", IdleTimeout: time.Hour},
+					{Name: "db-l4", Protocol: ListenerTCP, Port: 5432, Service: "db", IdleTimeout: 10 * time.Minute, FirstByteTimeout: 30 * time.Second, MaxConnections: 10000, MaxConnectionsPerClient: 256},
+					{Name: "db-l4-idle", Protocol: ListenerTCP, Port: 5433, Service: "db", IdleTimeout: time.Hour, FirstByteTimeout: 30 * time.Second, MaxConnections: 10000, MaxConnectionsPerClient: 256},
 				},
 			},
 		},
@@ -768,7 +768,7 @@ func TestDefaultListener(t *testing.T) {
 	}{
 		{ListenerHTTP, Listener{Protocol: "http", ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 65536}},
 		{ListenerHTTPS, Listener{Protocol: "https", ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 65536}},
-		{ListenerTCP, Listener{Protocol: "tcp"}},
+		{ListenerTCP, Listener{Protocol: "tcp", IdleTimeout: 10 * time.Minute, FirstByteTimeout: 30 * time.Second, MaxConnections: 10000, MaxConnectionsPerClient: 256}},
 	}
 	if len(tests) != len(ListenerProtocols()) {
 		t.Fatalf("%d cases for %d protocols", len(tests), len(ListenerProtocols()))
@@ -815,7 +815,7 @@ func TestNewWithListeners(t *testing.T) {
 	want := []string{
 		"listeners[0].read_header_timeout: must be > 0, got 0s",
 		"listeners[0].idle_timeout: must be > 0, got 0s",
-		"listeners[0].max_header_bytes: must be >= 1024, got 0",
+		"listeners[0].max_header_bytes: must be in 1024..1048576, got 0",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("New(bare listener) errors (-want +got):\n%s", diff)

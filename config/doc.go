@@ -72,13 +72,30 @@
 //	    certificates:                     # https: required, ≥ 1, picked by SNI, the first is the default;
 //	      - cert_file: /etc/tls/a.crt     #   others: must be empty. PEM paths, required; not read by Load
 //	        key_file: /etc/tls/a.key
-//	    read_header_timeout: 10s          # http, https: > 0; tcp: must be unset
-//	    idle_timeout: 90s                 # http, https: > 0; tcp: ≥ 0, default 0 = no idle timeout
-//	    max_header_bytes: 65536           # http, https: ≥ 1024; tcp: must be unset
-//	    max_request_body_bytes: 0         # http, https: ≥ 0, 0 = unlimited; tcp: must be unset
+//	    read_header_timeout: 10s          # http, https: (0, 1h]; tcp: must be unset
+//	    idle_timeout: 90s                 # http, https: (0, 24h]; tcp: (0, 24h], default 10m
+//	    max_header_bytes: 65536           # http, https: 1024..1048576; tcp: must be unset
+//	    max_request_body_bytes: 0         # http, https: 0..1 TiB, 0 = unlimited; tcp: must be unset
+//	    first_byte_timeout: 30s           # tcp: (0, 1h], default 30s; http, https: must be unset
+//	    max_connections: 10000            # tcp: 1..1000000, default 10000; http, https: must be unset
+//	    max_connections_per_client: 256   # tcp: 1..1000000, default 256, per client IP; http, https: must be unset
 //
 // The defaults of a listener depend on its protocol (DefaultListener): the
-// values shown are those of http and https; a tcp listener's are all 0.
+// values shown are those of http and https, and of tcp for the tcp-only
+// fields.
+//
+// # Bounds
+//
+// Every number has an upper bound, so that nothing derived from a valid
+// config overflows (issue 10, finding 7): rates (max_rate_per_instance,
+// max_rate, utilization_rate_per_instance) at most 1e9 requests/s; backend
+// connection limits at most 1e9; at most 10000 instances per group and a
+// max_concurrency of at most 1e6 (so a group's capacity is at most 1e13
+// and the planner's totals stay finite); route timeouts, idle timeouts
+// and ejection times at most 24h; health check intervals, feedback hold and
+// recover_delay, read_header_timeout and first_byte_timeout at most 1h;
+// queue_delay at most 1m; thresholds at most 100; outlier triggers at
+// most 10000; spill.slope at most 1000; cookie_ttl at most 400 days.
 // Durations are strings as time.ParseDuration reads them ("5s", "1m30s"); a
 // bare number is rejected rather than read as nanoseconds. Keys are
 // case-insensitive (viper lower-cases them). A key with no value ("spill:")

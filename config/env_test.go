@@ -112,7 +112,8 @@ func TestEnvOverrides(t *testing.T) {
 				"SPILLWAY_SERVICES_0_OUTLIER_DETECTION_MAX_EJECTION_TIME=1m",
 			},
 			check: func(t *testing.T, c *Config) {
-				want := Listener{Name: "plain", Protocol: ListenerTCP, Port: 8080, Service: "db"}
+				want := Listener{Name: "plain", Protocol: ListenerTCP, Port: 8080, Service: "db",
+					IdleTimeout: 10 * time.Minute, FirstByteTimeout: 30 * time.Second, MaxConnections: 10000, MaxConnectionsPerClient: 256}
 				if diff := cmp.Diff(want, c.Listeners[0]); diff != "" {
 					t.Errorf("listener 0 (-want +got):\n%s", diff)
 				}

@@ -26,6 +26,14 @@ func FuzzParse(f *testing.F) {
 		"listeners: [{name: a, protocol: tcp, port: 1, max_request_body_bytes: 9223372036854775807}]",
 		"listeners: [{protocol: https, certificates: [~, {cert_file: 1}]}, 7]",
 		"routes: [{retries: 1e3, timeout: 1ns}]\nservices: [{outlier_detection: {max_ejection_time: -1s}}]",
+		// The upper bounds of issue 10 finding 7.
+		"services: [{name: web, backends: [{group: g, max_rate_per_instance: 1e308}]}]",
+		"services: [{name: web, backends: [{group: g, max_rate: 1e9, max_connections: 9223372036854775807}]}]",
+		"services: [{name: web, spill: {slope: 1e308}, session_affinity: {cookie_ttl: 2562047h}}]",
+		"services: [{name: web, health_check: {interval: 2h, healthy_threshold: 101}, outlier_detection: {consecutive_5xx: 99999, base_ejection_time: 25h}}]",
+		"listeners: [{name: a, protocol: http, port: 1, max_header_bytes: 9223372036854775807, idle_timeout: 2562047h}]",
+		"listeners: [{name: a, protocol: tcp, port: 1, service: db, max_connections: 0, max_connections_per_client: 1000001, first_byte_timeout: 2h}]",
+		"regions: [{name: r, zones: [{name: z, groups: [{name: g, instances: [{address: '1.2.3.4:1', max_concurrency: 9223372036854775807}]}]}]}]",
 	} {
 		f.Add([]byte(s))
 	}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spillway-lb/spillway/lb/affinity"
 )
@@ -97,6 +98,9 @@ func (v *validator) topology() {
 				if len(g.Instances) == 0 {
 					v.p.add(gp+".instances", "at least one instance is required")
 				}
+				if len(g.Instances) > maxInstances {
+					v.p.add(gp+".instances", fmt.Sprintf("at most %d instances per group, got %d", maxInstances, len(g.Instances)))
+				}
 				for ii, in := range g.Instances {
 					ip := fmt.Sprintf("%s.instances[%d]", gp, ii)
 					v.instance(ip, in, addrs)
@@ -117,8 +121,8 @@ func (v *validator) instance(path string, in Instance, addrs map[string]string) 
 	} else {
 		addrs[strings.ToLower(in.Address)] = path
 	}
-	if in.MaxConcurrency < 0 {
-		v.p.add(path+".max_concurrency", fmt.Sprintf("must be >= 0 (0 = unlimited), got %d", in.MaxConcurrency))
+	if in.MaxConcurrency < 0 || in.MaxConcurrency > maxConcurrency {
+		v.p.add(path+".max_concurrency", fmt.Sprintf("must be in 0..%d (0 = unlimited), got %d", maxConcurrency, in.MaxConcurrency))
 	}
 }
 
@@ -274,8 +278,8 @@ func (v *validator) service(sp string, s *Service) {
 	if t := s.Spill.Threshold; !(t >= 0 && t <= 1) {
 		v.p.add(sp+".spill.threshold", fmt.Sprintf("must be in [0, 1] (0 disables preemptive spill), got %v", t))
 	}
-	if sl := s.Spill.Slope; !(sl > 0) || math.IsInf(sl, 0) {
-		v.p.add(sp+".spill.slope", fmt.Sprintf("must be a finite number > 0, got %v", sl))
+	if sl := s.Spill.Slope; !(sl > 0 && sl <= maxSpillSlope) {
+		v.p.add(sp+".spill.slope", fmt.Sprintf("must be in (0, %d], got %v", maxSpillSlope, sl))
 	}
 	v.outlierDetection(sp+".outlier_detection", s.OutlierDetection)
 	if t := s.TargetUtilization; !(t > 0 && t <= 1) {
@@ -304,26 +308,31 @@ func (v *validator) feedback(fp string, f Feedback) {
 	if f.QueueDelay <= 0 {
 		v.p.add(fp+".queue_delay", fmt.Sprintf("must be > 0, got %v", f.QueueDelay))
 	}
+	v.atMost(fp+".queue_delay", f.QueueDelay, maxQueueDelay)
 	if f.Hold < 0 {
 		v.p.add(fp+".hold", fmt.Sprintf("must be >= 0, got %v", f.Hold))
 	}
+	v.atMost(fp+".hold", f.Hold, maxShortTimeout)
 	if f.RecoverDelay < 0 {
 		v.p.add(fp+".recover_delay", fmt.Sprintf("must be >= 0, got %v", f.RecoverDelay))
 	}
+	v.atMost(fp+".recover_delay", f.RecoverDelay, maxShortTimeout)
 }
 
 // outlierDetection checks an outlier detection section.
 func (v *validator) outlierDetection(op string, o OutlierDetection) {
-	if o.Consecutive5xx < 0 {
-		v.p.add(op+".consecutive_5xx", fmt.Sprintf("must be >= 0 (0 disables), got %d", o.Consecutive5xx))
+	if o.Consecutive5xx < 0 || o.Consecutive5xx > maxConsecutive {
+		v.p.add(op+".consecutive_5xx", fmt.Sprintf("must be in 0..%d (0 disables), got %d", maxConsecutive, o.Consecutive5xx))
 	}
-	if o.ConsecutiveConnectFailures < 0 {
-		v.p.add(op+".consecutive_connect_failures", fmt.Sprintf("must be >= 0 (0 disables), got %d", o.ConsecutiveConnectFailures))
+	if o.ConsecutiveConnectFailures < 0 || o.ConsecutiveConnectFailures > maxConsecutive {
+		v.p.add(op+".consecutive_connect_failures", fmt.Sprintf("must be in 0..%d (0 disables), got %d", maxConsecutive, o.ConsecutiveConnectFailures))
 	}
 	if o.BaseEjectionTime <= 0 {
 		v.p.add(op+".base_ejection_time", fmt.Sprintf("must be > 0, got %v", o.BaseEjectionTime))
 	}
-	if o.BaseEjectionTime > 0 && o.MaxEjectionTime < o.BaseEjectionTime {
+	v.atMost(op+".base_ejection_time", o.BaseEjectionTime, maxLongTimeout)
+	v.atMost(op+".max_ejection_time", o.MaxEjectionTime, maxLongTimeout)
+	if o.BaseEjectionTime > 0 && o.BaseEjectionTime <= maxLongTimeout && o.MaxEjectionTime < o.BaseEjectionTime {
 		v.p.add(op+".max_ejection_time", fmt.Sprintf("must be >= base_ejection_time (%v), got %v", o.BaseEjectionTime, o.MaxEjectionTime))
 	}
 	if o.MaxEjectionPercent < 0 || o.MaxEjectionPercent > 100 {
@@ -368,6 +377,10 @@ func (v *validator) limits(bp string, mode BalancingMode, b Backend) {
 			}
 		case !(l.val > 0) || math.IsInf(l.val, 0):
 			v.p.add(bp+"."+l.key, fmt.Sprintf("must be a finite number > 0, got %v", l.val))
+		case l.mode == ModeConnection && l.val > maxConnectionLimit:
+			v.p.add(bp+"."+l.key, fmt.Sprintf("must be at most %d, got %v", maxConnectionLimit, l.val))
+		case l.mode != ModeConnection && l.val > maxRate:
+			v.p.add(bp+"."+l.key, fmt.Sprintf("must be at most %g requests/s, got %v", float64(maxRate), l.val))
 		}
 	}
 	if mode == ModeUtilization { // both limits, each checked above
@@ -412,8 +425,8 @@ func (v *validator) affinity(ap string, a SessionAffinity) {
 	switch {
 	case !cookie && a.CookieTTL != 0:
 		v.p.add(ap+".cookie_ttl", fmt.Sprintf("only valid with type generated_cookie or http_cookie; type is %s", a.Type))
-	case a.CookieTTL < 0:
-		v.p.add(ap+".cookie_ttl", fmt.Sprintf("must be >= 0 (0 = session cookie), got %v", a.CookieTTL))
+	case a.CookieTTL < 0 || a.CookieTTL > maxCookieTTL:
+		v.p.add(ap+".cookie_ttl", fmt.Sprintf("must be in [0, %v] (400 days; 0 = session cookie), got %v", maxCookieTTL, a.CookieTTL))
 	}
 	gen := a.Type == AffinityGeneratedCookie
 	switch {
@@ -463,17 +476,18 @@ func (v *validator) healthCheck(hp string, h HealthCheck) {
 	if h.Interval <= 0 {
 		v.p.add(hp+".interval", fmt.Sprintf("must be > 0, got %v", h.Interval))
 	}
+	v.atMost(hp+".interval", h.Interval, maxShortTimeout)
 	switch {
 	case h.Timeout <= 0:
 		v.p.add(hp+".timeout", fmt.Sprintf("must be > 0, got %v", h.Timeout))
 	case h.Interval > 0 && h.Timeout >= h.Interval:
 		v.p.add(hp+".timeout", fmt.Sprintf("must be less than interval (%v), got %v", h.Interval, h.Timeout))
 	}
-	if h.HealthyThreshold < 1 {
-		v.p.add(hp+".healthy_threshold", fmt.Sprintf("must be >= 1, got %d", h.HealthyThreshold))
+	if h.HealthyThreshold < 1 || h.HealthyThreshold > maxThreshold {
+		v.p.add(hp+".healthy_threshold", fmt.Sprintf("must be in 1..%d, got %d", maxThreshold, h.HealthyThreshold))
 	}
-	if h.UnhealthyThreshold < 1 {
-		v.p.add(hp+".unhealthy_threshold", fmt.Sprintf("must be >= 1, got %d", h.UnhealthyThreshold))
+	if h.UnhealthyThreshold < 1 || h.UnhealthyThreshold > maxThreshold {
+		v.p.add(hp+".unhealthy_threshold", fmt.Sprintf("must be in 1..%d, got %d", maxThreshold, h.UnhealthyThreshold))
 	}
 	if !(h.Jitter >= 0 && h.Jitter < 1) {
 		v.p.add(hp+".jitter", fmt.Sprintf("must be in [0, 1), got %v", h.Jitter))
@@ -511,6 +525,7 @@ func (v *validator) routes() {
 		if r.Timeout <= 0 {
 			v.p.add(rp+".timeout", fmt.Sprintf("must be > 0, got %v", r.Timeout))
 		}
+		v.atMost(rp+".timeout", r.Timeout, maxLongTimeout)
 		if r.Retries < 0 || r.Retries > maxRetries {
 			v.p.add(rp+".retries", fmt.Sprintf("must be in 0..%d (0 = never retry), got %d", maxRetries, r.Retries))
 		}
@@ -554,9 +569,59 @@ func checkRouteHost(h string) error {
 // multiply the load on a failing fleet more than they help.
 const maxRetries = 5
 
-// minMaxHeaderBytes is the smallest max_header_bytes accepted: below it,
-// ordinary browser requests with a few cookies fail.
-const minMaxHeaderBytes = 1024
+// Upper bounds of numeric fields (finding 7 of issue 10). They keep every
+// figure derived from a config in range: a group's capacity is at most
+// maxInstances × maxRate = 1e13, so a sum over any config that fits in
+// memory stays finite; durations stay far from time.Duration's overflow when
+// added or multiplied (ejection n × base); sizes stay where net/http's own
+// arithmetic on them cannot overflow. Each bound is far above any real
+// deployment's value.
+const (
+	// maxRate bounds every rate: max_rate_per_instance, max_rate and
+	// utilization_rate_per_instance, in requests per second.
+	maxRate = 1e9
+	// maxConnectionLimit bounds max_connections_per_instance and
+	// max_connections of a backend.
+	maxConnectionLimit = 1_000_000_000
+	// maxInstances bounds the instances of one group.
+	maxInstances = 10_000
+	// maxConcurrency bounds an instance's max_concurrency.
+	maxConcurrency = 1_000_000
+	// maxThreshold bounds health check thresholds.
+	maxThreshold = 100
+	// maxConsecutive bounds the outlier detection triggers.
+	maxConsecutive = 10_000
+	// maxSpillSlope bounds spill.slope.
+	maxSpillSlope = 1000
+	// maxCookieTTL bounds cookie_ttl: 400 days, the longest lifetime
+	// browsers keep a cookie (RFC 6265bis §5.6.1).
+	maxCookieTTL = 400 * 24 * time.Hour
+	// maxLongTimeout bounds route timeouts, idle timeouts, ejection times.
+	maxLongTimeout = 24 * time.Hour
+	// maxShortTimeout bounds health check intervals, feedback hold and
+	// recover delay, read_header_timeout and first_byte_timeout.
+	maxShortTimeout = time.Hour
+	// maxQueueDelay bounds feedback.queue_delay.
+	maxQueueDelay = time.Minute
+	// minMaxHeaderBytes and maxMaxHeaderBytes bound max_header_bytes:
+	// below 1 KiB ordinary browser requests with a few cookies fail; above
+	// 1 MiB (net/http's default) a header block is an attack, and values
+	// near MaxInt overflow net/http's arithmetic (every request got 431).
+	minMaxHeaderBytes = 1 << 10
+	maxMaxHeaderBytes = 1 << 20
+	// maxRequestBody bounds max_request_body_bytes: 1 TiB.
+	maxRequestBody = 1 << 40
+	// maxListenerConnections bounds a tcp listener's max_connections and
+	// max_connections_per_client.
+	maxListenerConnections = 1_000_000
+)
+
+// atMost adds a problem at path when d is above max.
+func (v *validator) atMost(path string, d, max time.Duration) {
+	if d > max {
+		v.p.add(path, fmt.Sprintf("must be at most %v, got %v", max, d))
+	}
+}
 
 // listeners checks every listener. It runs after services, whose names and
 // modes tcp listeners refer to.
@@ -603,8 +668,19 @@ func (v *validator) tcpListener(lp string, l *Listener) {
 	if len(l.Certificates) > 0 {
 		v.p.add(lp+".certificates", "only valid with protocol https; protocol is tcp")
 	}
-	if l.IdleTimeout < 0 {
-		v.p.add(lp+".idle_timeout", fmt.Sprintf("must be >= 0 (0 = no idle timeout), got %v", l.IdleTimeout))
+	if l.IdleTimeout <= 0 {
+		v.p.add(lp+".idle_timeout", fmt.Sprintf("must be > 0, got %v", l.IdleTimeout))
+	}
+	v.atMost(lp+".idle_timeout", l.IdleTimeout, maxLongTimeout)
+	if l.FirstByteTimeout <= 0 {
+		v.p.add(lp+".first_byte_timeout", fmt.Sprintf("must be > 0, got %v", l.FirstByteTimeout))
+	}
+	v.atMost(lp+".first_byte_timeout", l.FirstByteTimeout, maxShortTimeout)
+	if l.MaxConnections < 1 || l.MaxConnections > maxListenerConnections {
+		v.p.add(lp+".max_connections", fmt.Sprintf("must be in 1..%d, got %d", maxListenerConnections, l.MaxConnections))
+	}
+	if l.MaxConnectionsPerClient < 1 || l.MaxConnectionsPerClient > maxListenerConnections {
+		v.p.add(lp+".max_connections_per_client", fmt.Sprintf("must be in 1..%d, got %d", maxListenerConnections, l.MaxConnectionsPerClient))
 	}
 	httpOnly := func(key string, set bool) {
 		if set {
@@ -641,15 +717,25 @@ func (v *validator) httpListener(lp string, l *Listener) {
 	if l.ReadHeaderTimeout <= 0 {
 		v.p.add(lp+".read_header_timeout", fmt.Sprintf("must be > 0, got %v", l.ReadHeaderTimeout))
 	}
+	v.atMost(lp+".read_header_timeout", l.ReadHeaderTimeout, maxShortTimeout)
 	if l.IdleTimeout <= 0 {
 		v.p.add(lp+".idle_timeout", fmt.Sprintf("must be > 0, got %v", l.IdleTimeout))
 	}
-	if l.MaxHeaderBytes < minMaxHeaderBytes {
-		v.p.add(lp+".max_header_bytes", fmt.Sprintf("must be >= %d, got %d", minMaxHeaderBytes, l.MaxHeaderBytes))
+	v.atMost(lp+".idle_timeout", l.IdleTimeout, maxLongTimeout)
+	if l.MaxHeaderBytes < minMaxHeaderBytes || l.MaxHeaderBytes > maxMaxHeaderBytes {
+		v.p.add(lp+".max_header_bytes", fmt.Sprintf("must be in %d..%d, got %d", minMaxHeaderBytes, maxMaxHeaderBytes, l.MaxHeaderBytes))
 	}
-	if l.MaxRequestBodyBytes < 0 {
-		v.p.add(lp+".max_request_body_bytes", fmt.Sprintf("must be >= 0 (0 = unlimited), got %d", l.MaxRequestBodyBytes))
+	if l.MaxRequestBodyBytes < 0 || l.MaxRequestBodyBytes > maxRequestBody {
+		v.p.add(lp+".max_request_body_bytes", fmt.Sprintf("must be in 0..%d (0 = unlimited), got %d", int64(maxRequestBody), l.MaxRequestBodyBytes))
 	}
+	tcpOnly := func(key string, set bool) {
+		if set {
+			v.p.add(lp+"."+key, fmt.Sprintf("only valid with protocol tcp; protocol is %s", l.Protocol))
+		}
+	}
+	tcpOnly("first_byte_timeout", l.FirstByteTimeout != 0)
+	tcpOnly("max_connections", l.MaxConnections != 0)
+	tcpOnly("max_connections_per_client", l.MaxConnectionsPerClient != 0)
 }
 
 // serviceByName returns the first service named name, or nil.

@@ -60,6 +60,7 @@ func run(args []string) error {
 	ecfg.DrainTimeout = v.GetDuration("drain-timeout")
 	ecfg.CertCheckInterval = v.GetDuration("cert-check-interval")
 	ecfg.AccessLog = v.GetBool("access-log")
+	ecfg.FDReserve = v.GetInt("fd-reserve")
 	if s := v.GetString("source-ip"); s != "" {
 		if ecfg.SourceIP, err = netip.ParseAddr(s); err != nil {
 			return fmt.Errorf("--source-ip: %w", err)
@@ -131,6 +132,7 @@ func parseFlags(args []string) (*viper.Viper, error) {
 	fs.Duration("drain-timeout", d.DrainTimeout, "how long shutdown waits for in-flight requests")
 	fs.Duration("cert-check-interval", d.CertCheckInterval, "how often https listeners' certificate files are checked for changes")
 	fs.Bool("access-log", false, "log every request")
+	fs.Int("fd-reserve", 0, "file descriptors kept free of client connections for admin, gossip, control plane and probes (0 = a tenth of RLIMIT_NOFILE, at least 256, at most half)")
 	fs.String("log-format", "auto", "json, console, or auto (console on a terminal)")
 	fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {

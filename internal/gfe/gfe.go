@@ -13,10 +13,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/internal/fdlimit"
 	"github.com/spillway-lb/spillway/internal/gfe/httpproxy"
 	"github.com/spillway-lb/spillway/internal/gfe/listeners"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
@@ -78,7 +80,24 @@ type Config struct {
 	// AccessLog logs every request (off by default: it costs on the hot
 	// path).
 	AccessLog bool
+	// FDReserve is how many file descriptors are kept out of the budget
+	// of client connections, for what must keep working when clients
+	// open all they can: the admin listener, gossip, the control-plane
+	// stream, RTT probes, logs. New raises the soft RLIMIT_NOFILE to the
+	// hard limit; the budget is that limit minus FDReserve, and client
+	// connections beyond it are refused (tcp listeners) or wait in the
+	// kernel's backlog (http, https). Default 0: fdlimit.DefaultReserve,
+	// a tenth of the limit, at least 256 and at most half.
+	FDReserve int
 }
+
+// adminMaxConns caps the admin listener's open connections (they come from
+// operators and scrapers on loopback), so that a flood of them cannot eat
+// the fd reserve; adminIdleTimeout closes its idle keep-alive connections.
+const (
+	adminMaxConns    = 64
+	adminIdleTimeout = 30 * time.Second
+)
 
 // DefaultConfig returns a Config with every default filled in; Node and Site
 // are left for the caller.
@@ -123,6 +142,9 @@ func (c Config) Validate() error {
 	}
 	if c.DrainTimeout < 0 {
 		errs = append(errs, fmt.Errorf("gfe.drain_timeout: must be >= 0, got %v", c.DrainTimeout))
+	}
+	if c.FDReserve < 0 {
+		errs = append(errs, fmt.Errorf("gfe.fd_reserve: must be >= 0 (0 = automatic), got %d", c.FDReserve))
 	}
 	for _, a := range []struct{ name, v string }{{"gfe.listen", c.Listen}, {"gfe.admin", c.Admin}} {
 		if _, _, err := net.SplitHostPort(a.v); err != nil {
@@ -174,6 +196,10 @@ type Daemon struct {
 	proxy       *httpproxy.Proxy
 	tcp         *tcpproxy.Proxy
 	listeners   *listeners.Manager
+	// fds is the file-descriptor budget of client connections (nil:
+	// unlimited), from limits.
+	fds    *fdlimit.Budget
+	limits fdlimit.Limits
 
 	// Accessed atomically.
 	table    atomic.Pointer[routing.Table]
@@ -204,6 +230,7 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 		reg:    opts.Registry,
 		kick:   make(chan struct{}, 1),
 	}
+	var err error
 	rnd := opts.Rand
 	if rnd == nil {
 		rnd = rand.Uint64
@@ -213,6 +240,21 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 		d.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	}
 	d.metrics = newMetrics(d.reg, d.Table)
+	if d.limits, err = fdlimit.Raise(); err != nil {
+		d.log.Warn().Err(err).Msg("cannot read RLIMIT_NOFILE: no fd budget for client connections")
+	} else {
+		d.fds = fdlimit.FromLimit(d.limits.Soft, uint64(cfg.FDReserve))
+	}
+	d.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "spillway_gfe_fd_budget",
+			Help: "File descriptors client connections may hold: RLIMIT_NOFILE less the reserve (0: unlimited).",
+		}, func() float64 { return float64(d.fds.Size()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "spillway_gfe_fd_budget_used",
+			Help: "File descriptors client connections hold now (tcp: 2 per connection; http, https: 2 per connection).",
+		}, func() float64 { return float64(d.fds.Used()) }),
+	)
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	if cfg.SourceIP.IsValid() {
 		dialer.LocalAddr = &net.TCPAddr{IP: cfg.SourceIP.AsSlice()}
@@ -220,7 +262,6 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 	d.builder = routing.NewBuilder(routing.Config{Node: cfg.Node, Site: cfg.Site, Damping: cfg.Damping, DemandSmoothing: cfg.DemandSmoothing},
 		routing.Options{Clock: d.clk, Rand: rnd})
 	d.rtt = rtt.New(rtt.Config{Path: cfg.RTTPath, Interval: cfg.RTTInterval}, rtt.Options{Clock: d.clk, Logger: d.log, Dialer: dialer})
-	var err error
 	d.proxy, err = httpproxy.New(httpproxy.Config{AccessLog: cfg.AccessLog}, httpproxy.Options{
 		Planner: d, Logger: d.log, Clock: d.clk, Rand: rnd, Dialer: dialer, Registry: d.reg,
 		PickErrors: d.metrics.pickErrors, BackendErrors: d.metrics.backendErrors,
@@ -230,13 +271,13 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 	}
 	d.tcp, err = tcpproxy.New(tcpproxy.Config{DrainTimeout: cfg.DrainTimeout, DemandSmoothing: cfg.DemandSmoothing}, tcpproxy.Options{
 		State: d, Logger: d.log, Clock: d.clk, Rand: rnd, Dial: dialer.DialContext, Registry: d.reg,
-		PickErrors: d.metrics.pickErrors, BackendErrors: d.metrics.backendErrors,
+		PickErrors: d.metrics.pickErrors, BackendErrors: d.metrics.backendErrors, Budget: d.fds,
 	})
 	if err != nil {
 		return nil, err
 	}
 	d.listeners, err = listeners.New(listeners.Config{Listen: cfg.Listen, DrainTimeout: cfg.DrainTimeout, CertCheckInterval: cfg.CertCheckInterval},
-		listeners.Options{HTTP: d.proxy, TCP: d.tcp, Streams: d.proxy, Logger: d.log, Clock: d.clk, Registry: d.reg})
+		listeners.Options{HTTP: d.proxy, TCP: d.tcp, Streams: d.proxy, Logger: d.log, Clock: d.clk, Registry: d.reg, Budget: d.fds})
 	if err != nil {
 		return nil, fmt.Errorf("gfe.listen: %w", err)
 	}
@@ -245,8 +286,10 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 
 // ApplySnapshot validates cs and makes it the node's snapshot; the next
 // plan uses it. It returns an error (the control-plane client NACKs with
-// it) when cs cannot be used — no config, or a certificate of an https
-// listener that cannot be loaded — and then keeps the previous one. It
+// it) when cs cannot be used — no config, a service that cannot be planned
+// (routing.CheckPlannable: a capacity that is not finite), or a
+// certificate of an https listener that cannot be loaded — and then keeps
+// the previous one, which goes on routing. It
 // reconciles the listeners (when Run has started them) and ends the
 // long-lived streams (gRPC calls, WebSockets) to backends that cs makes
 // unavailable: unhealthy, or no longer configured. cs must not be modified
@@ -254,6 +297,9 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 func (d *Daemon) ApplySnapshot(cs *snapshot.Snapshot) error {
 	if cs.Config == nil {
 		return errors.New("gfe: snapshot without config")
+	}
+	if err := routing.CheckPlannable(cs); err != nil {
+		return fmt.Errorf("gfe: snapshot %s cannot be planned: %w", cs.Version, err)
 	}
 	if err := d.listeners.Apply(cs.Config.Listeners); err != nil {
 		return fmt.Errorf("gfe: snapshot %s: %w", cs.Version, err)
@@ -330,8 +376,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 		aln.Close()
 		return fmt.Errorf("gfe listen %s: %w", d.cfg.Listen, err)
 	}
-	d.log.Info().Str("listen", d.ListenAddr().String()).Str("admin", aln.Addr().String()).Msg("gfe serving")
-	admin := &http.Server{Handler: d.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+	d.log.Info().Str("listen", d.ListenAddr().String()).Str("admin", aln.Addr().String()).
+		Uint64("rlimit_nofile", d.limits.Soft).Int64("fd_budget", d.fds.Size()).Msg("gfe serving")
+	aln = netutil.LimitListener(aln, adminMaxConns)
+	admin := &http.Server{Handler: d.adminHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: adminIdleTimeout}
 
 	components := []component{
 		{name: "planner", run: d.plan},

@@ -223,10 +223,20 @@ type runningEdge struct {
 // has a routing table. It is stopped when the test ends.
 func startEdge(t *testing.T, c *config.Config, drain time.Duration) *runningEdge {
 	t.Helper()
+	return startEdgeWith(t, c, drain, nil)
+}
+
+// startEdgeWith is startEdge with edit, when set, applied to the gfe's
+// Config.
+func startEdgeWith(t *testing.T, c *config.Config, drain time.Duration, edit func(*Config)) *runningEdge {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Node, cfg.Site = "gfe-nyc", "nyc"
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.DrainTimeout = drain
+	if edit != nil {
+		edit(&cfg)
+	}
 	g := &fakeGossip{node: cfg.Node, states: map[string]gossip.NodeState{}}
 	e, err := New(cfg, Options{Gossip: g, Clock: clock.NewFake(time.Unix(1_000_000, 0))})
 	if err != nil {

@@ -110,8 +110,21 @@ type TCPInstance struct {
 
 // TCPConfig is a CONNECTION-mode service "db" over groups east (us-east)
 // and west (eu-west; left out when west is empty), 100 connections per
-// instance, served by tcp listener "db" with the given idle timeout.
+// instance, served by tcp listener "db" with the given idle timeout (0:
+// the default) and the defaults of every other field.
 func TCPConfig(tb testing.TB, policy string, east, west []TCPInstance, idle time.Duration) *config.Config {
+	tb.Helper()
+	extra := ""
+	if idle != 0 {
+		extra = fmt.Sprintf("idle_timeout: %v", idle)
+	}
+	return TCPConfigWith(tb, policy, east, west, extra)
+}
+
+// TCPConfigWith is TCPConfig with listener "db" given the extra fields of
+// listener, in YAML flow syntax ("max_connections: 3, idle_timeout: 5s";
+// "" for none).
+func TCPConfigWith(tb testing.TB, policy string, east, west []TCPInstance, listener string) *config.Config {
 	tb.Helper()
 	inst := func(is []TCPInstance) string {
 		var b strings.Builder
@@ -124,6 +137,9 @@ func TCPConfig(tb testing.TB, policy string, east, west []TCPInstance, idle time
 	if len(west) > 0 {
 		westRegion = "  - name: eu-west\n    zones:\n      - name: eu-west-b\n        groups:\n          - name: west\n            instances:\n" + inst(west)
 		westBackend = "      - {group: west, max_connections_per_instance: 100}\n"
+	}
+	if listener != "" {
+		listener = ", " + listener
 	}
 	y := fmt.Sprintf(`regions:
   - name: us-east
@@ -142,8 +158,8 @@ func TCPConfig(tb testing.TB, policy string, east, west []TCPInstance, idle time
 routes:
   - {host: "*", path_prefix: /, service: db}
 listeners:
-  - {name: db, protocol: tcp, port: 5432, service: db, idle_timeout: %v}
-`, inst(east), westRegion, policy, westBackend, idle)
+  - {name: db, protocol: tcp, port: 5432, service: db%s}
+`, inst(east), westRegion, policy, westBackend, listener)
 	return parse(tb, y, "tcp.yaml")
 }
 

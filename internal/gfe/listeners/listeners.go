@@ -19,6 +19,7 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/internal/fdlimit"
 )
 
 // listenerMetrics are the listener manager's Prometheus metrics.
@@ -26,6 +27,7 @@ type listenerMetrics struct {
 	accepted    *prometheus.CounterVec
 	certReloads *prometheus.CounterVec
 	bindErrors  *prometheus.CounterVec
+	fdWaits     *prometheus.CounterVec
 }
 
 func newListenerMetrics(reg prometheus.Registerer) *listenerMetrics {
@@ -43,8 +45,12 @@ func newListenerMetrics(reg prometheus.Registerer) *listenerMetrics {
 			Help: "Failed attempts to bind a listener's port, by listener.",
 		}, []string{"listener"}),
 	}
+	m.fdWaits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "spillway_gfe_listener_fd_budget_waits_total",
+		Help: "Times an http or https listener stopped accepting because the file-descriptor budget of client connections was spent (it resumes when a connection closes), by listener.",
+	}, []string{"listener"})
 	if reg != nil {
-		reg.MustRegister(m.accepted, m.certReloads, m.bindErrors)
+		reg.MustRegister(m.accepted, m.certReloads, m.bindErrors, m.fdWaits)
 	}
 	return m
 }
@@ -96,7 +102,18 @@ type Options struct {
 	Clock clock.Clock
 	// Registry receives the listeners' metrics; nil registers them nowhere.
 	Registry prometheus.Registerer
+	// Budget, when set, is the file-descriptor budget of client
+	// connections (fdlimit): an http or https listener takes
+	// HTTPConnFDs of it for each connection it accepts, and stops
+	// accepting while it has no room (tcp listeners take theirs in the
+	// tcp proxy, which refuses instead).
+	Budget *fdlimit.Budget
 }
+
+// HTTPConnFDs is what one http or https client connection takes from the
+// fd budget: its own descriptor and one for the backend connection it
+// typically keeps busy.
+const HTTPConnFDs = 2
 
 // Manager owns the gfe's client-facing sockets and their servers. Its
 // methods are safe for concurrent use. Must not be copied.
@@ -110,6 +127,8 @@ type Manager struct {
 	host    string // host of Config.Listen
 	defPort int    // port of Config.Listen (0: any)
 	errLog  *log.Logger
+	// budgetLog is log sampled to one line a second, for the fd budget.
+	budgetLog zerolog.Logger
 
 	// wg counts the goroutines the manager started: accept loops, servers,
 	// and servers draining after a change. shutdown waits for them.
@@ -138,6 +157,11 @@ type port struct {
 	// cur is the generation new connections go to. Written under
 	// Manager.mu, read by the accept loop.
 	cur atomic.Pointer[generation]
+
+	// stop ends when the port is closed (or at the manager's hard stop),
+	// releasing an accept loop that waits for fd budget.
+	stop   context.Context
+	cancel context.CancelFunc
 }
 
 // generation is one server of a port, with the settings it started with.
@@ -177,6 +201,7 @@ func New(cfg Config, opts Options) (*Manager, error) {
 		ports:   map[int]*port{},
 	}
 	m.errLog = log.New(serverLogWriter{m.log}, "", 0)
+	m.budgetLog = m.log.Sample(&zerolog.BurstSampler{Burst: 1, Period: time.Second})
 	m.hardStop, m.hardStopCancel = context.WithCancel(context.Background())
 	return m, nil
 }
@@ -336,13 +361,16 @@ func (m *Manager) openLocked(key int, l config.Listener) (*port, error) {
 		return nil, fmt.Errorf("listener %s: %w", l.Name, err)
 	}
 	p := &port{ln: ln, name: l.Name, accepted: m.metrics.accepted.WithLabelValues(l.Name)}
+	p.stop, p.cancel = context.WithCancel(m.hardStop)
 	m.ports[key] = p
 	if l.Protocol == config.ListenerHTTPS {
 		p.certs.cur.Store(m.certs[l.Name])
 	}
+	m.startGenerationLocked(p, l)
+	// After the first generation is set: the accept loop reads its
+	// protocol for the fd budget.
 	m.wg.Add(1)
 	go m.acceptLoop(p)
-	m.startGenerationLocked(p, l)
 	m.log.Info().Str("listener", l.Name).Str("protocol", string(l.Protocol)).Str("addr", ln.Addr().String()).Msg("listening")
 	return p, nil
 }
@@ -351,6 +379,7 @@ func (m *Manager) openLocked(key int, l config.Listener) (*port, error) {
 // drains its generation. Caller must hold m.mu.
 func (m *Manager) closePortLocked(key int, p *port) {
 	delete(m.ports, key)
+	p.cancel()
 	p.ln.Close()
 	if g := p.cur.Swap(nil); g != nil {
 		m.retire(g)
@@ -473,6 +502,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	var gens []*generation
 	for key, p := range m.ports {
 		delete(m.ports, key)
+		p.cancel()
 		p.ln.Close()
 		if g := p.cur.Swap(nil); g != nil {
 			g.ln.Close()
@@ -509,13 +539,32 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 }
 
 // acceptLoop accepts connections on p and hands each to p's current
-// generation until p's socket is closed.
+// generation until p's socket is closed. While p serves http or https, it
+// takes HTTPConnFDs of the fd budget before each Accept, waiting (not
+// accepting: new connections queue in the kernel's backlog) while the
+// budget has no room, and the connection gives them back when it closes.
 func (m *Manager) acceptLoop(p *port) {
 	defer m.wg.Done()
 	var backoff time.Duration
+	budget := m.opts.Budget
 	for {
+		held := false
+		if g := p.cur.Load(); budget != nil && g != nil && g.spec.Protocol != config.ListenerTCP {
+			if !budget.TryAcquire(HTTPConnFDs) {
+				name := g.spec.Name
+				m.metrics.fdWaits.WithLabelValues(name).Inc()
+				m.budgetLog.Warn().Str("listener", name).Int64("fd_budget", budget.Size()).Msg("fd budget spent: not accepting until a connection closes")
+				if err := budget.Acquire(p.stop, HTTPConnFDs); err != nil {
+					return
+				}
+			}
+			held = true
+		}
 		c, err := p.ln.Accept()
 		if err != nil {
+			if held {
+				budget.Release(HTTPConnFDs)
+			}
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
@@ -532,6 +581,9 @@ func (m *Manager) acceptLoop(p *port) {
 			continue
 		}
 		backoff = 0
+		if held {
+			c = fdlimit.Conn(c, budget, HTTPConnFDs)
+		}
 		p.accepted.Inc()
 		p.handoff(c)
 	}

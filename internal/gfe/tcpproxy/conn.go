@@ -28,11 +28,21 @@ type tcpConn struct {
 	client  net.Conn
 	backend net.Conn
 	idle    time.Duration // 0: no idle timeout
+	// firstByte is the time the client has, from accepted, to send its
+	// first byte; 0: no limit.
+	firstByte time.Duration
+	accepted  time.Time
 
 	// Accessed atomically.
-	why      atomic.Int32 // closeReason: the first of abort's reason and the side that ended first
-	lastRead atomic.Int64 // clock time of the last byte read, in UnixNano (idle timeout only)
+	why        atomic.Int32 // closeReason: the first of abort's reason and the side that ended first
+	lastRead   atomic.Int64 // clock time of the last byte read, in UnixNano (idle timeout only)
+	clientSent atomic.Bool  // the client sent a byte (first-byte timeout only)
 }
+
+// watched reports whether c has an idle or first-byte timeout, which its
+// listener's sweep enforces: its bytes are then copied in user space, so
+// that reads are seen.
+func (c *tcpConn) watched() bool { return c.idle > 0 || c.firstByte > 0 }
 
 // reason returns why c ended: what came first of an abort (its reason)
 // and one side ending (closeClient, closeBackend).
@@ -52,16 +62,8 @@ func (c *tcpConn) abort(r closeReason) {
 func (c *tcpConn) run() {
 	var up sync.WaitGroup
 	up.Go(c.copyClientToBackend)
-	var stopIdle func()
-	if c.idle > 0 {
-		c.lastRead.Store(c.x.clk.Now().UnixNano())
-		stopIdle = c.watchIdle()
-	}
 	c.copyBackendToClient()
 	up.Wait()
-	if stopIdle != nil {
-		stopIdle()
-	}
 	c.client.Close()
 	c.backend.Close()
 }
@@ -81,7 +83,7 @@ func (c *tcpConn) copyBackendToClient() {
 func (c *tcpConn) pipe(dst, src net.Conn, side closeReason, direction string) {
 	var n int64
 	var err error
-	if c.idle > 0 {
+	if c.watched() {
 		n, err = c.copyNoting(dst, src)
 	} else {
 		// Both are *net.TCPConn: dst.ReadFrom(src) splices in the kernel.
@@ -104,7 +106,7 @@ func (c *tcpConn) pipe(dst, src net.Conn, side closeReason, direction string) {
 }
 
 // copyNoting copies like io.Copy, recording the time of every read in
-// c.lastRead for the idle timeout.
+// c.lastRead for the idle timeout, and the client's first byte.
 func (c *tcpConn) copyNoting(dst, src net.Conn) (int64, error) {
 	buf, ok := c.x.bufs.Get().(*[copyBufferSize]byte)
 	if !ok {
@@ -116,6 +118,9 @@ func (c *tcpConn) copyNoting(dst, src net.Conn) (int64, error) {
 		nr, rerr := src.Read(buf[:])
 		if nr > 0 {
 			c.lastRead.Store(c.x.clk.Now().UnixNano())
+			if src == c.client {
+				c.clientSent.Store(true)
+			}
 			nw, werr := dst.Write(buf[:nr])
 			n += int64(nw)
 			if werr != nil {
@@ -131,31 +136,15 @@ func (c *tcpConn) copyNoting(dst, src net.Conn) (int64, error) {
 	}
 }
 
-// watchIdle starts the idle watchdog of c: a goroutine that aborts c once
-// no byte was read from either side for c.idle. It returns the function
-// that stops the watchdog and waits for it.
-func (c *tcpConn) watchIdle() (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	t := c.x.clk.NewTimer(c.idle)
-	wg.Go(func() {
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case now := <-t.C():
-				quiet := now.Sub(time.Unix(0, c.lastRead.Load()))
-				if quiet >= c.idle {
-					c.abort(closeIdle)
-					return
-				}
-				t.Reset(c.idle - quiet)
-			}
-		}
-	})
-	return func() {
-		close(done)
-		wg.Wait()
+// expired returns why c must end at now, or closeNone: no byte from the
+// client within firstByte of its arrival (closeFirstByte), or no byte
+// either way for idle (closeIdle).
+func (c *tcpConn) expired(now time.Time) closeReason {
+	if c.firstByte > 0 && !c.clientSent.Load() && now.Sub(c.accepted) >= c.firstByte {
+		return closeFirstByte
 	}
+	if c.idle > 0 && now.Sub(time.Unix(0, c.lastRead.Load())) >= c.idle {
+		return closeIdle
+	}
+	return closeNone
 }

@@ -22,8 +22,16 @@
 //     write half is closed and the opposite direction goes on; the
 //     connection ends when both directions have. A read or write error on
 //     either side closes both.
-//   - The listener's IdleTimeout, when positive, closes a connection that
-//     carried no byte in either direction for that long.
+//   - Limits (issue 10, finding 4). A connection that would exceed the
+//     listener's MaxConnections, its client IP address's
+//     MaxConnectionsPerClient, or the process's fd budget (Options.Budget,
+//     ConnFDs per connection) is reset as it arrives, before any backend
+//     is dialled, and counted in spillway_gfe_tcp_refused_total; the log
+//     says so at most once a second. The listener's IdleTimeout, when
+//     positive, closes a connection that carried no byte in either
+//     direction for that long, and its FirstByteTimeout one whose client
+//     sent nothing that long after it arrived; both are checked every
+//     reapInterval (50 ms) by the listener's one ticker.
 //   - Drain: when Serve's ctx ends (or its listener is closed) it stops
 //     accepting; open connections may finish within DrainTimeout, after
 //     which they are closed (at once, if ctx ends while a closed listener

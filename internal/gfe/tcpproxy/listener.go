@@ -25,9 +25,17 @@ const (
 	closeUnhealthy             // the backend became unavailable
 	closeIdle                  // no byte for the listener's IdleTimeout
 	closeDrain                 // the listener drained past DrainTimeout
+	closeFirstByte             // no client byte within the listener's FirstByteTimeout
 )
 
-var closeReasonNames = [...]string{"none", "client", "backend", "unhealthy", "idle", "drain"}
+var closeReasonNames = [...]string{"none", "client", "backend", "unhealthy", "idle", "drain", "first_byte"}
+
+// Why a connection was refused as it arrived (spillway_gfe_tcp_refused_total).
+const (
+	refuseListener = "listener_limit"
+	refuseClient   = "client_limit"
+	refuseBudget   = "fd_budget"
+)
 
 func (r closeReason) String() string { return closeReasonNames[r] }
 
@@ -45,7 +53,15 @@ func (r closeReason) String() string { return closeReasonNames[r] }
 // service or idle timeout applies to new connections); l is the fallback
 // when the config has no such entry.
 func (x *Proxy) Serve(ctx context.Context, ln net.Listener, l *config.Listener) error {
-	tl := &tcpListener{x: x, def: l, conns: map[*tcpConn]struct{}{}}
+	tl := &tcpListener{x: x, def: l, conns: map[*tcpConn]struct{}{}, byClient: map[netip.Addr]int{}}
+	x.mu.Lock()
+	x.listeners[tl] = struct{}{}
+	x.mu.Unlock()
+	defer func() {
+		x.mu.Lock()
+		delete(x.listeners, tl)
+		x.mu.Unlock()
+	}()
 	stop := make(chan struct{})
 	var watch sync.WaitGroup
 	watch.Go(func() { tl.watch(ctx, ln, stop) })
@@ -72,14 +88,22 @@ type tcpListener struct {
 	mu       sync.Mutex
 	conns    map[*tcpConn]struct{}
 	draining bool
+	// admitted counts the connections admitted and not yet ended (dialling
+	// ones included), in all and by client address, against the
+	// listener's MaxConnections and MaxConnectionsPerClient.
+	admitted int
+	byClient map[netip.Addr]int
 
 	// handlers counts the goroutines of accepted connections.
 	handlers sync.WaitGroup
 }
 
 // watch closes ln when ctx ends, and until stop is closed (through the
-// drain too) reaps the connections whose backend became unavailable each
-// time the snapshot changes.
+// drain too), every reapInterval, reaps the connections whose backend
+// became unavailable when the snapshot changed, and sweeps the
+// connections past their idle or first-byte timeout. One ticker serves
+// every connection of the listener: a timeout fires within reapInterval
+// of its deadline.
 func (tl *tcpListener) watch(ctx context.Context, ln net.Listener, stop <-chan struct{}) {
 	x := tl.x
 	t := x.clk.NewTicker(reapInterval)
@@ -98,6 +122,7 @@ func (tl *tcpListener) watch(ctx context.Context, ln net.Listener, stop <-chan s
 				last = cs
 				tl.reap(cs)
 			}
+			tl.sweep(x.clk.Now())
 		}
 	}
 }
@@ -190,6 +215,27 @@ func (tl *tcpListener) drain(hardStop <-chan struct{}) {
 	<-done
 }
 
+// sweep closes every connection of tl past its idle or first-byte
+// timeout at now.
+func (tl *tcpListener) sweep(now time.Time) {
+	type expiry struct {
+		c *tcpConn
+		r closeReason
+	}
+	var dead []expiry
+	tl.mu.Lock()
+	for c := range tl.conns {
+		if r := c.expired(now); r != closeNone {
+			dead = append(dead, expiry{c, r})
+		}
+	}
+	tl.mu.Unlock()
+	for _, e := range dead {
+		e.c.abort(e.r)
+	}
+	tl.x.lastSweepNano.Store(now.UnixNano())
+}
+
 // reap closes every connection of tl whose backend is no longer available
 // in cs.
 func (tl *tcpListener) reap(cs *snapshot.Snapshot) {
@@ -211,11 +257,53 @@ func (tl *tcpListener) reap(cs *snapshot.Snapshot) {
 	}
 }
 
-// handle proxies client connection c: it picks and dials a backend, then
-// relays bytes until both sides are done.
+// admit counts client connection c against the listener's caps (l's
+// MaxConnections and MaxConnectionsPerClient; 0 or less is no cap) and
+// ConnFDs of the fd budget. It returns "" and the function that gives them
+// back, or the reason c is refused.
+func (tl *tcpListener) admit(c net.Conn, l *config.Listener) (refused string, release func()) {
+	client := tcpFlow(c).Src.Addr()
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	switch {
+	case l.MaxConnections > 0 && tl.admitted >= l.MaxConnections:
+		return refuseListener, nil
+	case l.MaxConnectionsPerClient > 0 && tl.byClient[client] >= l.MaxConnectionsPerClient:
+		return refuseClient, nil
+	case !tl.x.budget.TryAcquire(ConnFDs):
+		return refuseBudget, nil
+	}
+	tl.admitted++
+	tl.byClient[client]++
+	return "", func() {
+		tl.x.budget.Release(ConnFDs)
+		tl.mu.Lock()
+		tl.admitted--
+		if tl.byClient[client]--; tl.byClient[client] <= 0 {
+			delete(tl.byClient, client)
+		}
+		tl.mu.Unlock()
+	}
+}
+
+// refuse closes c at once, with a reset (no TIME_WAIT is left behind),
+// counts it and logs it (at most a line a second).
+func (tl *tcpListener) refuse(c net.Conn, l *config.Listener, reason string) {
+	x := tl.x
+	closeReset(c)
+	x.metrics.refused.WithLabelValues(l.Name, reason).Inc()
+	x.refuseLog.Warn().Str("listener", l.Name).Str("client", c.RemoteAddr().String()).Str("reason", reason).
+		Int("max_connections", l.MaxConnections).Int("max_connections_per_client", l.MaxConnectionsPerClient).
+		Int64("fd_budget", x.budget.Size()).Int64("fd_used", x.budget.Used()).
+		Msg("tcp connection refused (one line a second at most; see spillway_gfe_tcp_refused_total)")
+}
+
+// handle proxies client connection c: it admits it (or refuses it at once),
+// picks and dials a backend, then relays bytes until both sides are done.
 func (tl *tcpListener) handle(ctx context.Context, c net.Conn) {
 	defer tl.handlers.Done()
 	x := tl.x
+	accepted := x.clk.Now()
 	t := x.state.Table()
 	l := tl.def
 	if t != nil {
@@ -223,6 +311,12 @@ func (tl *tcpListener) handle(ctx context.Context, c net.Conn) {
 			l = cur
 		}
 	}
+	reason, release := tl.admit(c, l)
+	if reason != "" {
+		tl.refuse(c, l, reason)
+		return
+	}
+	defer release()
 	var svc *routing.Service
 	if t != nil {
 		svc = t.Services[l.Service]
@@ -252,7 +346,8 @@ func (tl *tcpListener) handle(ctx context.Context, c net.Conn) {
 		closeReset(c)
 		return
 	}
-	pc := &tcpConn{x: x, service: svc.Name(), pick: pk, client: c, backend: up, idle: l.IdleTimeout}
+	pc := &tcpConn{x: x, service: svc.Name(), pick: pk, client: c, backend: up, idle: l.IdleTimeout, firstByte: l.FirstByteTimeout, accepted: accepted}
+	pc.lastRead.Store(x.clk.Now().UnixNano())
 	if !tl.track(pc) {
 		x.metrics.accepted.WithLabelValues(svc.Name(), "draining").Inc()
 		pk.Done()

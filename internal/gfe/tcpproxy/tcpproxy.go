@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,6 +16,7 @@ import (
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/ewma"
+	"github.com/spillway-lb/spillway/internal/fdlimit"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/backend"
@@ -75,7 +78,16 @@ type Options struct {
 	// registered by their owner. Required.
 	PickErrors    *prometheus.CounterVec
 	BackendErrors prometheus.Counter
+	// Budget, when set, is the process's file-descriptor budget of client
+	// connections (fdlimit), shared with the http listeners: each proxied
+	// connection takes ConnFDs of it from its arrival to its end, and a
+	// connection it cannot cover is refused.
+	Budget *fdlimit.Budget
 }
+
+// ConnFDs is what one proxied tcp connection takes from the fd budget: its
+// client and its backend socket.
+const ConnFDs = 2
 
 // Proxy is the state the tcp listeners of one gfe share: the count of open
 // connections per service (for the planner's demand) and the metrics. Safe
@@ -92,13 +104,22 @@ type Proxy struct {
 	// pickErrors and backendErrors are shared with the HTTP proxy.
 	pickErrors    *prometheus.CounterVec
 	backendErrors prometheus.Counter
+	budget        *fdlimit.Budget
+	// refuseLog is log sampled to one line a second per Proxy: refusals
+	// come in floods.
+	refuseLog zerolog.Logger
 	// bufs recycles the copy buffers of connections with an idle timeout
 	// (the others splice in the kernel and need none): *[copyBufferSize]byte.
 	bufs sync.Pool
 
 	// Guarded by mu.
-	mu   sync.Mutex
-	open map[string]int // service -> its open connections
+	mu        sync.Mutex
+	open      map[string]int            // service -> its open connections
+	listeners map[*tcpListener]struct{} // the listeners serving now
+
+	// lastSweep is the clock time of the last idle/first-byte sweep of any
+	// listener, in UnixNano (for tests). Accessed atomically.
+	lastSweepNano atomic.Int64
 
 	// Owned by the planner goroutine (Demand).
 	smooth map[string]*ewma.Level // service -> smoothed open connections
@@ -119,7 +140,10 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 		metrics:       newTCPMetrics(opts.Registry),
 		pickErrors:    opts.PickErrors,
 		backendErrors: opts.BackendErrors,
+		budget:        opts.Budget,
+		refuseLog:     opts.Logger.Sample(&zerolog.BurstSampler{Burst: 1, Period: time.Second}),
 		open:          map[string]int{},
+		listeners:     map[*tcpListener]struct{}{},
 		smooth:        map[string]*ewma.Level{},
 	}, nil
 }
@@ -130,6 +154,7 @@ type tcpMetrics struct {
 	accepted *prometheus.CounterVec // service, result
 	closed   *prometheus.CounterVec // service, reason
 	bytes    *prometheus.CounterVec // service, direction
+	refused  *prometheus.CounterVec // listener, reason
 }
 
 func newTCPMetrics(reg prometheus.Registerer) *tcpMetrics {
@@ -144,15 +169,19 @@ func newTCPMetrics(reg prometheus.Registerer) *tcpMetrics {
 		}, []string{"service", "result"}),
 		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spillway_gfe_tcp_closed_total",
-			Help: "Proxied TCP connections that ended, by service and reason (client or backend: that side finished or failed first; unhealthy: the backend became unavailable; idle: the listener's idle timeout; drain: shutdown).",
+			Help: "Proxied TCP connections that ended, by service and reason (client or backend: that side finished or failed first; unhealthy: the backend became unavailable; idle: the listener's idle_timeout; first_byte: the client sent nothing within first_byte_timeout; drain: shutdown).",
 		}, []string{"service", "reason"}),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spillway_gfe_tcp_bytes_total",
 			Help: "Bytes relayed by the tcp listeners, by service and direction (to_backend, to_client), counted when each direction of a connection ends.",
 		}, []string{"service", "direction"}),
 	}
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "spillway_gfe_tcp_refused_total",
+		Help: "Client TCP connections closed (reset) as they arrived, before any backend was dialled, by listener and reason (listener_limit: the listener's max_connections; client_limit: the client address's max_connections_per_client; fd_budget: the process's file-descriptor budget).",
+	}, []string{"listener", "reason"})
 	if reg != nil {
-		reg.MustRegister(m.open, m.accepted, m.closed, m.bytes)
+		reg.MustRegister(m.open, m.accepted, m.closed, m.bytes, m.refused)
 	}
 	return m
 }
@@ -251,4 +280,24 @@ func (x *Proxy) Demand(now time.Time, cs *snapshot.Snapshot, demand map[string]f
 			delete(x.smooth, name)
 		}
 	}
+}
+
+// lastSweep returns the clock time of the last sweep of any listener.
+func (x *Proxy) lastSweep() time.Time { return time.Unix(0, x.lastSweepNano.Load()) }
+
+// admittedFrom returns the connections client holds on every listener.
+func (x *Proxy) admittedFrom(client netip.Addr) int {
+	x.mu.Lock()
+	lns := make([]*tcpListener, 0, len(x.listeners))
+	for tl := range x.listeners {
+		lns = append(lns, tl)
+	}
+	x.mu.Unlock()
+	n := 0
+	for _, tl := range lns {
+		tl.mu.Lock()
+		n += tl.byClient[client]
+		tl.mu.Unlock()
+	}
+	return n
 }

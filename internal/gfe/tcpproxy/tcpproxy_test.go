@@ -3,9 +3,12 @@ package tcpproxy
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/internal/fdlimit"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/snapshot"
@@ -82,6 +86,28 @@ func metricValue(c prometheus.Metric) float64 {
 		return g.GetValue()
 	}
 	return m.GetCounter().GetValue()
+}
+
+// refused returns spillway_gfe_tcp_refused_total of listener db for reason.
+func (h *tcpHarness) refused(reason string) float64 {
+	return metricValue(h.x.metrics.refused.WithLabelValues("db", reason))
+}
+
+// admitted returns the connections the listener counts for client ip.
+func (h *tcpHarness) admitted(ip string) int {
+	return h.x.admittedFrom(netip.MustParseAddr(ip))
+}
+
+// waitFor polls cond (state another goroutine changes) until it holds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(gfetest.TCPTestTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond) // polling a condition, not a delay the test relies on
+	}
 }
 
 func (h *tcpHarness) counter(name string, labels ...string) float64 {
@@ -322,22 +348,212 @@ func TestTCPProxyIdleTimeout(t *testing.T) {
 	if err := c.Echo("a"); err != nil {
 		t.Fatal(err)
 	}
-	h.BlockUntil(t, 2) // watcher ticker + idle timer
 	h.clk.Advance(6 * time.Second)
 	if err := c.Echo("b"); err != nil { // activity at 6 s
 		t.Fatal(err)
 	}
-	// At 10 s the timer finds 4 s of quiet and re-arms itself instead of
-	// closing.
+	// At 12 s the connection has been quiet for 6 s: still open.
 	h.clk.Advance(6 * time.Second)
-	h.BlockUntil(t, 2)
-	h.clk.Advance(10 * time.Second) // 16 s of quiet by now
-	c.WaitClosed(t)
+	h.sweepAt(t, h.clk.Now())
+	if err := c.Echo("c"); err != nil { // activity at 12 s
+		t.Fatalf("closed after 6 s of quiet: %v", err)
+	}
+	h.clk.Advance(10 * time.Second) // 10 s of quiet by now
+	h.advanceUntilClosed(t, c)
 	if err := h.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	if got := h.counter("closed", "db", "idle"); got != 1 {
 		t.Errorf("closed{reason=idle} = %v, want 1", got)
+	}
+}
+
+// TestTCPProxyDefaultIdleTimeout (issue 10, finding 4): a tcp listener
+// that sets no idle_timeout still closes a connection idle for the
+// default 10 minutes, and counts it.
+func TestTCPProxyDefaultIdleTimeout(t *testing.T) {
+	gfetest.CheckLeaks(t)
+	e1 := gfetest.NewEchoBackend(t, "e1")
+	h := startTCP(t, gfetest.TCPConfigWith(t, "waterfall", gfetest.Instances(e1.Addr()), nil, ""))
+	cs, _ := h.Open(t, 3)
+	for _, c := range cs {
+		if err := c.Echo("x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.clk.Advance(10*time.Minute - time.Second)
+	h.sweepAt(t, h.clk.Now())
+	if got := h.counter("closed", "db", "idle"); got != 0 {
+		t.Fatalf("closed{reason=idle} = %v before 10 minutes, want 0", got)
+	}
+	h.clk.Advance(time.Second)
+	for _, c := range cs {
+		h.advanceUntilClosed(t, c)
+	}
+	waitFor(t, "3 idle closes counted", func() bool { return h.counter("closed", "db", "idle") == 3 })
+}
+
+// sweepAt waits until the listener's watcher has swept at a clock time of
+// at least at: it advances the clock by reapInterval until a sweep reports
+// that time (polling real time only to wait for the watcher goroutine).
+func (h *tcpHarness) sweepAt(t *testing.T, at time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(gfetest.TCPTestTimeout)
+	for h.x.lastSweep().Before(at) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no sweep at %v (last %v)", at, h.x.lastSweep())
+		}
+		h.clk.Advance(reapInterval)
+		time.Sleep(time.Millisecond) // lets the watcher run; the outcome does not depend on it
+	}
+}
+
+// advanceUntilClosed sweeps at the clock's present time and waits for c to
+// be closed.
+func (h *tcpHarness) advanceUntilClosed(t *testing.T, c *gfetest.TCPClient) {
+	t.Helper()
+	h.sweepAt(t, h.clk.Now())
+	c.WaitClosed(t)
+}
+
+// dialRefused opens a raw connection to addr from local (nil: any) and
+// checks that the proxy closes it at once, before any byte: its first read
+// fails with EOF or a reset, well before the test timeout.
+func dialRefused(t *testing.T, addr string, local net.Addr) {
+	t.Helper()
+	d := net.Dialer{LocalAddr: local}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		return // refused by the kernel: closed too
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(gfetest.TCPTestTimeout))
+	b := make([]byte, 1)
+	n, err := c.Read(b)
+	var ne net.Error
+	switch {
+	case n > 0:
+		t.Fatalf("refused connection read %q, want it closed", b[:n])
+	case errors.As(err, &ne) && ne.Timeout():
+		t.Fatalf("over-cap connection still open after %v", gfetest.TCPTestTimeout)
+	}
+}
+
+// dialFrom is gfetest.DialTCP from local address ip.
+func dialFrom(t *testing.T, addr, ip string) *gfetest.TCPClient {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(gfetest.TCPTestTimeout))
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the hello from %s: %v", ip, err)
+	}
+	return &gfetest.TCPClient{C: c, R: r, Backend: strings.TrimSpace(strings.TrimPrefix(line, "hello "))}
+}
+
+// TestTCPProxyClientCap (issue 10, finding 4): one client address opening
+// more connections than max_connections_per_client gets the extra ones
+// closed at once and counted; the backend never sees them; another client
+// address is not affected; a closed connection frees its place.
+func TestTCPProxyClientCap(t *testing.T) {
+	gfetest.CheckLeaks(t)
+	e1 := gfetest.NewEchoBackend(t, "e1")
+	h := startTCP(t, gfetest.TCPConfigWith(t, "waterfall", gfetest.Instances(e1.Addr()), nil, "max_connections_per_client: 5"))
+	cs, _ := h.Open(t, 5) // idle connections from 127.0.0.1
+	for range 20 {
+		dialRefused(t, h.Addr, nil)
+	}
+	if got := h.refused("client_limit"); got != 20 {
+		t.Errorf("refused{reason=client_limit} = %v, want 20", got)
+	}
+	if got := e1.Accepted.Load(); got != 5 {
+		t.Errorf("backend accepted %d connections, want 5 (none for the refused ones)", got)
+	}
+	other := dialFrom(t, h.Addr, "127.0.0.2")
+	if err := other.Echo("other client"); err != nil {
+		t.Fatalf("another client address was refused: %v", err)
+	}
+	cs[0].C.Close()
+	e1.WaitClosed(t, 1)
+	waitFor(t, "the closed connection's place", func() bool { return h.admitted("127.0.0.1") == 4 })
+	if err := gfetest.DialTCP(t, h.Addr).Echo("again"); err != nil {
+		t.Fatalf("a connection after one closed: %v", err)
+	}
+	if got := h.refused("client_limit"); got != 20 {
+		t.Errorf("refused{reason=client_limit} = %v, want still 20", got)
+	}
+}
+
+// TestTCPProxyListenerCap: the listener's max_connections caps its open
+// connections whatever their clients.
+func TestTCPProxyListenerCap(t *testing.T) {
+	gfetest.CheckLeaks(t)
+	e1 := gfetest.NewEchoBackend(t, "e1")
+	h := startTCP(t, gfetest.TCPConfigWith(t, "waterfall", gfetest.Instances(e1.Addr()), nil, "max_connections: 4"))
+	h.Open(t, 2)
+	dialFrom(t, h.Addr, "127.0.0.2")
+	dialFrom(t, h.Addr, "127.0.0.3")
+	dialRefused(t, h.Addr, &net.TCPAddr{IP: net.ParseIP("127.0.0.4")})
+	dialRefused(t, h.Addr, nil)
+	if got := h.refused("listener_limit"); got != 2 {
+		t.Errorf("refused{reason=listener_limit} = %v, want 2", got)
+	}
+	if got := e1.Accepted.Load(); got != 4 {
+		t.Errorf("backend accepted %d connections, want 4", got)
+	}
+}
+
+// TestTCPProxyFirstByteTimeout: a client that sends nothing within
+// first_byte_timeout of its arrival is closed (the backend speaks first
+// here, as MySQL's does: its greeting does not count); one that answered
+// stays.
+func TestTCPProxyFirstByteTimeout(t *testing.T) {
+	gfetest.CheckLeaks(t)
+	e1 := gfetest.NewEchoBackend(t, "e1")
+	h := startTCP(t, gfetest.TCPConfigWith(t, "waterfall", gfetest.Instances(e1.Addr()), nil, "first_byte_timeout: 5s"))
+	mute, talker := gfetest.DialTCP(t, h.Addr), gfetest.DialTCP(t, h.Addr)
+	if err := talker.Echo("hi"); err != nil {
+		t.Fatal(err)
+	}
+	h.clk.Advance(4 * time.Second)
+	h.sweepAt(t, h.clk.Now())
+	h.clk.Advance(time.Second)
+	h.advanceUntilClosed(t, mute)
+	if err := talker.Echo("still here"); err != nil {
+		t.Fatalf("a client that sent a byte was closed: %v", err)
+	}
+	if got := h.counter("closed", "db", "first_byte"); got != 1 {
+		t.Errorf("closed{reason=first_byte} = %v, want 1", got)
+	}
+}
+
+// TestTCPProxyFDBudget: a connection the process's fd budget cannot cover
+// is refused at once and counted; a connection that ends gives its
+// descriptors back.
+func TestTCPProxyFDBudget(t *testing.T) {
+	gfetest.CheckLeaks(t)
+	e1 := gfetest.NewEchoBackend(t, "e1")
+	budget := fdlimit.NewBudget(3 * ConnFDs)
+	h := startTCPWith(t, gfetest.TCPConfig(t, "waterfall", gfetest.Instances(e1.Addr()), nil, 0), func(x *Proxy) { x.budget = budget })
+	cs, _ := h.Open(t, 3)
+	dialRefused(t, h.Addr, nil)
+	if got := h.refused("fd_budget"); got != 1 {
+		t.Errorf("refused{reason=fd_budget} = %v, want 1", got)
+	}
+	if got := budget.Used(); got != 3*ConnFDs {
+		t.Errorf("budget used = %d, want %d", got, 3*ConnFDs)
+	}
+	cs[0].C.Close()
+	e1.WaitClosed(t, 1)
+	waitFor(t, "the budget given back", func() bool { return budget.Used() == 2*ConnFDs })
+	if err := gfetest.DialTCP(t, h.Addr).Echo("room again"); err != nil {
+		t.Fatal(err)
 	}
 }
 

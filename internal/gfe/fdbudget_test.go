@@ -1,0 +1,89 @@
+package gfe
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/spillway-lb/spillway/internal/fdlimit"
+	"github.com/spillway-lb/spillway/internal/gfe/listeners"
+)
+
+// TestHTTPListenerFDBudget (issue 10, finding 4): an http listener whose
+// connections have spent the fd budget stops accepting — the next client
+// waits in the kernel's backlog, counted once as a wait — and takes it as
+// soon as a connection closes, instead of accepting until EMFILE.
+func TestHTTPListenerFDBudget(t *testing.T) {
+	lim, err := fdlimit.Raise()
+	if err != nil {
+		t.Skip(err)
+	}
+	const room = 2 * listeners.HTTPConnFDs // two client connections
+	b1, b2 := newHTTPBackend(t, "b1"), newHTTPBackend(t, "b2")
+	e := startEdgeWith(t, edgeConfig(t, []string{b1.addr(), b2.addr()}, ""), 5*time.Second, func(c *Config) {
+		c.FDReserve = int(lim.Soft) - room
+	})
+	if got := e.fds.Size(); got != room {
+		t.Fatalf("fd budget = %d, want %d", got, room)
+	}
+	addr := e.ListenAddr().String()
+	open := func() (net.Conn, *bufio.Reader) {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(lnTestTimeout))
+		if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		return c, bufio.NewReader(c)
+	}
+	answer := func(r *bufio.Reader) {
+		t.Helper()
+		resp, err := http.ReadResponse(r, nil)
+		if err != nil {
+			t.Fatalf("no answer: %v", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	c1, r1 := open()
+	answer(r1)
+	_, r2 := open()
+	answer(r2) // both kept alive, holding the whole budget
+	waitUntil(t, "the listener to wait for the budget", func() bool { return e.counter(t, "spillway_gfe_listener_fd_budget_waits_total") == 1 })
+	_, r3 := open() // connected by the kernel, not accepted
+	if got := e.fds.Used(); got != room {
+		t.Fatalf("budget used = %d, want %d", got, room)
+	}
+	c1.Close()
+	answer(r3) // accepted once c1 gave its descriptors back
+	// Full again with c2 and c3: the second wait.
+	waitUntil(t, "the second wait", func() bool { return e.counter(t, "spillway_gfe_listener_fd_budget_waits_total") == 2 })
+}
+
+// counter returns the sum of every series of the counter or gauge name in
+// the gfe's registry.
+func (e *runningEdge) counter(t *testing.T, name string) float64 {
+	t.Helper()
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
+}
