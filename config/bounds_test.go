@@ -242,8 +242,8 @@ func TestBoundsAttackValues(t *testing.T) {
 // summed over a million such groups, is finite: the planner's totals
 // cannot overflow for any config that passes validation.
 func TestBoundsKeepTotalsFinite(t *testing.T) {
-	b := Backend{MaxRatePerInstance: maxRate, CapacityScaler: 1}
-	per := b.Capacity(ModeRate, maxInstances, maxInstances)
+	b := Backend{MaxRatePerInstance: MaxRate, CapacityScaler: 1}
+	per := b.Capacity(ModeRate, MaxInstances, MaxInstances)
 	var total float64
 	for range 1_000_000 {
 		total += per

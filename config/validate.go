@@ -98,8 +98,8 @@ func (v *validator) topology() {
 				if len(g.Instances) == 0 {
 					v.p.add(gp+".instances", "at least one instance is required")
 				}
-				if len(g.Instances) > maxInstances {
-					v.p.add(gp+".instances", fmt.Sprintf("at most %d instances per group, got %d", maxInstances, len(g.Instances)))
+				if len(g.Instances) > MaxInstances {
+					v.p.add(gp+".instances", fmt.Sprintf("at most %d instances per group, got %d", MaxInstances, len(g.Instances)))
 				}
 				for ii, in := range g.Instances {
 					ip := fmt.Sprintf("%s.instances[%d]", gp, ii)
@@ -379,8 +379,8 @@ func (v *validator) limits(bp string, mode BalancingMode, b Backend) {
 			v.p.add(bp+"."+l.key, fmt.Sprintf("must be a finite number > 0, got %v", l.val))
 		case l.mode == ModeConnection && l.val > maxConnectionLimit:
 			v.p.add(bp+"."+l.key, fmt.Sprintf("must be at most %d, got %v", maxConnectionLimit, l.val))
-		case l.mode != ModeConnection && l.val > maxRate:
-			v.p.add(bp+"."+l.key, fmt.Sprintf("must be at most %g requests/s, got %v", float64(maxRate), l.val))
+		case l.mode != ModeConnection && l.val > MaxRate:
+			v.p.add(bp+"."+l.key, fmt.Sprintf("must be at most %g requests/s, got %v", float64(MaxRate), l.val))
 		}
 	}
 	if mode == ModeUtilization { // both limits, each checked above
@@ -571,20 +571,22 @@ const maxRetries = 5
 
 // Upper bounds of numeric fields (finding 7 of issue 10). They keep every
 // figure derived from a config in range: a group's capacity is at most
-// maxInstances × maxRate = 1e13, so a sum over any config that fits in
+// MaxInstances × MaxRate = 1e13, so a sum over any config that fits in
 // memory stays finite; durations stay far from time.Duration's overflow when
 // added or multiplied (ejection n × base); sizes stay where net/http's own
 // arithmetic on them cannot overflow. Each bound is far above any real
 // deployment's value.
 const (
-	// maxRate bounds every rate: max_rate_per_instance, max_rate and
-	// utilization_rate_per_instance, in requests per second.
-	maxRate = 1e9
+	// MaxRate bounds every rate: max_rate_per_instance, max_rate and
+	// utilization_rate_per_instance, in requests per second. Exported for
+	// the simulator, whose scenarios become configs.
+	MaxRate = 1e9
 	// maxConnectionLimit bounds max_connections_per_instance and
 	// max_connections of a backend.
 	maxConnectionLimit = 1_000_000_000
-	// maxInstances bounds the instances of one group.
-	maxInstances = 10_000
+	// MaxInstances bounds the instances of one group (exported, as
+	// MaxRate).
+	MaxInstances = 10_000
 	// maxConcurrency bounds an instance's max_concurrency.
 	maxConcurrency = 1_000_000
 	// maxThreshold bounds health check thresholds.

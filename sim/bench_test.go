@@ -537,7 +537,7 @@ func TestBenchErrors(t *testing.T) {
 		{name: "unknown scope", s: s, opts: BenchOptions{Policies: []BenchPolicy{BaselinePolicy(config.PolicyHash2, "zone")}}, wantMsg: `unknown scope "zone"`},
 		{name: "invalid scenario", s: &Scenario{}, wantErr: ErrInvalidScenario},
 		{name: "too many instances", s: mustParse(t, `
-regions: [{name: r, groups: [{name: g, instances: 30000, healthy: 30000, rate_per_instance: 1}]}]
+regions: [{name: r, groups: [{name: g, instances: 10000, healthy: 10000, rate_per_instance: 1}, {name: h, instances: 10000, healthy: 10000, rate_per_instance: 1}, {name: i, instances: 10000, healthy: 10000, rate_per_instance: 1}]}]
 sites: [{name: s, demand_rps: 1, rtt_ms: {r: 1}}]
 `), wantErr: ErrTooLarge},
 	}

@@ -405,6 +405,12 @@ func (s *Scenario) problems(issues map[string]string) []string {
 				add("%s.healthy: %d > instances %d", gpath, g.Healthy, g.Instances)
 			}
 			nonNegative(gpath+".rate_per_instance", g.RatePerInstance)
+			if g.RatePerInstance > config.MaxRate {
+				add("%s.rate_per_instance: must be at most %g (the gfe's config bound), got %v", gpath, float64(config.MaxRate), g.RatePerInstance)
+			}
+			if g.Instances > config.MaxInstances {
+				add("%s.instances: must be at most %d (the gfe's config bound), got %d", gpath, config.MaxInstances, g.Instances)
+			}
 			if !(g.CapacityScaler >= 0 && g.CapacityScaler <= 1) { // also catches NaN
 				add("%s.capacity_scaler: must be in [0,1], got %v", gpath, g.CapacityScaler)
 			}

@@ -162,6 +162,7 @@ func TestParseScenarioBadFiles(t *testing.T) {
 		{"syntax.bad.yaml", []string{`line 1: did not find expected '-' indicator`}},
 		{"not-a-mapping.bad.yaml", []string{`line 1: cannot unmarshal !!seq into a scenario (a mapping with regions and sites)`}},
 		{"overflow.bad.yaml", []string{
+			`regions[0].groups[0].rate_per_instance: must be at most 1e+09 (the gfe's config bound), got 1e+307`,
 			`regions[0].groups[0]: capacity healthy × rate_per_instance × capacity_scaler overflows`,
 			`sites[0].demand_rps: must be a finite number >= 0, got +Inf`,
 		}},
