@@ -560,6 +560,13 @@ type Listener struct {
 	// larger one gets 413). http/https: default 0, which means unlimited;
 	// negative is invalid. tcp: must be 0.
 	MaxRequestBodyBytes int64 `mapstructure:"max_request_body_bytes"`
+	// RequestBodyTimeout is the longest pause the gfe waits for the next
+	// byte of a request body while it forwards the body: a client that
+	// pauses longer gets 408 and its connection is closed, and its request
+	// never counts against the backend. It bounds a pause, not the whole
+	// upload. http/https: default 10s, must be >= 0; 0 means no limit
+	// (only the route's timeout then ends a stalled upload). tcp: must be 0.
+	RequestBodyTimeout time.Duration `mapstructure:"request_body_timeout"`
 }
 
 // Certificate is a TLS certificate and its private key, as PEM files.
@@ -602,7 +609,8 @@ func DefaultOutlierDetection() OutlierDetection {
 
 // DefaultListener returns a Listener of protocol p with the defaults of that
 // protocol. http and https (and any other p): 10s read_header_timeout, 90s
-// idle_timeout, 64 KiB max_header_bytes, unlimited body. tcp: no idle
+// idle_timeout, 64 KiB max_header_bytes, unlimited body, 10s
+// request_body_timeout. tcp: no idle
 // timeout and the http-only fields zero. Name, Port, Service and
 // Certificates are left empty.
 func DefaultListener(p ListenerProtocol) Listener {
@@ -610,10 +618,11 @@ func DefaultListener(p ListenerProtocol) Listener {
 		return Listener{Protocol: p}
 	}
 	return Listener{
-		Protocol:          p,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       90 * time.Second,
-		MaxHeaderBytes:    64 << 10,
+		Protocol:           p,
+		ReadHeaderTimeout:  10 * time.Second,
+		IdleTimeout:        90 * time.Second,
+		MaxHeaderBytes:     64 << 10,
+		RequestBodyTimeout: 10 * time.Second,
 	}
 }
 

@@ -76,6 +76,7 @@
 //	    idle_timeout: 90s                 # http, https: > 0; tcp: ≥ 0, default 0 = no idle timeout
 //	    max_header_bytes: 65536           # http, https: ≥ 1024; tcp: must be unset
 //	    max_request_body_bytes: 0         # http, https: ≥ 0, 0 = unlimited; tcp: must be unset
+//	    request_body_timeout: 10s         # http, https: ≥ 0, 0 = none; a longer pause in a body: 408; tcp: must be unset
 //
 // The defaults of a listener depend on its protocol (DefaultListener): the
 // values shown are those of http and https; a tcp listener's are all 0.

@@ -614,6 +614,7 @@ func (v *validator) tcpListener(lp string, l *Listener) {
 	httpOnly("read_header_timeout", l.ReadHeaderTimeout != 0)
 	httpOnly("max_header_bytes", l.MaxHeaderBytes != 0)
 	httpOnly("max_request_body_bytes", l.MaxRequestBodyBytes != 0)
+	httpOnly("request_body_timeout", l.RequestBodyTimeout != 0)
 }
 
 // httpListener checks the fields of an http or https listener.
@@ -649,6 +650,9 @@ func (v *validator) httpListener(lp string, l *Listener) {
 	}
 	if l.MaxRequestBodyBytes < 0 {
 		v.p.add(lp+".max_request_body_bytes", fmt.Sprintf("must be >= 0 (0 = unlimited), got %d", l.MaxRequestBodyBytes))
+	}
+	if l.RequestBodyTimeout < 0 {
+		v.p.add(lp+".request_body_timeout", fmt.Sprintf("must be >= 0 (0 = no limit), got %v", l.RequestBodyTimeout))
 	}
 }
 

@@ -108,6 +108,12 @@ func (t retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err := p.next.RoundTrip(req)
 		now := p.clk.Now()
 		if err == nil {
+			ph.answered = true
+			if resp.StatusCode == http.StatusSwitchingProtocols && ph.upgradeTimer != nil {
+				// A real upgrade: the tunnel lives as long as its client
+				// keeps it, past the route timeout.
+				ph.upgradeTimer.Stop()
+			}
 			observeAnswer(ph.pick.Backend, resp, now.Sub(sent))
 			p.report(ph, outlier.FromStatus(resp.StatusCode), now)
 			if ph.cookie.Value != "" {
@@ -119,6 +125,12 @@ func (t retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return resp, nil
 		}
 		ctxErr := req.Context().Err()
+		if ce := ph.body.Tag(err, errors.Is(ctxErr, context.DeadlineExceeded)); ce != nil {
+			// The client's body failed (or stalled past the route
+			// timeout): not the backend's failure, not worth another
+			// attempt. ErrorHandler answers it.
+			return nil, ce
+		}
 		if r, ok := resultOf(err, ctxErr); ok {
 			ph.pick.Backend.Observe(backend.OutcomeFailed, 0)
 			p.report(ph, r, now)
