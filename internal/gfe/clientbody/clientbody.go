@@ -78,6 +78,10 @@ type Body struct {
 	timer clock.Timer // fires expire; armed only while a Read waits
 
 	waiting atomic.Bool
+	// failed is the first *Error Read returned: a read error of the
+	// client's connection also cancels the request's context, so the
+	// forwarding may fail with context.Canceled instead of it.
+	failed atomic.Pointer[Error]
 
 	mu sync.Mutex
 	// Guarded by mu.
@@ -138,15 +142,17 @@ func (b *Body) Read(p []byte) (int, error) {
 	if err == nil || err == io.EOF {
 		return n, err
 	}
-	return n, classify(err, expired)
+	ce := classify(err, expired)
+	b.failed.CompareAndSwap(nil, ce)
+	return n, ce
 }
 
 // classify returns the *Error of a failed read of a client's body; expired
 // is whether the idle timer interrupted it.
-func classify(err error, expired bool) error {
+func classify(err error, expired bool) *Error {
 	var ce *Error
 	if errors.As(err, &ce) {
-		return err
+		return ce
 	}
 	var mbe *http.MaxBytesError
 	switch {
@@ -173,16 +179,23 @@ func (b *Body) Close() error {
 func (b *Body) Waiting() bool { return b.waiting.Load() }
 
 // Tag returns the *Error of a forwarding that failed with err: the one a
-// Read of the client's body reported, or, when deadline (the route timeout
-// passed) and b is waiting for the client's body, a 408 — the gfe was
-// waiting for the client, not for the backend. Otherwise it returns nil.
-// b may be nil.
+// Read of the client's body reported (in err, or earlier: the read error
+// may have cancelled the request, and err be that), or, when deadline (the
+// route timeout passed) and b is waiting for the client's body, a 408 —
+// the gfe was waiting for the client, not for the backend. Otherwise it
+// returns nil. b may be nil.
 func (b *Body) Tag(err error, deadline bool) *Error {
 	var ce *Error
 	if errors.As(err, &ce) {
 		return ce
 	}
-	if deadline && b != nil && b.Waiting() {
+	if b == nil {
+		return nil
+	}
+	if ce := b.failed.Load(); ce != nil {
+		return ce
+	}
+	if deadline && b.Waiting() {
 		return &Error{Status: http.StatusRequestTimeout, Err: errors.Join(ErrIdle, err)}
 	}
 	return nil
