@@ -32,7 +32,10 @@ import (
 // client's body, which the transport cannot close). A request whose client
 // went away or whose route timeout passed is never sent again; an answer,
 // even a 5xx, is never retried (the backend's 5xx counts toward its
-// ejection instead).
+// ejection instead). A failure of the client's body (clientbody.Error, or
+// the route timeout passing while the gfe waits for that body) is the
+// client's: never retried, never reported to outlier detection or the
+// backend's signals.
 //
 // The retry's backend (routing.Service.RetryPick) is another one than every backend
 // already tried, available (not full, not ejected), and chosen in this order

@@ -2,6 +2,7 @@ package httpproxy
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -320,4 +321,51 @@ func TestRouteTimeoutExemption(t *testing.T) {
 			t.Errorf("tunnel a minute after its 101 (route timeout 2s): read %q, %v; want the echo", buf, err)
 		}
 	})
+}
+
+// TestCancelledRequestsAreNotDemand (finding 5): a request whose client
+// went away before any backend answered — reset before the gfe got to it,
+// or while its backend was working — is not the service's demand, and one
+// reset before the gfe got to it never reaches a backend.
+func TestCancelledRequestsAreNotDemand(t *testing.T) {
+	addr, arrived := hangingBackend(t)
+	regions := []gfetest.Region{{Name: "us-east", Zones: []gfetest.Zone{{Name: "us-east-b", Addrs: []string{addr}}}}}
+	e, clk := sessionEdge(t, gfetest.SessionConfig(t, "round_robin", regions, "", ""))
+	e.p.Builder.Demand(clk.Now()) // starts the rate's window
+
+	const early = 50
+	for range early {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		req := httptest.NewRequest("GET", "http://gfe.test/x", nil).WithContext(ctx)
+		req.RemoteAddr = "192.0.2.1:1"
+		e.proxy.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	const late = 5
+	for range late {
+		ctx, cancel := context.WithCancel(context.Background())
+		req := httptest.NewRequest("GET", "http://gfe.test/x", nil).WithContext(ctx)
+		req.RemoteAddr = "192.0.2.1:1"
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			e.proxy.ServeHTTP(httptest.NewRecorder(), req)
+		}()
+		select {
+		case <-arrived:
+		case <-time.After(securityTestTimeout):
+			t.Fatal("the request never reached the backend")
+		}
+		cancel()
+		<-done
+	}
+	select {
+	case p := <-arrived:
+		t.Errorf("a request reset before the gfe got to it reached the backend (%s)", p)
+	default:
+	}
+	clk.Advance(10 * time.Second) // ten time constants of the demand
+	if got := e.p.Builder.Demand(clk.Now())["web"]; got > 0.01 {
+		t.Errorf("demand after %d early and %d late client resets = %.2f req/s, want 0", early, late, got)
+	}
 }
