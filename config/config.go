@@ -564,8 +564,10 @@ type Listener struct {
 	// byte of a request body while it forwards the body: a client that
 	// pauses longer gets 408 and its connection is closed, and its request
 	// never counts against the backend. It bounds a pause, not the whole
-	// upload. http/https: default 10s, must be >= 0; 0 means no limit
-	// (only the route's timeout then ends a stalled upload). tcp: must be 0.
+	// upload, and not a gRPC call over HTTP/2 (its messages may pause as
+	// long as the call lives). http/https: default 10s, must be >= 0; 0
+	// means no limit (only the route's timeout then ends a stalled
+	// upload). tcp: must be 0.
 	RequestBodyTimeout time.Duration `mapstructure:"request_body_timeout"`
 }
 

@@ -3,6 +3,7 @@ package gfe
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -17,9 +18,12 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/internal/testbackend/echopb"
 )
 
 // The security tests of the client-facing request path (issue #10,
@@ -316,5 +320,34 @@ func TestHTTP2RapidReset(t *testing.T) {
 	}
 	if n := counterValue(t, e, "spillway_gfe_http2_reset_budget_closes_total", ""); n == 0 && goaway == nil {
 		t.Errorf("the connection was closed, but neither by the reset budget nor by a GOAWAY")
+	}
+}
+
+// TestQuietGRPCStreamKeepsItsBody: request_body_timeout does not apply to
+// a gRPC call over HTTP/2: a bidi stream whose client is quiet for longer
+// goes on.
+func TestQuietGRPCStreamKeepsItsBody(t *testing.T) {
+	_, a1 := newEchoServer(t, "g1")
+	e := startEdge(t, edgeConfig(t, []string{a1}, ""), time.Second)
+	clk := e.clk.(*clock.Fake)
+	cc, err := grpc.NewClient("passthrough:///"+e.ListenAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), lnTestTimeout)
+	defer cancel()
+	st, err := echopb.NewEchoClient(cc).Stream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := st.Send(&echopb.EchoRequest{Message: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := st.Recv(); err != nil || r.Seq != uint64(i+1) {
+			t.Fatalf("stream reply %d after a quiet minute = %v, %v", i, r, err)
+		}
+		clk.Advance(time.Minute) // quiet for six request_body_timeouts
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,7 +21,8 @@ import (
 //   - The request body is a clientbody.Body: its read errors are the
 //     client's (the proxy answers them 400, 408 or 413 and never counts
 //     them against a backend), and a pause longer than the listener's
-//     request_body_timeout ends it.
+//     request_body_timeout ends it — except in a gRPC call over HTTP/2,
+//     whose stream of messages may pause as long as the call lives.
 //   - An HTTP/1.x request with a Transfer-Encoding is served and its
 //     connection closed after the response. RFC 9112 §6.1: a server that
 //     receives both Content-Length and Transfer-Encoding MUST close the
@@ -93,7 +95,13 @@ func (m *Manager) protect(next http.Handler, l config.Listener, resetClosed prom
 	lim := clientbody.Limits{IdleTimeout: l.RequestBodyTimeout}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body != nil && r.Body != http.NoBody {
-			r.Body = clientbody.Wrap(w, r, lim, m.clk)
+			l := lim
+			if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+				// A gRPC call's messages may pause as long as the call
+				// lives (a quiet bidi stream); its deadline is its own.
+				l.IdleTimeout = 0
+			}
+			r.Body = clientbody.Wrap(w, r, l, m.clk)
 		}
 		if r.ProtoMajor == 1 && len(r.TransferEncoding) > 0 {
 			w.Header().Set("Connection", "close")
