@@ -351,3 +351,85 @@ func TestQuietGRPCStreamKeepsItsBody(t *testing.T) {
 		clk.Advance(time.Minute) // quiet for six request_body_timeouts
 	}
 }
+
+// TestStalledHTTP2BodySparesBackends (finding 3 over h2c): an HTTP/2
+// request whose declared body stalls is answered 408 after
+// request_body_timeout, on the stream, and does not count against the
+// backend.
+func TestStalledHTTP2BodySparesBackends(t *testing.T) {
+	b := newPathBackend(t)
+	e := startEdge(t, outlierConfig(t, b.addr()), time.Second)
+	clk := e.clk.(*clock.Fake)
+	c, err := net.Dial("tcp", e.ListenAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(lnTestTimeout))
+	io.WriteString(c, http2.ClientPreface)
+	fr := http2.NewFramer(c, c)
+	fr.WriteSettings()
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "x"}, {":path", "/stalled"}, {"content-length", "100"}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndHeaders: true})
+	fr.WriteData(1, false, []byte("0123456789"))
+
+	status := make(chan string, 1)
+	go func() {
+		dec := hpack.NewDecoder(4096, nil)
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				status <- "read error: " + err.Error()
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					fr.WriteSettingsAck()
+				}
+			case *http2.HeadersFrame:
+				fields, _ := dec.DecodeFull(f.HeaderBlockFragment())
+				for _, hf := range fields {
+					if hf.Name == ":status" {
+						status <- hf.Value
+						return
+					}
+				}
+			case *http2.RSTStreamFrame:
+				status <- "reset " + f.ErrCode.String()
+				return
+			}
+		}
+	}()
+	start := clk.Now()
+	var got string
+	deadline := time.Now().Add(lnTestTimeout)
+	for got == "" {
+		select {
+		case got = <-status:
+		case <-time.After(5 * time.Millisecond): // polling for the answer, not a delay the test relies on
+			if time.Now().After(deadline) {
+				t.Fatalf("no answer %v after the body stalled", clk.Since(start))
+			}
+			clk.Advance(time.Second)
+		}
+	}
+	if got != "408" {
+		t.Fatalf("stalled h2 body: %s, want :status 408", got)
+	}
+	if waited := clk.Since(start); waited < 10*time.Second {
+		t.Errorf("answered after %v, want request_body_timeout (10s)", waited)
+	}
+	for _, h := range e.Table().Services["web"].Outliers().Snapshot(clk.Now()) {
+		if h.Ejected || h.Consecutive5xx != 0 {
+			t.Errorf("backend %s: ejected %v, run of %d 5xx; want none", h.Name, h.Ejected, h.Consecutive5xx)
+		}
+	}
+	if got := counterValue(t, e, "spillway_gfe_backend_errors_total", ""); got != 0 {
+		t.Errorf("backend errors = %v, want 0", got)
+	}
+}
