@@ -580,6 +580,15 @@ type Listener struct {
 	// larger one gets 413). http/https: default 0, which means unlimited;
 	// at most 1 TiB; negative is invalid. tcp: must be 0.
 	MaxRequestBodyBytes int64 `mapstructure:"max_request_body_bytes"`
+	// RequestBodyTimeout is the longest pause the gfe waits for the next
+	// byte of a request body while it forwards the body: a client that
+	// pauses longer gets 408 and its connection is closed, and its request
+	// never counts against the backend. It bounds a pause, not the whole
+	// upload, and not a gRPC call over HTTP/2 (its messages may pause as
+	// long as the call lives). http/https: default 10s, must be >= 0; 0
+	// means no limit (only the route's timeout then ends a stalled
+	// upload). tcp: must be 0.
+	RequestBodyTimeout time.Duration `mapstructure:"request_body_timeout"`
 }
 
 // Certificate is a TLS certificate and its private key, as PEM files.
@@ -622,10 +631,10 @@ func DefaultOutlierDetection() OutlierDetection {
 
 // DefaultListener returns a Listener of protocol p with the defaults of that
 // protocol. http and https (and any other p): 10s read_header_timeout, 90s
-// idle_timeout, 64 KiB max_header_bytes, unlimited body. tcp: 10m
-// idle_timeout, 30s first_byte_timeout, 10000 max_connections, 256
-// max_connections_per_client, and the http-only fields zero. Name, Port,
-// Service and Certificates are left empty.
+// idle_timeout, 64 KiB max_header_bytes, unlimited body, 10s
+// request_body_timeout. tcp: 10m idle_timeout, 30s first_byte_timeout,
+// 10000 max_connections, 256 max_connections_per_client, and the http-only
+// fields zero. Name, Port, Service and Certificates are left empty.
 func DefaultListener(p ListenerProtocol) Listener {
 	if p == ListenerTCP {
 		return Listener{
@@ -637,10 +646,11 @@ func DefaultListener(p ListenerProtocol) Listener {
 		}
 	}
 	return Listener{
-		Protocol:          p,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       90 * time.Second,
-		MaxHeaderBytes:    64 << 10,
+		Protocol:           p,
+		ReadHeaderTimeout:  10 * time.Second,
+		IdleTimeout:        90 * time.Second,
+		MaxHeaderBytes:     64 << 10,
+		RequestBodyTimeout: 10 * time.Second,
 	}
 }
 

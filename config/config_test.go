@@ -192,11 +192,13 @@ var badFiles = []struct {
 		`listeners[0].idle_timeout: must be > 0, got -1s`,
 		`listeners[0].max_header_bytes: must be in 1024..1048576, got 1023`,
 		`listeners[0].max_request_body_bytes: must be in 0..1099511627776 (0 = unlimited), got -1`,
+		`listeners[0].request_body_timeout: must be in 0..24h0m0s (0 = no limit), got -1s`,
 		`listeners[1].certificates: only valid with protocol https; protocol is tcp`,
 		`listeners[1].idle_timeout: must be > 0, got -5s`,
 		`listeners[1].read_header_timeout: only valid with protocol http or https; protocol is tcp`,
 		`listeners[1].max_header_bytes: only valid with protocol http or https; protocol is tcp`,
 		`listeners[1].max_request_body_bytes: only valid with protocol http or https; protocol is tcp`,
+		`listeners[1].request_body_timeout: only valid with protocol http or https; protocol is tcp`,
 		`listeners[2].max_header_bytes: expected an integer, got string "lots"`,
 		`listeners[2].max_request_body_bytes: expected an integer, got number 1.5`,
 	}},
@@ -446,6 +448,7 @@ func TestLoadGoodFiles(t *testing.T) {
 					{
 						Name: "plain", Protocol: ListenerHTTP, Port: 8080,
 						ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 65536,
+						RequestBodyTimeout: 10 * time.Second,
 					},
 					{
 						Name: "public", Protocol: ListenerHTTPS, Port: 8443,
@@ -454,7 +457,7 @@ func TestLoadGoodFiles(t *testing.T) {
 							{CertFile: "certs/api.crt", KeyFile: "certs/api.key"},
 						},
 						ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute,
-						MaxHeaderBytes: 1024, MaxRequestBodyBytes: 10 << 20,
+						MaxHeaderBytes: 1024, MaxRequestBodyBytes: 10 << 20, RequestBodyTimeout: 30 * time.Second,
 					},
 					{Name: "db-l4", Protocol: ListenerTCP, Port: 5432, Service: "db", IdleTimeout: 10 * time.Minute, FirstByteTimeout: 30 * time.Second, MaxConnections: 10000, MaxConnectionsPerClient: 256},
 					{Name: "db-l4-idle", Protocol: ListenerTCP, Port: 5433, Service: "db", IdleTimeout: time.Hour, FirstByteTimeout: 30 * time.Second, MaxConnections: 10000, MaxConnectionsPerClient: 256},
@@ -766,8 +769,8 @@ func TestDefaultListener(t *testing.T) {
 		protocol ListenerProtocol
 		want     Listener
 	}{
-		{ListenerHTTP, Listener{Protocol: "http", ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 65536}},
-		{ListenerHTTPS, Listener{Protocol: "https", ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 65536}},
+		{ListenerHTTP, Listener{Protocol: "http", ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 65536, RequestBodyTimeout: 10 * time.Second}},
+		{ListenerHTTPS, Listener{Protocol: "https", ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 65536, RequestBodyTimeout: 10 * time.Second}},
 		{ListenerTCP, Listener{Protocol: "tcp", IdleTimeout: 10 * time.Minute, FirstByteTimeout: 30 * time.Second, MaxConnections: 10000, MaxConnectionsPerClient: 256}},
 	}
 	if len(tests) != len(ListenerProtocols()) {

@@ -692,6 +692,7 @@ func (v *validator) tcpListener(lp string, l *Listener) {
 	httpOnly("read_header_timeout", l.ReadHeaderTimeout != 0)
 	httpOnly("max_header_bytes", l.MaxHeaderBytes != 0)
 	httpOnly("max_request_body_bytes", l.MaxRequestBodyBytes != 0)
+	httpOnly("request_body_timeout", l.RequestBodyTimeout != 0)
 }
 
 // httpListener checks the fields of an http or https listener.
@@ -729,6 +730,9 @@ func (v *validator) httpListener(lp string, l *Listener) {
 	}
 	if l.MaxRequestBodyBytes < 0 || l.MaxRequestBodyBytes > maxRequestBody {
 		v.p.add(lp+".max_request_body_bytes", fmt.Sprintf("must be in 0..%d (0 = unlimited), got %d", int64(maxRequestBody), l.MaxRequestBodyBytes))
+	}
+	if l.RequestBodyTimeout < 0 || l.RequestBodyTimeout > maxLongTimeout {
+		v.p.add(lp+".request_body_timeout", fmt.Sprintf("must be in 0..%v (0 = no limit), got %v", maxLongTimeout, l.RequestBodyTimeout))
 	}
 	tcpOnly := func(key string, set bool) {
 		if set {

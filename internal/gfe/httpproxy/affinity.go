@@ -34,6 +34,58 @@ func cookieValue(h http.Header, name string) string {
 	return ""
 }
 
+// stripCookie removes every cookie called name from the Cookie headers of
+// h, keeping the other cookies in their order; a header left empty is
+// dropped. It allocates only when h has such a cookie.
+func stripCookie(h http.Header, name string) {
+	lines := h["Cookie"]
+	if !hasCookie(lines, name) {
+		return
+	}
+	var out []string
+	for _, line := range lines {
+		var b strings.Builder
+		for rest := line; rest != ""; {
+			var part string
+			part, rest, _ = strings.Cut(rest, ";")
+			part = strings.TrimSpace(part)
+			if part == "" {
+				continue
+			}
+			if k, _, _ := strings.Cut(part, "="); k == name {
+				continue
+			}
+			if b.Len() > 0 {
+				b.WriteString("; ")
+			}
+			b.WriteString(part)
+		}
+		if b.Len() > 0 {
+			out = append(out, b.String())
+		}
+	}
+	if len(out) == 0 {
+		delete(h, "Cookie")
+		return
+	}
+	h["Cookie"] = out
+}
+
+// hasCookie reports whether a cookie called name (with any value, empty
+// included) is in the Cookie header lines.
+func hasCookie(lines []string, name string) bool {
+	for _, line := range lines {
+		for line != "" {
+			var part string
+			part, line, _ = strings.Cut(line, ";")
+			if k, _, _ := strings.Cut(strings.TrimSpace(part), "="); k == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // setCookie returns the Set-Cookie header value for value, expiring at
 // expires (zero: a session cookie) under a's cookie name; secure adds the
 // Secure attribute (TLS listeners).

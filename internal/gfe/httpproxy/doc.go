@@ -17,8 +17,22 @@
 //   - Every request holds one slot of its backend for its whole life (the
 //     last attempt's, with retries), released when it ends.
 //   - A client never sees an internal error's text: no route is a 404, no
-//     backend a 503 and every backend busy a 429, each with a fixed
-//     message; a backend's failure is a 502 (504 for the route timeout).
+//     backend a 503 (with Retry-After: DrainedRetryAfter when every group
+//     of the service is drained) and every backend busy a 429, each with a
+//     fixed message; a backend's failure is a 502 (504 for the route
+//     timeout).
+//   - A client cannot hurt a backend (issue #10): a failure of the
+//     client's body (clientbody.Error: malformed, cut short, too large or
+//     stalled, or still awaited at the route timeout) is answered 400, 408
+//     or 413 with the connection closed, and never reported to outlier
+//     detection, the backend's signals (backend.Observe) or the backend
+//     error counters; a request whose client went away before any backend
+//     answered is withdrawn from the service's demand (Meters.Withdraw).
+//   - The route timeout bounds every request but real streams: gRPC over
+//     HTTP/2, and an upgrade after its backend's 101 (a header alone does
+//     not exempt a request).
+//   - Backends never see a client's X-Real-IP nor the gfe's own affinity
+//     cookie; a path with a dot segment is refused (400) before routing.
 //   - The common path does not allocate beyond net/http's own (copy
 //     buffers are pooled; TestProxyBytesPerRequest).
 package httpproxy

@@ -19,8 +19,10 @@ import (
 // Helpers of the session tests (affinity, outlier detection, retries).
 
 // testBackend is a real HTTP server standing in for one instance. It names
-// itself in X-Spillway-Backend, answers status (200 when 0) and counts the
-// requests it got.
+// itself in X-Spillway-Backend, answers status (200 when 0), counts the
+// requests it got, and echoes what it received of the request's body
+// (X-Body), Cookie (X-Got-Cookie), X-Real-IP (X-Got-Real-Ip) and path
+// (X-Got-Path, raw|decoded).
 type testBackend struct {
 	*httptest.Server
 	name   string
@@ -36,6 +38,10 @@ func newTestBackend(t testing.TB, name string) *testBackend {
 		body, _ := io.ReadAll(r.Body)
 		w.Header().Set("X-Spillway-Backend", name)
 		w.Header().Set("X-Body", string(body))
+		// What reached the backend of what the client sent (security tests).
+		w.Header().Set("X-Got-Cookie", strings.Join(r.Header["Cookie"], " | "))
+		w.Header().Set("X-Got-Real-Ip", strings.Join(r.Header["X-Real-Ip"], ","))
+		w.Header().Set("X-Got-Path", r.URL.RawPath+"|"+r.URL.Path)
 		if s := b.status.Load(); s != 0 {
 			w.WriteHeader(int(s))
 		}

@@ -16,6 +16,7 @@ type metrics struct {
 	ejections     *prometheus.CounterVec // service
 	cookies       *prometheus.CounterVec // service
 	streamsClosed prometheus.Counter
+	clientErrors  *prometheus.CounterVec // reason
 }
 
 // NewPickErrors returns the counter of requests and connections for which
@@ -66,8 +67,12 @@ func newMetrics(opts Options) *metrics {
 			Name: "spillway_gfe_streams_closed_total",
 			Help: "Long-lived streams (gRPC calls, WebSockets) ended because their backend became unavailable.",
 		}),
+		clientErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spillway_gfe_client_errors_total",
+			Help: "Proxied requests that failed on the client's side and never counted against a backend, by reason (bad_body 400, body_timeout 408, body_too_large 413, canceled: the client went away).",
+		}, []string{"reason"}),
 	}
-	cs := []prometheus.Collector{m.unrouted, m.latency, m.retries, m.ejections, m.cookies, m.streamsClosed}
+	cs := []prometheus.Collector{m.unrouted, m.latency, m.retries, m.ejections, m.cookies, m.streamsClosed, m.clientErrors}
 	if m.pickErrors == nil {
 		m.pickErrors = NewPickErrors()
 		cs = append(cs, m.pickErrors)

@@ -8,13 +8,17 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/internal/gfe/clientbody"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/lb/affinity"
 	"github.com/spillway-lb/spillway/lb/backend"
@@ -134,21 +138,20 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 			r.Out.URL.Host = ph.pick.Backend.Addr()
 			r.Out.Host = r.In.Host
 			r.SetXForwarded()
+			// What the gfe vouches for is in X-Forwarded-For; a client's
+			// own X-Real-IP would pass for the gfe's word.
+			r.Out.Header.Del("X-Real-Ip")
+			if a := ph.svc.Affinity(); a != nil && a.Type() == config.AffinityGeneratedCookie {
+				// The gfe's own cookie is the gfe's business: the backend
+				// never sees it (the client's other cookies pass).
+				stripCookie(r.Out.Header, a.Cookie())
+			}
 			if ph.retries > 0 && r.Out.Body != nil && r.Out.Body != http.NoBody {
 				// Keep the client's body for a retry (see replayBody).
 				r.Out.Body = &replayBody{rc: r.Out.Body}
 			}
 		},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			ph := r.Context().Value(pickKey{}).(*pickHolder)
-			ph.svc.Meters().Failures.Add(1)
-			p.metrics.backendErrors.Inc()
-			status := http.StatusBadGateway
-			if errors.Is(err, context.DeadlineExceeded) || errors.Is(r.Context().Err(), context.DeadlineExceeded) {
-				status = http.StatusGatewayTimeout
-			}
-			http.Error(w, http.StatusText(status), status)
-		},
+		ErrorHandler: p.errorHandler,
 	}
 	return p, nil
 }
@@ -188,23 +191,93 @@ func (b *bufferPool) Put(buf []byte) {
 	b.p.Put((*[copyBufferSize]byte)(buf))
 }
 
+// errorHandler is the ReverseProxy's ErrorHandler: it answers a request
+// whose forwarding failed. A failure of the client's side — its body was
+// malformed, cut short, too large or stalled (clientbody.Error), or the
+// route timeout passed while the gfe waited for that body — is answered
+// with its 400, 408 or 413 and the connection closed; a client that went
+// away gets nothing useful. Neither counts as a backend failure. Anything
+// else is the backend's: 504 after the route timeout, 502 otherwise.
+func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	ph := r.Context().Value(pickKey{}).(*pickHolder)
+	deadline := errors.Is(err, context.DeadlineExceeded) || errors.Is(r.Context().Err(), context.DeadlineExceeded)
+	if ce := ph.body.Tag(err, deadline); ce != nil {
+		p.metrics.clientErrors.WithLabelValues(clientErrorLabel(ce.Status)).Inc()
+		w.Header().Set("Connection", "close")
+		http.Error(w, http.StatusText(ce.Status), ce.Status)
+		return
+	}
+	if !deadline && ph.clientGone() {
+		p.metrics.clientErrors.WithLabelValues("canceled").Inc()
+		http.Error(w, msgClientGone, statusClientClosed)
+		return
+	}
+	ph.svc.Meters().Failures.Add(1)
+	p.metrics.backendErrors.Inc()
+	status := http.StatusBadGateway
+	if deadline {
+		status = http.StatusGatewayTimeout
+	}
+	http.Error(w, http.StatusText(status), status)
+}
+
+// clientErrorLabel returns the metric label of a client error's status.
+func clientErrorLabel(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return "bad_body"
+	case http.StatusRequestTimeout:
+		return "body_timeout"
+	case http.StatusRequestEntityTooLarge:
+		return "body_too_large"
+	}
+	return "other"
+}
+
 // The fixed answers to requests that get no backend; the error's text (which
 // may name a backend) never reaches the client.
 const (
-	msgNoConfig  = "no configuration yet"
-	msgNoRoute   = "gfe: no route for request"
-	msgNoBackend = "gfe: no healthy backend"
-	msgAllBusy   = "gfe: every backend is at its concurrency limit"
+	msgNoConfig   = "no configuration yet"
+	msgNoRoute    = "gfe: no route for request"
+	msgNoBackend  = "gfe: no healthy backend"
+	msgAllBusy    = "gfe: every backend is at its concurrency limit"
+	msgDrained    = "gfe: the service is drained; retry later"
+	msgBadPath    = "gfe: request path has a dot segment (. or ..)"
+	msgClientGone = "gfe: client closed request"
 )
+
+// statusClientClosed answers a request whose client went away before its
+// answer (nginx's 499); nobody reads it.
+const statusClientClosed = 499
+
+// DrainedRetryAfter is the Retry-After of the 503 that answers a request
+// for a service whose every backend group is drained (capacity_scaler 0),
+// in seconds. A drain is an operator's act that lasts minutes; a client
+// that comes back after half a minute finds it over or is told again.
+const DrainedRetryAfter = "30"
 
 // ServeHTTP routes r to a service, picks a backend by the service's session
 // affinity and policy and forwards r to it, within the route's timeout and
 // with the route's retries (retryTransport).
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := p.clk.Now()
+	if r.Context().Err() != nil {
+		// The client reset the stream (HTTP/2) or closed its connection
+		// before the gfe got to it: nobody to answer, no demand to count,
+		// no backend to bother (rapid reset, CVE-2023-44487).
+		return
+	}
 	t := p.planner.Table()
 	if t == nil {
 		http.Error(w, msgNoConfig, http.StatusServiceUnavailable)
+		return
+	}
+	if hasDotSegment(r.URL.Path) {
+		// Routes match path prefixes: "/a/../../etc/passwd" would match a
+		// route for "/a/" and reach a backend that resolves it elsewhere.
+		p.metrics.unrouted.WithLabelValues("", "400").Inc()
+		w.Header().Set("Connection", "close")
+		http.Error(w, msgBadPath, http.StatusBadRequest)
 		return
 	}
 	rt, ok := t.Config.Route(r.Host, r.URL.Path)
@@ -234,26 +307,51 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		svc.Meters().Failures.Add(1)
 		p.metrics.pickErrors.WithLabelValues(svc.Name(), routing.ErrorLabel(err)).Inc()
-		if errors.Is(err, routing.ErrAllBusy) {
+		switch {
+		case errors.Is(err, routing.ErrAllBusy):
 			http.Error(w, msgAllBusy, http.StatusTooManyRequests)
-		} else {
+		case errors.Is(err, routing.ErrDrained):
+			w.Header().Set("Retry-After", DrainedRetryAfter)
+			http.Error(w, msgDrained, http.StatusServiceUnavailable)
+		default:
 			http.Error(w, msgNoBackend, http.StatusServiceUnavailable)
 		}
 		return
 	}
 	svc.Meters().Decisions[pk.Reason].Add(1)
+	ph := &pickHolder{pick: pk, svc: svc, retries: rt.Retries, attempts: 1, cookie: ck, secure: r.TLS != nil}
+	ph.body, _ = r.Body.(*clientbody.Body)
 	// The route timeout bounds the whole request, retries included. Streams
-	// are exempt: an upgraded connection (WebSocket) lives as long as its
-	// client keeps it, and a gRPC call carries its own deadline.
+	// are exempt, but only real ones: a gRPC call over HTTP/2 carries its
+	// own deadline, and an upgraded connection (WebSocket) lives as long as
+	// its client keeps it — after its backend's 101, not before: an
+	// HTTP/1.1 request that only asks for an upgrade is timed until the
+	// 101 comes (its timer is on the clock, stopped by retryTransport). A
+	// client cannot switch the timeout off with a header.
 	ctx, cancel := r.Context(), context.CancelFunc(noCancel)
-	if rt.Timeout > 0 && !isGRPC(r.Header) && !isUpgrade(r.Header) {
+	switch {
+	case rt.Timeout <= 0 || (r.ProtoMajor == 2 && isGRPC(r.Header)):
+	case r.ProtoMajor == 1 && isUpgrade(r.Header):
+		uctx, ucancel := context.WithCancel(ctx) // own variables: a closure over cancel would move it to the heap for every request
+		ctx, cancel = uctx, ucancel
+		ph.upgradeTimer = p.clk.AfterFunc(rt.Timeout, func() {
+			ph.timedOut.Store(true)
+			ucancel()
+		})
+		defer ph.upgradeTimer.Stop()
+	default:
 		ctx, cancel = context.WithTimeout(ctx, rt.Timeout)
 	}
 	defer cancel()
-	ph := &pickHolder{Context: ctx, pick: pk, svc: svc, retries: rt.Retries, attempts: 1, cookie: ck, secure: r.TLS != nil}
+	ph.Context = ctx
 	ph.tried[0] = pk.Backend
 	defer ph.pick.Done() // the pick of the last attempt
 	p.rp.ServeHTTP(w, r.WithContext(ph))
+	if !ph.answered && r.Context().Err() != nil {
+		// The client went away before any backend answered (an HTTP/2
+		// stream reset, a closed connection): not demand.
+		svc.Meters().Withdraw()
+	}
 
 	elapsed := p.clk.Since(start)
 	p.metrics.latency.Observe(elapsed.Seconds())
@@ -284,6 +382,16 @@ type pickHolder struct {
 	// none), and secure whether the client came over TLS.
 	cookie routing.Cookie
 	secure bool
+	// body is the client's request body (nil without one, or when no
+	// listener wrapped it).
+	body *clientbody.Body
+	// answered is whether a backend answered an attempt.
+	answered bool
+	// upgradeTimer ends an HTTP/1.1 upgrade request at the route timeout
+	// unless retryTransport stops it at the backend's 101; timedOut is set
+	// when it fired (read by Err from any goroutine).
+	upgradeTimer clock.Timer
+	timedOut     atomic.Bool
 }
 
 // Value returns the holder itself for pickKey, and otherwise the route
@@ -293,6 +401,37 @@ func (h *pickHolder) Value(key any) any {
 		return h
 	}
 	return h.Context.Value(key)
+}
+
+// Err returns context.DeadlineExceeded once an upgrade request's route
+// timer fired, and the route context's error otherwise.
+func (h *pickHolder) Err() error {
+	if h.timedOut.Load() {
+		return context.DeadlineExceeded
+	}
+	return h.Context.Err()
+}
+
+// clientGone reports whether the request's context ended for another
+// reason than the route timeout: its client went away.
+func (h *pickHolder) clientGone() bool {
+	return h.Err() != nil && !errors.Is(h.Err(), context.DeadlineExceeded)
+}
+
+// hasDotSegment reports whether path p (decoded: "%2e%2e" counts) has a
+// "." or ".." segment. Such paths are refused with 400 before routing:
+// clients resolve dot segments before sending (RFC 3986 §5.2.4; browsers
+// and curl do), so only an attack sends them, and the prefix a route
+// matched would not be the path a backend serves. It does not allocate.
+func hasDotSegment(p string) bool {
+	for p != "" {
+		var seg string
+		seg, p, _ = strings.Cut(p, "/")
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
 }
 
 // report records the result of the current attempt with outlier detection

@@ -32,7 +32,10 @@ import (
 // client's body, which the transport cannot close). A request whose client
 // went away or whose route timeout passed is never sent again; an answer,
 // even a 5xx, is never retried (the backend's 5xx counts toward its
-// ejection instead).
+// ejection instead). A failure of the client's body (clientbody.Error, or
+// the route timeout passing while the gfe waits for that body) is the
+// client's: never retried, never reported to outlier detection or the
+// backend's signals.
 //
 // The retry's backend (routing.Service.RetryPick) is another one than every backend
 // already tried, available (not full, not ejected), and chosen in this order
@@ -108,6 +111,12 @@ func (t retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err := p.next.RoundTrip(req)
 		now := p.clk.Now()
 		if err == nil {
+			ph.answered = true
+			if resp.StatusCode == http.StatusSwitchingProtocols && ph.upgradeTimer != nil {
+				// A real upgrade: the tunnel lives as long as its client
+				// keeps it, past the route timeout.
+				ph.upgradeTimer.Stop()
+			}
 			observeAnswer(ph.pick.Backend, resp, now.Sub(sent))
 			p.report(ph, outlier.FromStatus(resp.StatusCode), now)
 			if ph.cookie.Value != "" {
@@ -119,6 +128,12 @@ func (t retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return resp, nil
 		}
 		ctxErr := req.Context().Err()
+		if ce := ph.body.Tag(err, errors.Is(ctxErr, context.DeadlineExceeded)); ce != nil {
+			// The client's body failed (or stalled past the route
+			// timeout): not the backend's failure, not worth another
+			// attempt. ErrorHandler answers it.
+			return nil, ce
+		}
 		if r, ok := resultOf(err, ctxErr); ok {
 			ph.pick.Backend.Observe(backend.OutcomeFailed, 0)
 			p.report(ph, r, now)

@@ -21,6 +21,13 @@
 //     files are read again when their modification time or size changes,
 //     checked on every reconcile and every CertCheckInterval.
 //
+// Every request of an http or https listener goes through the client
+// protections of protect.go first: its body becomes a clientbody.Body
+// (errors tagged as the client's, request_body_timeout), an HTTP/1.x
+// request with a Transfer-Encoding closes its connection after the answer
+// (RFC 9112 §6.1), and an HTTP/2 connection over its reset budget
+// (Config.MaxEarlyResets) is closed.
+//
 // A snapshot whose certificates cannot be loaded is rejected (NACKed) and
 // changes nothing; a certificate file that turns bad later is logged and
 // the previous certificate keeps serving.

@@ -28,6 +28,7 @@ type listenerMetrics struct {
 	certReloads *prometheus.CounterVec
 	bindErrors  *prometheus.CounterVec
 	fdWaits     *prometheus.CounterVec
+	resetClosed *prometheus.CounterVec
 }
 
 func newListenerMetrics(reg prometheus.Registerer) *listenerMetrics {
@@ -44,13 +45,17 @@ func newListenerMetrics(reg prometheus.Registerer) *listenerMetrics {
 			Name: "spillway_gfe_listener_bind_errors_total",
 			Help: "Failed attempts to bind a listener's port, by listener.",
 		}, []string{"listener"}),
+		resetClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spillway_gfe_http2_reset_budget_closes_total",
+			Help: "HTTP/2 client connections closed because their client reset too many streams before their answer (rapid reset, CVE-2023-44487), by listener.",
+		}, []string{"listener"}),
 	}
 	m.fdWaits = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "spillway_gfe_listener_fd_budget_waits_total",
 		Help: "Times an http or https listener stopped accepting because the file-descriptor budget of client connections was spent (it resumes when a connection closes), by listener.",
 	}, []string{"listener"})
 	if reg != nil {
-		reg.MustRegister(m.accepted, m.certReloads, m.bindErrors, m.fdWaits)
+		reg.MustRegister(m.accepted, m.certReloads, m.bindErrors, m.fdWaits, m.resetClosed)
 	}
 	return m
 }
@@ -85,6 +90,14 @@ type Config struct {
 	// CertCheckInterval is how often certificate files are checked for
 	// changes and failed binds retried. Must be > 0.
 	CertCheckInterval time.Duration
+	// MaxEarlyResets is the HTTP/2 reset budget of a client connection: a
+	// connection whose client has reset more than this many streams before
+	// their answer ended, and more than half of all its streams, is closed
+	// (rapid reset, CVE-2023-44487; see protect.go). Zero means
+	// DefaultMaxEarlyResets (100); negative disables the budget. A
+	// legitimate client cancels a few of its streams; an attacker resets
+	// nearly all of them.
+	MaxEarlyResets int
 }
 
 // Options are the listeners' dependencies.
@@ -410,7 +423,8 @@ func (m *Manager) startGenerationLocked(p *port, l config.Listener) {
 // newServer returns the HTTP server of listener l on p.
 func (m *Manager) newServer(p *port, l config.Listener) *http.Server {
 	srv := &http.Server{
-		Handler:           limitBody(m.opts.HTTP, l.MaxRequestBodyBytes),
+		Handler:           limitBody(m.protect(m.opts.HTTP, l, m.metrics.resetClosed.WithLabelValues(l.Name)), l.MaxRequestBodyBytes),
+		ConnContext:       connContext,
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
 		IdleTimeout:       l.IdleTimeout,
 		MaxHeaderBytes:    l.MaxHeaderBytes,

@@ -190,8 +190,13 @@ func (a *Affinity) CookieFor(c *Cookie, addr string, now time.Time) (value strin
 // PickAffinity chooses a backend for req by the service's session affinity
 // at now, falling back to the policy. The returned pick holds a slot. When
 // the client must be sent a cookie, ck.Value is set. It allocates only to
-// issue a cookie. The service must have an Affinity.
+// issue a cookie. The service must have an Affinity. A drained service
+// (Drained) fails with ErrDrained, pinned clients included.
 func (s *Service) PickAffinity(req affinity.Request, now time.Time, rnd func() uint64) (pk Pick, ck Cookie, err error) {
+	if s.drained {
+		// A pinned client of a drained service gets no backend either.
+		return Pick{}, ck, ErrDrained
+	}
 	a := s.aff
 	issueHTTPCookie := false
 	if a.typ == config.AffinityHTTPCookie && req.Cookie == "" {

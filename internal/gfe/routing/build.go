@@ -162,6 +162,7 @@ func (b *Builder) buildService(in Input, sc *config.Service, sigs map[*backend.B
 
 	all := b.members(in.Snapshot, sc, so)
 	svc.healthy = len(all)
+	svc.drained = allDrained(sc)
 	all = b.setPool(svc, all, in.Self.RTT, in.Now)
 	if err := b.setHashing(svc); err != nil {
 		report("hashing/"+sc.Name, fmt.Errorf("service %s: building the hash table: %w", sc.Name, err))
@@ -295,6 +296,17 @@ func (b *Builder) setPool(svc *Service, all []Member, rtt map[string]float64, no
 	svc.rr = svc.meters.rr
 	svc.lr = backend.NewLeastRequest(b.rand)
 	return all
+}
+
+// allDrained reports whether every backend group of sc is drained
+// (capacity_scaler 0); false for a service without backends.
+func allDrained(sc *config.Service) bool {
+	for _, be := range sc.Backends {
+		if be.CapacityScaler != 0 {
+			return false
+		}
+	}
+	return len(sc.Backends) > 0
 }
 
 // setHashing builds the Maglev table of a hashing policy over svc's pool.

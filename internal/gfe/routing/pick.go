@@ -44,11 +44,11 @@ func (s *Service) retryTier(m *Member, tried []*backend.Backend) int {
 // (retryTier) — in tier 1, of the nearest region, the one whose backends
 // come first in the scope — the first found from a position drawn from rnd,
 // so that retries spread. The returned pick holds a slot and keeps failed's
-// reason. It returns false when no backend is available. It does not
-// allocate.
+// reason. It returns false when no backend is available, and for a drained
+// service. It does not allocate.
 func (s *Service) RetryPick(failed *Pick, tried []*backend.Backend, rnd uint64, now time.Time) (Pick, bool) {
 	n := len(s.scope)
-	if n == 0 {
+	if n == 0 || s.drained {
 		return Pick{}, false
 	}
 	start := int(rnd % uint64(n))
@@ -94,9 +94,12 @@ func containsBackend(bs []*backend.Backend, b *backend.Backend) bool {
 // other than exclude, in the region with the lowest RTT in rtt (regions
 // without an RTT last) and with the fewest connections in flight there
 // (ties: pool order), and returns its pick under reason r. It returns
-// ErrNoBackend when the pool has no backend but exclude, and ErrAllBusy
-// when every other one is full.
+// ErrNoBackend when the pool has no backend but exclude, ErrAllBusy
+// when every other one is full, and ErrDrained for a drained service.
 func (s *Service) NearestFree(rtt map[string]float64, exclude string, r Reason) (Pick, error) {
+	if s.drained {
+		return Pick{}, ErrDrained
+	}
 	others := 0
 	// A concurrent pick may take the chosen slot: look again a few times.
 	for range 4 {

@@ -2,6 +2,7 @@ package routing
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"sync/atomic"
 	"time"
@@ -56,13 +57,20 @@ var (
 	ErrNoRoute   = errors.New("gfe: no route for request")
 	ErrNoBackend = errors.New("gfe: no healthy backend")
 	ErrAllBusy   = errors.New("gfe: every backend is at its concurrency limit")
+	// ErrDrained is the error of every pick of a service whose every
+	// backend group is drained (capacity_scaler 0): the operator asked for
+	// no new traffic at all. It wraps ErrNoBackend, so that callers that
+	// only tell "no backend" from "busy" treat it as the former.
+	ErrDrained = fmt.Errorf("%w: every group of the service is drained (capacity_scaler 0)", ErrNoBackend)
 )
 
 // ErrorLabel returns the fixed metric label of a pick error: "no_route",
-// "no_backend", "all_busy", or "other" for anything else (never the error's
-// text, which may carry addresses).
+// "drained", "no_backend", "all_busy", or "other" for anything else (never
+// the error's text, which may carry addresses).
 func ErrorLabel(err error) string {
 	switch {
+	case errors.Is(err, ErrDrained):
+		return "drained"
 	case errors.Is(err, ErrNoRoute):
 		return "no_route"
 	case errors.Is(err, ErrNoBackend):
@@ -136,6 +144,17 @@ func (m *Meters) Started() {
 	m.inFlight.Add(1)
 }
 
+// Withdraw takes back the arrival Started counted for a request whose
+// client went away before any backend answered it (an HTTP/2 stream reset,
+// a closed connection): such a request is not demand, or a client that
+// opens and resets streams (rapid reset) would move the plan. It does not
+// allocate.
+func (m *Meters) Withdraw() { m.arrivals.Add(-1) }
+
+// Arrivals returns the number of arrivals counted so far (Started less
+// Withdraw).
+func (m *Meters) Arrivals() int64 { return m.arrivals.Total() }
+
 // Ended counts the end of a request counted by Started. It does not
 // allocate.
 func (m *Meters) Ended() { m.inFlight.Add(-1) }
@@ -184,6 +203,9 @@ type Service struct {
 	outliers *outlier.Detector
 	// healthy counts the service's healthy backends.
 	healthy int
+	// drained is whether every backend group of the service is drained
+	// (capacity_scaler 0): every pick then fails with ErrDrained.
+	drained bool
 
 	// Planned policies (waterfall, min_rtt).
 	picker *waterfall.Picker
@@ -237,6 +259,12 @@ func (s *Service) Outliers() *outlier.Detector { return s.outliers }
 
 // Healthy returns the number of the service's healthy backends.
 func (s *Service) Healthy() int { return s.healthy }
+
+// Drained reports whether every backend group of the service is drained
+// (capacity_scaler 0). Every pick of a drained service fails with
+// ErrDrained, session affinity and retries included: draining everything
+// means no new request reaches any backend.
+func (s *Service) Drained() bool { return s.drained }
 
 // Plan returns the damped plan of a planned policy (nil otherwise, or
 // before the first plan).
@@ -321,10 +349,14 @@ const ejectedRepicks = 2
 // builds a new table at once, but requests may still hold the old one) is
 // released and picked again, up to ejectedRepicks times, after which the
 // pick stands — better an ejected backend than no answer. Session affinity
-// is not applied here. A planned policy chooses the group by the service's
+// is not applied here. Every pick of a drained service (Drained) fails
+// with ErrDrained. A planned policy chooses the group by the service's
 // Weyl sequence (Meters.groupDraw), not by rnd, which then only picks
 // inside the group. It does not allocate.
 func (s *Service) PickAt(rnd uint64, k Flow, now time.Time) (Pick, error) {
+	if s.drained {
+		return Pick{}, ErrDrained
+	}
 	pk, err := s.policyPick(rnd, k)
 	for i := 0; err == nil && i < ejectedRepicks && pk.Host != nil && pk.Host.Ejected(now); i++ {
 		pk.Done()

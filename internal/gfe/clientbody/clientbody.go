@@ -1,0 +1,202 @@
+// Package clientbody guards the body of a client's request on its way
+// through the gfe, and tells the client's failures from a backend's.
+//
+// A request body is read by the transport that forwards it to a backend.
+// When that read fails — malformed chunked framing, a body cut short, a
+// client that stops sending, a body over the listener's limit — the
+// forwarding fails too, and without this package the proxy could not tell
+// such a failure from one of the backend's: it answered 502 or 504 and
+// counted it against the backend, so that twenty bad requests ejected a
+// healthy backend (issue #10, finding 3). Body tags every read error as an
+// *Error, the client's; the proxy answers it with the Error's status
+// (400, 408 or 413) and never counts it against a backend.
+//
+// Guarantees:
+//
+//   - Every error Read returns, other than io.EOF, is an *Error (errors.As),
+//     with Status 413 for a body over a limit set under it
+//     (http.MaxBytesReader), 408 for a pause longer than Limits.IdleTimeout,
+//     and 400 otherwise.
+//   - The idle timeout runs only while a Read waits for the client: a
+//     backend that reads the body slowly (back-pressure) never makes the
+//     client's pause look long. It is timed on the injected clock.
+//   - Waiting reports whether a Read is waiting for the client now, so that
+//     a route timeout that passes while the gfe waits for the client's body
+//     is the client's failure too.
+package clientbody
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spillway-lb/spillway/internal/clock"
+)
+
+// Error is a failure of the client's side of a request body. The proxy
+// answers it with Status and closes the connection; it never counts
+// against a backend.
+type Error struct {
+	// Status is the answer: 400 Bad Request (malformed framing, a body cut
+	// short or a client gone), 408 Request Timeout (the client paused
+	// longer than Limits.IdleTimeout) or 413 Content Too Large (over the
+	// listener's max_request_body_bytes, http.MaxBytesError).
+	Status int
+	// Err is what reading the client's body returned.
+	Err error
+}
+
+func (e *Error) Error() string { return "client request body: " + e.Err.Error() }
+
+// Unwrap returns the read error.
+func (e *Error) Unwrap() error { return e.Err }
+
+// ErrIdle is the Err of a 408 Error: the client sent no byte of its body
+// for Limits.IdleTimeout while the gfe waited for one.
+var ErrIdle = errors.New("client paused its request body longer than the idle timeout")
+
+// Limits bound a request body.
+type Limits struct {
+	// IdleTimeout is the longest the gfe waits for the next byte of a body
+	// the client is sending; zero means no limit. It does not bound the
+	// whole upload, only a pause in it.
+	IdleTimeout time.Duration
+}
+
+// Body is a client's request body under Limits. Read is called by one
+// goroutine at a time (the transport's); Waiting and Close may be called
+// from any. Must not be copied.
+type Body struct {
+	// Immutable after Wrap.
+	rc    io.ReadCloser
+	ctl   *http.ResponseController
+	idle  time.Duration
+	timer clock.Timer // fires expire; armed only while a Read waits
+
+	waiting atomic.Bool
+	// failed is the first *Error Read returned: a read error of the
+	// client's connection also cancels the request's context, so the
+	// forwarding may fail with context.Canceled instead of it.
+	failed atomic.Pointer[Error]
+
+	mu sync.Mutex
+	// Guarded by mu.
+	expired bool // the timer fired during the current Read
+	closed  bool
+}
+
+// aLongTimeAgo is a read deadline in the past: it makes a blocked read
+// return at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// Wrap returns r's body under lim, timed on clk (nil: the real clock); w is
+// r's ResponseWriter, whose connection's read deadline interrupts a read
+// that waited too long (http.ResponseController.SetReadDeadline, HTTP/1.x
+// and HTTP/2). The caller sets r.Body to the result.
+func Wrap(w http.ResponseWriter, r *http.Request, lim Limits, clk clock.Clock) *Body {
+	b := &Body{rc: r.Body, idle: lim.IdleTimeout}
+	if b.idle > 0 {
+		b.ctl = http.NewResponseController(w)
+		b.timer = clock.OrReal(clk).AfterFunc(b.idle, b.expire)
+		b.timer.Stop()
+	}
+	return b
+}
+
+// expire interrupts the Read that waits for the client.
+func (b *Body) expire() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || !b.waiting.Load() {
+		return
+	}
+	b.expired = true
+	b.ctl.SetReadDeadline(aLongTimeAgo)
+}
+
+// Read reads the client's body; see the package doc for its errors.
+func (b *Body) Read(p []byte) (int, error) {
+	if b.timer != nil {
+		b.waiting.Store(true)
+		b.timer.Reset(b.idle)
+	}
+	n, err := b.rc.Read(p)
+	expired := false
+	if b.timer != nil {
+		b.mu.Lock()
+		b.timer.Stop()
+		b.waiting.Store(false)
+		expired, b.expired = b.expired, false
+		if expired && err == nil {
+			// The timer fired as data came in: the pause was not too long
+			// after all, but the deadline is set. Clear it.
+			b.ctl.SetReadDeadline(time.Time{})
+			expired = false
+		}
+		b.mu.Unlock()
+	}
+	if err == nil || err == io.EOF {
+		return n, err
+	}
+	ce := classify(err, expired)
+	b.failed.CompareAndSwap(nil, ce)
+	return n, ce
+}
+
+// classify returns the *Error of a failed read of a client's body; expired
+// is whether the idle timer interrupted it.
+func classify(err error, expired bool) *Error {
+	var ce *Error
+	if errors.As(err, &ce) {
+		return ce
+	}
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return &Error{Status: http.StatusRequestEntityTooLarge, Err: err}
+	case expired || errors.Is(err, os.ErrDeadlineExceeded):
+		return &Error{Status: http.StatusRequestTimeout, Err: errors.Join(ErrIdle, err)}
+	}
+	return &Error{Status: http.StatusBadRequest, Err: err}
+}
+
+// Close stops the idle timer and closes the body.
+func (b *Body) Close() error {
+	if b.timer != nil {
+		b.mu.Lock()
+		b.closed = true
+		b.timer.Stop()
+		b.mu.Unlock()
+	}
+	return b.rc.Close()
+}
+
+// Waiting reports whether a Read is waiting for the client now.
+func (b *Body) Waiting() bool { return b.waiting.Load() }
+
+// Tag returns the *Error of a forwarding that failed with err: the one a
+// Read of the client's body reported (in err, or earlier: the read error
+// may have cancelled the request, and err be that), or, when deadline (the
+// route timeout passed) and b is waiting for the client's body, a 408 —
+// the gfe was waiting for the client, not for the backend. Otherwise it
+// returns nil. b may be nil.
+func (b *Body) Tag(err error, deadline bool) *Error {
+	var ce *Error
+	if errors.As(err, &ce) {
+		return ce
+	}
+	if b == nil {
+		return nil
+	}
+	if ce := b.failed.Load(); ce != nil {
+		return ce
+	}
+	if deadline && b.Waiting() {
+		return &Error{Status: http.StatusRequestTimeout, Err: errors.Join(ErrIdle, err)}
+	}
+	return nil
+}
