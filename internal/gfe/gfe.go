@@ -39,9 +39,16 @@ type Config struct {
 	// Default 127.0.0.1:8080.
 	Listen string
 	// Admin is the address of the admin listener (/metrics, /healthz,
-	// /readyz, /status, /debug/pprof). Default 127.0.0.1:9090; keep it on
-	// loopback.
+	// /readyz, /status, and /debug/pprof with Pprof). Default
+	// 127.0.0.1:9090; keep it on loopback.
 	Admin string
+	// AdminTokenFile, when set, names a file holding a bearer token that
+	// every admin request but /healthz and /readyz must carry
+	// (adminhttp.Guard; re-read at each request). Default "": no token.
+	AdminTokenFile string
+	// Pprof mounts the Go profiler under /debug/pprof/ on the admin
+	// listener (never /debug/pprof/cmdline). Default false.
+	Pprof bool
 	// SourceIP, when valid, is the local address of every connection this
 	// gfe opens to a backend (proxied requests and RTT probes), so that
 	// backends can tell sites apart. Zero lets the kernel choose.
@@ -179,6 +186,9 @@ type Daemon struct {
 	control  atomic.Pointer[snapshot.Snapshot]
 	draining atomic.Bool
 
+	// admin serves the admin listener (built by New).
+	admin http.Handler
+
 	// kick wakes the planner when a snapshot arrives or a backend is
 	// ejected (buffered, 1).
 	kick chan struct{}
@@ -212,6 +222,11 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 		d.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	}
 	d.metrics = newMetrics(d.reg, d.Table)
+	admin, err := d.adminHandler()
+	if err != nil {
+		return nil, fmt.Errorf("gfe: %w", err)
+	}
+	d.admin = admin
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	if cfg.SourceIP.IsValid() {
 		dialer.LocalAddr = &net.TCPAddr{IP: cfg.SourceIP.AsSlice()}
@@ -219,7 +234,6 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 	d.builder = routing.NewBuilder(routing.Config{Node: cfg.Node, Site: cfg.Site, Damping: cfg.Damping, DemandSmoothing: cfg.DemandSmoothing},
 		routing.Options{Clock: d.clk, Rand: rnd})
 	d.rtt = rtt.New(rtt.Config{Path: cfg.RTTPath, Interval: cfg.RTTInterval}, rtt.Options{Clock: d.clk, Logger: d.log, Dialer: dialer})
-	var err error
 	d.proxy, err = httpproxy.New(httpproxy.Config{AccessLog: cfg.AccessLog}, httpproxy.Options{
 		Planner: d, Logger: d.log, Clock: d.clk, Rand: rnd, Dialer: dialer, Registry: d.reg,
 		PickErrors: d.metrics.pickErrors, BackendErrors: d.metrics.backendErrors,
@@ -330,7 +344,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return fmt.Errorf("gfe listen %s: %w", d.cfg.Listen, err)
 	}
 	d.log.Info().Str("listen", d.ListenAddr().String()).Str("admin", aln.Addr().String()).Msg("gfe serving")
-	admin := &http.Server{Handler: d.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+	admin := &http.Server{Handler: d.admin, ReadHeaderTimeout: 5 * time.Second}
 
 	components := []component{
 		{name: "planner", run: d.plan},
