@@ -29,7 +29,8 @@
 //
 // Signals: SIGINT and SIGTERM stop the daemon (snapshot streams end with
 // UNAVAILABLE so gfes move to another replica; gossip leaves the cluster);
-// SIGHUP re-reads the configuration file at once.
+// SIGHUP re-reads the configuration file, and the secret files it names
+// (cookie_secret_file), at once.
 package main
 
 import (

@@ -195,11 +195,11 @@ func (d *Daemon) Ownership() (members, owned []string) {
 // Config returns the configuration being served.
 func (d *Daemon) Config() *LoadedConfig { return d.reloader.Current() }
 
-// Reload re-reads the configuration file now (as on SIGHUP), logs the
-// outcome as the file watcher does, and reports whether a new version was
-// accepted.
+// Reload re-reads the configuration file and the secret files it names
+// now (as on SIGHUP), logs the outcome as the file watcher does, and
+// reports whether a new version was accepted.
 func (d *Daemon) Reload() bool {
-	changed, err := d.reloader.Reload()
+	changed, err := d.reloader.ReloadAll()
 	d.reloader.logReload(changed, err)
 	return changed
 }

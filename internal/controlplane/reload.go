@@ -181,6 +181,17 @@ func (r *reloader) Reload() (changed bool, err error) {
 	return true, nil
 }
 
+// ReloadAll is Reload without the shortcut for unchanged file content: it
+// also re-reads files the configuration names (cookie_secret_file), whose
+// changes leave the configuration file itself as it was. A new version is
+// still made only if the effective configuration changed.
+func (r *reloader) ReloadAll() (changed bool, err error) {
+	r.mu.Lock()
+	r.lastRaw = nil
+	r.mu.Unlock()
+	return r.Reload()
+}
+
 // failLocked counts a rejected load and returns err. raw is the rejected
 // content (nil when the file could not be read, so that a later read of the
 // same content is retried). Caller must hold r.mu.

@@ -227,3 +227,33 @@ func TestAdminPagesShowNoSecret(t *testing.T) {
 		})
 	}
 }
+
+// TestCookieSecretFileReloadedOnSIGHUP: a secret kept in a file of its own
+// reaches an authenticated gfe, and replacing the file followed by Reload
+// (SIGHUP) serves the new secret though the configuration file is
+// unchanged.
+func TestCookieSecretFileReloadedOnSIGHUP(t *testing.T) {
+	dir := t.TempDir()
+	secretFile := writeFile(t, dir, "cookie.secret", testSecret+"\n")
+	yaml := strings.Replace(secretYAML(), "cookie_secret: "+testSecret, "cookie_secret_file: cookie.secret", 1)
+	path := writeFile(t, dir, "cp.yaml", yaml)
+	r := startDaemon(t, "cp-secretfile", path, nil, clock.NewFake(epoch), newWorld(), false)
+	advanceReady(t, r)
+	if got := r.d.Config().Config.Services[0].SessionAffinity.CookieSecret; got != testSecret {
+		t.Fatalf("cookie secret from the file = %q", got)
+	}
+	if strings.Contains(string(r.d.Config().YAML), "cookie.secret") {
+		t.Errorf("the served YAML names the secret file:\n%s", r.d.Config().YAML)
+	}
+	const next = "the-next-cookie-secret-0123456789abcdef"
+	replaceFile(t, secretFile, next)
+	if !r.d.Reload() {
+		t.Fatal("Reload() after replacing the secret file = false, want a new version")
+	}
+	if got := r.d.Config().Config.Services[0].SessionAffinity.CookieSecret; got != next {
+		t.Errorf("cookie secret after Reload = %q, want the new file's", got)
+	}
+	if r.d.Reload() {
+		t.Error("a second Reload with nothing changed made a new version")
+	}
+}
