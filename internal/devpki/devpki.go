@@ -69,6 +69,45 @@ func NewCA(cn string, validFor time.Duration) (*CA, error) {
 	return ca, nil
 }
 
+// KeyPEM returns the CA's private key, PEM-encoded, for LoadCA.
+func (ca *CA) KeyPEM() ([]byte, error) {
+	der, err := x509.MarshalECPrivateKey(ca.key)
+	if err != nil {
+		return nil, fmt.Errorf("devpki: CA key: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
+}
+
+// LoadCA returns the CA of a certificate and key written earlier (CA.PEM
+// and CA.KeyPEM), to issue more certificates from it. Serial numbers
+// continue from a random 62-bit start, so that they do not repeat those
+// issued before.
+func LoadCA(certPEM, keyPEM []byte) (*CA, error) {
+	cb, _ := pem.Decode(certPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return nil, errors.New("devpki: CA certificate or key: no PEM block")
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("devpki: CA certificate: %w", err)
+	}
+	key, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("devpki: CA key: %w", err)
+	}
+	if !cert.IsCA || !key.PublicKey.Equal(cert.PublicKey) {
+		return nil, errors.New("devpki: the certificate is not a CA or does not match the key")
+	}
+	start, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	if err != nil {
+		return nil, fmt.Errorf("devpki: serial: %w", err)
+	}
+	ca := &CA{Cert: cert, PEM: certPEM, key: key}
+	ca.serial.Store(start.Int64())
+	return ca, nil
+}
+
 // Leaf describes a certificate to issue.
 type Leaf struct {
 	// CommonName is the subject CN. Optional.

@@ -293,6 +293,9 @@ func (s *Spec) backendArgs(ri int) []string {
 	return args
 }
 
+// ControlPlaneIP returns the address of control plane k (from 0).
+func (s *Spec) ControlPlaneIP(k int) string { return s.ip(0, k+1) }
+
 // BackendAdminAddr is the process admin address of region ri's backend
 // process when Spec.BackendAdmin is set.
 func (s *Spec) BackendAdminAddr(ri int) string { return s.ip(101+ri, 1) + ":9999" }
