@@ -65,7 +65,7 @@ func TestControlPlaneMutualTLSEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	creds, err := mtls.ClientCredentials(mtls.ClientConfig{Files: mtls.Files(intruder)}, zerolog.Nop())
+	creds, err := mtls.ClientCredentials(mtls.ClientConfig{Files: mtls.Files(intruder)}, mtls.Options{Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}

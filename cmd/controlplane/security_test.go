@@ -52,7 +52,7 @@ func (p *testPKI) issue(t *testing.T, base string, names ...string) devpki.Files
 
 func clientCreds(t *testing.T, f devpki.Files) credentials.TransportCredentials {
 	t.Helper()
-	c, err := mtls.ClientCredentials(mtls.ClientConfig{Files: mtls.Files(f)}, zerolog.Nop())
+	c, err := mtls.ClientCredentials(mtls.ClientConfig{Files: mtls.Files(f)}, mtls.Options{Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,7 +93,10 @@ func New(cfg Config, opts Options) (d *Daemon, err error) {
 
 	// Before binding: bad TLS or token files stop the daemon with nothing
 	// to release.
-	creds, err := mtls.ServerCredentials(cfg.TLS, opts.Logger.With().Str("component", "grpc").Logger())
+	creds, err := mtls.ServerCredentials(cfg.TLS, mtls.Options{
+		Logger:  opts.Logger.With().Str("component", "grpc").Logger(),
+		Refused: func(error) { d.m.tlsRefused.Inc() },
+	})
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: %w", err)
 	}

@@ -94,7 +94,7 @@ func TestSecretsOnlyOverMutualTLS(t *testing.T) {
 	}
 	forged.CA = sf.CA // trusts the real control plane; only its own certificate is forged
 	client := func(f devpki.Files) credentials.TransportCredentials {
-		c, err := mtls.ClientCredentials(mtls.ClientConfig{Files: mtls.Files(f)}, testLogger(t))
+		c, err := mtls.ClientCredentials(mtls.ClientConfig{Files: mtls.Files(f)}, mtls.Options{Logger: testLogger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,9 +115,17 @@ func TestSecretsOnlyOverMutualTLS(t *testing.T) {
 		{"the control plane's own certificate", client(sf), false},
 		{"allowed gfe", client(issue("gfe", "nyc-1.gfe.spillway.internal")), true},
 	}
+	refused := 0.0
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m, err := firstPush(t, r.d.Addr(), tt.creds)
+			if !tt.ok {
+				refused++
+				// The server counts the refusal before the client's RPC
+				// fails, except in TLS 1.3 where the client may finish
+				// first: wait for the count.
+				waitUntil(t, "the refusal counted", func() bool { return metricValue(t, r.d.m.tlsRefused) >= refused })
+			}
 			switch {
 			case !tt.ok && err == nil:
 				t.Fatalf("got a snapshot (version %s, %d bytes of config), want the connection refused", m.GetVersion(), len(m.GetConfigYaml()))

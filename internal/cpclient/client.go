@@ -218,7 +218,7 @@ func New(cfg Config, opts Options) (*Client, error) {
 	if c.rand == nil {
 		c.rand = rand.Uint64
 	}
-	creds, err := mtls.ClientCredentials(cfg.TLS, c.log)
+	creds, err := mtls.ClientCredentials(cfg.TLS, mtls.Options{Logger: c.log})
 	if err != nil {
 		return nil, fmt.Errorf("cpclient: %w", err)
 	}

@@ -38,7 +38,7 @@ func TestSnapshotsOnlyFromAuthenticatedControlPlane(t *testing.T) {
 	}
 	gfe := issue(ca, "gfe", "gfe-1.gfe.spillway.internal")
 	serverOpt := func(f mtls.Files) grpc.ServerOption {
-		creds, err := mtls.ServerCredentials(mtls.ServerConfig{Files: f, AllowedClients: []string{"*"}}, zerolog.Nop())
+		creds, err := mtls.ServerCredentials(mtls.ServerConfig{Files: f, AllowedClients: []string{"*"}}, mtls.Options{Logger: zerolog.Nop()})
 		if err != nil {
 			t.Fatal(err)
 		}

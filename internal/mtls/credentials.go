@@ -14,14 +14,25 @@ import (
 	"google.golang.org/grpc/peer"
 )
 
+// Options holds the credentials' dependencies. The zero value is usable.
+type Options struct {
+	// Logger receives the plain-text warning, unusable files and (server)
+	// refused handshakes, the last at most a few a second. The zero Logger
+	// discards everything.
+	Logger zerolog.Logger
+	// Refused, if not nil, is called with the error of every handshake the
+	// server refuses (a metric). It must be safe for concurrent use and
+	// must not block.
+	Refused func(error)
+}
+
 // ServerCredentials returns the gRPC server credentials of c: with TLS, a
 // TLS 1.3 server that requires a client certificate the CA bundle vouches
 // for and whose identity AllowedClients allows, re-reading the files at
 // every handshake; with InsecurePlaintext, no security at all (after a
-// warning on log). It fails if c is invalid or the files cannot be used
-// now. Refused handshakes are logged on log at warn level (at most a few a
-// second).
-func ServerCredentials(c ServerConfig, log zerolog.Logger) (credentials.TransportCredentials, error) {
+// warning). It fails if c is invalid or the files cannot be used now.
+func ServerCredentials(c ServerConfig, opts Options) (credentials.TransportCredentials, error) {
+	log := opts.Logger
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -58,34 +69,42 @@ func ServerCredentials(c ServerConfig, log zerolog.Logger) (credentials.Transpor
 	return &serverCreds{
 		TransportCredentials: credentials.NewTLS(base),
 		log:                  log.Sample(&zerolog.BurstSampler{Burst: 5, Period: time.Second}),
+		refused:              opts.Refused,
 	}, nil
 }
 
-// serverCreds logs refused handshakes.
+// serverCreds logs and counts refused handshakes.
 type serverCreds struct {
 	credentials.TransportCredentials
-	log zerolog.Logger
+	log     zerolog.Logger
+	refused func(error)
 }
 
 func (s *serverCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	conn, info, err := s.TransportCredentials.ServerHandshake(raw)
 	if err != nil {
 		s.log.Warn().Err(err).Str("remote", raw.RemoteAddr().String()).Msg("TLS handshake refused")
+		if s.refused != nil {
+			s.refused(err)
+		}
 	}
 	return conn, info, err
 }
 
 func (s *serverCreds) Clone() credentials.TransportCredentials {
-	return &serverCreds{TransportCredentials: s.TransportCredentials.Clone(), log: s.log}
+	c := *s
+	c.TransportCredentials = s.TransportCredentials.Clone()
+	return &c
 }
 
 // ClientCredentials returns the gRPC client credentials of c: with TLS, a
 // TLS 1.3 client that presents its certificate and accepts only a server
 // certificate the CA bundle vouches for under ServerName (or the dialled
 // host), re-reading the files at every handshake; with InsecurePlaintext,
-// no security at all (after a warning on log). It fails if c is invalid
-// or the files cannot be used now.
-func ClientCredentials(c ClientConfig, log zerolog.Logger) (credentials.TransportCredentials, error) {
+// no security at all (after a warning). It fails if c is invalid or the
+// files cannot be used now. opts.Refused is not used.
+func ClientCredentials(c ClientConfig, opts Options) (credentials.TransportCredentials, error) {
+	log := opts.Logger
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}

@@ -171,7 +171,7 @@ func check(t *testing.T, addr string, creds credentials.TransportCredentials) (i
 
 func newClientCreds(t *testing.T, f devpki.Files, serverName string) credentials.TransportCredentials {
 	t.Helper()
-	c, err := ClientCredentials(ClientConfig{Files: Files(f), ServerName: serverName}, testLogger(t))
+	c, err := ClientCredentials(ClientConfig{Files: Files(f), ServerName: serverName}, Options{Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func newClientCreds(t *testing.T, f devpki.Files, serverName string) credentials
 func TestServerRefusesUnauthenticatedClients(t *testing.T) {
 	p := newPKI(t)
 	sf := p.issue(t, "cp", "127.0.0.1", "cp.spillway.internal")
-	screds, err := ServerCredentials(ServerConfig{Files: Files(sf), AllowedClients: []string{"*.gfe.spillway.internal"}}, testLogger(t))
+	screds, err := ServerCredentials(ServerConfig{Files: Files(sf), AllowedClients: []string{"*.gfe.spillway.internal"}}, Options{Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestRotationWithoutRestart(t *testing.T) {
 	p := newPKI(t)
 	sf := p.issue(t, "cp", "127.0.0.1")
 	cf := p.issue(t, "gfe", "nyc-1.gfe.spillway.internal")
-	screds, err := ServerCredentials(ServerConfig{Files: Files(sf), AllowedClients: []string{"*.gfe.spillway.internal"}}, testLogger(t))
+	screds, err := ServerCredentials(ServerConfig{Files: Files(sf), AllowedClients: []string{"*.gfe.spillway.internal"}}, Options{Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,11 +348,11 @@ func TestCredentialsRefuseBadFilesAtStart(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ServerCredentials(ServerConfig{Files: tt.files, AllowedClients: []string{"*"}}, testLogger(t))
+			_, err := ServerCredentials(ServerConfig{Files: tt.files, AllowedClients: []string{"*"}}, Options{Logger: testLogger(t)})
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("ServerCredentials() = %v, want an error containing %q", err, tt.wantErr)
 			}
-			_, err = ClientCredentials(ClientConfig{Files: tt.files}, testLogger(t))
+			_, err = ClientCredentials(ClientConfig{Files: tt.files}, Options{Logger: testLogger(t)})
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("ClientCredentials() = %v, want an error containing %q", err, tt.wantErr)
 			}
