@@ -22,9 +22,10 @@
 //
 // A peer certificate's identities are its DNS SANs, its URI SANs and its
 // subject common name. A server allows a client when one of the client's
-// identities matches an entry of ServerConfig.AllowedClients: equal, or,
-// for an entry "*.rest", a DNS name or common name with one more label in
-// front of "rest" ("*.gfe.example" allows "nyc-1.gfe.example", not
+// identities matches an entry of ServerConfig.AllowedClients: equal (DNS
+// names and common names ignoring case, URIs exactly), or, for an entry
+// "*.rest", a DNS name or common name with one more label in front of
+// "rest" ("*.gfe.example" allows "nyc-1.gfe.example", not
 // "a.b.gfe.example"). The entry "*" allows any certificate the CA bundle
 // vouches for. Clients check the server's certificate against
 // ClientConfig.ServerName, or the host of the address dialled (as HTTPS
