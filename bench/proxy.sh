@@ -228,7 +228,7 @@ start_proxies() {
 			# shellcheck disable=SC2086 # GFE_ENV is a list of VAR=value words
 			start gfe "$PROXY_CPU" env GOMAXPROCS=1 $GFE_ENV "$WORK/gfe" --node b1 --site s1 \
 				--listen "127.0.0.1:$port" --admin "127.0.0.1:$admin" --config "$WORK/gfe.yaml" \
-				--gossip-addr "127.0.0.1:$gossip" --log-format json
+				--gossip-addr "127.0.0.1:$gossip" --log-format json --pprof
 			PID[gfe]=$LAST_PID URL[gfe]=http://127.0.0.1:$port/ GFE_ADMIN=127.0.0.1:$admin
 			;;
 		stdlib)

@@ -424,6 +424,19 @@ type SessionAffinity struct {
 	// which cookies still signed with it are ignored and replaced. Only for
 	// generated_cookie; at least 32 bytes; must differ from CookieSecret.
 	PreviousCookieSecret string `mapstructure:"previous_cookie_secret"`
+	// CookieSecretFile names a file whose content (trailing line breaks
+	// removed) is CookieSecret, so that the secret stays out of the
+	// configuration file (a secret store's mount, systemd's
+	// LoadCredential). Relative paths are from the configuration file's
+	// directory. Load reads it and moves its content into CookieSecret,
+	// leaving this field empty, so the canonical form a control plane
+	// serves carries the value (over mutual TLS only) and not the path;
+	// Parse never reads files and rejects a set field. Exclusive with
+	// cookie_secret. A control plane re-reads it on SIGHUP.
+	CookieSecretFile string `mapstructure:"cookie_secret_file"`
+	// PreviousCookieSecretFile is CookieSecretFile for
+	// PreviousCookieSecret.
+	PreviousCookieSecretFile string `mapstructure:"previous_cookie_secret_file"`
 }
 
 // HealthCheck configures active health checking of a service's instances

@@ -38,6 +38,8 @@
 //	      header_name: ""                 # required for header, else invalid
 //	      cookie_secret: ""               # generated_cookie: required, ≥ 32 bytes, same on every gfe
 //	      previous_cookie_secret: ""      # generated_cookie: optional, verifies only (rotation)
+//	      cookie_secret_file: ""          # instead of cookie_secret: a file holding it (Load reads it;
+//	      previous_cookie_secret_file: "" #   relative to the config file); likewise for the previous one
 //	    health_check:
 //	      protocol: http                  # http | https | tcp | grpc
 //	      path: /healthz                  # http, https

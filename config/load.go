@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -31,7 +32,7 @@ func load(path string, environ []string) (*Config, error) {
 	if err := v.ReadInConfig(); err != nil {
 		return nil, readError(path, err)
 	}
-	return decode(v, path, environ)
+	return decode(v, path, environ, filepath.Dir(path))
 }
 
 // Parse is Load for a configuration held in memory, as it arrives over gRPC;
@@ -43,7 +44,7 @@ func Parse(data []byte, name string) (*Config, error) {
 	if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
 		return nil, readError(name, err)
 	}
-	return decode(v, name, nil)
+	return decode(v, name, nil, "")
 }
 
 // New validates a Config built in Go and returns a read-only deep copy of it
@@ -80,10 +81,12 @@ func readError(name string, err error) error {
 //     with their paths, remove them, and fill in defaults,
 //  4. decode it with viper.UnmarshalExact, which can no longer fail on
 //     unknown keys but stays the decoder of record,
-//  5. validate, leaving out problems under a path already reported in 3.
+//  5. read the secret files (Load only: secretDir is the configuration
+//     file's directory; "" for Parse, which reads no file),
+//  6. validate, leaving out problems under a path already reported in 3.
 //
-// Every problem from 2, 3 and 5 is returned together.
-func decode(v *viper.Viper, name string, environ []string) (*Config, error) {
+// Every problem from 2, 3, 5 and 6 is returned together.
+func decode(v *viper.Viper, name string, environ []string, secretDir string) (*Config, error) {
 	raw := map[string]any{}
 	var dotted []string
 	for _, k := range v.AllKeys() {
@@ -129,6 +132,7 @@ func decode(v *viper.Viper, name string, environ []string) (*Config, error) {
 		return nil, p.err()
 	}
 	c.source = name
+	readSecretFiles(&c, secretDir, p)
 	vp := &problems{file: name}
 	c.validate(vp)
 	for _, e := range vp.errs {

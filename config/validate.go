@@ -429,7 +429,10 @@ func (v *validator) affinity(ap string, a SessionAffinity) {
 		v.p.add(ap+".cookie_ttl", fmt.Sprintf("must be in [0, %v] (400 days; 0 = session cookie), got %v", maxCookieTTL, a.CookieTTL))
 	}
 	gen := a.Type == AffinityGeneratedCookie
+	const withheld = "withheld: the control plane serves secrets only over mutual TLS (it runs with --insecure-plaintext, or this client is not authenticated)"
 	switch {
+	case a.CookieSecret == RedactedSecret:
+		v.p.add(ap+".cookie_secret", withheld)
 	case gen && a.CookieSecret == "":
 		v.p.add(ap+".cookie_secret", "required for type generated_cookie")
 	case gen && len(a.CookieSecret) < minCookieSecret:
@@ -439,6 +442,8 @@ func (v *validator) affinity(ap string, a SessionAffinity) {
 	}
 	switch {
 	case a.PreviousCookieSecret == "":
+	case a.PreviousCookieSecret == RedactedSecret:
+		v.p.add(ap+".previous_cookie_secret", withheld)
 	case !gen:
 		v.p.add(ap+".previous_cookie_secret", fmt.Sprintf("only valid with type generated_cookie; type is %s", a.Type))
 	case len(a.PreviousCookieSecret) < minCookieSecret:

@@ -6,9 +6,20 @@
 // Usage:
 //
 //	controlplane --config configs/demo.yaml [--listen 127.0.0.1:7000]
-//	    [--admin 127.0.0.1:7100] [--node NAME] [--gossip-addr 127.0.0.1:7946]
+//	    (--tls-ca CA.pem --tls-cert CERT.pem --tls-key KEY.pem
+//	     --tls-allowed-clients '*.gfe.example' | --insecure-plaintext)
+//	    [--grpc-reflection] [--admin 127.0.0.1:7100] [--admin-token-file FILE]
+//	    [--pprof] [--node NAME] [--gossip-addr 127.0.0.1:7946]
 //	    [--join host:port,...] [--gossip-key BASE64] [--log-format auto|json|console]
 //	    [--log-level info]
+//
+// The gRPC API is served with mutual TLS: only clients whose certificate
+// the --tls-ca bundle vouches for and whose DNS/URI SAN or CN matches
+// --tls-allowed-clients get a snapshot (which carries the configuration's
+// secrets). Without the TLS flags the control plane refuses to start
+// unless --insecure-plaintext is given; it then serves in clear text with
+// every secret redacted. The certificate files are re-read at every
+// handshake, so they rotate without a restart (see package mtls).
 //
 // Every flag can also be set from the environment as SPILLWAY_CP_<FLAG>,
 // upper-cased with dashes as underscores (SPILLWAY_CP_GOSSIP_ADDR=...); a flag
@@ -18,7 +29,8 @@
 //
 // Signals: SIGINT and SIGTERM stop the daemon (snapshot streams end with
 // UNAVAILABLE so gfes move to another replica; gossip leaves the cluster);
-// SIGHUP re-reads the configuration file at once.
+// SIGHUP re-reads the configuration file, and the secret files it names
+// (cookie_secret_file), at once.
 package main
 
 import (
@@ -110,8 +122,16 @@ func parseFlags(args []string) (*viper.Viper, error) {
 	d := controlplane.DefaultConfig()
 	fs := pflag.NewFlagSet("controlplane", pflag.ContinueOnError)
 	fs.String("config", "", "operator configuration YAML file, watched and hot-reloaded (required)")
-	fs.String("listen", d.ListenAddr, "gRPC listen address (ControlPlane service, gRPC health, reflection)")
-	fs.String("admin", d.AdminAddr, "admin HTTP listen address: /metrics /healthz /readyz /status /debug/pprof")
+	fs.String("listen", d.ListenAddr, "gRPC listen address (ControlPlane service, gRPC health; reflection with --grpc-reflection)")
+	fs.String("tls-ca", "", "PEM bundle of the CAs that vouch for clients (gfes); mutual TLS needs --tls-ca, --tls-cert, --tls-key and --tls-allowed-clients")
+	fs.String("tls-cert", "", "PEM certificate (and chain) the gRPC listener presents; re-read at each handshake")
+	fs.String("tls-key", "", "PEM private key of --tls-cert; re-read at each handshake")
+	fs.String("tls-allowed-clients", "", `comma-separated client identities served (DNS/URI SANs or CN; "*.suffix" for one label; "*" for any the CA vouches for)`)
+	fs.Bool("insecure-plaintext", false, "serve gRPC WITHOUT TLS (secrets redacted); required when no --tls-* flags are given")
+	fs.Bool("grpc-reflection", false, "register the gRPC reflection service")
+	fs.String("admin", d.AdminAddr, "admin HTTP listen address: /metrics /healthz /readyz /status (/debug/pprof with --pprof)")
+	fs.String("admin-token-file", "", "file holding a bearer token required on every admin page but /healthz and /readyz")
+	fs.Bool("pprof", false, "serve the Go profiler on the admin listener under /debug/pprof/ (never cmdline)")
 	fs.String("node", "", "this replica's unique name in gossip and snapshots (default hostname-listen)")
 	fs.String("gossip-addr", "127.0.0.1:7946", "gossip bind address (UDP and TCP); port 0 picks one")
 	fs.String("join", "", "comma-separated gossip seeds (host:port) of other control planes or gfes")
@@ -140,6 +160,11 @@ func daemonConfig(v *viper.Viper) (controlplane.Config, error) {
 	cfg.ConfigPath = v.GetString("config")
 	cfg.ListenAddr = v.GetString("listen")
 	cfg.AdminAddr = v.GetString("admin")
+	cfg.AdminTokenFile = v.GetString("admin-token-file")
+	cfg.Pprof = v.GetBool("pprof")
+	cfg.GRPCReflection = v.GetBool("grpc-reflection")
+	cfg.TLS = daemonflags.ServerTLS(v.GetString("tls-ca"), v.GetString("tls-cert"), v.GetString("tls-key"),
+		v.GetString("tls-allowed-clients"), v.GetBool("insecure-plaintext"))
 	cfg.NodeName = v.GetString("node")
 	if cfg.NodeName == "" {
 		host, err := os.Hostname()

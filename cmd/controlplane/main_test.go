@@ -17,12 +17,18 @@ import (
 	"time"
 
 	"github.com/spillway-lb/spillway/internal/cpclient"
+	"github.com/spillway-lb/spillway/internal/mtls"
 	"github.com/spillway-lb/spillway/internal/proc"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/internal/testkit"
 )
 
 const defaultTestTimeout = 30 * time.Second
+
+// bins holds the controlplane binary, built once for the package.
+var bins map[string]string
+
+func TestMain(m *testing.M) { testkit.RunWithBinaries(m, &bins, "controlplane") }
 
 // backend is a test HTTP server whose /healthz can be made to fail.
 type backend struct {
@@ -144,12 +150,7 @@ func rate(s *snapshot.Snapshot) float64 { return s.Config.Services[0].Backends[0
 // through an invalid edit, a valid edit and a health check failure.
 func TestEndToEnd(t *testing.T) {
 	dir := t.TempDir()
-	buildCtx, cancelBuild := context.WithTimeout(context.Background(), testkit.BuildTimeout)
-	bins, err := proc.Build(buildCtx, dir, false, "controlplane")
-	cancelBuild()
-	if err != nil {
-		t.Fatal(err)
-	}
+	pki := newTestPKI(t, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*defaultTestTimeout)
 	defer cancel()
 	b1, b2 := newBackend(t), newBackend(t)
@@ -159,7 +160,8 @@ func TestEndToEnd(t *testing.T) {
 	}
 	p, err := proc.Start("controlplane", bins["controlplane"], proc.Options{},
 		"--config", path, "--node", "cp-e2e", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
-		"--gossip-addr", "127.0.0.1:0", "--log-format", "json")
+		"--gossip-addr", "127.0.0.1:0", "--log-format", "json",
+		"--tls-ca", pki.cp.CA, "--tls-cert", pki.cp.Cert, "--tls-key", pki.cp.Key, "--tls-allowed-clients", "*.gfe.spillway.internal")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,6 +181,7 @@ func TestEndToEnd(t *testing.T) {
 
 	cfg := cpclient.DefaultConfig()
 	cfg.Addresses, cfg.Node, cfg.Site = []string{grpcAddr}, "gfe-e2e", "paris"
+	cfg.TLS = mtls.ClientConfig{Files: mtls.Files(pki.gfe)}
 	c, err := cpclient.New(cfg, cpclient.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +208,7 @@ func TestEndToEnd(t *testing.T) {
 	replaceFile(t, path, strings.Replace(configYAML(b1.addr(), b2.addr(), 100), "healthy_threshold: 1", "healthy_threshold: 0", 1))
 	poll(t, "the reload failure in /metrics and a log line naming the field path", func() bool {
 		return strings.Contains(get(admin+"/metrics"), `spillway_controlplane_config_reloads_total{result="failure"} 1`) &&
-			strings.Contains(p.Output(), `"field":"services[0].health_check.healthy_threshold","problem":"must be >= 1, got 0"`)
+			strings.Contains(p.Output(), `"field":"services[0].health_check.healthy_threshold","problem":"must be in 1..100, got 0"`)
 	})
 	var status struct {
 		ConfigVersion   string `json:"config_version"`

@@ -4,6 +4,13 @@
 //
 // Every flag can also be set from the environment as SPILLWAY_GFE_<FLAG>,
 // upper-cased with dashes as underscores (SPILLWAY_GFE_SITE=nyc).
+//
+// With --controlplanes the gfe takes snapshots over mutual TLS: it
+// presents --tls-cert and applies snapshots only from a control plane whose
+// certificate the --tls-ca bundle vouches for under --tls-server-name (or
+// the host of the address dialled). Without the TLS flags it refuses to
+// start unless --insecure-plaintext is given. The files are re-read at
+// every handshake, so they rotate without a restart.
 package main
 
 import (
@@ -27,6 +34,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/gfe"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/logging"
+	"github.com/spillway-lb/spillway/internal/mtls"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 )
 
@@ -61,6 +69,8 @@ func run(args []string) error {
 	ecfg.CertCheckInterval = v.GetDuration("cert-check-interval")
 	ecfg.AccessLog = v.GetBool("access-log")
 	ecfg.FDReserve = v.GetInt("fd-reserve")
+	ecfg.AdminTokenFile = v.GetString("admin-token-file")
+	ecfg.Pprof = v.GetBool("pprof")
 	if s := v.GetString("source-ip"); s != "" {
 		if ecfg.SourceIP, err = netip.ParseAddr(s); err != nil {
 			return fmt.Errorf("--source-ip: %w", err)
@@ -99,14 +109,24 @@ func run(args []string) error {
 	if len(cps) == 0 && v.GetString("config") == "" {
 		return errors.New("need --controlplanes or --config (or both)")
 	}
+	var client *cpclient.Client
+	if len(cps) > 0 {
+		// Built before anything runs: missing TLS flags or unusable
+		// certificate files stop the gfe here.
+		tls := daemonflags.ClientTLS(v.GetString("tls-ca"), v.GetString("tls-cert"), v.GetString("tls-key"),
+			v.GetString("tls-server-name"), v.GetBool("insecure-plaintext"))
+		if client, err = newControlPlaneClient(cps, tls, ecfg, e, log); err != nil {
+			return err
+		}
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return node.Run(ctx) })
 	g.Go(func() error { return e.Run(ctx) })
-	if len(cps) > 0 {
-		g.Go(func() error { return runControlPlaneClient(ctx, cps, ecfg, e, log) })
+	if client != nil {
+		g.Go(func() error { return client.Run(ctx) })
 	}
 	return g.Wait()
 }
@@ -117,9 +137,16 @@ func parseFlags(args []string) (*viper.Viper, error) {
 	fs.String("node", "", "this gfe's unique name (default hostname-listen)")
 	fs.String("site", "", "the edge site this gfe serves (required)")
 	fs.String("listen", d.Listen, "client-facing HTTP listener (HTTP/1.1 and h2c); config listeners bind its host")
-	fs.String("admin", d.Admin, "admin listener: /metrics /healthz /readyz /status /debug/pprof")
+	fs.String("admin", d.Admin, "admin listener: /metrics /healthz /readyz /status (/debug/pprof with --pprof)")
 	fs.String("source-ip", "", "local address of connections to backends (tells sites apart)")
 	fs.String("controlplanes", "", "comma-separated control plane gRPC addresses")
+	fs.String("tls-ca", "", "PEM bundle of the CAs that vouch for control planes; mutual TLS needs --tls-ca, --tls-cert and --tls-key")
+	fs.String("tls-cert", "", "PEM client certificate (and chain) presented to control planes; re-read at each handshake")
+	fs.String("tls-key", "", "PEM private key of --tls-cert; re-read at each handshake")
+	fs.String("tls-server-name", "", "name the control planes' certificates must carry (default: the host of each address)")
+	fs.Bool("insecure-plaintext", false, "take snapshots WITHOUT TLS from whoever answers; required with --controlplanes when no --tls-* flags are given")
+	fs.String("admin-token-file", "", "file holding a bearer token required on every admin page but /healthz and /readyz")
+	fs.Bool("pprof", false, "serve the Go profiler on the admin listener under /debug/pprof/ (never cmdline)")
 	fs.String("config", "", "optional local config file to serve until a control plane answers")
 	fs.String("gossip-addr", "127.0.0.1:7946", "gossip bind address")
 	fs.String("join", "", "comma-separated gossip seeds")
@@ -148,17 +175,14 @@ func parseFlags(args []string) (*viper.Viper, error) {
 	return v, nil
 }
 
-// runControlPlaneClient keeps the snapshot stream to the control planes open
-// and applies every pushed snapshot to the gfe.
-func runControlPlaneClient(ctx context.Context, addrs []string, cfg gfe.Config, e *gfe.Daemon, log zerolog.Logger) error {
+// newControlPlaneClient returns the client that keeps the snapshot stream
+// to the control planes open and applies every pushed snapshot to the gfe.
+func newControlPlaneClient(addrs []string, tls mtls.ClientConfig, cfg gfe.Config, e *gfe.Daemon, log zerolog.Logger) (*cpclient.Client, error) {
 	ccfg := cpclient.DefaultConfig()
 	ccfg.Addresses, ccfg.Node, ccfg.Site = addrs, cfg.Node, cfg.Site
-	c, err := cpclient.New(ccfg, cpclient.Options{
+	ccfg.TLS = tls
+	return cpclient.New(ccfg, cpclient.Options{
 		Logger: log.With().Str("component", "cpclient").Logger(),
 		Apply:  e.ApplySnapshot,
 	})
-	if err != nil {
-		return err
-	}
-	return c.Run(ctx)
 }

@@ -92,7 +92,7 @@ func TestBenchTable(t *testing.T) {
 		t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
 	}
 	checkInOrder(t, "stdout", stdout.String(), []string{
-		"flash-crowd.yaml: 90 steps of 1s, gossip delay 2s, damping 0.5",
+		"flash-crowd.yaml: 90 steps of 1s, gossip delay 2s, demand smoothing 2s, damping 0.5",
 		"POLICY", "P99_MS", "OVER_CAP", "RTT/LP", "OSC_PP",
 		"waterfall", "min_rtt", "round_robin", "least_request", "hash2", "hash5", "nearest_region",
 		"waterfall vs hashing: fewer over-capacity requests than 6 of 6 hashing rows, lower p99 than 6 of 6",

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gossip"
+	"github.com/spillway-lb/spillway/internal/mtls"
 	"github.com/spillway-lb/spillway/lb/health"
 )
 
@@ -25,13 +26,34 @@ type Config struct {
 	// configuration keeps being served. Required.
 	ConfigPath string
 	// ListenAddr is the gRPC listen address (ControlPlane service, gRPC
-	// health, reflection). Default "127.0.0.1:7000". Port 0 picks a free
-	// port; Daemon.Addr reports it.
+	// health, and reflection with GRPCReflection). Default
+	// "127.0.0.1:7000". Port 0 picks a free port; Daemon.Addr reports it.
 	ListenAddr string
+	// TLS authenticates the gRPC listener with mutual TLS (package mtls):
+	// every client must present a certificate the CA bundle vouches for
+	// and TLS.AllowedClients allows, or its handshake is refused. Required:
+	// set the files and AllowedClients, or TLS.InsecurePlaintext to serve
+	// in clear text, in which case every snapshot carries the
+	// configuration with its secrets redacted (config.Redact). The files
+	// are re-read at each handshake, so certificates rotate without a
+	// restart.
+	TLS mtls.ServerConfig
+	// GRPCReflection registers the gRPC reflection service
+	// (--grpc-reflection), which lists the API to any authenticated
+	// client. Default false.
+	GRPCReflection bool
 	// AdminAddr is the admin HTTP listen address (/metrics, /healthz,
-	// /readyz, /status, /debug/pprof/). Default "127.0.0.1:7100": loopback,
-	// since it is unauthenticated. Port 0 picks a free port.
+	// /readyz, /status, and /debug/pprof/ with Pprof). Default
+	// "127.0.0.1:7100": loopback, since it is unauthenticated unless
+	// AdminTokenFile is set. Port 0 picks a free port.
 	AdminAddr string
+	// AdminTokenFile, when set, names a file holding a bearer token that
+	// every admin request but /healthz and /readyz must carry
+	// (adminhttp.Guard; re-read at each request). Default "": no token.
+	AdminTokenFile string
+	// Pprof mounts the Go profiler under /debug/pprof/ on the admin
+	// listener (never /debug/pprof/cmdline). Default false.
+	Pprof bool
 	// NodeName identifies this replica: its memberlist name (Gossip.Name is
 	// set to it), the control_plane_id of its snapshots, and its key in the
 	// Maglev table that shares out health checks. Required, unique among
@@ -103,6 +125,9 @@ func (c Config) Validate() error {
 	}
 	if c.KeepaliveMinTime <= 0 {
 		bad("keepalive_min_time: must be > 0, got %v", c.KeepaliveMinTime)
+	}
+	if err := c.TLS.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	g := c.Gossip
 	g.Name = c.NodeName

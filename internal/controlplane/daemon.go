@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,7 +20,9 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/spillway-lb/spillway/internal/adminhttp"
 	"github.com/spillway-lb/spillway/internal/gossip"
+	"github.com/spillway-lb/spillway/internal/mtls"
 	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
 )
 
@@ -90,6 +91,20 @@ func New(cfg Config, opts Options) (d *Daemon, err error) {
 	}
 	d.svc = newService(cfg.NodeName, d.hub, opts.Clock, opts.Logger, d.m)
 
+	// Before binding: bad TLS or token files stop the daemon with nothing
+	// to release.
+	creds, err := mtls.ServerCredentials(cfg.TLS, mtls.Options{
+		Logger:  opts.Logger.With().Str("component", "grpc").Logger(),
+		Refused: func(error) { d.m.tlsRefused.Inc() },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("controlplane: %w", err)
+	}
+	admin, err := d.adminHandler()
+	if err != nil {
+		return nil, fmt.Errorf("controlplane: %w", err)
+	}
+
 	d.lis, err = net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: listen: %w", err)
@@ -105,6 +120,7 @@ func New(cfg Config, opts Options) (d *Daemon, err error) {
 	}
 
 	d.grpcSrv = grpc.NewServer(
+		grpc.Creds(creds),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.KeepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 	)
@@ -112,9 +128,11 @@ func New(cfg Config, opts Options) (d *Daemon, err error) {
 	d.grpcHealth = grpchealth.NewServer()
 	healthpb.RegisterHealthServer(d.grpcSrv, d.grpcHealth)
 	d.setServing(healthpb.HealthCheckResponse_NOT_SERVING)
-	reflection.Register(d.grpcSrv)
+	if cfg.GRPCReflection {
+		reflection.Register(d.grpcSrv)
+	}
 
-	d.admin = &http.Server{Handler: d.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+	d.admin = &http.Server{Handler: admin, ReadHeaderTimeout: 10 * time.Second}
 	return d, nil
 }
 
@@ -180,11 +198,11 @@ func (d *Daemon) Ownership() (members, owned []string) {
 // Config returns the configuration being served.
 func (d *Daemon) Config() *LoadedConfig { return d.reloader.Current() }
 
-// Reload re-reads the configuration file now (as on SIGHUP), logs the
-// outcome as the file watcher does, and reports whether a new version was
-// accepted.
+// Reload re-reads the configuration file and the secret files it names
+// now (as on SIGHUP), logs the outcome as the file watcher does, and
+// reports whether a new version was accepted.
 func (d *Daemon) Reload() bool {
-	changed, err := d.reloader.Reload()
+	changed, err := d.reloader.ReloadAll()
 	d.reloader.logReload(changed, err)
 	return changed
 }
@@ -267,8 +285,10 @@ func (d *Daemon) serveAdmin(ctx context.Context) error {
 // serveHTTP runs srv.Serve; a named function so stacks say what it is.
 func serveHTTP(srv *http.Server, lis net.Listener, errc chan<- error) { errc <- srv.Serve(lis) }
 
-// adminHandler serves /metrics, /healthz, /readyz, /status and pprof.
-func (d *Daemon) adminHandler() http.Handler {
+// adminHandler serves /metrics, /healthz, /readyz, /status and, with
+// Config.Pprof, pprof; behind the admin token when Config.AdminTokenFile is
+// set.
+func (d *Daemon) adminHandler() (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{Registry: d.reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -282,12 +302,10 @@ func (d *Daemon) adminHandler() http.Handler {
 		fmt.Fprintln(w, "ready")
 	})
 	mux.HandleFunc("GET /status", d.serveStatus)
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-	return mux
+	if d.cfg.Pprof {
+		adminhttp.MountPprof(mux)
+	}
+	return adminhttp.Guard(mux, d.cfg.AdminTokenFile, d.log)
 }
 
 // statusPage is the JSON of /status.

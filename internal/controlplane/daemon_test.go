@@ -34,7 +34,15 @@ type daemonRig struct {
 // inMemory, gRPC is served over bufconn instead of loopback TCP.
 func startDaemon(t *testing.T, name, path string, seeds []string, clk clock.Clock, w *world, inMemory bool) *daemonRig {
 	t.Helper()
+	return startDaemonWith(t, name, path, seeds, clk, w, inMemory, nil)
+}
+
+// startDaemonWith is startDaemon with edit applied to the daemon's Config
+// (after the test defaults: plain-text gRPC) when not nil.
+func startDaemonWith(t *testing.T, name, path string, seeds []string, clk clock.Clock, w *world, inMemory bool, edit func(*Config)) *daemonRig {
+	t.Helper()
 	cfg := DefaultConfig()
+	cfg.TLS.InsecurePlaintext = true
 	cfg.ConfigPath, cfg.NodeName = path, name
 	cfg.ListenAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.ReloadPoll = 0
@@ -48,6 +56,9 @@ func startDaemon(t *testing.T, name, path string, seeds []string, clk clock.Cloc
 	// that stops leaves gracefully, which is seen at once anyway.
 	cfg.Gossip.ProbeInterval, cfg.Gossip.ProbeTimeout, cfg.Gossip.SuspicionMult = 2*time.Second, time.Second, 5
 	cfg.ShutdownGrace = time.Second
+	if edit != nil {
+		edit(&cfg)
+	}
 	r := &daemonRig{prober: newFakeProber(w), path: path}
 	d, err := New(cfg, Options{Clock: clk, Logger: testLogger(t).With().Str("cp", name).Logger(), Prober: r.prober})
 	if err != nil {
@@ -87,6 +98,7 @@ func (r *daemonRig) client(t *testing.T, apply func(*snapshot.Snapshot) error) *
 	t.Helper()
 	cfg := cpclient.DefaultConfig()
 	cfg.Addresses, cfg.Node, cfg.Site = []string{"passthrough:///cp"}, "gfe-1", "paris"
+	cfg.TLS.InsecurePlaintext = true
 	c, err := cpclient.New(cfg, cpclient.Options{
 		Logger: testLogger(t), Apply: apply,
 		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {

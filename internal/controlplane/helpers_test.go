@@ -175,7 +175,11 @@ func loaded(t testing.TB, yaml, hash string) *LoadedConfig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &LoadedConfig{Config: c, YAML: canon, Source: "test.yaml", Hash: hash, Seq: 1, Version: "1-" + hash, LoadedAt: epoch}
+	red, err := redactedYAML(c, canon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &LoadedConfig{Config: c, YAML: canon, RedactedYAML: red, Source: "test.yaml", Hash: hash, Seq: 1, Version: "1-" + hash, LoadedAt: epoch}
 }
 
 // world is the fake backends that fake probers probe: every address passes

@@ -21,6 +21,7 @@ type metrics struct {
 	ownedGroups      prometheus.Gauge
 	members          prometheus.Gauge
 	capacityRequests *prometheus.CounterVec
+	tlsRefused       prometheus.Counter
 }
 
 // Label values.
@@ -36,6 +37,10 @@ const (
 func newMetrics(reg prometheus.Registerer) *metrics {
 	const ns, sub = "spillway", "controlplane"
 	m := &metrics{
+		tlsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "grpc_tls_refused_total",
+			Help: "gRPC connections refused at the TLS handshake: no client certificate, one the CA bundle does not vouch for, or an identity --tls-allowed-clients does not allow.",
+		}),
 		configInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "config_info",
 			Help: "Always 1, labelled with the version of the configuration being served.",
@@ -90,7 +95,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"result"}),
 	}
 	reg.MustRegister(m.configInfo, m.reloads, m.lastReloadOK, m.connected, m.pushes, m.acks, m.nacks,
-		m.checks, m.transitions, m.instances, m.ownedGroups, m.members, m.capacityRequests)
+		m.checks, m.transitions, m.instances, m.ownedGroups, m.members, m.capacityRequests, m.tlsRefused)
 	// Make the counters visible at 0 before the first event.
 	for _, r := range []string{resultSuccess, resultFailure} {
 		m.reloads.WithLabelValues(r)

@@ -30,6 +30,11 @@ type LoadedConfig struct {
 	// snapshots carry, so every gfe parses exactly what this replica
 	// validated. Read-only.
 	YAML []byte
+	// RedactedYAML is YAML with every secret replaced by
+	// config.RedactedSecret (config.Redact): what is served to a client
+	// that is not authenticated by mutual TLS. It shares YAML's bytes when
+	// the configuration holds no secret. Read-only.
+	RedactedYAML []byte
 	// Source is the file the configuration was loaded from.
 	Source string
 	// Hash is the first 12 hex digits of the SHA-256 of YAML. Two replicas
@@ -134,6 +139,10 @@ func (r *reloader) Reload() (changed bool, err error) {
 	if err != nil {
 		return false, r.failLocked(raw, err)
 	}
+	redacted, err := redactedYAML(cfg, canon)
+	if err != nil {
+		return false, r.failLocked(raw, err)
+	}
 	sum := sha256.Sum256(canon)
 	hash := hex.EncodeToString(sum[:])[:12]
 	prev := r.cur.Load()
@@ -146,13 +155,14 @@ func (r *reloader) Reload() (changed bool, err error) {
 		seq = prev.Seq + 1
 	}
 	next := &LoadedConfig{
-		Config:   cfg,
-		YAML:     canon,
-		Source:   r.path,
-		Hash:     hash,
-		Seq:      seq,
-		Version:  fmt.Sprintf("%d-%s", seq, hash),
-		LoadedAt: r.clock.Now(),
+		Config:       cfg,
+		YAML:         canon,
+		RedactedYAML: redacted,
+		Source:       r.path,
+		Hash:         hash,
+		Seq:          seq,
+		Version:      fmt.Sprintf("%d-%s", seq, hash),
+		LoadedAt:     r.clock.Now(),
 	}
 	// Apply in the list's order; see Daemon for why that order.
 	for _, a := range r.appliers {
@@ -169,6 +179,17 @@ func (r *reloader) Reload() (changed bool, err error) {
 	r.m.configInfo.WithLabelValues(next.Version).Set(1)
 	r.log.Info().Str("version", next.Version).Msg("config accepted")
 	return true, nil
+}
+
+// ReloadAll is Reload without the shortcut for unchanged file content: it
+// also re-reads files the configuration names (cookie_secret_file), whose
+// changes leave the configuration file itself as it was. A new version is
+// still made only if the effective configuration changed.
+func (r *reloader) ReloadAll() (changed bool, err error) {
+	r.mu.Lock()
+	r.lastRaw = nil
+	r.mu.Unlock()
+	return r.Reload()
 }
 
 // failLocked counts a rejected load and returns err. raw is the rejected
@@ -256,4 +277,17 @@ func (r *reloader) Run(ctx context.Context) error {
 			r.logReload(r.Reload())
 		}
 	}
+}
+
+// redactedYAML returns the canonical form of cfg with its secrets redacted,
+// or canon itself when redacting changes nothing.
+func redactedYAML(cfg *config.Config, canon []byte) ([]byte, error) {
+	red, err := config.Marshal(config.Redact(cfg))
+	if err != nil {
+		return nil, err
+	}
+	if bytes.Equal(red, canon) {
+		return canon, nil
+	}
+	return red, nil
 }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/internal/mtls"
 	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
 )
 
@@ -164,7 +165,12 @@ func (s *service) StreamSnapshots(stream pb.ControlPlane_StreamSnapshotsServer) 
 	log := s.log.With().Str("gfe", id).Str("site", n.GetSite()).Logger()
 	s.connect(n)
 	defer s.disconnect(id)
-	log.Info().Str("serving", first.GetVersionInfo()).Msg("gfe connected")
+	// Secrets go only to clients whose certificate the mutual TLS
+	// handshake verified and allowed; in --insecure-plaintext mode no
+	// stream is authenticated, so every one gets the redacted form.
+	withSecrets := mtls.Authenticated(ctx)
+	log.Info().Str("serving", first.GetVersionInfo()).Strs("peer_identities", mtls.PeerIdentities(ctx)).
+		Bool("secrets", withSecrets).Msg("gfe connected")
 
 	reqs := make(chan *pb.SnapshotRequest)
 	recvErr := make(chan error, 1)
@@ -187,7 +193,7 @@ func (s *service) StreamSnapshots(stream pb.ControlPlane_StreamSnapshotsServer) 
 			} else {
 				seq++
 				nonce = strconv.FormatUint(seq, 10)
-				if err := stream.Send(st.snapshot(nonce, s.self)); err != nil {
+				if err := stream.Send(st.snapshot(nonce, s.self, withSecrets)); err != nil {
 					log.Info().Err(err).Msg("gfe stream ended while pushing")
 					return nil
 				}

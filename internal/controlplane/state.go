@@ -90,12 +90,18 @@ func newState(cfg *LoadedConfig, hs []InstanceHealth, ready bool, at time.Time) 
 }
 
 // snapshot returns the proto Snapshot of s with nonce, for one push. It
+// carries the configuration's secrets only when withSecrets is true (the
+// stream is authenticated by mutual TLS); otherwise they are redacted. It
 // shares s's read-only bytes and health messages.
-func (s *State) snapshot(nonce, node string) *pb.Snapshot {
+func (s *State) snapshot(nonce, node string, withSecrets bool) *pb.Snapshot {
+	yaml := s.Config.RedactedYAML
+	if withSecrets {
+		yaml = s.Config.YAML
+	}
 	return &pb.Snapshot{
 		Version:        s.Version,
 		Nonce:          nonce,
-		ConfigYaml:     s.Config.YAML,
+		ConfigYaml:     yaml,
 		ConfigSource:   s.Config.Source,
 		Health:         s.pbHealth,
 		GeneratedAt:    timestamppb.New(s.At),

@@ -13,11 +13,11 @@ import (
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/spillway-lb/spillway/internal/backoff"
 	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/internal/mtls"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
 )
@@ -36,6 +36,13 @@ type Config struct {
 	Site string
 	// BuildVersion is reported to the control plane for its logs. Optional.
 	BuildVersion string
+	// TLS authenticates both ends with mutual TLS (package mtls): the
+	// client presents its certificate and takes snapshots only from a
+	// control plane whose certificate the CA bundle vouches for under
+	// TLS.ServerName (or the host of the address dialled). Required: set
+	// the files, or TLS.InsecurePlaintext to take snapshots in clear text
+	// from whoever answers. The files are re-read at each handshake.
+	TLS mtls.ClientConfig
 	// BackoffMin and BackoffMax bound the wait before reconnecting after a
 	// failed or ended stream: BackoffMin doubles with every failure in a row
 	// up to BackoffMax, and each wait is drawn uniformly from [d/2, d] so
@@ -97,6 +104,9 @@ func (c Config) Validate() error {
 	if c.KeepaliveTimeout <= 0 {
 		bad("keepalive_timeout: must be > 0, got %v", c.KeepaliveTimeout)
 	}
+	if err := c.TLS.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -116,10 +126,9 @@ type Options struct {
 	// good one stays). Nil accepts every snapshot that FromProto accepts.
 	// See Client for the threading contract.
 	Apply func(*snapshot.Snapshot) error
-	// DialOptions are appended to the client's own (insecure transport
-	// credentials and keepalive), so a grpc.WithTransportCredentials here
-	// replaces the credentials (TLS, mTLS) and a grpc.WithContextDialer
-	// dials in memory (tests).
+	// DialOptions are appended to the client's own (the transport
+	// credentials of Config.TLS, and keepalive), so a
+	// grpc.WithContextDialer here dials in memory (tests).
 	DialOptions []grpc.DialOption
 }
 
@@ -209,8 +218,12 @@ func New(cfg Config, opts Options) (*Client, error) {
 	if c.rand == nil {
 		c.rand = rand.Uint64
 	}
+	creds, err := mtls.ClientCredentials(cfg.TLS, mtls.Options{Logger: c.log})
+	if err != nil {
+		return nil, fmt.Errorf("cpclient: %w", err)
+	}
 	c.dialOpts = append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time: cfg.KeepaliveTime, Timeout: cfg.KeepaliveTimeout, PermitWithoutStream: true,
 		}),

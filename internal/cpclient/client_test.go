@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/internal/mtls"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
 )
@@ -126,10 +127,10 @@ func (n *network) dialer() grpc.DialOption {
 
 // serve starts a fakeCP at addr and returns it with a function that stops
 // it (as a crash: connections drop).
-func (n *network) serve(addr string) (*fakeCP, func()) {
+func (n *network) serve(addr string, opts ...grpc.ServerOption) (*fakeCP, func()) {
 	f := &fakeCP{pushes: make(chan *pb.Snapshot), reqs: make(chan *pb.SnapshotRequest, 16)}
 	l := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(opts...)
 	pb.RegisterControlPlaneServer(srv, f)
 	done := make(chan struct{})
 	go func() {
@@ -160,7 +161,14 @@ func testLogger(t testing.TB) zerolog.Logger {
 // startClient runs a client for addrs until the test ends.
 func startClient(t *testing.T, n *network, clk clock.Clock, apply func(*snapshot.Snapshot) error, addrs ...string) *Client {
 	t.Helper()
+	return startClientTLS(t, n, clk, mtls.ClientConfig{InsecurePlaintext: true}, apply, addrs...)
+}
+
+// startClientTLS is startClient with the given transport security.
+func startClientTLS(t *testing.T, n *network, clk clock.Clock, tls mtls.ClientConfig, apply func(*snapshot.Snapshot) error, addrs ...string) *Client {
+	t.Helper()
 	cfg := DefaultConfig()
+	cfg.TLS = tls
 	for _, a := range addrs {
 		// passthrough: the network's dialer gets the bare name.
 		cfg.Addresses = append(cfg.Addresses, "passthrough:///"+a)
@@ -396,13 +404,15 @@ func TestConfigValidate(t *testing.T) {
 	c := Config{Addresses: []string{""}}
 	err := c.Validate()
 	for _, want := range []string{"control_planes[0]: empty address", "node: required", "site: required",
-		"backoff_min: must be > 0", "keepalive_time: must be > 0", "keepalive_timeout: must be > 0"} {
+		"backoff_min: must be > 0", "keepalive_time: must be > 0", "keepalive_timeout: must be > 0",
+		"no transport security configured: set --tls-ca, --tls-cert and --tls-key"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to contain %q", err, want)
 		}
 	}
 	good := DefaultConfig()
 	good.Addresses, good.Node, good.Site = []string{"x:1"}, "n", "s"
+	good.TLS.InsecurePlaintext = true
 	if err := good.Validate(); err != nil {
 		t.Errorf("Validate() = %v for a good config", err)
 	}

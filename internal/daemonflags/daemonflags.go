@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/spillway-lb/spillway/internal/gossip"
+	"github.com/spillway-lb/spillway/internal/mtls"
 )
 
 // List splits a comma-separated flag value, dropping blanks and spaces.
@@ -43,4 +44,26 @@ func Gossip(name, addr, join, key string) (gossip.Config, error) {
 	c.SecretKey = key
 	c.UDPBufferSize = 8192
 	return c, nil
+}
+
+// ServerTLS returns the control plane's transport security from its flags:
+// --tls-ca, --tls-cert, --tls-key, --tls-allowed-clients (comma-separated)
+// and --insecure-plaintext. The result is validated by its user.
+func ServerTLS(ca, cert, key, allowed string, plaintext bool) mtls.ServerConfig {
+	return mtls.ServerConfig{
+		Files:             mtls.Files{CA: ca, Cert: cert, Key: key},
+		AllowedClients:    List(allowed),
+		InsecurePlaintext: plaintext,
+	}
+}
+
+// ClientTLS returns a control-plane client's transport security from its
+// flags: --tls-ca, --tls-cert, --tls-key, --tls-server-name and
+// --insecure-plaintext. The result is validated by its user.
+func ClientTLS(ca, cert, key, serverName string, plaintext bool) mtls.ClientConfig {
+	return mtls.ClientConfig{
+		Files:             mtls.Files{CA: ca, Cert: cert, Key: key},
+		ServerName:        serverName,
+		InsecurePlaintext: plaintext,
+	}
 }

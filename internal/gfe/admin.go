@@ -3,17 +3,19 @@ package gfe
 import (
 	"encoding/json"
 	"net/http"
-	"net/http/pprof"
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/spillway-lb/spillway/internal/adminhttp"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gfe/status"
 )
 
-// adminHandler serves /metrics, /healthz, /readyz, /status and pprof.
-func (d *Daemon) adminHandler() http.Handler {
+// adminHandler serves /metrics, /healthz, /readyz, /status and, with
+// Config.Pprof, pprof; behind the admin token when Config.AdminTokenFile is
+// set.
+func (d *Daemon) adminHandler() (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -32,11 +34,10 @@ func (d *Daemon) adminHandler() http.Handler {
 		enc.SetIndent("", "  ")
 		enc.Encode(d.Status())
 	})
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-	return mux
+	if d.cfg.Pprof {
+		adminhttp.MountPprof(mux)
+	}
+	return adminhttp.Guard(mux, d.cfg.AdminTokenFile, d.log)
 }
 
 // Status returns the node's current state. Safe to call from any goroutine.

@@ -41,9 +41,16 @@ type Config struct {
 	// Default 127.0.0.1:8080.
 	Listen string
 	// Admin is the address of the admin listener (/metrics, /healthz,
-	// /readyz, /status, /debug/pprof). Default 127.0.0.1:9090; keep it on
-	// loopback.
+	// /readyz, /status, and /debug/pprof with Pprof). Default
+	// 127.0.0.1:9090; keep it on loopback.
 	Admin string
+	// AdminTokenFile, when set, names a file holding a bearer token that
+	// every admin request but /healthz and /readyz must carry
+	// (adminhttp.Guard; re-read at each request). Default "": no token.
+	AdminTokenFile string
+	// Pprof mounts the Go profiler under /debug/pprof/ on the admin
+	// listener (never /debug/pprof/cmdline). Default false.
+	Pprof bool
 	// SourceIP, when valid, is the local address of every connection this
 	// gfe opens to a backend (proxied requests and RTT probes), so that
 	// backends can tell sites apart. Zero lets the kernel choose.
@@ -206,6 +213,9 @@ type Daemon struct {
 	control  atomic.Pointer[snapshot.Snapshot]
 	draining atomic.Bool
 
+	// admin serves the admin listener (built by New).
+	admin http.Handler
+
 	// kick wakes the planner when a snapshot arrives or a backend is
 	// ejected (buffered, 1).
 	kick chan struct{}
@@ -255,6 +265,11 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 			Help: "File descriptors client connections hold now (tcp: 2 per connection; http, https: 2 per connection).",
 		}, func() float64 { return float64(d.fds.Used()) }),
 	)
+	admin, err := d.adminHandler()
+	if err != nil {
+		return nil, fmt.Errorf("gfe: %w", err)
+	}
+	d.admin = admin
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	if cfg.SourceIP.IsValid() {
 		dialer.LocalAddr = &net.TCPAddr{IP: cfg.SourceIP.AsSlice()}
@@ -379,7 +394,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.log.Info().Str("listen", d.ListenAddr().String()).Str("admin", aln.Addr().String()).
 		Uint64("rlimit_nofile", d.limits.Soft).Int64("fd_budget", d.fds.Size()).Msg("gfe serving")
 	aln = netutil.LimitListener(aln, adminMaxConns)
-	admin := &http.Server{Handler: d.adminHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: adminIdleTimeout}
+	admin := &http.Server{Handler: d.admin, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: adminIdleTimeout}
 
 	components := []component{
 		{name: "planner", run: d.plan},

@@ -16,6 +16,15 @@
 //
 // The test backends emulate each site's RTT to their region from the source
 // /24 of the site's gfes (testbackend --delay).
+//
+// # Mutual TLS
+//
+// Unless Spec.InsecurePlaintext is set, Start makes a throwaway CA
+// (package devpki) and certificates under Dir/pki, and the control planes
+// and gfes talk gRPC over mutual TLS, as a documented deployment does:
+// control plane k's certificate names its IP address and
+// cp-k.cp.spillway.internal; gfe g's names g.gfe.spillway.internal; the
+// control planes allow "*.gfe.spillway.internal".
 package topology
 
 import (
@@ -34,6 +43,7 @@ import (
 	"time"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/devpki"
 	"github.com/spillway-lb/spillway/internal/gfe/status"
 	"github.com/spillway-lb/spillway/internal/loadgen"
 	"github.com/spillway-lb/spillway/internal/proc"
@@ -69,6 +79,10 @@ type Spec struct {
 	EditConfig func(yaml string) string
 	// GFEArgs are extra flags for every gfe.
 	GFEArgs []string
+	// InsecurePlaintext runs the control-plane gRPC in clear text
+	// (--insecure-plaintext on every daemon) instead of mutual TLS.
+	// Secrets are then redacted from snapshots. Default false.
+	InsecurePlaintext bool
 	// BackendAdmin gives every backend process a process-level admin
 	// listener (testbackend --admin) at 127.N.(101+r).1:9999; see
 	// Cluster.BackendAdmin.
@@ -155,6 +169,11 @@ type Cluster struct {
 	// BackendAdmin maps region name to its backend process's admin
 	// address (with Spec.BackendAdmin).
 	BackendAdmin map[string]string
+	// CA issued the daemons' certificates, which live in PKIDir (nil and
+	// "" with Spec.InsecurePlaintext). Tests issue more with
+	// CA.IssueFiles(PKIDir, ...).
+	CA     *devpki.CA
+	PKIDir string
 
 	opts    Options
 	cpArgs  [][]string
@@ -274,6 +293,9 @@ func (s *Spec) backendArgs(ri int) []string {
 	return args
 }
 
+// ControlPlaneIP returns the address of control plane k (from 0).
+func (s *Spec) ControlPlaneIP(k int) string { return s.ip(0, k+1) }
+
 // BackendAdminAddr is the process admin address of region ri's backend
 // process when Spec.BackendAdmin is set.
 func (s *Spec) BackendAdminAddr(ri int) string { return s.ip(101+ri, 1) + ":9999" }
@@ -299,6 +321,7 @@ func Start(ctx context.Context, spec Spec, opts Options) (c *Cluster, err error)
 	steps := []func(context.Context) error{
 		c.build,
 		c.writeConfig,
+		c.makePKI,
 		c.startBackends,
 		c.waitBackends,
 		c.startControlPlanes,
@@ -334,6 +357,42 @@ func (c *Cluster) writeConfig(context.Context) error {
 		yaml = c.Spec.EditConfig(yaml)
 	}
 	return os.WriteFile(c.ConfigPath, []byte(yaml), 0o644)
+}
+
+// GFEIdentitySuffix is the DNS suffix of every gfe certificate's name;
+// control planes allow "*" + GFEIdentitySuffix.
+const GFEIdentitySuffix = ".gfe.spillway.internal"
+
+// makePKI makes the CA and its directory, unless the Spec asks for plain
+// text. Certificates are issued as processes are first started.
+func (c *Cluster) makePKI(context.Context) error {
+	if c.Spec.InsecurePlaintext {
+		return nil
+	}
+	var err error
+	if c.CA, err = devpki.NewCA("spillway topology CA", 7*24*time.Hour); err != nil {
+		return err
+	}
+	c.PKIDir = filepath.Join(c.Dir, "pki")
+	return os.MkdirAll(c.PKIDir, 0o700)
+}
+
+// tlsArgs issues a certificate for name with the given SANs into PKIDir
+// and returns the daemon flags that use it (with the control planes'
+// allow list when server), or --insecure-plaintext.
+func (c *Cluster) tlsArgs(name string, server bool, names ...string) ([]string, error) {
+	if c.Spec.InsecurePlaintext {
+		return []string{"--insecure-plaintext"}, nil
+	}
+	f, err := c.CA.IssueFiles(c.PKIDir, name, devpki.Leaf{CommonName: name, Names: names, ValidFor: 7 * 24 * time.Hour})
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key}
+	if server {
+		args = append(args, "--tls-allowed-clients", "*"+GFEIdentitySuffix)
+	}
+	return args, nil
 }
 
 // startBackends starts one backend process per region, serving all of the
@@ -401,6 +460,11 @@ func (c *Cluster) startControlPlanes(context.Context) error {
 			"--config", c.ConfigPath, "--node", name, "--listen", ip + ":7000", "--admin", ip + ":7100",
 			"--gossip-addr", ip + ":7946", "--join", strings.Join(seeds, ","), "--log-format", "json",
 		}
+		tls, err := c.tlsArgs(name, true, ip, name+".cp.spillway.internal")
+		if err != nil {
+			return err
+		}
+		args = append(args, tls...)
 		c.cpArgs = append(c.cpArgs, args)
 		c.cpNames = append(c.cpNames, name)
 		c.CPAddrs = append(c.CPAddrs, ip+":7000")
@@ -427,7 +491,10 @@ func (c *Cluster) startGFEs(context.Context) error {
 	seeds := c.Spec.gossipSeeds()
 	for si, s := range c.Spec.Sites {
 		for g := 1; g <= s.GFEs; g++ {
-			gf := c.newGFE(si, g, seeds)
+			gf, err := c.newGFE(si, g, seeds)
+			if err != nil {
+				return err
+			}
 			c.GFEs = append(c.GFEs, gf)
 			if err := c.StartGFE(gf); err != nil {
 				return err
@@ -438,8 +505,9 @@ func (c *Cluster) startGFEs(context.Context) error {
 }
 
 // newGFE returns gfe g (from 1) of site si, with the arguments that
-// connect it to the control planes and join it to the gossip seeds.
-func (c *Cluster) newGFE(si, g int, seeds []string) *GFE {
+// connect it to the control planes (with its certificate) and join it to
+// the gossip seeds.
+func (c *Cluster) newGFE(si, g int, seeds []string) (*GFE, error) {
 	spec, s := &c.Spec, c.Spec.Sites[si]
 	ip := spec.ip(si+1, g)
 	gf := &GFE{
@@ -453,8 +521,13 @@ func (c *Cluster) newGFE(si, g int, seeds []string) *GFE {
 		"--plan-interval", spec.PlanInterval.String(), "--rtt-interval", spec.RTTInterval.String(),
 		"--damping", fmt.Sprint(spec.Damping), "--log-format", "json",
 	}
+	tls, err := c.tlsArgs(gf.Name, false, gf.Name+GFEIdentitySuffix)
+	if err != nil {
+		return nil, err
+	}
+	gf.args = append(gf.args, tls...)
 	gf.args = append(gf.args, spec.GFEArgs...)
-	return gf
+	return gf, nil
 }
 
 // waitGFEs waits until every gfe is ready: it can serve.

@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -63,5 +64,37 @@ func TestBackendArgs(t *testing.T) {
 	// The config declares Rate whatever the backend enforces.
 	if y := spec.ConfigYAML(); strings.Count(y, "max_rate_per_instance: 40}") != 3 || strings.Contains(y, "max_rate_per_instance: 50") {
 		t.Errorf("ConfigYAML() declares other than Rate:\n%s", y)
+	}
+}
+
+// TestTLSArgs: by default every daemon gets a certificate from the
+// cluster's CA (mutual TLS on); InsecurePlaintext gives the explicit flag.
+func TestTLSArgs(t *testing.T) {
+	c := &Cluster{Dir: t.TempDir()}
+	if err := c.makePKI(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := c.tlsArgs("cp-1", true, "127.7.0.1", "cp-1.cp.spillway.internal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pki := c.PKIDir + "/"
+	want := []string{"--tls-ca", pki + "ca.crt", "--tls-cert", pki + "cp-1.crt", "--tls-key", pki + "cp-1.key", "--tls-allowed-clients", "*.gfe.spillway.internal"}
+	if d := cmp.Diff(want, srv); d != "" {
+		t.Errorf("control plane TLS args (-want +got):\n%s", d)
+	}
+	cl, err := c.tlsArgs("gfe-nyc-1", false, "gfe-nyc-1"+GFEIdentitySuffix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cl) != 6 || strings.Contains(strings.Join(cl, " "), "allowed") {
+		t.Errorf("gfe TLS args = %q, want CA, cert and key only", cl)
+	}
+	p := &Cluster{Dir: t.TempDir(), Spec: Spec{InsecurePlaintext: true}}
+	if err := p.makePKI(context.Background()); err != nil || p.CA != nil {
+		t.Fatalf("makePKI in plain text: CA %v, %v; want none", p.CA, err)
+	}
+	if args, _ := p.tlsArgs("cp-1", true); len(args) != 1 || args[0] != "--insecure-plaintext" {
+		t.Errorf("plain-text args = %q, want [--insecure-plaintext]", args)
 	}
 }
