@@ -70,9 +70,12 @@ func run(args []string) error {
 		ecfg.Node = host + "-" + ecfg.Listen
 	}
 
-	gcfg, err := daemonflags.Gossip(ecfg.Node, v.GetString("gossip-addr"), v.GetString("join"), v.GetString("gossip-key"))
+	gcfg, warnings, err := daemonflags.Gossip(gossipSettings(v, args, ecfg.Node))
 	if err != nil {
 		return err
+	}
+	for _, w := range warnings {
+		log.Warn().Msg(w)
 	}
 
 	node, err := gossip.New(gcfg, gossip.Options{Logger: log})
@@ -104,6 +107,7 @@ func run(args []string) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return node.Run(ctx) })
 	g.Go(func() error { return e.Run(ctx) })
+	g.Go(func() error { return reloadKeysOnHangup(ctx, node, v.GetString("gossip-key-file"), log) })
 	if len(cps) > 0 {
 		g.Go(func() error { return runControlPlaneClient(ctx, cps, ecfg, e, log) })
 	}
@@ -120,9 +124,7 @@ func parseFlags(args []string) (*viper.Viper, error) {
 	fs.String("source-ip", "", "local address of connections to backends (tells sites apart)")
 	fs.String("controlplanes", "", "comma-separated control plane gRPC addresses")
 	fs.String("config", "", "optional local config file to serve until a control plane answers")
-	fs.String("gossip-addr", "127.0.0.1:7946", "gossip bind address")
-	fs.String("join", "", "comma-separated gossip seeds")
-	fs.String("gossip-key", "", "base64 AES key for gossip encryption (16, 24 or 32 bytes)")
+	daemonflags.AddGossipFlags(fs, "127.0.0.1:7946")
 	fs.Duration("plan-interval", d.PlanInterval, "how often to re-plan and publish state")
 	fs.Float64("damping", d.Damping, "fraction of the way a plan moves toward the planner's output per interval (1 = no damping)")
 	fs.Duration("demand-smoothing", d.DemandSmoothing, "time constant of the demand and load estimates")
@@ -159,4 +161,41 @@ func runControlPlaneClient(ctx context.Context, addrs []string, cfg gfe.Config, 
 		return err
 	}
 	return c.Run(ctx)
+}
+
+// gossipSettings collects the gossip flags.
+func gossipSettings(v *viper.Viper, args []string, node string) daemonflags.GossipSettings {
+	return daemonflags.GossipSettings{
+		Name: node, Addr: v.GetString("gossip-addr"), Join: v.GetString("join"),
+		KeyFile: v.GetString("gossip-key-file"), Key: v.GetString("gossip-key"),
+		KeyOnCommandLine: daemonflags.OnCommandLine(args, "gossip-key"), Insecure: v.GetBool("gossip-insecure"),
+	}
+}
+
+// reloadKeysOnHangup re-reads the gossip keyring file on every SIGHUP
+// (key rotation) until ctx is done. Without a key file SIGHUP is ignored.
+func reloadKeysOnHangup(ctx context.Context, node *gossip.Node, path string, log zerolog.Logger) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-hup:
+			if path == "" {
+				log.Info().Msg("SIGHUP: no --gossip-key-file to reload")
+				continue
+			}
+			id, warnings, err := daemonflags.ReloadGossipKeys(node, path)
+			if err != nil {
+				log.Error().Err(err).Msg("SIGHUP: gossip keyring not reloaded; the current keys stay")
+				continue
+			}
+			for _, w := range warnings {
+				log.Warn().Msg(w)
+			}
+			log.Info().Str("primary_key", id).Msg("SIGHUP: gossip keyring reloaded")
+		}
+	}
 }

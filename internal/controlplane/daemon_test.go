@@ -36,6 +36,7 @@ func startDaemon(t *testing.T, name, path string, seeds []string, clk clock.Cloc
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.ConfigPath, cfg.NodeName = path, name
+	cfg.Replicas = testReplicas
 	cfg.ListenAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.ReloadPoll = 0
 	cfg.Gossip.BindPort = 0
