@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
@@ -25,6 +26,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/cpclient"
 	"github.com/spillway-lb/spillway/internal/daemonflags"
 	"github.com/spillway-lb/spillway/internal/gfe"
+	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/logging"
 	"github.com/spillway-lb/spillway/internal/snapshot"
@@ -60,6 +62,11 @@ func run(args []string) error {
 	ecfg.DrainTimeout = v.GetDuration("drain-timeout")
 	ecfg.CertCheckInterval = v.GetDuration("cert-check-interval")
 	ecfg.AccessLog = v.GetBool("access-log")
+	ecfg.GossipBounds = routing.Bounds{
+		MaxRTT:        float64(v.GetDuration("gossip-max-rtt")) / float64(time.Millisecond),
+		MaxDemand:     v.GetFloat64("gossip-max-demand"),
+		MaxDemandRise: v.GetFloat64("gossip-max-demand-rise"),
+	}
 	if s := v.GetString("source-ip"); s != "" {
 		if ecfg.SourceIP, err = netip.ParseAddr(s); err != nil {
 			return fmt.Errorf("--source-ip: %w", err)
@@ -133,6 +140,12 @@ func parseFlags(args []string) (*viper.Viper, error) {
 	fs.Duration("drain-timeout", d.DrainTimeout, "how long shutdown waits for in-flight requests")
 	fs.Duration("cert-check-interval", d.CertCheckInterval, "how often https listeners' certificate files are checked for changes")
 	fs.Bool("access-log", false, "log every request")
+	fs.Duration("gossip-max-rtt", time.Duration(d.GossipBounds.MaxRTT*float64(time.Millisecond)),
+		"largest RTT believed from another gfe's gossip; higher counts as this (0: no limit)")
+	fs.Float64("gossip-max-demand", d.GossipBounds.MaxDemand,
+		"largest demand believed from another gfe, as a multiple of the service's declared capacity (0: no limit)")
+	fs.Float64("gossip-max-demand-rise", d.GossipBounds.MaxDemandRise,
+		"fastest rise believed of another gfe's demand, in the service's declared capacity per second; a new gfe starts from 0 (0: no limit)")
 	fs.String("log-format", "auto", "json, console, or auto (console on a terminal)")
 	fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
