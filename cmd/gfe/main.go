@@ -3,7 +3,12 @@
 // control plane over gRPC and by the other nodes over gossip.
 //
 // Every flag can also be set from the environment as SPILLWAY_GFE_<FLAG>,
-// upper-cased with dashes as underscores (SPILLWAY_GFE_SITE=nyc).
+// upper-cased with dashes as underscores (SPILLWAY_GFE_SITE=nyc). The gossip
+// key comes from --gossip-key-file or SPILLWAY_GOSSIP_KEY; a gossip address
+// beyond loopback needs one (or --gossip-insecure).
+//
+// Signals: SIGINT and SIGTERM drain and stop; SIGHUP re-reads the gossip
+// keyring file (key rotation).
 package main
 
 import (

@@ -34,7 +34,7 @@ type Config struct {
 
 	// BindAddr is the address the UDP and TCP gossip listeners bind.
 	// Default "127.0.0.1"; set "0.0.0.0" or a host address for a
-	// multi-host cluster (and turn on encryption).
+	// multi-host cluster, which requires a key (or Insecure).
 	BindAddr string `mapstructure:"bind_addr"`
 	// BindPort is the UDP and TCP port. Default 7946. 0 picks a free port
 	// (read it back with Node.Addr), which is what tests use.
