@@ -10,8 +10,12 @@
 //	     --tls-allowed-clients '*.gfe.example' | --insecure-plaintext)
 //	    [--grpc-reflection] [--admin 127.0.0.1:7100] [--admin-token-file FILE]
 //	    [--pprof] [--node NAME] [--gossip-addr 127.0.0.1:7946]
-//	    [--join host:port,...] [--gossip-key BASE64] [--log-format auto|json|console]
+//	    [--join host:port,...] [--gossip-key-file PATH] [--gossip-insecure]
+//	    [--replicas cp-1,cp-2,...] [--log-format auto|json|console]
 //	    [--log-level info]
+//
+// The gossip key can also come from SPILLWAY_GOSSIP_KEY; a gossip address
+// beyond loopback needs one (or --gossip-insecure).
 //
 // The gRPC API is served with mutual TLS: only clients whose certificate
 // the --tls-ca bundle vouches for and whose DNS/URI SAN or CN matches
@@ -29,8 +33,8 @@
 //
 // Signals: SIGINT and SIGTERM stop the daemon (snapshot streams end with
 // UNAVAILABLE so gfes move to another replica; gossip leaves the cluster);
-// SIGHUP re-reads the configuration file, and the secret files it names
-// (cookie_secret_file), at once.
+// SIGHUP re-reads the configuration file, the secret files it names
+// (cookie_secret_file) and the gossip keyring file at once.
 package main
 
 import (
@@ -71,9 +75,12 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := daemonConfig(v)
+	cfg, warnings, err := daemonConfig(v, args)
 	if err != nil {
 		return err
+	}
+	for _, w := range warnings {
+		log.Warn().Msg(w)
 	}
 	d, err := controlplane.New(cfg, controlplane.Options{Logger: log})
 	if err != nil {
@@ -91,7 +98,7 @@ func run(args []string) error {
 			return nil
 		})
 	}
-	g.Go(func() error { return reloadOnHangup(ctx, d, log) })
+	g.Go(func() error { return reloadOnHangup(ctx, d, v.GetString("gossip-key-file"), log) })
 	log.Info().Str("node", cfg.NodeName).Str("config_version", d.Config().Version).Msg("control plane started")
 	if err := g.Wait(); err != nil {
 		return err
@@ -100,8 +107,9 @@ func run(args []string) error {
 	return nil
 }
 
-// reloadOnHangup reloads the configuration on every SIGHUP until ctx is done.
-func reloadOnHangup(ctx context.Context, d *controlplane.Daemon, log zerolog.Logger) error {
+// reloadOnHangup reloads the configuration, and the gossip keyring file
+// when there is one (key rotation), on every SIGHUP until ctx is done.
+func reloadOnHangup(ctx context.Context, d *controlplane.Daemon, keyFile string, log zerolog.Logger) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -112,6 +120,18 @@ func reloadOnHangup(ctx context.Context, d *controlplane.Daemon, log zerolog.Log
 		case <-hup:
 			log.Info().Msg("SIGHUP: reloading config")
 			d.Reload() // logs its outcome
+			if keyFile == "" {
+				continue
+			}
+			id, warnings, err := daemonflags.ReloadGossipKeys(d.GossipNode(), keyFile)
+			if err != nil {
+				log.Error().Err(err).Msg("SIGHUP: gossip keyring not reloaded; the current keys stay")
+				continue
+			}
+			for _, w := range warnings {
+				log.Warn().Msg(w)
+			}
+			log.Info().Str("primary_key", id).Msg("SIGHUP: gossip keyring reloaded")
 		}
 	}
 }
@@ -133,9 +153,10 @@ func parseFlags(args []string) (*viper.Viper, error) {
 	fs.String("admin-token-file", "", "file holding a bearer token required on every admin page but /healthz and /readyz")
 	fs.Bool("pprof", false, "serve the Go profiler on the admin listener under /debug/pprof/ (never cmdline)")
 	fs.String("node", "", "this replica's unique name in gossip and snapshots (default hostname-listen)")
-	fs.String("gossip-addr", "127.0.0.1:7946", "gossip bind address (UDP and TCP); port 0 picks one")
-	fs.String("join", "", "comma-separated gossip seeds (host:port) of other control planes or gfes")
-	fs.String("gossip-key", "", "base64 AES key for gossip encryption (16, 24 or 32 bytes)")
+	daemonflags.AddGossipFlags(fs, "127.0.0.1:7946")
+	fs.String("replicas", "", "comma-separated node names of the control-plane replicas that share health checks with "+
+		"this one (this replica's name may be listed); gossip members claiming to be control planes under other "+
+		"names are ignored. Empty: this replica checks every group itself")
 	fs.String("log-format", "auto", "json, console, or auto (console on a terminal)")
 	fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -154,8 +175,9 @@ func parseFlags(args []string) (*viper.Viper, error) {
 	return v, nil
 }
 
-// daemonConfig turns the flags into the daemon's Config.
-func daemonConfig(v *viper.Viper) (controlplane.Config, error) {
+// daemonConfig turns the flags into the daemon's Config, with warnings to
+// log. args are the command-line arguments (a key on them draws a warning).
+func daemonConfig(v *viper.Viper, args []string) (controlplane.Config, []string, error) {
 	cfg := controlplane.DefaultConfig()
 	cfg.ConfigPath = v.GetString("config")
 	cfg.ListenAddr = v.GetString("listen")
@@ -169,17 +191,22 @@ func daemonConfig(v *viper.Viper) (controlplane.Config, error) {
 	if cfg.NodeName == "" {
 		host, err := os.Hostname()
 		if err != nil {
-			return cfg, fmt.Errorf("--node not set and no hostname: %w", err)
+			return cfg, nil, fmt.Errorf("--node not set and no hostname: %w", err)
 		}
 		cfg.NodeName = host + "-" + cfg.ListenAddr
 	}
-	g, err := daemonflags.Gossip(cfg.NodeName, v.GetString("gossip-addr"), v.GetString("join"), v.GetString("gossip-key"))
+	g, warnings, err := daemonflags.Gossip(daemonflags.GossipSettings{
+		Name: cfg.NodeName, Addr: v.GetString("gossip-addr"), Join: v.GetString("join"),
+		KeyFile: v.GetString("gossip-key-file"), Key: v.GetString("gossip-key"),
+		KeyOnCommandLine: daemonflags.OnCommandLine(args, "gossip-key"), Insecure: v.GetBool("gossip-insecure"),
+	})
 	if err != nil {
-		return cfg, err
+		return cfg, nil, err
 	}
 	cfg.Gossip = g
+	cfg.Replicas = daemonflags.List(v.GetString("replicas"))
 	if err := cfg.Validate(); err != nil {
-		return cfg, err
+		return cfg, nil, err
 	}
-	return cfg, nil
+	return cfg, warnings, nil
 }

@@ -3,7 +3,9 @@
 // control plane over gRPC and by the other nodes over gossip.
 //
 // Every flag can also be set from the environment as SPILLWAY_GFE_<FLAG>,
-// upper-cased with dashes as underscores (SPILLWAY_GFE_SITE=nyc).
+// upper-cased with dashes as underscores (SPILLWAY_GFE_SITE=nyc). The gossip
+// key comes from --gossip-key-file or SPILLWAY_GOSSIP_KEY; a gossip address
+// beyond loopback needs one (or --gossip-insecure).
 //
 // With --controlplanes the gfe takes snapshots over mutual TLS: it
 // presents --tls-cert and applies snapshots only from a control plane whose
@@ -11,6 +13,9 @@
 // the host of the address dialled). Without the TLS flags it refuses to
 // start unless --insecure-plaintext is given. The files are re-read at
 // every handshake, so they rotate without a restart.
+//
+// Signals: SIGINT and SIGTERM drain and stop; SIGHUP re-reads the gossip
+// keyring file (key rotation).
 package main
 
 import (
@@ -22,6 +27,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
@@ -32,6 +38,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/cpclient"
 	"github.com/spillway-lb/spillway/internal/daemonflags"
 	"github.com/spillway-lb/spillway/internal/gfe"
+	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/logging"
 	"github.com/spillway-lb/spillway/internal/mtls"
@@ -71,6 +78,11 @@ func run(args []string) error {
 	ecfg.FDReserve = v.GetInt("fd-reserve")
 	ecfg.AdminTokenFile = v.GetString("admin-token-file")
 	ecfg.Pprof = v.GetBool("pprof")
+	ecfg.GossipBounds = routing.Bounds{
+		MaxRTT:        float64(v.GetDuration("gossip-max-rtt")) / float64(time.Millisecond),
+		MaxDemand:     v.GetFloat64("gossip-max-demand"),
+		MaxDemandRise: v.GetFloat64("gossip-max-demand-rise"),
+	}
 	if s := v.GetString("source-ip"); s != "" {
 		if ecfg.SourceIP, err = netip.ParseAddr(s); err != nil {
 			return fmt.Errorf("--source-ip: %w", err)
@@ -81,9 +93,12 @@ func run(args []string) error {
 		ecfg.Node = host + "-" + ecfg.Listen
 	}
 
-	gcfg, err := daemonflags.Gossip(ecfg.Node, v.GetString("gossip-addr"), v.GetString("join"), v.GetString("gossip-key"))
+	gcfg, warnings, err := daemonflags.Gossip(gossipSettings(v, args, ecfg.Node))
 	if err != nil {
 		return err
+	}
+	for _, w := range warnings {
+		log.Warn().Msg(w)
 	}
 
 	node, err := gossip.New(gcfg, gossip.Options{Logger: log})
@@ -125,6 +140,7 @@ func run(args []string) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return node.Run(ctx) })
 	g.Go(func() error { return e.Run(ctx) })
+	g.Go(func() error { return reloadKeysOnHangup(ctx, node, v.GetString("gossip-key-file"), log) })
 	if client != nil {
 		g.Go(func() error { return client.Run(ctx) })
 	}
@@ -148,9 +164,7 @@ func parseFlags(args []string) (*viper.Viper, error) {
 	fs.String("admin-token-file", "", "file holding a bearer token required on every admin page but /healthz and /readyz")
 	fs.Bool("pprof", false, "serve the Go profiler on the admin listener under /debug/pprof/ (never cmdline)")
 	fs.String("config", "", "optional local config file to serve until a control plane answers")
-	fs.String("gossip-addr", "127.0.0.1:7946", "gossip bind address")
-	fs.String("join", "", "comma-separated gossip seeds")
-	fs.String("gossip-key", "", "base64 AES key for gossip encryption (16, 24 or 32 bytes)")
+	daemonflags.AddGossipFlags(fs, "127.0.0.1:7946")
 	fs.Duration("plan-interval", d.PlanInterval, "how often to re-plan and publish state")
 	fs.Float64("damping", d.Damping, "fraction of the way a plan moves toward the planner's output per interval (1 = no damping)")
 	fs.Duration("demand-smoothing", d.DemandSmoothing, "time constant of the demand and load estimates")
@@ -160,6 +174,12 @@ func parseFlags(args []string) (*viper.Viper, error) {
 	fs.Duration("cert-check-interval", d.CertCheckInterval, "how often https listeners' certificate files are checked for changes")
 	fs.Bool("access-log", false, "log every request")
 	fs.Int("fd-reserve", 0, "file descriptors kept free of client connections for admin, gossip, control plane and probes (0 = a tenth of RLIMIT_NOFILE, at least 256, at most half)")
+	fs.Duration("gossip-max-rtt", time.Duration(d.GossipBounds.MaxRTT*float64(time.Millisecond)),
+		"largest RTT believed from another gfe's gossip; higher counts as this (0: no limit)")
+	fs.Float64("gossip-max-demand", d.GossipBounds.MaxDemand,
+		"largest demand believed from another gfe, as a multiple of the service's declared capacity (0: no limit)")
+	fs.Float64("gossip-max-demand-rise", d.GossipBounds.MaxDemandRise,
+		"fastest rise believed of another gfe's demand, in the service's declared capacity per second; a new gfe starts from 0 (0: no limit)")
 	fs.String("log-format", "auto", "json, console, or auto (console on a terminal)")
 	fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -185,4 +205,41 @@ func newControlPlaneClient(addrs []string, tls mtls.ClientConfig, cfg gfe.Config
 		Logger: log.With().Str("component", "cpclient").Logger(),
 		Apply:  e.ApplySnapshot,
 	})
+}
+
+// gossipSettings collects the gossip flags.
+func gossipSettings(v *viper.Viper, args []string, node string) daemonflags.GossipSettings {
+	return daemonflags.GossipSettings{
+		Name: node, Addr: v.GetString("gossip-addr"), Join: v.GetString("join"),
+		KeyFile: v.GetString("gossip-key-file"), Key: v.GetString("gossip-key"),
+		KeyOnCommandLine: daemonflags.OnCommandLine(args, "gossip-key"), Insecure: v.GetBool("gossip-insecure"),
+	}
+}
+
+// reloadKeysOnHangup re-reads the gossip keyring file on every SIGHUP
+// (key rotation) until ctx is done. Without a key file SIGHUP is ignored.
+func reloadKeysOnHangup(ctx context.Context, node *gossip.Node, path string, log zerolog.Logger) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-hup:
+			if path == "" {
+				log.Info().Msg("SIGHUP: no --gossip-key-file to reload")
+				continue
+			}
+			id, warnings, err := daemonflags.ReloadGossipKeys(node, path)
+			if err != nil {
+				log.Error().Err(err).Msg("SIGHUP: gossip keyring not reloaded; the current keys stay")
+				continue
+			}
+			for _, w := range warnings {
+				log.Warn().Msg(w)
+			}
+			log.Info().Str("primary_key", id).Msg("SIGHUP: gossip keyring reloaded")
+		}
+	}
 }

@@ -62,6 +62,15 @@ type Config struct {
 	// Gossip configures this replica's memberlist node. Name is overridden
 	// with NodeName. Default gossip.DefaultConfig().
 	Gossip gossip.Config
+	// Replicas are the node names of the control-plane replicas that share
+	// health checks with this one (flag --replicas; listing NodeName too is
+	// harmless, so every replica may share one list). Health checks are
+	// shared out only among the alive members of this list, and only their
+	// gossiped verdicts are served: a gossip member that claims to be a
+	// control plane under any other name is ignored (and logged), so it
+	// can neither take over health checks nor mark backends unhealthy.
+	// Default empty: this replica checks every group itself.
+	Replicas []string
 	// ReloadDebounce is how long the config file must stay quiet after a
 	// change event before it is reloaded, so that an editor's
 	// truncate-then-write is read once, complete. Default 100ms. Longer
@@ -128,6 +137,11 @@ func (c Config) Validate() error {
 	}
 	if err := c.TLS.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	for i, r := range c.Replicas {
+		if r == "" {
+			bad("replicas[%d]: empty name", i)
+		}
 	}
 	g := c.Gossip
 	g.Name = c.NodeName

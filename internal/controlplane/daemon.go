@@ -78,7 +78,7 @@ func New(cfg Config, opts Options) (d *Daemon, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: %w", err)
 	}
-	d.health = newHealthManager(cfg.NodeName, d.node, d.hub, opts, d.m)
+	d.health = newHealthManager(cfg.NodeName, cfg.Replicas, d.node, d.hub, opts, d.m)
 	d.reloader = newReloader(cfg.ConfigPath, cfg.ReloadDebounce, cfg.ReloadPoll, []applier{
 		// The only applier, and the one that may refuse a configuration
 		// (a health check that cannot run); it also builds the States
@@ -169,6 +169,10 @@ func (d *Daemon) Addr() string { return d.lis.Addr().String() }
 
 // AdminAddr returns the admin HTTP listen address.
 func (d *Daemon) AdminAddr() string { return d.adminLis.Addr().String() }
+
+// GossipNode returns the replica's gossip node (for key rotation:
+// gossip.Node.SetKeys).
+func (d *Daemon) GossipNode() *gossip.Node { return d.node }
 
 // GossipReady is closed once the gossip node listens; GossipAddr is then
 // known.

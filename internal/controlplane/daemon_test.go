@@ -44,6 +44,7 @@ func startDaemonWith(t *testing.T, name, path string, seeds []string, clk clock.
 	cfg := DefaultConfig()
 	cfg.TLS.InsecurePlaintext = true
 	cfg.ConfigPath, cfg.NodeName = path, name
+	cfg.Replicas = testReplicas
 	cfg.ListenAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.ReloadPoll = 0
 	cfg.Gossip.BindPort = 0

@@ -87,14 +87,18 @@ type healthPlan struct {
 // about to be found healthy.
 type healthManager struct {
 	// Immutable after newHealthManager.
-	self   string
-	gossip gossiper
-	hub    *hub
-	clock  clock.Clock
-	log    zerolog.Logger
-	rand   func() uint64 // safe for concurrent use
-	prober health.Prober // test override; nil = real probers
-	m      *metrics
+	self string
+	// replicas are the control planes this one shares health checks with
+	// (Config.Replicas); other members claiming to be control planes are
+	// ignored.
+	replicas map[string]bool
+	gossip   gossiper
+	hub      *hub
+	clock    clock.Clock
+	log      zerolog.Logger
+	rand     func() uint64 // safe for concurrent use
+	prober   health.Prober // test override; nil = real probers
+	m        *metrics
 
 	applied chan struct{} // wakes Run after ApplyConfig; holds at most one
 	checked chan struct{} // wakes Run after a check status change; at most one
@@ -124,7 +128,7 @@ type ownershipView struct {
 	Owned   []string `json:"owned_groups"`
 }
 
-func newHealthManager(self string, g gossiper, h *hub, opts Options, m *metrics) *healthManager {
+func newHealthManager(self string, replicas []string, g gossiper, h *hub, opts Options, m *metrics) *healthManager {
 	r := opts.Rand
 	if r != nil {
 		var mu sync.Mutex
@@ -135,18 +139,23 @@ func newHealthManager(self string, g gossiper, h *hub, opts Options, m *metrics)
 			return inner()
 		}
 	}
+	allowed := make(map[string]bool, len(replicas))
+	for _, r := range replicas {
+		allowed[r] = true
+	}
 	hm := &healthManager{
-		self:    self,
-		gossip:  g,
-		hub:     h,
-		clock:   clock.OrReal(opts.Clock),
-		log:     opts.Logger.With().Str("component", "health").Logger(),
-		rand:    r,
-		prober:  opts.Prober,
-		m:       m,
-		applied: make(chan struct{}, 1),
-		checked: make(chan struct{}, 1),
-		checks:  map[checkTarget]ownVerdict{},
+		self:     self,
+		replicas: allowed,
+		gossip:   g,
+		hub:      h,
+		clock:    clock.OrReal(opts.Clock),
+		log:      opts.Logger.With().Str("component", "health").Logger(),
+		rand:     r,
+		prober:   opts.Prober,
+		m:        m,
+		applied:  make(chan struct{}, 1),
+		checked:  make(chan struct{}, 1),
+		checks:   map[checkTarget]ownVerdict{},
 	}
 	hm.view.Store(&ownershipView{Members: []string{self}})
 	return hm
@@ -328,6 +337,7 @@ type loopState struct {
 	settleTimer clock.Timer
 	published   []gossip.GroupState
 	announced   bool // published at least once
+	unvouched   []string
 	wg          sync.WaitGroup
 }
 
@@ -371,6 +381,21 @@ func (h *healthManager) Run(ctx context.Context) error {
 	}
 }
 
+// logUnvouched warns, once per change of the set, about gossip members that
+// claim to be control planes without being listed in Config.Replicas.
+func (h *healthManager) logUnvouched(ls *loopState, snap *gossip.Snapshot) {
+	names := unvouched(snap, h.self, h.replicas)
+	if slices.Equal(names, ls.unvouched) {
+		return
+	}
+	ls.unvouched = names
+	h.m.unvouched.Set(float64(len(names)))
+	if len(names) > 0 {
+		h.log.Warn().Strs("members", names).
+			Msg("gossip members claim to be control planes but are not in --replicas; their health reports and claims to health-check ownership are ignored")
+	}
+}
+
 // step recomputes ownership, checks, the merged view, the gossiped groups
 // and the State, changing each only if needed.
 func (h *healthManager) step(ls *loopState) {
@@ -389,7 +414,8 @@ func (h *healthManager) step(ls *loopState) {
 		return
 	}
 	snap := h.gossip.Snapshot()
-	members := controlPlanes(snap, h.self)
+	members := controlPlanes(snap, h.self, h.replicas)
+	h.logUnvouched(ls, snap)
 	if cfgChanged || !slices.Equal(members, ls.own.members) {
 		own, err := newOwnership(members, ls.plan.names)
 		if err != nil {
@@ -415,7 +441,7 @@ func (h *healthManager) step(ls *loopState) {
 		groups:   ls.plan.groups,
 		own:      ls.own,
 		verdicts: h.ownVerdicts(ls),
-		reports:  reportsFrom(snap, h.self),
+		reports:  reportsFrom(snap, h.self, h.replicas),
 		known:    ls.known,
 		now:      now,
 	})

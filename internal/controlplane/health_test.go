@@ -37,7 +37,7 @@ func newHealthRig(t *testing.T, self, yaml string, failing ...string) *healthRig
 	}
 	r.prober = newFakeProber(r.world)
 	r.m = newMetrics(prometheus.NewRegistry())
-	r.hm = newHealthManager(self, r.gossip, r.hub, Options{Clock: r.clk, Logger: testLogger(t), Prober: r.prober}, r.m)
+	r.hm = newHealthManager(self, testReplicas, r.gossip, r.hub, Options{Clock: r.clk, Logger: testLogger(t), Prober: r.prober}, r.m)
 	if err := r.hm.ApplyConfig(loaded(t, yaml, "hash1")); err != nil {
 		t.Fatal(err)
 	}

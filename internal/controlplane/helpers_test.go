@@ -27,8 +27,17 @@ import (
 // defaultTestTimeout bounds every wait in these tests.
 const defaultTestTimeout = 20 * time.Second
 
+// testReplicas are the control-plane names the tests' replicas vouch for
+// (Config.Replicas).
+var testReplicas = []string{"cp-a", "cp-b", "cp-c"}
+
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m,
+		// As in internal/gossip: memberlist.Shutdown does not wait for a
+		// probe in flight, which returns on its own within ProbeInterval
+		// plus TCPTimeout.
+		goleak.IgnoreTopFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"),
+	)
 }
 
 // testLogger sends warnings and errors to the test log until the test

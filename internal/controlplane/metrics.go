@@ -20,6 +20,7 @@ type metrics struct {
 	instances        *prometheus.GaugeVec
 	ownedGroups      prometheus.Gauge
 	members          prometheus.Gauge
+	unvouched        prometheus.Gauge
 	capacityRequests *prometheus.CounterVec
 	tlsRefused       prometheus.Counter
 }
@@ -87,7 +88,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		members: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "control_planes",
-			Help: "Alive control-plane replicas seen in gossip, this one included.",
+			Help: "Alive control-plane replicas seen in gossip and listed in --replicas, this one included.",
+		}),
+		unvouched: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "unvouched_control_planes",
+			Help: "Gossip members claiming to be control planes that are not in --replicas, whose health reports are ignored.",
 		}),
 		capacityRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "capacity_requests_total",
@@ -95,7 +100,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"result"}),
 	}
 	reg.MustRegister(m.configInfo, m.reloads, m.lastReloadOK, m.connected, m.pushes, m.acks, m.nacks,
-		m.checks, m.transitions, m.instances, m.ownedGroups, m.members, m.capacityRequests, m.tlsRefused)
+		m.checks, m.transitions, m.instances, m.ownedGroups, m.members, m.capacityRequests, m.tlsRefused, m.unvouched)
 	// Make the counters visible at 0 before the first event.
 	for _, r := range []string{resultSuccess, resultFailure} {
 		m.reloads.WithLabelValues(r)

@@ -17,13 +17,31 @@ import (
 // view it serves. No I/O, no clock (now is an argument), no locks.
 
 // controlPlanes returns the sorted names of the alive control-plane replicas
-// in snap, self always included (a replica counts itself before its own
-// state is visible).
-func controlPlanes(snap *gossip.Snapshot, self string) []string {
+// in snap that replicas vouches for (Config.Replicas), self always included
+// (a replica counts itself before its own state is visible). A member that
+// merely claims to be a control plane is not one: any gossip member could
+// claim that, and with it take over health checks (finding #10.1a).
+func controlPlanes(snap *gossip.Snapshot, self string, replicas map[string]bool) []string {
 	out := []string{self}
 	if snap != nil {
 		for name, s := range snap.States {
-			if s.Kind == gossip.KindControlPlane && name != self {
+			if s.Kind == gossip.KindControlPlane && name != self && replicas[name] {
+				out = append(out, name)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// unvouched returns the sorted names of the members of snap that publish
+// control-plane states but are not in replicas (nor self): what the
+// replica ignores.
+func unvouched(snap *gossip.Snapshot, self string, replicas map[string]bool) []string {
+	var out []string
+	if snap != nil {
+		for name, s := range snap.States {
+			if s.Kind == gossip.KindControlPlane && name != self && !replicas[name] {
 				out = append(out, name)
 			}
 		}
@@ -78,17 +96,17 @@ type report struct {
 }
 
 // reportsFrom collects, per group, the reports of the control planes in
-// snap other than self, sorted by node name. A GroupState that does not say
+// snap other than self that replicas vouches for, sorted by node name. A GroupState that does not say
 // which instances are healthy (Healthy > 0 with no HealthyInstances) is no
 // report. When a replica publishes a group several times (once per service)
 // the first entry counts; they carry the same instances.
-func reportsFrom(snap *gossip.Snapshot, self string) map[string][]report {
+func reportsFrom(snap *gossip.Snapshot, self string, replicas map[string]bool) map[string][]report {
 	out := map[string][]report{}
 	if snap == nil {
 		return out
 	}
 	for name, s := range snap.States {
-		if s.Kind != gossip.KindControlPlane || name == self {
+		if s.Kind != gossip.KindControlPlane || name == self || !replicas[name] {
 			continue
 		}
 		seen := map[string]bool{}

@@ -63,11 +63,19 @@ func TestControlPlanes(t *testing.T) {
 		"gfe-1": {Node: "gfe-1", Kind: gossip.KindGFE, Site: "x"},
 		"cp-b":  {Node: "cp-b", Kind: gossip.KindControlPlane},
 		"cp-a":  {Node: "cp-a", Kind: gossip.KindControlPlane},
+		"evil":  {Node: "evil", Kind: gossip.KindControlPlane},
 	}}
-	if got, want := controlPlanes(snap, "cp-c"), []string{"cp-a", "cp-b", "cp-c"}; !slices.Equal(got, want) {
+	vouched := map[string]bool{"cp-a": true, "cp-b": true, "cp-c": true, "cp-d": true}
+	if got, want := controlPlanes(snap, "cp-c", vouched), []string{"cp-a", "cp-b", "cp-c"}; !slices.Equal(got, want) {
 		t.Errorf("controlPlanes() = %v, want %v", got, want)
 	}
-	if got, want := controlPlanes(nil, "cp-a"), []string{"cp-a"}; !slices.Equal(got, want) {
+	if got, want := unvouched(snap, "cp-c", vouched), []string{"evil"}; !slices.Equal(got, want) {
+		t.Errorf("unvouched() = %v, want %v", got, want)
+	}
+	if got, want := controlPlanes(snap, "cp-c", nil), []string{"cp-c"}; !slices.Equal(got, want) {
+		t.Errorf("controlPlanes() without replicas = %v, want only self %v", got, want)
+	}
+	if got, want := controlPlanes(nil, "cp-a", vouched), []string{"cp-a"}; !slices.Equal(got, want) {
 		t.Errorf("controlPlanes(nil) = %v, want %v", got, want)
 	}
 }
@@ -82,8 +90,11 @@ func TestReportsFrom(t *testing.T) {
 		}},
 		"cp-a":  {Node: "cp-a", Kind: gossip.KindControlPlane, Groups: []gossip.GroupState{{Group: "g9", Region: "r", Instances: 1}}},
 		"gfe-1": {Node: "gfe-1", Kind: gossip.KindGFE, Site: "x"},
+		"evil": {Node: "evil", Kind: gossip.KindControlPlane, Groups: []gossip.GroupState{
+			{Group: "g1", Region: "r", Instances: 2, Healthy: 0},
+		}},
 	}}
-	got := reportsFrom(snap, "cp-a")
+	got := reportsFrom(snap, "cp-a", map[string]bool{"cp-a": true, "cp-b": true})
 	want := map[string][]report{
 		"g1": {{node: "cp-b", healthy: map[string]bool{"h:1": true}}},
 		"g2": {{node: "cp-b", healthy: map[string]bool{}}},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -96,6 +97,13 @@ type Config struct {
 	// kernel's backlog (http, https). Default 0: fdlimit.DefaultReserve,
 	// a tenth of the limit, at least 256 and at most half.
 	FDReserve int
+	// GossipBounds are the plausibility limits on the RTT and demand other
+	// gfes gossip (routing.Bounds): values beyond them are clamped,
+	// counted in spillway_gfe_gossip_clamped_total and logged (at most a
+	// line a minute). Default routing.DefaultBounds(): RTT at most 10 s, a
+	// peer's demand at most twice the service's declared capacity, rising
+	// by at most the declared capacity per second.
+	GossipBounds routing.Bounds
 }
 
 // adminMaxConns caps the admin listener's open connections (they come from
@@ -120,6 +128,7 @@ func DefaultConfig() Config {
 		DrainTimeout:    10 * time.Second,
 
 		CertCheckInterval: 10 * time.Second,
+		GossipBounds:      routing.DefaultBounds(),
 	}
 }
 
@@ -152,6 +161,18 @@ func (c Config) Validate() error {
 	}
 	if c.FDReserve < 0 {
 		errs = append(errs, fmt.Errorf("gfe.fd_reserve: must be >= 0 (0 = automatic), got %d", c.FDReserve))
+	}
+	for _, b := range []struct {
+		name string
+		v    float64
+	}{
+		{"gfe.gossip_bounds.max_rtt", c.GossipBounds.MaxRTT},
+		{"gfe.gossip_bounds.max_demand", c.GossipBounds.MaxDemand},
+		{"gfe.gossip_bounds.max_demand_rise", c.GossipBounds.MaxDemandRise},
+	} {
+		if !(b.v >= 0 && !math.IsInf(b.v, 1)) {
+			errs = append(errs, fmt.Errorf("%s: must be finite and >= 0 (0: no limit), got %v", b.name, b.v))
+		}
 	}
 	for _, a := range []struct{ name, v string }{{"gfe.listen", c.Listen}, {"gfe.admin", c.Admin}} {
 		if _, _, err := net.SplitHostPort(a.v); err != nil {
@@ -207,6 +228,10 @@ type Daemon struct {
 	// unlimited), from limits.
 	fds    *fdlimit.Budget
 	limits fdlimit.Limits
+
+	// clampLog rate-limits the log of clamped gossip values (planner
+	// goroutine only).
+	clampLog clampLog
 
 	// Accessed atomically.
 	table    atomic.Pointer[routing.Table]
@@ -274,7 +299,7 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 	if cfg.SourceIP.IsValid() {
 		dialer.LocalAddr = &net.TCPAddr{IP: cfg.SourceIP.AsSlice()}
 	}
-	d.builder = routing.NewBuilder(routing.Config{Node: cfg.Node, Site: cfg.Site, Damping: cfg.Damping, DemandSmoothing: cfg.DemandSmoothing},
+	d.builder = routing.NewBuilder(routing.Config{Node: cfg.Node, Site: cfg.Site, Damping: cfg.Damping, DemandSmoothing: cfg.DemandSmoothing, Bounds: cfg.GossipBounds},
 		routing.Options{Clock: d.clk, Rand: rnd})
 	d.rtt = rtt.New(rtt.Config{Path: cfg.RTTPath, Interval: cfg.RTTInterval}, rtt.Options{Clock: d.clk, Logger: d.log, Dialer: dialer})
 	d.proxy, err = httpproxy.New(httpproxy.Config{AccessLog: cfg.AccessLog}, httpproxy.Options{

@@ -20,6 +20,8 @@ type metrics struct {
 	// The closed loop, per service and group.
 	declared, effective, factor *prometheus.GaugeVec
 	shrunk                      *prometheus.GaugeVec
+	// gossipClamped counts gossiped values clamped by GossipBounds.
+	gossipClamped *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, table func() *routing.Table) *metrics {
@@ -58,8 +60,15 @@ func newMetrics(reg prometheus.Registerer, table func() *routing.Table) *metrics
 			Name: "spillway_gfe_group_capacity_signal",
 			Help: "1 for the signal that last shrank this gfe's own estimate of a group's capacity or holds it down (rejections, connect_errors, load_report, in_flight, queueing).",
 		}, []string{"service", "region", "group", "signal"}),
+		gossipClamped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spillway_gfe_gossip_clamped_total",
+			Help: "Values other gfes gossiped that the plan clamped to the plausibility bounds (--gossip-max-*), by field: rtt, demand (above the cap), demand_rise (rising too fast).",
+		}, []string{"field"}),
 	}
-	reg.MustRegister(m.pickErrors, m.backendErrors, m.planShare, m.regionUtil, m.demand, m.ejected, m.declared, m.effective, m.factor, m.shrunk, decisionsCollector{table})
+	for _, f := range []string{routing.ClampRTT, routing.ClampDemand, routing.ClampDemandRise} {
+		m.gossipClamped.WithLabelValues(f) // visible at 0
+	}
+	reg.MustRegister(m.pickErrors, m.backendErrors, m.planShare, m.regionUtil, m.demand, m.ejected, m.declared, m.effective, m.factor, m.shrunk, m.gossipClamped, decisionsCollector{table})
 	return m
 }
 

@@ -48,6 +48,7 @@ func (d *Daemon) step(now time.Time) {
 		for _, err := range problems {
 			d.log.Error().Err(err).Msg("routing table")
 		}
+		d.reportClamps(now, d.builder.TakeClamps())
 		d.table.Store(t)
 	}
 	factors := d.builder.Factors()

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"io"
 	"net"
 	"net/http"
@@ -179,10 +180,10 @@ func TestClientBodyFailuresSpareBackends(t *testing.T) {
 	if got := svc.Meters().Failures.Load(); got != 0 {
 		t.Errorf("service failures = %d, want 0", got)
 	}
-	if got := counterValue(t, e, "spillway_gfe_backend_errors_total", ""); got != 0 {
+	if got := counterValue(t, e.reg, "spillway_gfe_backend_errors_total", ""); got != 0 {
 		t.Errorf("backend errors = %v, want 0", got)
 	}
-	if got := counterValue(t, e, "spillway_gfe_client_errors_total", "bad_body") + counterValue(t, e, "spillway_gfe_client_errors_total", "body_timeout"); got != 20 {
+	if got := counterValue(t, e.reg, "spillway_gfe_client_errors_total", "bad_body") + counterValue(t, e.reg, "spillway_gfe_client_errors_total", "body_timeout"); got != 20 {
 		t.Errorf("client errors = %v, want 20", got)
 	}
 	// Both backends still get their share.
@@ -199,11 +200,11 @@ func TestClientBodyFailuresSpareBackends(t *testing.T) {
 	}
 }
 
-// counterValue returns the value of counter name with a label value
-// containing label ("" for any) summed over its series, from e's registry.
-func counterValue(t *testing.T, e *runningEdge, name, label string) float64 {
+// counterValue returns the value of counter name summed over its series
+// that have a label of value label ("" for every series), from reg.
+func counterValue(t *testing.T, reg prometheus.Gatherer, name, label string) float64 {
 	t.Helper()
-	mfs, err := e.reg.Gather()
+	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,14 +312,14 @@ func TestHTTP2RapidReset(t *testing.T) {
 	hits := b.all.Load()
 	arrivals := e.Table().Services["web"].Meters().Arrivals()
 	t.Logf("rapid reset: %d streams sent, GOAWAY %v, read error %v; %d reached the backend, %d counted as demand; %v connections closed by the budget",
-		streams, goaway, readErr, hits, arrivals, counterValue(t, e, "spillway_gfe_http2_reset_budget_closes_total", ""))
+		streams, goaway, readErr, hits, arrivals, counterValue(t, e.reg, "spillway_gfe_http2_reset_budget_closes_total", ""))
 	if hits > 50 {
 		t.Errorf("%d requests of the flood reached the backend, want at most 50", hits)
 	}
 	if arrivals > hits {
 		t.Errorf("%d requests counted as demand, more than the %d that reached a backend", arrivals, hits)
 	}
-	if n := counterValue(t, e, "spillway_gfe_http2_reset_budget_closes_total", ""); n == 0 && goaway == nil {
+	if n := counterValue(t, e.reg, "spillway_gfe_http2_reset_budget_closes_total", ""); n == 0 && goaway == nil {
 		t.Errorf("the connection was closed, but neither by the reset budget nor by a GOAWAY")
 	}
 }
@@ -429,7 +430,7 @@ func TestStalledHTTP2BodySparesBackends(t *testing.T) {
 			t.Errorf("backend %s: ejected %v, run of %d 5xx; want none", h.Name, h.Ejected, h.Consecutive5xx)
 		}
 	}
-	if got := counterValue(t, e, "spillway_gfe_backend_errors_total", ""); got != 0 {
+	if got := counterValue(t, e.reg, "spillway_gfe_backend_errors_total", ""); got != 0 {
 		t.Errorf("backend errors = %v, want 0", got)
 	}
 }

@@ -579,3 +579,119 @@ func TestMembershipRepairRetriesFailedJoins(t *testing.T) {
 		t.Errorf("a counted %d repairs of a node that never answered", st.Repairs)
 	}
 }
+
+// TestKeyRotation rotates a running cluster's key in the three steps of
+// Node.SetKeys, one node at a time within each step (the window an
+// operator's rollout leaves), and checks after every node's change that a
+// new state from every node still reaches every other and that no member
+// was ever dropped. At the end a node with only the old key cannot join.
+func TestKeyRotation(t *testing.T) {
+	const (
+		oldKey = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
+		newKey = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA="
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*defaultTestTimeout)
+	defer cancel()
+	c := newCluster(t)
+	names := []string{"n0", "n1", "n2"}
+	var nodes []*Node
+	for i, name := range names {
+		cfg := testConfig(name)
+		cfg.Keys = []string{oldKey}
+		if i > 0 {
+			cfg.Seeds = []string{nodes[0].Addr()}
+		}
+		nodes = append(nodes, c.start(cfg, func(n *Node) { mustPublish(t, n, gfeFor(name, 1)) }))
+	}
+	for _, n := range nodes {
+		waitFor(ctx, t, n, "every state", hasAll(names))
+	}
+	everyoneHearsEveryone := func(step string) {
+		t.Helper()
+		versions := map[string]uint64{}
+		for i, n := range nodes {
+			versions[names[i]] = mustPublish(t, n, gfeFor(names[i], float64(len(versions)+2)))
+		}
+		for _, n := range nodes {
+			for name, v := range versions {
+				waitFor(ctx, t, n, step+": "+name+"'s new state", hasVersion(name, v))
+			}
+		}
+	}
+	steps := []struct {
+		name string
+		keys []string
+	}{
+		{"install the new key", []string{oldKey, newKey}},
+		{"make it primary", []string{newKey, oldKey}},
+		{"remove the old key", []string{newKey}},
+	}
+	for _, st := range steps {
+		for i, n := range nodes {
+			if err := n.SetKeys(st.keys); err != nil {
+				t.Fatalf("%s: %s.SetKeys: %v", st.name, names[i], err)
+			}
+			everyoneHearsEveryone(fmt.Sprintf("%s on %d of %d nodes", st.name, i+1, len(nodes)))
+		}
+	}
+	if got, want := nodes[0].PrimaryKeyID(), KeyID(mustDecode(t, newKey)); got != want {
+		t.Errorf("primary key %s, want the new key %s", got, want)
+	}
+	for i, n := range nodes {
+		if st := n.Stats(); st.Departures != 0 || n.Members() != len(nodes) {
+			t.Errorf("%s: %d departures and %d members during the rotation, want 0 and %d", names[i], st.Departures, n.Members(), len(nodes))
+		}
+	}
+	stale := testConfig("stale")
+	stale.Keys = []string{oldKey}
+	s := c.start(stale, nil)
+	if _, err := s.Join([]string{nodes[0].Addr()}); err == nil {
+		t.Errorf("a node with only the retired key joined")
+	}
+	if got := nodes[0].Members(); got != len(nodes) {
+		t.Errorf("n0 has %d members after the retired key's join attempt, want %d", got, len(nodes))
+	}
+}
+
+func mustDecode(t testing.TB, s string) []byte {
+	t.Helper()
+	k, err := DecodeKey(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// TestSetKeys: a bad keyring is refused whole, naming the entry; a node
+// without encryption cannot take one.
+func TestSetKeys(t *testing.T) {
+	cfg := testConfig("n0")
+	cfg.Keys = []string{"MDEyMzQ1Njc4OWFiY2RlZg=="}
+	n, err := New(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := n.PrimaryKeyID()
+	for _, tt := range []struct {
+		keys []string
+		want string
+	}{
+		{nil, "empty keyring"},
+		{[]string{"ZmVkY2JhOTg3NjU0MzIxMA==", "c2hvcnQ="}, "keys[1]: must decode to 16, 24 or 32 bytes, got 5"},
+		{[]string{"not base64!"}, "keys[0]: not valid base64"},
+	} {
+		if err := n.SetKeys(tt.keys); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("SetKeys(%d keys) = %v, want an error containing %q", len(tt.keys), err, tt.want)
+		}
+	}
+	if got := n.PrimaryKeyID(); got != before {
+		t.Errorf("a refused SetKeys changed the primary key: %s → %s", before, got)
+	}
+	plain, err := New(testConfig("n1"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plain.SetKeys([]string{"MDEyMzQ1Njc4OWFiY2RlZg=="}); !errors.Is(err, ErrNotEncrypted) {
+		t.Errorf("SetKeys on an unencrypted node = %v, want ErrNotEncrypted", err)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -32,7 +34,7 @@ type Config struct {
 
 	// BindAddr is the address the UDP and TCP gossip listeners bind.
 	// Default "127.0.0.1"; set "0.0.0.0" or a host address for a
-	// multi-host cluster (and turn on encryption).
+	// multi-host cluster, which requires a key (or Insecure).
 	BindAddr string `mapstructure:"bind_addr"`
 	// BindPort is the UDP and TCP port. Default 7946. 0 picks a free port
 	// (read it back with Node.Addr), which is what tests use.
@@ -51,9 +53,23 @@ type Config struct {
 	// SecretKey, when not empty, is the base64 (standard encoding) of a 16,
 	// 24 or 32-byte AES key (AES-128/192/256-GCM) that encrypts and
 	// authenticates all gossip. Nodes with a different key, or none, cannot
-	// join. Default empty: no encryption. Generate one with
-	// `head -c 32 /dev/urandom | base64`.
+	// join, and their packets are dropped. Default empty. Generate one with
+	// `head -c 32 /dev/urandom | base64`. Set SecretKey or Keys, not both.
 	SecretKey string `mapstructure:"secret_key"`
+	// Keys is a keyring: base64 keys as SecretKey, the first of which is
+	// the primary (it encrypts what this node sends) while every key
+	// decrypts what it receives. Several keys let a cluster rotate its key
+	// without downtime (Node.SetKeys; see docs/security-notes): install
+	// the new key everywhere as a secondary, make it primary everywhere,
+	// then remove the old one. Set SecretKey or Keys, not both.
+	Keys []string `mapstructure:"keys"`
+	// Insecure allows running without a key while BindAddr is not a
+	// loopback address, where anyone who reaches the port can join the
+	// cluster and publish any state (DESIGN.md §9). Default false: such a
+	// Config is invalid. A node bound to loopback may run without a key
+	// either way (only local processes reach it). Run logs an error-level
+	// warning when it runs unencrypted beyond loopback.
+	Insecure bool `mapstructure:"insecure"`
 
 	// GossipInterval is how often each node sends queued state broadcasts
 	// to GossipNodes random members over UDP. Default 100ms. Lower spreads
@@ -179,8 +195,12 @@ func (c Config) Validate() error {
 			bad("gossip.seeds[%d]: empty address", i)
 		}
 	}
-	if _, err := c.secretKey(); err != nil {
+	if keys, err := c.keys(); err != nil {
 		errs = append(errs, err)
+	} else if len(keys) == 0 && !c.Insecure && c.BindAddr != "" && !IsLoopback(c.BindAddr) {
+		bad("gossip.secret_key: required when gossip.bind_addr (%q) is not a loopback address: "+
+			"without a key anyone who reaches the port can join and publish states; "+
+			"set a key (--gossip-key-file or SPILLWAY_GOSSIP_KEY) or, knowingly, gossip.insecure (--gossip-insecure)", c.BindAddr)
 	}
 	positive := func(key string, d time.Duration) {
 		if d <= 0 {
@@ -227,20 +247,68 @@ func (c Config) Validate() error {
 // minUDPBufferSize leaves room for a small state after memberlist's headers.
 const minUDPBufferSize = 512
 
-// secretKey decodes SecretKey; nil means no encryption.
-func (c Config) secretKey() ([]byte, error) {
-	if c.SecretKey == "" {
-		return nil, nil
+// keys decodes SecretKey or Keys (the primary first); nil means no
+// encryption. Errors name the field and the position, never the key.
+func (c Config) keys() ([][]byte, error) {
+	if c.SecretKey != "" && len(c.Keys) > 0 {
+		return nil, errors.New("gossip.secret_key and gossip.keys: set one, not both")
 	}
-	key, err := base64.StdEncoding.DecodeString(c.SecretKey)
+	if c.SecretKey != "" {
+		k, err := DecodeKey(c.SecretKey)
+		if err != nil {
+			return nil, fmt.Errorf("gossip.secret_key: %w", err)
+		}
+		return [][]byte{k}, nil
+	}
+	return decodeKeys("gossip.keys", c.Keys)
+}
+
+// decodeKeys decodes a keyring, naming each bad entry as field[i].
+func decodeKeys(field string, keys []string) ([][]byte, error) {
+	var out [][]byte
+	var errs []error
+	seen := map[string]int{}
+	for i, s := range keys {
+		k, err := DecodeKey(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s[%d]: %w", field, i, err))
+			continue
+		}
+		if j, dup := seen[string(k)]; dup {
+			errs = append(errs, fmt.Errorf("%s[%d]: same key as %s[%d]", field, i, field, j))
+			continue
+		}
+		seen[string(k)] = i
+		out = append(out, k)
+	}
+	return out, errors.Join(errs...)
+}
+
+// DecodeKey decodes one gossip key: the standard base64 of 16, 24 or 32
+// bytes (AES-128, -192 or -256). Surrounding spaces are ignored. The error
+// never contains the key.
+func DecodeKey(s string) ([]byte, error) {
+	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(s))
 	if err != nil {
-		return nil, fmt.Errorf("gossip.secret_key: not valid base64: %w", err)
+		return nil, errors.New("not valid base64 (standard encoding)")
 	}
 	switch len(key) {
 	case 16, 24, 32:
 		return key, nil
 	}
-	return nil, fmt.Errorf("gossip.secret_key: must decode to 16, 24 or 32 bytes, got %d", len(key))
+	return nil, fmt.Errorf("must decode to 16, 24 or 32 bytes, got %d", len(key))
+}
+
+// IsLoopback reports whether a gossip bind address is only reachable from
+// this host: "localhost" or a loopback IP (127.0.0.0/8, ::1). Anything
+// else, the unspecified address ("0.0.0.0", "::") and host names
+// included, counts as reachable from the network.
+func IsLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	return err == nil && a.IsLoopback()
 }
 
 // broadcastBudget is the largest message this node sends over UDP: the
@@ -249,7 +317,7 @@ func (c Config) secretKey() ([]byte, error) {
 // the legacy format, 29 for the current one; we assume the larger).
 func (c Config) broadcastBudget() int {
 	b := c.UDPBufferSize - 5
-	if c.SecretKey != "" {
+	if c.SecretKey != "" || len(c.Keys) > 0 {
 		b -= 45
 	}
 	return b
@@ -258,7 +326,7 @@ func (c Config) broadcastBudget() int {
 // memberlistConfig builds memberlist's configuration from c (which must be
 // valid), starting from DefaultLocalConfig for the fields Config does not
 // expose.
-func (c Config) memberlistConfig(key []byte, logOut io.Writer) *memberlist.Config {
+func (c Config) memberlistConfig(keyring *memberlist.Keyring, logOut io.Writer) *memberlist.Config {
 	mc := memberlist.DefaultLocalConfig()
 	mc.Name = c.Name
 	mc.BindAddr = c.BindAddr
@@ -268,7 +336,10 @@ func (c Config) memberlistConfig(key []byte, logOut io.Writer) *memberlist.Confi
 	if mc.AdvertisePort == 0 {
 		mc.AdvertisePort = c.BindPort // memberlist fixes it up when BindPort is 0
 	}
-	mc.SecretKey = key
+	// With a keyring, memberlist encrypts every packet and stream with the
+	// primary key and drops any it cannot decrypt with one of the keys
+	// (GossipVerifyIncoming and GossipVerifyOutgoing stay on).
+	mc.Keyring = keyring
 	mc.GossipInterval = c.GossipInterval
 	mc.GossipNodes = c.GossipNodes
 	mc.RetransmitMult = c.RetransmitMult

@@ -59,6 +59,32 @@ func TestConfigValidate(t *testing.T) {
 			wantErr: []string{"gossip.secret_key: not valid base64"}},
 		{name: "key of the wrong size", mutate: func(c *Config) { c.SecretKey = "c2hvcnQ=" },
 			wantErr: []string{"gossip.secret_key: must decode to 16, 24 or 32 bytes, got 5"}},
+		// Finding #10.1: gossip beyond loopback must be authenticated.
+		{name: "all interfaces without a key", mutate: func(c *Config) { c.BindAddr = "0.0.0.0" },
+			wantErr: []string{`gossip.secret_key: required when gossip.bind_addr ("0.0.0.0") is not a loopback address`}},
+		{name: "host address without a key", mutate: func(c *Config) { c.BindAddr = "10.0.0.5" },
+			wantErr: []string{`gossip.secret_key: required when gossip.bind_addr ("10.0.0.5") is not a loopback address`}},
+		{name: "IPv6 any without a key", mutate: func(c *Config) { c.BindAddr = "::" },
+			wantErr: []string{`gossip.secret_key: required when gossip.bind_addr ("::") is not a loopback address`}},
+		{name: "host address, insecure on purpose", mutate: func(c *Config) { c.BindAddr, c.Insecure = "10.0.0.5", true }},
+		{name: "host address with a key", mutate: func(c *Config) {
+			c.BindAddr, c.SecretKey = "0.0.0.0", "MDEyMzQ1Njc4OWFiY2RlZg=="
+		}},
+		{name: "host address with a keyring", mutate: func(c *Config) {
+			c.BindAddr, c.Keys = "0.0.0.0", []string{"MDEyMzQ1Njc4OWFiY2RlZg==", "ZmVkY2JhOTg3NjU0MzIxMA=="}
+		}},
+		{name: "other loopback addresses need no key", mutate: func(c *Config) { c.BindAddr = "127.0.3.1" }},
+		{name: "localhost needs no key", mutate: func(c *Config) { c.BindAddr = "localhost" }},
+		{name: "IPv6 loopback needs no key", mutate: func(c *Config) { c.BindAddr = "::1" }},
+		{name: "key and keyring", mutate: func(c *Config) {
+			c.SecretKey, c.Keys = "MDEyMzQ1Njc4OWFiY2RlZg==", []string{"MDEyMzQ1Njc4OWFiY2RlZg=="}
+		}, wantErr: []string{"gossip.secret_key and gossip.keys: set one, not both"}},
+		{name: "bad keyring entries", mutate: func(c *Config) {
+			c.Keys = []string{"MDEyMzQ1Njc4OWFiY2RlZg==", "c2hvcnQ=", "MDEyMzQ1Njc4OWFiY2RlZg=="}
+		}, wantErr: []string{
+			"gossip.keys[1]: must decode to 16, 24 or 32 bytes, got 5",
+			"gossip.keys[2]: same key as gossip.keys[0]",
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -44,6 +44,14 @@
 // helps, behind a codec byte. A state that does not fit one UDP packet
 // (Config.UDPBufferSize) is sent to each member over TCP and not gossiped.
 //
-// Security: without Config.SecretKey, anyone who can reach the gossip port
-// can join and publish any state; set a key (AES-GCM) on untrusted networks.
+// Security: with a key (Config.SecretKey or the keyring Config.Keys),
+// memberlist encrypts and authenticates every packet and stream with
+// AES-GCM and drops anything it cannot decrypt, so only key holders can
+// join or publish. Without one, anyone who reaches the gossip port can join
+// and publish any state, so Config.Validate refuses a non-loopback BindAddr
+// without a key unless Config.Insecure is set. Node.SetKeys replaces the
+// keyring of a running node, which lets a cluster rotate its key without
+// downtime (TestKeyRotation). Key holders are trusted alike: states are not
+// signed per node, so consumers bound what they believe (the gfe's
+// routing.Bounds, the control plane's list of replicas).
 package gossip

@@ -3,6 +3,8 @@ package gossip
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -82,6 +84,8 @@ type Stats struct {
 	// from its state; RepairErrors the joins that failed (retried at the
 	// next repair round).
 	Repairs, RepairErrors uint64
+	// Departures counts members that memberlist reported dead or left.
+	Departures uint64
 }
 
 // Node is this process's member of the gossip cluster. It publishes this
@@ -116,8 +120,11 @@ type Stats struct {
 // All methods are safe for concurrent use. A Node must not be copied.
 type Node struct {
 	// Immutable after New.
-	cfg     Config
-	key     []byte
+	cfg Config
+	// keyring holds the gossip keys (nil: no encryption). memberlist uses
+	// it directly; SetKeys changes it in place (Keyring is safe for
+	// concurrent use).
+	keyring *memberlist.Keyring
 	budget  int
 	log     zerolog.Logger
 	clock   clock.Clock
@@ -149,6 +156,7 @@ type Node struct {
 	sendErrs   atomic.Uint64
 	repairs    atomic.Uint64
 	repairErrs atomic.Uint64
+	departures atomic.Uint64
 
 	// Guarded by mu.
 	mu  sync.Mutex
@@ -187,10 +195,17 @@ func New(cfg Config, opts Options) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("gossip: invalid config: %w", err)
 	}
-	key, _ := cfg.secretKey() // validated above
+	keys, _ := cfg.keys() // validated above
+	var keyring *memberlist.Keyring
+	if len(keys) > 0 {
+		var err error
+		if keyring, err = memberlist.NewKeyring(keys, keys[0]); err != nil {
+			return nil, fmt.Errorf("gossip: keyring: %w", err)
+		}
+	}
 	n := &Node{
 		cfg:      cfg,
-		key:      key,
+		keyring:  keyring,
 		budget:   cfg.broadcastBudget(),
 		log:      opts.Logger.With().Str("component", "gossip").Str("node", cfg.Name).Logger(),
 		clock:    clock.OrReal(opts.Clock),
@@ -225,7 +240,7 @@ func (n *Node) Run(ctx context.Context) error {
 	if !n.started.CompareAndSwap(false, true) {
 		return ErrAlreadyStarted
 	}
-	mc := n.cfg.memberlistConfig(n.key, logWriter{log: n.log})
+	mc := n.cfg.memberlistConfig(n.keyring, logWriter{log: n.log})
 	mc.Delegate = delegate{n}
 	mc.Events = delegate{n}
 	ml, err := memberlist.Create(mc)
@@ -237,7 +252,12 @@ func (n *Node) Run(ctx context.Context) error {
 	n.ml.Store(ml)
 	n.stampAddr(addr)
 	close(n.ready)
-	n.log.Info().Str("addr", addr).Bool("encrypted", n.key != nil).Msg("gossip started")
+	n.log.Info().Str("addr", addr).Bool("encrypted", n.keyring != nil).Msg("gossip started")
+	if n.keyring == nil && !IsLoopback(n.cfg.BindAddr) {
+		n.log.Error().Str("bind_addr", n.cfg.BindAddr).
+			Msg("GOSSIP IS NEITHER ENCRYPTED NOR AUTHENTICATED (insecure mode): anyone who reaches this port can join " +
+				"the cluster and publish demand, RTT and health; set a gossip key for any network you do not fully trust")
+	}
 
 	sendCtx, stopSender := context.WithCancel(ctx)
 	senderDone := make(chan struct{})
@@ -591,6 +611,7 @@ func (n *Node) Stats() Stats {
 
 		Repairs:      n.repairs.Load(),
 		RepairErrors: n.repairErrs.Load(),
+		Departures:   n.departures.Load(),
 	}
 }
 
@@ -771,7 +792,81 @@ func (n *Node) memberLeft(name string) {
 	defer n.mu.Unlock()
 	delete(n.addrs, name)
 	if n.tab.leave(name, n.clock.Now()) {
+		n.departures.Add(1)
 		n.rebuildLocked()
 		n.log.Info().Str("member", name).Msg("member left or failed; its state is no longer visible")
 	}
+}
+
+// Encrypted reports whether this node encrypts and authenticates gossip
+// (it was configured with a key).
+func (n *Node) Encrypted() bool { return n.keyring != nil }
+
+// ErrNotEncrypted is returned by SetKeys on a node started without a key:
+// memberlist cannot turn encryption on in a running node.
+var ErrNotEncrypted = errors.New("gossip: this node runs without encryption; restart it with a key to use a keyring")
+
+// SetKeys replaces the keyring of a running (or not yet running) node
+// with keys (base64, as Config.Keys): the first becomes the primary, which
+// encrypts everything this node sends from now on; every key decrypts what
+// it receives; keys not listed are removed. It applies all of keys or
+// none: a bad entry returns an error naming it (never the key) and
+// changes nothing.
+//
+// Rotating a cluster's key without losing a member: (1) give every node
+// [old, new] (new decrypts everywhere, old still encrypts); (2) once every
+// node has it, give every node [new, old] (new encrypts; nodes not yet
+// switched still decrypt it); (3) once every node has that, give every
+// node [new]. Each step must reach every node before the next starts
+// (TestKeyRotation).
+func (n *Node) SetKeys(keys []string) error {
+	if n.keyring == nil {
+		return ErrNotEncrypted
+	}
+	decoded, err := decodeKeys("keys", keys)
+	if err != nil {
+		return fmt.Errorf("gossip: set keys: %w", err)
+	}
+	if len(decoded) == 0 {
+		return fmt.Errorf("gossip: set keys: %w", errors.New("keys: empty keyring; an encrypted node needs at least one key"))
+	}
+	for _, k := range decoded {
+		if err := n.keyring.AddKey(k); err != nil {
+			return fmt.Errorf("gossip: set keys: %w", err)
+		}
+	}
+	if err := n.keyring.UseKey(decoded[0]); err != nil {
+		return fmt.Errorf("gossip: set keys: %w", err)
+	}
+	keep := make(map[string]bool, len(decoded))
+	for _, k := range decoded {
+		keep[string(k)] = true
+	}
+	removed := 0
+	for _, k := range n.keyring.GetKeys() {
+		if !keep[string(k)] {
+			if err := n.keyring.RemoveKey(k); err != nil {
+				return fmt.Errorf("gossip: set keys: %w", err)
+			}
+			removed++
+		}
+	}
+	n.log.Info().Int("keys", len(decoded)).Int("removed", removed).Str("primary", KeyID(decoded[0])).
+		Msg("gossip keyring updated")
+	return nil
+}
+
+// KeyID names a key in logs without revealing it: the first 8 hex digits
+// of its SHA-256.
+func KeyID(key []byte) string {
+	sum := sha256.Sum256(key)
+	return hex.EncodeToString(sum[:4])
+}
+
+// PrimaryKeyID returns KeyID of the primary key, or "" without encryption.
+func (n *Node) PrimaryKeyID() string {
+	if n.keyring == nil {
+		return ""
+	}
+	return KeyID(n.keyring.GetPrimaryKey())
 }

@@ -29,6 +29,8 @@ package topology
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -174,6 +176,12 @@ type Cluster struct {
 	// CA.IssueFiles(PKIDir, ...).
 	CA     *devpki.CA
 	PKIDir string
+
+	// GossipKeyFile is the gossip keyring file every daemon reads
+	// (--gossip-key-file): one random AES-256 key, written by Start, so
+	// that the deployment's gossip is authenticated as every documented
+	// deployment's is (DESIGN.md §9). Rewrite it and send SIGHUP to rotate.
+	GossipKeyFile string
 
 	opts    Options
 	cpArgs  [][]string
@@ -349,14 +357,23 @@ func (c *Cluster) build(ctx context.Context) error {
 }
 
 // writeConfig writes the deployment's config (Spec.ConfigYAML, then
-// Spec.EditConfig) to Dir/spillway.yaml and sets ConfigPath.
+// Spec.EditConfig) to Dir/spillway.yaml and sets ConfigPath, and a new
+// gossip key to Dir/gossip.keyring (GossipKeyFile).
 func (c *Cluster) writeConfig(context.Context) error {
 	c.ConfigPath = filepath.Join(c.Dir, "spillway.yaml")
 	yaml := c.Spec.ConfigYAML()
 	if c.Spec.EditConfig != nil {
 		yaml = c.Spec.EditConfig(yaml)
 	}
-	return os.WriteFile(c.ConfigPath, []byte(yaml), 0o644)
+	if err := os.WriteFile(c.ConfigPath, []byte(yaml), 0o644); err != nil {
+		return err
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return fmt.Errorf("topology: gossip key: %w", err)
+	}
+	c.GossipKeyFile = filepath.Join(c.Dir, "gossip.keyring")
+	return os.WriteFile(c.GossipKeyFile, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600)
 }
 
 // GFEIdentitySuffix is the DNS suffix of every gfe certificate's name;
@@ -453,12 +470,17 @@ func (s *Spec) gossipSeeds() []string {
 // and records their names, arguments and addresses for StartControlPlane.
 func (c *Cluster) startControlPlanes(context.Context) error {
 	seeds := c.Spec.gossipSeeds()
+	var replicas []string
+	for k := 1; k <= c.Spec.ControlPlanes; k++ {
+		replicas = append(replicas, fmt.Sprintf("cp-%d", k))
+	}
 	for k := 1; k <= c.Spec.ControlPlanes; k++ {
 		ip := c.Spec.ip(0, k)
 		name := fmt.Sprintf("cp-%d", k)
 		args := []string{
 			"--config", c.ConfigPath, "--node", name, "--listen", ip + ":7000", "--admin", ip + ":7100",
 			"--gossip-addr", ip + ":7946", "--join", strings.Join(seeds, ","), "--log-format", "json",
+			"--gossip-key-file", c.GossipKeyFile, "--replicas", strings.Join(replicas, ","),
 		}
 		tls, err := c.tlsArgs(name, true, ip, name+".cp.spillway.internal")
 		if err != nil {
@@ -517,7 +539,7 @@ func (c *Cluster) newGFE(si, g int, seeds []string) (*GFE, error) {
 	gf.args = []string{
 		"--node", gf.Name, "--site", s.Name, "--listen", ip + ":8080", "--admin", ip + ":9090",
 		"--source-ip", ip, "--controlplanes", strings.Join(c.CPAddrs, ","),
-		"--gossip-addr", ip + ":7946", "--join", strings.Join(seeds, ","),
+		"--gossip-addr", ip + ":7946", "--join", strings.Join(seeds, ","), "--gossip-key-file", c.GossipKeyFile,
 		"--plan-interval", spec.PlanInterval.String(), "--rtt-interval", spec.RTTInterval.String(),
 		"--damping", fmt.Sprint(spec.Damping), "--log-format", "json",
 	}

@@ -31,6 +31,10 @@ type Config struct {
 	// in the first build after one whole build interval of it, and in that
 	// build's plan; a step down decays with this time constant.
 	DemandSmoothing time.Duration
+	// Bounds are the plausibility limits on the peers' gossiped demand and
+	// RTT (see Bounds; DefaultBounds for the gfe). The zero value clamps
+	// nothing.
+	Bounds Bounds
 }
 
 // DefaultDemandSmoothing is the gfe's default Config.DemandSmoothing. Two
@@ -91,6 +95,12 @@ type Builder struct {
 	// lastBuild is the time of the last Build.
 	estimators map[groupKey]*capacity.Estimator
 	lastBuild  time.Time
+	// peerDemand is the demand last taken from each peer per service (the
+	// base of Bounds.MaxDemandRise); builds counts Builds; clamps are the
+	// values Bounds changed, for TakeClamps.
+	peerDemand map[peerDemandKey]acceptedDemand
+	builds     uint64
+	clamps     []Clamp
 }
 
 // NewBuilder returns a Builder for cfg.
@@ -107,6 +117,7 @@ func NewBuilder(cfg Config, opts Options) *Builder {
 		lastErr:  map[string]string{},
 
 		estimators: map[groupKey]*capacity.Estimator{},
+		peerDemand: map[peerDemandKey]acceptedDemand{},
 	}
 }
 
@@ -135,6 +146,7 @@ func (b *Builder) Build(in Input) (*Table, []error) {
 		dt = in.Now.Sub(b.lastBuild).Seconds()
 	}
 	b.lastBuild = in.Now
+	b.builds++
 	for i := range cs.Config.Services {
 		sc := &cs.Config.Services[i]
 		if svc := b.buildService(in, sc, sigs, dt, report); svc != nil {
@@ -142,6 +154,7 @@ func (b *Builder) Build(in Input) (*Table, []error) {
 		}
 	}
 	maps.DeleteFunc(b.lastErr, func(k, _ string) bool { return !seen[k] })
+	b.forgetPeerDemand()
 	b.forget(cs.Config)
 	b.prevSvc = t.Services
 	return t, problems
@@ -175,8 +188,9 @@ func (b *Builder) buildService(in Input, sc *config.Service, sigs map[*backend.B
 		return svc
 	}
 
+	in.Peers = b.boundPeers(in, sc, dt)
 	own := b.updateCapacity(in, sc, sigs, dt)
-	factor := mergeFactors(sc.Name, own, in.Peers, in.Self.Node)
+	factor := mergeFactors(sc.Name, own, in.Peers, in.Self.Node, estimatorConfig(sc).MinFactor)
 	svc.world = BuildWorld(in.Snapshot, sc, in.Peers, in.Self, factor)
 	if overloaded(svc.world) {
 		// Shrinking cannot make room when every region is full: plan the

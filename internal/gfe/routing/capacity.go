@@ -222,8 +222,10 @@ func factorOf(m map[string]float64, group string) float64 {
 
 // mergeFactors returns, per group of own, the lowest of own's factor and
 // every peer's for service svc (peers with this gfe's node name are
-// ignored, as BuildWorld ignores them).
-func mergeFactors(svc string, own map[string]float64, peers []Peer, self string) map[string]float64 {
+// ignored, as BuildWorld ignores them). A peer's factor below minFactor,
+// the lowest any gfe's estimator reaches (feedback.min_factor), counts as
+// minFactor: one gfe cannot gossip a group's capacity away.
+func mergeFactors(svc string, own map[string]float64, peers []Peer, self string, minFactor float64) map[string]float64 {
 	out := make(map[string]float64, len(own))
 	for g, f := range own {
 		out[g] = f
@@ -233,6 +235,7 @@ func mergeFactors(svc string, own map[string]float64, peers []Peer, self string)
 			continue
 		}
 		for g, f := range p.Capacity[svc] {
+			f = max(f, minFactor)
 			if cur, ok := out[g]; ok && f > 0 && f < cur {
 				out[g] = f
 			}

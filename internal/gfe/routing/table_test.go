@@ -35,7 +35,9 @@ func TestBuildWorld(t *testing.T) {
 		},
 		Sites: []waterfall.Site{
 			{Name: "lon", Demand: 30, RTT: map[string]float64{"us-east": 80, "eu-west": 5}},
-			{Name: "nyc", Demand: 150, RTT: map[string]float64{"us-east": 6, "eu-west": 81}},
+			// The median of nyc's two gfes, this one's own measurement
+			// breaking the tie: its own.
+			{Name: "nyc", Demand: 150, RTT: map[string]float64{"us-east": 5, "eu-west": 80}},
 			// tokyo has measured no RTT yet: left out.
 		},
 	}

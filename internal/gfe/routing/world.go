@@ -35,7 +35,9 @@ type Peer struct {
 // TargetUtilization times its factor in factor (1 when absent: see
 // mergeFactors),
 // and one Site per edge site known from peers (plus me's), with the site's
-// total demand for svc and its mean RTT to each region. A peer with me's
+// total demand for svc and its RTT to each region: the median over the
+// site's gfes, me's own measurement breaking an even count at me's site
+// (siteRTT), so that one lying gfe cannot move a site (finding #10.1b). A peer with me's
 // node name is ignored (me is newer than what gossip carries about this
 // node). A site whose gfes have measured no RTT to any of svc's regions is
 // left out: the planner could not place its demand. BuildWorld is pure.
@@ -67,26 +69,24 @@ func BuildWorld(s *snapshot.Snapshot, svc *config.Service, peers []Peer, me Peer
 		w.Regions[ri].Groups = append(w.Regions[ri].Groups, g)
 	}
 
-	// Per site: its demand and, per region index, the sum and count of its
-	// gfes' RTTs (slices, not maps: the simulator builds 80-site worlds
-	// for every site every step).
+	// Per site: its demand and, per region index, its gfes' RTTs (slices,
+	// not maps: the simulator builds 80-site worlds for every site every
+	// step).
 	type acc struct {
 		demand float64
-		rttSum []float64
-		rttN   []int
+		rtts   [][]float64
 	}
 	sites := map[string]*acc{}
 	add := func(site string, demand float64, rtt map[string]float64) {
 		a := sites[site]
 		if a == nil {
-			a = &acc{rttSum: make([]float64, len(w.Regions)), rttN: make([]int, len(w.Regions))}
+			a = &acc{rtts: make([][]float64, len(w.Regions))}
 			sites[site] = a
 		}
 		a.demand += demand
 		for r, v := range rtt {
 			if ri, ok := regionIdx[r]; ok {
-				a.rttSum[ri] += v
-				a.rttN[ri]++
+				a.rtts[ri] = append(a.rtts[ri], v)
 			}
 		}
 	}
@@ -105,24 +105,46 @@ func BuildWorld(s *snapshot.Snapshot, svc *config.Service, peers []Peer, me Peer
 	slices.Sort(names)
 	for _, n := range names {
 		a := sites[n]
-		measured := 0
-		for _, k := range a.rttN {
-			if k > 0 {
-				measured++
+		var rtt map[string]float64
+		for ri, vs := range a.rtts {
+			if len(vs) == 0 {
+				continue
 			}
+			if rtt == nil {
+				rtt = make(map[string]float64, len(a.rtts))
+			}
+			own, hasOwn := math.NaN(), false
+			if n == me.Site {
+				own, hasOwn = me.RTT[w.Regions[ri].Name]
+			}
+			rtt[w.Regions[ri].Name] = siteRTT(vs, own, hasOwn)
 		}
-		if measured == 0 {
+		if rtt == nil {
 			continue
-		}
-		rtt := make(map[string]float64, measured)
-		for ri, k := range a.rttN {
-			if k > 0 {
-				rtt[w.Regions[ri].Name] = a.rttSum[ri] / float64(k)
-			}
 		}
 		w.Sites = append(w.Sites, waterfall.Site{Name: n, Demand: a.demand, RTT: rtt})
 	}
 	return w
+}
+
+// siteRTT combines a site's gfes' RTTs to one region (vs, in any order; it
+// is sorted in place) into the site's RTT: their median, so that one gfe
+// that lies (or measures nonsense) among three or more cannot move it
+// beyond the honest ones' range. For this gfe's own site (hasOwn, with its
+// own measurement own among vs) an even count is made odd by counting own
+// twice, so that one liar among two gfes cannot move it at all: a gfe
+// trusts its own measurement over one other claim. An even count at
+// another site takes the mean of the two middle values.
+func siteRTT(vs []float64, own float64, hasOwn bool) float64 {
+	if len(vs)%2 == 0 && hasOwn {
+		vs = append(vs, own)
+	}
+	slices.Sort(vs)
+	m := len(vs) / 2
+	if len(vs)%2 == 1 {
+		return vs[m]
+	}
+	return (vs[m-1] + vs[m]) / 2
 }
 
 // NearestRegion returns the region with the lowest RTT in rtt among those
