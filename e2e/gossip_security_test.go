@@ -18,7 +18,7 @@ import (
 )
 
 // gossipNet is the 127.N/16 of the gossip security test.
-const gossipNet = 57
+const gossipNet = 58
 
 // TestGossipAuthenticatedAndKeyRotation runs the documented deployment (a
 // control plane and three gfes, gossip keyed from a file) and checks
