@@ -286,12 +286,13 @@ func (tl *tcpListener) admit(c net.Conn, l *config.Listener) (refused string, re
 	}
 }
 
-// refuse closes c at once, with a reset (no TIME_WAIT is left behind),
-// counts it and logs it (at most a line a second).
+// refuse counts c, closes it at once with a reset (no TIME_WAIT is left
+// behind) and logs it (at most a line a second). It counts first, so that
+// a client that has seen the reset finds it counted.
 func (tl *tcpListener) refuse(c net.Conn, l *config.Listener, reason string) {
 	x := tl.x
-	closeReset(c)
 	x.metrics.refused.WithLabelValues(l.Name, reason).Inc()
+	closeReset(c)
 	x.refuseLog.Warn().Str("listener", l.Name).Str("client", c.RemoteAddr().String()).Str("reason", reason).
 		Int("max_connections", l.MaxConnections).Int("max_connections_per_client", l.MaxConnectionsPerClient).
 		Int64("fd_budget", x.budget.Size()).Int64("fd_used", x.budget.Used()).
