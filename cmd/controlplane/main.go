@@ -110,30 +110,13 @@ func run(args []string) error {
 // reloadOnHangup reloads the configuration, and the gossip keyring file
 // when there is one (key rotation), on every SIGHUP until ctx is done.
 func reloadOnHangup(ctx context.Context, d *controlplane.Daemon, keyFile string, log zerolog.Logger) error {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-hup:
-			log.Info().Msg("SIGHUP: reloading config")
-			d.Reload() // logs its outcome
-			if keyFile == "" {
-				continue
-			}
-			id, warnings, err := daemonflags.ReloadGossipKeys(d.GossipNode(), keyFile)
-			if err != nil {
-				log.Error().Err(err).Msg("SIGHUP: gossip keyring not reloaded; the current keys stay")
-				continue
-			}
-			for _, w := range warnings {
-				log.Warn().Msg(w)
-			}
-			log.Info().Str("primary_key", id).Msg("SIGHUP: gossip keyring reloaded")
+	return daemonflags.OnHangup(ctx, func() {
+		log.Info().Msg("SIGHUP: reloading config")
+		d.Reload() // logs its outcome
+		if keyFile != "" {
+			daemonflags.ReloadGossipKeyFile(d.GossipNode(), keyFile, log)
 		}
-	}
+	})
 }
 
 // parseFlags defines the flags and binds them, with SPILLWAY_CP_* variables,

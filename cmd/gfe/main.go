@@ -140,7 +140,9 @@ func run(args []string) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return node.Run(ctx) })
 	g.Go(func() error { return e.Run(ctx) })
-	g.Go(func() error { return reloadKeysOnHangup(ctx, node, v.GetString("gossip-key-file"), log) })
+	g.Go(func() error {
+		return daemonflags.OnHangup(ctx, func() { daemonflags.ReloadGossipKeyFile(node, v.GetString("gossip-key-file"), log) })
+	})
 	if client != nil {
 		g.Go(func() error { return client.Run(ctx) })
 	}
@@ -213,33 +215,5 @@ func gossipSettings(v *viper.Viper, args []string, node string) daemonflags.Goss
 		Name: node, Addr: v.GetString("gossip-addr"), Join: v.GetString("join"),
 		KeyFile: v.GetString("gossip-key-file"), Key: v.GetString("gossip-key"),
 		KeyOnCommandLine: daemonflags.OnCommandLine(args, "gossip-key"), Insecure: v.GetBool("gossip-insecure"),
-	}
-}
-
-// reloadKeysOnHangup re-reads the gossip keyring file on every SIGHUP
-// (key rotation) until ctx is done. Without a key file SIGHUP is ignored.
-func reloadKeysOnHangup(ctx context.Context, node *gossip.Node, path string, log zerolog.Logger) error {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-hup:
-			if path == "" {
-				log.Info().Msg("SIGHUP: no --gossip-key-file to reload")
-				continue
-			}
-			id, warnings, err := daemonflags.ReloadGossipKeys(node, path)
-			if err != nil {
-				log.Error().Err(err).Msg("SIGHUP: gossip keyring not reloaded; the current keys stay")
-				continue
-			}
-			for _, w := range warnings {
-				log.Warn().Msg(w)
-			}
-			log.Info().Str("primary_key", id).Msg("SIGHUP: gossip keyring reloaded")
-		}
 	}
 }

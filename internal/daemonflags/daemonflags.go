@@ -6,12 +6,17 @@ package daemonflags
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
+
+	"github.com/rs/zerolog"
 
 	"github.com/spf13/pflag"
 
@@ -236,4 +241,40 @@ func ClientTLS(ca, cert, key, serverName string, plaintext bool) mtls.ClientConf
 		ServerName:        serverName,
 		InsecurePlaintext: plaintext,
 	}
+}
+
+// OnHangup calls reload on every SIGHUP until ctx is done; it returns nil
+// then. reload runs on OnHangup's goroutine, one call at a time.
+func OnHangup(ctx context.Context, reload func()) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-hup:
+			reload()
+		}
+	}
+}
+
+// ReloadGossipKeyFile is ReloadGossipKeys for a SIGHUP: it logs the
+// outcome (the new primary key's id, the file's warnings, or why the
+// current keys stay) instead of returning it. Without a key file (path
+// "") it only says so.
+func ReloadGossipKeyFile(n KeyReloader, path string, log zerolog.Logger) {
+	if path == "" {
+		log.Info().Msg("SIGHUP: no --gossip-key-file to reload")
+		return
+	}
+	id, warnings, err := ReloadGossipKeys(n, path)
+	if err != nil {
+		log.Error().Err(err).Msg("SIGHUP: gossip keyring not reloaded; the current keys stay")
+		return
+	}
+	for _, w := range warnings {
+		log.Warn().Msg(w)
+	}
+	log.Info().Str("primary_key", id).Msg("SIGHUP: gossip keyring reloaded")
 }
