@@ -1,0 +1,57 @@
+// Package quota holds Spillway's per-consumer quota rules (DESIGN.md §7,
+// Service Control semantics): which limit applies to a consumer, and how an
+// allocation is charged against it. It does no I/O and reads no clock: every
+// call takes the time, so the control plane's quota service (and later its
+// Redis-backed counters) and the tests run it on whatever clock they hold.
+//
+// # Limits
+//
+// A limit is a number of units of one metric (requests, or payload bytes)
+// per consumer per minute. EffectiveLimit resolves it from the metric's
+// default and the two kinds of override:
+//
+//	no override               the default
+//	producer override only    the producer override (it may raise the default)
+//	consumer override only    min(consumer override, default)
+//	both                      min(producer override, consumer override)
+//
+// A producer override is the service owner's grant to a consumer; a consumer
+// override is a consumer capping itself, which can only lower what it is
+// granted.
+//
+// # The window
+//
+// Counters count in fixed one-minute windows aligned to the Unix minute
+// (Window): the window of time t is t truncated to the minute, as
+// Google Service Control's per-minute quota and envoyproxy/ratelimit's
+// fixed windows are. An Allocator never admits more than the limit in one
+// window. Worst case over any 60 s that straddle a window boundary: twice the
+// limit (a full window's worth at the end of one window and again at the
+// start of the next). A sliding window would bound that, at the cost of two
+// counters read per allocation; fixed windows are what the tools our users
+// compare us with do, and what "requests per minute" means in their
+// dashboards.
+//
+// # Allocation
+//
+// Allocator.Allocate charges a Request: an operation id, a consumer and an
+// amount per metric, in one of three modes.
+//
+//   - ModeNormal: all or nothing. Every metric must fit under its limit, or
+//     nothing is charged and the result is Exhausted.
+//   - ModeBestEffort: each metric is charged as much of its amount as fits;
+//     the result is Exhausted only when a positive amount was asked and
+//     nothing at all could be charged.
+//   - ModeCheckOnly: nothing is charged; the result says what ModeNormal
+//     would have allocated.
+//
+// An Exhausted result carries RetryAfter, the time until the next window
+// starts. An operation id seen before in the current or the previous window
+// gets the result it got then, and is not charged again: a client that
+// retries an allocation whose answer it lost is charged once. Requests with
+// an empty operation id are never deduplicated.
+//
+// Memory: counters and operation ids of windows older than the previous one
+// are dropped as time moves on, so an Allocator holds at most two windows of
+// them.
+package quota
