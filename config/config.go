@@ -34,6 +34,9 @@ type Config struct {
 	// HTTP, with the http defaults of DefaultListener). Names and ports are
 	// unique. Defaults as in DefaultListener for each entry's protocol.
 	Listeners []Listener `mapstructure:"listeners"`
+	// Quota is per-consumer quota (see Quota). Optional: without metrics no
+	// request is charged.
+	Quota Quota `mapstructure:"quota"`
 
 	// Set by Load, Parse and New; never decoded.
 	source string // file name used in error messages

@@ -223,6 +223,23 @@ var badFiles = []struct {
 	{"duplicate_key.bad.yaml", []string{
 		`parsing yaml: yaml: unmarshal errors: line 12: mapping key "policy" already defined at line 11`,
 	}},
+	{"quota.bad.yaml", []string{
+		`quota.metrics[0].unit: must be "requests" or "bytes", got "calls"`,
+		`quota.metrics[0].default_limit: must be in 0..1000000000000 per minute, got -1`,
+		`quota.metrics[1].name: duplicate quota metric name "reads" (first at quota.metrics[0])`,
+		`quota.charges[0].service: unknown service "api"`,
+		`quota.charges[0].method: must be an upper-case HTTP method such as "GET", got "get"`,
+		`quota.charges[0].path_prefix: must start with "/"`,
+		`quota.charges[0].metric: unknown quota metric "writes"`,
+		`quota.charges[0].cost: must be in 1..1000000, got 0`,
+		`quota.consumers[0].api_key: must be 8 to 256 printable ASCII bytes without spaces (got 5 bytes)`,
+		`quota.consumers[1].project: invalid project name "Acme"`,
+		`quota.consumers[2].api_key: duplicate API key (first at quota.consumers[1])`,
+		`quota.consumers[2].project: "anonymous" is reserved for requests without a key (allow_anonymous)`,
+		`quota.producer_overrides[0].project: unknown project "nobody": no consumer maps to it`,
+		`quota.producer_overrides[0].limit: must be in 0..1000000000000 per minute, got 10000000000000`,
+		`quota.consumer_overrides[1]: duplicate override of project "anonymous", metric "reads" (first at quota.consumer_overrides[0])`,
+	}},
 	{"not_a_map.bad.yaml", []string{
 		`parsing yaml: yaml: unmarshal errors: line 1: cannot unmarshal !!seq into map[string]interface {}`,
 	}},

@@ -82,6 +82,32 @@
 //	    first_byte_timeout: 30s           # tcp: (0, 1h], default 30s; http, https: must be unset
 //	    max_connections: 10000            # tcp: 1..1000000, default 10000; http, https: must be unset
 //	    max_connections_per_client: 256   # tcp: 1..1000000, default 256, per client IP; http, https: must be unset
+//	quota:                                # optional; no metrics = no request is charged (DESIGN.md §7)
+//	  metrics:
+//	    - name: read-requests             # required, unique; same syntax as other names
+//	      unit: requests                  # requests (default) | bytes (request payload bytes)
+//	      default_limit: 600              # required, per consumer per minute, 0..1e12
+//	  charges:                            # a request charges every entry it matches
+//	    - service: web                    # required, a service
+//	      method: POST                    # optional, upper case; default every method
+//	      path_prefix: /api/              # default "/"
+//	      metric: read-requests           # required, a metric
+//	      cost: 1                         # per request (requests) or per byte (bytes), 1..1e6, default 1
+//	  consumers:                          # API key (x-api-key header, else the key query parameter) → project
+//	    - api_key: k-8-to-256-bytes       # required, unique, printable ASCII; a secret (redacted like cookie secrets)
+//	      project: acme                   # required; same syntax as other names; "anonymous" is reserved
+//	  producer_overrides:                 # the service owner's limit for a project: may raise or lower the default
+//	    - {project: acme, metric: read-requests, limit: 6000}
+//	  consumer_overrides:                 # a project's own cap: can only lower its limit
+//	    - {project: acme, metric: read-requests, limit: 300}
+//	  allow_anonymous: false              # true: requests without a known key are charged to "anonymous"; false: 401
+//
+// A project's limit for a metric (Config.QuotaLimit, lb/quota.EffectiveLimit):
+// no override ⇒ default_limit; producer override only ⇒ it; consumer override
+// only ⇒ min(it, default_limit); both ⇒ min(producer, consumer). Quota is
+// configured and validated here and resolved by lb/quota; the control
+// plane's AllocateQuota and the gfe's enforcement are not wired yet (issue
+// #13).
 //
 // The defaults of a listener depend on its protocol (DefaultListener): the
 // values shown are those of http and https, and of tcp for the tcp-only

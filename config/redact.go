@@ -9,8 +9,8 @@ import "reflect"
 const RedactedSecret = "(redacted: secrets are served only to gfes authenticated with mutual TLS)"
 
 // Redact returns a copy of c in which every secret (each service's
-// session_affinity.cookie_secret and previous_cookie_secret) that is set is
-// replaced by RedactedSecret: what a control plane serves to a client it
+// session_affinity.cookie_secret and previous_cookie_secret, and every
+// quota consumer's api_key) that is set is replaced by RedactedSecret: what a control plane serves to a client it
 // could not authenticate. The copy is read-only, as c is; Source is kept.
 func Redact(c *Config) *Config {
 	out := cloneValue(reflect.ValueOf(*c)).Interface().(Config)
@@ -22,6 +22,9 @@ func Redact(c *Config) *Config {
 		if a.PreviousCookieSecret != "" {
 			a.PreviousCookieSecret = RedactedSecret
 		}
+	}
+	for i := range out.Quota.Consumers {
+		out.Quota.Consumers[i].APIKey = RedactedSecret
 	}
 	out.finish()
 	return &out

@@ -73,6 +73,10 @@ func defaultsFor(t reflect.Type, protocol string) reflect.Value {
 		return reflect.ValueOf(DefaultRoute())
 	case reflect.TypeFor[Listener]():
 		return reflect.ValueOf(DefaultListener(ListenerProtocol(protocol)))
+	case reflect.TypeFor[QuotaMetric]():
+		return reflect.ValueOf(DefaultQuotaMetric())
+	case reflect.TypeFor[QuotaCharge]():
+		return reflect.ValueOf(DefaultQuotaCharge())
 	}
 	return reflect.Zero(t)
 }

@@ -37,6 +37,7 @@ func (c *Config) validate(p *problems) {
 	v.services()
 	v.routes()
 	v.listeners()
+	v.quota()
 }
 
 // validator carries the name tables that cross-references are checked against.
@@ -48,6 +49,10 @@ type validator struct {
 	// serviceNames maps a service name to its path, for route references.
 	serviceNames map[string]string
 }
+
+// withheld is the problem with a secret that a control plane redacted
+// (RedactedSecret).
+const withheld = "withheld: the control plane serves secrets only over mutual TLS (it runs with --insecure-plaintext, or this client is not authenticated)"
 
 // nameRE is the syntax of region, zone, group and service names: lower-case
 // letters, digits, '.', '_' and '-', starting and ending with a letter or
@@ -429,7 +434,6 @@ func (v *validator) affinity(ap string, a SessionAffinity) {
 		v.p.add(ap+".cookie_ttl", fmt.Sprintf("must be in [0, %v] (400 days; 0 = session cookie), got %v", maxCookieTTL, a.CookieTTL))
 	}
 	gen := a.Type == AffinityGeneratedCookie
-	const withheld = "withheld: the control plane serves secrets only over mutual TLS (it runs with --insecure-plaintext, or this client is not authenticated)"
 	switch {
 	case a.CookieSecret == RedactedSecret:
 		v.p.add(ap+".cookie_secret", withheld)
