@@ -50,6 +50,6 @@ protoc \
   -I . -I third_party \
   --go_out=. --go_opt=paths=source_relative \
   --go-grpc_out=. --go-grpc_opt=paths=source_relative \
-  spillway/v1/controlplane.proto
+  spillway/v1/controlplane.proto spillway/v1/quota.proto
 
 echo "generated: $(ls spillway/v1/*.pb.go | tr '\n' ' ')" >&2

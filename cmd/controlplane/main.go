@@ -132,6 +132,7 @@ func parseFlags(args []string) (*viper.Viper, error) {
 	fs.String("tls-allowed-clients", "", `comma-separated client identities served (DNS/URI SANs or CN; "*.suffix" for one label; "*" for any the CA vouches for)`)
 	fs.Bool("insecure-plaintext", false, "serve gRPC WITHOUT TLS (secrets redacted); required when no --tls-* flags are given")
 	fs.Bool("grpc-reflection", false, "register the gRPC reflection service")
+	fs.Float64("quota-error-rate", 0, "fraction of AllocateQuota calls failed on purpose with UNAVAILABLE, so that gfes' fail-open path stays exercised (0..0.5)")
 	fs.String("admin", d.AdminAddr, "admin HTTP listen address: /metrics /healthz /readyz /status (/debug/pprof with --pprof)")
 	fs.String("admin-token-file", "", "file holding a bearer token required on every admin page but /healthz and /readyz")
 	fs.Bool("pprof", false, "serve the Go profiler on the admin listener under /debug/pprof/ (never cmdline)")
@@ -168,6 +169,7 @@ func daemonConfig(v *viper.Viper, args []string) (controlplane.Config, []string,
 	cfg.AdminTokenFile = v.GetString("admin-token-file")
 	cfg.Pprof = v.GetBool("pprof")
 	cfg.GRPCReflection = v.GetBool("grpc-reflection")
+	cfg.QuotaErrorRate = v.GetFloat64("quota-error-rate")
 	cfg.TLS = daemonflags.ServerTLS(v.GetString("tls-ca"), v.GetString("tls-cert"), v.GetString("tls-key"),
 		v.GetString("tls-allowed-clients"), v.GetBool("insecure-plaintext"))
 	cfg.NodeName = v.GetString("node")

@@ -91,6 +91,11 @@ type Config struct {
 	// disconnected (grpc keepalive.EnforcementPolicy). Default 5s, which
 	// lets cpclient detect a dead control plane within seconds.
 	KeepaliveMinTime time.Duration
+	// QuotaErrorRate is the fraction of AllocateQuota calls the quota
+	// service fails on purpose with UNAVAILABLE, before charging anything,
+	// so that the gfes' fail-open path stays exercised in production
+	// (DESIGN.md §7). Default 0; in [0, 0.5].
+	QuotaErrorRate float64
 }
 
 // DefaultConfig returns a Config with every default set; ConfigPath and
@@ -131,6 +136,9 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownGrace < 0 {
 		bad("shutdown_grace: must be >= 0, got %v", c.ShutdownGrace)
+	}
+	if !(c.QuotaErrorRate >= 0 && c.QuotaErrorRate <= 0.5) {
+		bad("quota_error_rate: must be in [0, 0.5], got %v", c.QuotaErrorRate)
 	}
 	if c.KeepaliveMinTime <= 0 {
 		bad("keepalive_min_time: must be > 0, got %v", c.KeepaliveMinTime)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"time"
@@ -48,6 +49,7 @@ type Daemon struct {
 	health     *healthManager
 	reloader   *reloader
 	svc        *service
+	quota      *quotaService
 	grpcSrv    *grpc.Server
 	grpcHealth *grpchealth.Server
 	lis        net.Listener
@@ -125,6 +127,12 @@ func New(cfg Config, opts Options) (d *Daemon, err error) {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 	)
 	pb.RegisterControlPlaneServer(d.grpcSrv, d.svc)
+	seed := rand.Uint64()
+	if opts.Rand != nil {
+		seed = opts.Rand()
+	}
+	d.quota = newQuotaService(d.hub, opts.Clock, cfg.QuotaErrorRate, seed, opts.Logger, reg)
+	pb.RegisterQuotaServer(d.grpcSrv, d.quota)
 	d.grpcHealth = grpchealth.NewServer()
 	healthpb.RegisterHealthServer(d.grpcSrv, d.grpcHealth)
 	d.setServing(healthpb.HealthCheckResponse_NOT_SERVING)
