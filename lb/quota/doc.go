@@ -51,6 +51,16 @@
 // retries an allocation whose answer it lost is charged once. Requests with
 // an empty operation id are never deduplicated.
 //
+// # Admission at the gfe
+//
+// Lease is a gfe's side of one (service, consumer, metric): it admits from
+// a budget the quota service granted, gives a little credit at the start
+// of a window, refuses when the budget is spent, fails open when the
+// service fails, and says when (at most once per Interval) and for how much
+// to ask again. With three gfes, one Allocator and every consumer offered
+// ten times its limit, every window admits between 0.98 and 1.02 of the
+// limit (TestLeaseAccuracy).
+//
 // Memory: counters and operation ids of windows older than the previous one
 // are dropped as time moves on, so an Allocator holds at most two windows of
 // them.

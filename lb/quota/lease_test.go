@@ -1,0 +1,165 @@
+package quota
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestLeaseAdmission walks one Lease through each rule, on an injected
+// clock starting 20 s into a window.
+func TestLeaseAdmission(t *testing.T) {
+	now := t0.Add(20 * time.Second)
+	l := &Lease{Credit: 3}
+	admit := func(cost int64) bool { ok, _ := l.Admit(now, cost); return ok }
+
+	// Before any grant: credit, then refused.
+	if !admit(1) || !admit(2) || admit(1) {
+		t.Fatal("before a grant: want 3 units admitted on credit, then refused")
+	}
+	ask, ok := l.Call(now)
+	if !ok || ask != 3+2*4 { // owed 3, demand 4 (3 admitted, 1 refused)
+		t.Fatalf("Call = %d, %v; want 3 owed + 2 × 4 demand = 11", ask, ok)
+	}
+	if _, again := l.Call(now.Add(500 * time.Millisecond)); again {
+		t.Error("a second call while the first is outstanding")
+	}
+	l.Granted(now, 10, false, 0) // pays the 3 owed, 7 budget
+	for i := range 7 {
+		if !admit(1) {
+			t.Fatalf("budget unit %d refused", i)
+		}
+	}
+	ok, retry := l.Admit(now, 1)
+	if ok || retry != time.Second {
+		t.Errorf("out of budget after a grant: Admit = %v, retry %v; want refused until the next call, 1s", ok, retry)
+	}
+	if _, ok := l.Call(now.Add(999 * time.Millisecond)); ok {
+		t.Error("a call within Interval of the previous one")
+	}
+
+	// Exhausted: refused until the window ends, no calls meanwhile.
+	now = now.Add(time.Second)
+	if _, ok := l.Call(now); !ok {
+		t.Fatal("no call after Interval with demand")
+	}
+	l.Granted(now, 0, true, 39*time.Second)
+	if ok, retry := l.Admit(now.Add(time.Second), 1); ok || retry != 38*time.Second {
+		t.Errorf("exhausted: Admit = %v, %v; want refused for 38s", ok, retry)
+	}
+	if _, ok := l.Call(now.Add(2 * time.Second)); ok {
+		t.Error("a call while the window is exhausted")
+	}
+
+	// The next window: credit again.
+	now = t0.Add(Window + time.Second)
+	if !admit(3) || admit(1) {
+		t.Error("next window: want 3 units of credit again, then refused")
+	}
+
+	// The service fails: fail open until a call succeeds.
+	ask, _ = l.Call(now)
+	l.Failed()
+	for i := range 100 {
+		if !admit(5) {
+			t.Fatalf("failing open: request %d refused", i)
+		}
+	}
+	now = now.Add(time.Second)
+	if ask, ok = l.Call(now); !ok {
+		t.Fatal("no call after a failure")
+	}
+	l.Granted(now, 0, false, 0)
+	if admit(1) {
+		t.Error("after a successful empty grant: admitted without budget")
+	}
+
+	// Idle: no calls.
+	idle := &Lease{}
+	if _, ok := idle.Call(now); ok {
+		t.Error("a call without demand")
+	}
+}
+
+// TestLeaseAccuracy is the accuracy target of issue #13 on the pure parts:
+// 3 gfes, one Allocator, consumers with limits of 60 to 6,000 a minute,
+// each offered 10× its limit spread evenly over the gfes, every gfe calling
+// at most once a second with the answer one 10 ms tick later, and giving
+// 0.5% of the limit (rounded down) on credit at the start of a window. Every
+// consumer is admitted between 0.98 and 1.02 of its limit in every window.
+func TestLeaseAccuracy(t *testing.T) {
+	limits := []int64{60, 600, 1000, 6000}
+	alloc := NewAllocator(func(consumer, _ string) (int64, bool) {
+		var l int64
+		fmt.Sscan(consumer, &l)
+		return l, true
+	})
+	const gfes, tick = 3, 10 * time.Millisecond
+	type pending struct {
+		ask int64
+		at  time.Time
+	}
+	leases := make([][]*Lease, len(limits))
+	calls := make([][]*pending, len(limits))
+	carry := make([][]float64, len(limits))
+	admitted := make([]map[int64]int64, len(limits))
+	for c, lim := range limits {
+		leases[c] = make([]*Lease, gfes)
+		calls[c] = make([]*pending, gfes)
+		carry[c] = make([]float64, gfes)
+		admitted[c] = map[int64]int64{}
+		for g := range leases[c] {
+			leases[c][g] = &Lease{Credit: lim / 200} // 0.5% of the limit, rounded down
+		}
+	}
+	start := t0
+	for step := range int(3 * Window / tick) {
+		now := start.Add(time.Duration(step) * tick)
+		for c, lim := range limits {
+			consumer := fmt.Sprint(lim)
+			for g, l := range leases[c] {
+				if p := calls[c][g]; p != nil && !now.Before(p.at) {
+					res, err := alloc.Allocate(now, Request{Consumer: consumer, Mode: ModeBestEffort, Values: []MetricValue{{"m", p.ask}}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					l.Granted(now, res.Allocated[0].Value, res.Exhausted, res.RetryAfter)
+					calls[c][g] = nil
+				}
+				// 10× the limit a minute, over gfes, per tick.
+				carry[c][g] += float64(10*lim) / gfes * tick.Seconds() / Window.Seconds()
+				for ; carry[c][g] >= 1; carry[c][g]-- {
+					if ok, _ := l.Admit(now, 1); ok {
+						admitted[c][windowOf(now)]++
+					}
+				}
+				if ask, ok := l.Call(now); ok {
+					calls[c][g] = &pending{ask: ask, at: now.Add(tick)}
+				}
+			}
+		}
+	}
+	lo, hi := 2.0, 0.0
+	for c, lim := range limits {
+		for w, n := range admitted[c] {
+			r := float64(n) / float64(lim)
+			lo, hi = min(lo, r), max(hi, r)
+			if r < 0.98 || r > 1.02 {
+				t.Errorf("limit %d: window %d admitted %d (%.3f of the limit), want 0.98..1.02", lim, w-windowOf(start), n, r)
+			}
+		}
+		if len(admitted[c]) != 3 {
+			t.Errorf("limit %d: admitted in %d windows, want 3", lim, len(admitted[c]))
+		}
+	}
+	t.Logf("admitted per window over the limit: %.4f to %.4f", lo, hi)
+}
+
+func BenchmarkLeaseAdmit(b *testing.B) {
+	l := &Lease{}
+	l.Granted(t0, 1<<40, false, 0)
+	b.ReportAllocs()
+	for b.Loop() {
+		l.Admit(t0, 1)
+	}
+}
