@@ -129,3 +129,14 @@ func (l *Lease) Granted(now time.Time, granted int64, exhausted bool, retryAfter
 func (l *Lease) Failed() {
 	l.calling, l.failing = false, true
 }
+
+// Failing reports whether admission fails open: the last call failed and
+// none has succeeded since.
+func (l *Lease) Failing() bool { return l.failing }
+
+// Want counts cost units of demand refused at now for a reason of the
+// caller's (so that Call still asks, and learns when the reason is gone).
+func (l *Lease) Want(now time.Time, cost int64) {
+	l.roll(now)
+	l.demand += cost
+}

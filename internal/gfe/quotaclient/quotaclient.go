@@ -1,0 +1,342 @@
+// Package quotaclient is the gfe's side of per-consumer quota (DESIGN.md
+// §7): it decides on the request path, from local state only, whether a
+// request is admitted, and asks the control plane's Quota service for more
+// in the background, at most once per second per (service, project,
+// metric) — lb/quota.Lease does the arithmetic.
+//
+// The answers, as the seed document maps them:
+//
+//   - no API key (x-api-key header, else the key query parameter) or an
+//     unknown one, and anonymous requests not allowed: 401;
+//   - the quota service said RESOURCE_EXHAUSTED, or the local budget is
+//     spent: 429 with Retry-After;
+//   - any other quota error (the service refused the request as malformed,
+//     or does not know the metric): 409, until a later call succeeds;
+//   - the quota service unavailable, timing out or failing internally, or
+//     no control plane connected: fail open — admit, never retry the call
+//     early, log (at most a line a second) and count;
+//   - anything unexpected: log and admit.
+//
+// Error bodies say what the client can act on and nothing internal.
+//
+// Not wired yet: the gfe's request path does not call Admit, and nothing
+// runs an Enforcer (issue #13's next step, with its end-to-end tests).
+package quotaclient
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/lb/quota"
+	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
+)
+
+// Allocator is the Quota service as the Enforcer calls it
+// (pb.QuotaClient over the control-plane connection).
+type Allocator interface {
+	AllocateQuota(ctx context.Context, in *pb.AllocateQuotaRequest, opts ...grpc.CallOption) (*pb.AllocateQuotaResponse, error)
+}
+
+// Config tunes an Enforcer.
+type Config struct {
+	// Interval is the least time between two calls for one (service,
+	// project, metric). Default 1s.
+	Interval time.Duration
+	// Tick is how often leases are looked at for calls to make. Default
+	// 50ms.
+	Tick time.Duration
+	// Timeout bounds one call; a call that takes longer counts as failed
+	// (fail open). Default 500ms.
+	Timeout time.Duration
+}
+
+// Verdict is the Enforcer's answer for one request.
+type Verdict struct {
+	// Status is 0 to admit the request, else the HTTP status to answer
+	// (401, 409 or 429).
+	Status int
+	// RetryAfter is set with 429: when the client may try again.
+	RetryAfter time.Duration
+	// Message is the body of a refusal.
+	Message string
+}
+
+// The bodies of refusals: what the client can act on, nothing internal.
+const (
+	msgNoKey     = "an API key is required (x-api-key header or key query parameter)\n"
+	msgExhausted = "quota exceeded for this consumer; retry later\n"
+	msgDenied    = "this request cannot be charged to this consumer's quota\n"
+)
+
+// Enforcer admits requests against quota. Create it with New; Admit is
+// safe for concurrent use; Run makes the calls.
+type Enforcer struct {
+	cfg     Config
+	clk     clock.Clock
+	conn    func() Allocator
+	log     zerolog.Logger
+	logged  time.Time // last fail-open log line, under mu
+	dropped int       // fail-open lines not logged since, under mu
+
+	decisions *prometheus.CounterVec // result
+	calls     *prometheus.CounterVec // result
+
+	// spawn runs a call; `go f()` but in tests.
+	spawn func(f func())
+
+	mu     sync.Mutex
+	leases map[key]*lease
+}
+
+type key struct{ service, project, metric string }
+
+// lease is a Lease and the state of "other" quota errors.
+type lease struct {
+	quota.Lease
+	key    key
+	denied bool // the last call failed with an error that is not the service's fault: 409
+}
+
+// New returns an Enforcer that calls the Quota service over conn (nil, or
+// a nil result, when no control plane is connected: calls fail open).
+func New(cfg Config, clk clock.Clock, conn func() Allocator, log zerolog.Logger, reg prometheus.Registerer) *Enforcer {
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.Tick <= 0 {
+		cfg.Tick = 50 * time.Millisecond
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 500 * time.Millisecond
+	}
+	e := &Enforcer{
+		cfg: cfg, clk: clock.OrReal(clk), conn: conn,
+		log:    log.With().Str("component", "quota").Logger(),
+		leases: map[key]*lease{},
+		spawn:  func(f func()) { go f() },
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "spillway", Subsystem: "gfe", Name: "quota_decisions_total",
+			Help: "Requests charged to quota, by result: admitted, exhausted (429), denied (409), unidentified (401), fail_open (admitted while the quota service fails).",
+		}, []string{"result"}),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "spillway", Subsystem: "gfe", Name: "quota_calls_total",
+			Help: "AllocateQuota calls by result: ok, exhausted, denied (an error that is not the service's fault: 409 until a call succeeds), failed (fail open), unexpected (logged, fail open).",
+		}, []string{"result"}),
+	}
+	for _, r := range []string{"admitted", "exhausted", "denied", "unidentified", "fail_open"} {
+		e.decisions.WithLabelValues(r)
+	}
+	for _, r := range []string{"ok", "exhausted", "denied", "failed", "unexpected"} {
+		e.calls.WithLabelValues(r)
+	}
+	if reg != nil {
+		reg.MustRegister(e.decisions, e.calls)
+	}
+	return e
+}
+
+// APIKey returns the request's API key: the x-api-key header, else the
+// key query parameter.
+func APIKey(r *http.Request) string {
+	if k := r.Header.Get("x-api-key"); k != "" {
+		return k
+	}
+	if r.URL.RawQuery == "" {
+		return ""
+	}
+	return r.URL.Query().Get("key")
+}
+
+// Admit decides on request r of service under configuration cfg at now: a
+// zero Verdict admits it (also when nothing charges it). It never waits on
+// the network.
+func (e *Enforcer) Admit(cfg *config.Config, service string, r *http.Request, now time.Time) Verdict {
+	if len(cfg.Quota.Charges) == 0 {
+		return Verdict{}
+	}
+	charges := cfg.QuotaCharges(service, r.Method, r.URL.Path)
+	if len(charges) == 0 {
+		return Verdict{}
+	}
+	project, ok := cfg.QuotaProject(APIKey(r))
+	if !ok {
+		e.decisions.WithLabelValues("unidentified").Inc()
+		return Verdict{Status: http.StatusUnauthorized, Message: msgNoKey}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	// Every charge must pass. A request refused by a later charge keeps
+	// what earlier ones took from their budgets: requests rarely match
+	// several charges, and the budgets are refilled every second.
+	failOpen := false
+	for _, ch := range charges {
+		cost := ch.Cost
+		if m := metricOf(cfg, ch.Metric); m.Unit == config.QuotaBytes {
+			cost *= max(0, r.ContentLength)
+		}
+		l := e.lease(cfg, key{service, project, ch.Metric})
+		if l.denied {
+			l.Want(now, cost) // the next call tells whether it still holds
+			e.decisions.WithLabelValues("denied").Inc()
+			return Verdict{Status: http.StatusConflict, Message: msgDenied}
+		}
+		ok, retry := l.Admit(now, cost)
+		if !ok {
+			e.decisions.WithLabelValues("exhausted").Inc()
+			return Verdict{Status: http.StatusTooManyRequests, RetryAfter: retry, Message: msgExhausted}
+		}
+		failOpen = failOpen || l.Failing()
+	}
+	if failOpen {
+		e.decisions.WithLabelValues("fail_open").Inc()
+	} else {
+		e.decisions.WithLabelValues("admitted").Inc()
+	}
+	return Verdict{}
+}
+
+// metricOf returns the configured metric named name (zero if none).
+func metricOf(cfg *config.Config, name string) config.QuotaMetric {
+	for _, m := range cfg.Quota.Metrics {
+		if m.Name == name {
+			return m
+		}
+	}
+	return config.QuotaMetric{}
+}
+
+// lease returns k's lease, made with 0.5% of its limit as credit. Callers
+// hold e.mu.
+func (e *Enforcer) lease(cfg *config.Config, k key) *lease {
+	l := e.leases[k]
+	if l == nil {
+		limit, _, _ := cfg.QuotaLimit(k.project, k.metric)
+		l = &lease{key: k, Lease: quota.Lease{Interval: e.cfg.Interval, Credit: limit / 200}}
+		e.leases[k] = l
+	}
+	return l
+}
+
+// Run makes the calls every Tick until ctx is done; it returns nil then.
+func (e *Enforcer) Run(ctx context.Context) error {
+	t := e.clk.NewTicker(e.cfg.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C():
+			e.callAll(ctx, e.clk.Now())
+		}
+	}
+}
+
+// callAll starts a call for every lease that wants one at now.
+func (e *Enforcer) callAll(ctx context.Context, now time.Time) {
+	type due struct {
+		l   *lease
+		ask int64
+	}
+	var calls []due
+	e.mu.Lock()
+	for _, l := range e.leases {
+		if ask, ok := l.Call(now); ok {
+			calls = append(calls, due{l, ask})
+		}
+	}
+	e.mu.Unlock()
+	for _, c := range calls {
+		e.spawn(func() { e.call(ctx, c.l, c.ask) })
+	}
+}
+
+// call asks for ask units for l and applies the answer.
+func (e *Enforcer) call(ctx context.Context, l *lease, ask int64) {
+	var c Allocator
+	if e.conn != nil {
+		c = e.conn()
+	}
+	var resp *pb.AllocateQuotaResponse
+	err := errNoControlPlane
+	if c != nil {
+		cctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
+		resp, err = c.AllocateQuota(cctx, &pb.AllocateQuotaRequest{
+			Method:   l.key.service,
+			Consumer: l.key.project,
+			Values:   []*pb.QuotaMetricValue{{Metric: l.key.metric, Value: ask}},
+			Mode:     pb.QuotaMode_QUOTA_MODE_BEST_EFFORT,
+		})
+		cancel()
+	}
+	now := e.clk.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch code := status.Code(err); {
+	case err == nil:
+		var granted int64
+		for _, v := range resp.GetAllocated() {
+			if v.GetMetric() == l.key.metric {
+				granted += v.GetValue()
+			}
+		}
+		e.calls.WithLabelValues("ok").Inc()
+		l.denied = false
+		l.Granted(now, granted, false, 0)
+	case code == codes.ResourceExhausted:
+		e.calls.WithLabelValues("exhausted").Inc()
+		l.denied = false
+		l.Granted(now, 0, true, retryAfter(err, now))
+	case code == codes.InvalidArgument || code == codes.FailedPrecondition || code == codes.PermissionDenied || code == codes.NotFound:
+		e.calls.WithLabelValues("denied").Inc()
+		l.denied = true
+		l.Failed()
+		e.logFailure(now, l.key, err, "quota call refused; its requests get 409 until a call succeeds")
+	case code == codes.Unavailable || code == codes.DeadlineExceeded || code == codes.Internal || code == codes.Canceled || err == errNoControlPlane:
+		e.calls.WithLabelValues("failed").Inc()
+		l.denied = false
+		l.Failed()
+		e.logFailure(now, l.key, err, "quota service failing; admitting (fail open)")
+	default:
+		e.calls.WithLabelValues("unexpected").Inc()
+		l.denied = false
+		l.Failed()
+		e.logFailure(now, l.key, err, "unexpected quota error; admitting (fail open)")
+	}
+}
+
+// errNoControlPlane is a call's error when no control plane is connected.
+var errNoControlPlane = status.Error(codes.Unavailable, "no control plane connected")
+
+// retryAfter returns the RetryInfo delay of a RESOURCE_EXHAUSTED error, or
+// the rest of now's window.
+func retryAfter(err error, now time.Time) time.Duration {
+	for _, d := range status.Convert(err).Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return ri.GetRetryDelay().AsDuration()
+		}
+	}
+	return now.Truncate(quota.Window).Add(quota.Window).Sub(now)
+}
+
+// logFailure logs a failed call, at most a line a second, saying how many
+// were not logged since. Callers hold e.mu.
+func (e *Enforcer) logFailure(now time.Time, k key, err error, msg string) {
+	if now.Sub(e.logged) < time.Second {
+		e.dropped++
+		return
+	}
+	e.log.Warn().Err(err).Str("service", k.service).Str("project", k.project).Str("metric", k.metric).
+		Int("not_logged_since", e.dropped).Msg(msg)
+	e.logged, e.dropped = now, 0
+}

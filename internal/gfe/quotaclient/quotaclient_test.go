@@ -1,0 +1,189 @@
+package quotaclient
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/lb/quota"
+	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
+)
+
+const quotaConfig = `
+regions: [{name: r1, zones: [{name: z1, groups: [{name: g1, instances: [{address: "127.0.0.1:9001"}]}]}]}]
+services: [{name: web, backends: [{group: g1, max_rate_per_instance: 10}]}]
+routes: [{service: web}]
+quota:
+  metrics: [{name: calls, default_limit: 600}]
+  charges: [{service: web, path_prefix: /api/, metric: calls}]
+  consumers: [{api_key: acme-key-0001, project: acme}]
+`
+
+// server answers AllocateQuota like the control plane (lb/quota's
+// Allocator on the same clock), or with err when set.
+type server struct {
+	alloc *quota.Allocator
+	clk   clock.Clock
+	err   error
+	n     int
+}
+
+func (s *server) AllocateQuota(_ context.Context, in *pb.AllocateQuotaRequest, _ ...grpc.CallOption) (*pb.AllocateQuotaResponse, error) {
+	s.n++
+	if s.err != nil {
+		return nil, s.err
+	}
+	v := in.GetValues()[0]
+	res, err := s.alloc.Allocate(s.clk.Now(), quota.Request{Consumer: in.GetConsumer(), Mode: quota.ModeBestEffort, Values: []quota.MetricValue{{Metric: v.GetMetric(), Value: v.GetValue()}}})
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if res.Exhausted {
+		st, _ := status.New(codes.ResourceExhausted, "exhausted").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(res.RetryAfter)})
+		return nil, st.Err()
+	}
+	return &pb.AllocateQuotaResponse{Allocated: []*pb.QuotaMetricValue{{Metric: v.GetMetric(), Value: res.Allocated[0].Value}}}, nil
+}
+
+func setup(t *testing.T) (*Enforcer, *config.Config, *server, *clock.Fake) {
+	t.Helper()
+	cfg, err := config.Parse([]byte(quotaConfig), "quota.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clock.NewFake(time.Unix(1_800_000_000-1_800_000_000%60, 0)) // the start of a window
+	srv := &server{clk: clk, alloc: quota.NewAllocator(func(p, m string) (int64, bool) { l, _, ok := cfg.QuotaLimit(p, m); return l, ok })}
+	e := New(Config{}, clk, func() Allocator { return srv }, zerolog.Nop(), nil)
+	e.spawn = func(f func()) { f() } // calls answer at once, in order
+	return e, cfg, srv, clk
+}
+
+func request(path, key string) *http.Request {
+	r := httptest.NewRequest(http.MethodGet, path, nil)
+	if key != "" {
+		r.Header.Set("x-api-key", key)
+	}
+	return r
+}
+
+// TestEnforcer: the mapping of the seed, end to end through the Enforcer:
+// 401 without a key, admission on credit then on granted budget, 429 with
+// the service's Retry-After once the window is exhausted, and the counts.
+func TestEnforcer(t *testing.T) {
+	e, cfg, srv, clk := setup(t)
+	if v := e.Admit(cfg, "web", request("/other", ""), clk.Now()); v.Status != 0 {
+		t.Errorf("a path no charge matches: %+v, want admitted", v)
+	}
+	if v := e.Admit(cfg, "web", request("/api/x", ""), clk.Now()); v.Status != http.StatusUnauthorized || !strings.Contains(v.Message, "API key") {
+		t.Errorf("no key: %+v, want 401", v)
+	}
+	if v := e.Admit(cfg, "web", request("/api/x?key=nope-nope-nope", ""), clk.Now()); v.Status != http.StatusUnauthorized {
+		t.Errorf("unknown key: %+v, want 401", v)
+	}
+	// Credit: 0.5% of 600 = 3, before the first grant.
+	admitted := 0
+	for range 10 {
+		if e.Admit(cfg, "web", request("/api/x?key=acme-key-0001", ""), clk.Now()).Status == 0 {
+			admitted++
+		}
+	}
+	if admitted != 3 || srv.n != 0 {
+		t.Fatalf("before a grant: admitted %d, %d calls; want 3 on credit and no call on the request path", admitted, srv.n)
+	}
+	// Each second: one call, asking owed + 2 × demand; 600 a minute in all.
+	total := 3
+	for range 59 {
+		clk.Advance(time.Second)
+		e.callAll(context.Background(), clk.Now())
+		for range 100 {
+			v := e.Admit(cfg, "web", request("/api/x", "acme-key-0001"), clk.Now())
+			switch v.Status {
+			case 0:
+				total++
+			case http.StatusTooManyRequests:
+				if v.RetryAfter <= 0 || v.RetryAfter > time.Minute {
+					t.Fatalf("429 with Retry-After %v", v.RetryAfter)
+				}
+			default:
+				t.Fatalf("Admit: %+v", v)
+			}
+		}
+	}
+	if total < 588 || total > 612 {
+		t.Errorf("admitted %d in a window of 600, want within 2%%", total)
+	}
+	if srv.n > 60 {
+		t.Errorf("%d calls in 59 s, want at most one a second", srv.n)
+	}
+	if got := testutil.ToFloat64(e.decisions.WithLabelValues("admitted")); got != float64(total) {
+		t.Errorf("admitted counted %v, want %d", got, total)
+	}
+	if got := testutil.ToFloat64(e.decisions.WithLabelValues("unidentified")); got != 2 {
+		t.Errorf("unidentified counted %v, want 2", got)
+	}
+}
+
+// TestEnforcerFailures: a failing quota service (UNAVAILABLE, or no
+// control plane at all) fails open and is counted; a refused call
+// (FAILED_PRECONDITION) gives 409 until a call succeeds.
+func TestEnforcerFailures(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		err    error
+		noConn bool
+		want   int
+		result string
+	}{
+		{"unavailable", status.Error(codes.Unavailable, "down"), false, 0, "fail_open"},
+		{"deadline", status.Error(codes.DeadlineExceeded, "slow"), false, 0, "fail_open"},
+		{"no control plane", nil, true, 0, "fail_open"},
+		{"unknown metric", status.Error(codes.FailedPrecondition, "unknown metric"), false, http.StatusConflict, "denied"},
+		{"unexpected", status.Error(codes.DataLoss, "?"), false, 0, "fail_open"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e, cfg, srv, clk := setup(t)
+			srv.err = tt.err
+			if tt.noConn {
+				e.conn = func() Allocator { return nil }
+			}
+			for range 3 {
+				e.Admit(cfg, "web", request("/api/x", "acme-key-0001"), clk.Now()) // credit, and demand
+			}
+			clk.Advance(time.Second)
+			e.callAll(context.Background(), clk.Now())
+			for i := range 50 {
+				if v := e.Admit(cfg, "web", request("/api/x", "acme-key-0001"), clk.Now()); v.Status != tt.want {
+					t.Fatalf("request %d: %+v, want status %d", i, v, tt.want)
+				}
+			}
+			if got := testutil.ToFloat64(e.decisions.WithLabelValues(tt.result)); got != 50 {
+				t.Errorf("%s counted %v, want 50", tt.result, got)
+			}
+			// The service recovers: the next call succeeds and counting
+			// resumes (the window still has room).
+			srv.err = nil
+			e.conn = func() Allocator { return srv }
+			clk.Advance(time.Second)
+			e.callAll(context.Background(), clk.Now())
+			if v := e.Admit(cfg, "web", request("/api/x", "acme-key-0001"), clk.Now()); v.Status != 0 {
+				t.Errorf("after recovery: %+v, want admitted from the new grant", v)
+			}
+			if got := testutil.ToFloat64(e.decisions.WithLabelValues("admitted")); got < 1 {
+				t.Errorf("after recovery: admitted counted %v, want ≥ 1", got)
+			}
+		})
+	}
+}
