@@ -20,12 +20,12 @@ import (
 // that drive real deployments run under the race detector, whose cost per
 // request would otherwise make the generator, not the system under test,
 // the bottleneck.
-func Exec(ctx context.Context, bin string, cfg Config) (*Result, error) {
+func Exec(ctx context.Context, bin string, cfg Config, args ...string) (*Result, error) {
 	in, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, bin)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stdin = bytes.NewReader(in)
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
