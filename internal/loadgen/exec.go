@@ -12,7 +12,9 @@ import (
 )
 
 // Exec runs cfg in a process of its own — bin is the loadgen command
-// (cmd/loadgen) — and returns its Result, as Run would. When ctx ends the
+// (cmd/loadgen), run with args (a wrapper such as "ip" runs it elsewhere
+// with args "netns", "exec", ns, the command) — and returns its Result, as
+// Run would. When ctx ends the
 // process is interrupted: it stops starting requests, lets the outstanding
 // ones finish, and still reports.
 //

@@ -170,6 +170,10 @@ type GFE struct {
 	args     []string
 }
 
+// Args returns a copy of the gfe's command line flags (before
+// Options.Wrap): tests start look-alikes from it.
+func (g *GFE) Args() []string { return append([]string(nil), g.args...) }
+
 // Cluster is a started deployment.
 type Cluster struct {
 	Spec       Spec
