@@ -10,7 +10,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -55,7 +54,7 @@ func main() {
 		os.Exit(2)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "lab:", err)
+		fmt.Fprintln(os.Stderr, err) // errors of package lab start with "lab: "
 		os.Exit(1)
 	}
 }
@@ -76,13 +75,15 @@ func up(ctx context.Context, cfg lab.Config, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "up in %v\n", time.Since(start).Round(100*time.Millisecond))
 	l.Describe(out)
-	werr := l.Wait(ctx)
+	if err := l.Wait(ctx); err != nil {
+		// Someone else (lab down, or another lab up that cleaned first)
+		// may own the namespaces now: stop only this run's processes.
+		l.Stop()
+		return fmt.Errorf("%w; stopped this run's processes, left the namespaces to `lab down`", err)
+	}
 	fmt.Fprintln(out, "\ntearing down…")
 	if err := l.Down(context.Background()); err != nil {
-		return errors.Join(werr, fmt.Errorf("tear down: %w", err))
-	}
-	if werr != nil {
-		return werr
+		return fmt.Errorf("tear down: %w", err)
 	}
 	fmt.Fprintln(out, "done: no namespace, link or process of the lab is left")
 	return nil

@@ -297,16 +297,21 @@ func (l *Lab) writePids() error {
 	return nil
 }
 
-// Down stops the deployment's processes and removes every namespace and
-// link of the lab (Clean). It returns the first error; it always tries
-// everything.
-func (l *Lab) Down(ctx context.Context) error {
+// Stop stops the deployment's processes and leaves the namespaces.
+func (l *Lab) Stop() {
 	if l.Cluster != nil {
 		l.Cluster.Stop()
 	}
 	if l.Client != nil {
 		l.Client.CloseIdleConnections()
 	}
+}
+
+// Down stops the deployment's processes and removes every namespace and
+// link of the lab (Clean). It returns the first error; it always tries
+// everything.
+func (l *Lab) Down(ctx context.Context) error {
+	l.Stop()
 	return Clean(ctx, l.Cfg)
 }
 

@@ -12,11 +12,11 @@ import (
 )
 
 // Exec runs cfg in a process of its own — bin is the loadgen command
-// (cmd/loadgen), run with args (a wrapper such as "ip" runs it elsewhere
-// with args "netns", "exec", ns, the command) — and returns its Result, as
-// Run would. When ctx ends the
-// process is interrupted: it stops starting requests, lets the outstanding
-// ones finish, and still reports.
+// (cmd/loadgen), run with args; or a wrapper such as "ip" with args
+// "netns", "exec", ns and the command, which runs it elsewhere — and
+// returns its Result, as Run would. When ctx ends the process is
+// interrupted: it stops starting requests, lets the outstanding ones
+// finish, and still reports.
 //
 // A generator in a process of its own keeps its own CPU budget: the tests
 // that drive real deployments run under the race detector, whose cost per
