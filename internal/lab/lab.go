@@ -259,6 +259,28 @@ func (l *Lab) SetLink(ctx context.Context, name string, up bool) error {
 	return ip(ctx, "-n", h.NS, "link", "set", "eth0", state)
 }
 
+// Partition cuts host name off from peers (on) or heals the cut (!on) with
+// blackhole routes in the host's namespace: what it sends to them is
+// dropped, so neither side hears the other, while the rest of the lab
+// (clients, backends) still reaches it. The kernel has no netem and the
+// lab needs no firewall.
+func (l *Lab) Partition(ctx context.Context, name string, on bool, peers ...netip.Prefix) error {
+	h := l.Host(name)
+	if h == nil {
+		return fmt.Errorf("lab: no host %q", name)
+	}
+	op := "del"
+	if on {
+		op = "add"
+	}
+	for _, p := range peers {
+		if err := ip(ctx, "-n", h.NS, "route", op, "blackhole", p.String()); err != nil {
+			return fmt.Errorf("lab: partition %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
 // Start runs bin with args on host name as a child process called process.
 func (l *Lab) Start(name, process, bin string, args ...string) (*proc.Proc, error) {
 	h := l.Host(name)

@@ -92,7 +92,9 @@ var nearest = map[string]string{"nyc": "us-east", "lon": "eu-west", "tokyo": "as
 // TestLab runs the deployment on eleven namespace hosts and checks, on the
 // one lab, in order: each site's traffic goes to its nearest region; a
 // backend host whose link goes down is routed around within the
-// health-check window with 0 failed requests after it; a control-plane
+// health-check window with 0 failed requests after it; a gfe partitioned
+// from gossip is dropped by the others within 5 s, serves on, and rejoins;
+// a control-plane
 // host that dies leaves the other replica keeping every gfe current with 0
 // failed requests; hosts without the gossip key or with a certificate of
 // another CA cannot join (SECURITY.md, threat model).
@@ -100,6 +102,7 @@ func TestLab(t *testing.T) {
 	l := startLab(t)
 	t.Run("NearestRegion", func(t *testing.T) { testNearestRegion(t, l) })
 	t.Run("BackendHostLinkDown", func(t *testing.T) { testBackendHostDown(t, l) })
+	t.Run("GFEPartitionedFromGossip", func(t *testing.T) { testGFEPartition(t, l) })
 	t.Run("ControlPlaneHostDies", func(t *testing.T) { testControlPlaneDies(t, l) })
 	t.Run("IntrudersCannotJoin", func(t *testing.T) { testIntruders(t, l) })
 }
@@ -259,6 +262,140 @@ func waitRegionHealthy(ctx context.Context, c *topology.Cluster, region string, 
 		}
 		return true, nil
 	})
+}
+
+// testGFEPartition cuts gfe-nyc off from the control planes and
+// the other gfes (not from its clients and backends) under load. The other
+// gfes must drop it and its demand within 5 s; it must keep serving its
+// last world with 0 failed requests; when the cut heals it must rejoin
+// (every gfe sees every member again) and serve the others' config.
+func testGFEPartition(t *testing.T, l *Lab) {
+	ctx := context.Background()
+	c := l.Cluster
+	load := c.StartLoad(map[string]float64{"nyc": 40, "lon": 20, "tokyo": 20})
+	stopped := false
+	defer func() {
+		if !stopped {
+			load.Stop()
+		}
+	}()
+	nyc := c.GFE("nyc")
+	others := []*topology.GFE{c.GFE("lon"), c.GFE("tokyo")}
+	demandOf := func(st *status.Status, site string) float64 {
+		var d float64
+		for _, s := range st.Services {
+			for _, ss := range s.Sites {
+				if ss.Name == site {
+					d += ss.DemandRPS
+				}
+			}
+		}
+		return d
+	}
+	// The others see nyc's demand before the cut.
+	if err := topology.WaitFor(ctx, 15*time.Second, func() (bool, error) {
+		for _, g := range others {
+			st, err := c.Status(ctx, g)
+			if err != nil {
+				return false, err
+			}
+			if d := demandOf(st, "nyc"); d < 20 {
+				return false, fmt.Errorf("%s sees nyc's demand %.1f req/s", g.Name, d)
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var peers []netip.Prefix
+	for k := range c.Spec.ControlPlanes {
+		peers = append(peers, netip.PrefixFrom(netip.MustParseAddr(c.Spec.ControlPlaneIP(k)), 32))
+	}
+	for _, g := range others {
+		peers = append(peers, netip.PrefixFrom(netip.MustParseAddr(g.SourceIP), 32))
+	}
+	cut := time.Now()
+	if err := l.Partition(ctx, "gfe-nyc", true, peers...); err != nil {
+		t.Fatal(err)
+	}
+	healed := false
+	defer func() {
+		if !healed {
+			l.Partition(ctx, "gfe-nyc", false, peers...)
+		}
+	}()
+	err := topology.WaitFor(ctx, 20*time.Second, func() (bool, error) {
+		for _, g := range others {
+			st, err := c.Status(ctx, g)
+			if err != nil {
+				return false, err
+			}
+			if slices.Contains(st.Members, nyc.Name) || demandOf(st, "nyc") > 0 {
+				return false, fmt.Errorf("%s still has %s (members %v, nyc demand %.1f)", g.Name, nyc.Name, st.Members, demandOf(st, "nyc"))
+			}
+		}
+		return true, nil
+	})
+	dropped := time.Since(cut)
+	if err != nil {
+		t.Fatalf("after the cut: %v", err)
+	}
+	// Serve partitioned for a while: 3 s after the cut at least.
+	if err := topology.WaitFor(ctx, 30*time.Second, func() (bool, error) {
+		return time.Since(cut) >= 3*time.Second, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	nycSt, err := c.Status(ctx, nyc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !nycSt.Ready || nycSt.ConfigVersion == "" {
+		t.Errorf("partitioned %s: ready=%t config %q, want its last world", nyc.Name, nycSt.Ready, nycSt.ConfigVersion)
+	}
+
+	heal := time.Now()
+	if err := l.Partition(ctx, "gfe-nyc", false, peers...); err != nil {
+		t.Fatal(err)
+	}
+	healed = true
+	err = topology.WaitFor(ctx, 30*time.Second, func() (bool, error) {
+		var version string
+		for _, g := range c.GFEs {
+			st, err := c.Status(ctx, g)
+			if err != nil {
+				return false, err
+			}
+			if len(st.Members) != len(c.GFEs)+c.Spec.ControlPlanes {
+				return false, fmt.Errorf("%s sees members %v", g.Name, st.Members)
+			}
+			if version != "" && st.ConfigVersion != version {
+				return false, fmt.Errorf("%s serves config %s, another %s", g.Name, st.ConfigVersion, version)
+			}
+			version = st.ConfigVersion
+		}
+		return true, nil
+	})
+	rejoined := time.Since(heal)
+	if err != nil {
+		t.Fatalf("after healing: %v", err)
+	}
+	res, err := load.Stop()
+	stopped = true
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res["nyc"]
+	t.Logf("gfe-nyc partitioned from gossip: the others dropped it and its demand %v after the cut; it served %d requests, %d failed, by region %v; it rejoined %v after the heal",
+		dropped.Round(time.Millisecond), r.Sent, r.Failed, r.ByRegion, rejoined.Round(time.Millisecond))
+	if dropped > 5*time.Second {
+		t.Errorf("the other gfes dropped nyc's demand %v after the cut, want <= 5s", dropped)
+	}
+	for site, r := range res {
+		if r.Failed != 0 {
+			t.Errorf("%s: %d of %d requests failed, want 0 (%v %v)", site, r.Failed, r.Sent, r.Status, r.Errors)
+		}
+	}
 }
 
 // testControlPlaneDies kills cp-1 and takes its host's link down under
