@@ -62,7 +62,9 @@ type Host struct {
 	port string
 }
 
-// Lab is a running lab: its hosts and the deployment in them.
+// Lab is a running lab: its hosts and the deployment in them. Its fields
+// are set by Up and changed only by AddHost; its methods may be called
+// concurrently except AddHost.
 type Lab struct {
 	Cfg     Config
 	Hosts   []*Host
@@ -385,7 +387,10 @@ func killRecorded(file string) error {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
-	return os.Remove(file)
+	if err := os.Remove(file); err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
+	return nil
 }
 
 // Describe writes the lab's hosts and the URLs to look at, with the commands
