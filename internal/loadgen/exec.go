@@ -12,20 +12,22 @@ import (
 )
 
 // Exec runs cfg in a process of its own — bin is the loadgen command
-// (cmd/loadgen) — and returns its Result, as Run would. When ctx ends the
-// process is interrupted: it stops starting requests, lets the outstanding
-// ones finish, and still reports.
+// (cmd/loadgen), run with args; or a wrapper such as "ip" with args
+// "netns", "exec", ns and the command, which runs it elsewhere — and
+// returns its Result, as Run would. When ctx ends the process is
+// interrupted: it stops starting requests, lets the outstanding ones
+// finish, and still reports.
 //
 // A generator in a process of its own keeps its own CPU budget: the tests
 // that drive real deployments run under the race detector, whose cost per
 // request would otherwise make the generator, not the system under test,
 // the bottleneck.
-func Exec(ctx context.Context, bin string, cfg Config) (*Result, error) {
+func Exec(ctx context.Context, bin string, cfg Config, args ...string) (*Result, error) {
 	in, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, bin)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stdin = bytes.NewReader(in)
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr

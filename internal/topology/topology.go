@@ -5,17 +5,27 @@
 // # Addresses
 //
 // Everything of one Cluster lives in 127.N.0.0/16, N = Spec.Net, so several
-// clusters (parallel test packages, the demo) never share a port:
+// clusters (parallel test packages, the demo) never share a port; or in
+// Spec.Network, another /16 (the namespace lab's 10.77.0.0/16). With A.B
+// the /16's first two octets:
 //
-//	127.N.0.k        control plane k (gRPC :7000, admin :7100, gossip :7946)
-//	127.N.s.g        gfe g (from 1) of site s (sites numbered from 1):
+//	A.B.0.k          control plane k (gRPC :7000, admin :7100, gossip :7946)
+//	A.B.s.g          gfe g (from 1) of site s (sites numbered from 1):
 //	                 proxy :8080, admin :9090, gossip :7946, and the source
 //	                 address of its connections to backends
-//	127.N.(100+r).1  the backends of region r (from 1), instance i of zone z
+//	A.B.s.100-115    the load generator's client addresses for site s
+//	A.B.(100+r).1    the backends of region r (from 1), instance i of zone z
 //	                 on port 9000+10·z+i
 //
 // The test backends emulate each site's RTT to their region from the source
 // /24 of the site's gfes (testbackend --delay).
+//
+// # Hosts
+//
+// By default every process runs on this host. Options.Wrap rewrites each
+// command line (the lab runs each in a network namespace of its own) and
+// Options.Client is the HTTP client Start and Cluster's methods reach the
+// processes with.
 //
 // # Mutual TLS
 //
@@ -53,8 +63,12 @@ import (
 
 // Spec describes a deployment.
 type Spec struct {
-	// Net is the second octet of every address (1..254).
+	// Net is the second octet of every address (1..254) when Network is
+	// not set: the deployment lives in 127.Net.0.0/16.
 	Net int
+	// Network, when valid, is the /16 every address is in instead of
+	// 127.Net.0.0/16 (see the package doc for the plan). Zero value: unset.
+	Network netip.Prefix
 	// Regions, each with its zones; one instance group per zone.
 	Regions []Region
 	// Sites, each with its gfes.
@@ -156,6 +170,10 @@ type GFE struct {
 	args     []string
 }
 
+// Args returns a copy of the gfe's command line flags (before
+// Options.Wrap): tests start look-alikes from it.
+func (g *GFE) Args() []string { return append([]string(nil), g.args...) }
+
 // Cluster is a started deployment.
 type Cluster struct {
 	Spec       Spec
@@ -199,6 +217,31 @@ type Options struct {
 	Bins map[string]string
 	// Tee receives every process's output, prefixed by its name.
 	Tee io.Writer
+	// Wrap, when set, rewrites the command line of every process Start
+	// and the Cluster run: name is "backend-<region>", "cp-<k>",
+	// "gfe-<site>-<g>" or "loadgen-<site>", and it returns the binary and
+	// arguments to run instead (the lab prefixes "ip netns exec <host>").
+	// Nil runs bin with args.
+	Wrap func(name, bin string, args []string) (string, []string)
+	// Client is the HTTP client that reaches the processes' admin and
+	// health endpoints. Nil: http.DefaultClient.
+	Client *http.Client
+}
+
+// command returns the command line of process name (Options.Wrap).
+func (o *Options) command(name, bin string, args []string) (string, []string) {
+	if o.Wrap == nil {
+		return bin, args
+	}
+	return o.Wrap(name, bin, args)
+}
+
+// client returns Client or http.DefaultClient.
+func (o *Options) client() *http.Client {
+	if o.Client == nil {
+		return http.DefaultClient
+	}
+	return o.Client
 }
 
 func (s *Spec) defaults() {
@@ -233,7 +276,25 @@ func (s *Spec) defaults() {
 	}
 }
 
-func (s *Spec) ip(third, fourth int) string { return fmt.Sprintf("127.%d.%d.%d", s.Net, third, fourth) }
+// ip returns the address third.fourth in the Spec's /16.
+func (s *Spec) ip(third, fourth int) string {
+	if s.Network.IsValid() {
+		a := s.Network.Masked().Addr().As4()
+		return fmt.Sprintf("%d.%d.%d.%d", a[0], a[1], third, fourth)
+	}
+	return fmt.Sprintf("127.%d.%d.%d", s.Net, third, fourth)
+}
+
+// GFEIP returns the address of gfe g (from 1) of site si (from 0).
+func (s *Spec) GFEIP(si, g int) string { return s.ip(si+1, g) }
+
+// BackendIP returns the address every instance of region ri (from 0)
+// listens on.
+func (s *Spec) BackendIP(ri int) string { return s.ip(101+ri, 1) }
+
+// ClientIP returns the first of the 16 client addresses (A.B.s.100 to
+// A.B.s.115) the load of site si (from 0) comes from.
+func (s *Spec) ClientIP(si int) netip.Addr { return netip.MustParseAddr(s.ip(si+1, 100)) }
 
 // Addr returns the address of instance i (from 1) of zone z (from 0) of
 // region r (from 0).
@@ -425,7 +486,8 @@ func (c *Cluster) startBackends(context.Context) error {
 		if spec.BackendAdmin {
 			c.BackendAdmin[r.Name] = spec.BackendAdminAddr(ri)
 		}
-		p, err := proc.Start("backend-"+r.Name, c.Bins["testbackend"], proc.Options{Tee: c.opts.Tee}, spec.backendArgs(ri)...)
+		bin, args := c.opts.command("backend-"+r.Name, c.Bins["testbackend"], spec.backendArgs(ri))
+		p, err := proc.Start("backend-"+r.Name, bin, proc.Options{Tee: c.opts.Tee}, args...)
 		if err != nil {
 			return err
 		}
@@ -442,13 +504,13 @@ func (c *Cluster) waitBackends(ctx context.Context) error {
 		if a, ok := c.BackendAdmin[region]; ok {
 			// Any protocol: the process admin answers once every instance
 			// listens.
-			if err := waitCtx(ctx, 20*time.Second, "http://"+a+"/admin/stats"); err != nil {
+			if err := c.waitHTTP(ctx, 20*time.Second, "http://"+a+"/admin/stats"); err != nil {
 				return err
 			}
 			continue
 		}
 		for _, a := range addrs {
-			if err := waitCtx(ctx, 20*time.Second, "http://"+a+"/healthz"); err != nil {
+			if err := c.waitHTTP(ctx, 20*time.Second, "http://"+a+"/healthz"); err != nil {
 				return err
 			}
 		}
@@ -501,7 +563,7 @@ func (c *Cluster) startControlPlanes(context.Context) error {
 // waitControlPlanes waits until every control plane is ready.
 func (c *Cluster) waitControlPlanes(ctx context.Context) error {
 	for k := range c.CPs {
-		if err := waitCtx(ctx, 20*time.Second, "http://"+c.Spec.ip(0, k+1)+":7100/readyz"); err != nil {
+		if err := c.waitHTTP(ctx, 20*time.Second, "http://"+c.Spec.ip(0, k+1)+":7100/readyz"); err != nil {
 			return err
 		}
 	}
@@ -555,7 +617,7 @@ func (c *Cluster) newGFE(si, g int, seeds []string) (*GFE, error) {
 // waitGFEs waits until every gfe is ready: it can serve.
 func (c *Cluster) waitGFEs(ctx context.Context) error {
 	for _, gf := range c.GFEs {
-		if err := waitCtx(ctx, 30*time.Second, gf.Admin+"/readyz"); err != nil {
+		if err := c.waitHTTP(ctx, 30*time.Second, gf.Admin+"/readyz"); err != nil {
 			return err
 		}
 	}
@@ -579,7 +641,7 @@ func (c *Cluster) waitConverged(ctx context.Context) error {
 // instances healthy and has measured the RTT of every region; the error
 // says what it lacks.
 func (c *Cluster) converged(ctx context.Context, gf *GFE) (bool, error) {
-	st, err := Status(ctx, gf)
+	st, err := c.Status(ctx, gf)
 	if err != nil {
 		return false, err
 	}
@@ -598,7 +660,8 @@ func (c *Cluster) converged(ctx context.Context, gf *GFE) (bool, error) {
 
 // StartControlPlane (re)starts control plane k (from 0).
 func (c *Cluster) StartControlPlane(k int) error {
-	p, err := proc.Start(c.cpNames[k], c.Bins["controlplane"], proc.Options{Tee: c.opts.Tee}, c.cpArgs[k]...)
+	bin, args := c.opts.command(c.cpNames[k], c.Bins["controlplane"], c.cpArgs[k])
+	p, err := proc.Start(c.cpNames[k], bin, proc.Options{Tee: c.opts.Tee}, args...)
 	if err != nil {
 		return err
 	}
@@ -608,7 +671,8 @@ func (c *Cluster) StartControlPlane(k int) error {
 
 // StartGFE (re)starts gf.
 func (c *Cluster) StartGFE(gf *GFE) error {
-	p, err := proc.Start(gf.Name, c.Bins["gfe"], proc.Options{Tee: c.opts.Tee}, gf.args...)
+	bin, args := c.opts.command(gf.Name, c.Bins["gfe"], gf.args)
+	p, err := proc.Start(gf.Name, bin, proc.Options{Tee: c.opts.Tee}, args...)
 	if err != nil {
 		return err
 	}
@@ -713,11 +777,11 @@ func (c *Cluster) drive(ctx context.Context, rates map[string]float64, set func(
 		}
 		cfg := loadgen.Config{
 			URL: gf.URL + "/", Rate: rate,
-			Sources: loadgen.Sources(netip.MustParseAddr(c.Spec.ip(si+1, 100)), 16), Timeout: 5 * time.Second,
+			Sources: loadgen.Sources(c.Spec.ClientIP(si), 16), Timeout: 5 * time.Second,
 		}
 		set(&cfg)
 		wg.Go(func() {
-			res, err := c.RunLoad(ctx, cfg)
+			res, err := c.RunLoadAt(ctx, s.Name, cfg)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -735,10 +799,22 @@ func (c *Cluster) drive(ctx context.Context, rates map[string]float64, set func(
 // (loadgen.Exec) when the cluster has the loadgen binary, else in this
 // process (loadgen.Run).
 func (c *Cluster) RunLoad(ctx context.Context, cfg loadgen.Config) (*loadgen.Result, error) {
-	if bin := c.Bins["loadgen"]; bin != "" {
-		return loadgen.Exec(ctx, bin, cfg)
+	return c.RunLoadAt(ctx, "", cfg)
+}
+
+// RunLoadAt runs one load generator as RunLoad does, named "loadgen-"+site
+// for Options.Wrap: with a wrapper, it runs where the wrapper puts it (the
+// lab's client host of the site), and it needs the loadgen binary.
+func (c *Cluster) RunLoadAt(ctx context.Context, site string, cfg loadgen.Config) (*loadgen.Result, error) {
+	bin := c.Bins["loadgen"]
+	if bin == "" {
+		if c.opts.Wrap != nil {
+			return nil, errors.New("topology: RunLoadAt with Options.Wrap needs the loadgen binary")
+		}
+		return loadgen.Run(ctx, cfg)
 	}
-	return loadgen.Run(ctx, cfg)
+	bin, args := c.opts.command("loadgen-"+site, bin, nil)
+	return loadgen.Exec(ctx, bin, cfg, args...)
 }
 
 // SetHealthy makes every instance in addrs pass or fail its health checks.
@@ -757,10 +833,20 @@ func SetHealthy(ctx context.Context, healthy bool, addrs ...string) error {
 	return nil
 }
 
-// Status fetches a gfe's /status.
+// Status fetches a gfe's /status with http.DefaultClient.
 func Status(ctx context.Context, gf *GFE) (*status.Status, error) {
+	return StatusWith(ctx, http.DefaultClient, gf)
+}
+
+// Status fetches a gfe's /status with Options.Client.
+func (c *Cluster) Status(ctx context.Context, gf *GFE) (*status.Status, error) {
+	return StatusWith(ctx, c.opts.client(), gf)
+}
+
+// StatusWith fetches a gfe's /status with client.
+func StatusWith(ctx context.Context, client *http.Client, gf *GFE) (*status.Status, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, gf.Admin+"/status", nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -794,8 +880,25 @@ func WaitFor(ctx context.Context, timeout time.Duration, cond func() (bool, erro
 	}
 }
 
-func waitCtx(ctx context.Context, d time.Duration, url string) error {
+// waitHTTP polls url with Options.Client until it answers 200, for at
+// most d.
+func (c *Cluster) waitHTTP(ctx context.Context, d time.Duration, url string) error {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	return proc.WaitHTTP(ctx, url)
+	if c.opts.Client == nil {
+		return proc.WaitHTTP(ctx, url)
+	}
+	return WaitFor(ctx, d, func() (bool, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := c.opts.Client.Do(req)
+		if err != nil {
+			return false, fmt.Errorf("waiting for %s: %w", url, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return false, fmt.Errorf("waiting for %s: status %d", url, resp.StatusCode)
+		}
+		return true, nil
+	})
 }
