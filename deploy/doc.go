@@ -17,7 +17,7 @@
 //	/etc/spillway/                                      root:spillway 0750
 //	    controlplane.yaml        the configuration (control planes only), 0640
 //	    controlplane.env | gfe.env   per-host flags as SPILLWAY_CP_* / SPILLWAY_GFE_*, 0640
-//	    gossip.key               gossip keyring, one base64 key per line, 0640
+//	    gossip.key               gossip keyring, one base64 key per line, spillway:spillway 0600
 //	    secrets/                 cookie secret files named by the configuration, 0640
 //	    pki/ca.crt               the CA bundle, 0644
 //	    pki/node.crt, node.key   this host's certificate and key, 0644 and 0640

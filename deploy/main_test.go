@@ -20,7 +20,7 @@ const (
 	testRevision = "deadbeefcafe"
 )
 
-// bins maps a command name (gfe, controlplane, devpki) to the binary
+// bins maps a command name (gfe, controlplane, devpki, testbackend) to the binary
 // deploy/build.sh built for this test run.
 var bins map[string]string
 
@@ -39,14 +39,14 @@ func runMain(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "build.sh", dir, "controlplane", "gfe", "devpki")
+	cmd := exec.CommandContext(ctx, "bash", "build.sh", dir, "controlplane", "gfe", "devpki", "testbackend")
 	cmd.Env = append(os.Environ(), "VERSION="+testVersion, "REVISION="+testRevision)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "deploy/build.sh: %v\n%s", err, out)
 		return 1
 	}
 	bins = map[string]string{}
-	for _, c := range []string{"controlplane", "gfe", "devpki"} {
+	for _, c := range []string{"controlplane", "gfe", "devpki", "testbackend"} {
 		bins[c] = filepath.Join(dir, "spillway-"+c)
 	}
 	return m.Run()

@@ -222,6 +222,7 @@ func parseFlags(args []string) (*viper.Viper, error) {
 func newControlPlaneClient(addrs []string, tls mtls.ClientConfig, cfg gfe.Config, e *gfe.Daemon, log zerolog.Logger) (*cpclient.Client, error) {
 	ccfg := cpclient.DefaultConfig()
 	ccfg.Addresses, ccfg.Node, ccfg.Site = addrs, cfg.Node, cfg.Site
+	ccfg.BuildVersion = version.Get().String() // on the control plane's /status, per gfe
 	ccfg.TLS = tls
 	return cpclient.New(ccfg, cpclient.Options{
 		Logger: log.With().Str("component", "cpclient").Logger(),
