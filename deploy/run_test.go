@@ -6,10 +6,12 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -66,7 +68,8 @@ routes:
 // temporary directory) laid out as docs/DEPLOY.md installs it, with
 // certificates from mkcerts.sh and a generated gossip key. The gfe takes
 // its snapshot over mutual TLS and joins gossip; a request through it
-// reaches the backend; both /status pages show the stamped version; SIGHUP
+// reaches the backend; both /status pages and build_info metrics show the
+// stamped version; SIGHUP
 // (the units' ExecReload) keeps both running; SIGTERM stops both with exit
 // status 0.
 func TestUnitsRunDaemons(t *testing.T) {
@@ -158,6 +161,16 @@ func TestUnitsRunDaemons(t *testing.T) {
 		t.Errorf("gfe config_version %q, want the control plane's snapshot %q", gfe.ConfigVersion, cp.SnapshotVersion)
 	}
 
+	for url, metric := range map[string]string{
+		"http://127.91.0.1:7100/metrics": "spillway_controlplane_build_info",
+		"http://127.91.0.2:9090/metrics": "spillway_gfe_build_info",
+	} {
+		want := fmt.Sprintf(`%s{go_version="%s",revision="%s",version="%s"} 1`, metric, runtime.Version(), testRevision, testVersion)
+		if body := getText(t, url); !strings.Contains(body, want) {
+			t.Errorf("%s lacks %s", url, want)
+		}
+	}
+
 	// ExecReload, then stop as systemd does.
 	for name, p := range started {
 		if err := p.Signal(syscall.SIGHUP); err != nil {
@@ -240,6 +253,20 @@ func wait(t *testing.T, p *proc.Proc, url string) {
 	if err := proc.WaitHTTP(ctx, url); err != nil {
 		t.Fatalf("%s: %v", p.Name, err)
 	}
+}
+
+func getText(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s: %v", url, err)
+	}
+	return string(b)
 }
 
 func getJSON(t *testing.T, url string, v any) {

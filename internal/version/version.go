@@ -2,7 +2,7 @@
 // version, the VCS revision and its time, whether the work tree had
 // uncommitted changes, and the Go version. Every command prints it with
 // --version, and both daemons serve it on /status and as the
-// spillway_build_info metric.
+// spillway_gfe_build_info and spillway_controlplane_build_info metrics.
 //
 // The values come from the build information the Go toolchain embeds
 // (runtime/debug.ReadBuildInfo: "vcs.revision", "vcs.time",
@@ -109,6 +109,12 @@ func (i Info) String() string {
 		b.WriteString(" " + i.GoVersion)
 	}
 	return b.String()
+}
+
+// Labels are the labels of the daemons' spillway_*_build_info metrics:
+// version, revision and go_version (an unknown revision is "").
+func (i Info) Labels() map[string]string {
+	return map[string]string{"version": i.Version, "revision": i.Revision, "go_version": i.GoVersion}
 }
 
 // Line is what every command prints for --version: its name, then String.

@@ -78,3 +78,11 @@ func TestLineUsesOverrides(t *testing.T) {
 		t.Errorf("Line() = %q, want %q", got, want)
 	}
 }
+
+func TestLabels(t *testing.T) {
+	i := Info{Version: "v1.2.0", Revision: "abc123", GoVersion: "go1.26.8", Modified: true}
+	want := map[string]string{"version": "v1.2.0", "revision": "abc123", "go_version": "go1.26.8"}
+	if d := cmp.Diff(want, i.Labels()); d != "" {
+		t.Errorf("Labels() mismatch (-want +got):\n%s", d)
+	}
+}
