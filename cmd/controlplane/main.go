@@ -35,6 +35,9 @@
 // UNAVAILABLE so gfes move to another replica; gossip leaves the cluster);
 // SIGHUP re-reads the configuration file, the secret files it names
 // (cookie_secret_file) and the gossip keyring file at once.
+//
+// --version prints the build (module version, VCS revision and time; see
+// package internal/version) and exits 0; /status shows the same.
 package main
 
 import (
@@ -54,6 +57,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/controlplane"
 	"github.com/spillway-lb/spillway/internal/daemonflags"
 	"github.com/spillway-lb/spillway/internal/logging"
+	"github.com/spillway-lb/spillway/internal/version"
 )
 
 func main() {
@@ -68,6 +72,10 @@ func main() {
 
 func run(args []string) error {
 	v, err := parseFlags(args)
+	if errors.Is(err, errVersion) {
+		fmt.Println(version.Line("controlplane"))
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -99,7 +107,7 @@ func run(args []string) error {
 		})
 	}
 	g.Go(func() error { return reloadOnHangup(ctx, d, v.GetString("gossip-key-file"), log) })
-	log.Info().Str("node", cfg.NodeName).Str("config_version", d.Config().Version).Msg("control plane started")
+	log.Info().Str("node", cfg.NodeName).Str("version", version.Get().String()).Str("config_version", d.Config().Version).Msg("control plane started")
 	if err := g.Wait(); err != nil {
 		return err
 	}
@@ -119,11 +127,16 @@ func reloadOnHangup(ctx context.Context, d *controlplane.Daemon, keyFile string,
 	})
 }
 
+// errVersion is parseFlags' answer to --version.
+var errVersion = errors.New("--version")
+
 // parseFlags defines the flags and binds them, with SPILLWAY_CP_* variables,
-// through viper.
+// through viper. It returns errVersion for --version and pflag.ErrHelp for
+// --help.
 func parseFlags(args []string) (*viper.Viper, error) {
 	d := controlplane.DefaultConfig()
 	fs := pflag.NewFlagSet("controlplane", pflag.ContinueOnError)
+	fs.Bool("version", false, "print the version and exit")
 	fs.String("config", "", "operator configuration YAML file, watched and hot-reloaded (required)")
 	fs.String("listen", d.ListenAddr, "gRPC listen address (ControlPlane service, gRPC health; reflection with --grpc-reflection)")
 	fs.String("tls-ca", "", "PEM bundle of the CAs that vouch for clients (gfes); mutual TLS needs --tls-ca, --tls-cert, --tls-key and --tls-allowed-clients")
@@ -145,6 +158,9 @@ func parseFlags(args []string) (*viper.Viper, error) {
 	fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if ok, _ := fs.GetBool("version"); ok {
+		return nil, errVersion
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())

@@ -35,6 +35,7 @@ import (
 
 	"github.com/spillway-lb/spillway/internal/daemonflags"
 	"github.com/spillway-lb/spillway/internal/devpki"
+	"github.com/spillway-lb/spillway/internal/version"
 )
 
 func main() {
@@ -48,8 +49,13 @@ func run(args []string) error {
 	fset := flag.NewFlagSet("devpki", flag.ContinueOnError)
 	dir := fset.String("dir", "", "directory of the CA and the certificates (required)")
 	days := fset.Int("days", 30, "validity of new certificates, days (the CA's: 10 years)")
+	printVersion := fset.Bool("version", false, "print the version and exit")
 	if err := fset.Parse(args); err != nil {
 		return err
+	}
+	if *printVersion {
+		fmt.Println(version.Line("devpki"))
+		return nil
 	}
 	if *dir == "" || fset.NArg() == 0 {
 		return errors.New("usage: devpki --dir DIR [--days N] NAME=SAN[,SAN...] ...")

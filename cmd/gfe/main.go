@@ -16,6 +16,9 @@
 //
 // Signals: SIGINT and SIGTERM drain and stop; SIGHUP re-reads the gossip
 // keyring file (key rotation).
+//
+// --version prints the build (module version, VCS revision and time; see
+// package internal/version) and exits 0; /status shows the same.
 package main
 
 import (
@@ -43,10 +46,14 @@ import (
 	"github.com/spillway-lb/spillway/internal/logging"
 	"github.com/spillway-lb/spillway/internal/mtls"
 	"github.com/spillway-lb/spillway/internal/snapshot"
+	"github.com/spillway-lb/spillway/internal/version"
 )
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return
+		}
 		fmt.Fprintln(os.Stderr, "gfe:", err)
 		os.Exit(1)
 	}
@@ -54,6 +61,10 @@ func main() {
 
 func run(args []string) error {
 	v, err := parseFlags(args)
+	if errors.Is(err, errVersion) {
+		fmt.Println(version.Line("gfe"))
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -61,6 +72,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	log.Info().Str("version", version.Get().String()).Msg("gfe starting")
 
 	ecfg := gfe.DefaultConfig()
 	ecfg.Node = v.GetString("node")
@@ -149,9 +161,16 @@ func run(args []string) error {
 	return g.Wait()
 }
 
+// errVersion is parseFlags' answer to --version.
+var errVersion = errors.New("--version")
+
+// parseFlags defines the flags and binds them, with SPILLWAY_GFE_*
+// variables, through viper. It returns errVersion for --version and
+// pflag.ErrHelp for --help.
 func parseFlags(args []string) (*viper.Viper, error) {
 	d := gfe.DefaultConfig()
 	fs := pflag.NewFlagSet("gfe", pflag.ContinueOnError)
+	fs.Bool("version", false, "print the version and exit")
 	fs.String("node", "", "this gfe's unique name (default hostname-listen)")
 	fs.String("site", "", "the edge site this gfe serves (required)")
 	fs.String("listen", d.Listen, "client-facing HTTP listener (HTTP/1.1 and h2c); config listeners bind its host")
@@ -187,6 +206,9 @@ func parseFlags(args []string) (*viper.Viper, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	if ok, _ := fs.GetBool("version"); ok {
+		return nil, errVersion
+	}
 	v := viper.New()
 	v.SetEnvPrefix("SPILLWAY_GFE")
 	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
@@ -202,6 +224,7 @@ func parseFlags(args []string) (*viper.Viper, error) {
 func newControlPlaneClient(addrs []string, tls mtls.ClientConfig, cfg gfe.Config, e *gfe.Daemon, log zerolog.Logger) (*cpclient.Client, error) {
 	ccfg := cpclient.DefaultConfig()
 	ccfg.Addresses, ccfg.Node, ccfg.Site = addrs, cfg.Node, cfg.Site
+	ccfg.BuildVersion = version.Get().String() // on the control plane's /status, per gfe
 	ccfg.TLS = tls
 	return cpclient.New(ccfg, cpclient.Options{
 		Logger: log.With().Str("component", "cpclient").Logger(),

@@ -30,6 +30,7 @@ import (
 	"strings"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/version"
 	"github.com/spillway-lb/spillway/sim"
 )
 
@@ -51,7 +52,8 @@ commands:
   bench  simulate every policy through the scenario's timeline and compare them
          lbsim bench --scenario FILE [--json] [--series FILE.csv] [--policies LIST] [--steps N]
 
-Run "lbsim plan -h" or "lbsim bench -h" for the flags of a command.
+Run "lbsim plan -h" or "lbsim bench -h" for the flags of a command,
+"lbsim --version" for the build.
 `
 
 // run is main without the process: it returns the exit status.
@@ -67,6 +69,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runBench(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
+		return exitOK
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, version.Line("lbsim"))
 		return exitOK
 	default:
 		fmt.Fprintf(stderr, "lbsim: unknown command %q\n\n%s", args[0], usage)

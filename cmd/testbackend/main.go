@@ -7,7 +7,7 @@
 // per-call trailers and OpenRcaService; --load-reports=false turns them
 // off); --admin adds a process admin listener that toggles health, reads
 // stats and closes connections of any instance. See package internal/testbackend for
-// the model and the flags; run with -h for usage.
+// the model and the flags; run with -h for usage, --version for the build.
 package main
 
 import (
@@ -23,17 +23,22 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/spillway-lb/spillway/internal/testbackend"
+	"github.com/spillway-lb/spillway/internal/version"
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // run wires flags, logger, signals and the server; it returns the exit code:
 // 0 after a clean shutdown (or -h), 2 for a bad command line, 1 otherwise.
-func run(args []string, stderr io.Writer) int {
+func run(args []string, stdout, stderr io.Writer) int {
 	cfg, err := testbackend.ParseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if errors.Is(err, testbackend.ErrVersion) {
+		fmt.Fprintln(stdout, version.Line("testbackend"))
 		return 0
 	}
 	if err != nil {

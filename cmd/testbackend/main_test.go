@@ -23,6 +23,7 @@ import (
 
 	"github.com/spillway-lb/spillway/internal/testbackend"
 	"github.com/spillway-lb/spillway/internal/testbackend/echopb"
+	"github.com/spillway-lb/spillway/internal/version"
 	"github.com/spillway-lb/spillway/lb/loadreport"
 )
 
@@ -34,17 +35,22 @@ func TestRunCommandLine(t *testing.T) {
 		args       []string
 		wantCode   int
 		wantStderr string
+		wantStdout string
 	}{
 		{name: "help", args: []string{"-h"}, wantCode: 0, wantStderr: "usage: testbackend"},
+		{name: "version", args: []string{"--version"}, wantCode: 0, wantStdout: "testbackend " + version.Get().String() + "\n"},
 		{name: "no instance", args: nil, wantCode: 2, wantStderr: "testbackend: instances: at least one instance is required"},
 		{name: "bad flag", args: []string{"--nope"}, wantCode: 2, wantStderr: "flag provided but not defined: -nope"},
 		{name: "bad address", args: []string{"--instance", "name=a,addr=256.0.0.1:1,region=r,zone=z"}, wantCode: 1, wantStderr: `"message":"start failed"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var stderr strings.Builder
-			if got := run(tt.args, &stderr); got != tt.wantCode || !strings.Contains(stderr.String(), tt.wantStderr) {
+			var stdout, stderr strings.Builder
+			if got := run(tt.args, &stdout, &stderr); got != tt.wantCode || !strings.Contains(stderr.String(), tt.wantStderr) {
 				t.Errorf("run(%q) = %d with stderr %q, want %d with %q", tt.args, got, stderr.String(), tt.wantCode, tt.wantStderr)
+			}
+			if stdout.String() != tt.wantStdout {
+				t.Errorf("run(%q) stdout = %q, want %q", tt.args, stdout.String(), tt.wantStdout)
 			}
 		})
 	}

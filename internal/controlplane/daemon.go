@@ -24,6 +24,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/adminhttp"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/mtls"
+	"github.com/spillway-lb/spillway/internal/version"
 	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
 )
 
@@ -323,6 +324,7 @@ func (d *Daemon) adminHandler() (http.Handler, error) {
 // statusPage is the JSON of /status.
 type statusPage struct {
 	Node            string           `json:"node"`
+	Version         version.Info     `json:"version"` // the build of this binary
 	ConfigVersion   string           `json:"config_version"`
 	ConfigSource    string           `json:"config_source"`
 	ConfigLoadedAt  time.Time        `json:"config_loaded_at"`
@@ -339,6 +341,7 @@ func (d *Daemon) serveStatus(w http.ResponseWriter, _ *http.Request) {
 	members, owned := d.Ownership()
 	p := statusPage{
 		Node:           d.cfg.NodeName,
+		Version:        version.Get(),
 		ConfigVersion:  cur.Version,
 		ConfigSource:   cur.Source,
 		ConfigLoadedAt: cur.LoadedAt,

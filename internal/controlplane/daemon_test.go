@@ -18,6 +18,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/cpclient"
 	"github.com/spillway-lb/spillway/internal/snapshot"
+	"github.com/spillway-lb/spillway/internal/version"
 	"github.com/spillway-lb/spillway/lb/health"
 )
 
@@ -264,6 +265,9 @@ func TestDaemonConfigChanges(t *testing.T) {
 	if page.Node != "cp-a" || page.SnapshotVersion != s4.Version || len(page.GFEs) != 1 || page.GFEs[0].Acked != s4.Version ||
 		len(page.Health) != 4 || !slices.Equal(page.OwnedGroups, []string{"g00", "g01"}) {
 		t.Errorf("/status = %+v, want cp-a serving %s to one gfe, owning both groups", page, s4.Version)
+	}
+	if want := version.Get(); page.Version != want || want.GoVersion == "" {
+		t.Errorf("/status version = %+v, want %+v", page.Version, want)
 	}
 }
 

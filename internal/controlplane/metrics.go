@@ -2,6 +2,8 @@ package controlplane
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/spillway-lb/spillway/internal/version"
 )
 
 // metrics are the daemon's Prometheus metrics, all named
@@ -37,6 +39,13 @@ const (
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	const ns, sub = "spillway", "controlplane"
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "build_info",
+		Help:        "Always 1, labelled with this binary's build (as --version prints it).",
+		ConstLabels: version.Get().Labels(),
+	})
+	buildInfo.Set(1)
+	reg.MustRegister(buildInfo)
 	m := &metrics{
 		tlsRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "grpc_tls_refused_total",

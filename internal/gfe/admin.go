@@ -10,6 +10,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/adminhttp"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gfe/status"
+	"github.com/spillway-lb/spillway/internal/version"
 )
 
 // adminHandler serves /metrics, /healthz, /readyz, /status and, with
@@ -42,7 +43,7 @@ func (d *Daemon) adminHandler() (http.Handler, error) {
 
 // Status returns the node's current state. Safe to call from any goroutine.
 func (d *Daemon) Status() status.Status {
-	st := status.Status{Node: d.cfg.Node, Site: d.cfg.Site, Ready: d.Ready(), RTTms: d.rtt.Snapshot()}
+	st := status.Status{Node: d.cfg.Node, Version: version.Get(), Site: d.cfg.Site, Ready: d.Ready(), RTTms: d.rtt.Snapshot()}
 	if snap := d.gossip.Snapshot(); snap != nil {
 		st.Members = snap.Members
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/snapshot"
+	"github.com/spillway-lb/spillway/internal/version"
 )
 
 // TestProxyWaterfall runs the planner and the proxy in process against real
@@ -69,6 +70,9 @@ func TestProxyWaterfall(t *testing.T) {
 	st := e.Status()
 	if len(st.Services) != 1 {
 		t.Fatalf("Status().Services = %v", st.Services)
+	}
+	if want := version.Get(); st.Version != want || want.GoVersion == "" {
+		t.Errorf("Status().Version = %+v, want %+v", st.Version, want)
 	}
 	var eastShare float64
 	for _, s := range st.Services[0].Plan {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/spillway-lb/spillway/internal/gfe/httpproxy"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/internal/version"
 	"github.com/spillway-lb/spillway/lb/capacity"
 )
 
@@ -68,6 +69,13 @@ func newMetrics(reg prometheus.Registerer, table func() *routing.Table) *metrics
 	for _, f := range []string{routing.ClampRTT, routing.ClampDemand, routing.ClampDemandRise} {
 		m.gossipClamped.WithLabelValues(f) // visible at 0
 	}
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "spillway_gfe_build_info",
+		Help:        "Always 1, labelled with this binary's build (as --version prints it).",
+		ConstLabels: version.Get().Labels(),
+	})
+	buildInfo.Set(1)
+	reg.MustRegister(buildInfo)
 	reg.MustRegister(m.pickErrors, m.backendErrors, m.planShare, m.regionUtil, m.demand, m.ejected, m.declared, m.effective, m.factor, m.shrunk, m.gossipClamped, decisionsCollector{table})
 	return m
 }

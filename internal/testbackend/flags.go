@@ -27,7 +27,11 @@ import (
 // The capacity flags and --load-reports are defaults for every instance;
 // keys in an --instance spec override them for that instance, whatever the
 // order of the flags. On -h it writes the usage to output and returns
-// flag.ErrHelp. It writes nothing else; errors are returned.
+// flag.ErrHelp; on --version it returns ErrVersion (the caller prints the
+// version). It writes nothing else; errors are returned.
+// ErrVersion is ParseFlags' answer to --version.
+var ErrVersion = errors.New("testbackend: --version")
+
 func ParseFlags(args []string, output io.Writer) (Config, error) {
 	cfg := DefaultConfig()
 	defaults := InstanceConfig{Capacity: DefaultCapacity()}
@@ -55,6 +59,7 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 			return nil
 		})
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long to let admitted requests finish on SIGTERM/SIGINT")
+	printVersion := fs.Bool("version", false, "print the version and exit")
 	fs.StringVar(&cfg.AdminAddr, "admin", cfg.AdminAddr, "`HOST:PORT` of the process admin listener, for every protocol: GET|POST /admin/health?instance=NAME[&healthy=BOOL], GET /admin/stats[?instance=NAME], POST /admin/close?instance=NAME (default none)")
 
 	if err := fs.Parse(args); err != nil {
@@ -64,6 +69,9 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 			fs.PrintDefaults()
 		}
 		return Config{}, err
+	}
+	if *printVersion {
+		return Config{}, ErrVersion
 	}
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))

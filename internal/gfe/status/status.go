@@ -9,11 +9,17 @@
 // CONNECTION services. The JSON names end in _rps for history.
 package status
 
-import "time"
+import (
+	"time"
+
+	"github.com/spillway-lb/spillway/internal/version"
+)
 
 // Status is the JSON document /status serves.
 type Status struct {
-	Node          string             `json:"node"`
+	Node string `json:"node"`
+	// Version is the build of the gfe binary serving this page.
+	Version       version.Info       `json:"version"`
 	Site          string             `json:"site"`
 	Ready         bool               `json:"ready"`
 	ConfigVersion string             `json:"config_version"`
