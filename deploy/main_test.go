@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spillway-lb/spillway/internal/testkit"
 )
 
 // Stamped into the binaries TestMain builds, to check --version.
@@ -31,6 +33,12 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	if err := testkit.EnsureTools(map[string]string{
+		"systemd-analyze": "systemd", "systemd-sysusers": "systemd", "openssl": "openssl", "nft": "nftables", "ip": "iproute2",
+	}); err != nil {
+		fmt.Fprintln(os.Stderr, "deploy tests:", err)
+		return 1
+	}
 	dir, err := os.MkdirTemp("", "spillway-deploy-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

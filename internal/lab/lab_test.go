@@ -30,7 +30,14 @@ import (
 // bins are the binaries built once for the package's tests.
 var bins map[string]string
 
-func TestMain(m *testing.M) { testkit.RunWithBinaries(m, &bins, topology.Binaries...) }
+func TestMain(m *testing.M) {
+	// A missing ip command is installed, never a reason to skip.
+	if err := testkit.EnsureTools(map[string]string{"ip": "iproute2"}); err != nil {
+		fmt.Fprintln(os.Stderr, "lab tests:", err)
+		os.Exit(1)
+	}
+	testkit.RunWithBinaries(m, &bins, topology.Binaries...)
+}
 
 // testPrefix names the tests' namespaces apart from a lab a user runs
 // ("spl-"), which the tests must not tear down.
