@@ -53,6 +53,12 @@ func runMain(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "deploy/build.sh: %v\n%s", err, out)
 		return 1
 	}
+	unlock, err := testkit.LockDeployments() // one package of real deployments at a time
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer unlock()
 	bins = map[string]string{}
 	for _, c := range []string{"controlplane", "gfe", "devpki", "testbackend"} {
 		bins[c] = filepath.Join(dir, "spillway-"+c)

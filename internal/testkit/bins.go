@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,7 +21,9 @@ const BuildTimeout = 10 * time.Minute
 // RunWithBinaries is a TestMain: it builds the commands names (directories
 // under cmd/) once into a temporary directory, stores their paths by name
 // in *bins, runs the package's tests, removes the directory and exits with
-// the tests' code. A failed build exits 1 with the compiler's output.
+// the tests' code. A failed build exits 1 with the compiler's output. The
+// tests run under a lock shared by every package that uses it (see
+// LockDeployments): one package of deployments at a time.
 func RunWithBinaries(m *testing.M, bins *map[string]string, names ...string) {
 	os.Exit(runWithBinaries(m, bins, names))
 }
@@ -39,5 +43,33 @@ func runWithBinaries(m *testing.M, bins *map[string]string, names []string) int 
 		return 1
 	}
 	*bins = built
+	unlock, err := LockDeployments()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer unlock()
 	return m.Run()
+}
+
+// LockDeployments takes a lock that every test package running whole
+// deployments of real processes holds while its tests run, so that go test
+// (which runs packages in parallel) runs them one at a time: two of them at
+// once starve each other's processes of CPU on a 2-core machine, and their
+// timing (queueing, probes, convergence) stops meaning what the tests
+// assert. It waits for the lock and returns its release.
+func LockDeployments() (func(), error) {
+	path := filepath.Join(os.TempDir(), "spillway-deployment-tests.lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return nil, fmt.Errorf("deployment test lock %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("deployment test lock %s: %w", path, err)
+	}
+	return func() {
+		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
 }
