@@ -104,10 +104,9 @@
 //
 // A project's limit for a metric (Config.QuotaLimit, lb/quota.EffectiveLimit):
 // no override ⇒ default_limit; producer override only ⇒ it; consumer override
-// only ⇒ min(it, default_limit); both ⇒ min(producer, consumer). Quota is
-// configured and validated here and resolved by lb/quota; the control
-// plane's AllocateQuota and the gfe's enforcement are not wired yet (issue
-// #13).
+// only ⇒ min(it, default_limit); both ⇒ min(producer, consumer). The
+// control plane's AllocateQuota charges these limits and the gfes enforce
+// them (internal/gfe/quotaclient).
 //
 // The defaults of a listener depend on its protocol (DefaultListener): the
 // values shown are those of http and https, and of tcp for the tcp-only

@@ -25,10 +25,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/spillway-lb/spillway/internal/gfe/quotaclient"
+	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
 	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -117,7 +120,18 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	e, err := gfe.New(ecfg, gfe.Options{Logger: log, Gossip: node})
+	// The quota service is the control plane's, over the snapshot
+	// stream's connection; the client comes after the node it feeds.
+	var cpc atomic.Pointer[cpclient.Client]
+	quota := func() quotaclient.Allocator {
+		if c := cpc.Load(); c != nil {
+			if conn := c.Conn(); conn != nil {
+				return pb.NewQuotaClient(conn)
+			}
+		}
+		return nil
+	}
+	e, err := gfe.New(ecfg, gfe.Options{Logger: log, Gossip: node, Quota: quota})
 	if err != nil {
 		return err
 	}
@@ -145,6 +159,7 @@ func run(args []string) error {
 		if client, err = newControlPlaneClient(cps, tls, ecfg, e, log); err != nil {
 			return err
 		}
+		cpc.Store(client)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

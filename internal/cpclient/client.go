@@ -189,6 +189,7 @@ type Client struct {
 	// Accessed atomically.
 	started  atomic.Bool
 	cur      atomic.Pointer[snapshot.Snapshot]
+	conn     atomic.Pointer[grpc.ClientConn] // of the open session, nil between sessions
 	pushes   atomic.Uint64
 	acks     atomic.Uint64
 	nacks    atomic.Uint64
@@ -230,6 +231,12 @@ func New(cfg Config, opts Options) (*Client, error) {
 	}, opts.DialOptions...)
 	return c, nil
 }
+
+// Conn returns the connection of the open stream to a control plane, for
+// other calls to the same replica over the same mutually authenticated
+// connection (the Quota service), or nil when no stream is open. The
+// connection may close at any time; calls on it then fail. It never blocks.
+func (c *Client) Conn() *grpc.ClientConn { return c.conn.Load() }
 
 // Current returns the snapshot being served: the last one Apply accepted, or
 // nil before the first. It never blocks.
@@ -321,6 +328,8 @@ func (c *Client) session(ctx context.Context, addr string) (healthy bool, err er
 	c.connects.Add(1)
 	c.setConnected(addr)
 	defer c.setConnected("")
+	c.conn.Store(conn)
+	defer c.conn.Store(nil)
 	c.log.Info().Str("control_plane", addr).Str("serving", hello.VersionInfo).Msg("control-plane stream open")
 	for {
 		m, err := stream.Recv()

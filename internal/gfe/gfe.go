@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/spillway-lb/spillway/internal/gfe/quotaclient"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -203,6 +204,10 @@ type Options struct {
 	// Rand returns uniform random numbers for picks; nil means
 	// math/rand/v2.Uint64.
 	Rand func() uint64
+	// Quota returns the Quota service of the control plane the node is
+	// connected to, or nil when none is (quota then fails open). Nil: no
+	// control plane, every quota call fails open.
+	Quota func() quotaclient.Allocator
 }
 
 // Daemon is one running gfe: it wires the planner loop (a routing.Builder
@@ -215,6 +220,7 @@ type Daemon struct {
 	log     zerolog.Logger
 	clk     clock.Clock
 	gossip  Gossip
+	quota   *quotaclient.Enforcer
 	reg     *prometheus.Registry
 	metrics *metrics
 	rtt     *rtt.Prober
@@ -302,8 +308,9 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 	d.builder = routing.NewBuilder(routing.Config{Node: cfg.Node, Site: cfg.Site, Damping: cfg.Damping, DemandSmoothing: cfg.DemandSmoothing, Bounds: cfg.GossipBounds},
 		routing.Options{Clock: d.clk, Rand: rnd})
 	d.rtt = rtt.New(rtt.Config{Path: cfg.RTTPath, Interval: cfg.RTTInterval}, rtt.Options{Clock: d.clk, Logger: d.log, Dialer: dialer})
+	d.quota = quotaclient.New(quotaclient.Config{}, d.clk, opts.Quota, d.log, d.reg)
 	d.proxy, err = httpproxy.New(httpproxy.Config{AccessLog: cfg.AccessLog}, httpproxy.Options{
-		Planner: d, Logger: d.log, Clock: d.clk, Rand: rnd, Dialer: dialer, Registry: d.reg,
+		Planner: d, Logger: d.log, Clock: d.clk, Rand: rnd, Dialer: dialer, Registry: d.reg, Quota: d.quota,
 		PickErrors: d.metrics.pickErrors, BackendErrors: d.metrics.backendErrors,
 	})
 	if err != nil {
@@ -424,6 +431,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	components := []component{
 		{name: "planner", run: d.plan},
 		{name: "rtt", run: func(ctx context.Context) error { return d.rtt.Run(ctx, d.regionTargets) }},
+		{name: "quota", run: d.quota.Run},
 		{name: "listeners", run: d.listeners.Run},
 		{name: "admin", run: func(context.Context) error { return serve(admin, aln) }},
 		{name: "drain", run: func(ctx context.Context) error { return d.drain(ctx, admin) }},

@@ -140,3 +140,10 @@ func (l *Lease) Want(now time.Time, cost int64) {
 	l.roll(now)
 	l.demand += cost
 }
+
+// Waiting reports whether l has no grant yet in the window of now and no
+// call outstanding: a call now would spare its next requests the wait for
+// the next Interval.
+func (l *Lease) Waiting(now time.Time) bool {
+	return windowOf(now) != l.window || (!l.granted && !l.calling)
+}

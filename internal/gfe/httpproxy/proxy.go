@@ -3,11 +3,13 @@ package httpproxy
 import (
 	"context"
 	"errors"
+	"github.com/spillway-lb/spillway/internal/gfe/quotaclient"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,6 +65,15 @@ type Options struct {
 	// the proxy counters of its own, registered in Registry.
 	PickErrors    *prometheus.CounterVec
 	BackendErrors prometheus.Counter
+	// Quota admits requests against per-consumer quota before they are
+	// routed (internal/gfe/quotaclient.Enforcer); nil charges nothing.
+	Quota Admitter
+}
+
+// Admitter decides whether a request of a service is admitted by quota
+// at now, without waiting on the network: a zero Verdict admits it.
+type Admitter interface {
+	Admit(cfg *config.Config, service string, r *http.Request, now time.Time) quotaclient.Verdict
 }
 
 // Proxy is the client-facing HTTP handler: route, pick, forward. Create it
@@ -80,7 +91,9 @@ type Proxy struct {
 	// ReverseProxy's Transport (retryTransport) sends every attempt through
 	// it. backendRoundTripper by default.
 	next http.RoundTripper
-	rp   *httputil.ReverseProxy
+	// quota is Options.Quota, nil when nothing is charged.
+	quota Admitter
+	rp    *httputil.ReverseProxy
 	// streams tracks long-lived streams (gRPC calls, upgraded connections)
 	// by backend, so that those of an unavailable backend can be ended.
 	streams *streamTracker
@@ -113,6 +126,7 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 	p := &Proxy{
 		cfg:       cfg,
 		planner:   opts.Planner,
+		quota:     opts.Quota,
 		log:       opts.Logger,
 		clk:       clock.OrReal(opts.Clock),
 		rand:      opts.Rand,
@@ -290,6 +304,17 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if svc == nil {
 		http.Error(w, msgNoBackend, http.StatusServiceUnavailable)
 		return
+	}
+	if p.quota != nil {
+		if v := p.quota.Admit(t.Config, rt.Service, r, start); v.Status != 0 {
+			// Refused by quota: not demand, no backend involved.
+			if v.RetryAfter > 0 {
+				w.Header().Set("Retry-After", strconv.Itoa(int((v.RetryAfter+time.Second-1)/time.Second)))
+			}
+			// Counted by the Admitter (spillway_gfe_quota_decisions_total).
+			http.Error(w, v.Message, v.Status)
+			return
+		}
 	}
 	svc.Meters().Started()
 	defer svc.Meters().Ended()

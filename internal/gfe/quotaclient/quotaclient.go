@@ -19,8 +19,8 @@
 //
 // Error bodies say what the client can act on and nothing internal.
 //
-// Not wired yet: the gfe's request path does not call Admit, and nothing
-// runs an Enforcer (issue #13's next step, with its end-to-end tests).
+// The gfe runs one Enforcer (internal/gfe: Run's "quota" component) and
+// the HTTP proxy asks it about every routed request (httpproxy.Admitter).
 package quotaclient
 
 import (
@@ -94,6 +94,9 @@ type Enforcer struct {
 
 	// spawn runs a call; `go f()` but in tests.
 	spawn func(f func())
+	// wake asks Run to look at the leases now, not at the next Tick: a
+	// lease without a grant in its window has demand waiting.
+	wake chan struct{}
 
 	mu     sync.Mutex
 	leases map[key]*lease
@@ -125,6 +128,7 @@ func New(cfg Config, clk clock.Clock, conn func() Allocator, log zerolog.Logger,
 		log:    log.With().Str("component", "quota").Logger(),
 		leases: map[key]*lease{},
 		spawn:  func(f func()) { go f() },
+		wake:   make(chan struct{}, 1),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "spillway", Subsystem: "gfe", Name: "quota_decisions_total",
 			Help: "Requests charged to quota, by result: admitted, exhausted (429), denied (409), unidentified (401), fail_open (admitted while the quota service fails).",
@@ -186,6 +190,12 @@ func (e *Enforcer) Admit(cfg *config.Config, service string, r *http.Request, no
 			cost *= max(0, r.ContentLength)
 		}
 		l := e.lease(cfg, key{service, project, ch.Metric})
+		if l.Waiting(now) {
+			select {
+			case e.wake <- struct{}{}:
+			default:
+			}
+		}
 		if l.denied {
 			l.Want(now, cost) // the next call tells whether it still holds
 			e.decisions.WithLabelValues("denied").Inc()
@@ -216,13 +226,16 @@ func metricOf(cfg *config.Config, name string) config.QuotaMetric {
 	return config.QuotaMetric{}
 }
 
-// lease returns k's lease, made with 0.5% of its limit as credit. Callers
-// hold e.mu.
+// lease returns k's lease, made with 0.5% of its limit as credit, and at
+// least 1: a consumer's first request of a window never waits for a round
+// trip (for limits under 200 this may admit one request per gfe and window
+// beyond the limit, when the window is already exhausted by the time that
+// request is charged). Callers hold e.mu.
 func (e *Enforcer) lease(cfg *config.Config, k key) *lease {
 	l := e.leases[k]
 	if l == nil {
 		limit, _, _ := cfg.QuotaLimit(k.project, k.metric)
-		l = &lease{key: k, Lease: quota.Lease{Interval: e.cfg.Interval, Credit: limit / 200}}
+		l = &lease{key: k, Lease: quota.Lease{Interval: e.cfg.Interval, Credit: max(1, limit/200)}}
 		e.leases[k] = l
 	}
 	return l
@@ -237,6 +250,8 @@ func (e *Enforcer) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C():
+			e.callAll(ctx, e.clk.Now())
+		case <-e.wake:
 			e.callAll(ctx, e.clk.Now())
 		}
 	}

@@ -1,0 +1,110 @@
+package e2e
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spillway-lb/spillway/internal/topology"
+)
+
+// quotaNet is the 127.N.0.0/16 of TestQuotaEndToEnd.
+const quotaNet = 59
+
+// TestQuotaEndToEnd (issue #13) on real processes: a control plane serving
+// AllocateQuota and a gfe admitting from its leases. A greedy consumer
+// (limit 30 a minute) sending 120 requests gets about 30 of them through
+// and 429s with Retry-After for the rest; a polite consumer's requests, one
+// a second, all pass; a request without a key on a charged path gets 401; an
+// uncharged path needs no key. Each figure is printed.
+func TestQuotaEndToEnd(t *testing.T) {
+	spec := topology.Spec{
+		Net:     quotaNet,
+		Regions: []topology.Region{{Name: "us-east", Zones: []string{"b"}, Instances: 2, Rate: 1000}},
+		Sites:   []topology.Site{{Name: "nyc", RTT: map[string]time.Duration{"us-east": time.Millisecond}}},
+		EditConfig: func(yaml string) string {
+			return yaml + `quota:
+  metrics: [{name: calls, default_limit: 30}]
+  charges: [{service: web, path_prefix: /api/, metric: calls}]
+  consumers:
+    - {api_key: greedy-key-0001, project: greedy}
+    - {api_key: polite-key-0001, project: polite}
+`
+		},
+	}
+	c := startCluster(t, spec)
+	url := c.GFE("nyc").URL
+	get := func(path, key string) (int, http.Header) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, url+path, nil)
+		if key != "" {
+			req.Header.Set("x-api-key", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header
+	}
+	if code, _ := get("/other", ""); code != http.StatusOK {
+		t.Errorf("uncharged path without a key: %d, want 200", code)
+	}
+	if code, _ := get("/api/x", ""); code != http.StatusUnauthorized {
+		t.Errorf("charged path without a key: %d, want 401", code)
+	}
+	// The greedy consumer: 120 requests over 6 s, 20 a second.
+	var ok, limited int
+	retryAfter := 0
+	for i := range 120 {
+		code, h := get("/api/x", "greedy-key-0001")
+		switch code {
+		case http.StatusOK:
+			ok++
+		case http.StatusTooManyRequests:
+			limited++
+			if n, err := strconv.Atoi(h.Get("Retry-After")); err != nil || n < 1 || n > 60 {
+				t.Errorf("429 with Retry-After %q, want 1..60 seconds", h.Get("Retry-After"))
+			} else {
+				retryAfter = max(retryAfter, n)
+			}
+		default:
+			t.Fatalf("greedy request %d: %d", i, code)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("greedy (limit 30/min): %d admitted, %d limited (Retry-After up to %d s)", ok, limited, retryAfter)
+	// 30 a minute; the window may turn over once during the 6 s (then up
+	// to 30 more).
+	if ok < 28 || ok > 62 || limited < 58 {
+		t.Errorf("greedy: %d admitted and %d limited of 120, want about 30 (at most 60 if the window turned) and the rest 429", ok, limited)
+	}
+	// The polite consumer: a request a second, 5 in all, each answered.
+	polite := 0
+	for range 5 {
+		if code, _ := get("/api/x", "polite-key-0001"); code == http.StatusOK {
+			polite++
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("polite: %d of 5 admitted", polite)
+	if polite != 5 {
+		t.Errorf("polite consumer: %d of 5 admitted, want 5 (its own quota, untouched by the greedy one)", polite)
+	}
+	// The gfe counted its decisions.
+	resp, err := http.Get(c.GFE("nyc").Admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`spillway_gfe_quota_decisions_total{result="exhausted"}`, `spillway_gfe_quota_calls_total{result="ok"}`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("gfe /metrics has no %s", want)
+		}
+	}
+}
