@@ -513,6 +513,14 @@ type Route struct {
 	// one (GET, HEAD, OPTIONS, PUT, DELETE, TRACE) that failed before any
 	// response byte. Default 1; must be in 0..5; 0 = never retry.
 	Retries int `mapstructure:"retries"`
+	// PerTryTimeout, when positive, bounds each attempt of an idempotent
+	// request without a body (the requests that may be sent again after
+	// reaching a backend) until its response headers: an attempt without
+	// headers by then is abandoned, counts as a timeout of its backend and,
+	// within Retries, goes to another instance (a backend host that
+	// vanished with requests in flight). Default 0: attempts are bounded
+	// only by Timeout. At most Timeout.
+	PerTryTimeout time.Duration `mapstructure:"per_try_timeout"`
 }
 
 // ListenerProtocol is what a listener speaks to clients.

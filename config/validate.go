@@ -538,6 +538,9 @@ func (v *validator) routes() {
 		if r.Retries < 0 || r.Retries > maxRetries {
 			v.p.add(rp+".retries", fmt.Sprintf("must be in 0..%d (0 = never retry), got %d", maxRetries, r.Retries))
 		}
+		if r.PerTryTimeout < 0 || r.Timeout > 0 && r.PerTryTimeout > r.Timeout {
+			v.p.add(rp+".per_try_timeout", fmt.Sprintf("must be in 0..timeout (%v; 0 = off), got %v", r.Timeout, r.PerTryTimeout))
+		}
 		if hostOK && prefixOK {
 			key := [2]string{strings.ToLower(r.Host), r.PathPrefix}
 			if first, dup := seen[key]; dup {

@@ -13,10 +13,12 @@ type metrics struct {
 	backendErrors prometheus.Counter
 	latency       prometheus.Histogram
 	retries       *prometheus.CounterVec // service
-	ejections     *prometheus.CounterVec // service
-	cookies       *prometheus.CounterVec // service
-	streamsClosed prometheus.Counter
-	clientErrors  *prometheus.CounterVec // reason
+	// perTryTimeouts counts attempts abandoned at per_try_timeout.
+	perTryTimeouts *prometheus.CounterVec // service
+	ejections      *prometheus.CounterVec // service
+	cookies        *prometheus.CounterVec // service
+	streamsClosed  prometheus.Counter
+	clientErrors   *prometheus.CounterVec // reason
 }
 
 // NewPickErrors returns the counter of requests and connections for which
@@ -55,6 +57,10 @@ func newMetrics(opts Options) *metrics {
 			Name: "spillway_gfe_retries_total",
 			Help: "Requests sent again to another backend after an attempt failed (never reached a backend, or idempotent without an answer), by service.",
 		}, []string{"service"}),
+		perTryTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spillway_gfe_per_try_timeouts_total",
+			Help: "Attempts abandoned without response headers at their route's per_try_timeout (then retried when allowed), by service.",
+		}, []string{"service"}),
 		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spillway_gfe_outlier_ejections_total",
 			Help: "Backends ejected by passive outlier detection, by service.",
@@ -72,7 +78,7 @@ func newMetrics(opts Options) *metrics {
 			Help: "Proxied requests that failed on the client's side and never counted against a backend, by reason (bad_body 400, body_timeout 408, body_too_large 413, canceled: the client went away).",
 		}, []string{"reason"}),
 	}
-	cs := []prometheus.Collector{m.unrouted, m.latency, m.retries, m.ejections, m.cookies, m.streamsClosed, m.clientErrors}
+	cs := []prometheus.Collector{m.unrouted, m.latency, m.retries, m.perTryTimeouts, m.ejections, m.cookies, m.streamsClosed, m.clientErrors}
 	if m.pickErrors == nil {
 		m.pickErrors = NewPickErrors()
 		cs = append(cs, m.pickErrors)

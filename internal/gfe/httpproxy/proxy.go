@@ -344,7 +344,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	svc.Meters().Decisions[pk.Reason].Add(1)
-	ph := &pickHolder{pick: pk, svc: svc, retries: rt.Retries, attempts: 1, cookie: ck, secure: r.TLS != nil}
+	ph := &pickHolder{pick: pk, svc: svc, retries: rt.Retries, perTry: rt.PerTryTimeout, attempts: 1, cookie: ck, secure: r.TLS != nil}
+	defer ph.cancelAttempts()
 	ph.body, _ = r.Body.(*clientbody.Body)
 	// The route timeout bounds the whole request, retries included. Streams
 	// are exempt, but only real ones: a gRPC call over HTTP/2 carries its
@@ -398,8 +399,14 @@ type pickHolder struct {
 	context.Context
 	pick routing.Pick
 	svc  *routing.Service
-	// retries is how many more attempts the route allows after the first.
+	// retries is how many more attempts the route allows after the first,
+	// and perTry the route's per_try_timeout (0: none).
 	retries int
+	perTry  time.Duration
+	// cancels holds the cancel functions of attempts whose per-try
+	// context outlives RoundTrip (its response body is read under it);
+	// ServeHTTP calls them when the request ends.
+	cancels []context.CancelFunc
 	// attempts made so far, and their backends.
 	attempts int
 	tried    [maxAttempts]*backend.Backend
@@ -417,6 +424,13 @@ type pickHolder struct {
 	// when it fired (read by Err from any goroutine).
 	upgradeTimer clock.Timer
 	timedOut     atomic.Bool
+}
+
+// cancelAttempts releases the per-try contexts of the request's attempts.
+func (h *pickHolder) cancelAttempts() {
+	for _, c := range h.cancels {
+		c()
+	}
 }
 
 // Value returns the holder itself for pickKey, and otherwise the route

@@ -3,9 +3,11 @@ package httpproxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/spillway-lb/spillway/lb/backend"
 	"github.com/spillway-lb/spillway/lb/outlier"
@@ -108,7 +110,7 @@ func (t retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	p := t.p
 	for {
 		sent := p.clk.Now()
-		resp, err := p.next.RoundTrip(req)
+		resp, err, expired := t.attempt(ph, req)
 		now := p.clk.Now()
 		if err == nil {
 			ph.answered = true
@@ -134,7 +136,11 @@ func (t retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			// attempt. ErrorHandler answers it.
 			return nil, ce
 		}
-		if r, ok := resultOf(err, ctxErr); ok {
+		if expired {
+			// No headers within per_try_timeout: the backend's timeout.
+			ph.pick.Backend.Observe(backend.OutcomeFailed, 0)
+			p.report(ph, outlier.Timeout, now)
+		} else if r, ok := resultOf(err, ctxErr); ok {
 			ph.pick.Backend.Observe(backend.OutcomeFailed, 0)
 			p.report(ph, r, now)
 		}
@@ -152,6 +158,34 @@ func (t retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		p.metrics.retries.WithLabelValues(ph.svc.Name()).Inc()
 		req = retryRequest(req, np.Backend.Addr())
 	}
+}
+
+// attempt sends one attempt of req. When the route has a per_try_timeout
+// and req may be sent again after reaching a backend (idempotent, no
+// body), the attempt runs under a context of its own that the timeout
+// cancels unless response headers came first; expired reports that it
+// did. The attempt's context then lives as long as its response body and
+// is released with the request (pickHolder.cancelAttempts).
+func (t retryTransport) attempt(ph *pickHolder, req *http.Request) (resp *http.Response, err error, expired bool) {
+	p := t.p
+	if ph.perTry <= 0 || !idempotent(req.Method) || (req.Body != nil && req.Body != http.NoBody) {
+		resp, err = p.next.RoundTrip(req)
+		return resp, err, false
+	}
+	ctx, cancel := context.WithCancel(req.Context())
+	ph.cancels = append(ph.cancels, cancel)
+	var fired atomic.Bool
+	timer := p.clk.AfterFunc(ph.perTry, func() {
+		fired.Store(true)
+		cancel()
+	})
+	resp, err = p.next.RoundTrip(req.WithContext(ctx))
+	timer.Stop()
+	if err != nil && fired.Load() && req.Context().Err() == nil {
+		p.metrics.perTryTimeouts.WithLabelValues(ph.svc.Name()).Inc()
+		return nil, fmt.Errorf("no response headers within per_try_timeout %v: %w", ph.perTry, err), true
+	}
+	return resp, err, false
 }
 
 // retryRequest returns a copy of req, an attempt that failed, addressed to

@@ -3,6 +3,7 @@ package httpproxy
 import (
 	"context"
 	"errors"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"io"
 	"maps"
 	"net"
@@ -320,5 +321,72 @@ func TestPickErrors(t *testing.T) {
 				t.Errorf("failures = %d, want 1", got)
 			}
 		})
+	}
+}
+
+// TestPerTryTimeout (issue #11: a backend host that vanished with requests
+// in flight): a GET whose backend sends no headers within the route's
+// per_try_timeout is abandoned there, counted as that backend's timeout,
+// and answered by another instance; a POST is not bounded per try (it may
+// not be sent again) and runs into the route timeout instead.
+func TestPerTryTimeout(t *testing.T) {
+	release := make(chan struct{})
+	silent := &testBackend{name: "silent"}
+	silent.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		silent.hits.Add(1)
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(func() { close(release); silent.Close() })
+	fast := newTestBackend(t, "fast")
+	regions := []gfetest.Region{{Name: "us-east", Zones: []gfetest.Zone{{Name: "us-east-b", Addrs: []string{silent.addr()}}, {Name: "us-east-c", Addrs: []string{fast.addr()}}}}}
+	e, clk := sessionEdge(t, gfetest.SessionConfig(t, "round_robin", regions, "", ", timeout: 700ms, per_try_timeout: 300ms"))
+	svc := e.p.Table().Services["web"]
+	codes := map[int]int{}
+	for i := range 2 { // round robin: one of them goes to the silent backend first
+		before := silent.hits.Load()
+		done := make(chan int, 1)
+		go func() { done <- do(t, e, "GET", "192.0.2.1:1", "", nil).Code }()
+		select {
+		case c := <-done:
+			codes[c]++
+			continue
+		case <-time.After(100 * time.Millisecond):
+		}
+		// Waiting: it is at the silent backend. Once its attempt is there,
+		// the per-try timer (on the fake clock) expires it.
+		for silent.hits.Load() == before {
+			time.Sleep(time.Millisecond)
+		}
+		clk.BlockUntil(context.Background(), 1)
+		clk.Advance(300 * time.Millisecond)
+		select {
+		case c := <-done:
+			codes[c]++
+		case <-time.After(5 * time.Second):
+			t.Fatalf("request %d: no answer 5 s after its per-try timeout", i)
+		}
+	}
+	if codes[200] != 2 || fast.hits.Load() != 2 || silent.hits.Load() != 1 {
+		t.Errorf("statuses %v, fast got %d, silent %d; want 2×200, fast 2, silent 1 (retried after the per-try timeout)", codes, fast.hits.Load(), silent.hits.Load())
+	}
+	if st := member(t, svc, silent.addr()).Host.State(clk.Now()); st.Consecutive5xx != 1 {
+		t.Errorf("silent backend's 5xx run = %d, want 1 (the per-try timeout)", st.Consecutive5xx)
+	}
+	if got := testutil.ToFloat64(e.proxy.metrics.perTryTimeouts.WithLabelValues("web")); got != 1 {
+		t.Errorf("per-try timeouts counted %v, want 1", got)
+	}
+	// A POST is not bounded per try: the silent backend holds it until the
+	// route timeout (700ms, real time), 504, not retried.
+	var posted int
+	for range 2 {
+		if w := do(t, e, "POST", "192.0.2.1:1", "", nil); w.Code == 504 {
+			posted++
+		}
+	}
+	if posted != 1 || silent.hits.Load() != 2 {
+		t.Errorf("POSTs: %d timed out, silent got %d; want 1 and 2 (no per-try timeout, no retry)", posted, silent.hits.Load())
 	}
 }
