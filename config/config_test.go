@@ -216,6 +216,7 @@ var badFiles = []struct {
 		`routes[1].timeout: must be > 0, got -1s`,
 		`routes[1].retries: must be in 0..5 (0 = never retry), got -1`,
 		`routes[2].timeout: expected a duration such as "5s", got number 30`,
+		`routes[3].per_try_timeout: must be in 0..timeout (1s; 0 = off), got 2s`,
 	}},
 	{"syntax.bad.yaml", []string{
 		`parsing yaml: yaml: line 9: did not find expected '-' indicator`,
