@@ -156,22 +156,9 @@ func testBackendHostDown(t *testing.T, l *Lab) {
 	ctx := context.Background()
 	c := l.Cluster
 	load := c.StartLoad(map[string]float64{"nyc": 40, "lon": 20, "tokyo": 20})
-	stopped := false
-	defer func() {
-		if !stopped {
-			load.Stop()
-		}
-	}()
+	defer load.Stop() // a second Stop returns the first one's results
 	// Load flows before the failure: nyc's gfe has made decisions.
-	if err := topology.WaitFor(ctx, 10*time.Second, func() (bool, error) {
-		st, err := c.Status(ctx, c.GFE("nyc"))
-		if err != nil {
-			return false, err
-		}
-		return decisions(st) >= 40, fmt.Errorf("nyc made %d decisions", decisions(st))
-	}); err != nil {
-		t.Fatal(err)
-	}
+	waitDecisions(t, c, "nyc", 40)
 
 	down := time.Now()
 	if err := l.SetLink(ctx, "backend-us-east", false); err != nil {
@@ -194,7 +181,6 @@ func testBackendHostDown(t *testing.T, l *Lab) {
 		t.Fatal(err)
 	}
 	res, err := load.Stop()
-	stopped = true
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,6 +218,22 @@ func testBackendHostDown(t *testing.T, l *Lab) {
 	}
 	linkUp = true
 	if err := waitRegionHealthy(ctx, c, "us-east", true, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitDecisions waits until site's gfe has made n routing decisions: the
+// load flows through it.
+func waitDecisions(t *testing.T, c *topology.Cluster, site string, n int64) {
+	t.Helper()
+	ctx := context.Background()
+	if err := topology.WaitFor(ctx, 10*time.Second, func() (bool, error) {
+		st, err := c.Status(ctx, c.GFE(site))
+		if err != nil {
+			return false, err
+		}
+		return decisions(st) >= n, fmt.Errorf("%s made %d decisions", site, decisions(st))
+	}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -280,12 +282,7 @@ func testGFEPartition(t *testing.T, l *Lab) {
 	ctx := context.Background()
 	c := l.Cluster
 	load := c.StartLoad(map[string]float64{"nyc": 40, "lon": 20, "tokyo": 20})
-	stopped := false
-	defer func() {
-		if !stopped {
-			load.Stop()
-		}
-	}()
+	defer load.Stop() // a second Stop returns the first one's results
 	nyc := c.GFE("nyc")
 	others := []*topology.GFE{c.GFE("lon"), c.GFE("tokyo")}
 	demandOf := func(st *status.Status, site string) float64 {
@@ -388,7 +385,6 @@ func testGFEPartition(t *testing.T, l *Lab) {
 		t.Fatalf("after healing: %v", err)
 	}
 	res, err := load.Stop()
-	stopped = true
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,21 +410,8 @@ func testControlPlaneDies(t *testing.T, l *Lab) {
 	ctx := context.Background()
 	c := l.Cluster
 	load := c.StartLoad(map[string]float64{"nyc": 30, "lon": 30, "tokyo": 30})
-	stopped := false
-	defer func() {
-		if !stopped {
-			load.Stop()
-		}
-	}()
-	if err := topology.WaitFor(ctx, 10*time.Second, func() (bool, error) {
-		st, err := c.Status(ctx, c.GFE("tokyo"))
-		if err != nil {
-			return false, err
-		}
-		return decisions(st) >= 30, fmt.Errorf("tokyo made %d decisions", decisions(st))
-	}); err != nil {
-		t.Fatal(err)
-	}
+	defer load.Stop() // a second Stop returns the first one's results
+	waitDecisions(t, c, "tokyo", 30)
 	cp2 := "http://" + c.Spec.ControlPlaneIP(1) + ":7100/status"
 	before, err := cpStatus(ctx, l, cp2)
 	if err != nil {
@@ -498,7 +481,6 @@ func testControlPlaneDies(t *testing.T, l *Lab) {
 		t.Fatal(err)
 	}
 	res, err := load.Stop()
-	stopped = true
 	if err != nil {
 		t.Fatal(err)
 	}
