@@ -3,13 +3,13 @@ package e2e
 import (
 	"context"
 	"errors"
-	"io"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
+	"github.com/spillway-lb/spillway/internal/testkit"
+
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -18,7 +18,6 @@ import (
 	"github.com/spillway-lb/spillway/internal/devpki"
 	"github.com/spillway-lb/spillway/internal/mtls"
 	"github.com/spillway-lb/spillway/internal/topology"
-	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
 )
 
 // mtlsNet is the 127.N.0.0/16 of TestControlPlaneMutualTLSEndToEnd.
@@ -44,21 +43,7 @@ func TestControlPlaneMutualTLSEndToEnd(t *testing.T) {
 	}
 	addr := c.CPAddrs[0]
 	dial := func(creds credentials.TransportCredentials) error {
-		cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(creds))
-		if err != nil {
-			return err
-		}
-		defer cc.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		stream, err := pb.NewControlPlaneClient(cc).StreamSnapshots(ctx)
-		if err != nil {
-			return err
-		}
-		if err := stream.Send(&pb.SnapshotRequest{Node: &pb.Node{Id: "attacker", Site: "nyc"}}); err != nil && !errors.Is(err, io.EOF) {
-			return err
-		}
-		_, err = stream.Recv()
+		_, err := testkit.FirstPush(t, addr, creds, 20*time.Second)
 		return err
 	}
 	intruder, err := c.CA.IssueFiles(t.TempDir(), "intruder", devpki.Leaf{Names: []string{"intruder.spillway.internal"}})

@@ -2,14 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spillway-lb/spillway/internal/testkit"
 
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
@@ -59,25 +59,9 @@ func clientCreds(t *testing.T, f devpki.Files) credentials.TransportCredentials 
 	return c
 }
 
-// firstPush opens a snapshot stream to addr with creds and returns the
-// first snapshot, or the error that ended the attempt.
+// firstPush is testkit.FirstPush within the package's test timeout.
 func firstPush(t *testing.T, addr string, creds credentials.TransportCredentials) (*pb.Snapshot, error) {
-	t.Helper()
-	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(creds))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
-	defer cancel()
-	stream, err := pb.NewControlPlaneClient(cc).StreamSnapshots(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := stream.Send(&pb.SnapshotRequest{Node: &pb.Node{Id: "attacker", Site: "nyc"}}); err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
-	}
-	return stream.Recv()
+	return testkit.FirstPush(t, addr, creds, defaultTestTimeout)
 }
 
 const secret = "issue-10-the-cookie-secret-0123456789abcdef"

@@ -1,17 +1,16 @@
 package controlplane
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
+	"github.com/spillway-lb/spillway/internal/testkit"
+
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -33,26 +32,9 @@ func secretYAML() string {
 		"    session_affinity: {type: generated_cookie, cookie_name: sw, cookie_secret: "+testSecret+"}\n    health_check:", 1)
 }
 
-// firstPush opens a snapshot stream to addr as gfe "attacker" with creds
-// and returns the first snapshot pushed, or the error that ended the
-// stream.
+// firstPush is testkit.FirstPush within the package's test timeout.
 func firstPush(t *testing.T, addr string, creds credentials.TransportCredentials) (*pb.Snapshot, error) {
-	t.Helper()
-	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(creds))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
-	defer cancel()
-	stream, err := pb.NewControlPlaneClient(cc).StreamSnapshots(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := stream.Send(&pb.SnapshotRequest{Node: &pb.Node{Id: "attacker", Site: "nyc"}}); err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
-	}
-	return stream.Recv()
+	return testkit.FirstPush(t, addr, creds, defaultTestTimeout)
 }
 
 // TestSecretsOnlyOverMutualTLS reproduces finding 2 of issue #10: an
