@@ -23,17 +23,8 @@ import (
 // HTTP backends: under capacity everything goes to the nearest region; with
 // demand over the nearest region's capacity the excess spills to the next.
 func TestProxyWaterfall(t *testing.T) {
-	e1, e2 := backendServer(t, "us-east"), backendServer(t, "us-east")
-	w1, w2 := backendServer(t, "eu-west"), backendServer(t, "eu-west")
 	g := &fakeGossip{node: "gfe-nyc", states: map[string]gossip.NodeState{}}
-	clk := clock.NewFake(time.Unix(1_000_000, 0))
-	e := newTestEdge(t, g, clk)
-	e.rtt.Set("us-east", 5)
-	e.rtt.Set("eu-west", 80)
-	cfg := gfetest.TwoRegionConfig(t, "waterfall", addrsOf(e1, e2), addrsOf(w1, w2), 100)
-	if err := e.ApplySnapshot(snapshot.FromConfig("v1", cfg)); err != nil {
-		t.Fatal(err)
-	}
+	e, clk, _ := twoRegionEdge(t, g)
 	front := httptest.NewServer(e.proxy)
 	defer front.Close()
 

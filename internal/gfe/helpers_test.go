@@ -19,6 +19,7 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/internal/testkit"
@@ -69,6 +70,27 @@ func backendServer(t *testing.T, region string) *httptest.Server {
 	}))
 	t.Cleanup(s.Close)
 	return s
+}
+
+// twoRegionEdge returns a gfe at site nyc (us-east 5 ms, eu-west 80 ms) on
+// a fake clock, serving gfetest.TwoRegionConfig with policy waterfall over
+// two real backends per region (version "v1"), and a function that makes
+// the same config, on the same backends, for any policy.
+func twoRegionEdge(t *testing.T, g *fakeGossip) (*Daemon, *clock.Fake, func(policy string) *config.Config) {
+	t.Helper()
+	e1, e2 := backendServer(t, "us-east"), backendServer(t, "us-east")
+	w1, w2 := backendServer(t, "eu-west"), backendServer(t, "eu-west")
+	configFor := func(policy string) *config.Config {
+		return gfetest.TwoRegionConfig(t, policy, addrsOf(e1, e2), addrsOf(w1, w2), 100)
+	}
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	e := newTestEdge(t, g, clk)
+	e.rtt.Set("us-east", 5)
+	e.rtt.Set("eu-west", 80)
+	if err := e.ApplySnapshot(snapshot.FromConfig("v1", configFor("waterfall"))); err != nil {
+		t.Fatal(err)
+	}
+	return e, clk, configFor
 }
 
 func newTestEdge(t *testing.T, g *fakeGossip, clk clock.Clock) *Daemon {

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spillway-lb/spillway/internal/clock"
-	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 )
@@ -22,16 +20,8 @@ import (
 // the previous snapshot and its plan. Before the fix the snapshot was
 // accepted and every later plan of the service failed.
 func TestUnplannableSnapshotIsRefused(t *testing.T) {
-	e1, e2 := backendServer(t, "us-east"), backendServer(t, "us-east")
-	w1, w2 := backendServer(t, "eu-west"), backendServer(t, "eu-west")
 	g := &fakeGossip{node: "gfe-nyc", states: map[string]gossip.NodeState{}}
-	clk := clock.NewFake(time.Unix(1_000_000, 0))
-	e := newTestEdge(t, g, clk)
-	e.rtt.Set("us-east", 5)
-	e.rtt.Set("eu-west", 80)
-	if err := e.ApplySnapshot(snapshot.FromConfig("v1", gfetest.TwoRegionConfig(t, "waterfall", addrsOf(e1, e2), addrsOf(w1, w2), 100))); err != nil {
-		t.Fatal(err)
-	}
+	e, clk, configFor := twoRegionEdge(t, g)
 	e.step(clk.Now())
 	front := httptest.NewServer(e.proxy)
 	defer front.Close()
@@ -54,7 +44,7 @@ func TestUnplannableSnapshotIsRefused(t *testing.T) {
 	}
 
 	for _, policy := range []string{"waterfall", "min_rtt", "round_robin"} {
-		bad := gfetest.TwoRegionConfig(t, policy, addrsOf(e1, e2), addrsOf(w1, w2), 100)
+		bad := configFor(policy)
 		bad.Services[0].Backends[0].MaxRatePerInstance = 1e308 // past validation, as an attacker's snapshot
 		err := e.ApplySnapshot(snapshot.FromConfig("v2-"+policy, bad))
 		if err == nil || !strings.Contains(err.Error(), "cannot be planned") || !strings.Contains(err.Error(), "capacity is +Inf") {
