@@ -153,13 +153,20 @@ func (c *Config) QuotaProject(apiKey string) (string, bool) {
 	return "", false
 }
 
+// Matches reports whether a request of service, method and path is
+// charged by ch.
+func (ch *QuotaCharge) Matches(service, method, path string) bool {
+	return ch.Service == service && (ch.Method == "" || ch.Method == method) && strings.HasPrefix(path, ch.PathPrefix)
+}
+
 // QuotaCharges returns the charges a request of service, method and path
-// matches, in config order (nil for none).
+// matches, in config order (nil for none). The request path iterates
+// Quota.Charges with QuotaCharge.Matches instead, which allocates nothing.
 func (c *Config) QuotaCharges(service, method, path string) []QuotaCharge {
 	var out []QuotaCharge
-	for _, ch := range c.Quota.Charges {
-		if ch.Service == service && (ch.Method == "" || ch.Method == method) && strings.HasPrefix(path, ch.PathPrefix) {
-			out = append(out, ch)
+	for i := range c.Quota.Charges {
+		if c.Quota.Charges[i].Matches(service, method, path) {
+			out = append(out, c.Quota.Charges[i])
 		}
 	}
 	return out

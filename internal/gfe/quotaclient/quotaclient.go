@@ -91,6 +91,9 @@ type Enforcer struct {
 
 	decisions *prometheus.CounterVec // result
 	calls     *prometheus.CounterVec // result
+	// decided holds decisions' counters, resolved once: the request path
+	// neither looks them up nor allocates.
+	decided map[string]prometheus.Counter
 
 	// spawn runs a call; `go f()` but in tests.
 	spawn func(f func())
@@ -138,8 +141,9 @@ func New(cfg Config, clk clock.Clock, conn func() Allocator, log zerolog.Logger,
 			Help: "AllocateQuota calls by result: ok, exhausted, denied (an error that is not the service's fault: 409 until a call succeeds), failed (fail open), unexpected (logged, fail open).",
 		}, []string{"result"}),
 	}
+	e.decided = map[string]prometheus.Counter{}
 	for _, r := range []string{"admitted", "exhausted", "denied", "unidentified", "fail_open"} {
-		e.decisions.WithLabelValues(r)
+		e.decided[r] = e.decisions.WithLabelValues(r)
 	}
 	for _, r := range []string{"ok", "exhausted", "denied", "failed", "unexpected"} {
 		e.calls.WithLabelValues(r)
@@ -153,7 +157,7 @@ func New(cfg Config, clk clock.Clock, conn func() Allocator, log zerolog.Logger,
 // APIKey returns the request's API key: the x-api-key header, else the
 // key query parameter.
 func APIKey(r *http.Request) string {
-	if k := r.Header.Get("x-api-key"); k != "" {
+	if k := r.Header.Get("X-Api-Key"); k != "" { // canonical: no allocation
 		return k
 	}
 	if r.URL.RawQuery == "" {
@@ -166,16 +170,19 @@ func APIKey(r *http.Request) string {
 // zero Verdict admits it (also when nothing charges it). It never waits on
 // the network.
 func (e *Enforcer) Admit(cfg *config.Config, service string, r *http.Request, now time.Time) Verdict {
-	if len(cfg.Quota.Charges) == 0 {
-		return Verdict{}
+	charged := false
+	for i := range cfg.Quota.Charges {
+		if cfg.Quota.Charges[i].Matches(service, r.Method, r.URL.Path) {
+			charged = true
+			break
+		}
 	}
-	charges := cfg.QuotaCharges(service, r.Method, r.URL.Path)
-	if len(charges) == 0 {
+	if !charged {
 		return Verdict{}
 	}
 	project, ok := cfg.QuotaProject(APIKey(r))
 	if !ok {
-		e.decisions.WithLabelValues("unidentified").Inc()
+		e.decided["unidentified"].Inc()
 		return Verdict{Status: http.StatusUnauthorized, Message: msgNoKey}
 	}
 	e.mu.Lock()
@@ -184,7 +191,11 @@ func (e *Enforcer) Admit(cfg *config.Config, service string, r *http.Request, no
 	// what earlier ones took from their budgets: requests rarely match
 	// several charges, and the budgets are refilled every second.
 	failOpen := false
-	for _, ch := range charges {
+	for i := range cfg.Quota.Charges {
+		ch := &cfg.Quota.Charges[i]
+		if !ch.Matches(service, r.Method, r.URL.Path) {
+			continue
+		}
 		cost := ch.Cost
 		if m := metricOf(cfg, ch.Metric); m.Unit == config.QuotaBytes {
 			cost *= max(0, r.ContentLength)
@@ -198,20 +209,20 @@ func (e *Enforcer) Admit(cfg *config.Config, service string, r *http.Request, no
 		}
 		if l.denied {
 			l.Want(now, cost) // the next call tells whether it still holds
-			e.decisions.WithLabelValues("denied").Inc()
+			e.decided["denied"].Inc()
 			return Verdict{Status: http.StatusConflict, Message: msgDenied}
 		}
 		ok, retry := l.Admit(now, cost)
 		if !ok {
-			e.decisions.WithLabelValues("exhausted").Inc()
+			e.decided["exhausted"].Inc()
 			return Verdict{Status: http.StatusTooManyRequests, RetryAfter: retry, Message: msgExhausted}
 		}
 		failOpen = failOpen || l.Failing()
 	}
 	if failOpen {
-		e.decisions.WithLabelValues("fail_open").Inc()
+		e.decided["fail_open"].Inc()
 	} else {
-		e.decisions.WithLabelValues("admitted").Inc()
+		e.decided["admitted"].Inc()
 	}
 	return Verdict{}
 }

@@ -187,3 +187,22 @@ func TestEnforcerFailures(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkAdmit is the request path's common case: a known key in the
+// header and budget left.
+func BenchmarkAdmit(b *testing.B) {
+	cfg, err := config.Parse([]byte(quotaConfig), "quota.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Unix(1_800_000_000-1_800_000_000%60, 0)
+	e := New(Config{}, clock.NewFake(now), nil, zerolog.Nop(), nil)
+	e.lease(cfg, key{"web", "acme", "calls"}).Granted(now, 1<<40, false, 0)
+	r := request("/api/x", "acme-key-0001")
+	b.ReportAllocs()
+	for b.Loop() {
+		if v := e.Admit(cfg, "web", r, now); v.Status != 0 {
+			b.Fatalf("refused: %+v", v)
+		}
+	}
+}
