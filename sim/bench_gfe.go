@@ -187,11 +187,18 @@ func newGFEs(s *Scenario, tl *Timeline, topo *topology, p BenchPolicy) *gfes {
 		// points and least-request choices, which no split reads; seeded,
 		// so that a run repeats exactly.
 		g.builders = append(g.builders, routing.NewBuilder(
-			routing.Config{Node: nodeName(si), Site: st.Name, Damping: tl.Damping},
+			routing.Config{Node: nodeName(si), Site: st.Name, Damping: tl.Damping, HerdWindow: herdWindow(tl)},
 			routing.Options{Clock: clk, Rand: splitmix.Sequence(tl.Seed ^ uint64(si)<<32)},
 		))
 	}
 	return g
+}
+
+// herdWindow is the gfes' routing.Config.HerdWindow in a run of tl: the
+// gossip delay (what the others believe of a site's demand is that old),
+// at least one step.
+func herdWindow(tl *Timeline) time.Duration {
+	return time.Duration(max(tl.GossipDelayS, tl.StepS) * float64(time.Second))
 }
 
 // nodeName is the gossip name of site si's gfe.

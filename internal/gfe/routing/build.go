@@ -31,6 +31,11 @@ type Config struct {
 	// in the first build after one whole build interval of it, and in that
 	// build's plan; a step down decays with this time constant.
 	DemandSmoothing time.Duration
+	// HerdWindow is how far back the herd guard (herd.go) looks for the
+	// demand the other gfes may still believe this one has: about the
+	// time gossip takes to carry it (DefaultHerdWindow). Zero turns the
+	// guard off.
+	HerdWindow time.Duration
 	// Bounds are the plausibility limits on the peers' gossiped demand and
 	// RTT (see Bounds; DefaultBounds for the gfe). The zero value clamps
 	// nothing.
@@ -99,8 +104,14 @@ type Builder struct {
 	// base of Bounds.MaxDemandRise); builds counts Builds; clamps are the
 	// values Bounds changed, for TakeClamps.
 	peerDemand map[peerDemandKey]acceptedDemand
-	builds     uint64
-	clamps     []Clamp
+	// ownDemand is this gfe's own demand per service over the last
+	// HerdWindow (herd.go).
+	ownDemand map[string][]ownDemand
+	// herdSeen is when each group of a service last showed unexplained
+	// load (herd.go), by service and group.
+	herdSeen map[string]map[string]time.Time
+	builds   uint64
+	clamps   []Clamp
 }
 
 // NewBuilder returns a Builder for cfg.
@@ -118,6 +129,8 @@ func NewBuilder(cfg Config, opts Options) *Builder {
 
 		estimators: map[groupKey]*capacity.Estimator{},
 		peerDemand: map[peerDemandKey]acceptedDemand{},
+		ownDemand:  map[string][]ownDemand{},
+		herdSeen:   map[string]map[string]time.Time{},
 	}
 }
 
@@ -189,22 +202,36 @@ func (b *Builder) buildService(in Input, sc *config.Service, sigs map[*backend.B
 	}
 
 	in.Peers = b.boundPeers(in, sc, dt)
-	own := b.updateCapacity(in, sc, sigs, dt)
+	own, herd := b.updateCapacity(in, sc, sigs, dt)
 	factor := mergeFactors(sc.Name, own, in.Peers, in.Self.Node, estimatorConfig(sc).MinFactor)
 	svc.world = BuildWorld(in.Snapshot, sc, in.Peers, in.Self, factor)
+	planWorld := svc.world
+	if peers, ok := b.herdPeers(in, sc, herd); ok {
+		hw := BuildWorld(in.Snapshot, sc, peers, in.Self, factor)
+		for _, r := range hw.Regions {
+			for i := range r.Groups {
+				r.Groups[i].Capacity *= HerdTarget
+			}
+		}
+		if !overloaded(hw) {
+			planWorld = hw
+			svc.herd = true
+		}
+	}
 	if overloaded(svc.world) {
 		// Shrinking cannot make room when every region is full: plan the
 		// uniform overload of rule 6 on the configured capacities, and
 		// let no soft limit move requests away from it.
 		factor = nil
 		svc.world = BuildWorld(in.Snapshot, sc, in.Peers, in.Self, nil)
+		planWorld, svc.herd = svc.world, false
 		b.clearSoftLimits(in, sc)
 		svc.capacity = b.capacities(sc, svc.world, own, factor)
 	} else {
 		svc.capacity = b.capacities(sc, svc.world, own, factor)
 		b.setSoftLimits(in, sc, svc.capacity)
 	}
-	plan, err := b.plan(sc, svc.world)
+	plan, err := b.plan(sc, planWorld)
 	if err != nil {
 		report("plan/"+sc.Name, fmt.Errorf("service %s: planning failed; keeping the previous plan: %w", sc.Name, err))
 		if prev := b.prevSvc[sc.Name]; prev != nil {
@@ -460,6 +487,8 @@ func (b *Builder) forget(cfg *config.Config) {
 	}
 	maps.DeleteFunc(b.meters, func(k string, _ *Meters) bool { return !live[k] })
 	maps.DeleteFunc(b.prev, func(k string, _ *waterfall.Plan) bool { return !live[k] })
+	maps.DeleteFunc(b.ownDemand, func(k string, _ []ownDemand) bool { return !live[k] })
+	maps.DeleteFunc(b.herdSeen, func(k string, _ map[string]time.Time) bool { return !live[k] })
 	maps.DeleteFunc(b.outliers, func(k string, _ *serviceOutliers) bool { return !live[k] })
 	maps.DeleteFunc(b.estimators, func(k groupKey, _ *capacity.Estimator) bool { return !live[k.service] })
 	maps.DeleteFunc(b.backends, func(k string, _ *backend.Backend) bool { return !addrs[k] })

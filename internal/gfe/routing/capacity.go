@@ -99,9 +99,10 @@ func (b *Builder) takeSignals() map[*backend.Backend]backend.Signals {
 
 // updateCapacity updates the estimators of service sc's groups from the
 // signals of the build at in.Now and returns this gfe's own factor per
-// group (1 for a service with feedback off).
-func (b *Builder) updateCapacity(in Input, sc *config.Service, sigs map[*backend.Backend]backend.Signals, dt float64) map[string]float64 {
-	own := make(map[string]float64, len(sc.Backends))
+// group (1 for a service with feedback off), and the groups whose load
+// reports show a rise gossip has not carried yet (see herd.go).
+func (b *Builder) updateCapacity(in Input, sc *config.Service, sigs map[*backend.Backend]backend.Signals, dt float64) (own map[string]float64, herd map[string]bool) {
+	own = make(map[string]float64, len(sc.Backends))
 	prev := b.prev[sc.Name]
 	ecfg := estimatorConfig(sc)
 	for _, be := range sc.Backends {
@@ -117,6 +118,7 @@ func (b *Builder) updateCapacity(in Input, sc *config.Service, sigs map[*backend
 		}
 		var s capacity.Sample
 		var reported float64
+		var responding int
 		healthy := in.Snapshot.HealthyCount(ref.Group.Instances)
 		for _, inst := range ref.Group.Instances {
 			bk := b.backends[inst.Address]
@@ -133,6 +135,7 @@ func (b *Builder) updateCapacity(in Input, sc *config.Service, sigs map[*backend
 			if g.Rates > 0 {
 				// What the instance says it receives from every gfe.
 				reported += g.Rate / float64(g.Rates)
+				responding++
 			}
 			if !sc.BalancingMode.Concurrent() {
 				// A CONNECTION-mode service's capacity is what it holds
@@ -164,6 +167,15 @@ func (b *Builder) updateCapacity(in Input, sc *config.Service, sigs map[*backend
 				s.Load = max(s.Load, float64(s.Answered+s.Failed)/dt)
 			}
 			s.Load = max(s.Load, reported)
+			if dt > 0 && s.Capacity > 0 {
+				sent := float64(s.Answered+s.Rejected) / dt
+				if unexplained(prev, b.cfg.Site, be.Group, reported, responding, healthy, sent) > HerdEvidence*s.Capacity {
+					if herd == nil {
+						herd = map[string]bool{}
+					}
+					herd[be.Group] = true
+				}
+			}
 		}
 		e := b.estimators[key]
 		if e == nil {
@@ -174,7 +186,7 @@ func (b *Builder) updateCapacity(in Input, sc *config.Service, sigs map[*backend
 		f, _ := e.Update(in.Now, s)
 		own[be.Group] = f
 	}
-	return own
+	return own, herd
 }
 
 // capacities returns the GroupCapacity of every group of world w, planned

@@ -212,6 +212,9 @@ type Service struct {
 	rowLen int             // cells in this site's plan row; 0 = no row yet
 	plan   *waterfall.Plan // the damped plan the picker comes from
 	world  waterfall.World
+	// herd says the plan was made with the herd guard's world (herd.go):
+	// the neighbours of a group with unexplained load rising as this site.
+	herd bool
 	// capacity is every group's declared and effective capacity.
 	capacity []GroupCapacity
 
@@ -284,6 +287,11 @@ func (s *Service) Picker() *waterfall.Picker {
 
 // World returns the planner input of a planned policy.
 func (s *Service) World() waterfall.World { return s.world }
+
+// Herd reports whether the service's plan assumed the neighbours of a group
+// with unexplained load to be rising with this site (the herd guard,
+// herd.go). World is the world as gossip tells it either way.
+func (s *Service) Herd() bool { return s.herd }
 
 // Affinity returns the service's session affinity, nil for type none.
 func (s *Service) Affinity() *Affinity { return s.aff }

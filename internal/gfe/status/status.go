@@ -41,6 +41,9 @@ type ServiceStatus struct {
 	Failures  int64            `json:"failures"`
 	// Ejected lists the backends passive outlier detection has ejected.
 	Ejected []EjectedStatus `json:"ejected"`
+	// HerdGuard says the plan assumed the neighbours of a group with
+	// unexplained load to be rising with this site (routing.Service.Herd).
+	HerdGuard bool `json:"herd_guard"`
 }
 
 // EjectedStatus is one backend ejected by outlier detection.
