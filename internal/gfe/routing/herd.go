@@ -100,8 +100,9 @@ func (b *Builder) recordDemand(sc *config.Service, now time.Time, demand float64
 // acts (see above): in.Peers with the demand of every peer whose site sent
 // to a group of herd in the previous plan multiplied by this gfe's own
 // rise. It returns false when the guard does not act: it is off
-// (HerdWindow 0), no group shows unexplained load, or this gfe's demand is
-// not rising.
+// (HerdWindow 0), the policy is not the waterfall, no group shows
+// unexplained load, this gfe's demand is not rising, or no other gfe sends
+// to the groups that do.
 func (b *Builder) herdPeers(in Input, sc *config.Service, evidence map[string]bool) ([]Peer, bool) {
 	if b.cfg.HerdWindow <= 0 || sc.Policy != config.PolicyWaterfall {
 		return nil, false
@@ -121,17 +122,21 @@ func (b *Builder) herdPeers(in Input, sc *config.Service, evidence map[string]bo
 		}
 	}
 	out := make([]Peer, len(in.Peers))
+	inflated := false
 	for i, p := range in.Peers {
 		out[i] = p
-		if !sites[p.Site] || p.Node == in.Self.Node {
+		if !sites[p.Site] || p.Node == in.Self.Node || !(p.Demand[sc.Name] > 0) {
 			continue
 		}
 		d := maps.Clone(p.Demand)
 		v := d[sc.Name]
 		d[sc.Name] = max(v*rise, v+now-was)
 		out[i].Demand = d
+		inflated = true
 	}
-	return out, true
+	// Without another sender to the group there is no herd: the load it
+	// reports beyond the plan is this gfe's own, not yet in the plan.
+	return out, inflated
 }
 
 // herdGroups records the groups of sc that show unexplained load at now

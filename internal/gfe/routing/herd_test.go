@@ -27,15 +27,20 @@ func TestHerdGuard(t *testing.T) {
 		// reported is what each us-east instance says it receives per
 		// second after the first step.
 		reported float64
-		herd     bool
+		// others is b's and c's gossiped demand.
+		others float64
+		herd   bool
 		// east is a's planned us-east demand after its rise.
 		east float64
 	}{
 		// b and c at 100 in a's world (their gossiped 50 times a's rise
 		// of 2) take 171 of us-east's 190 × HerdTarget: a gets none.
-		{name: "herd", reported: 135, herd: true, east: 0},
+		{name: "herd", reported: 135, others: 50, herd: true, east: 0},
 		// b and c at their gossiped 50: a gets the 90 left of 190.
-		{name: "alone", reported: 75, herd: false, east: 90},
+		{name: "alone", reported: 75, others: 50, herd: false, east: 90},
+		// Unexplained load, but nobody else sends to us-east: it can only
+		// be a's own, and a fills us-east.
+		{name: "no other sender", reported: 135, others: 0, herd: false, east: 100},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -44,8 +49,8 @@ func TestHerdGuard(t *testing.T) {
 				routing.Options{Clock: clk, Rand: gfetest.Rand()})
 			cs := snapshot.FromConfig("v1", gfetest.TwoRegionConfig(t, "waterfall", east, west, 100))
 			peers := []routing.Peer{
-				{Node: "gfe-b", Site: "b", Demand: map[string]float64{"web": 50}, RTT: map[string]float64{"us-east": 5, "eu-west": 80}},
-				{Node: "gfe-c", Site: "c", Demand: map[string]float64{"web": 50}, RTT: map[string]float64{"us-east": 6, "eu-west": 80}},
+				{Node: "gfe-b", Site: "b", Demand: map[string]float64{"web": tc.others}, RTT: map[string]float64{"us-east": 5, "eu-west": 80}},
+				{Node: "gfe-c", Site: "c", Demand: map[string]float64{"web": tc.others}, RTT: map[string]float64{"us-east": 6, "eu-west": 80}},
 			}
 			build := func(demand float64) *routing.Service {
 				t.Helper()
