@@ -181,10 +181,10 @@ func compareNetHTTP(head []byte, r *Request) string {
 	}
 	type meaning struct {
 		Method, Target, Host string
-		Minor               int
-		ContentLength       int64
-		Close               bool
-		Header              http.Header
+		Minor                int
+		ContentLength        int64
+		Close                bool
+		Header               http.Header
 	}
 	want := meaning{req.Method, req.RequestURI, req.Host, req.ProtoMinor, req.ContentLength, req.Close, req.Header}
 	got := meaning{string(r.Method), string(r.Target), string(r.Host), r.Minor, max(r.ContentLength, 0), r.Close, http.Header{}}
