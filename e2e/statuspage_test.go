@@ -167,7 +167,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	t.Logf("screenshot of lon's page: %s (kept with go test -artifacts)", path)
 
 	// The control plane's page shows the five failing instances.
-	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+c.Spec.ControlPlaneIP(0)+":7100/")); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Navigate(c.Spec.ControlPlaneAdmin(0)+"/")); err != nil {
 		t.Fatal(err)
 	}
 	const unhealthy = `[...document.querySelectorAll('section.groups tbody tr[data-group^="eu-west"]')].reduce((n, r) => n + Number(r.children[2].textContent), 0)`

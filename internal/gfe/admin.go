@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -43,6 +44,21 @@ func (d *Daemon) adminHandler() (http.Handler, error) {
 		adminhttp.MountPprof(mux)
 	}
 	return adminhttp.Guard(mux, d.cfg.AdminTokenFile, d.log)
+}
+
+// backendStatus returns the backends of scope by group, each group's in
+// address order, with their ejection state at now.
+func backendStatus(scope []routing.Member, now time.Time) map[string][]status.BackendStatus {
+	out := map[string][]status.BackendStatus{}
+	for _, m := range scope {
+		b := status.BackendStatus{Address: m.B.Addr(), InFlight: m.B.InFlight(), MaxConcurrency: m.B.MaxConcurrency()}
+		b.Ejected = m.Host != nil && m.Host.Ejected(now)
+		out[m.Group] = append(out[m.Group], b)
+	}
+	for _, bs := range out {
+		slices.SortFunc(bs, func(a, b status.BackendStatus) int { return strings.Compare(a.Address, b.Address) })
+	}
+	return out
 }
 
 // siteStatus returns site's entry of /status: its demand and RTTs, and
@@ -113,7 +129,7 @@ func (d *Daemon) serviceStatus(s *routing.Service) status.ServiceStatus {
 		ss.Sites = append(ss.Sites, siteStatus(site, p))
 	}
 	caps := s.Capacity()
-	now := d.clk.Now()
+	backends := backendStatus(s.Scope(), d.clk.Now())
 	for _, r := range w.Regions {
 		for _, g := range r.Groups {
 			gs := status.GroupStatus{Name: g.Name, Region: r.Name, Zone: g.Zone, Instances: g.Instances, Healthy: g.Healthy, CapacityRPS: g.Capacity, Factor: 1, OwnFactor: 1, Signal: "none"}
@@ -125,16 +141,10 @@ func (d *Daemon) serviceStatus(s *routing.Service) status.ServiceStatus {
 					gs.SignalAt = &at
 				}
 			}
-			for _, m := range s.Scope() {
-				if m.Group != g.Name {
-					continue
-				}
-				b := status.BackendStatus{Address: m.B.Addr(), InFlight: m.B.InFlight(), MaxConcurrency: m.B.MaxConcurrency()}
-				b.Ejected = m.Host != nil && m.Host.Ejected(now)
+			gs.Backends = backends[g.Name]
+			for _, b := range gs.Backends {
 				gs.InFlight += b.InFlight
-				gs.Backends = append(gs.Backends, b)
 			}
-			slices.SortFunc(gs.Backends, func(a, b status.BackendStatus) int { return strings.Compare(a.Address, b.Address) })
 			ss.Groups = append(ss.Groups, gs)
 		}
 	}

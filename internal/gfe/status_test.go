@@ -2,11 +2,15 @@ package gfe
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gfe/status"
+	"github.com/spillway-lb/spillway/lb/backend"
+	"github.com/spillway-lb/spillway/lb/outlier"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
@@ -67,5 +71,45 @@ func TestSiteStatus(t *testing.T) {
 	}
 	if got := siteStatus(w.Sites[0], nil); got.Flows != nil || got.DemandRPS != 150 {
 		t.Errorf("siteStatus without a plan = %+v, want demand and no flows", got)
+	}
+}
+
+// TestBackendStatus checks the backends /status lists per group: in
+// address order, with their requests in flight, concurrency limit and
+// whether outlier detection has ejected them at now.
+func TestBackendStatus(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	det, err := outlier.New(outlier.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk := func(group, addr string, limit, inflight int64) routing.Member {
+		b := backend.New(addr, limit)
+		for range inflight {
+			b.TryAcquire()
+		}
+		return routing.Member{B: b, Group: group, Host: det.Register(group, addr)}
+	}
+	scope := []routing.Member{
+		mk("g1", "10.0.0.2:80", 0, 3),
+		mk("g1", "10.0.0.1:80", 8, 1),
+		mk("g1", "10.0.0.3:80", 0, 0),
+		mk("g2", "10.0.1.1:80", 0, 2),
+		{B: backend.New("10.0.1.2:80", 0), Group: "g2"}, // no outlier detection
+	}
+	// Three connect failures eject 10.0.0.3 (a third of g1, under the 50% cap).
+	for range 3 {
+		scope[2].Host.Report(outlier.ConnectFailure, now)
+	}
+	want := map[string][]status.BackendStatus{
+		"g1": {
+			{Address: "10.0.0.1:80", InFlight: 1, MaxConcurrency: 8},
+			{Address: "10.0.0.2:80", InFlight: 3},
+			{Address: "10.0.0.3:80", Ejected: true},
+		},
+		"g2": {{Address: "10.0.1.1:80", InFlight: 2}, {Address: "10.0.1.2:80"}},
+	}
+	if d := cmp.Diff(want, backendStatus(scope, now)); d != "" {
+		t.Errorf("backendStatus (-want +got):\n%s", d)
 	}
 }

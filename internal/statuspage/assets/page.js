@@ -357,8 +357,14 @@ function render(st) {
   main.replaceChildren(...(cp ? renderCP(st, open) : renderGFE(st, open)));
 }
 
+// poll fetches /status and redraws, then calls itself again in POLL_MS.
+// A hidden tab does not fetch; it polls again as soon as it is shown.
 async function poll() {
   const live = document.getElementById('live');
+  if (document.hidden) {
+    document.addEventListener('visibilitychange', poll, { once: true });
+    return;
+  }
   try {
     const res = await fetch('status', { cache: 'no-store', credentials: 'same-origin', headers: { Accept: 'application/json' } });
     if (!res.ok) throw new Error('/status answered ' + res.status);
