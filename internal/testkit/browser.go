@@ -42,7 +42,7 @@ func Browser(t testing.TB) context.Context {
 	}
 	ctx, cancelTimeout := context.WithTimeout(context.Background(), BrowserTimeout)
 	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	bctx, cancelBrowser := chromedp.NewContext(actx)
 	t.Cleanup(func() {
 		cancelBrowser()
 		cancelAlloc()
