@@ -244,7 +244,8 @@ function renderGFE(st, open) {
   const out = [];
   for (const svc of st.services || []) {
     out.push(el('h2', { 'data-service': svc.name }, 'Service ', el('span', { class: 'mono' }, svc.name),
-      el('span', { class: 'sub' }, ' policy ' + svc.policy)));
+      el('span', { class: 'sub' }, ' policy ' + svc.policy + ' '),
+      svc.herd_guard ? el('span', { class: 'badge warn', title: 'the plan assumes the other senders of a group with unexplained load rise with this site' }, 'herd guard') : null));
     out.push(renderWaterfall(st, svc), renderGlobalPlan(st, svc));
     out.push(renderGroups(svc, open), renderDecisions(svc));
     if (svc.autoscaler) out.push(genericCard('Autoscaler', svc.autoscaler));
