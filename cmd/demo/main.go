@@ -91,10 +91,10 @@ func run(keep, verbose bool, net int, settle, measure time.Duration) error {
 	if keep {
 		fmt.Println("\nthe deployment keeps running; Ctrl-C stops every process.")
 		for _, g := range c.GFEs {
-			fmt.Printf("  gfe %-12s proxy %s  admin %s/status  %s/metrics\n", g.Name, g.URL, g.Admin, g.Admin)
+			fmt.Printf("  gfe %-12s proxy %s  status page %s/  (JSON %s/status, %s/metrics)\n", g.Name, g.URL, g.Admin, g.Admin, g.Admin)
 		}
 		for i, a := range c.CPAddrs {
-			fmt.Printf("  control plane %d  gRPC %s\n", i+1, a)
+			fmt.Printf("  control plane %d  gRPC %s  status page %s/\n", i+1, a, c.Spec.ControlPlaneAdmin(i))
 		}
 		<-ctx.Done()
 	}

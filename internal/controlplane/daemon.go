@@ -24,6 +24,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/adminhttp"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/mtls"
+	"github.com/spillway-lb/spillway/internal/statuspage"
 	"github.com/spillway-lb/spillway/internal/version"
 	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
 )
@@ -298,9 +299,9 @@ func (d *Daemon) serveAdmin(ctx context.Context) error {
 // serveHTTP runs srv.Serve; a named function so stacks say what it is.
 func serveHTTP(srv *http.Server, lis net.Listener, errc chan<- error) { errc <- srv.Serve(lis) }
 
-// adminHandler serves /metrics, /healthz, /readyz, /status and, with
-// Config.Pprof, pprof; behind the admin token when Config.AdminTokenFile is
-// set.
+// adminHandler serves the status page at / (package statuspage),
+// /metrics, /healthz, /readyz, /status and, with Config.Pprof, pprof;
+// behind the admin token when Config.AdminTokenFile is set.
 func (d *Daemon) adminHandler() (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{Registry: d.reg}))
@@ -314,6 +315,7 @@ func (d *Daemon) adminHandler() (http.Handler, error) {
 		}
 		fmt.Fprintln(w, "ready")
 	})
+	statuspage.Mount(mux)
 	mux.HandleFunc("GET /status", d.serveStatus)
 	if d.cfg.Pprof {
 		adminhttp.MountPprof(mux)

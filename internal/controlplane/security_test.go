@@ -192,13 +192,13 @@ func TestAdminPagesShowNoSecret(t *testing.T) {
 		status map[string]int // path → want status
 	}{
 		{"defaults", nil, "", map[string]int{
-			"/debug/pprof/cmdline": 404, "/debug/pprof/": 404, "/status": 200, "/metrics": 200, "/healthz": 200, "/readyz": 200}},
+			"/debug/pprof/cmdline": 404, "/debug/pprof/": 404, "/status": 200, "/metrics": 200, "/healthz": 200, "/readyz": 200, "/": 200, "/ui/page.js": 200}},
 		{"pprof", func(c *Config) { c.Pprof = true }, "", map[string]int{
 			"/debug/pprof/cmdline": 404, "/debug/pprof/": 200}},
 		{"token, none sent", func(c *Config) { c.AdminTokenFile = tokenFile }, "", map[string]int{
-			"/status": 401, "/metrics": 401, "/healthz": 200, "/readyz": 200}},
+			"/status": 401, "/metrics": 401, "/healthz": 200, "/readyz": 200, "/": 401, "/ui/page.js": 401}},
 		{"token sent", func(c *Config) { c.AdminTokenFile = tokenFile }, token, map[string]int{
-			"/status": 200, "/metrics": 200}},
+			"/status": 200, "/metrics": 200, "/": 200}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -4,18 +4,22 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/spillway-lb/spillway/internal/adminhttp"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gfe/status"
+	"github.com/spillway-lb/spillway/internal/statuspage"
 	"github.com/spillway-lb/spillway/internal/version"
+	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
-// adminHandler serves /metrics, /healthz, /readyz, /status and, with
-// Config.Pprof, pprof; behind the admin token when Config.AdminTokenFile is
-// set.
+// adminHandler serves the status page at / (package statuspage),
+// /metrics, /healthz, /readyz, /status and, with Config.Pprof, pprof;
+// behind the admin token when Config.AdminTokenFile is set.
 func (d *Daemon) adminHandler() (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{}))
@@ -29,6 +33,7 @@ func (d *Daemon) adminHandler() (http.Handler, error) {
 		}
 		w.Write([]byte("ready\n"))
 	})
+	statuspage.Mount(mux)
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
@@ -39,6 +44,44 @@ func (d *Daemon) adminHandler() (http.Handler, error) {
 		adminhttp.MountPprof(mux)
 	}
 	return adminhttp.Guard(mux, d.cfg.AdminTokenFile, d.log)
+}
+
+// backendStatus returns the backends of scope by group, each group's in
+// address order, with their ejection state at now.
+func backendStatus(scope []routing.Member, now time.Time) map[string][]status.BackendStatus {
+	out := map[string][]status.BackendStatus{}
+	for _, m := range scope {
+		b := status.BackendStatus{Address: m.B.Addr(), InFlight: m.B.InFlight(), MaxConcurrency: m.B.MaxConcurrency()}
+		b.Ejected = m.Host != nil && m.Host.Ejected(now)
+		out[m.Group] = append(out[m.Group], b)
+	}
+	for _, bs := range out {
+		slices.SortFunc(bs, func(a, b status.BackendStatus) int { return strings.Compare(a.Address, b.Address) })
+	}
+	return out
+}
+
+// siteStatus returns site's entry of /status: its demand and RTTs, and
+// its row of plan p (nil: none yet) summed per region in the row's order.
+func siteStatus(site waterfall.Site, p *waterfall.Plan) status.SiteStatus {
+	st := status.SiteStatus{Name: site.Name, DemandRPS: site.Demand, RTTms: site.RTT}
+	if p == nil {
+		return st
+	}
+	if sl, ok := p.Site(site.Name); ok {
+		st.UnplacedRPS = sl.Unplaced
+	}
+	// A row lists a region's groups together (the plan's flow order), so
+	// summing runs of equal regions sums per region.
+	for _, f := range p.Row(site.Name) {
+		if n := len(st.Flows); n > 0 && st.Flows[n-1].Region == f.Region {
+			st.Flows[n-1].LoadRPS += f.Demand
+			st.Flows[n-1].Share += f.Share
+			continue
+		}
+		st.Flows = append(st.Flows, status.FlowStatus{Region: f.Region, LoadRPS: f.Demand, Share: f.Share, Reason: f.Reason.String()})
+	}
+	return st
 }
 
 // Status returns the node's current state. Safe to call from any goroutine.
@@ -78,13 +121,15 @@ func (d *Daemon) serviceStatus(s *routing.Service) status.ServiceStatus {
 		}
 	}
 	w := s.World()
+	p := s.Plan()
 	for _, site := range w.Sites {
 		if site.Name == d.cfg.Site {
 			ss.DemandRPS = site.Demand
 		}
-		ss.Sites = append(ss.Sites, status.SiteStatus{Name: site.Name, DemandRPS: site.Demand})
+		ss.Sites = append(ss.Sites, siteStatus(site, p))
 	}
 	caps := s.Capacity()
+	backends := backendStatus(s.Scope(), d.clk.Now())
 	for _, r := range w.Regions {
 		for _, g := range r.Groups {
 			gs := status.GroupStatus{Name: g.Name, Region: r.Name, Zone: g.Zone, Instances: g.Instances, Healthy: g.Healthy, CapacityRPS: g.Capacity, Factor: 1, OwnFactor: 1, Signal: "none"}
@@ -96,15 +141,28 @@ func (d *Daemon) serviceStatus(s *routing.Service) status.ServiceStatus {
 					gs.SignalAt = &at
 				}
 			}
+			gs.Backends = backends[g.Name]
+			for _, b := range gs.Backends {
+				gs.InFlight += b.InFlight
+			}
 			ss.Groups = append(ss.Groups, gs)
 		}
 	}
-	if p := s.Plan(); p != nil {
+	if p != nil {
 		for _, f := range p.Row(d.cfg.Site) {
 			ss.Plan = append(ss.Plan, status.ShareStatus{Region: f.Region, Group: f.Group, Share: f.Share, Reason: f.Reason.String()})
 		}
 		for _, r := range p.Regions {
-			ss.Regions = append(ss.Regions, status.RegionStatus{Name: r.Name, CapacityRPS: r.Capacity, LoadRPS: r.Load, Utilization: r.Utilization()})
+			rs := status.RegionStatus{Name: r.Name, CapacityRPS: r.Capacity, LoadRPS: r.Load, Utilization: r.Utilization(), Health: r.Health, Keep: r.Keep}
+			for _, g := range ss.Groups {
+				if g.Region == r.Name {
+					rs.DeclaredRPS += g.DeclaredRPS
+					rs.EffectiveRPS += g.EffectiveRPS
+					rs.Instances += g.Instances
+					rs.Healthy += g.Healthy
+				}
+			}
+			ss.Regions = append(ss.Regions, rs)
 		}
 	}
 	return ss

@@ -26,10 +26,10 @@ func TestAdminPprofAndToken(t *testing.T) {
 		auth   string
 		status map[string]int
 	}{
-		{"defaults", func(*Config) {}, "", map[string]int{"/debug/pprof/": 404, "/debug/pprof/cmdline": 404, "/status": 200, "/healthz": 200}},
+		{"defaults", func(*Config) {}, "", map[string]int{"/debug/pprof/": 404, "/debug/pprof/cmdline": 404, "/status": 200, "/healthz": 200, "/": 200, "/ui/page.js": 200}},
 		{"pprof", func(c *Config) { c.Pprof = true }, "", map[string]int{"/debug/pprof/": 200, "/debug/pprof/cmdline": 404}},
-		{"token, none sent", func(c *Config) { c.AdminTokenFile = tokenFile }, "", map[string]int{"/status": 401, "/metrics": 401, "/healthz": 200, "/readyz": 503}},
-		{"token sent", func(c *Config) { c.AdminTokenFile = tokenFile }, token, map[string]int{"/status": 200, "/metrics": 200}},
+		{"token, none sent", func(c *Config) { c.AdminTokenFile = tokenFile }, "", map[string]int{"/status": 401, "/metrics": 401, "/healthz": 200, "/readyz": 503, "/": 401, "/ui/page.js": 401}},
+		{"token sent", func(c *Config) { c.AdminTokenFile = tokenFile }, token, map[string]int{"/status": 200, "/metrics": 200, "/": 200}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,6 +7,35 @@
 //
 // It is written for the benchmark charts of BENCHMARKS.md (cmd/benchchart)
 // and does no I/O beyond writing to the io.Writer given to WriteSVG.
+//
+// # What gonum/plot draws and what is added here
+//
+// gonum/plot draws every panel: axes, ticks, grid, lines (plotter.Line),
+// areas (plotter.Polygon), titles, and aligns the panels (plot.Align); the
+// legend's swatches and labels are gonum Legends and Thumbnails, and the
+// shared axis range is the union of gonum's data ranges. What it lacks, and
+// this package adds, with the figure that needs it:
+//
+//   - A legend across the figure that wraps into rows: plot.Legend stacks
+//     its entries in one column, which for the CDF figures' nine policies
+//     would take nine lines; here they take two.
+//   - Stacked areas (the shares figure): gonum stacks bars (BarChart.StackOn)
+//     but not areas; each band is a Polygon from the running sum.
+//   - Ticks at 1, 2 and 5 × 10^k (linearTicks, logTicks): on a latency
+//     axis from 4 to 2400 ms plot.LogTicks labels only 10, 100 and 1000
+//     (and 0.3–3 ms gets the single label 1); plot.DefaultTicks labels
+//     0–89 as 0, 40, 80 and 0–1.26 as 0.0, 0.4, 0.8, 1.2, so a
+//     utilization panel has no label at 1 (full).
+//   - Dropping points that lie on a straight line (dropCollinear): vgsvg
+//     writes every point, and the shares and utilization figures are long
+//     plateaus; docs/bench/flash-crowd-shares.svg is 64 KB with it and 121
+//     KB without (utilization 66 KB instead of 96 KB).
+//   - Font fallbacks: vgsvg writes font-family:Liberation Sans and nothing
+//     else, so a browser without that font falls back to its default
+//     (often a serif) at other widths than those laid out.
+//   - A labelled horizontal reference line (refLine, about 20 lines):
+//     plotter.Function draws the line but neither labels it nor reports
+//     its Y as a data range.
 package svgchart
 
 import (
@@ -134,7 +163,6 @@ const (
 	tickSize     = 8.5
 	legendSize   = 9.5
 	swatchWidth  = 22
-	swatchGap    = 4
 	legendSpace  = 14 // between legend entries
 	legendLineH  = 15
 	lineWidth    = 1.4
@@ -224,13 +252,12 @@ func (f *Figure) validate() error {
 
 func isBad(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) }
 
-// legendEntry is one entry of the shared legend.
+// legendEntry is one entry of the shared legend: its name and the
+// thumbnail gonum/plot draws for its series (plotter.Line or
+// plotter.Polygon, styled as in the panels).
 type legendEntry struct {
-	name   string
-	color  color.Color
-	area   bool
-	dashed bool
-	bold   bool
+	name  string
+	thumb plot.Thumbnailer
 }
 
 // styles assigns colors to keys and collects the legend entries, both in
@@ -247,7 +274,11 @@ func (f *Figure) styles() (colors map[string]color.Color, entries []legendEntry)
 			}
 			if !seen[s.Name] {
 				seen[s.Name] = true
-				entries = append(entries, legendEntry{name: s.Name, color: colors[key], area: p.Kind == StackedArea, dashed: s.Dashed, bold: s.Bold})
+				var thumb plot.Thumbnailer = &plotter.Line{LineStyle: lineStyle(colors[key], s.Dashed, s.Bold)}
+				if p.Kind == StackedArea {
+					thumb = &plotter.Polygon{Color: colors[key]}
+				}
+				entries = append(entries, legendEntry{name: s.Name, thumb: thumb})
 			}
 		}
 	}
@@ -261,31 +292,18 @@ func (s Series) colorKey() string {
 	return s.Name
 }
 
-// ranges returns the shared data range of both axes.
-func (f *Figure) ranges() (xmin, xmax, ymin, ymax float64) {
+// ranges returns the range of both axes shared by plots: the union of the
+// data ranges gonum/plot gathered as each plot's plotters were added (the
+// stacked tops of an area panel are its polygons' tops; reference lines
+// report their Y), widened to the Figure's Axis bounds.
+func (f *Figure) ranges(plots []*plot.Plot) (xmin, xmax, ymin, ymax float64) {
 	xmin, xmax, ymin, ymax = math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
 	widen := func(lo, hi *float64, v float64) {
 		*lo, *hi = math.Min(*lo, v), math.Max(*hi, v)
 	}
-	for _, p := range f.Panels {
-		var tops []float64
-		for _, s := range p.Series {
-			for k := range s.X {
-				widen(&xmin, &xmax, s.X[k])
-				y := s.Y[k]
-				if p.Kind == StackedArea {
-					if len(tops) <= k {
-						tops = append(tops, 0)
-					}
-					tops[k] += y
-					y = tops[k]
-				}
-				widen(&ymin, &ymax, y)
-			}
-		}
-		for _, r := range p.RefLines {
-			widen(&ymin, &ymax, r.Y)
-		}
+	for _, pl := range plots {
+		xmin, xmax = math.Min(xmin, pl.X.Min), math.Max(xmax, pl.X.Max)
+		ymin, ymax = math.Min(ymin, pl.Y.Min), math.Max(ymax, pl.Y.Max)
 	}
 	for _, b := range []struct {
 		ax     Axis
@@ -363,20 +381,22 @@ func (f *Figure) render() ([]byte, error) {
 	drawLegend(dc, legendRows, top)
 	top -= legendH
 
-	xmin, xmax, ymin, ymax := f.ranges()
+	plots := make([]*plot.Plot, n)
+	for i, p := range f.Panels {
+		pl, err := f.panelPlot(p, colors, i+cols >= n, i%cols == 0)
+		if err != nil {
+			return nil, fmt.Errorf("panel %d: %w", i, err)
+		}
+		plots[i] = pl
+	}
+	xmin, xmax, ymin, ymax := f.ranges(plots)
 	grid := make([][]*plot.Plot, rows)
 	for r := range grid {
 		grid[r] = make([]*plot.Plot, cols)
 	}
-	for i, p := range f.Panels {
-		r, col := i/cols, i%cols
-		below := i + cols
-		pl, err := f.panelPlot(p, colors, below >= n, col == 0)
-		if err != nil {
-			return nil, fmt.Errorf("panel %d: %w", i, err)
-		}
+	for i, pl := range plots {
 		pl.X.Min, pl.X.Max, pl.Y.Min, pl.Y.Max = xmin, xmax, ymin, ymax
-		grid[r][col] = pl
+		grid[i/cols][i%cols] = pl
 	}
 	area := draw.Crop(dc, vg.Points(margin), -vg.Points(margin), vg.Points(margin), top-dc.Max.Y)
 	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Points(14), PadY: vg.Points(8), PadTop: vg.Points(2)}
@@ -518,6 +538,12 @@ func lineStyle(c color.Color, dashed, bold bool) draw.LineStyle {
 // refLine is a plot.Plotter for a RefLine.
 type refLine RefLine
 
+// DataRange reports the line's Y and no X range (plot.DataRanger), so that
+// the Y axis covers it.
+func (r refLine) DataRange() (xmin, xmax, ymin, ymax float64) {
+	return math.Inf(1), math.Inf(-1), r.Y, r.Y
+}
+
 func (r refLine) Plot(c draw.Canvas, pl *plot.Plot) {
 	_, trY := pl.Transforms(&c)
 	y := trY(r.Y)
@@ -581,13 +607,15 @@ func logTicks(lo, hi float64) []plot.Tick {
 }
 
 // layoutLegend splits the entries into rows that fit in width.
+// gonum/plot's Legend stacks its entries in one column (a line per
+// series); the figure's legend runs across the page and wraps, so the
+// rows are laid out here and each entry is drawn by a one-entry Legend.
 func layoutLegend(entries []legendEntry, width vg.Length) [][]legendEntry {
-	st := textStyle(legendSize, draw.XLeft, draw.YCenter)
 	var rows [][]legendEntry
 	var cur []legendEntry
 	var used vg.Length
 	for _, e := range entries {
-		w := entryWidth(st, e)
+		w := entryWidth(e)
 		if len(cur) > 0 && used+vg.Points(legendSpace)+w > width {
 			rows = append(rows, cur)
 			cur, used = nil, 0
@@ -604,37 +632,46 @@ func layoutLegend(entries []legendEntry, width vg.Length) [][]legendEntry {
 	return rows
 }
 
-func entryWidth(st text.Style, e legendEntry) vg.Length {
-	return vg.Points(swatchWidth+swatchGap) + st.Width(e.name)
+// legend returns the one-entry gonum Legend that draws e.
+func (e legendEntry) legend() plot.Legend {
+	l := plot.NewLegend()
+	l.TextStyle = textStyle(legendSize, draw.XLeft, draw.YBottom)
+	l.ThumbnailWidth = vg.Points(swatchWidth)
+	l.Left, l.Top = true, true
+	l.YPosition = draw.PosCenter
+	l.Add(e.name, e.thumb)
+	return l
+}
+
+// entryWidth is the width Legend.Draw gives e: thumbnail, a space, text.
+func entryWidth(e legendEntry) vg.Length {
+	st := textStyle(legendSize, draw.XLeft, draw.YBottom)
+	return vg.Points(swatchWidth) + st.Rectangle(" ").Max.X + st.Width(e.name)
 }
 
 // drawLegend draws the rows centred, the first one's middle legendLineH/2
 // below top.
 func drawLegend(dc draw.Canvas, rows [][]legendEntry, top vg.Length) {
-	st := textStyle(legendSize, draw.XLeft, draw.YCenter)
+	// Legend.Draw puts a Top entry's thumbnail (as high as the text) at
+	// the top of its canvas, one descent below the canvas' top.
+	st := textStyle(legendSize, draw.XLeft, draw.YBottom)
+	h, descent := st.Height("Xg"), st.FontExtents().Descent
 	for i, row := range rows {
 		var w vg.Length
 		for j, e := range row {
 			if j > 0 {
 				w += vg.Points(legendSpace)
 			}
-			w += entryWidth(st, e)
+			w += entryWidth(e)
 		}
 		x := (dc.Min.X+dc.Max.X)/2 - w/2
 		y := top - vg.Points(legendLineH*(float64(i)+0.5))
 		for _, e := range row {
-			if e.area {
-				h := vg.Points(legendSize)
-				dc.FillPolygon(e.color, []vg.Point{
-					{X: x, Y: y - h/2}, {X: x + vg.Points(swatchWidth), Y: y - h/2},
-					{X: x + vg.Points(swatchWidth), Y: y + h/2}, {X: x, Y: y + h/2},
-				})
-			} else {
-				dc.StrokeLine2(lineStyle(e.color, e.dashed, e.bold), x, y, x+vg.Points(swatchWidth), y)
-			}
-			x += vg.Points(swatchWidth + swatchGap)
-			dc.FillText(st, vg.Point{X: x, Y: y}, e.name)
-			x += st.Width(e.name) + vg.Points(legendSpace)
+			cell := draw.Crop(dc, 0, 0, 0, 0)
+			cell.Rectangle = vg.Rectangle{Min: vg.Point{X: x, Y: y - h/2}, Max: vg.Point{X: x + entryWidth(e), Y: y + h/2 + descent}}
+			l := e.legend()
+			l.Draw(cell)
+			x += entryWidth(e) + vg.Points(legendSpace)
 		}
 	}
 }

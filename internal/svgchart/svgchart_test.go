@@ -378,3 +378,38 @@ func TestDropCollinear(t *testing.T) {
 		})
 	}
 }
+
+// TestGonumTicksFallShort pins why linearTicks and logTicks exist (see the
+// package doc): gonum/plot's own tickers label too little of the ranges
+// the benchmark charts use. If a gonum/plot upgrade makes this fail, check
+// whether its tickers now do the job and delete ours.
+func TestGonumTicksFallShort(t *testing.T) {
+	visible := func(ts []plot.Tick, lo, hi float64) []string {
+		var out []string
+		for _, tk := range ts {
+			if tk.Label != "" && tk.Value >= lo && tk.Value <= hi {
+				out = append(out, tk.Label)
+			}
+		}
+		return out
+	}
+	tests := []struct {
+		name   string
+		ticker plot.Ticker
+		lo, hi float64
+		want   []string
+	}{
+		{"log 4..2400 ms", plot.LogTicks{Prec: -1}, 4, 2400, []string{"10", "100", "1000"}},
+		{"log 0.3..3 ms", plot.LogTicks{Prec: -1}, 0.3, 3, []string{"1"}},
+		{"linear 0..89 s", plot.DefaultTicks{}, 0, 89, []string{"0", "40", "80"}},
+		{"utilization 0..1.26", plot.DefaultTicks{}, 0, 1.26, []string{"0.0", "0.4", "0.8", "1.2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := visible(tt.ticker.Ticks(tt.lo, tt.hi), tt.lo, tt.hi)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("gonum tick labels changed (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

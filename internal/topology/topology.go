@@ -365,6 +365,10 @@ func (s *Spec) backendArgs(ri int) []string {
 // ControlPlaneIP returns the address of control plane k (from 0).
 func (s *Spec) ControlPlaneIP(k int) string { return s.ip(0, k+1) }
 
+// ControlPlaneAdmin returns the URL of control plane k's admin listener
+// (from 0), without a trailing slash: its status page is at "/".
+func (s *Spec) ControlPlaneAdmin(k int) string { return "http://" + s.ControlPlaneIP(k) + ":7100" }
+
 // BackendAdminAddr is the process admin address of region ri's backend
 // process when Spec.BackendAdmin is set.
 func (s *Spec) BackendAdminAddr(ri int) string { return s.ip(101+ri, 1) + ":9999" }
@@ -563,7 +567,7 @@ func (c *Cluster) startControlPlanes(context.Context) error {
 // waitControlPlanes waits until every control plane is ready.
 func (c *Cluster) waitControlPlanes(ctx context.Context) error {
 	for k := range c.CPs {
-		if err := c.waitHTTP(ctx, 20*time.Second, "http://"+c.Spec.ip(0, k+1)+":7100/readyz"); err != nil {
+		if err := c.waitHTTP(ctx, 20*time.Second, c.Spec.ControlPlaneAdmin(k)+"/readyz"); err != nil {
 			return err
 		}
 	}

@@ -64,10 +64,24 @@ type ShareStatus struct {
 
 // RegionStatus is a region's planned load across all sites.
 type RegionStatus struct {
-	Name        string  `json:"name"`
+	Name string `json:"name"`
+	// CapacityRPS is what the plan fills the region up to: the sum of its
+	// groups' CapacityRPS.
 	CapacityRPS float64 `json:"capacity_rps"`
 	LoadRPS     float64 `json:"load_rps"`
 	Utilization float64 `json:"utilization"`
+	// DeclaredRPS and EffectiveRPS are the sums of the region's groups'
+	// (see GroupStatus).
+	DeclaredRPS  float64 `json:"declared_rps"`
+	EffectiveRPS float64 `json:"effective_rps"`
+	// Instances and Healthy are summed over the region's groups; Health
+	// is the healthy fraction h the plan used, and Keep the share of the
+	// demand reaching the region it keeps (rule 5: below 1 when h is under
+	// the spill threshold).
+	Instances int     `json:"instances"`
+	Healthy   int     `json:"healthy"`
+	Health    float64 `json:"health"`
+	Keep      float64 `json:"keep"`
 }
 
 // GroupStatus is a group's health and capacity as planned.
@@ -93,10 +107,50 @@ type GroupStatus struct {
 	// queueing; none at factor 1), seen at SignalAt.
 	Signal   string     `json:"signal"`
 	SignalAt *time.Time `json:"signal_at,omitempty"`
+	// InFlight is the requests this gfe has in flight to the group.
+	InFlight int64 `json:"in_flight"`
+	// Backends are the group's healthy instances this gfe may send to
+	// (its plan row's groups), in address order; unhealthy instances are
+	// only counted (Instances − Healthy).
+	Backends []BackendStatus `json:"backends,omitempty"`
 }
 
-// SiteStatus is a site's demand as this node sees it from gossip.
+// BackendStatus is one healthy instance as this gfe uses it.
+type BackendStatus struct {
+	Address  string `json:"address"`
+	InFlight int64  `json:"in_flight"`
+	// MaxConcurrency is the instance's concurrency limit, 0 if unlimited.
+	MaxConcurrency int64 `json:"max_concurrency"`
+	// Ejected is whether passive outlier detection has ejected it.
+	Ejected bool `json:"ejected"`
+}
+
+// SiteStatus is a site's demand as this node sees it from gossip, and
+// where the plan sends it.
 type SiteStatus struct {
 	Name      string  `json:"name"`
 	DemandRPS float64 `json:"demand_rps"`
+	// RTTms is the site's RTT to each region it reaches, in milliseconds,
+	// as the plan used it (the median over the site's gfes).
+	RTTms map[string]float64 `json:"rtt_ms,omitempty"`
+	// Flows is the site's plan row summed per region, nearest region
+	// first (the site's RTT order, ties by name): every region the site
+	// sends to. A site without demand shows the row a small demand would
+	// get (LoadRPS 0, Share set).
+	Flows []FlowStatus `json:"flows,omitempty"`
+	// UnplacedRPS is the demand the plan could send nowhere (the site
+	// reaches no region with capacity).
+	UnplacedRPS float64 `json:"unplaced_rps,omitempty"`
+}
+
+// FlowStatus is the part of a site's demand the plan sends to one region.
+type FlowStatus struct {
+	Region  string  `json:"region"`
+	LoadRPS float64 `json:"load_rps"`
+	// Share is LoadRPS as a fraction of the site's demand; a site's
+	// shares sum to 1.
+	Share float64 `json:"share"`
+	// Reason is why the demand is in this region: nearest,
+	// spill_capacity, spill_health or overload (lb/waterfall Reason).
+	Reason string `json:"reason"`
 }
