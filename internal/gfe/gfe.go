@@ -227,9 +227,12 @@ type Daemon struct {
 	// lastFactors are the own capacity factors of the last step (planner
 	// goroutine only).
 	lastFactors map[string]map[string]float64
-	proxy       *httpproxy.Proxy
-	tcp         *tcpproxy.Proxy
-	listeners   *listeners.Manager
+	// lastHerd is, by service, whether the last step's plan was made by
+	// the herd guard (planner goroutine only).
+	lastHerd  map[string]bool
+	proxy     *httpproxy.Proxy
+	tcp       *tcpproxy.Proxy
+	listeners *listeners.Manager
 	// fds is the file-descriptor budget of client connections (nil:
 	// unlimited), from limits.
 	fds    *fdlimit.Budget

@@ -105,5 +105,17 @@ func (d *Daemon) logFactors(t *routing.Table, factors map[string]map[string]floa
 				d.log.Info().Str("service", name).Str("group", g.Group).Msg("group capacity recovered")
 			}
 		}
+		if herd, was := svc.Herd(), d.lastHerd[name]; herd != was {
+			if d.lastHerd == nil {
+				d.lastHerd = map[string]bool{}
+			}
+			d.lastHerd[name] = herd
+			if herd {
+				d.log.Info().Str("service", name).Interface("unexplained", svc.HerdEvidence()).
+					Msg("herd guard on: groups receive load gossip has not explained while this site's demand rises")
+			} else {
+				d.log.Info().Str("service", name).Msg("herd guard off")
+			}
+		}
 	}
 }

@@ -215,7 +215,7 @@ func (b *Builder) buildService(in Input, sc *config.Service, sigs map[*backend.B
 		}
 		if !overloaded(hw) {
 			planWorld = hw
-			svc.herd = true
+			svc.herd = herd
 		}
 	}
 	if overloaded(svc.world) {
@@ -224,7 +224,7 @@ func (b *Builder) buildService(in Input, sc *config.Service, sigs map[*backend.B
 		// let no soft limit move requests away from it.
 		factor = nil
 		svc.world = BuildWorld(in.Snapshot, sc, in.Peers, in.Self, nil)
-		planWorld, svc.herd = svc.world, false
+		planWorld, svc.herd = svc.world, nil
 		b.clearSoftLimits(in, sc)
 		svc.capacity = b.capacities(sc, svc.world, own, factor)
 	} else {

@@ -100,8 +100,9 @@ func (b *Builder) takeSignals() map[*backend.Backend]backend.Signals {
 // updateCapacity updates the estimators of service sc's groups from the
 // signals of the build at in.Now and returns this gfe's own factor per
 // group (1 for a service with feedback off), and the groups whose load
-// reports show a rise gossip has not carried yet (see herd.go).
-func (b *Builder) updateCapacity(in Input, sc *config.Service, sigs map[*backend.Backend]backend.Signals, dt float64) (own map[string]float64, herd map[string]bool) {
+// reports show a rise gossip has not carried yet, with the load unexplained
+// (see herd.go).
+func (b *Builder) updateCapacity(in Input, sc *config.Service, sigs map[*backend.Backend]backend.Signals, dt float64) (own, herd map[string]float64) {
 	own = make(map[string]float64, len(sc.Backends))
 	prev := b.prev[sc.Name]
 	ecfg := estimatorConfig(sc)
@@ -169,11 +170,11 @@ func (b *Builder) updateCapacity(in Input, sc *config.Service, sigs map[*backend
 			s.Load = max(s.Load, reported)
 			if dt > 0 && s.Capacity > 0 {
 				sent := float64(s.Answered+s.Rejected) / dt
-				if unexplained(prev, b.cfg.Site, be.Group, reported, responding, healthy, sent) > HerdEvidence*s.Capacity {
+				if u := unexplained(prev, b.cfg.Site, be.Group, reported, responding, healthy, sent); u > HerdEvidence*s.Capacity {
 					if herd == nil {
-						herd = map[string]bool{}
+						herd = map[string]float64{}
 					}
-					herd[be.Group] = true
+					herd[be.Group] = u
 				}
 			}
 		}

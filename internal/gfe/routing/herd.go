@@ -103,7 +103,7 @@ func (b *Builder) recordDemand(sc *config.Service, now time.Time, demand float64
 // (HerdWindow 0), the policy is not the waterfall, no group shows
 // unexplained load, this gfe's demand is not rising, or no other gfe sends
 // to the groups that do.
-func (b *Builder) herdPeers(in Input, sc *config.Service, evidence map[string]bool) ([]Peer, bool) {
+func (b *Builder) herdPeers(in Input, sc *config.Service, evidence map[string]float64) ([]Peer, bool) {
 	if b.cfg.HerdWindow <= 0 || sc.Policy != config.PolicyWaterfall {
 		return nil, false
 	}
@@ -143,7 +143,7 @@ func (b *Builder) herdPeers(in Input, sc *config.Service, evidence map[string]bo
 // (evidence) and returns those that showed it in the last HerdWindow: a
 // herd's rise takes that long to reach every gfe by gossip, however the
 // plan made meanwhile moved the load.
-func (b *Builder) herdGroups(sc *config.Service, now time.Time, evidence map[string]bool) map[string]bool {
+func (b *Builder) herdGroups(sc *config.Service, now time.Time, evidence map[string]float64) map[string]bool {
 	seen := b.herdSeen[sc.Name]
 	if seen == nil {
 		if len(evidence) == 0 {

@@ -212,9 +212,10 @@ type Service struct {
 	rowLen int             // cells in this site's plan row; 0 = no row yet
 	plan   *waterfall.Plan // the damped plan the picker comes from
 	world  waterfall.World
-	// herd says the plan was made with the herd guard's world (herd.go):
-	// the neighbours of a group with unexplained load rising as this site.
-	herd bool
+	// herd is, when the plan was made with the herd guard's world
+	// (herd.go), the groups whose load reports showed unexplained load in
+	// this build, with that load; nil otherwise.
+	herd map[string]float64
 	// capacity is every group's declared and effective capacity.
 	capacity []GroupCapacity
 
@@ -291,7 +292,13 @@ func (s *Service) World() waterfall.World { return s.world }
 // Herd reports whether the service's plan assumed the neighbours of a group
 // with unexplained load to be rising with this site (the herd guard,
 // herd.go). World is the world as gossip tells it either way.
-func (s *Service) Herd() bool { return s.herd }
+func (s *Service) Herd() bool { return s.herd != nil }
+
+// HerdEvidence returns, when Herd is true, the groups whose load reports
+// showed load that neither the plan nor this gfe's requests explain in the
+// build, with that load in the service's demand unit. The caller must not
+// change it.
+func (s *Service) HerdEvidence() map[string]float64 { return s.herd }
 
 // Affinity returns the service's session affinity, nil for type none.
 func (s *Service) Affinity() *Affinity { return s.aff }
