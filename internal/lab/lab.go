@@ -76,13 +76,24 @@ type Lab struct {
 	SwitchNS string
 }
 
+// PerTryTimeout is the lab route's per_try_timeout: an idempotent request
+// without response headers by then (its backend host vanished with it in
+// flight) is retried in another region. Ten times the longest emulated RTT
+// (90 ms), so that a busy machine's slow answer is rarely abandoned, and an
+// abandoned one is retried anyway.
+const PerTryTimeout = time.Second
+
 // Spec returns the deployment the lab runs: the demo's regions and sites
 // (8 ms from each site to its own region, 35–90 ms to the others, emulated
-// by the test backends) with two control-plane replicas, in network.
+// by the test backends) with two control-plane replicas, in network, and a
+// route with per_try_timeout PerTryTimeout.
 func Spec(network netip.Prefix) topology.Spec {
 	s := topology.Demo(0)
 	s.Network = network
 	s.ControlPlanes = 2
+	s.EditConfig = func(yaml string) string {
+		return strings.Replace(yaml, "service: web}", fmt.Sprintf("service: web, per_try_timeout: %v}", PerTryTimeout), 1)
+	}
 	return s
 }
 

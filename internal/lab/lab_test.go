@@ -149,12 +149,21 @@ func testNearestRegion(t *testing.T, l *Lab) {
 const healthWindow = 4 * time.Second
 
 // testBackendHostDown takes backend-us-east's link down under load and
-// wants every gfe to see the region unhealthy within healthWindow, then 0
-// failed requests and none served by us-east; nyc's traffic then goes to
-// eu-west. It brings the link back and waits until all is healthy again.
+// wants every gfe to see the region unhealthy within healthWindow and 0
+// failed requests throughout: the requests in flight to us-east and those
+// sent there before the gfes knew are retried in another region after
+// per_try_timeout (PerTryTimeout); after the window none is served by
+// us-east, and nyc's traffic goes to eu-west. It brings the link back and
+// waits until all is healthy again.
 func testBackendHostDown(t *testing.T, l *Lab) {
 	ctx := context.Background()
 	c := l.Cluster
+	if b, err := os.ReadFile(c.ConfigPath); err != nil || !strings.Contains(string(b), "per_try_timeout: "+PerTryTimeout.String()) {
+		t.Fatalf("the lab's config has no per_try_timeout %v (%v):\n%s", PerTryTimeout, err, b)
+	}
+	admins := gfeMetrics(c)
+	timeoutsBefore := metricSum(l, "spillway_gfe_per_try_timeouts_total", admins...)
+	retriesBefore := metricSum(l, "spillway_gfe_retries_total", admins...)
 	load := c.StartLoad(map[string]float64{"nyc": 40, "lon": 20, "tokyo": 20})
 	defer load.Stop() // a second Stop returns the first one's results
 	// Load flows before the failure: nyc's gfe has made decisions.
@@ -194,6 +203,9 @@ func testBackendHostDown(t *testing.T, l *Lab) {
 		sentAll, failedAll = sentAll+after.Sent, failedAll+after.Failed
 		t.Logf("%-5s during the window: sent %d, failed %d (%v); after: sent %d, failed %d, by region %v",
 			site, before.Sent, before.Failed, before.Errors, after.Sent, after.Failed, after.ByRegion)
+		if before.Failed != 0 {
+			t.Errorf("%s: %d of %d requests failed during the window, want 0: retried elsewhere (%v %v)", site, before.Failed, before.Sent, before.Status, before.Errors)
+		}
 		if after.Failed != 0 {
 			t.Errorf("%s: %d of %d requests failed after the window, want 0 (%v %v)", site, after.Failed, after.Sent, after.Status, after.Errors)
 		}
@@ -207,8 +219,13 @@ func testBackendHostDown(t *testing.T, l *Lab) {
 			t.Errorf("%s sent nothing after the window", site)
 		}
 	}
-	t.Logf("backend host us-east link down: every gfe routed around it %v after; during the %v window %d sent, %d failed; after it %d sent, %d failed",
-		converge.Round(time.Millisecond), healthWindow, sentIn, failedIn, sentAll, failedAll)
+	timeouts := metricSum(l, "spillway_gfe_per_try_timeouts_total", admins...) - timeoutsBefore
+	retries := metricSum(l, "spillway_gfe_retries_total", admins...) - retriesBefore
+	t.Logf("backend host us-east link down: every gfe routed around it %v after; during the %v window %d sent, %d failed; after it %d sent, %d failed; %g attempts abandoned at per_try_timeout %v, %g retries",
+		converge.Round(time.Millisecond), healthWindow, sentIn, failedIn, sentAll, failedAll, timeouts, PerTryTimeout, retries)
+	if timeouts < 1 {
+		t.Errorf("no attempt was abandoned at per_try_timeout: the link went down with none in flight to us-east, so the test proved nothing of retries")
+	}
 	if converge > healthWindow {
 		t.Errorf("gfes saw us-east unhealthy %v after its link went down, want <= %v", converge, healthWindow)
 	}
@@ -658,17 +675,40 @@ func editFlags(args []string, set map[string]string) []string {
 // control planes that answer.
 func tlsRefused(t *testing.T, l *Lab) float64 {
 	t.Helper()
-	var sum float64
+	var urls []string
 	for k := range l.Cluster.CPs {
-		resp, err := l.Client.Get(fmt.Sprintf("http://%s:7100/metrics", l.Cluster.Spec.ControlPlaneIP(k)))
+		urls = append(urls, fmt.Sprintf("http://%s:7100/metrics", l.Cluster.Spec.ControlPlaneIP(k)))
+	}
+	return metricSum(l, "spillway_controlplane_grpc_tls_refused_total", urls...)
+}
+
+// gfeMetrics returns the /metrics URL of every gfe of c.
+func gfeMetrics(c *topology.Cluster) []string {
+	var urls []string
+	for _, g := range c.GFEs {
+		urls = append(urls, g.Admin+"/metrics")
+	}
+	return urls
+}
+
+// metricSum sums every sample of metric name, whatever its labels, over
+// the /metrics pages at urls that answer (a dead process counts nothing).
+func metricSum(l *Lab, name string, urls ...string) float64 {
+	var sum float64
+	for _, url := range urls {
+		resp, err := l.Client.Get(url)
 		if err != nil {
-			continue // a dead control plane refuses nothing
+			continue
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		for line := range strings.SplitSeq(string(b), "\n") {
-			if rest, ok := strings.CutPrefix(line, "spillway_controlplane_grpc_tls_refused_total "); ok {
-				v, _ := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			rest, ok := strings.CutPrefix(line, name)
+			if !ok || rest == "" || rest[0] != ' ' && rest[0] != '{' {
+				continue
+			}
+			if i := strings.LastIndexByte(rest, ' '); i >= 0 {
+				v, _ := strconv.ParseFloat(rest[i+1:], 64)
 				sum += v
 			}
 		}
