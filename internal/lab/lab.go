@@ -162,6 +162,11 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 	if err := l.makeNetwork(ctx); err != nil {
 		return nil, err
 	}
+	for si, s := range spec.Sites {
+		if err := l.SetDNS(s.Name, dnsOrder(&spec, si)...); err != nil {
+			return nil, err
+		}
+	}
 	l.Client = &http.Client{
 		Timeout:   2 * time.Second,
 		Transport: &http.Transport{DialContext: Dialer(l.SwitchNS), MaxIdleConnsPerHost: 4},
@@ -239,6 +244,59 @@ func (l *Lab) plug(ctx context.Context, h *Host) error {
 	return nil
 }
 
+// Name is the name clients use for the service: on client host
+// client-<site> it resolves to every gfe, its own site's first (GeoDNS
+// with every site as a fallback), through the host's own /etc/hosts —
+// /etc/netns/<namespace>/hosts, which ip netns exec mounts over /etc/hosts
+// for the processes it starts there. A client whose connection to the
+// first address is refused tries the next, as browsers and Go's dialer do.
+const Name = "web.spillway.lab"
+
+// dnsOrder returns the gfe addresses Name resolves to at site si: its own
+// gfes first, then the other sites' in spec order.
+func dnsOrder(spec *topology.Spec, si int) []string {
+	var out []string
+	for k := range spec.Sites {
+		j := (si + k) % len(spec.Sites)
+		for g := 1; g <= max(1, spec.Sites[j].GFEs); g++ {
+			out = append(out, spec.GFEIP(j, g))
+		}
+	}
+	return out
+}
+
+// DNS returns the addresses Name resolves to on client host client-<site>
+// when every gfe is in the name (what Up sets).
+func (l *Lab) DNS(site string) []string {
+	for si, s := range l.Cluster.Spec.Sites {
+		if s.Name == site {
+			return dnsOrder(&l.Cluster.Spec, si)
+		}
+	}
+	return nil
+}
+
+// SetDNS makes Name resolve to addrs, in order, on client host
+// client-<site>: an operator's DNS change (taking a gfe out of the name,
+// putting it back). The file is rewritten in place, so processes already
+// running there see the change; Go's resolver re-reads it within 5 s (its
+// /etc/hosts cache), the lab's DNS TTL.
+func (l *Lab) SetDNS(site string, addrs ...string) error {
+	dir := filepath.Join("/etc/netns", l.Cfg.Prefix+"client-"+site)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("lab: dns of %s: %w", site, err)
+	}
+	var b strings.Builder
+	b.WriteString("127.0.0.1 localhost\n")
+	for _, a := range addrs {
+		fmt.Fprintf(&b, "%s %s\n", a, Name)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hosts"), []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("lab: dns of %s: %w", site, err)
+	}
+	return nil
+}
+
 // AddHost makes one more host named name with addrs (each in
 // Config.Network), plugged into the switch: tests start intruders there.
 // Down and Clean remove it with the others.
@@ -301,6 +359,44 @@ func (l *Lab) Start(name, process, bin string, args ...string) (*proc.Proc, erro
 		return nil, fmt.Errorf("lab: no host %q", name)
 	}
 	return proc.Start(process, "ip", proc.Options{Tee: l.Cfg.Tee}, append([]string{"netns", "exec", h.NS, bin}, args...)...)
+}
+
+// RestartGFE restarts the gfe of site as `systemctl restart spillway-gfe`
+// does: SIGTERM — the gfe refuses new connections at once, finishes the
+// requests in flight within its drain timeout, closes its idle keep-alive
+// connections, and exits — then the same command line again. It returns
+// once the new process is ready and has measured every region's RTT, with
+// how long the old one took to exit (drained) and the new one to be ready.
+func (l *Lab) RestartGFE(ctx context.Context, site string) (drained, ready time.Duration, err error) {
+	c := l.Cluster
+	gf := c.GFE(site)
+	if gf == nil {
+		return 0, 0, fmt.Errorf("lab: no gfe at %q", site)
+	}
+	start := time.Now()
+	if err := gf.Proc.Stop(30 * time.Second); err != nil {
+		return 0, 0, fmt.Errorf("lab: stop %s: %w", gf.Name, err)
+	}
+	drained = time.Since(start)
+	start = time.Now()
+	if err := c.StartGFE(gf); err != nil {
+		return drained, 0, fmt.Errorf("lab: start %s: %w", gf.Name, err)
+	}
+	if err := l.writePids(); err != nil {
+		return drained, 0, err
+	}
+	err = topology.WaitFor(ctx, 60*time.Second, func() (bool, error) {
+		st, err := c.Status(ctx, gf)
+		if err != nil {
+			return false, err
+		}
+		return st.Ready && len(st.RTTms) == len(c.Spec.Regions),
+			fmt.Errorf("%s: ready=%t, RTT of %d regions", gf.Name, st.Ready, len(st.RTTms))
+	})
+	if err != nil {
+		return drained, 0, fmt.Errorf("lab: restarted %s: %w", gf.Name, err)
+	}
+	return drained, time.Since(start), nil
 }
 
 // pidFile is where Up records the processes it started, for Clean.
@@ -372,6 +468,13 @@ func Clean(ctx context.Context, cfg Config) error {
 	}
 	if left, _ := Namespaces(cfg.Prefix); len(left) > 0 {
 		errs = append(errs, fmt.Errorf("lab: namespaces left after clean: %s", strings.Join(left, " ")))
+	}
+	// The hosts' own /etc files (SetDNS).
+	etc, _ := filepath.Glob(filepath.Join("/etc/netns", cfg.Prefix+"*"))
+	for _, d := range etc {
+		if err := os.RemoveAll(d); err != nil {
+			errs = append(errs, fmt.Errorf("lab: %w", err))
+		}
 	}
 	return errors.Join(errs...)
 }

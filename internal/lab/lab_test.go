@@ -101,7 +101,8 @@ var nearest = map[string]string{"nyc": "us-east", "lon": "eu-west", "tokyo": "as
 // backend host whose link goes down is routed around within the
 // health-check window with 0 failed requests after it; a gfe partitioned
 // from gossip is dropped by the others within 5 s, serves on, and rejoins;
-// a control-plane
+// the three gfes restarted one at a time under load, as docs/DEPLOY.md's
+// rolling upgrade says, fail 0 requests; a control-plane
 // host that dies leaves the other replica keeping every gfe current with 0
 // failed requests; hosts without the gossip key or with a certificate of
 // another CA cannot join (SECURITY.md, threat model).
@@ -110,6 +111,7 @@ func TestLab(t *testing.T) {
 	t.Run("NearestRegion", func(t *testing.T) { testNearestRegion(t, l) })
 	t.Run("BackendHostLinkDown", func(t *testing.T) { testBackendHostDown(t, l) })
 	t.Run("GFEPartitionedFromGossip", func(t *testing.T) { testGFEPartition(t, l) })
+	t.Run("RollingRestartOfGFEs", func(t *testing.T) { testRollingRestart(t, l) })
 	t.Run("ControlPlaneHostDies", func(t *testing.T) { testControlPlaneDies(t, l) })
 	t.Run("IntrudersCannotJoin", func(t *testing.T) { testIntruders(t, l) })
 }
@@ -415,6 +417,87 @@ func testGFEPartition(t *testing.T, l *Lab) {
 		if r.Failed != 0 {
 			t.Errorf("%s: %d of %d requests failed, want 0 (%v %v)", site, r.Failed, r.Sent, r.Status, r.Errors)
 		}
+	}
+}
+
+// dnsTTL is how long a DNS change takes to reach the lab's clients: Go's
+// resolver re-reads /etc/hosts within 5 s (Lab.SetDNS).
+const dnsTTL = 6 * time.Second
+
+// testRollingRestart restarts the three gfes one at a time under load from
+// clients that reach them by the lab's DNS name (Name: their own site's gfe
+// first, the others after), the way docs/DEPLOY.md's rolling upgrade says:
+// take the gfe out of the name and wait the TTL; restart it (SIGTERM drains
+// it: new connections refused, requests in flight finished, idle
+// keep-alive connections closed, and clients reopen them to the addresses
+// the name now gives); once it is ready, put it back. It wants 0 failed
+// requests at every site, and each restarted gfe answering a request.
+// (Clients come back to a gfe put back as they open new connections: those
+// of the next gfe restarted, for instance.)
+func testRollingRestart(t *testing.T, l *Lab) {
+	ctx := context.Background()
+	c := l.Cluster
+	rates := map[string]float64{"nyc": 40, "lon": 20, "tokyo": 20}
+	load := c.StartLoadTo(rates, func(string) string { return "http://" + Name + ":8080/" })
+	defer load.Stop() // a second Stop returns the first one's results
+	defer func() {
+		for _, s := range c.Spec.Sites {
+			l.SetDNS(s.Name, l.DNS(s.Name)...)
+		}
+	}()
+	for site := range rates {
+		waitDecisions(t, c, site, 20)
+	}
+	begin := time.Now()
+	for _, s := range c.Spec.Sites {
+		gf := c.GFE(s.Name)
+		for _, cs := range c.Spec.Sites {
+			if err := l.SetDNS(cs.Name, slices.DeleteFunc(l.DNS(cs.Name), func(a string) bool { return a == gf.SourceIP })...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out := time.Now()
+		if err := topology.WaitFor(ctx, 2*dnsTTL, func() (bool, error) { return time.Since(out) >= dnsTTL, nil }); err != nil {
+			t.Fatal(err)
+		}
+		drained, ready, err := l.RestartGFE(ctx, s.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cs := range c.Spec.Sites {
+			if err := l.SetDNS(cs.Name, l.DNS(cs.Name)...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// It serves: a request through it is answered.
+		resp, err := l.Client.Get(gf.URL + "/")
+		if err != nil {
+			t.Fatalf("GET through the restarted %s: %v", gf.Name, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET through the restarted %s: %d, want 200", gf.Name, resp.StatusCode)
+		}
+		t.Logf("%s: out of the name for %v, drained and exited in %v, ready %v after its start; a GET through it: %d from %s",
+			gf.Name, dnsTTL, drained.Round(time.Millisecond), ready.Round(time.Millisecond), resp.StatusCode, resp.Header.Get("X-Spillway-Region"))
+	}
+	res, err := load.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent, failed int64
+	for _, s := range c.Spec.Sites {
+		r := res[s.Name]
+		sent, failed = sent+r.Sent, failed+r.Failed
+		t.Logf("%-5s sent %d, failed %d, by region %v", s.Name, r.Sent, r.Failed, r.ByRegion)
+		if r.Failed != 0 {
+			t.Errorf("%s: %d of %d requests failed during the rolling restart, want 0 (%v %v)", s.Name, r.Failed, r.Sent, r.Status, r.Errors)
+		}
+	}
+	t.Logf("rolling restart of %d gfes under load in %v: %d requests sent, %d failed", len(c.GFEs), time.Since(begin).Round(time.Millisecond), sent, failed)
+	if min := int64(len(c.GFEs)) * int64(dnsTTL/time.Second) * 80 / 2; sent < min {
+		t.Errorf("%d requests sent, want >= %d", sent, min)
 	}
 }
 
