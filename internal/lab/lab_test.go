@@ -102,8 +102,8 @@ var nearest = map[string]string{"nyc": "us-east", "lon": "eu-west", "tokyo": "as
 // health-check window with 0 failed requests after it; a gfe partitioned
 // from gossip is dropped by the others within 5 s, serves on, and rejoins;
 // the three gfes restarted one at a time under load, as docs/DEPLOY.md's
-// rolling upgrade says, fail 0 requests; a control-plane
-// host that dies leaves the other replica keeping every gfe current with 0
+// rolling upgrade says, fail 0 requests, and so do the two control planes
+// restarted one at a time; a control-plane host that dies leaves the other replica keeping every gfe current with 0
 // failed requests; hosts without the gossip key or with a certificate of
 // another CA cannot join (SECURITY.md, threat model).
 func TestLab(t *testing.T) {
@@ -112,6 +112,7 @@ func TestLab(t *testing.T) {
 	t.Run("BackendHostLinkDown", func(t *testing.T) { testBackendHostDown(t, l) })
 	t.Run("GFEPartitionedFromGossip", func(t *testing.T) { testGFEPartition(t, l) })
 	t.Run("RollingRestartOfGFEs", func(t *testing.T) { testRollingRestart(t, l) })
+	t.Run("RollingRestartOfControlPlanes", func(t *testing.T) { testRollingRestartCPs(t, l) })
 	t.Run("ControlPlaneHostDies", func(t *testing.T) { testControlPlaneDies(t, l) })
 	t.Run("IntrudersCannotJoin", func(t *testing.T) { testIntruders(t, l) })
 }
@@ -499,6 +500,114 @@ func testRollingRestart(t *testing.T, l *Lab) {
 	if min := int64(len(c.GFEs)) * int64(dnsTTL/time.Second) * 80 / 2; sent < min {
 		t.Errorf("%d requests sent, want >= %d", sent, min)
 	}
+}
+
+// testRollingRestartCPs restarts the control planes one at a time under
+// load, as docs/DEPLOY.md's rolling upgrade does (restart, wait for
+// /readyz, then the next): the gfes keep routing by their last snapshot
+// and reconnect to the other replica. It wants 0 failed requests, each
+// replica ready again, the two owning every group's health checks between
+// them after each restart, and every gfe on the control planes' config.
+func testRollingRestartCPs(t *testing.T, l *Lab) {
+	ctx := context.Background()
+	c := l.Cluster
+	load := c.StartLoad(map[string]float64{"nyc": 30, "lon": 30, "tokyo": 30})
+	defer load.Stop() // a second Stop returns the first one's results
+	waitDecisions(t, c, "tokyo", 30)
+	var groups int
+	for _, r := range c.Spec.Regions {
+		groups += len(r.Zones)
+	}
+	begin := time.Now()
+	for k := range c.CPs {
+		start := time.Now()
+		if err := c.CPs[k].Stop(30 * time.Second); err != nil {
+			t.Fatalf("cp-%d on SIGTERM: %v", k+1, err)
+		}
+		stopped := time.Since(start)
+		if err := c.StartControlPlane(k); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.writePids(); err != nil {
+			t.Fatal(err)
+		}
+		admin := "http://" + c.Spec.ControlPlaneIP(k) + ":7100"
+		err := topology.WaitFor(ctx, 60*time.Second, func() (bool, error) {
+			resp, err := l.Client.Get(admin + "/readyz")
+			if err != nil {
+				return false, err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return false, fmt.Errorf("cp-%d /readyz: %d", k+1, resp.StatusCode)
+			}
+			owned := 0
+			for j := range c.CPs {
+				p, err := cpStatus(ctx, l, "http://"+c.Spec.ControlPlaneIP(j)+":7100/status")
+				if err != nil {
+					return false, err
+				}
+				if len(p.ControlPlanes) != len(c.CPs) {
+					return false, fmt.Errorf("cp-%d sees control planes %v", j+1, p.ControlPlanes)
+				}
+				owned += len(p.OwnedGroups)
+			}
+			return owned == groups, fmt.Errorf("the control planes own %d of %d groups", owned, groups)
+		})
+		if err != nil {
+			t.Fatalf("after restarting cp-%d: %v", k+1, err)
+		}
+		t.Logf("cp-%d: stopped in %v, ready and owning its share of the health checks %v after its start", k+1, stopped.Round(time.Millisecond), (time.Since(start) - stopped).Round(time.Millisecond))
+	}
+	// Every gfe is current: it serves the control planes' snapshot.
+	var cpVersion string
+	if err := topology.WaitFor(ctx, 30*time.Second, func() (bool, error) {
+		var p struct {
+			SnapshotVersion string `json:"snapshot_version"`
+		}
+		resp, err := l.Client.Get("http://" + c.Spec.ControlPlaneIP(0) + ":7100/status")
+		if err != nil {
+			return false, err
+		}
+		err = json.NewDecoder(resp.Body).Decode(&p)
+		resp.Body.Close()
+		if err != nil {
+			return false, err
+		}
+		cpVersion = p.SnapshotVersion
+		for _, g := range c.GFEs {
+			st, err := c.Status(ctx, g)
+			if err != nil {
+				return false, err
+			}
+			if st.ConfigVersion != cpVersion {
+				return false, fmt.Errorf("%s serves config %q, the control planes %q", g.Name, st.ConfigVersion, cpVersion)
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Since(begin)
+	// Keep the load on for 5 s after the first stop.
+	if err := topology.WaitFor(ctx, 30*time.Second, func() (bool, error) {
+		return time.Since(begin) >= 5*time.Second, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := load.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent, failed int64
+	for site, r := range res {
+		sent, failed = sent+r.Sent, failed+r.Failed
+		if r.Failed != 0 {
+			t.Errorf("%s: %d of %d requests failed, want 0 (%v %v)", site, r.Failed, r.Sent, r.Status, r.Errors)
+		}
+	}
+	t.Logf("rolling restart of %d control planes under load in %v: %d requests sent, %d failed; every gfe serves config %s",
+		len(c.CPs), restarted.Round(time.Millisecond), sent, failed, cpVersion)
 }
 
 // testControlPlaneDies kills cp-1 and takes its host's link down under
