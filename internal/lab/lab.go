@@ -39,14 +39,26 @@ type Config struct {
 	// Tee receives every process's output, each line prefixed by its
 	// name. Nil keeps it in memory only.
 	Tee io.Writer
+	// Spec, when set, is the deployment Up runs instead of Spec(Network)
+	// (lbbench --lab sets its policy and capacities); its Network is set
+	// to Network, and its client addresses beyond ClientAddrs per site
+	// do not exist.
+	Spec *topology.Spec
 }
+
+// DefaultNetwork is the lab's network when Config.Network is not set.
+var DefaultNetwork = netip.MustParsePrefix("10.77.0.0/16")
+
+// ClientAddrs is the number of addresses of each client host, from
+// topology.Spec.ClientIP.
+const ClientAddrs = 16
 
 func (c *Config) defaults() {
 	if c.Prefix == "" {
 		c.Prefix = "spl-"
 	}
 	if !c.Network.IsValid() {
-		c.Network = netip.MustParsePrefix("10.77.0.0/16")
+		c.Network = DefaultNetwork
 	}
 }
 
@@ -99,10 +111,10 @@ func Spec(network netip.Prefix) topology.Spec {
 
 // hostsOf returns the hosts of spec: cp-1…, gfe-<site>, backend-<region>
 // and client-<site> (16 client addresses each).
-func hostsOf(spec *topology.Spec, prefix string) []*Host {
+func hostsOf(spec *topology.Spec) []*Host {
 	var hs []*Host
 	add := func(name string, addrs ...netip.Addr) {
-		hs = append(hs, &Host{Name: name, NS: prefix + name, Addrs: addrs, port: fmt.Sprintf("p%d", len(hs))})
+		hs = append(hs, &Host{Name: name, Addrs: addrs})
 	}
 	for k := range spec.ControlPlanes {
 		add(fmt.Sprintf("cp-%d", k+1), netip.MustParseAddr(spec.ControlPlaneIP(k)))
@@ -115,7 +127,7 @@ func hostsOf(spec *topology.Spec, prefix string) []*Host {
 	}
 	for si, s := range spec.Sites {
 		var addrs []netip.Addr
-		for a, n := spec.ClientIP(si), 0; n < 16; a, n = a.Next(), n+1 {
+		for a, n := spec.ClientIP(si), 0; n < ClientAddrs; a, n = a.Next(), n+1 {
 			addrs = append(addrs, a)
 		}
 		add("client-"+s.Name, addrs...)
@@ -145,31 +157,24 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 	if cfg.StateDir == "" {
 		return nil, errors.New("lab: Config.StateDir is required")
 	}
-	if err := RequireIP(); err != nil {
-		return nil, err
-	}
-	if err := Clean(ctx, cfg); err != nil {
-		return nil, err
-	}
 	spec := Spec(cfg.Network)
-	l = &Lab{Cfg: cfg, Hosts: hostsOf(&spec, cfg.Prefix), SwitchNS: cfg.Prefix + "switch"}
+	if cfg.Spec != nil {
+		spec = *cfg.Spec
+		spec.Network = cfg.Network
+	}
+	if l, err = UpHosts(ctx, cfg, hostsOf(&spec)); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			l.Down(context.WithoutCancel(ctx))
 			l = nil
 		}
 	}()
-	if err := l.makeNetwork(ctx); err != nil {
-		return nil, err
-	}
 	for si, s := range spec.Sites {
 		if err := l.SetDNS(s.Name, dnsOrder(&spec, si)...); err != nil {
 			return nil, err
 		}
-	}
-	l.Client = &http.Client{
-		Timeout:   2 * time.Second,
-		Transport: &http.Transport{DialContext: Dialer(l.SwitchNS), MaxIdleConnsPerHost: 4},
 	}
 	bins := cfg.Bins
 	if bins == nil {
@@ -191,6 +196,32 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 		return nil, fmt.Errorf("lab: start the deployment: %w", err)
 	}
 	return l, l.writePids()
+}
+
+// UpHosts cleans what an earlier lab with cfg left (Clean), then makes the
+// switch and hosts (their Name and Addrs set; Up's are the deployment's),
+// with nothing running in them. On error it removes what it made.
+func UpHosts(ctx context.Context, cfg Config, hosts []*Host) (l *Lab, err error) {
+	cfg.defaults()
+	if err := RequireIP(); err != nil {
+		return nil, err
+	}
+	if err := Clean(ctx, cfg); err != nil {
+		return nil, err
+	}
+	l = &Lab{Cfg: cfg, Hosts: hosts, SwitchNS: cfg.Prefix + "switch"}
+	for i, h := range hosts {
+		h.NS, h.port = cfg.Prefix+h.Name, fmt.Sprintf("p%d", i)
+	}
+	l.Client = &http.Client{
+		Timeout:   2 * time.Second,
+		Transport: &http.Transport{DialContext: Dialer(l.SwitchNS), MaxIdleConnsPerHost: 4},
+	}
+	if err := l.makeNetwork(ctx); err != nil {
+		l.Down(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return l, nil
 }
 
 // makeNetwork makes the switch namespace with bridge br0 (address
@@ -531,6 +562,7 @@ func (l *Lab) Describe(w io.Writer) {
 	if len(c.GFEs) > 0 {
 		g := c.GFEs[0]
 		fmt.Fprintf(w, "  ip netns exec %sclient-%s curl -si %s/ | grep X-Spillway\n", l.Cfg.Prefix, g.Site, g.URL)
+		fmt.Fprintf(w, "  ip netns exec %sclient-%s curl -si http://%s:8080/ | grep X-Spillway   # by name: every gfe, %s's first\n", l.Cfg.Prefix, g.Site, Name, g.Site)
 		fmt.Fprintf(w, "  ip netns exec %s curl -s %s/status\n", l.SwitchNS, g.Admin)
 	}
 	fmt.Fprintf(w, "  ip -n %sbackend-us-east link set eth0 down   # a whole backend host fails\n", l.Cfg.Prefix)

@@ -848,6 +848,10 @@ func Status(ctx context.Context, gf *GFE) (*status.Status, error) {
 	return StatusWith(ctx, http.DefaultClient, gf)
 }
 
+// Client returns the HTTP client the cluster's processes are reached with
+// (Options.Client, or http.DefaultClient).
+func (c *Cluster) Client() *http.Client { return c.opts.client() }
+
 // Status fetches a gfe's /status with Options.Client.
 func (c *Cluster) Status(ctx context.Context, gf *GFE) (*status.Status, error) {
 	return StatusWith(ctx, c.opts.client(), gf)
