@@ -150,10 +150,10 @@ func UpGuide(ctx context.Context, cfg Config, text, repo, fakesystemd string) (g
 	if g.Lab, err = UpHosts(ctx, cfg, hosts); err != nil {
 		return nil, err
 	}
+	made := g.Lab
 	defer func() {
 		if err != nil {
-			g.Lab.Down(context.WithoutCancel(ctx))
-			g = nil
+			made.Down(context.WithoutCancel(ctx)) // g is nil by then
 		}
 	}()
 	// The system directories, then this process's (admin needs go).

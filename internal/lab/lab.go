@@ -161,14 +161,16 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 	if cfg.Spec != nil {
 		spec = *cfg.Spec
 		spec.Network = cfg.Network
+		spec.ControlPlanes = max(spec.ControlPlanes, 1) // topology's default: each needs a host
 	}
-	if l, err = UpHosts(ctx, cfg, hostsOf(&spec)); err != nil {
+	made, err := UpHosts(ctx, cfg, hostsOf(&spec))
+	if err != nil {
 		return nil, err
 	}
+	l = made
 	defer func() {
 		if err != nil {
-			l.Down(context.WithoutCancel(ctx))
-			l = nil
+			made.Down(context.WithoutCancel(ctx)) // l is nil by then
 		}
 	}()
 	for si, s := range spec.Sites {
@@ -196,6 +198,29 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 		return nil, fmt.Errorf("lab: start the deployment: %w", err)
 	}
 	return l, l.writePids()
+}
+
+// Starter returns start, which brings a lab of cfg up running the
+// deployment it is given (Config.Spec) and returns its cluster — the
+// realbench.Options.Start of lbbench --lab — and down, which tears that
+// lab down (or cleans after a failed start). start may be called once.
+func Starter(cfg Config) (start func(ctx context.Context, spec topology.Spec) (*topology.Cluster, error), down func() error) {
+	var l *Lab
+	start = func(ctx context.Context, spec topology.Spec) (*topology.Cluster, error) {
+		cfg.Spec = &spec
+		var err error
+		if l, err = Up(ctx, cfg); err != nil {
+			return nil, err
+		}
+		return l.Cluster, nil
+	}
+	down = func() error {
+		if l != nil {
+			return l.Down(context.Background())
+		}
+		return Clean(context.Background(), cfg)
+	}
+	return start, down
 }
 
 // UpHosts cleans what an earlier lab with cfg left (Clean), then makes the

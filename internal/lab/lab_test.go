@@ -591,22 +591,7 @@ func testRollingRestartCPs(t *testing.T, l *Lab) {
 	}
 	restarted := time.Since(begin)
 	// Keep the load on for 5 s after the first stop.
-	if err := topology.WaitFor(ctx, 30*time.Second, func() (bool, error) {
-		return time.Since(begin) >= 5*time.Second, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	res, err := load.Stop()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sent, failed int64
-	for site, r := range res {
-		sent, failed = sent+r.Sent, failed+r.Failed
-		if r.Failed != 0 {
-			t.Errorf("%s: %d of %d requests failed, want 0 (%v %v)", site, r.Failed, r.Sent, r.Status, r.Errors)
-		}
-	}
+	sent, failed := stopLoadWantNoFailures(t, load, begin.Add(5*time.Second))
 	t.Logf("rolling restart of %d control planes under load in %v: %d requests sent, %d failed; every gfe serves config %s",
 		len(c.CPs), restarted.Round(time.Millisecond), sent, failed, cpVersion)
 }
@@ -685,8 +670,21 @@ func testControlPlaneDies(t *testing.T, l *Lab) {
 	}
 	current := time.Since(edit)
 	// Keep the load on for 5 s after the death.
-	if err := topology.WaitFor(ctx, 30*time.Second, func() (bool, error) {
-		return time.Since(died) >= 5*time.Second, nil
+	sent, failed := stopLoadWantNoFailures(t, load, died.Add(5*time.Second))
+	t.Logf("control-plane host cp-1 died: cp-2 owned %d of %d groups before, all %d %v after; the config change reached all %d gfes %v after it was written; %d requests sent, %d failed",
+		len(before.OwnedGroups), groups, groups, reassigned.Round(time.Millisecond), len(c.GFEs), current.Round(time.Millisecond), sent, failed)
+	if sent < 3*30*4 {
+		t.Errorf("%d requests sent in 5 s at 90/s, want >= 360", sent)
+	}
+}
+
+// stopLoadWantNoFailures keeps load on until until, stops it, fails the
+// test for every site with a failed request, and returns the requests sent
+// and failed over all sites.
+func stopLoadWantNoFailures(t *testing.T, load *topology.Load, until time.Time) (sent, failed int64) {
+	t.Helper()
+	if err := topology.WaitFor(context.Background(), time.Until(until)+30*time.Second, func() (bool, error) {
+		return !time.Now().Before(until), nil
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -694,18 +692,13 @@ func testControlPlaneDies(t *testing.T, l *Lab) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sent, failed int64
 	for site, r := range res {
 		sent, failed = sent+r.Sent, failed+r.Failed
 		if r.Failed != 0 {
 			t.Errorf("%s: %d of %d requests failed, want 0 (%v %v)", site, r.Failed, r.Sent, r.Status, r.Errors)
 		}
 	}
-	t.Logf("control-plane host cp-1 died: cp-2 owned %d of %d groups before, all %d %v after; the config change reached all %d gfes %v after it was written; %d requests sent, %d failed",
-		len(before.OwnedGroups), groups, groups, reassigned.Round(time.Millisecond), len(c.GFEs), current.Round(time.Millisecond), sent, failed)
-	if sent < 3*30*4 {
-		t.Errorf("%d requests sent in 5 s at 90/s, want >= 360", sent)
-	}
+	return sent, failed
 }
 
 // cpPage is what the tests read of a control plane's /status.

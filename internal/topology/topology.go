@@ -380,10 +380,11 @@ func Start(ctx context.Context, spec Spec, opts Options) (c *Cluster, err error)
 	if opts.Dir == "" {
 		return nil, errors.New("topology: Options.Dir is required")
 	}
-	c = &Cluster{Spec: spec, Dir: opts.Dir, opts: opts, Bins: opts.Bins, Instances: map[string][]string{}, BackendAdmin: map[string]string{}}
+	started := &Cluster{Spec: spec, Dir: opts.Dir, opts: opts, Bins: opts.Bins, Instances: map[string][]string{}, BackendAdmin: map[string]string{}}
+	c = started
 	defer func() {
 		if err != nil {
-			c.Stop()
+			started.Stop() // c is nil by then
 		}
 	}()
 	// In order: each step needs what the steps before it started.

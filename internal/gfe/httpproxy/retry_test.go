@@ -325,22 +325,31 @@ func TestPickErrors(t *testing.T) {
 	}
 }
 
+// newSilentBackend returns a backend that counts its requests and never
+// answers them: it holds each until its client goes away or the test ends
+// (a host that vanished with the request in flight).
+func newSilentBackend(t *testing.T) *testBackend {
+	t.Helper()
+	release := make(chan struct{})
+	b := &testBackend{name: "silent"}
+	b.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b.hits.Add(1)
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(func() { close(release); b.Close() })
+	return b
+}
+
 // TestPerTryTimeout (issue #11: a backend host that vanished with requests
 // in flight): a GET whose backend sends no headers within the route's
 // per_try_timeout is abandoned there, counted as that backend's timeout,
 // and answered by another instance; a POST is not bounded per try (it may
 // not be sent again) and runs into the route timeout instead.
 func TestPerTryTimeout(t *testing.T) {
-	release := make(chan struct{})
-	silent := &testBackend{name: "silent"}
-	silent.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		silent.hits.Add(1)
-		select {
-		case <-r.Context().Done():
-		case <-release:
-		}
-	}))
-	t.Cleanup(func() { close(release); silent.Close() })
+	silent := newSilentBackend(t)
 	fast := newTestBackend(t, "fast")
 	regions := []gfetest.Region{{Name: "us-east", Zones: []gfetest.Zone{{Name: "us-east-b", Addrs: []string{silent.addr()}}, {Name: "us-east-c", Addrs: []string{fast.addr()}}}}}
 	e, clk := sessionEdge(t, gfetest.SessionConfig(t, "round_robin", regions, "", ", timeout: 700ms, per_try_timeout: 300ms"))
@@ -403,24 +412,7 @@ func TestPerTryTimeout(t *testing.T) {
 func TestRetryLeavesUnreachableRegion(t *testing.T) {
 	const requests = 4
 	t.Run("per-try timeout", func(t *testing.T) {
-		release := make(chan struct{})
-		var silent [2]*testBackend
-		for i := range silent {
-			b := &testBackend{name: "silent"}
-			b.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				b.hits.Add(1)
-				select {
-				case <-r.Context().Done():
-				case <-release:
-				}
-			}))
-			silent[i] = b
-		}
-		t.Cleanup(func() {
-			close(release)
-			silent[0].Close()
-			silent[1].Close()
-		})
+		silent := [2]*testBackend{newSilentBackend(t), newSilentBackend(t)}
 		far := newTestBackend(t, "eu-west")
 		regions := []gfetest.Region{
 			{Name: "us-east", Zones: []gfetest.Zone{{Name: "us-east-b", Addrs: []string{silent[0].addr()}}, {Name: "us-east-c", Addrs: []string{silent[1].addr()}}}},
