@@ -7,7 +7,7 @@
 // With --lab (as root, with iproute2) the same deployment runs on the
 // network-namespace hosts of package lab instead of loopback — control
 // planes, gfes, backends and each site's load generator on hosts of their
-// own, talking over the lab's bridge — with 16 client addresses per site
+// own, talking over the lab's bridge — with 64 client addresses per site
 // (lab.ClientAddrs); the lab is torn down afterwards.
 //
 //	lbbench [--quick] [--scale F] [--headroom H] [--policies LIST] [--json] [--net N | --lab] [--bins DIR] [-v]

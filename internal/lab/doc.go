@@ -13,7 +13,7 @@
 //	cp-1, cp-2               10.77.0.1, 10.77.0.2    control-plane replicas
 //	gfe-nyc, -lon, -tokyo    10.77.1.1, .2.1, .3.1   one gfe per site
 //	backend-us-east, …       10.77.101.1, .102.1, .103.1
-//	client-nyc, …            10.77.1.100–115, …      load generators
+//	client-nyc, …            10.77.1.100–163, …      load generators
 //	switch (br0)             10.77.255.254           how this process reaches them
 //
 // Distances are emulated in user space (the kernel has no netem): each

@@ -51,7 +51,7 @@ var DefaultNetwork = netip.MustParsePrefix("10.77.0.0/16")
 
 // ClientAddrs is the number of addresses of each client host, from
 // topology.Spec.ClientIP.
-const ClientAddrs = 16
+const ClientAddrs = 64
 
 func (c *Config) defaults() {
 	if c.Prefix == "" {
@@ -110,7 +110,7 @@ func Spec(network netip.Prefix) topology.Spec {
 }
 
 // hostsOf returns the hosts of spec: cp-1…, gfe-<site>, backend-<region>
-// and client-<site> (16 client addresses each).
+// and client-<site> (ClientAddrs client addresses each).
 func hostsOf(spec *topology.Spec) []*Host {
 	var hs []*Host
 	add := func(name string, addrs ...netip.Addr) {
