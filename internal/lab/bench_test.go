@@ -45,12 +45,7 @@ func TestBenchmarkOnLab(t *testing.T) {
 	if len(res.Rows) != 1 {
 		t.Fatalf("%d rows, want 1", len(res.Rows))
 	}
-	var scheduled float64
-	for _, ph := range cfg.Phases {
-		for _, d := range ph.Demand {
-			scheduled += d * ph.Duration.Seconds()
-		}
-	}
+	scheduled := cfg.Scheduled()
 	wf := res.Rows[0]
 	if float64(wf.Requests) < 0.9*scheduled || float64(wf.Requests) > 1.02*scheduled {
 		t.Errorf("%d requests, want %.0f (demand × duration) within -10%%/+2%%", wf.Requests, scheduled)

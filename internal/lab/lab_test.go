@@ -515,10 +515,7 @@ func testRollingRestartCPs(t *testing.T, l *Lab) {
 	load := c.StartLoad(map[string]float64{"nyc": 30, "lon": 30, "tokyo": 30})
 	defer load.Stop() // a second Stop returns the first one's results
 	waitDecisions(t, c, "tokyo", 30)
-	var groups int
-	for _, r := range c.Spec.Regions {
-		groups += len(r.Zones)
-	}
+	groups := groupsOf(&c.Spec)
 	begin := time.Now()
 	for k := range c.CPs {
 		start := time.Now()
@@ -618,10 +615,7 @@ func testControlPlaneDies(t *testing.T, l *Lab) {
 	if err := l.SetLink(ctx, "cp-1", false); err != nil {
 		t.Fatal(err)
 	}
-	var groups int
-	for _, r := range c.Spec.Regions {
-		groups += len(r.Zones)
-	}
+	groups := groupsOf(&c.Spec)
 	var after *cpPage
 	err = topology.WaitFor(ctx, 30*time.Second, func() (bool, error) {
 		after, err = cpStatus(ctx, l, cp2)
@@ -699,6 +693,16 @@ func stopLoadWantNoFailures(t *testing.T, load *topology.Load, until time.Time) 
 		}
 	}
 	return sent, failed
+}
+
+// groupsOf returns the number of instance groups of spec (one per zone):
+// the health-check groups the control planes share.
+func groupsOf(spec *topology.Spec) int {
+	n := 0
+	for _, r := range spec.Regions {
+		n += len(r.Zones)
+	}
+	return n
 }
 
 // cpPage is what the tests read of a control plane's /status.
