@@ -517,9 +517,11 @@ type Route struct {
 	// request without a body (the requests that may be sent again after
 	// reaching a backend) until its response headers: an attempt without
 	// headers by then is abandoned, counts as a timeout of its backend and,
-	// within Retries, goes to another instance (a backend host that
-	// vanished with requests in flight). Default 0: attempts are bounded
-	// only by Timeout. At most Timeout.
+	// within Retries, goes to another instance — in another region first,
+	// past the site's plan row if it must, as after a refused connection
+	// (a backend host that vanished with requests in flight takes every
+	// zone on it). Default 0: attempts are bounded only by Timeout, which
+	// bounds all attempts together. At most Timeout.
 	PerTryTimeout time.Duration `mapstructure:"per_try_timeout"`
 }
 

@@ -67,6 +67,7 @@
 //	    retries: 1                        # 0..5; on another instance, only when safe:
 //	                                      # never reached a backend, or idempotent and no response byte yet
 //	    per_try_timeout: 0s               # 0..timeout, 0 = off; an idempotent bodiless attempt without headers by then is retried
+//	                                      # (like a refused connection: in another region first, past the plan row if it must)
 //	listeners:                            # optional; none = the gfe serves only --listen (http)
 //	  - name: public                      # required, unique; same syntax as other names
 //	    protocol: https                   # required: http (HTTP/1.1 + h2c) | https (TLS, ALPN h2, http/1.1) | tcp (L4)

@@ -30,4 +30,7 @@
 // mutual-TLS handshake through internal/mtls and are refused where they must
 // be; and the daemons start from the units' command lines and env files with
 // those certificates, the gfe taking its snapshot over mutual TLS.
+//
+// docs/DEPLOY.md's commands themselves, every sh block on the hosts it
+// names, are run by internal/lab's TestDeployGuide.
 package deploy

@@ -4,12 +4,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/lab"
 )
 
 const guide = "../docs/DEPLOY.md"
@@ -18,42 +18,15 @@ const guide = "../docs/DEPLOY.md"
 var guideHosts = []string{"admin", "cp-1", "cp-2", "gfe-nyc-1", "gfe-lon-1", "gfe-tokyo-1",
 	"backend-us-east", "backend-eu-west", "backend-asia-east"}
 
-// block is one fenced sh block of the guide with the comment before it.
-type block struct {
-	line    int    // of the opening fence
-	comment string // "host: cp-1 cp-2" or "copy: ..."
-	body    string
-}
-
-// guideBlocks returns the guide's sh blocks.
-func guideBlocks(t *testing.T) []block {
+// guideBlocks returns the guide's sh blocks (parsed as the lab that runs
+// them does: internal/lab TestDeployGuide).
+func guideBlocks(t *testing.T) []lab.GuideBlock {
 	t.Helper()
 	b, err := os.ReadFile(guide)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(string(b), "\n")
-	comment := regexp.MustCompile(`^<!-- (.*) -->$`)
-	var blocks []block
-	for i := 0; i < len(lines); i++ {
-		if !strings.HasPrefix(lines[i], "```") {
-			continue
-		}
-		start := i
-		for i++; i < len(lines) && lines[i] != "```"; i++ {
-		}
-		if lines[start] != "```sh" {
-			continue
-		}
-		bl := block{line: start + 1, body: strings.Join(lines[start+1:i], "\n")}
-		if start > 0 {
-			if m := comment.FindStringSubmatch(lines[start-1]); m != nil {
-				bl.comment = m[1]
-			}
-		}
-		blocks = append(blocks, bl)
-	}
-	return blocks
+	return lab.ParseGuide(string(b))
 }
 
 // TestGuideBlocksNameTheirHosts: every sh block of docs/DEPLOY.md is
@@ -65,21 +38,21 @@ func TestGuideBlocksNameTheirHosts(t *testing.T) {
 	copies := 0
 	for _, b := range blocks {
 		switch {
-		case strings.HasPrefix(b.comment, "host: "):
-			hosts := strings.Fields(strings.TrimPrefix(b.comment, "host: "))
+		case strings.HasPrefix(b.Comment, "host: "):
+			hosts := strings.Fields(strings.TrimPrefix(b.Comment, "host: "))
 			if len(hosts) == 0 {
-				t.Errorf("%s:%d: host comment names no host", guide, b.line)
+				t.Errorf("%s:%d: host comment names no host", guide, b.Line)
 			}
 			for _, h := range hosts {
 				if !slices.Contains(guideHosts, h) {
-					t.Errorf("%s:%d: unknown host %q (known: %q)", guide, b.line, h, guideHosts)
+					t.Errorf("%s:%d: unknown host %q (known: %q)", guide, b.Line, h, guideHosts)
 				}
 				perHost[h]++
 			}
-		case strings.HasPrefix(b.comment, "copy: "):
+		case strings.HasPrefix(b.Comment, "copy: "):
 			copies++
 		default:
-			t.Errorf("%s:%d: sh block without a <!-- host: ... --> or <!-- copy: ... --> comment right before it", guide, b.line)
+			t.Errorf("%s:%d: sh block without a <!-- host: ... --> or <!-- copy: ... --> comment right before it", guide, b.Line)
 		}
 	}
 	if copies != 1 {
@@ -100,7 +73,7 @@ func heredocs(t *testing.T, path string) []string {
 	var docs []string
 	start := "cat > " + path + " <<'EOF'\n"
 	for _, b := range guideBlocks(t) {
-		rest := b.body
+		rest := b.Body
 		for {
 			i := strings.Index(rest, start)
 			if i < 0 {
@@ -109,7 +82,7 @@ func heredocs(t *testing.T, path string) []string {
 			rest = rest[i+len(start):]
 			end := strings.Index(rest, "\nEOF")
 			if end < 0 {
-				t.Fatalf("%s:%d: heredoc for %s never ends", guide, b.line, path)
+				t.Fatalf("%s:%d: heredoc for %s never ends", guide, b.Line, path)
 			}
 			docs = append(docs, rest[:end+1])
 			rest = rest[end:]

@@ -4,7 +4,13 @@
 // flash crowd from many client addresses, and prints the `lbsim bench`
 // table from the measured traffic. See internal/realbench.
 //
-//	lbbench [--quick] [--scale F] [--headroom H] [--policies LIST] [--json] [--net N] [--bins DIR] [-v]
+// With --lab (as root, with iproute2) the same deployment runs on the
+// network-namespace hosts of package lab instead of loopback — control
+// planes, gfes, backends and each site's load generator on hosts of their
+// own, talking over the lab's bridge — with 64 client addresses per site
+// (lab.ClientAddrs); the lab is torn down afterwards.
+//
+//	lbbench [--quick] [--scale F] [--headroom H] [--policies LIST] [--json] [--net N | --lab] [--bins DIR] [-v]
 //	lbbench --render FILE.json
 package main
 
@@ -19,6 +25,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/spillway-lb/spillway/internal/lab"
 	"github.com/spillway-lb/spillway/internal/realbench"
 )
 
@@ -29,8 +36,9 @@ func main() {
 	asJSON := flag.Bool("json", false, "print the result as JSON instead of a table")
 	headroom := flag.Float64("headroom", 1, "rate each backend instance really serves over its declared capacity (`H`; 1.25 is lbsim bench's utilization_at_capacity 0.8)")
 	net := flag.Int("net", 40, "second octet of the deployment's loopback addresses (127.NET.0.0/16)")
-	bins := flag.String("bins", "", "`DIR` holding prebuilt gfe, controlplane and testbackend binaries (default: build them)")
+	bins := flag.String("bins", "", "`DIR` holding prebuilt gfe, controlplane and testbackend binaries, and loadgen with --lab (default: build them)")
 	verbose := flag.Bool("v", false, "print every process's logs on stderr")
+	onLab := flag.Bool("lab", false, "run the deployment on the lab's network-namespace hosts (needs root and iproute2; namespaces splb-*) instead of loopback")
 	render := flag.String("render", "", "print the table of a `FILE` written by --json, without running anything")
 	flag.Parse()
 	if *render != "" {
@@ -40,7 +48,7 @@ func main() {
 		}
 		return
 	}
-	if err := run(*quick, *scale, *headroom, *policyList, *asJSON, *net, *bins, *verbose); err != nil {
+	if err := run(*quick, *scale, *headroom, *policyList, *asJSON, *net, *bins, *verbose, *onLab); err != nil {
 		fmt.Fprintln(os.Stderr, "lbbench:", err)
 		os.Exit(1)
 	}
@@ -59,7 +67,7 @@ func renderFile(path string) error {
 	return res.WriteTable(os.Stdout)
 }
 
-func run(quick bool, scale, headroom float64, policyList string, asJSON bool, net int, bins string, verbose bool) error {
+func run(quick bool, scale, headroom float64, policyList string, asJSON bool, net int, bins string, verbose, onLab bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	cfg := realbench.DefaultConfig()
@@ -92,6 +100,22 @@ func run(quick bool, scale, headroom float64, policyList string, asJSON bool, ne
 		for _, n := range []string{"gfe", "controlplane", "testbackend"} {
 			opts.Bins[n] = filepath.Join(bins, n)
 		}
+		if onLab {
+			// Each site's load runs on its client host, as a process.
+			opts.Bins["loadgen"] = filepath.Join(bins, "loadgen")
+		}
+	}
+	if onLab {
+		if err := lab.RequireIP(); err != nil {
+			return err
+		}
+		cfg.SourcesPerSite = min(cfg.SourcesPerSite, lab.ClientAddrs)
+		lcfg := lab.Config{Prefix: "splb-", StateDir: dir, Bins: opts.Bins, Tee: opts.Tee}
+		fmt.Fprintf(os.Stderr, "the deployment runs on the lab's hosts (%s, namespaces %s*)\n", lab.DefaultNetwork, lcfg.Prefix)
+		opts.Lab = lab.DefaultNetwork.String()
+		var down func() error
+		opts.Start, down = lab.Starter(lcfg)
+		defer down()
 	}
 	res, err := realbench.Run(ctx, cfg, opts)
 	if err != nil {

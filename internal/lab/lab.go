@@ -39,14 +39,26 @@ type Config struct {
 	// Tee receives every process's output, each line prefixed by its
 	// name. Nil keeps it in memory only.
 	Tee io.Writer
+	// Spec, when set, is the deployment Up runs instead of Spec(Network)
+	// (lbbench --lab sets its policy and capacities); its Network is set
+	// to Network, and its client addresses beyond ClientAddrs per site
+	// do not exist.
+	Spec *topology.Spec
 }
+
+// DefaultNetwork is the lab's network when Config.Network is not set.
+var DefaultNetwork = netip.MustParsePrefix("10.77.0.0/16")
+
+// ClientAddrs is the number of addresses of each client host, from
+// topology.Spec.ClientIP.
+const ClientAddrs = 64
 
 func (c *Config) defaults() {
 	if c.Prefix == "" {
 		c.Prefix = "spl-"
 	}
 	if !c.Network.IsValid() {
-		c.Network = netip.MustParsePrefix("10.77.0.0/16")
+		c.Network = DefaultNetwork
 	}
 }
 
@@ -76,22 +88,33 @@ type Lab struct {
 	SwitchNS string
 }
 
+// PerTryTimeout is the lab route's per_try_timeout: an idempotent request
+// without response headers by then (its backend host vanished with it in
+// flight) is retried in another region. Ten times the longest emulated RTT
+// (90 ms), so that a busy machine's slow answer is rarely abandoned, and an
+// abandoned one is retried anyway.
+const PerTryTimeout = time.Second
+
 // Spec returns the deployment the lab runs: the demo's regions and sites
 // (8 ms from each site to its own region, 35–90 ms to the others, emulated
-// by the test backends) with two control-plane replicas, in network.
+// by the test backends) with two control-plane replicas, in network, and a
+// route with per_try_timeout PerTryTimeout.
 func Spec(network netip.Prefix) topology.Spec {
 	s := topology.Demo(0)
 	s.Network = network
 	s.ControlPlanes = 2
+	s.EditConfig = func(yaml string) string {
+		return strings.Replace(yaml, "service: web}", fmt.Sprintf("service: web, per_try_timeout: %v}", PerTryTimeout), 1)
+	}
 	return s
 }
 
 // hostsOf returns the hosts of spec: cp-1…, gfe-<site>, backend-<region>
-// and client-<site> (16 client addresses each).
-func hostsOf(spec *topology.Spec, prefix string) []*Host {
+// and client-<site> (ClientAddrs client addresses each).
+func hostsOf(spec *topology.Spec) []*Host {
 	var hs []*Host
 	add := func(name string, addrs ...netip.Addr) {
-		hs = append(hs, &Host{Name: name, NS: prefix + name, Addrs: addrs, port: fmt.Sprintf("p%d", len(hs))})
+		hs = append(hs, &Host{Name: name, Addrs: addrs})
 	}
 	for k := range spec.ControlPlanes {
 		add(fmt.Sprintf("cp-%d", k+1), netip.MustParseAddr(spec.ControlPlaneIP(k)))
@@ -104,7 +127,7 @@ func hostsOf(spec *topology.Spec, prefix string) []*Host {
 	}
 	for si, s := range spec.Sites {
 		var addrs []netip.Addr
-		for a, n := spec.ClientIP(si), 0; n < 16; a, n = a.Next(), n+1 {
+		for a, n := spec.ClientIP(si), 0; n < ClientAddrs; a, n = a.Next(), n+1 {
 			addrs = append(addrs, a)
 		}
 		add("client-"+s.Name, addrs...)
@@ -134,26 +157,26 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 	if cfg.StateDir == "" {
 		return nil, errors.New("lab: Config.StateDir is required")
 	}
-	if err := RequireIP(); err != nil {
-		return nil, err
-	}
-	if err := Clean(ctx, cfg); err != nil {
-		return nil, err
-	}
 	spec := Spec(cfg.Network)
-	l = &Lab{Cfg: cfg, Hosts: hostsOf(&spec, cfg.Prefix), SwitchNS: cfg.Prefix + "switch"}
+	if cfg.Spec != nil {
+		spec = *cfg.Spec
+		spec.Network = cfg.Network
+		spec.ControlPlanes = max(spec.ControlPlanes, 1) // topology's default: each needs a host
+	}
+	made, err := UpHosts(ctx, cfg, hostsOf(&spec))
+	if err != nil {
+		return nil, err
+	}
+	l = made
 	defer func() {
 		if err != nil {
-			l.Down(context.WithoutCancel(ctx))
-			l = nil
+			made.Down(context.WithoutCancel(ctx)) // l is nil by then
 		}
 	}()
-	if err := l.makeNetwork(ctx); err != nil {
-		return nil, err
-	}
-	l.Client = &http.Client{
-		Timeout:   2 * time.Second,
-		Transport: &http.Transport{DialContext: Dialer(l.SwitchNS), MaxIdleConnsPerHost: 4},
+	for si, s := range spec.Sites {
+		if err := l.SetDNS(s.Name, dnsOrder(&spec, si)...); err != nil {
+			return nil, err
+		}
 	}
 	bins := cfg.Bins
 	if bins == nil {
@@ -175,6 +198,55 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 		return nil, fmt.Errorf("lab: start the deployment: %w", err)
 	}
 	return l, l.writePids()
+}
+
+// Starter returns start, which brings a lab of cfg up running the
+// deployment it is given (Config.Spec) and returns its cluster — the
+// realbench.Options.Start of lbbench --lab — and down, which tears that
+// lab down (or cleans after a failed start). start may be called once.
+func Starter(cfg Config) (start func(ctx context.Context, spec topology.Spec) (*topology.Cluster, error), down func() error) {
+	var l *Lab
+	start = func(ctx context.Context, spec topology.Spec) (*topology.Cluster, error) {
+		cfg.Spec = &spec
+		var err error
+		if l, err = Up(ctx, cfg); err != nil {
+			return nil, err
+		}
+		return l.Cluster, nil
+	}
+	down = func() error {
+		if l != nil {
+			return l.Down(context.Background())
+		}
+		return Clean(context.Background(), cfg)
+	}
+	return start, down
+}
+
+// UpHosts cleans what an earlier lab with cfg left (Clean), then makes the
+// switch and hosts (their Name and Addrs set; Up's are the deployment's),
+// with nothing running in them. On error it removes what it made.
+func UpHosts(ctx context.Context, cfg Config, hosts []*Host) (l *Lab, err error) {
+	cfg.defaults()
+	if err := RequireIP(); err != nil {
+		return nil, err
+	}
+	if err := Clean(ctx, cfg); err != nil {
+		return nil, err
+	}
+	l = &Lab{Cfg: cfg, Hosts: hosts, SwitchNS: cfg.Prefix + "switch"}
+	for i, h := range hosts {
+		h.NS, h.port = cfg.Prefix+h.Name, fmt.Sprintf("p%d", i)
+	}
+	l.Client = &http.Client{
+		Timeout:   2 * time.Second,
+		Transport: &http.Transport{DialContext: Dialer(l.SwitchNS), MaxIdleConnsPerHost: 4},
+	}
+	if err := l.makeNetwork(ctx); err != nil {
+		l.Down(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return l, nil
 }
 
 // makeNetwork makes the switch namespace with bridge br0 (address
@@ -224,6 +296,59 @@ func (l *Lab) plug(ctx context.Context, h *Host) error {
 		if err := ip(ctx, st...); err != nil {
 			return fmt.Errorf("lab: host %s: %w", h.Name, err)
 		}
+	}
+	return nil
+}
+
+// Name is the name clients use for the service: on client host
+// client-<site> it resolves to every gfe, its own site's first (GeoDNS
+// with every site as a fallback), through the host's own /etc/hosts —
+// /etc/netns/<namespace>/hosts, which ip netns exec mounts over /etc/hosts
+// for the processes it starts there. A client whose connection to the
+// first address is refused tries the next, as browsers and Go's dialer do.
+const Name = "web.spillway.lab"
+
+// dnsOrder returns the gfe addresses Name resolves to at site si: its own
+// gfes first, then the other sites' in spec order.
+func dnsOrder(spec *topology.Spec, si int) []string {
+	var out []string
+	for k := range spec.Sites {
+		j := (si + k) % len(spec.Sites)
+		for g := 1; g <= max(1, spec.Sites[j].GFEs); g++ {
+			out = append(out, spec.GFEIP(j, g))
+		}
+	}
+	return out
+}
+
+// DNS returns the addresses Name resolves to on client host client-<site>
+// when every gfe is in the name (what Up sets).
+func (l *Lab) DNS(site string) []string {
+	for si, s := range l.Cluster.Spec.Sites {
+		if s.Name == site {
+			return dnsOrder(&l.Cluster.Spec, si)
+		}
+	}
+	return nil
+}
+
+// SetDNS makes Name resolve to addrs, in order, on client host
+// client-<site>: an operator's DNS change (taking a gfe out of the name,
+// putting it back). The file is rewritten in place, so processes already
+// running there see the change; Go's resolver re-reads it within 5 s (its
+// /etc/hosts cache), the lab's DNS TTL.
+func (l *Lab) SetDNS(site string, addrs ...string) error {
+	dir := filepath.Join("/etc/netns", l.Cfg.Prefix+"client-"+site)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("lab: dns of %s: %w", site, err)
+	}
+	var b strings.Builder
+	b.WriteString("127.0.0.1 localhost\n")
+	for _, a := range addrs {
+		fmt.Fprintf(&b, "%s %s\n", a, Name)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hosts"), []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("lab: dns of %s: %w", site, err)
 	}
 	return nil
 }
@@ -290,6 +415,44 @@ func (l *Lab) Start(name, process, bin string, args ...string) (*proc.Proc, erro
 		return nil, fmt.Errorf("lab: no host %q", name)
 	}
 	return proc.Start(process, "ip", proc.Options{Tee: l.Cfg.Tee}, append([]string{"netns", "exec", h.NS, bin}, args...)...)
+}
+
+// RestartGFE restarts the gfe of site as `systemctl restart spillway-gfe`
+// does: SIGTERM — the gfe refuses new connections at once, finishes the
+// requests in flight within its drain timeout, closes its idle keep-alive
+// connections, and exits — then the same command line again. It returns
+// once the new process is ready and has measured every region's RTT, with
+// how long the old one took to exit (drained) and the new one to be ready.
+func (l *Lab) RestartGFE(ctx context.Context, site string) (drained, ready time.Duration, err error) {
+	c := l.Cluster
+	gf := c.GFE(site)
+	if gf == nil {
+		return 0, 0, fmt.Errorf("lab: no gfe at %q", site)
+	}
+	start := time.Now()
+	if err := gf.Proc.Stop(30 * time.Second); err != nil {
+		return 0, 0, fmt.Errorf("lab: stop %s: %w", gf.Name, err)
+	}
+	drained = time.Since(start)
+	start = time.Now()
+	if err := c.StartGFE(gf); err != nil {
+		return drained, 0, fmt.Errorf("lab: start %s: %w", gf.Name, err)
+	}
+	if err := l.writePids(); err != nil {
+		return drained, 0, err
+	}
+	err = topology.WaitFor(ctx, 60*time.Second, func() (bool, error) {
+		st, err := c.Status(ctx, gf)
+		if err != nil {
+			return false, err
+		}
+		return st.Ready && len(st.RTTms) == len(c.Spec.Regions),
+			fmt.Errorf("%s: ready=%t, RTT of %d regions", gf.Name, st.Ready, len(st.RTTms))
+	})
+	if err != nil {
+		return drained, 0, fmt.Errorf("lab: restarted %s: %w", gf.Name, err)
+	}
+	return drained, time.Since(start), nil
 }
 
 // pidFile is where Up records the processes it started, for Clean.
@@ -362,6 +525,13 @@ func Clean(ctx context.Context, cfg Config) error {
 	if left, _ := Namespaces(cfg.Prefix); len(left) > 0 {
 		errs = append(errs, fmt.Errorf("lab: namespaces left after clean: %s", strings.Join(left, " ")))
 	}
+	// The hosts' own /etc files (SetDNS).
+	etc, _ := filepath.Glob(filepath.Join("/etc/netns", cfg.Prefix+"*"))
+	for _, d := range etc {
+		if err := os.RemoveAll(d); err != nil {
+			errs = append(errs, fmt.Errorf("lab: %w", err))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -417,6 +587,7 @@ func (l *Lab) Describe(w io.Writer) {
 	if len(c.GFEs) > 0 {
 		g := c.GFEs[0]
 		fmt.Fprintf(w, "  ip netns exec %sclient-%s curl -si %s/ | grep X-Spillway\n", l.Cfg.Prefix, g.Site, g.URL)
+		fmt.Fprintf(w, "  ip netns exec %sclient-%s curl -si http://%s:8080/ | grep X-Spillway   # by name: every gfe, %s's first\n", l.Cfg.Prefix, g.Site, Name, g.Site)
 		fmt.Fprintf(w, "  ip netns exec %s curl -s %s/status\n", l.SwitchNS, g.Admin)
 	}
 	fmt.Fprintf(w, "  ip -n %sbackend-us-east link set eth0 down   # a whole backend host fails\n", l.Cfg.Prefix)

@@ -31,8 +31,9 @@ import (
 var bins map[string]string
 
 func TestMain(m *testing.M) {
-	// A missing ip command is installed, never a reason to skip.
-	if err := testkit.EnsureTools(map[string]string{"ip": "iproute2"}); err != nil {
+	// A missing tool (ip; the guide's nft, openssl, curl, systemd-sysusers,
+	// setpriv) is installed, never a reason to skip.
+	if err := testkit.EnsureTools(map[string]string{"ip": "iproute2", "nft": "nftables", "openssl": "openssl", "curl": "curl", "systemd-sysusers": "systemd", "setpriv": "util-linux"}); err != nil {
 		fmt.Fprintln(os.Stderr, "lab tests:", err)
 		os.Exit(1)
 	}
@@ -101,8 +102,9 @@ var nearest = map[string]string{"nyc": "us-east", "lon": "eu-west", "tokyo": "as
 // backend host whose link goes down is routed around within the
 // health-check window with 0 failed requests after it; a gfe partitioned
 // from gossip is dropped by the others within 5 s, serves on, and rejoins;
-// a control-plane
-// host that dies leaves the other replica keeping every gfe current with 0
+// the three gfes restarted one at a time under load, as docs/DEPLOY.md's
+// rolling upgrade says, fail 0 requests, and so do the two control planes
+// restarted one at a time; a control-plane host that dies leaves the other replica keeping every gfe current with 0
 // failed requests; hosts without the gossip key or with a certificate of
 // another CA cannot join (SECURITY.md, threat model).
 func TestLab(t *testing.T) {
@@ -110,6 +112,8 @@ func TestLab(t *testing.T) {
 	t.Run("NearestRegion", func(t *testing.T) { testNearestRegion(t, l) })
 	t.Run("BackendHostLinkDown", func(t *testing.T) { testBackendHostDown(t, l) })
 	t.Run("GFEPartitionedFromGossip", func(t *testing.T) { testGFEPartition(t, l) })
+	t.Run("RollingRestartOfGFEs", func(t *testing.T) { testRollingRestart(t, l) })
+	t.Run("RollingRestartOfControlPlanes", func(t *testing.T) { testRollingRestartCPs(t, l) })
 	t.Run("ControlPlaneHostDies", func(t *testing.T) { testControlPlaneDies(t, l) })
 	t.Run("IntrudersCannotJoin", func(t *testing.T) { testIntruders(t, l) })
 }
@@ -149,12 +153,21 @@ func testNearestRegion(t *testing.T, l *Lab) {
 const healthWindow = 4 * time.Second
 
 // testBackendHostDown takes backend-us-east's link down under load and
-// wants every gfe to see the region unhealthy within healthWindow, then 0
-// failed requests and none served by us-east; nyc's traffic then goes to
-// eu-west. It brings the link back and waits until all is healthy again.
+// wants every gfe to see the region unhealthy within healthWindow and 0
+// failed requests throughout: the requests in flight to us-east and those
+// sent there before the gfes knew are retried in another region after
+// per_try_timeout (PerTryTimeout); after the window none is served by
+// us-east, and nyc's traffic goes to eu-west. It brings the link back and
+// waits until all is healthy again.
 func testBackendHostDown(t *testing.T, l *Lab) {
 	ctx := context.Background()
 	c := l.Cluster
+	if b, err := os.ReadFile(c.ConfigPath); err != nil || !strings.Contains(string(b), "per_try_timeout: "+PerTryTimeout.String()) {
+		t.Fatalf("the lab's config has no per_try_timeout %v (%v):\n%s", PerTryTimeout, err, b)
+	}
+	admins := gfeMetrics(c)
+	timeoutsBefore := metricSum(l, "spillway_gfe_per_try_timeouts_total", admins...)
+	retriesBefore := metricSum(l, "spillway_gfe_retries_total", admins...)
 	load := c.StartLoad(map[string]float64{"nyc": 40, "lon": 20, "tokyo": 20})
 	defer load.Stop() // a second Stop returns the first one's results
 	// Load flows before the failure: nyc's gfe has made decisions.
@@ -194,6 +207,9 @@ func testBackendHostDown(t *testing.T, l *Lab) {
 		sentAll, failedAll = sentAll+after.Sent, failedAll+after.Failed
 		t.Logf("%-5s during the window: sent %d, failed %d (%v); after: sent %d, failed %d, by region %v",
 			site, before.Sent, before.Failed, before.Errors, after.Sent, after.Failed, after.ByRegion)
+		if before.Failed != 0 {
+			t.Errorf("%s: %d of %d requests failed during the window, want 0: retried elsewhere (%v %v)", site, before.Failed, before.Sent, before.Status, before.Errors)
+		}
 		if after.Failed != 0 {
 			t.Errorf("%s: %d of %d requests failed after the window, want 0 (%v %v)", site, after.Failed, after.Sent, after.Status, after.Errors)
 		}
@@ -207,8 +223,13 @@ func testBackendHostDown(t *testing.T, l *Lab) {
 			t.Errorf("%s sent nothing after the window", site)
 		}
 	}
-	t.Logf("backend host us-east link down: every gfe routed around it %v after; during the %v window %d sent, %d failed; after it %d sent, %d failed",
-		converge.Round(time.Millisecond), healthWindow, sentIn, failedIn, sentAll, failedAll)
+	timeouts := metricSum(l, "spillway_gfe_per_try_timeouts_total", admins...) - timeoutsBefore
+	retries := metricSum(l, "spillway_gfe_retries_total", admins...) - retriesBefore
+	t.Logf("backend host us-east link down: every gfe routed around it %v after; during the %v window %d sent, %d failed; after it %d sent, %d failed; %g attempts abandoned at per_try_timeout %v, %g retries",
+		converge.Round(time.Millisecond), healthWindow, sentIn, failedIn, sentAll, failedAll, timeouts, PerTryTimeout, retries)
+	if timeouts < 1 {
+		t.Errorf("no attempt was abandoned at per_try_timeout: the link went down with none in flight to us-east, so the test proved nothing of retries")
+	}
 	if converge > healthWindow {
 		t.Errorf("gfes saw us-east unhealthy %v after its link went down, want <= %v", converge, healthWindow)
 	}
@@ -401,6 +422,177 @@ func testGFEPartition(t *testing.T, l *Lab) {
 	}
 }
 
+// dnsTTL is how long a DNS change takes to reach the lab's clients: Go's
+// resolver re-reads /etc/hosts within 5 s (Lab.SetDNS).
+const dnsTTL = 6 * time.Second
+
+// testRollingRestart restarts the three gfes one at a time under load from
+// clients that reach them by the lab's DNS name (Name: their own site's gfe
+// first, the others after), the way docs/DEPLOY.md's rolling upgrade says:
+// take the gfe out of the name and wait the TTL; restart it (SIGTERM drains
+// it: new connections refused, requests in flight finished, idle
+// keep-alive connections closed, and clients reopen them to the addresses
+// the name now gives); once it is ready, put it back. It wants 0 failed
+// requests at every site, and each restarted gfe answering a request.
+// (Clients come back to a gfe put back as they open new connections: those
+// of the next gfe restarted, for instance.)
+func testRollingRestart(t *testing.T, l *Lab) {
+	ctx := context.Background()
+	c := l.Cluster
+	rates := map[string]float64{"nyc": 40, "lon": 20, "tokyo": 20}
+	load := c.StartLoadTo(rates, func(string) string { return "http://" + Name + ":8080/" })
+	defer load.Stop() // a second Stop returns the first one's results
+	defer func() {
+		for _, s := range c.Spec.Sites {
+			l.SetDNS(s.Name, l.DNS(s.Name)...)
+		}
+	}()
+	for site := range rates {
+		waitDecisions(t, c, site, 20)
+	}
+	begin := time.Now()
+	for _, s := range c.Spec.Sites {
+		gf := c.GFE(s.Name)
+		for _, cs := range c.Spec.Sites {
+			if err := l.SetDNS(cs.Name, slices.DeleteFunc(l.DNS(cs.Name), func(a string) bool { return a == gf.SourceIP })...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out := time.Now()
+		if err := topology.WaitFor(ctx, 2*dnsTTL, func() (bool, error) { return time.Since(out) >= dnsTTL, nil }); err != nil {
+			t.Fatal(err)
+		}
+		drained, ready, err := l.RestartGFE(ctx, s.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cs := range c.Spec.Sites {
+			if err := l.SetDNS(cs.Name, l.DNS(cs.Name)...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// It serves: a request through it is answered.
+		resp, err := l.Client.Get(gf.URL + "/")
+		if err != nil {
+			t.Fatalf("GET through the restarted %s: %v", gf.Name, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET through the restarted %s: %d, want 200", gf.Name, resp.StatusCode)
+		}
+		t.Logf("%s: out of the name for %v, drained and exited in %v, ready %v after its start; a GET through it: %d from %s",
+			gf.Name, dnsTTL, drained.Round(time.Millisecond), ready.Round(time.Millisecond), resp.StatusCode, resp.Header.Get("X-Spillway-Region"))
+	}
+	res, err := load.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent, failed int64
+	for _, s := range c.Spec.Sites {
+		r := res[s.Name]
+		sent, failed = sent+r.Sent, failed+r.Failed
+		t.Logf("%-5s sent %d, failed %d, by region %v", s.Name, r.Sent, r.Failed, r.ByRegion)
+		if r.Failed != 0 {
+			t.Errorf("%s: %d of %d requests failed during the rolling restart, want 0 (%v %v)", s.Name, r.Failed, r.Sent, r.Status, r.Errors)
+		}
+	}
+	t.Logf("rolling restart of %d gfes under load in %v: %d requests sent, %d failed", len(c.GFEs), time.Since(begin).Round(time.Millisecond), sent, failed)
+	if min := int64(len(c.GFEs)) * int64(dnsTTL/time.Second) * 80 / 2; sent < min {
+		t.Errorf("%d requests sent, want >= %d", sent, min)
+	}
+}
+
+// testRollingRestartCPs restarts the control planes one at a time under
+// load, as docs/DEPLOY.md's rolling upgrade does (restart, wait for
+// /readyz, then the next): the gfes keep routing by their last snapshot
+// and reconnect to the other replica. It wants 0 failed requests, each
+// replica ready again, the two owning every group's health checks between
+// them after each restart, and every gfe on the control planes' config.
+func testRollingRestartCPs(t *testing.T, l *Lab) {
+	ctx := context.Background()
+	c := l.Cluster
+	load := c.StartLoad(map[string]float64{"nyc": 30, "lon": 30, "tokyo": 30})
+	defer load.Stop() // a second Stop returns the first one's results
+	waitDecisions(t, c, "tokyo", 30)
+	groups := groupsOf(&c.Spec)
+	begin := time.Now()
+	for k := range c.CPs {
+		start := time.Now()
+		if err := c.CPs[k].Stop(30 * time.Second); err != nil {
+			t.Fatalf("cp-%d on SIGTERM: %v", k+1, err)
+		}
+		stopped := time.Since(start)
+		if err := c.StartControlPlane(k); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.writePids(); err != nil {
+			t.Fatal(err)
+		}
+		admin := "http://" + c.Spec.ControlPlaneIP(k) + ":7100"
+		err := topology.WaitFor(ctx, 60*time.Second, func() (bool, error) {
+			resp, err := l.Client.Get(admin + "/readyz")
+			if err != nil {
+				return false, err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return false, fmt.Errorf("cp-%d /readyz: %d", k+1, resp.StatusCode)
+			}
+			owned := 0
+			for j := range c.CPs {
+				p, err := cpStatus(ctx, l, "http://"+c.Spec.ControlPlaneIP(j)+":7100/status")
+				if err != nil {
+					return false, err
+				}
+				if len(p.ControlPlanes) != len(c.CPs) {
+					return false, fmt.Errorf("cp-%d sees control planes %v", j+1, p.ControlPlanes)
+				}
+				owned += len(p.OwnedGroups)
+			}
+			return owned == groups, fmt.Errorf("the control planes own %d of %d groups", owned, groups)
+		})
+		if err != nil {
+			t.Fatalf("after restarting cp-%d: %v", k+1, err)
+		}
+		t.Logf("cp-%d: stopped in %v, ready and owning its share of the health checks %v after its start", k+1, stopped.Round(time.Millisecond), (time.Since(start) - stopped).Round(time.Millisecond))
+	}
+	// Every gfe is current: it serves the control planes' snapshot.
+	var cpVersion string
+	if err := topology.WaitFor(ctx, 30*time.Second, func() (bool, error) {
+		var p struct {
+			SnapshotVersion string `json:"snapshot_version"`
+		}
+		resp, err := l.Client.Get("http://" + c.Spec.ControlPlaneIP(0) + ":7100/status")
+		if err != nil {
+			return false, err
+		}
+		err = json.NewDecoder(resp.Body).Decode(&p)
+		resp.Body.Close()
+		if err != nil {
+			return false, err
+		}
+		cpVersion = p.SnapshotVersion
+		for _, g := range c.GFEs {
+			st, err := c.Status(ctx, g)
+			if err != nil {
+				return false, err
+			}
+			if st.ConfigVersion != cpVersion {
+				return false, fmt.Errorf("%s serves config %q, the control planes %q", g.Name, st.ConfigVersion, cpVersion)
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Since(begin)
+	// Keep the load on for 5 s after the first stop.
+	sent, failed := stopLoadWantNoFailures(t, load, begin.Add(5*time.Second))
+	t.Logf("rolling restart of %d control planes under load in %v: %d requests sent, %d failed; every gfe serves config %s",
+		len(c.CPs), restarted.Round(time.Millisecond), sent, failed, cpVersion)
+}
+
 // testControlPlaneDies kills cp-1 and takes its host's link down under
 // load. cp-2 must take over every group's health checks, and a config edit
 // made afterwards (max_rate_per_instance 40 → 41) must reach every gfe
@@ -423,10 +615,7 @@ func testControlPlaneDies(t *testing.T, l *Lab) {
 	if err := l.SetLink(ctx, "cp-1", false); err != nil {
 		t.Fatal(err)
 	}
-	var groups int
-	for _, r := range c.Spec.Regions {
-		groups += len(r.Zones)
-	}
+	groups := groupsOf(&c.Spec)
 	var after *cpPage
 	err = topology.WaitFor(ctx, 30*time.Second, func() (bool, error) {
 		after, err = cpStatus(ctx, l, cp2)
@@ -475,8 +664,21 @@ func testControlPlaneDies(t *testing.T, l *Lab) {
 	}
 	current := time.Since(edit)
 	// Keep the load on for 5 s after the death.
-	if err := topology.WaitFor(ctx, 30*time.Second, func() (bool, error) {
-		return time.Since(died) >= 5*time.Second, nil
+	sent, failed := stopLoadWantNoFailures(t, load, died.Add(5*time.Second))
+	t.Logf("control-plane host cp-1 died: cp-2 owned %d of %d groups before, all %d %v after; the config change reached all %d gfes %v after it was written; %d requests sent, %d failed",
+		len(before.OwnedGroups), groups, groups, reassigned.Round(time.Millisecond), len(c.GFEs), current.Round(time.Millisecond), sent, failed)
+	if sent < 3*30*4 {
+		t.Errorf("%d requests sent in 5 s at 90/s, want >= 360", sent)
+	}
+}
+
+// stopLoadWantNoFailures keeps load on until until, stops it, fails the
+// test for every site with a failed request, and returns the requests sent
+// and failed over all sites.
+func stopLoadWantNoFailures(t *testing.T, load *topology.Load, until time.Time) (sent, failed int64) {
+	t.Helper()
+	if err := topology.WaitFor(context.Background(), time.Until(until)+30*time.Second, func() (bool, error) {
+		return !time.Now().Before(until), nil
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -484,18 +686,23 @@ func testControlPlaneDies(t *testing.T, l *Lab) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sent, failed int64
 	for site, r := range res {
 		sent, failed = sent+r.Sent, failed+r.Failed
 		if r.Failed != 0 {
 			t.Errorf("%s: %d of %d requests failed, want 0 (%v %v)", site, r.Failed, r.Sent, r.Status, r.Errors)
 		}
 	}
-	t.Logf("control-plane host cp-1 died: cp-2 owned %d of %d groups before, all %d %v after; the config change reached all %d gfes %v after it was written; %d requests sent, %d failed",
-		len(before.OwnedGroups), groups, groups, reassigned.Round(time.Millisecond), len(c.GFEs), current.Round(time.Millisecond), sent, failed)
-	if sent < 3*30*4 {
-		t.Errorf("%d requests sent in 5 s at 90/s, want >= 360", sent)
+	return sent, failed
+}
+
+// groupsOf returns the number of instance groups of spec (one per zone):
+// the health-check groups the control planes share.
+func groupsOf(spec *topology.Spec) int {
+	n := 0
+	for _, r := range spec.Regions {
+		n += len(r.Zones)
 	}
+	return n
 }
 
 // cpPage is what the tests read of a control plane's /status.
@@ -658,17 +865,40 @@ func editFlags(args []string, set map[string]string) []string {
 // control planes that answer.
 func tlsRefused(t *testing.T, l *Lab) float64 {
 	t.Helper()
-	var sum float64
+	var urls []string
 	for k := range l.Cluster.CPs {
-		resp, err := l.Client.Get(fmt.Sprintf("http://%s:7100/metrics", l.Cluster.Spec.ControlPlaneIP(k)))
+		urls = append(urls, fmt.Sprintf("http://%s:7100/metrics", l.Cluster.Spec.ControlPlaneIP(k)))
+	}
+	return metricSum(l, "spillway_controlplane_grpc_tls_refused_total", urls...)
+}
+
+// gfeMetrics returns the /metrics URL of every gfe of c.
+func gfeMetrics(c *topology.Cluster) []string {
+	var urls []string
+	for _, g := range c.GFEs {
+		urls = append(urls, g.Admin+"/metrics")
+	}
+	return urls
+}
+
+// metricSum sums every sample of metric name, whatever its labels, over
+// the /metrics pages at urls that answer (a dead process counts nothing).
+func metricSum(l *Lab, name string, urls ...string) float64 {
+	var sum float64
+	for _, url := range urls {
+		resp, err := l.Client.Get(url)
 		if err != nil {
-			continue // a dead control plane refuses nothing
+			continue
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		for line := range strings.SplitSeq(string(b), "\n") {
-			if rest, ok := strings.CutPrefix(line, "spillway_controlplane_grpc_tls_refused_total "); ok {
-				v, _ := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			rest, ok := strings.CutPrefix(line, name)
+			if !ok || rest == "" || rest[0] != ' ' && rest[0] != '{' {
+				continue
+			}
+			if i := strings.LastIndexByte(rest, ' '); i >= 0 {
+				v, _ := strconv.ParseFloat(rest[i+1:], 64)
 				sum += v
 			}
 		}

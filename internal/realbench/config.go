@@ -261,6 +261,19 @@ func (c *Config) measured() time.Duration {
 }
 
 // spec returns the deployment of c: Deployment(c.Net) with c.Headroom.
+// Scheduled returns the number of requests the measured phases schedule
+// over every site: demand × duration, summed. A row's Requests should come
+// within a few percent of it.
+func (c *Config) Scheduled() float64 {
+	var n float64
+	for _, ph := range c.Phases {
+		for _, d := range ph.Demand {
+			n += d * ph.Duration.Seconds()
+		}
+	}
+	return n
+}
+
 func (c *Config) spec() topology.Spec {
 	s := Deployment(c.Net)
 	if c.Headroom != 1 {

@@ -17,8 +17,12 @@ import (
 // Result is a whole run: the deployment and story it measured, and one row
 // per policy. Its JSON form is what `lbbench --json` prints.
 type Result struct {
-	// Net is the deployment's 127.Net.0.0/16.
-	Net     int          `json:"net"`
+	// Net is the deployment's 127.Net.0.0/16 on loopback.
+	Net int `json:"net"`
+	// Lab, when set, is the network (10.77.0.0/16) of the lab's
+	// network-namespace hosts the deployment ran on instead of loopback
+	// (lbbench --lab; Options.Lab).
+	Lab     string       `json:"lab,omitempty"`
 	Regions []RegionInfo `json:"regions"`
 	Sites   []SiteInfo   `json:"sites"`
 	// WarmupS is the unmeasured load before each policy's phases, s.
@@ -125,7 +129,11 @@ func (r *Result) WriteTable(w io.Writer) error {
 	for _, reg := range r.Regions {
 		capacity = append(capacity, fmt.Sprintf("%s %d x %g req/s", reg.Name, reg.Instances, reg.RatePerInstance))
 	}
-	fmt.Fprintf(&b, "real benchmark on loopback (127.%d.0.0/16): 1 control plane, %d gfes, backends %s declared", r.Net, len(r.Sites), strings.Join(capacity, ", "))
+	where := fmt.Sprintf("on loopback (127.%d.0.0/16)", r.Net)
+	if r.Lab != "" {
+		where = fmt.Sprintf("on the lab's hosts (network namespaces, %s)", r.Lab)
+	}
+	fmt.Fprintf(&b, "real benchmark %s: 1 control plane, %d gfes, backends %s declared", where, len(r.Sites), strings.Join(capacity, ", "))
 	if r.Headroom == 1 {
 		b.WriteString(" and enforced\n")
 	} else {

@@ -58,6 +58,28 @@ func TestWriteTableGolden(t *testing.T) {
 	}
 }
 
+// TestWriteTableWhere: the table's first line says where the deployment
+// ran: loopback, or the lab's hosts (lbbench --lab).
+func TestWriteTableWhere(t *testing.T) {
+	for _, tt := range []struct {
+		lab  string
+		want string
+	}{
+		{"", "real benchmark on loopback (127.40.0.0/16): "},
+		{"10.77.0.0/16", "real benchmark on the lab's hosts (network namespaces, 10.77.0.0/16): "},
+	} {
+		r := sampleResult()
+		r.Lab = tt.lab
+		var b bytes.Buffer
+		if err := r.WriteTable(&b); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.HasPrefix(b.Bytes(), []byte(tt.want)) {
+			t.Errorf("WriteTable with Lab %q starts %q, want %q", tt.lab, b.String()[:min(b.Len(), 90)], tt.want)
+		}
+	}
+}
+
 func TestWriteJSONRoundTrip(t *testing.T) {
 	in := sampleResult()
 	var b bytes.Buffer

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -36,6 +35,16 @@ type Options struct {
 	// LoadAvgPath is the file the machine's load average is read from.
 	// Default /proc/loadavg; a missing file leaves Result.LoadAvg empty.
 	LoadAvgPath string
+	// Start, when set, starts the deployment spec instead of
+	// topology.Start on loopback (with Dir, Bins and Tee): lbbench --lab
+	// starts it on the lab's hosts (package lab). Run stops the cluster's
+	// processes before it returns; whatever else Start made is the
+	// caller's to remove. The cluster's load generators must run where
+	// its sites' client addresses are (topology.Cluster.RunLoadAt).
+	Start func(ctx context.Context, spec topology.Spec) (*topology.Cluster, error)
+	// Lab names the network of the lab's hosts when Start runs the
+	// deployment there (Result.Lab); "" is loopback.
+	Lab string
 }
 
 // Run starts the deployment (Deployment(cfg.Net), with cfg.Headroom) with the first policy,
@@ -60,6 +69,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Result, error) {
 		return nil, fmt.Errorf("realbench: %w", err)
 	}
 	res := newResult(spec, &cfg, tab)
+	res.Lab = opts.Lab
 
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -70,9 +80,15 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Result, error) {
 	sampler := &loadSampler{path: opts.LoadAvgPath}
 	wg.Go(func() { sampler.run(ctx, 5*time.Second) })
 
-	progress(opts.Progress, "starting the deployment in 127.%d.0.0/16 (%s)", cfg.Net, opts.Dir)
 	spec.Policy, spec.HashScope = cfg.Policies[0].Name, cfg.Policies[0].hashScope()
-	c, err := topology.Start(ctx, spec, topology.Options{Dir: opts.Dir, Bins: opts.Bins, Tee: opts.Tee})
+	startDeployment := opts.Start
+	if startDeployment == nil {
+		progress(opts.Progress, "starting the deployment in 127.%d.0.0/16 (%s)", cfg.Net, opts.Dir)
+		startDeployment = func(ctx context.Context, spec topology.Spec) (*topology.Cluster, error) {
+			return topology.Start(ctx, spec, topology.Options{Dir: opts.Dir, Bins: opts.Bins, Tee: opts.Tee})
+		}
+	}
+	c, err := startDeployment(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("realbench: start: %w", err)
 	}
@@ -125,7 +141,7 @@ func progress(w io.Writer, format string, args ...any) {
 func applyPolicy(ctx context.Context, c *topology.Cluster, p Policy) error {
 	before := map[string]string{}
 	for _, g := range c.GFEs {
-		st, err := topology.Status(ctx, g)
+		st, err := c.Status(ctx, g)
 		if err != nil {
 			return err
 		}
@@ -148,7 +164,7 @@ func applyPolicy(ctx context.Context, c *topology.Cluster, p Policy) error {
 	}
 	for _, g := range c.GFEs {
 		err := topology.WaitFor(ctx, 20*time.Second, func() (bool, error) {
-			st, err := topology.Status(ctx, g)
+			st, err := c.Status(ctx, g)
 			if err != nil {
 				return false, err
 			}
@@ -181,7 +197,7 @@ func waitIdle(ctx context.Context, c *topology.Cluster) error {
 	}
 	return topology.WaitFor(ctx, 20*time.Second, func() (bool, error) {
 		for _, a := range addrs {
-			st, err := backendStats(ctx, a)
+			st, err := backendStats(ctx, c.Client(), a)
 			if err != nil {
 				return false, err
 			}
@@ -200,9 +216,9 @@ type backendLoad struct {
 	QueueLen int `json:"queue_len"`
 }
 
-func backendStats(ctx context.Context, addr string) (*backendLoad, error) {
+func backendStats(ctx context.Context, client *http.Client, addr string) (*backendLoad, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/admin/stats", nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -247,12 +263,11 @@ func drive(ctx context.Context, c *topology.Cluster, cfg *Config, p Policy) (Mea
 		}
 		sr := &siteRun{site: s.Name}
 		runs = append(runs, sr)
-		first := netip.MustParseAddr(fmt.Sprintf("127.%d.%d.100", c.Spec.Net, si+1))
 		lc := loadgen.Config{
 			URL: gf.URL + "/", Rate: peak, Schedule: sched, Duration: cfg.Warmup + measured, Warmup: cfg.Warmup,
-			Sources: loadgen.Sources(first, cfg.SourcesPerSite), NewConnEach: true, Timeout: cfg.Timeout, Records: true,
+			Sources: loadgen.Sources(c.Spec.ClientIP(si), cfg.SourcesPerSite), NewConnEach: true, Timeout: cfg.Timeout, Records: true,
 		}
-		wg.Go(func() { sr.res, sr.err = c.RunLoad(ctx, lc) })
+		wg.Go(func() { sr.res, sr.err = c.RunLoadAt(ctx, s.Name, lc) })
 	}
 	wg.Wait()
 	m := Measurement{Policy: p}

@@ -45,12 +45,7 @@ func TestRunQuick(t *testing.T) {
 	}
 
 	// Every request accounted for.
-	var scheduled float64
-	for _, ph := range cfg.Phases {
-		for _, d := range ph.Demand {
-			scheduled += d * ph.Duration.Seconds()
-		}
-	}
+	scheduled := cfg.Scheduled()
 	for _, row := range res.Rows {
 		if err := row.check(); err != nil {
 			t.Errorf("check: %v", err)

@@ -384,10 +384,11 @@ func Start(ctx context.Context, spec Spec, opts Options) (c *Cluster, err error)
 	if opts.Dir == "" {
 		return nil, errors.New("topology: Options.Dir is required")
 	}
-	c = &Cluster{Spec: spec, Dir: opts.Dir, opts: opts, Bins: opts.Bins, Instances: map[string][]string{}, BackendAdmin: map[string]string{}}
+	started := &Cluster{Spec: spec, Dir: opts.Dir, opts: opts, Bins: opts.Bins, Instances: map[string][]string{}, BackendAdmin: map[string]string{}}
+	c = started
 	defer func() {
 		if err != nil {
-			c.Stop()
+			started.Stop() // c is nil by then
 		}
 	}()
 	// In order: each step needs what the steps before it started.
@@ -726,7 +727,7 @@ func (c *Cluster) GFE(site string) *GFE {
 // (loadgen.Config.Warmup). Each site's requests come from 16 client
 // addresses of its /24, from 127.N.s.100, kept alive.
 func (c *Cluster) Drive(ctx context.Context, rates map[string]float64, warmup, d time.Duration) (map[string]*loadgen.Result, error) {
-	return c.drive(ctx, rates, func(cfg *loadgen.Config) {
+	return c.drive(ctx, rates, func(_ string, cfg *loadgen.Config) {
 		cfg.Duration, cfg.Warmup = d, warmup
 	})
 }
@@ -745,12 +746,22 @@ type Load struct {
 // recording every request, so that a test can wait for a condition under
 // load and then measure a window of it (loadgen.Result.Window).
 func (c *Cluster) StartLoad(rates map[string]float64) *Load {
+	return c.StartLoadTo(rates, nil)
+}
+
+// StartLoadTo is StartLoad with each site's load sent to url(site) (a
+// host name that resolves to several gfes, say) instead of to its first
+// gfe; a nil url is StartLoad.
+func (c *Cluster) StartLoadTo(rates map[string]float64, url func(site string) string) *Load {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Load{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(l.done)
-		l.res, l.err = c.drive(ctx, rates, func(cfg *loadgen.Config) {
+		l.res, l.err = c.drive(ctx, rates, func(site string, cfg *loadgen.Config) {
 			cfg.Duration, cfg.Records = 10*time.Minute, true
+			if url != nil {
+				cfg.URL = url(site)
+			}
 		})
 	}()
 	return l
@@ -764,10 +775,10 @@ func (l *Load) Stop() (map[string]*loadgen.Result, error) {
 	return l.res, l.err
 }
 
-// drive runs one generator per site in rates with the config set(cfg)
+// drive runs one generator per site in rates with the config set(site, cfg)
 // finishes, in a process of its own when the cluster has the loadgen
 // binary (Options.Bins), and returns each site's result.
-func (c *Cluster) drive(ctx context.Context, rates map[string]float64, set func(*loadgen.Config)) (map[string]*loadgen.Result, error) {
+func (c *Cluster) drive(ctx context.Context, rates map[string]float64, set func(site string, cfg *loadgen.Config)) (map[string]*loadgen.Result, error) {
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup
@@ -783,7 +794,7 @@ func (c *Cluster) drive(ctx context.Context, rates map[string]float64, set func(
 			URL: gf.URL + "/", Rate: rate,
 			Sources: loadgen.Sources(c.Spec.ClientIP(si), 16), Timeout: 5 * time.Second,
 		}
-		set(&cfg)
+		set(s.Name, &cfg)
 		wg.Go(func() {
 			res, err := c.RunLoadAt(ctx, s.Name, cfg)
 			mu.Lock()
@@ -841,6 +852,10 @@ func SetHealthy(ctx context.Context, healthy bool, addrs ...string) error {
 func Status(ctx context.Context, gf *GFE) (*status.Status, error) {
 	return StatusWith(ctx, http.DefaultClient, gf)
 }
+
+// Client returns the HTTP client the cluster's processes are reached with
+// (Options.Client, or http.DefaultClient).
+func (c *Cluster) Client() *http.Client { return c.opts.client() }
 
 // Status fetches a gfe's /status with Options.Client.
 func (c *Cluster) Status(ctx context.Context, gf *GFE) (*status.Status, error) {

@@ -39,14 +39,26 @@ import (
 // client's: never retried, never reported to outlier detection or the
 // backend's signals.
 //
-// The retry's backend (routing.Service.RetryPick) is another one than every backend
-// already tried, available (not full, not ejected), and chosen in this order
-// of preference: another zone of the same region, then another region of
-// the service's scope (for planned policies the site's plan row, nearest
-// region first), then another backend of the same zone (after several
-// attempts: a zone not tried of a region tried, a region not tried, a zone
-// tried). The failed backend's slot is released and the new one's taken
-// before the attempt.
+// The retry's backend (routing.Service.RetryPick) is another one than every
+// backend already tried, available (not full, not ejected), and chosen by
+// what the failure says:
+//
+//   - the backend was unreachable — connecting failed, or no response
+//     headers came within the route's per_try_timeout — so its whole
+//     region may be cut off (a host or link down takes every zone on it):
+//     another region first, leaving the plan row if it must, in the site's
+//     waterfall order (the row's regions, then the site's farther regions,
+//     nearest first); then another zone of a region tried; then the same
+//     zone;
+//   - the backend took the request and failed before answering (reset,
+//     closed): another zone of the same region first, then another region
+//     of the service's scope (for planned policies the site's plan row,
+//     nearest region first), then the same zone.
+//
+// The failed backend's slot is released and the new one's taken before the
+// attempt. Every attempt counts against the route's retries; the route
+// timeout bounds them all, per-try timeouts included, so that a client
+// waits at most the route timeout whatever happens.
 
 // retryable reports whether an attempt of r that failed with err, whose
 // context is done with ctxErr (nil if not), may be sent to another backend.
@@ -147,7 +159,8 @@ func (t retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if ph.attempts > ph.retries || ph.attempts >= maxAttempts || !retryable(req, err, ctxErr) {
 			return nil, err
 		}
-		np, ok := ph.svc.RetryPick(&ph.pick, ph.tried[:ph.attempts], p.rand(), now)
+		unreachable := expired || neverReached(err)
+		np, ok := ph.svc.RetryPick(&ph.pick, ph.tried[:ph.attempts], unreachable, p.rand(), now)
 		if !ok {
 			return nil, err
 		}

@@ -3,6 +3,7 @@ package httpproxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"io"
 	"maps"
@@ -324,22 +325,31 @@ func TestPickErrors(t *testing.T) {
 	}
 }
 
+// newSilentBackend returns a backend that counts its requests and never
+// answers them: it holds each until its client goes away or the test ends
+// (a host that vanished with the request in flight).
+func newSilentBackend(t *testing.T) *testBackend {
+	t.Helper()
+	release := make(chan struct{})
+	b := &testBackend{name: "silent"}
+	b.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b.hits.Add(1)
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(func() { close(release); b.Close() })
+	return b
+}
+
 // TestPerTryTimeout (issue #11: a backend host that vanished with requests
 // in flight): a GET whose backend sends no headers within the route's
 // per_try_timeout is abandoned there, counted as that backend's timeout,
 // and answered by another instance; a POST is not bounded per try (it may
 // not be sent again) and runs into the route timeout instead.
 func TestPerTryTimeout(t *testing.T) {
-	release := make(chan struct{})
-	silent := &testBackend{name: "silent"}
-	silent.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		silent.hits.Add(1)
-		select {
-		case <-r.Context().Done():
-		case <-release:
-		}
-	}))
-	t.Cleanup(func() { close(release); silent.Close() })
+	silent := newSilentBackend(t)
 	fast := newTestBackend(t, "fast")
 	regions := []gfetest.Region{{Name: "us-east", Zones: []gfetest.Zone{{Name: "us-east-b", Addrs: []string{silent.addr()}}, {Name: "us-east-c", Addrs: []string{fast.addr()}}}}}
 	e, clk := sessionEdge(t, gfetest.SessionConfig(t, "round_robin", regions, "", ", timeout: 700ms, per_try_timeout: 300ms"))
@@ -389,4 +399,73 @@ func TestPerTryTimeout(t *testing.T) {
 	if posted != 1 || silent.hits.Load() != 2 {
 		t.Errorf("POSTs: %d timed out, silent got %d; want 1 and 2 (no per-try timeout, no retry)", posted, silent.hits.Load())
 	}
+}
+
+// TestRetryLeavesUnreachableRegion (issue #11: both us-east zones live on
+// one backend host whose link went down): at site nyc, whose idle waterfall
+// plan row is us-east only, a GET whose us-east backend is unreachable is
+// retried in eu-west, the site's next region, not in us-east's other zone;
+// with the route's one retry, every request is answered by eu-west. Two
+// ways a backend is unreachable: no response headers within per_try_timeout
+// (a host that vanished with the request in flight), and a refused
+// connection.
+func TestRetryLeavesUnreachableRegion(t *testing.T) {
+	const requests = 4
+	t.Run("per-try timeout", func(t *testing.T) {
+		silent := [2]*testBackend{newSilentBackend(t), newSilentBackend(t)}
+		far := newTestBackend(t, "eu-west")
+		regions := []gfetest.Region{
+			{Name: "us-east", Zones: []gfetest.Zone{{Name: "us-east-b", Addrs: []string{silent[0].addr()}}, {Name: "us-east-c", Addrs: []string{silent[1].addr()}}}},
+			{Name: "eu-west", Zones: []gfetest.Zone{{Name: "eu-west-b", Addrs: []string{far.addr()}}}},
+		}
+		e, clk := sessionEdge(t, gfetest.SessionConfig(t, "waterfall", regions, "", ", timeout: 10s, per_try_timeout: 300ms"))
+		hits := func() int64 { return silent[0].hits.Load() + silent[1].hits.Load() }
+		answered := map[string]int{}
+		for i := range requests {
+			before := hits()
+			done := make(chan *httptest.ResponseRecorder, 1)
+			go func() { done <- do(t, e, "GET", "192.0.2.1:1", "", nil) }()
+			// The attempt is at a silent us-east backend; the per-try timer
+			// (on the fake clock) expires it.
+			for hits() == before {
+				time.Sleep(time.Millisecond)
+			}
+			clk.BlockUntil(context.Background(), 1)
+			clk.Advance(300 * time.Millisecond)
+			select {
+			case w := <-done:
+				answered[fmt.Sprintf("%d %s", w.Code, w.Header().Get("X-Spillway-Backend"))]++
+			case <-time.After(5 * time.Second):
+				t.Fatalf("request %d: no answer 5 s after its per-try timeout", i)
+			}
+		}
+		if answered["200 eu-west"] != requests || hits() != requests || far.hits.Load() != requests {
+			t.Errorf("answers %v, us-east got %d, eu-west %d; want %d × 200 from eu-west after %d per-try timeouts in us-east", answered, hits(), far.hits.Load(), requests, requests)
+		}
+	})
+	t.Run("connection refused", func(t *testing.T) {
+		var closed [2]string
+		for i := range closed {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			closed[i] = ln.Addr().String()
+			ln.Close()
+		}
+		far := newTestBackend(t, "eu-west")
+		regions := []gfetest.Region{
+			{Name: "us-east", Zones: []gfetest.Zone{{Name: "us-east-b", Addrs: []string{closed[0]}}, {Name: "us-east-c", Addrs: []string{closed[1]}}}},
+			{Name: "eu-west", Zones: []gfetest.Zone{{Name: "eu-west-b", Addrs: []string{far.addr()}}}},
+		}
+		e, _ := sessionEdge(t, gfetest.SessionConfig(t, "waterfall", regions, "", ""))
+		answered := map[string]int{}
+		for range requests {
+			w := do(t, e, "GET", "192.0.2.1:1", "", nil)
+			answered[fmt.Sprintf("%d %s", w.Code, w.Header().Get("X-Spillway-Backend"))]++
+		}
+		if answered["200 eu-west"] != requests || far.hits.Load() != requests {
+			t.Errorf("answers %v, eu-west got %d; want %d × 200 from eu-west", answered, far.hits.Load(), requests)
+		}
+	})
 }

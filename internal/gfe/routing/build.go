@@ -246,7 +246,8 @@ func (b *Builder) buildService(in Input, sc *config.Service, sigs map[*backend.B
 	pickRow := row
 	if sc.Feedback.Enabled && len(row) > 0 {
 		// Overflow groups are for first picks only: the scope (session
-		// affinity, retries) stays the plan row.
+		// affinity, retries) stays the plan row; only a retry after an
+		// unreachable backend goes past it (Service.reach).
 		pickRow = withOverflow(row, plan, b.cfg.Site)
 	}
 	healthy := map[string][]*backend.Backend{}
@@ -258,7 +259,10 @@ func (b *Builder) buildService(in Input, sc *config.Service, sigs map[*backend.B
 		b.finish(svc, byRTT(all, in.Self.RTT), report)
 		return svc
 	}
-	b.finish(svc, rowScope(row, all), report)
+	// Past the row, the groups of the site's farther regions: where a retry
+	// goes when the row's region is unreachable (Service.RetryPick).
+	farther := withOverflow(row, plan, b.cfg.Site)[len(row):]
+	b.finish(svc, rowScope(row, all), report, rowScope(farther, all)...)
 	return svc
 }
 
@@ -398,21 +402,26 @@ func rowScope(row []waterfall.Flow, all []Member) []Member {
 	return scope
 }
 
-// finish sets svc's scope (see Service.scope) with its indexes and region
-// ranks, and its session affinity over it.
-func (b *Builder) finish(svc *Service, scope []Member, report func(string, error)) {
-	svc.scope = scope
+// finish sets svc's scope (see Service.scope) and reach (scope, then
+// farther) with their indexes and region ranks, and its session affinity
+// over the scope.
+func (b *Builder) finish(svc *Service, scope []Member, report func(string, error), farther ...Member) {
+	svc.reach = append(scope[:len(scope):len(scope)], farther...)
+	svc.scope = svc.reach[:len(scope)]
+	scope = svc.scope
 	svc.byAddr = make(map[string]int32, len(scope))
-	svc.byBackend = make(map[*backend.Backend]int32, len(scope))
+	svc.byBackend = make(map[*backend.Backend]int32, len(svc.reach))
 	first := map[string]int{}
-	for i := range scope {
-		m := &scope[i]
+	for i := range svc.reach {
+		m := &svc.reach[i]
 		if _, ok := first[m.Region]; !ok {
 			first[m.Region] = i
 		}
 		m.rank = first[m.Region]
-		svc.byAddr[m.B.Addr()] = int32(i)
 		svc.byBackend[m.B] = int32(i)
+		if i < len(scope) {
+			svc.byAddr[m.B.Addr()] = int32(i)
+		}
 	}
 	if len(scope) == 0 {
 		return

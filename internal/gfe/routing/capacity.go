@@ -290,7 +290,8 @@ func (b *Builder) Factors() map[string]map[string]float64 {
 // farther regions, nearest first (withOverflow): the overflow spills to
 // the next region at once, and the next build plans it. Overflow groups
 // serve first picks only; session affinity and retries keep to the plan
-// row. A group without a baseline yet has no soft limit, and no instance
+// row (but for a retry after an unreachable backend, which may leave it:
+// Service.RetryPick). A group without a baseline yet has no soft limit, and no instance
 // has one while the service is in global overload (rule 6 spreads the
 // overload as the plan says; a soft limit would move it to far regions,
 // whose longer round trip leaves more requests in flight). A soft limit

@@ -24,7 +24,9 @@
 //     previous plan) and the waterfall.Picker over this site's row;
 //  4. the scope: the members this site may use in the order retries prefer
 //     regions (the row's groups for a planned policy with a row, else all
-//     members nearest region first), and the session affinity over it.
+//     members nearest region first), and the session affinity over it;
+//     and the reach: the scope, then the members of the site's farther
+//     regions, where a retry after an unreachable backend may go.
 //
 // # Guarantees
 //

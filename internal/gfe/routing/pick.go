@@ -13,17 +13,21 @@ import (
 // a backend may keep its connections (Available).
 
 // retryTier returns the preference tier of m as the backend of a retry
-// after attempts on the backends tried (members of s's scope): 0 another
-// zone of a region tried, 1 a region not tried, 2 a zone tried. After one
-// attempt: another zone of its region, another region, its zone.
-func (s *Service) retryTier(m *Member, tried []*backend.Backend) int {
+// after attempts on the backends tried (members of s's reach). After a
+// failure that says nothing of the region (the backend took the request
+// and failed before answering): 0 another zone of a region tried, 1 a
+// region not tried, 2 a zone tried. After an unreachable backend (connect
+// failure, per-try timeout), whose whole region may be cut off: 0 a
+// region not tried, 1 another zone of a region tried, 2 a zone tried.
+// newRegion reports whether m's region is not tried yet.
+func (s *Service) retryTier(m *Member, tried []*backend.Backend, unreachable bool) (tier int, newRegion bool) {
 	regionTried, zoneTried := false, false
 	for _, b := range tried {
 		i, ok := s.byBackend[b]
 		if !ok {
 			continue
 		}
-		t := &s.scope[i]
+		t := &s.reach[i]
 		if t.Region == m.Region {
 			regionTried = true
 			zoneTried = zoneTried || t.Zone == m.Zone
@@ -31,23 +35,35 @@ func (s *Service) retryTier(m *Member, tried []*backend.Backend) int {
 	}
 	switch {
 	case zoneTried:
-		return 2
-	case regionTried:
-		return 0
+		return 2, false
+	case !regionTried && unreachable, regionTried && !unreachable:
+		return 0, !regionTried
 	}
-	return 1
+	return 1, !regionTried
 }
 
 // RetryPick picks the backend of another attempt of a request whose
-// attempts went to tried (the last one, failed, included), among the
-// service's scope minus tried: an available backend of the best tier
-// (retryTier) — in tier 1, of the nearest region, the one whose backends
-// come first in the scope — the first found from a position drawn from rnd,
-// so that retries spread. The returned pick holds a slot and keeps failed's
-// reason. It returns false when no backend is available, and for a drained
-// service. It does not allocate.
-func (s *Service) RetryPick(failed *Pick, tried []*backend.Backend, rnd uint64, now time.Time) (Pick, bool) {
-	n := len(s.scope)
+// attempts went to tried (the last one, failed, included), and returns
+// false when there is none. unreachable says the last attempt found its
+// backend unreachable: connecting failed, or no response headers came
+// within the route's per_try_timeout.
+//
+// The candidates are the service's scope minus tried, and after an
+// unreachable backend also the farther regions of a planned policy's
+// reach (Service.reach): the site's regions the plan row does not reach,
+// nearest first, so that a retry leaves a region whose host or link is
+// down even when the row has no other region. Among the available ones
+// (not full, not ejected) it takes one of the best tier (retryTier) — in
+// the tier of regions not tried, of the nearest region (row order, then
+// the site's order) — the first found from a position drawn from rnd, so
+// that retries spread. The returned pick holds a slot and keeps failed's
+// reason. It returns false for a drained service. It does not allocate.
+func (s *Service) RetryPick(failed *Pick, tried []*backend.Backend, unreachable bool, rnd uint64, now time.Time) (Pick, bool) {
+	cands := s.scope
+	if unreachable {
+		cands = s.reach
+	}
+	n := len(cands)
 	if n == 0 || s.drained {
 		return Pick{}, false
 	}
@@ -57,14 +73,14 @@ func (s *Service) RetryPick(failed *Pick, tried []*backend.Backend, rnd uint64, 
 		best, bestKey := -1, math.MaxInt
 		for j := range n {
 			i := (start + j) % n
-			m := &s.scope[i]
+			m := &cands[i]
 			if m.B == failed.Backend || containsBackend(tried, m.B) || m.B.Full() || (m.Host != nil && m.Host.Ejected(now)) {
 				continue
 			}
-			tier := s.retryTier(m, tried)
+			tier, newRegion := s.retryTier(m, tried, unreachable)
 			key := tier * (n + 1)
-			if tier == 1 {
-				key += m.rank
+			if newRegion {
+				key += m.rank // the nearest region first
 			}
 			if key < bestKey {
 				best, bestKey = i, key
@@ -73,7 +89,7 @@ func (s *Service) RetryPick(failed *Pick, tried []*backend.Backend, rnd uint64, 
 		if best < 0 {
 			return Pick{}, false
 		}
-		m := &s.scope[best]
+		m := &cands[best]
 		if m.B.TryAcquire() {
 			return pickOf(m, failed.Reason), true
 		}

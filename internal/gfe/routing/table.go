@@ -187,7 +187,7 @@ type Member struct {
 	// reason is what a policy pick of B is counted under: the reason of its
 	// group's flow in the plan row, ReasonNoPlan or ReasonPolicy.
 	reason Reason
-	// rank orders regions for retries: the index in the service's scope of
+	// rank orders regions for retries: the index in the service's reach of
 	// the first backend of B's region (nearer regions come first).
 	rank int
 }
@@ -234,9 +234,15 @@ type Service struct {
 	// for a planned policy with a plan row, the backends of the row's
 	// groups in row order (nearest region first); otherwise the pool's
 	// backends, nearest region first. Session affinity pins within it, and
-	// retries pick from it. byAddr and byBackend index it.
-	scope     []Member
-	byAddr    map[string]int32
+	// retries pick from it. byAddr indexes it.
+	scope  []Member
+	byAddr map[string]int32
+	// reach is scope followed, for a planned policy with a plan row, by
+	// the healthy backends of the groups with capacity of the site's
+	// farther regions, nearest first (the plan's overflow order): a retry
+	// whose backend was unreachable may go there (RetryPick). scope is
+	// reach[:len(scope)]; byBackend indexes reach.
+	reach     []Member
 	byBackend map[*backend.Backend]int32
 	// aff applies the service's session affinity; nil for type none.
 	aff *Affinity
@@ -392,7 +398,7 @@ func (s *Service) policyPick(rnd uint64, k Flow) (Pick, error) {
 			return Pick{}, ErrNoBackend
 		}
 		if i, ok := s.byBackend[c.Backend]; ok {
-			return pickOf(&s.scope[i], ReasonOf(c.Reason)), nil
+			return pickOf(&s.reach[i], ReasonOf(c.Reason)), nil
 		}
 		return Pick{Backend: c.Backend, Group: c.Group, Region: c.Region, Reason: ReasonOf(c.Reason)}, nil
 	}
