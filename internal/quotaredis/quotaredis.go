@@ -51,6 +51,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -150,6 +151,7 @@ func New(cfg Config, limits quota.Limits, reg prometheus.Registerer) (*Store, er
 		password, _, _ = strings.Cut(string(b), "\n")
 		password = strings.TrimSpace(password)
 	}
+	silenceOnce.Do(func() { redis.SetLogger(silent{}) })
 	s := &Store{cfg: cfg, limits: limits}
 	s.client = redis.NewClient(&redis.Options{
 		Addr:      cfg.Addr,
@@ -203,6 +205,15 @@ func New(cfg Config, limits quota.Limits, reg prometheus.Registerer) (*Store, er
 	}
 	return s, nil
 }
+
+// silent drops go-redis's own log lines (its logger is process-wide):
+// every failure they report is counted in this package's metrics and
+// answered to the caller, who logs at a bounded rate.
+type silent struct{}
+
+func (silent) Printf(context.Context, string, ...any) {}
+
+var silenceOnce sync.Once
 
 // Close closes the connections to Redis.
 func (s *Store) Close() error { return s.client.Close() }
@@ -289,7 +300,7 @@ func (s *Store) Allocate(ctx context.Context, now time.Time, r quota.Request) (q
 	args := make([]any, 4, 4+3*n)
 	w := quota.WindowOf(now)
 	args[0], args[1] = int(r.Mode), n
-	args[2] = quota.WindowEnd(w+1).Unix()
+	args[2] = quota.WindowEnd(w + 1).Unix()
 	args[3] = int64(2 * quota.Window / time.Second)
 	limits := make([]any, n)
 	for i, v := range r.Values {
