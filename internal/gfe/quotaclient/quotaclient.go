@@ -91,6 +91,9 @@ type Enforcer struct {
 
 	decisions *prometheus.CounterVec // result
 	calls     *prometheus.CounterVec // result
+	// admitTime is how long Admit took (real time): the whole of what
+	// quota adds to a request, network never included.
+	admitTime prometheus.Histogram
 	// decided holds decisions' counters, resolved once: the request path
 	// neither looks them up nor allocates.
 	decided map[string]prometheus.Counter
@@ -141,6 +144,11 @@ func New(cfg Config, clk clock.Clock, conn func() Allocator, log zerolog.Logger,
 			Help: "AllocateQuota calls by result: ok, exhausted, denied (an error that is not the service's fault: 409 until a call succeeds), failed (fail open), unexpected (logged, fail open).",
 		}, []string{"result"}),
 	}
+	e.admitTime = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "spillway", Subsystem: "gfe", Name: "quota_admit_seconds",
+		Help:    "Time a request spent in quota admission (local: leases, never the network), charged or not.",
+		Buckets: []float64{1e-6, 5e-6, 10e-6, 50e-6, 100e-6, 500e-6, 1e-3, 10e-3},
+	})
 	e.decided = map[string]prometheus.Counter{}
 	for _, r := range []string{"admitted", "exhausted", "denied", "unidentified", "fail_open"} {
 		e.decided[r] = e.decisions.WithLabelValues(r)
@@ -149,7 +157,7 @@ func New(cfg Config, clk clock.Clock, conn func() Allocator, log zerolog.Logger,
 		e.calls.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(e.decisions, e.calls)
+		reg.MustRegister(e.decisions, e.calls, e.admitTime)
 	}
 	return e
 }
@@ -170,6 +178,8 @@ func APIKey(r *http.Request) string {
 // zero Verdict admits it (also when nothing charges it). It never waits on
 // the network.
 func (e *Enforcer) Admit(cfg *config.Config, service string, r *http.Request, now time.Time) Verdict {
+	start := time.Now() // real time, whatever clock now comes from
+	defer e.observe(start)
 	charged := false
 	for i := range cfg.Quota.Charges {
 		if cfg.Quota.Charges[i].Matches(service, r.Method, r.URL.Path) {
@@ -226,6 +236,9 @@ func (e *Enforcer) Admit(cfg *config.Config, service string, r *http.Request, no
 	}
 	return Verdict{}
 }
+
+// observe records the time of an Admit that started at start.
+func (e *Enforcer) observe(start time.Time) { e.admitTime.Observe(time.Since(start).Seconds()) }
 
 // metricOf returns the configured metric named name (zero if none).
 func metricOf(cfg *config.Config, name string) config.QuotaMetric {
