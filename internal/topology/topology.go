@@ -706,6 +706,12 @@ func (c *Cluster) StartControlPlane(k int) error {
 	return nil
 }
 
+// AddControlPlaneArgs appends args to control plane k's (from 0) command
+// line, for its next StartControlPlane.
+func (c *Cluster) AddControlPlaneArgs(k int, args ...string) {
+	c.cpArgs[k] = append(c.cpArgs[k], args...)
+}
+
 // StartGFE (re)starts gf.
 func (c *Cluster) StartGFE(gf *GFE) error {
 	bin, args := c.opts.command(gf.Name, c.Bins["gfe"], gf.args)
