@@ -95,15 +95,23 @@ func (l *load) send(ctx context.Context, client *http.Client, url string, c Cons
 		req.Header.Set("X-Api-Key", c.Key)
 		start := time.Now()
 		code := 0
+		var date string
 		if resp, err := client.Do(req); err == nil {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			code = resp.StatusCode
+			code, date = resp.StatusCode, resp.Header.Get("Date")
 		} else if ctx.Err() != nil {
 			return
 		}
 		end := time.Now()
-		w := start.Add(end.Sub(start) / 2).Unix() / 60
+		// The window the request was decided in: its answer's Date (to
+		// the second, stamped by the gfe for a 429 and by the backend
+		// right after admission for a 200), not the client's clock, which
+		// a queue at a busy gfe would shift by its wait.
+		w := start.Add(end.Sub(start)/2).Unix() / 60
+		if t, err := http.ParseTime(date); err == nil {
+			w = t.Unix() / 60
+		}
 		l.mu.Lock()
 		l.sent++
 		t := l.tally[c.Project][w]

@@ -65,7 +65,8 @@ func Run(ctx context.Context, o Options) error {
 		o.Offered = 10
 	}
 	consumers := Consumers(o.Consumers)
-	spec := Spec(o.Net, consumers)
+	polite := PoliteConsumers()
+	spec := Spec(o.Net, append(append([]Consumer(nil), consumers...), polite...))
 	fmt.Fprintf(o.Out, "starting: 3 gfes (nyc, lon, tokyo), 2 control planes, redis-server, backends (in %s)\n", o.Dir)
 	c, err := topology.Start(ctx, spec, topology.Options{Dir: o.Dir, Bins: o.Bins, Tee: o.Tee})
 	if err != nil {
@@ -86,8 +87,17 @@ func Run(ctx context.Context, o Options) error {
 	fmt.Fprintf(o.Out, "accuracy: %d consumers, limits %d..%d/min, offered %.0f× (%.0f requests/s) from 3 gfes, %s → %s (windows %d and %d)\n",
 		len(consumers), consumers[0].Limit, consumers[len(consumers)-1].Limit, o.Offered, offered,
 		start.Format("15:04:05"), end.Format("15:04:05"), start.Unix()/60, start.Unix()/60+1)
+	before, err := scrape(c)
+	if err != nil {
+		return err
+	}
 	l := startLoad(client, urls, consumers, func(cs Consumer) float64 { return o.Offered * float64(cs.Limit) / 60 })
 	defer l.stop()
+	// Polite consumers use half their limit: their leases call every
+	// second, so the faults reach them (a consumer whose window is spent
+	// makes no call until the next window).
+	lp := startLoad(client, urls, polite, func(cs Consumer) float64 { return 0.5 * float64(cs.Limit) / 60 })
+	defer lp.stop()
 	var errs []error
 	first, full := start.Unix()/60, start.Unix()/60+1
 	select {
@@ -95,14 +105,31 @@ func Run(ctx context.Context, o Options) error {
 		return ctx.Err()
 	case <-time.After(time.Until(end.Add(2 * time.Second))):
 	}
+	after, err := scrape(c)
+	if err != nil {
+		return err
+	}
 	errs = append(errs, accuracy(o.Out, l, consumers, first, full))
+	fmt.Fprintf(o.Out, "  during the accuracy run: %.0f calls failed at the gfes, %.0f requests admitted failing open, %.0f of %.0f admissions took over 1 ms\n",
+		after.failedCalls-before.failedCalls, after.failOpen-before.failOpen,
+		(after.admits-after.admitsUnder1ms)-(before.admits-before.admitsUnder1ms), after.admits-before.admits)
 	if !o.SkipFaults {
 		errs = append(errs, faults(ctx, o.Out, c, l))
 	}
-	if n := l.others(); n > 0 {
+	if n := l.others() + lp.others(); n > 0 {
 		errs = append(errs, fmt.Errorf("%d answers were neither 200 nor 429", n))
 	}
 	return errors.Join(errs...)
+}
+
+// PoliteConsumers are 10 consumers of limit 600 a minute, offered half
+// of it during the fault phases.
+func PoliteConsumers() []Consumer {
+	out := make([]Consumer, 10)
+	for i := range out {
+		out[i] = Consumer{Project: fmt.Sprintf("polite%d", i), Key: fmt.Sprintf("polite-key-%d", i), Limit: 600}
+	}
+	return out
 }
 
 // Spec is the benchmark's deployment in 127.net.0.0/16, with consumers in

@@ -86,8 +86,10 @@ type Enforcer struct {
 	clk     clock.Clock
 	conn    func() Allocator
 	log     zerolog.Logger
-	logged  time.Time // last fail-open log line, under mu
-	dropped int       // fail-open lines not logged since, under mu
+
+	logMu   sync.Mutex
+	logged  time.Time // last fail-open log line, under logMu
+	dropped int       // fail-open lines not logged since, under logMu
 
 	decisions *prometheus.CounterVec // result
 	calls     *prometheus.CounterVec // result
@@ -104,7 +106,10 @@ type Enforcer struct {
 	// lease without a grant in its window has demand waiting.
 	wake chan struct{}
 
-	mu     sync.Mutex
+	// mu guards the map only: each lease has its own lock, so requests
+	// of different consumers never wait for each other, and a call's
+	// answer holds up only its own lease.
+	mu     sync.RWMutex
 	leases map[key]*lease
 }
 
@@ -112,8 +117,10 @@ type key struct{ service, project, metric string }
 
 // lease is a Lease and the state of "other" quota errors.
 type lease struct {
+	key key // immutable
+
+	mu sync.Mutex // guards what follows
 	quota.Lease
-	key    key
 	denied bool // the last call failed with an error that is not the service's fault: 409
 }
 
@@ -195,8 +202,6 @@ func (e *Enforcer) Admit(cfg *config.Config, service string, r *http.Request, no
 		e.decided["unidentified"].Inc()
 		return Verdict{Status: http.StatusUnauthorized, Message: msgNoKey}
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	// Every charge must pass. A request refused by a later charge keeps
 	// what earlier ones took from their budgets: requests rarely match
 	// several charges, and the budgets are refilled every second.
@@ -211,6 +216,7 @@ func (e *Enforcer) Admit(cfg *config.Config, service string, r *http.Request, no
 			cost *= max(0, r.ContentLength)
 		}
 		l := e.lease(cfg, key{service, project, ch.Metric})
+		l.mu.Lock()
 		if l.Waiting(now) {
 			select {
 			case e.wake <- struct{}{}:
@@ -219,15 +225,18 @@ func (e *Enforcer) Admit(cfg *config.Config, service string, r *http.Request, no
 		}
 		if l.denied {
 			l.Want(now, cost) // the next call tells whether it still holds
+			l.mu.Unlock()
 			e.decided["denied"].Inc()
 			return Verdict{Status: http.StatusConflict, Message: msgDenied}
 		}
 		ok, retry := l.Admit(now, cost)
+		failing := l.Failing()
+		l.mu.Unlock()
 		if !ok {
 			e.decided["exhausted"].Inc()
 			return Verdict{Status: http.StatusTooManyRequests, RetryAfter: retry, Message: msgExhausted}
 		}
-		failOpen = failOpen || l.Failing()
+		failOpen = failOpen || failing
 	}
 	if failOpen {
 		e.decided["fail_open"].Inc()
@@ -254,10 +263,17 @@ func metricOf(cfg *config.Config, name string) config.QuotaMetric {
 // least 1: a consumer's first request of a window never waits for a round
 // trip (for limits under 200 this may admit one request per gfe and window
 // beyond the limit, when the window is already exhausted by the time that
-// request is charged). Callers hold e.mu.
+// request is charged).
 func (e *Enforcer) lease(cfg *config.Config, k key) *lease {
+	e.mu.RLock()
 	l := e.leases[k]
-	if l == nil {
+	e.mu.RUnlock()
+	if l != nil {
+		return l
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if l = e.leases[k]; l == nil {
 		limit, _, _ := cfg.QuotaLimit(k.project, k.metric)
 		l = &lease{key: k, Lease: quota.Lease{Interval: e.cfg.Interval, Credit: max(1, limit/200)}}
 		e.leases[k] = l
@@ -288,13 +304,15 @@ func (e *Enforcer) callAll(ctx context.Context, now time.Time) {
 		ask int64
 	}
 	var calls []due
-	e.mu.Lock()
+	e.mu.RLock()
 	for _, l := range e.leases {
+		l.mu.Lock()
 		if ask, ok := l.Call(now); ok {
 			calls = append(calls, due{l, ask})
 		}
+		l.mu.Unlock()
 	}
-	e.mu.Unlock()
+	e.mu.RUnlock()
 	for _, c := range calls {
 		e.spawn(func() { e.call(ctx, c.l, c.ask) })
 	}
@@ -319,8 +337,8 @@ func (e *Enforcer) call(ctx context.Context, l *lease, ask int64) {
 		cancel()
 	}
 	now := e.clk.Now()
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	switch code := status.Code(err); {
 	case err == nil:
 		var granted int64
@@ -369,8 +387,10 @@ func retryAfter(err error, now time.Time) time.Duration {
 }
 
 // logFailure logs a failed call, at most a line a second, saying how many
-// were not logged since. Callers hold e.mu.
+// were not logged since.
 func (e *Enforcer) logFailure(now time.Time, k key, err error, msg string) {
+	e.logMu.Lock()
+	defer e.logMu.Unlock()
 	if now.Sub(e.logged) < time.Second {
 		e.dropped++
 		return
