@@ -13,7 +13,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -50,17 +49,9 @@ func run(consumers int, offered float64, skipFaults bool, net int, verbose bool)
 		return err
 	}
 	defer unlock()
-	dir, err := os.MkdirTemp("", "spillway-quotabench-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	var tee io.Writer
+	o := quotabench.Options{Net: net, Consumers: consumers, Offered: offered, SkipFaults: skipFaults, Out: os.Stdout}
 	if verbose {
-		tee = os.Stderr
+		o.Tee = os.Stderr
 	}
-	return quotabench.Run(ctx, quotabench.Options{
-		Dir: dir, Net: net, Consumers: consumers, Offered: offered, SkipFaults: skipFaults,
-		Out: os.Stdout, Tee: tee,
-	})
+	return quotabench.Run(ctx, o)
 }

@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -39,7 +40,8 @@ import (
 
 // Options for Run.
 type Options struct {
-	// Dir holds binaries, config and logs. Required.
+	// Dir holds binaries, config and logs. Default: a temporary
+	// directory, removed when Run returns.
 	Dir string
 	// Bins are prebuilt binaries (topology.Options.Bins); nil builds them.
 	Bins map[string]string
@@ -58,6 +60,14 @@ type Options struct {
 // Run runs the benchmark and prints its tables to Out. It returns an
 // error naming every target missed.
 func Run(ctx context.Context, o Options) error {
+	if o.Dir == "" {
+		dir, err := os.MkdirTemp("", "spillway-quotabench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		o.Dir = dir
+	}
 	if o.Consumers == 0 {
 		o.Consumers = 100
 	}
@@ -217,7 +227,20 @@ func faults(ctx context.Context, out io.Writer, c *topology.Cluster, l *load) er
 		{"redis stalled (SIGSTOP)", c.Redis.Stall, c.Redis.Resume},
 		{"redis killed, restarted", func() error { c.Redis.Kill(); return nil }, func() error { return c.Redis.Restart(ctx) }},
 		{cp(0) + " stalled (SIGSTOP)", func() error { return c.CPs[0].Signal(stopSignal) }, func() error { return c.CPs[0].Signal(contSignal) }},
-		{cp(1) + " killed, restarted", func() error { c.CPs[1].Kill(); return nil }, func() error { return c.StartControlPlane(1) }},
+		{cp(1) + " killed, restarted", func() error { c.CPs[1].Kill(); return nil }, func() error {
+			if err := c.StartControlPlane(1); err != nil {
+				return err
+			}
+			// Recovered from when it serves again, not from its exec.
+			return topology.WaitFor(ctx, 20*time.Second, func() (bool, error) {
+				resp, err := http.Get("http://" + c.Spec.ControlPlaneIP(1) + ":7100/readyz")
+				if err != nil {
+					return false, err
+				}
+				resp.Body.Close()
+				return resp.StatusCode == http.StatusOK, nil
+			})
+		}},
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "fault (3 s)\tfail-open admissions\tadmissions > 1 ms\tslowest admission bucket\trecovered after\tp99 admitted latency\t\n")

@@ -26,7 +26,7 @@
 // timeout during an outage are the counter-example). Every call is bounded
 // by Config.Timeout (default 20ms; dial, pool wait, write and read
 // included, no retries), and a circuit breaker (sony/gobreaker) opens
-// after 3 consecutive failures: while open, calls fail at once without
+// after 5 consecutive failures: while open, calls fail at once without
 // touching the network, and every OpenFor (default 250ms) up to 100 calls
 // probe Redis again; they close the breaker when they succeed. A failure is
 // returned as ErrUnavailable, which the quota service answers with
@@ -79,7 +79,7 @@ type Config struct {
 	// an allocation while Redis stalls; too low and a busy Redis fails
 	// calls that would have succeeded.
 	Timeout time.Duration
-	// OpenFor is how long the circuit breaker stays open after 3
+	// OpenFor is how long the circuit breaker stays open after 5
 	// consecutive failures before calls probe Redis again. Default 250ms.
 	OpenFor time.Duration
 }
@@ -98,6 +98,11 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// breakerFailures is how many consecutive failures open the breaker:
+// enough that a busy Redis's odd slow answer does not fail every caller
+// for OpenFor, few enough that a dead one costs a handful of calls.
+const breakerFailures = 5
 
 // ErrUnavailable wraps every failure to reach Redis or get its answer in
 // time, and the breaker's refusals: the quota service answers it with
@@ -173,7 +178,7 @@ func New(cfg Config, limits quota.Limits, reg prometheus.Registerer) (*Store, er
 		Name:        "quota-redis",
 		MaxRequests: 100, // probes in half-open; that many successes close it
 		Timeout:     cfg.OpenFor,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 3 },
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= breakerFailures },
 		OnStateChange: func(_ string, _, to gobreaker.State) {
 			if to == gobreaker.StateOpen {
 				s.open.Set(1)
