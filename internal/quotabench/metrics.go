@@ -23,7 +23,7 @@ type sums struct {
 	failOpen, failedCalls, okCalls, exhaustedCalls float64
 	admits, admitsUnder1ms                         float64
 	slowestBucket                                  string // the highest bucket any admission fell in
-	injected                                       float64
+	injected, storeFailed                          float64 // at the control planes
 }
 
 // admitBuckets are spillway_gfe_quota_admit_seconds' bucket bounds.
@@ -61,6 +61,7 @@ func scrape(c *topology.Cluster) (sums, error) {
 			continue // a control plane down has injected nothing since
 		}
 		s.injected += m[`spillway_controlplane_quota_allocations_total{result="injected_error"}`]
+		s.storeFailed += m[`spillway_controlplane_quota_allocations_total{result="store_unavailable"}`]
 	}
 	return s, nil
 }
