@@ -27,8 +27,9 @@
 // by Config.Timeout (default 20ms; dial, pool wait, write and read
 // included, no retries), and a circuit breaker (sony/gobreaker) opens
 // after 5 consecutive failures: while open, calls fail at once without
-// touching the network, and every OpenFor (default 250ms) up to 100 calls
-// probe Redis again; they close the breaker when they succeed. A failure is
+// touching the network, and every OpenFor (default 250ms) up to 1000 calls
+// probe Redis again; 1000 successes close the breaker, a failure reopens
+// it. A failure is
 // returned as ErrUnavailable, which the quota service answers with
 // UNAVAILABLE and the gfes fail open on. So a dead or stalled Redis costs an
 // allocation at most Timeout, and after a few failures nothing; counting
@@ -176,7 +177,11 @@ func New(cfg Config, limits quota.Limits, reg prometheus.Registerer) (*Store, er
 	})
 	s.breaker = gobreaker.NewCircuitBreaker[string](gobreaker.Settings{
 		Name:        "quota-redis",
-		MaxRequests: 100, // probes in half-open; that many successes close it
+		// Half-open lets this many calls through and closes after as many
+		// successes (any failure reopens it): after an outage every lease
+		// of every gfe calls at once, and a probe refused is a lease
+		// failing open for another second.
+		MaxRequests: 1000,
 		Timeout:     cfg.OpenFor,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= breakerFailures },
 		OnStateChange: func(_ string, _, to gobreaker.State) {
