@@ -217,7 +217,9 @@ type QuotaStatus struct {
 	Limit  int64  `json:"limit"`
 	Source string `json:"source"`
 	// Used is what was charged in the current window (all replicas', with
-	// Redis), or -1 when the store did not answer.
+	// Redis): what the gfes have leased, which runs ahead of the requests
+	// they admitted by up to a second or two of each one's traffic. -1
+	// when the store did not answer.
 	Used int64 `json:"used"`
 }
 
