@@ -59,13 +59,17 @@ func (l *Lease) interval() time.Duration {
 }
 
 // roll moves l to the window of now if it is newer, dropping the old
-// window's budget and credit. A time in an older window (a request that
+// window's budget, credit and demand. A time in an older window (a request that
 // started just before the turn, decided after a call's answer already
 // moved l on) counts in l's window: moving back would drop the new
 // window's budget and what is owed, and give its credit again.
 func (l *Lease) roll(now time.Time) {
 	if w := windowOf(now); w > l.window {
-		l.window, l.granted, l.budget, l.owed = w, false, 0, 0
+		// Demand counted while the old window was exhausted piled up
+		// with no call to reset it: carried over, it would make the new
+		// window's first call ask for (and get) the whole limit, leaving
+		// the other gfes' credit unpaid.
+		l.window, l.granted, l.budget, l.owed, l.demand = w, false, 0, 0, 0
 	}
 }
 

@@ -115,6 +115,29 @@ func TestLeaseNeverRollsBack(t *testing.T) {
 	}
 }
 
+// TestLeaseNewWindowAsksForItsOwnDemand: demand refused during an
+// exhausted window does not carry over, so the new window's first call
+// asks for what is owed plus twice the new window's demand, not for the
+// whole limit (found by cmd/quotabench: with three gfes, one got a
+// window's whole limit and the other two's credit went unpaid).
+func TestLeaseNewWindowAsksForItsOwnDemand(t *testing.T) {
+	l := &Lease{Credit: 1}
+	now := t0.Add(10 * time.Second)
+	l.Admit(now, 1)
+	l.Call(now)
+	l.Granted(now, 0, true, 50*time.Second) // exhausted until the turn
+	for i := range 100 {                    // refused, counted as demand
+		l.Admit(now.Add(time.Duration(i)*100*time.Millisecond), 1)
+	}
+	turn := t0.Add(Window)
+	if ok, _ := l.Admit(turn, 1); !ok {
+		t.Fatal("first request of the new window refused")
+	}
+	if ask, ok := l.Call(turn); !ok || ask != 1+2*1 {
+		t.Errorf("first call of the new window = %d, %v; want 1 owed + 2 × 1 demand = 3", ask, ok)
+	}
+}
+
 func TestLeaseAccuracy(t *testing.T) {
 	limits := []int64{60, 600, 1000, 6000}
 	alloc := NewAllocator(func(consumer, _ string) (int64, bool) {
