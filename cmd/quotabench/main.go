@@ -37,18 +37,18 @@ func main() {
 }
 
 func run(consumers int, offered float64, skipFaults bool, net int, verbose bool) error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	if err := testkit.EnsureTools(redisserver.Tools); err != nil {
 		return err
 	}
 	// One deployment at a time on this machine: its timing is what the
-	// targets are about.
+	// targets are about. (Ctrl-C while waiting ends the command at once.)
 	unlock, err := testkit.LockDeployments()
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
 	o := quotabench.Options{Net: net, Consumers: consumers, Offered: offered, SkipFaults: skipFaults, Out: os.Stdout}
 	if verbose {
 		o.Tee = os.Stderr

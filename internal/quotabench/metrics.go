@@ -22,7 +22,7 @@ const (
 type sums struct {
 	failOpen, failedCalls, okCalls, exhaustedCalls float64
 	admits, admitsUnder1ms                         float64
-	slowestBucket                                  string // the highest bucket any admission fell in
+	slowestBucket                                  string  // the highest bucket any admission fell in
 	injected, storeFailed                          float64 // at the control planes
 }
 

@@ -176,7 +176,7 @@ func New(cfg Config, limits quota.Limits, reg prometheus.Registerer) (*Store, er
 		MinIdleConns:          2,
 	})
 	s.breaker = gobreaker.NewCircuitBreaker[string](gobreaker.Settings{
-		Name:        "quota-redis",
+		Name: "quota-redis",
 		// Half-open lets this many calls through and closes after as many
 		// successes (any failure reopens it): after an outage every lease
 		// of every gfe calls at once, and a probe refused is a lease

@@ -82,10 +82,10 @@ const (
 // Enforcer admits requests against quota. Create it with New; Admit is
 // safe for concurrent use; Run makes the calls.
 type Enforcer struct {
-	cfg     Config
-	clk     clock.Clock
-	conn    func() Allocator
-	log     zerolog.Logger
+	cfg  Config
+	clk  clock.Clock
+	conn func() Allocator
+	log  zerolog.Logger
 
 	logMu   sync.Mutex
 	logged  time.Time // last fail-open log line, under logMu
