@@ -73,6 +73,12 @@ type quotaStore interface {
 	Used(ctx context.Context, now time.Time, consumer, metric string) (int64, error)
 }
 
+// Both stores are quotaStores.
+var (
+	_ quotaStore = memoryStore{}
+	_ quotaStore = (*quotaredis.Store)(nil)
+)
+
 // memoryStore is the quotaStore of a replica without Redis.
 type memoryStore struct{ a *quota.Allocator }
 
