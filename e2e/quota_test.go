@@ -131,8 +131,12 @@ func TestQuotaSharedAcrossReplicas(t *testing.T) {
 		ControlPlanes:    2,
 		Redis:            true,
 		PinControlPlanes: true,
-		Regions:          []topology.Region{{Name: "us-east", Zones: []string{"b"}, Instances: 2, Rate: 1000}},
-		Sites:            []topology.Site{{Name: "nyc", GFEs: 2, RTT: map[string]time.Duration{"us-east": time.Millisecond}}},
+		// A Redis call slower than the 20ms default fails, and its gfe
+		// admits everything for a second (fail open): on a machine with
+		// both cores busy that happens, and is not what this test is about.
+		CPArgs:  []string{"--quota-redis-timeout", "250ms"},
+		Regions: []topology.Region{{Name: "us-east", Zones: []string{"b"}, Instances: 2, Rate: 1000}},
+		Sites:   []topology.Site{{Name: "nyc", GFEs: 2, RTT: map[string]time.Duration{"us-east": time.Millisecond}}},
 		EditConfig: func(yaml string) string {
 			return yaml + `quota:
   metrics: [{name: calls, default_limit: 30}]
@@ -173,7 +177,11 @@ func TestQuotaSharedAcrossReplicas(t *testing.T) {
 	t.Logf("greedy (limit 30/min) through 2 gfes on 2 control planes: %d admitted, %d limited", ok, limited)
 	// Each gfe may admit one request on credit before its first grant.
 	if ok < 29 || ok > 32 {
-		t.Errorf("greedy: %d admitted of 120 through two replicas, want 30 (29..32: one count in Redis; ~60 if each replica counted alone)", ok)
+		failOpen := 0.0
+		for _, g := range c.GFEs {
+			failOpen += scrapeMetric(t, g.Admin+"/metrics", `spillway_gfe_quota_decisions_total{result="fail_open"}`)
+		}
+		t.Errorf("greedy: %d admitted of 120 through two replicas (%v failing open), want 30 (29..32: one count in Redis; ~60 if each replica counted alone)", ok, failOpen)
 	}
 	for k := range c.CPs {
 		resp, err := http.Get("http://" + spec.ControlPlaneIP(k) + ":7100/status")
@@ -196,4 +204,23 @@ func TestQuotaSharedAcrossReplicas(t *testing.T) {
 			t.Errorf("cp-%d /status: store %q, quota %+v; want redis, greedy calls 30 used of 30 (default)", k+1, st.QuotaStore, st.Quota)
 		}
 	}
+}
+
+// scrapeMetric returns the value of series on the Prometheus page at url
+// (0 if absent).
+func scrapeMetric(t *testing.T, url, series string) float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	return 0
 }
