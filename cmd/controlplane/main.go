@@ -48,6 +48,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
@@ -146,6 +147,9 @@ func parseFlags(args []string) (*viper.Viper, error) {
 	fs.Bool("insecure-plaintext", false, "serve gRPC WITHOUT TLS (secrets redacted); required when no --tls-* flags are given")
 	fs.Bool("grpc-reflection", false, "register the gRPC reflection service")
 	fs.Float64("quota-error-rate", 0, "fraction of AllocateQuota calls failed on purpose with UNAVAILABLE, so that gfes' fail-open path stays exercised (0..0.5)")
+	fs.String("quota-redis", "", "host:port of the Redis that keeps quota counters shared by every replica (empty: counters in this replica's memory, right for one replica only)")
+	fs.String("quota-redis-password-file", "", "file whose first line is the password of --quota-redis (AUTH / requirepass)")
+	fs.Duration("quota-redis-timeout", 20*time.Millisecond, "bound on every Redis call (dial, write, read); slower calls fail and gfes fail open")
 	fs.String("admin", d.AdminAddr, "admin HTTP listen address: /metrics /healthz /readyz /status (/debug/pprof with --pprof)")
 	fs.String("admin-token-file", "", "file holding a bearer token required on every admin page but /healthz and /readyz")
 	fs.Bool("pprof", false, "serve the Go profiler on the admin listener under /debug/pprof/ (never cmdline)")
@@ -186,6 +190,9 @@ func daemonConfig(v *viper.Viper, args []string) (controlplane.Config, []string,
 	cfg.Pprof = v.GetBool("pprof")
 	cfg.GRPCReflection = v.GetBool("grpc-reflection")
 	cfg.QuotaErrorRate = v.GetFloat64("quota-error-rate")
+	cfg.QuotaRedis.Addr = v.GetString("quota-redis")
+	cfg.QuotaRedis.PasswordFile = v.GetString("quota-redis-password-file")
+	cfg.QuotaRedis.Timeout = v.GetDuration("quota-redis-timeout")
 	cfg.TLS = daemonflags.ServerTLS(v.GetString("tls-ca"), v.GetString("tls-cert"), v.GetString("tls-key"),
 		v.GetString("tls-allowed-clients"), v.GetBool("insecure-plaintext"))
 	cfg.NodeName = v.GetString("node")

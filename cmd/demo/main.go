@@ -1,9 +1,11 @@
 // Command demo starts a local Spillway deployment — one control plane, three
 // gfes at three sites, test backends in three regions of two zones — as
 // separate processes on loopback, and drives traffic through a short story
-// (steady state, flash crowd, unhealthy region, global overload, recovery),
-// printing per phase where each site's traffic went and each region's
-// utilization. With --keep-running it then leaves the deployment up and
+// (steady state, flash crowd, unhealthy region, global overload, recovery,
+// then per-consumer quota), printing per phase where each site's traffic
+// went and each region's utilization, and in the quota phase what a greedy
+// and a polite consumer got; it exits 1 when the quota phase's
+// expectations fail. With --keep-running it then leaves the deployment up and
 // prints the admin URLs until Ctrl-C.
 package main
 
@@ -59,7 +61,9 @@ func run(keep, verbose bool, net int, settle, measure time.Duration) error {
 	}
 	fmt.Printf("building and starting: 1 control plane, 3 gfes (nyc, lon, tokyo), backends in us-east, eu-west, asia-east (in %s)\n", dir)
 	t0 := time.Now()
-	c, err := topology.Start(ctx, topology.Demo(net), topology.Options{Dir: dir, Tee: tee})
+	spec := topology.Demo(net)
+	spec.EditConfig = func(yaml string) string { return yaml + demo.QuotaConfig }
+	c, err := topology.Start(ctx, spec, topology.Options{Dir: dir, Tee: tee})
 	if err != nil {
 		return err
 	}
@@ -86,7 +90,18 @@ func run(keep, verbose bool, net int, settle, measure time.Duration) error {
 			return fmt.Errorf("phase %q: %w", ph.Name, err)
 		}
 		planned := <-plannedc
-		demo.Print(os.Stdout, i+1, len(story), ph, res, planned, measure)
+		demo.Print(os.Stdout, i+1, len(story)+1, ph, res, planned, measure)
+	}
+	qs, err := demo.RunQuota(ctx, c, measure)
+	if ctx.Err() != nil {
+		return errInterrupted
+	}
+	if err != nil {
+		return fmt.Errorf("quota phase: %w", err)
+	}
+	demo.PrintQuota(os.Stdout, len(story)+1, len(story)+1, qs, measure)
+	if err := demo.CheckQuota(qs); err != nil {
+		return err
 	}
 	if keep {
 		fmt.Println("\nthe deployment keeps running; Ctrl-C stops every process.")

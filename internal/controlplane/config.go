@@ -12,6 +12,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/mtls"
+	"github.com/spillway-lb/spillway/internal/quotaredis"
 	"github.com/spillway-lb/spillway/lb/health"
 )
 
@@ -96,6 +97,13 @@ type Config struct {
 	// so that the gfes' fail-open path stays exercised in production
 	// (DESIGN.md §7). Default 0; in [0, 0.5].
 	QuotaErrorRate float64
+	// QuotaRedis is where quota counters are shared with the other
+	// replicas (package quotaredis; flags --quota-redis,
+	// --quota-redis-password-file, --quota-redis-timeout). Default: no
+	// Addr, counters in this replica's memory — right for one replica;
+	// with several, each counts alone and a consumer spread over n of them
+	// may get up to n times its limit.
+	QuotaRedis quotaredis.Config
 }
 
 // DefaultConfig returns a Config with every default set; ConfigPath and
@@ -139,6 +147,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.QuotaErrorRate >= 0 && c.QuotaErrorRate <= 0.5) {
 		bad("quota_error_rate: must be in [0, 0.5], got %v", c.QuotaErrorRate)
+	}
+	if err := c.QuotaRedis.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.KeepaliveMinTime <= 0 {
 		bad("keepalive_min_time: must be > 0, got %v", c.KeepaliveMinTime)

@@ -133,7 +133,10 @@ func New(cfg Config, opts Options) (d *Daemon, err error) {
 	if opts.Rand != nil {
 		seed = opts.Rand()
 	}
-	d.quota = newQuotaService(d.hub, opts.Clock, cfg.QuotaErrorRate, seed, opts.Logger, reg)
+	d.quota, err = newQuotaService(d.hub, opts.Clock, cfg.QuotaErrorRate, cfg.QuotaRedis, seed, opts.Logger, reg)
+	if err != nil {
+		return nil, fmt.Errorf("controlplane: quota: %w", err)
+	}
 	pb.RegisterQuotaServer(d.grpcSrv, d.quota)
 	d.grpcHealth = grpchealth.NewServer()
 	healthpb.RegisterHealthServer(d.grpcSrv, d.grpcHealth)
@@ -156,6 +159,7 @@ func (d *Daemon) Components() []Component {
 		{Name: "health", Run: d.health.Run},
 		{Name: "grpc", Run: d.serveGRPC},
 		{Name: "admin", Run: d.serveAdmin},
+		{Name: "quota", Run: d.quota.Run},
 	}
 }
 
@@ -336,9 +340,14 @@ type statusPage struct {
 	OwnedGroups     []string         `json:"owned_groups"`
 	Health          []InstanceHealth `json:"health"`
 	GFEs            []NodeStatus     `json:"gfes"`
+	// QuotaStore is where quota counters live: "memory" or "redis".
+	QuotaStore string `json:"quota_store"`
+	// Quota is every configured consumer's standing per metric in the
+	// current window.
+	Quota []QuotaStatus `json:"quota,omitempty"`
 }
 
-func (d *Daemon) serveStatus(w http.ResponseWriter, _ *http.Request) {
+func (d *Daemon) serveStatus(w http.ResponseWriter, r *http.Request) {
 	cur := d.reloader.Current()
 	members, owned := d.Ownership()
 	p := statusPage{
@@ -350,6 +359,8 @@ func (d *Daemon) serveStatus(w http.ResponseWriter, _ *http.Request) {
 		ControlPlanes:  members,
 		OwnedGroups:    owned,
 		GFEs:           d.svc.Nodes(),
+		QuotaStore:     d.quota.storeName,
+		Quota:          d.quota.Status(r.Context(), d.quota.clock.Now()),
 	}
 	if st, _ := d.hub.Load(); st != nil {
 		p.SnapshotVersion, p.Ready, p.Health = st.Version, st.Ready, st.Health

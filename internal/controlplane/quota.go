@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,27 +16,33 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/internal/quotaredis"
 	"github.com/spillway-lb/spillway/lb/quota"
 	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
 )
 
 // quotaService implements the Quota gRPC service (proto/spillway/v1/
-// quota.proto, DESIGN.md §7): lb/quota's Allocator in memory, with the
-// limits of the configuration the hub serves now, so a reload applies to
-// the next allocation. With ErrorRate > 0 it fails that fraction of the
-// allocations with UNAVAILABLE on purpose, before charging anything, so
-// that the callers' fail-open path stays exercised.
+// quota.proto, DESIGN.md §7) over a quotaStore, with the limits of the
+// configuration the hub serves now, so a reload applies to the next
+// allocation. With ErrorRate > 0 it fails that fraction of the allocations
+// with UNAVAILABLE on purpose, before charging anything, so that the
+// callers' fail-open path stays exercised.
 //
-// Counters live in this replica's memory: with several control planes each
-// counts what it is asked, so a consumer spread over two replicas gets up
-// to twice its limit (counters shared in Redis are issue #13's next step).
+// Without Config.QuotaRedis the counters live in this replica's memory
+// (lb/quota's Allocator): with several control planes each would count
+// what it is asked, and a consumer spread over two replicas would get up
+// to twice its limit. With it they live in Redis (package quotaredis),
+// shared by every replica; Redis failing or slow is answered with
+// UNAVAILABLE within its timeout, and the gfes fail open.
 type quotaService struct {
 	pb.UnimplementedQuotaServer
 
 	hub       *hub
 	clock     clock.Clock
-	alloc     *quota.Allocator
+	store     quotaStore
+	storeName string // "memory" or "redis", on /status
 	errorRate float64
 	log       zerolog.Logger
 	calls     *prometheus.CounterVec // result
@@ -53,9 +60,37 @@ const (
 	quotaUnknownMetric = "unknown_metric"
 	quotaInjected      = "injected_error"
 	quotaUnavailable   = "unavailable"
+	quotaStoreFailed   = "store_unavailable"
 )
 
-func newQuotaService(h *hub, clk clock.Clock, errorRate float64, seed uint64, log zerolog.Logger, reg prometheus.Registerer) *quotaService {
+// quotaStore keeps the counters the quota service charges: lb/quota's
+// Allocator in this replica's memory, or quotaredis.Store shared by every
+// replica. Safe for concurrent use; a call returns within the store's own
+// bound (memory: at once), and a failure that is not one of lb/quota's
+// errors means the counters could not be reached (callers fail open).
+type quotaStore interface {
+	Allocate(ctx context.Context, now time.Time, r quota.Request) (quota.Result, error)
+	Used(ctx context.Context, now time.Time, consumer, metric string) (int64, error)
+}
+
+// Both stores are quotaStores.
+var (
+	_ quotaStore = memoryStore{}
+	_ quotaStore = (*quotaredis.Store)(nil)
+)
+
+// memoryStore is the quotaStore of a replica without Redis.
+type memoryStore struct{ a *quota.Allocator }
+
+func (m memoryStore) Allocate(_ context.Context, now time.Time, r quota.Request) (quota.Result, error) {
+	return m.a.Allocate(now, r)
+}
+
+func (m memoryStore) Used(_ context.Context, now time.Time, consumer, metric string) (int64, error) {
+	return m.a.Used(now, consumer, metric), nil
+}
+
+func newQuotaService(h *hub, clk clock.Clock, errorRate float64, redisCfg quotaredis.Config, seed uint64, log zerolog.Logger, reg prometheus.Registerer) (*quotaService, error) {
 	q := &quotaService{
 		hub:       h,
 		clock:     clock.OrReal(clk),
@@ -64,17 +99,34 @@ func newQuotaService(h *hub, clk clock.Clock, errorRate float64, seed uint64, lo
 		rand:      rand.New(rand.NewPCG(seed, seed^0x9E3779B97F4A7C15)),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "spillway", Subsystem: "controlplane", Name: "quota_allocations_total",
-			Help: "AllocateQuota calls by result: ok, exhausted, invalid, unknown_metric, injected_error (on purpose, --quota-error-rate), unavailable (no configuration yet).",
+			Help: "AllocateQuota calls by result: ok, exhausted, invalid, unknown_metric, injected_error (on purpose, --quota-error-rate), unavailable (no configuration yet), store_unavailable (Redis failing, slow or behind an open breaker: UNAVAILABLE, callers fail open).",
 		}, []string{"result"}),
 	}
-	q.alloc = quota.NewAllocator(q.limit)
-	for _, r := range []string{quotaOK, quotaExhausted, quotaInvalid, quotaUnknownMetric, quotaInjected, quotaUnavailable} {
+	if redisCfg.Addr == "" {
+		q.store, q.storeName = memoryStore{quota.NewAllocator(q.limit)}, "memory"
+	} else {
+		s, err := quotaredis.New(redisCfg, q.limit, reg)
+		if err != nil {
+			return nil, err
+		}
+		q.store, q.storeName = s, "redis"
+	}
+	for _, r := range []string{quotaOK, quotaExhausted, quotaInvalid, quotaUnknownMetric, quotaInjected, quotaUnavailable, quotaStoreFailed} {
 		q.calls.WithLabelValues(r)
 	}
 	if reg != nil {
 		reg.MustRegister(q.calls)
 	}
-	return q
+	return q, nil
+}
+
+// Run closes the store's connections when ctx is done.
+func (q *quotaService) Run(ctx context.Context) error {
+	<-ctx.Done()
+	if c, ok := q.store.(interface{ Close() error }); ok {
+		return c.Close()
+	}
+	return nil
 }
 
 // limit is the Allocator's Limits: the effective limit in the
@@ -99,7 +151,7 @@ func (q *quotaService) injectError() bool {
 }
 
 // AllocateQuota implements the Quota service (see quota.proto).
-func (q *quotaService) AllocateQuota(_ context.Context, req *pb.AllocateQuotaRequest) (*pb.AllocateQuotaResponse, error) {
+func (q *quotaService) AllocateQuota(ctx context.Context, req *pb.AllocateQuotaRequest) (*pb.AllocateQuotaResponse, error) {
 	st, _ := q.hub.Load()
 	if st == nil || st.Config == nil {
 		q.calls.WithLabelValues(quotaUnavailable).Inc()
@@ -124,7 +176,7 @@ func (q *quotaService) AllocateQuota(_ context.Context, req *pb.AllocateQuotaReq
 	for _, v := range req.GetValues() {
 		r.Values = append(r.Values, quota.MetricValue{Metric: v.GetMetric(), Value: v.GetValue()})
 	}
-	res, err := q.alloc.Allocate(q.clock.Now(), r)
+	res, err := q.store.Allocate(ctx, q.clock.Now(), r)
 	switch {
 	case errors.Is(err, quota.ErrInvalidRequest):
 		q.calls.WithLabelValues(quotaInvalid).Inc()
@@ -133,8 +185,10 @@ func (q *quotaService) AllocateQuota(_ context.Context, req *pb.AllocateQuotaReq
 		q.calls.WithLabelValues(quotaUnknownMetric).Inc()
 		return nil, status.Error(codes.FailedPrecondition, fmt.Sprintf("%v (config %s)", err, st.Config.Hash))
 	case err != nil:
-		q.calls.WithLabelValues(quotaUnavailable).Inc()
-		return nil, status.Error(codes.Internal, err.Error())
+		// The counters could not be reached: what went wrong is logged by
+		// the store's metrics, not told to the caller.
+		q.calls.WithLabelValues(quotaStoreFailed).Inc()
+		return nil, status.Error(codes.Unavailable, "quota: counters unavailable; callers fail open")
 	}
 	if res.Exhausted {
 		q.calls.WithLabelValues(quotaExhausted).Inc()
@@ -156,4 +210,62 @@ func exhausted(consumer string, retry time.Duration) error {
 		st = d
 	}
 	return st.Err()
+}
+
+// QuotaStatus is one consumer's standing for one metric in this window,
+// as /status shows it.
+type QuotaStatus struct {
+	Consumer string `json:"consumer"`
+	Metric   string `json:"metric"`
+	// Limit is the effective limit per minute, and Source where it came
+	// from: default, producer_override, consumer_override or
+	// producer_and_consumer_override (lb/quota.EffectiveLimit).
+	Limit  int64  `json:"limit"`
+	Source string `json:"source"`
+	// Used is what was charged in the current window (all replicas', with
+	// Redis): what the gfes have leased, which runs ahead of the requests
+	// they admitted by up to a second or two of each one's traffic. -1
+	// when the store did not answer.
+	Used int64 `json:"used"`
+}
+
+// Status returns every configured consumer's standing for every metric
+// at now, by consumer then metric: the projects API keys map to, those
+// with overrides, and "anonymous" when anonymous requests are allowed.
+func (q *quotaService) Status(ctx context.Context, now time.Time) []QuotaStatus {
+	st, _ := q.hub.Load()
+	if st == nil || st.Config == nil {
+		return nil
+	}
+	cfg := st.Config.Config
+	seen := map[string]bool{}
+	var projects []string
+	add := func(p string) {
+		if !seen[p] {
+			seen[p] = true
+			projects = append(projects, p)
+		}
+	}
+	for _, c := range cfg.Quota.Consumers {
+		add(c.Project)
+	}
+	for _, o := range append(append([]config.QuotaOverride(nil), cfg.Quota.ProducerOverrides...), cfg.Quota.ConsumerOverrides...) {
+		add(o.Project)
+	}
+	if cfg.Quota.AllowAnonymous {
+		add(config.AnonymousProject)
+	}
+	slices.Sort(projects)
+	var out []QuotaStatus
+	for _, p := range projects {
+		for _, m := range cfg.Quota.Metrics {
+			limit, src, _ := cfg.QuotaLimit(p, m.Name)
+			used, err := q.store.Used(ctx, now, p, m.Name)
+			if err != nil {
+				used = -1
+			}
+			out = append(out, QuotaStatus{Consumer: p, Metric: m.Name, Limit: limit, Source: string(src), Used: used})
+		}
+	}
+	return out
 }

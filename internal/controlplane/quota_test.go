@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -13,6 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/internal/quotaredis"
+	"github.com/spillway-lb/spillway/internal/testkit"
 	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
 )
 
@@ -39,7 +42,15 @@ func quotaClient(t *testing.T, edit func(*Config)) (pb.QuotaClient, *Daemon, *cl
 	t.Helper()
 	path := writeFile(t, t.TempDir(), "cp.yaml", quotaYAML())
 	clk := clock.NewFake(epoch.Truncate(time.Minute).Add(20 * time.Second))
-	r := startDaemonWith(t, "cp-quota", path, nil, clk, newWorld(), false, edit)
+	qc, d := quotaReplica(t, "cp-quota", path, clk, edit)
+	return qc, d, clk
+}
+
+// quotaReplica starts a control plane named name on the config at path
+// and returns a Quota client over real gRPC and the daemon.
+func quotaReplica(t *testing.T, name, path string, clk clock.Clock, edit func(*Config)) (pb.QuotaClient, *Daemon) {
+	t.Helper()
+	r := startDaemonWith(t, name, path, nil, clk, newWorld(), false, edit)
 	t.Cleanup(r.stop)
 	waitState(t, r.d.State, "a configuration", func(st *State) bool { return st.Config != nil })
 	cc, err := grpc.NewClient("passthrough:///"+r.d.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -47,7 +58,7 @@ func quotaClient(t *testing.T, edit func(*Config)) (pb.QuotaClient, *Daemon, *cl
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	return pb.NewQuotaClient(cc), r.d, clk
+	return pb.NewQuotaClient(cc), r.d
 }
 
 func calls(n int64) []*pb.QuotaMetricValue {
@@ -146,5 +157,76 @@ func TestAllocateQuotaInjectedErrors(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(d.quota.calls.WithLabelValues(quotaInjected)); got != float64(unavailable) {
 		t.Errorf("injected errors counted %v, want %d", got, unavailable)
+	}
+}
+
+// TestAllocateQuotaSharedInRedis: two replicas with --quota-redis on one
+// real redis-server charge the same counters: calls alternating between
+// them admit small's limit of 3 (in memory each would admit 3: 6 in all)
+// and big's 5; both replicas' /status data say so, with each limit's
+// source. With Redis killed, calls fail with UNAVAILABLE (callers fail
+// open) within the Redis timeout (250ms) plus slack, counted as
+// store_unavailable.
+func TestAllocateQuotaSharedInRedis(t *testing.T) {
+	rs := testkit.StartRedis(t, "")
+	addr := rs.Addr
+	path := writeFile(t, t.TempDir(), "cp.yaml", quotaYAML())
+	// Real time: Redis expires the counters on its own clock. Both
+	// replicas read one clock, so a window cannot turn between them.
+	clk := clock.NewFake(time.Now().Truncate(time.Minute).Add(time.Second))
+	// A timeout a busy machine cannot miss: the tight bound is
+	// quotaredis's TestStoreFailsFastAndRecovers.
+	useRedis := func(c *Config) { c.QuotaRedis = quotaredis.Config{Addr: addr, Timeout: 250 * time.Millisecond} }
+	qa, da := quotaReplica(t, "cp-a", path, clk, useRedis)
+	qb, db := quotaReplica(t, "cp-b", path, clk, useRedis)
+	ctx := context.Background()
+	admitted := map[string]int{}
+	for _, consumer := range []string{"small", "big"} {
+		for i := range 10 {
+			qc := []pb.QuotaClient{qa, qb}[i%2]
+			_, err := qc.AllocateQuota(ctx, &pb.AllocateQuotaRequest{Consumer: consumer, Values: calls(1), Mode: pb.QuotaMode_QUOTA_MODE_NORMAL})
+			switch status.Code(err) {
+			case codes.OK:
+				admitted[consumer]++
+			case codes.ResourceExhausted:
+			default:
+				t.Fatalf("%s: AllocateQuota: %v", consumer, err)
+			}
+		}
+	}
+	if admitted["small"] != 3 || admitted["big"] != 5 {
+		t.Errorf("over two replicas admitted %v of 10 each, want small 3 and big 5 (one count in Redis)", admitted)
+	}
+	want := []QuotaStatus{
+		{Consumer: "big", Metric: "calls", Limit: 5, Source: "producer_override", Used: 5},
+		{Consumer: "small", Metric: "calls", Limit: 3, Source: "default", Used: 3},
+	}
+	for _, d := range []*Daemon{da, db} {
+		if d.quota.storeName != "redis" {
+			t.Errorf("store %q, want redis", d.quota.storeName)
+		}
+		if diff := cmp.Diff(want, d.quota.Status(ctx, clk.Now())); diff != "" {
+			t.Errorf("Status (-want +got):\n%s", diff)
+		}
+	}
+	rs.Kill()
+	var worst time.Duration
+	for range 50 {
+		start := time.Now()
+		_, err := qa.AllocateQuota(ctx, &pb.AllocateQuotaRequest{Consumer: "big", Values: calls(0), Mode: pb.QuotaMode_QUOTA_MODE_NORMAL})
+		worst = max(worst, time.Since(start))
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("Redis down: AllocateQuota = %v, want UNAVAILABLE", err)
+		}
+	}
+	t.Logf("Redis down: 50 AllocateQuota calls answered UNAVAILABLE, slowest %v", worst)
+	if worst > 400*time.Millisecond {
+		t.Errorf("Redis down: slowest AllocateQuota %v, want <= 400ms (250ms timeout, then the open breaker)", worst)
+	}
+	if got := testutil.ToFloat64(da.quota.calls.WithLabelValues(quotaStoreFailed)); got != 50 {
+		t.Errorf("store_unavailable counted %v, want 50", got)
+	}
+	if got := da.quota.Status(ctx, clk.Now()); len(got) != 2 || got[0].Used != -1 {
+		t.Errorf("Status with Redis down = %+v, want used -1", got)
 	}
 }

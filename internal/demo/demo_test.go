@@ -71,3 +71,41 @@ func TestStoryIsTheSeedSituations(t *testing.T) {
 		t.Errorf("flash crowd demand at nyc %v does not exceed us-east's %d", s[1].Demand["nyc"], RegionCapacity)
 	}
 }
+
+// TestQuotaPhase: the quota phase's table shows each consumer's counts
+// and the control plane's view, and CheckQuota passes the expected outcome
+// and names each failed expectation.
+func TestQuotaPhase(t *testing.T) {
+	good := []QuotaConsumer{
+		{Project: "greedy", Rate: 20, Sent: 120, OK: 61, Limited: 59, Used: 60, Limit: 60, Source: "default"},
+		{Project: "polite", Rate: 0.5, Sent: 3, OK: 3, Used: 3, Limit: 60, Source: "default"},
+	}
+	var b bytes.Buffer
+	PrintQuota(&b, 6, 6, good, 6*time.Second)
+	for _, want := range []string{"== phase 6/6: quota", "greedy   20.0/s   120        61   59", "polite    0.5/s     3         3    0"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("PrintQuota output lacks %q:\n%s", want, b.String())
+		}
+	}
+	if err := CheckQuota(good); err != nil {
+		t.Errorf("CheckQuota(expected outcome) = %v", err)
+	}
+	for _, tt := range []struct {
+		name string
+		edit func([]QuotaConsumer)
+		want string
+	}{
+		{"greedy never refused", func(cs []QuotaConsumer) { cs[0].OK, cs[0].Limited = 120, 0 }, "greedy: 120 admitted, 0 refused"},
+		{"greedy over two windows' limit", func(cs []QuotaConsumer) { cs[0].OK, cs[0].Limited = 123, 1 }, "at most 122"},
+		{"polite refused", func(cs []QuotaConsumer) { cs[1].OK, cs[1].Limited = 2, 1 }, "polite: 2 of 3 admitted"},
+		{"errors", func(cs []QuotaConsumer) { cs[1].Other = 1 }, "polite: 1 answers neither"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cs := append([]QuotaConsumer(nil), good...)
+			tt.edit(cs)
+			if err := CheckQuota(cs); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("CheckQuota = %v, want an error with %q", err, tt.want)
+			}
+		})
+	}
+}

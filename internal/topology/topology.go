@@ -10,6 +10,7 @@
 // the /16's first two octets:
 //
 //	A.B.0.k          control plane k (gRPC :7000, admin :7100, gossip :7946)
+//	A.B.0.100        redis-server :6379, with Spec.Redis
 //	A.B.s.g          gfe g (from 1) of site s (sites numbered from 1):
 //	                 proxy :8080, admin :9090, gossip :7946, and the source
 //	                 address of its connections to backends
@@ -59,6 +60,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/gfe/status"
 	"github.com/spillway-lb/spillway/internal/loadgen"
 	"github.com/spillway-lb/spillway/internal/proc"
+	"github.com/spillway-lb/spillway/internal/redisserver"
 )
 
 // Spec describes a deployment.
@@ -103,6 +105,17 @@ type Spec struct {
 	// listener (testbackend --admin) at 127.N.(101+r).1:9999; see
 	// Cluster.BackendAdmin.
 	BackendAdmin bool
+	// Redis starts a real redis-server (Debian's redis-server package must
+	// be installed) at A.B.0.100:6379, and every control plane keeps its
+	// quota counters there (--quota-redis). Default false: each control
+	// plane counts in its own memory.
+	Redis bool
+	// CPArgs are extra flags for every control plane.
+	CPArgs []string
+	// PinControlPlanes gives the n-th gfe started (from 0) only control
+	// plane n mod ControlPlanes, instead of all of them in random order:
+	// gfes spread evenly over the replicas, as tests of shared state need.
+	PinControlPlanes bool
 }
 
 // Demo returns the demo's deployment in 127.net.0.0/16, which the real
@@ -194,6 +207,8 @@ type Cluster struct {
 	// CA.IssueFiles(PKIDir, ...).
 	CA     *devpki.CA
 	PKIDir string
+	// Redis is the redis-server of Spec.Redis (nil without).
+	Redis *redisserver.Server
 
 	// GossipKeyFile is the gossip keyring file every daemon reads
 	// (--gossip-key-file): one random AES-256 key, written by Start, so
@@ -398,6 +413,7 @@ func Start(ctx context.Context, spec Spec, opts Options) (c *Cluster, err error)
 		c.makePKI,
 		c.startBackends,
 		c.waitBackends,
+		c.startRedis,
 		c.startControlPlanes,
 		c.waitControlPlanes,
 		c.startGFEs,
@@ -523,6 +539,19 @@ func (c *Cluster) waitBackends(ctx context.Context) error {
 	return nil
 }
 
+// RedisAddr returns the address of the Spec.Redis server.
+func (s *Spec) RedisAddr() string { return s.ip(0, 100) + ":6379" }
+
+// startRedis starts the redis-server of Spec.Redis.
+func (c *Cluster) startRedis(ctx context.Context) error {
+	if !c.Spec.Redis {
+		return nil
+	}
+	var err error
+	c.Redis, err = redisserver.Start(ctx, redisserver.Options{Addr: c.Spec.RedisAddr(), Dir: filepath.Join(c.Dir, "redis"), Tee: c.opts.Tee})
+	return err
+}
+
 // gossipSeeds returns the control planes' gossip addresses, which every
 // node joins.
 func (s *Spec) gossipSeeds() []string {
@@ -554,6 +583,10 @@ func (c *Cluster) startControlPlanes(context.Context) error {
 			return err
 		}
 		args = append(args, tls...)
+		if c.Spec.Redis {
+			args = append(args, "--quota-redis", c.Spec.RedisAddr())
+		}
+		args = append(args, c.Spec.CPArgs...)
 		c.cpArgs = append(c.cpArgs, args)
 		c.cpNames = append(c.cpNames, name)
 		c.CPAddrs = append(c.CPAddrs, ip+":7000")
@@ -603,9 +636,13 @@ func (c *Cluster) newGFE(si, g int, seeds []string) (*GFE, error) {
 		Name: fmt.Sprintf("gfe-%s-%d", s.Name, g), Site: s.Name,
 		URL: "http://" + ip + ":8080", Admin: "http://" + ip + ":9090", SourceIP: ip,
 	}
+	cps := c.CPAddrs
+	if spec.PinControlPlanes {
+		cps = cps[len(c.GFEs)%len(cps):][:1]
+	}
 	gf.args = []string{
 		"--node", gf.Name, "--site", s.Name, "--listen", ip + ":8080", "--admin", ip + ":9090",
-		"--source-ip", ip, "--controlplanes", strings.Join(c.CPAddrs, ","),
+		"--source-ip", ip, "--controlplanes", strings.Join(cps, ","),
 		"--gossip-addr", ip + ":7946", "--join", strings.Join(seeds, ","), "--gossip-key-file", c.GossipKeyFile,
 		"--plan-interval", spec.PlanInterval.String(), "--rtt-interval", spec.RTTInterval.String(),
 		"--damping", fmt.Sprint(spec.Damping), "--log-format", "json",
@@ -674,6 +711,12 @@ func (c *Cluster) StartControlPlane(k int) error {
 	return nil
 }
 
+// AddControlPlaneArgs appends args to control plane k's (from 0) command
+// line, for its next StartControlPlane.
+func (c *Cluster) AddControlPlaneArgs(k int, args ...string) {
+	c.cpArgs[k] = append(c.cpArgs[k], args...)
+}
+
 // StartGFE (re)starts gf.
 func (c *Cluster) StartGFE(gf *GFE) error {
 	bin, args := c.opts.command(gf.Name, c.Bins["gfe"], gf.args)
@@ -699,6 +742,9 @@ func (c *Cluster) Stop() {
 	}
 	for _, p := range c.Backends {
 		p.Stop(5 * time.Second)
+	}
+	if c.Redis != nil {
+		c.Redis.Stop()
 	}
 }
 

@@ -98,3 +98,42 @@ func TestTLSArgs(t *testing.T) {
 		t.Errorf("plain-text args = %q, want [--insecure-plaintext]", args)
 	}
 }
+
+// TestPinControlPlanes: with PinControlPlanes the n-th gfe gets only
+// control plane n mod ControlPlanes; without, every gfe gets them all.
+func TestPinControlPlanes(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		pin  bool
+		want []string
+	}{
+		{"pinned", true, []string{"127.9.0.1:7000", "127.9.0.2:7000", "127.9.0.1:7000"}},
+		{"all", false, []string{"127.9.0.1:7000,127.9.0.2:7000", "127.9.0.1:7000,127.9.0.2:7000", "127.9.0.1:7000,127.9.0.2:7000"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			spec := Spec{Net: 9, ControlPlanes: 2, PinControlPlanes: tt.pin, InsecurePlaintext: true,
+				Sites: []Site{{Name: "nyc", GFEs: 3}}}
+			c := &Cluster{Spec: spec, CPAddrs: []string{"127.9.0.1:7000", "127.9.0.2:7000"}}
+			var got []string
+			for g := 1; g <= 3; g++ {
+				gf, err := c.newGFE(0, g, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.GFEs = append(c.GFEs, gf)
+				args := gf.Args()
+				for i, a := range args {
+					if a == "--controlplanes" {
+						got = append(got, args[i+1])
+					}
+				}
+			}
+			if d := cmp.Diff(tt.want, got); d != "" {
+				t.Errorf("--controlplanes of 3 gfes (-want +got):\n%s", d)
+			}
+		})
+	}
+	if got := (&Spec{Net: 9}).RedisAddr(); got != "127.9.0.100:6379" {
+		t.Errorf("RedisAddr = %q, want 127.9.0.100:6379", got)
+	}
+}

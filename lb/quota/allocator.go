@@ -109,8 +109,21 @@ func NewAllocator(limits Limits) *Allocator {
 	return &Allocator{limits: limits, counts: map[counterKey]int64{}, ops: map[opKey]opRecord{}}
 }
 
-// windowOf returns the window of t, in Unix minutes.
-func windowOf(t time.Time) int64 { return t.Unix() / int64(Window/time.Second) }
+// WindowOf returns the window of t, in Unix minutes: the number that names
+// it in counters (the Redis store's keys too).
+func WindowOf(t time.Time) int64 { return t.Unix() / int64(Window/time.Second) }
+
+// windowOf is WindowOf.
+func windowOf(t time.Time) int64 { return WindowOf(t) }
+
+// WindowEnd returns when window w ends: the start of window w+1.
+func WindowEnd(w int64) time.Time { return time.Unix((w+1)*int64(Window/time.Second), 0) }
+
+// RetryAfter returns how long a consumer refused in window w at now waits
+// for the next window: the rest of w, between 1s and Window.
+func RetryAfter(w int64, now time.Time) time.Duration {
+	return min(Window, max(time.Second, WindowEnd(w).Sub(now)))
+}
 
 // Allocate charges r at now (see the package documentation). It fails
 // only on an invalid request (ErrInvalidRequest: no consumer, a negative
@@ -118,7 +131,7 @@ func windowOf(t time.Time) int64 { return t.Unix() / int64(Window/time.Second) }
 // (ErrUnknownMetric), and then charges nothing. A time earlier than one
 // seen before counts in the newest window seen.
 func (a *Allocator) Allocate(now time.Time, r Request) (Result, error) {
-	if err := r.check(); err != nil {
+	if err := r.Validate(); err != nil {
 		return Result{}, err
 	}
 	a.mu.Lock()
@@ -164,8 +177,7 @@ func (a *Allocator) Allocate(now time.Time, r Request) (Result, error) {
 		res.Exhausted = asked > 0 && granted == 0
 	}
 	if res.Exhausted {
-		res.RetryAfter = time.Unix((w+1)*int64(Window/time.Second), 0).Sub(now)
-		res.RetryAfter = min(Window, max(time.Second, res.RetryAfter))
+		res.RetryAfter = RetryAfter(w, now)
 	}
 	if r.Mode != ModeCheckOnly {
 		for _, v := range res.Allocated {
@@ -180,8 +192,10 @@ func (a *Allocator) Allocate(now time.Time, r Request) (Result, error) {
 	return res, nil
 }
 
-// check validates r.
-func (r *Request) check() error {
+// Validate reports the first problem with r itself, wrapping
+// ErrInvalidRequest: no consumer, an unknown mode, a negative amount, a
+// metric listed twice. Every store checks it before charging.
+func (r *Request) Validate() error {
 	if r.Consumer == "" {
 		return fmt.Errorf("%w: no consumer", ErrInvalidRequest)
 	}

@@ -1,8 +1,10 @@
 // Package quota holds Spillway's per-consumer quota rules (DESIGN.md §7,
 // Service Control semantics): which limit applies to a consumer, and how an
 // allocation is charged against it. It does no I/O and reads no clock: every
-// call takes the time, so the control plane's quota service (and later its
-// Redis-backed counters) and the tests run it on whatever clock they hold.
+// call takes the time, so the control plane's quota service and the tests
+// run it on whatever clock they hold. internal/quotaredis keeps the same
+// counters in Redis for several control planes, with the same rules (its
+// Lua script is checked against Allocator allocation by allocation).
 //
 // # Limits
 //

@@ -58,11 +58,18 @@ func (l *Lease) interval() time.Duration {
 	return time.Second
 }
 
-// roll moves l to the window of now, dropping the old window's budget and
-// credit.
+// roll moves l to the window of now if it is newer, dropping the old
+// window's budget, credit and demand. A time in an older window (a request that
+// started just before the turn, decided after a call's answer already
+// moved l on) counts in l's window: moving back would drop the new
+// window's budget and what is owed, and give its credit again.
 func (l *Lease) roll(now time.Time) {
-	if w := windowOf(now); w != l.window {
-		l.window, l.granted, l.budget, l.owed = w, false, 0, 0
+	if w := windowOf(now); w > l.window {
+		// Demand counted while the old window was exhausted piled up
+		// with no call to reset it: carried over, it would make the new
+		// window's first call ask for (and get) the whole limit, leaving
+		// the other gfes' credit unpaid.
+		l.window, l.granted, l.budget, l.owed, l.demand = w, false, 0, 0, 0
 	}
 }
 
@@ -145,5 +152,5 @@ func (l *Lease) Want(now time.Time, cost int64) {
 // call outstanding: a call now would spare its next requests the wait for
 // the next Interval.
 func (l *Lease) Waiting(now time.Time) bool {
-	return windowOf(now) != l.window || (!l.granted && !l.calling)
+	return windowOf(now) > l.window || (!l.granted && !l.calling)
 }

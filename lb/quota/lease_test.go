@@ -87,6 +87,57 @@ func TestLeaseAdmission(t *testing.T) {
 // at most once a second with the answer one 10 ms tick later, and giving
 // 0.5% of the limit (rounded down) on credit at the start of a window. Every
 // consumer is admitted between 0.98 and 1.02 of its limit in every window.
+// TestLeaseNeverRollsBack: a request that started in the previous window
+// but is decided after a grant of the new one counts in the new window:
+// it neither drops the new budget and debt nor gets the credit again
+// (found by cmd/quotabench: windows of 60..90 admitted 1 or 2 over).
+func TestLeaseNeverRollsBack(t *testing.T) {
+	turn := t0.Add(Window)
+	l := &Lease{Credit: 1}
+	if ok, _ := l.Admit(turn, 1); !ok { // on credit: owed 1
+		t.Fatal("first request of the window refused")
+	}
+	if _, ok := l.Call(turn); !ok {
+		t.Fatal("no call")
+	}
+	late := turn.Add(-time.Millisecond) // started in the previous window
+	if ok, _ := l.Admit(late, 1); ok {
+		t.Error("a request from the old window got the new window's credit again")
+	}
+	l.Granted(turn.Add(time.Millisecond), 5, false, 0) // pays 1, budget 4
+	for i := range 4 {
+		if ok, _ := l.Admit(late, 1); !ok {
+			t.Fatalf("late request %d: refused with budget left", i)
+		}
+	}
+	if ok, _ := l.Admit(turn.Add(2*time.Millisecond), 1); ok {
+		t.Error("admitted beyond the 5 granted in the window")
+	}
+}
+
+// TestLeaseNewWindowAsksForItsOwnDemand: demand refused during an
+// exhausted window does not carry over, so the new window's first call
+// asks for what is owed plus twice the new window's demand, not for the
+// whole limit (found by cmd/quotabench: with three gfes, one got a
+// window's whole limit and the other two's credit went unpaid).
+func TestLeaseNewWindowAsksForItsOwnDemand(t *testing.T) {
+	l := &Lease{Credit: 1}
+	now := t0.Add(10 * time.Second)
+	l.Admit(now, 1)
+	l.Call(now)
+	l.Granted(now, 0, true, 50*time.Second) // exhausted until the turn
+	for i := range 100 {                    // refused, counted as demand
+		l.Admit(now.Add(time.Duration(i)*100*time.Millisecond), 1)
+	}
+	turn := t0.Add(Window)
+	if ok, _ := l.Admit(turn, 1); !ok {
+		t.Fatal("first request of the new window refused")
+	}
+	if ask, ok := l.Call(turn); !ok || ask != 1+2*1 {
+		t.Errorf("first call of the new window = %d, %v; want 1 owed + 2 × 1 demand = 3", ask, ok)
+	}
+}
+
 func TestLeaseAccuracy(t *testing.T) {
 	limits := []int64{60, 600, 1000, 6000}
 	alloc := NewAllocator(func(consumer, _ string) (int64, bool) {

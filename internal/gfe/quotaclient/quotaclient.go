@@ -82,15 +82,20 @@ const (
 // Enforcer admits requests against quota. Create it with New; Admit is
 // safe for concurrent use; Run makes the calls.
 type Enforcer struct {
-	cfg     Config
-	clk     clock.Clock
-	conn    func() Allocator
-	log     zerolog.Logger
-	logged  time.Time // last fail-open log line, under mu
-	dropped int       // fail-open lines not logged since, under mu
+	cfg  Config
+	clk  clock.Clock
+	conn func() Allocator
+	log  zerolog.Logger
+
+	logMu   sync.Mutex
+	logged  time.Time // last fail-open log line, under logMu
+	dropped int       // fail-open lines not logged since, under logMu
 
 	decisions *prometheus.CounterVec // result
 	calls     *prometheus.CounterVec // result
+	// admitTime is how long Admit took (real time): the whole of what
+	// quota adds to a request, network never included.
+	admitTime prometheus.Histogram
 	// decided holds decisions' counters, resolved once: the request path
 	// neither looks them up nor allocates.
 	decided map[string]prometheus.Counter
@@ -101,7 +106,10 @@ type Enforcer struct {
 	// lease without a grant in its window has demand waiting.
 	wake chan struct{}
 
-	mu     sync.Mutex
+	// mu guards the map only: each lease has its own lock, so requests
+	// of different consumers never wait for each other, and a call's
+	// answer holds up only its own lease.
+	mu     sync.RWMutex
 	leases map[key]*lease
 }
 
@@ -109,8 +117,10 @@ type key struct{ service, project, metric string }
 
 // lease is a Lease and the state of "other" quota errors.
 type lease struct {
+	key key // immutable
+
+	mu sync.Mutex // guards what follows
 	quota.Lease
-	key    key
 	denied bool // the last call failed with an error that is not the service's fault: 409
 }
 
@@ -141,6 +151,11 @@ func New(cfg Config, clk clock.Clock, conn func() Allocator, log zerolog.Logger,
 			Help: "AllocateQuota calls by result: ok, exhausted, denied (an error that is not the service's fault: 409 until a call succeeds), failed (fail open), unexpected (logged, fail open).",
 		}, []string{"result"}),
 	}
+	e.admitTime = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "spillway", Subsystem: "gfe", Name: "quota_admit_seconds",
+		Help:    "Time a request spent in quota admission (local: leases, never the network), charged or not.",
+		Buckets: []float64{1e-6, 5e-6, 10e-6, 50e-6, 100e-6, 500e-6, 1e-3, 10e-3},
+	})
 	e.decided = map[string]prometheus.Counter{}
 	for _, r := range []string{"admitted", "exhausted", "denied", "unidentified", "fail_open"} {
 		e.decided[r] = e.decisions.WithLabelValues(r)
@@ -149,7 +164,7 @@ func New(cfg Config, clk clock.Clock, conn func() Allocator, log zerolog.Logger,
 		e.calls.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(e.decisions, e.calls)
+		reg.MustRegister(e.decisions, e.calls, e.admitTime)
 	}
 	return e
 }
@@ -170,6 +185,8 @@ func APIKey(r *http.Request) string {
 // zero Verdict admits it (also when nothing charges it). It never waits on
 // the network.
 func (e *Enforcer) Admit(cfg *config.Config, service string, r *http.Request, now time.Time) Verdict {
+	start := time.Now() // real time, whatever clock now comes from
+	defer e.observe(start)
 	charged := false
 	for i := range cfg.Quota.Charges {
 		if cfg.Quota.Charges[i].Matches(service, r.Method, r.URL.Path) {
@@ -185,8 +202,6 @@ func (e *Enforcer) Admit(cfg *config.Config, service string, r *http.Request, no
 		e.decided["unidentified"].Inc()
 		return Verdict{Status: http.StatusUnauthorized, Message: msgNoKey}
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	// Every charge must pass. A request refused by a later charge keeps
 	// what earlier ones took from their budgets: requests rarely match
 	// several charges, and the budgets are refilled every second.
@@ -201,6 +216,7 @@ func (e *Enforcer) Admit(cfg *config.Config, service string, r *http.Request, no
 			cost *= max(0, r.ContentLength)
 		}
 		l := e.lease(cfg, key{service, project, ch.Metric})
+		l.mu.Lock()
 		if l.Waiting(now) {
 			select {
 			case e.wake <- struct{}{}:
@@ -209,15 +225,18 @@ func (e *Enforcer) Admit(cfg *config.Config, service string, r *http.Request, no
 		}
 		if l.denied {
 			l.Want(now, cost) // the next call tells whether it still holds
+			l.mu.Unlock()
 			e.decided["denied"].Inc()
 			return Verdict{Status: http.StatusConflict, Message: msgDenied}
 		}
 		ok, retry := l.Admit(now, cost)
+		failing := l.Failing()
+		l.mu.Unlock()
 		if !ok {
 			e.decided["exhausted"].Inc()
 			return Verdict{Status: http.StatusTooManyRequests, RetryAfter: retry, Message: msgExhausted}
 		}
-		failOpen = failOpen || l.Failing()
+		failOpen = failOpen || failing
 	}
 	if failOpen {
 		e.decided["fail_open"].Inc()
@@ -226,6 +245,9 @@ func (e *Enforcer) Admit(cfg *config.Config, service string, r *http.Request, no
 	}
 	return Verdict{}
 }
+
+// observe records the time of an Admit that started at start.
+func (e *Enforcer) observe(start time.Time) { e.admitTime.Observe(time.Since(start).Seconds()) }
 
 // metricOf returns the configured metric named name (zero if none).
 func metricOf(cfg *config.Config, name string) config.QuotaMetric {
@@ -241,10 +263,17 @@ func metricOf(cfg *config.Config, name string) config.QuotaMetric {
 // least 1: a consumer's first request of a window never waits for a round
 // trip (for limits under 200 this may admit one request per gfe and window
 // beyond the limit, when the window is already exhausted by the time that
-// request is charged). Callers hold e.mu.
+// request is charged).
 func (e *Enforcer) lease(cfg *config.Config, k key) *lease {
+	e.mu.RLock()
 	l := e.leases[k]
-	if l == nil {
+	e.mu.RUnlock()
+	if l != nil {
+		return l
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if l = e.leases[k]; l == nil {
 		limit, _, _ := cfg.QuotaLimit(k.project, k.metric)
 		l = &lease{key: k, Lease: quota.Lease{Interval: e.cfg.Interval, Credit: max(1, limit/200)}}
 		e.leases[k] = l
@@ -275,13 +304,15 @@ func (e *Enforcer) callAll(ctx context.Context, now time.Time) {
 		ask int64
 	}
 	var calls []due
-	e.mu.Lock()
+	e.mu.RLock()
 	for _, l := range e.leases {
+		l.mu.Lock()
 		if ask, ok := l.Call(now); ok {
 			calls = append(calls, due{l, ask})
 		}
+		l.mu.Unlock()
 	}
-	e.mu.Unlock()
+	e.mu.RUnlock()
 	for _, c := range calls {
 		e.spawn(func() { e.call(ctx, c.l, c.ask) })
 	}
@@ -306,8 +337,8 @@ func (e *Enforcer) call(ctx context.Context, l *lease, ask int64) {
 		cancel()
 	}
 	now := e.clk.Now()
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	switch code := status.Code(err); {
 	case err == nil:
 		var granted int64
@@ -356,8 +387,10 @@ func retryAfter(err error, now time.Time) time.Duration {
 }
 
 // logFailure logs a failed call, at most a line a second, saying how many
-// were not logged since. Callers hold e.mu.
+// were not logged since.
 func (e *Enforcer) logFailure(now time.Time, k key, err error, msg string) {
+	e.logMu.Lock()
+	defer e.logMu.Unlock()
 	if now.Sub(e.logged) < time.Second {
 		e.dropped++
 		return
