@@ -96,6 +96,9 @@ type Config struct {
 	// so that the gfes' fail-open path stays exercised in production
 	// (DESIGN.md §7). Default 0; in [0, 0.5].
 	QuotaErrorRate float64
+	// XDS serves the plan over xDS to Envoy and proxyless gRPC clients
+	// when XDS.Listen is set. Default: off.
+	XDS XDSConfig
 }
 
 // DefaultConfig returns a Config with every default set; ConfigPath and
@@ -109,6 +112,11 @@ func DefaultConfig() Config {
 		ReloadPoll:       30 * time.Second,
 		ShutdownGrace:    5 * time.Second,
 		KeepaliveMinTime: 5 * time.Second, // below cpclient's default keepalive time of 10s
+		XDS: XDSConfig{
+			PlanInterval: 500 * time.Millisecond, // the gfe's default --plan-interval
+			Damping:      0.5,                    // the gfe's default --damping
+			EnvoyListen:  "0.0.0.0:10000",
+		},
 	}
 }
 
@@ -143,6 +151,7 @@ func (c Config) Validate() error {
 	if c.KeepaliveMinTime <= 0 {
 		bad("keepalive_min_time: must be > 0, got %v", c.KeepaliveMinTime)
 	}
+	c.XDS.validate(c.TLS, bad)
 	if err := c.TLS.Validate(); err != nil {
 		errs = append(errs, err)
 	}

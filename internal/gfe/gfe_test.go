@@ -137,11 +137,11 @@ func TestPeers(t *testing.T) {
 		"cp":      {Node: "cp", Kind: gossip.KindControlPlane, Groups: []gossip.GroupState{{Group: "east", Region: "us-east"}}},
 	}}
 	want := []routing.Peer{{Node: "gfe-lon", Site: "lon", Demand: map[string]float64{"web": 30}, RTT: map[string]float64{"eu-west": 5}}}
-	if d := cmp.Diff(want, peers(snap)); d != "" {
+	if d := cmp.Diff(want, routing.GossipPeers(snap)); d != "" {
 		t.Errorf("peers mismatch (-want +got):\n%s", d)
 	}
-	if got := peers(nil); len(got) != 0 {
-		t.Errorf("peers(nil) = %v, want none", got)
+	if got := routing.GossipPeers(nil); len(got) != 0 {
+		t.Errorf("GossipPeers(nil) = %v, want none", got)
 	}
 }
 

@@ -95,6 +95,9 @@ type Spec struct {
 	EditConfig func(yaml string) string
 	// GFEArgs are extra flags for every gfe.
 	GFEArgs []string
+	// CPArgs are extra flags for every control plane (each may hold
+	// "{ip}", replaced by the control plane's own address).
+	CPArgs []string
 	// InsecurePlaintext runs the control-plane gRPC in clear text
 	// (--insecure-plaintext on every daemon) instead of mutual TLS.
 	// Secrets are then redacted from snapshots. Default false.
@@ -549,6 +552,9 @@ func (c *Cluster) startControlPlanes(context.Context) error {
 			return err
 		}
 		args = append(args, tls...)
+		for _, a := range c.Spec.CPArgs {
+			args = append(args, strings.ReplaceAll(a, "{ip}", ip))
+		}
 		c.cpArgs = append(c.cpArgs, args)
 		c.cpNames = append(c.cpNames, name)
 		c.CPAddrs = append(c.CPAddrs, ip+":7000")
