@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/xds"
 
@@ -134,6 +135,17 @@ func startGRPCLoad(t *testing.T, gfeAddr string, rate float64) *grpcLoad {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Connect first, so that the first calls do not queue for the
+	// connection and reach the gfe as one burst (a burst is a rise of
+	// demand the plan follows at once).
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	cc.Connect()
+	for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
+		if !cc.WaitForStateChange(cctx, s) {
+			t.Fatalf("gRPC connection to the gfe at %s not ready: %v", gfeAddr, s)
+		}
+	}
 	client := echopb.NewEchoClient(cc)
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &grpcLoad{stop: cancel, done: make(chan struct{})}
@@ -217,8 +229,26 @@ func TestXDSClientsFollowTheirSitesPlan(t *testing.T) {
 		t.Fatalf("first gfe at %s, want nyc", c.GFEs[0].Site)
 	}
 
-	load := startGRPCLoad(t, nycGFE, 150) // us-east holds it all
-	t.Run("nearest first", func(t *testing.T) {
+	if !t.Run("nearest first", func(t *testing.T) {
+		// No load yet: every site's row is its idle row, all nearest. At
+		// startup a gfe may gossip its RTT to one region before the
+		// other, and damping slows the return to the nearer region (rule
+		// 8) on the control plane as on every gfe: wait (≤ 20 s) until
+		// 200 calls of each client are nearest, then measure.
+		start := time.Now()
+		err := topology.WaitFor(ctx, 20*time.Second, func() (bool, error) {
+			for site, client := range clients {
+				got, err := regionSplit(ctx, client, 200, 8)
+				if err != nil || got[nearest[site]] < 0.99 {
+					return false, fmt.Errorf("%s: %v (error %v)", site, got, err)
+				}
+			}
+			return true, nil
+		})
+		if err != nil {
+			t.Fatalf("the xDS clients' calls are not all nearest: %v", err)
+		}
+		t.Logf("both clients nearest %v after the test started", time.Since(start))
 		for site, client := range clients {
 			got, err := regionSplit(ctx, client, 1000, 8)
 			if err != nil {
@@ -229,9 +259,12 @@ func TestXDSClientsFollowTheirSitesPlan(t *testing.T) {
 				t.Errorf("%s: %.3f of calls in %s, want ≥ 0.99 (%v)", site, got[nearest[site]], nearest[site], got)
 			}
 		}
-	})
+	}) {
+		return
+	}
 
-	t.Run("spill follows the gfes within seconds", func(t *testing.T) {
+	load := startGRPCLoad(t, nycGFE, 0) // connected, idle
+	if !t.Run("spill follows the gfes within seconds", func(t *testing.T) {
 		load.set(285)
 		start := time.Now()
 		var gfeAt, xdsAt time.Duration
@@ -259,57 +292,96 @@ func TestXDSClientsFollowTheirSitesPlan(t *testing.T) {
 		if lag := xdsAt - gfeAt; lag > 3*time.Second {
 			t.Errorf("the xDS client spilled %v after the gfe, want ≤ 3s", lag)
 		}
-	})
+	}) {
+		return
+	}
 
-	t.Run("each client follows its own site's plan", func(t *testing.T) {
-		// Wait for the plan to settle: nyc's row moved < 0.01 over at
-		// least half a second.
-		var prev map[string]float64
-		var prevAt time.Time
-		err := topology.WaitFor(ctx, 30*time.Second, func() (bool, error) {
-			row, err := gfeRow(ctx, c, "nyc")
-			if err != nil {
-				return false, err
-			}
-			if prev != nil && time.Since(prevAt) < 500*time.Millisecond {
-				return false, nil
-			}
-			ok := prev != nil && math.Abs(row["eu-west"]-prev["eu-west"]) < 0.01
-			prev, prevAt = row, time.Now()
-			return ok, nil
-		})
-		if err != nil {
-			t.Fatalf("nyc's plan did not settle: %v", err)
-		}
-		for _, site := range []string{"nyc", "lon"} {
-			before, err := gfeRow(ctx, c, site)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := regionSplit(ctx, clients[site], 4000, 16)
-			if err != nil {
-				t.Fatalf("%s: %v", site, err)
-			}
-			after, err := gfeRow(ctx, c, site)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, r := range []string{"us-east", "eu-west"} {
-				want := (before[r] + after[r]) / 2
-				t.Logf("%s → %s: %.4f of 4000 calls, gfe plan %.4f (%.4f before, %.4f after)", site, r, got[r], want, before[r], after[r])
-				if math.Abs(got[r]-want) > 0.03 {
-					t.Errorf("%s → %s: %.4f of 4000 xDS calls, the site's plan %.4f: off by more than 0.03", site, r, got[r], want)
-				}
-			}
-		}
+	if !t.Run("each client follows its own site's plan", func(t *testing.T) {
+		followsPlan(t, c, clients)
 		// The row followed is a real spill: 190 of nyc's 285 calls/s in
 		// us-east, the rest in eu-west; lon, idle, all in eu-west.
 		if row, _ := gfeRow(ctx, c, "nyc"); math.Abs(row["eu-west"]-1.0/3) > 0.05 {
 			t.Errorf("nyc plan sends %.3f to eu-west, want 1/3 ± 0.05", row["eu-west"])
 		}
+	}) {
+		return
+	}
+
+	lonLoad := startGRPCLoad(t, strings.TrimPrefix(c.GFEs[1].URL, "http://"), 250)
+	load.set(100)
+	t.Run("the other site's spill", func(t *testing.T) {
+		// lon's 250 calls/s fill eu-west (190); its other 60 go to
+		// us-east, where nyc's 100 leave room: lon's row is 0.76/0.24 and
+		// nyc's all us-east.
+		err := topology.WaitFor(ctx, 30*time.Second, func() (bool, error) {
+			row, err := gfeRow(ctx, c, "lon")
+			return err == nil && math.Abs(row["us-east"]-0.24) < 0.05, err
+		})
+		if err != nil {
+			t.Fatalf("lon's plan did not spill 0.24 to us-east: %v", err)
+		}
+		followsPlan(t, c, clients)
 	})
+	lonLoad.Stop()
 	load.Stop()
-	if n := load.failed.Load(); n > 0 {
-		t.Errorf("%d calls through the nyc gfe failed", n)
+	for site, l := range map[string]*grpcLoad{"nyc": load, "lon": lonLoad} {
+		if n := l.failed.Load(); n > 0 {
+			t.Errorf("%d calls through the %s gfe failed", n, site)
+		}
+	}
+}
+
+// followsPlan waits for the plan rows of both sites to settle (no share
+// moved by 0.01 or more over at least half a second), then makes 4,000
+// calls with each site's client and checks that each region's share of
+// them is within 0.03 of the client's site's plan row, as that site's gfe
+// shows it (the mean of its rows before and after the calls).
+func followsPlan(t *testing.T, c *topology.Cluster, clients map[string]echopb.EchoClient) {
+	t.Helper()
+	ctx := context.Background()
+	var prev map[string]map[string]float64
+	var prevAt time.Time
+	err := topology.WaitFor(ctx, 30*time.Second, func() (bool, error) {
+		if prev != nil && time.Since(prevAt) < 500*time.Millisecond {
+			return false, nil
+		}
+		rows := map[string]map[string]float64{}
+		ok := prev != nil
+		for site := range clients {
+			row, err := gfeRow(ctx, c, site)
+			if err != nil {
+				return false, err
+			}
+			rows[site] = row
+			for _, r := range []string{"us-east", "eu-west"} {
+				ok = ok && math.Abs(row[r]-prev[site][r]) < 0.01
+			}
+		}
+		prev, prevAt = rows, time.Now()
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("the plans did not settle: %v", err)
+	}
+	for _, s := range []string{"nyc", "lon"} {
+		before, err := gfeRow(ctx, c, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := regionSplit(ctx, clients[s], 4000, 16)
+		if err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+		after, err := gfeRow(ctx, c, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range []string{"us-east", "eu-west"} {
+			want := (before[r] + after[r]) / 2
+			t.Logf("%s → %s: %.4f of 4000 calls, gfe plan %.4f (%.4f before, %.4f after)", s, r, got[r], want, before[r], after[r])
+			if math.Abs(got[r]-want) > 0.03 {
+				t.Errorf("%s → %s: %.4f of 4000 xDS calls, the site's plan %.4f: off by more than 0.03", s, r, got[r], want)
+			}
+		}
 	}
 }
