@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spillway-lb/spillway/internal/controlplane"
 )
 
 // TestGossipKeyFlags: finding #10.1 and the gossip half of #10.8 at the
@@ -33,19 +35,9 @@ func TestGossipKeyFlags(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			args := append(append([]string{}, base...), tt.args...)
-			v, err := parseFlags(args)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg, warnings, err := daemonConfig(v, args)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("daemonConfig() error = %v, want %q", err, tt.wantErr)
-				}
+			cfg, warnings, ok := configFrom(t, args, tt.wantErr)
+			if !ok {
 				return
-			}
-			if err != nil {
-				t.Fatalf("daemonConfig() = %v", err)
 			}
 			got := strings.Join(warnings, "\n")
 			if (tt.wantWarn == "") != (got == "") || !strings.Contains(got, tt.wantWarn) {
@@ -84,19 +76,9 @@ func TestXDSFlags(t *testing.T) {
 			if !slices.Contains(args, "--insecure-plaintext") && !slices.Contains(args, "--tls-ca") {
 				args = append(args, "--insecure-plaintext")
 			}
-			v, err := parseFlags(args)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg, _, err := daemonConfig(v, args)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("daemonConfig() error = %v, want %q", err, tt.wantErr)
-				}
+			cfg, _, ok := configFrom(t, args, tt.wantErr)
+			if !ok {
 				return
-			}
-			if err != nil {
-				t.Fatalf("daemonConfig() = %v", err)
 			}
 			if tt.name == "mTLS with an allow list" {
 				x := cfg.XDS
@@ -110,4 +92,26 @@ func TestXDSFlags(t *testing.T) {
 			}
 		})
 	}
+}
+
+// configFrom parses args and turns them into the daemon's Config. With
+// wantErr set it checks that daemonConfig fails with an error containing
+// it and returns ok false; otherwise it fails the test on any error.
+func configFrom(t *testing.T, args []string, wantErr string) (cfg controlplane.Config, warnings []string, ok bool) {
+	t.Helper()
+	v, err := parseFlags(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, warnings, err = daemonConfig(v, args)
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("daemonConfig() error = %v, want %q", err, wantErr)
+		}
+		return cfg, nil, false
+	}
+	if err != nil {
+		t.Fatalf("daemonConfig() = %v", err)
+	}
+	return cfg, warnings, true
 }

@@ -41,10 +41,7 @@ func TestBuildResources(t *testing.T) {
 		{KindEnvoy, []string{"spillway"}, []string{"spillway"}},
 	} {
 		t.Run(string(tt.kind), func(t *testing.T) {
-			snap, err := Build(in, testOpts, tt.kind, "nyc")
-			if err != nil {
-				t.Fatal(err)
-			}
+			snap := build(t, in, testOpts, tt.kind, "nyc")
 			services := []string{"drain", "rr", "web"}
 			for _, c := range []struct {
 				typ  resource.Type
@@ -86,10 +83,7 @@ func TestBuildResources(t *testing.T) {
 }
 
 func TestBuildGRPCListenerIsAnAPIListener(t *testing.T) {
-	snap, err := Build(Input{Snapshot: testSnapshot(t)}, testOpts, KindGRPC, "nyc")
-	if err != nil {
-		t.Fatal(err)
-	}
+	snap := build(t, Input{Snapshot: testSnapshot(t)}, testOpts, KindGRPC, "nyc")
 	l := snap.GetResources(resource.ListenerType)["web"].(*listener.Listener)
 	if l.ApiListener == nil || len(l.FilterChains) != 0 || l.Address != nil {
 		t.Errorf("gRPC listener web = %v, want an api_listener only", l)
@@ -100,10 +94,7 @@ func TestBuildGRPCListenerIsAnAPIListener(t *testing.T) {
 // config.Config.Route's precedence: a host's own routes first (longest
 // prefix first), then those of the wildcards that cover it, then "*".
 func TestEnvoyRoutes(t *testing.T) {
-	snap, err := Build(Input{Snapshot: testSnapshot(t)}, testOpts, KindEnvoy, "nyc")
-	if err != nil {
-		t.Fatal(err)
-	}
+	snap := build(t, Input{Snapshot: testSnapshot(t)}, testOpts, KindEnvoy, "nyc")
 	rc := snap.GetResources(resource.RouteType)["spillway"].(*route.RouteConfiguration)
 	got := map[string][]string{}
 	var order []string
@@ -130,18 +121,9 @@ func TestEnvoyRoutes(t *testing.T) {
 // the same versions, and a plan change moves only the endpoints' version.
 func TestVersions(t *testing.T) {
 	s := testSnapshot(t)
-	a, err := Build(Input{Snapshot: s, Plans: map[string]*waterfall.Plan{"web": testPlan()}}, testOpts, KindGRPC, "nyc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := Build(Input{Snapshot: s, Plans: map[string]*waterfall.Plan{"web": testPlan()}}, testOpts, KindGRPC, "nyc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := Build(Input{Snapshot: s, Plans: map[string]*waterfall.Plan{"web": testPlan()}}, testOpts, KindGRPC, "lon")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := build(t, Input{Snapshot: s, Plans: map[string]*waterfall.Plan{"web": testPlan()}}, testOpts, KindGRPC, "nyc")
+	b := build(t, Input{Snapshot: s, Plans: map[string]*waterfall.Plan{"web": testPlan()}}, testOpts, KindGRPC, "nyc")
+	other := build(t, Input{Snapshot: s, Plans: map[string]*waterfall.Plan{"web": testPlan()}}, testOpts, KindGRPC, "lon")
 	for _, typ := range []resource.Type{resource.ListenerType, resource.RouteType, resource.ClusterType, resource.EndpointType} {
 		if a.GetVersion(typ) != b.GetVersion(typ) {
 			t.Errorf("%s: versions %s and %s of equal input differ", typ, a.GetVersion(typ), b.GetVersion(typ))
@@ -187,4 +169,14 @@ func TestOptionsValidate(t *testing.T) {
 			t.Errorf("EnvoyListen %q: %v", hp, err)
 		}
 	}
+}
+
+// build is Build that fails the test on error.
+func build(t *testing.T, in Input, opts Options, kind Kind, site string) *cachev3.Snapshot {
+	t.Helper()
+	snap, err := Build(in, opts, kind, site)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap
 }

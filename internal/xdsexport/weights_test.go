@@ -83,9 +83,15 @@ func testPlan() *waterfall.Plan {
 }
 
 func TestWeights(t *testing.T) {
-	ueB := func(p, w uint32) Locality { return Locality{Region: "us-east", Zone: "us-east-b", Group: "ue-b", Priority: p, Weight: w} }
-	ueC := func(p, w uint32) Locality { return Locality{Region: "us-east", Zone: "us-east-c", Group: "ue-c", Priority: p, Weight: w} }
-	ewB := func(p, w uint32) Locality { return Locality{Region: "eu-west", Zone: "eu-west-b", Group: "ew-b", Priority: p, Weight: w} }
+	ueB := func(p, w uint32) Locality {
+		return Locality{Region: "us-east", Zone: "us-east-b", Group: "ue-b", Priority: p, Weight: w}
+	}
+	ueC := func(p, w uint32) Locality {
+		return Locality{Region: "us-east", Zone: "us-east-c", Group: "ue-c", Priority: p, Weight: w}
+	}
+	ewB := func(p, w uint32) Locality {
+		return Locality{Region: "eu-west", Zone: "eu-west-b", Group: "ew-b", Priority: p, Weight: w}
+	}
 	tests := []struct {
 		name      string
 		service   string
