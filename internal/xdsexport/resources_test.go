@@ -180,3 +180,16 @@ func build(t *testing.T, in Input, opts Options, kind Kind, site string) *cachev
 	}
 	return snap
 }
+
+// BenchmarkBuild is one site's snapshot of the test config (three
+// services, five instances): what the control plane spends per site and
+// client kind every plan interval.
+func BenchmarkBuild(b *testing.B) {
+	in := Input{Snapshot: testSnapshot(b), Plans: map[string]*waterfall.Plan{"web": testPlan()}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Build(in, testOpts, KindGRPC, "nyc"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -52,7 +52,7 @@ routes:
   - {host: "*.example.com", path_prefix: /, service: drain}
 `
 
-func testSnapshot(t *testing.T, unhealthy ...string) *snapshot.Snapshot {
+func testSnapshot(t testing.TB, unhealthy ...string) *snapshot.Snapshot {
 	t.Helper()
 	cfg, err := config.Parse([]byte(testYAML), "test.yaml")
 	if err != nil {
