@@ -25,12 +25,7 @@ const testYAML = `regions:
         groups:
           - name: ue-c
             instances: [{address: 127.0.0.1:9011}]
-  - name: eu-west
-    zones:
-      - name: eu-west-b
-        groups:
-          - name: ew-b
-            instances: [{address: 127.0.0.2:9001}, {address: 127.0.0.2:9002}]
+  - {name: eu-west, zones: [{name: eu-west-b, groups: [{name: ew-b, instances: [{address: 127.0.0.2:9001}, {address: 127.0.0.2:9002}]}]}]}
 services:
   - name: web
     backends:
