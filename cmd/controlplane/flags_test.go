@@ -1,8 +1,12 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/spillway-lb/spillway/internal/controlplane"
 )
 
 // TestGossipKeyFlags: finding #10.1 and the gossip half of #10.8 at the
@@ -31,19 +35,9 @@ func TestGossipKeyFlags(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			args := append(append([]string{}, base...), tt.args...)
-			v, err := parseFlags(args)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg, warnings, err := daemonConfig(v, args)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("daemonConfig() error = %v, want %q", err, tt.wantErr)
-				}
+			cfg, warnings, ok := configFrom(t, args, tt.wantErr)
+			if !ok {
 				return
-			}
-			if err != nil {
-				t.Fatalf("daemonConfig() = %v", err)
 			}
 			got := strings.Join(warnings, "\n")
 			if (tt.wantWarn == "") != (got == "") || !strings.Contains(got, tt.wantWarn) {
@@ -54,4 +48,70 @@ func TestGossipKeyFlags(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestXDSFlags: the xDS export's flags reach the Config, and bad
+// combinations are refused with the flag named.
+func TestXDSFlags(t *testing.T) {
+	tls := []string{"--tls-ca", "ca.crt", "--tls-cert", "cp.crt", "--tls-key", "cp.key", "--tls-allowed-clients", "*.gfe.example"}
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{name: "off by default"},
+		{name: "mTLS with an allow list", args: append(slices.Clone(tls), "--xds-listen", "127.0.0.1:7300",
+			"--xds-allowed-clients", "*.xds.example", "--xds-plan-interval", "250ms", "--xds-damping", "1", "--xds-envoy-listen", ":8443")},
+		{name: "mTLS without an allow list", args: append(slices.Clone(tls), "--xds-listen", "127.0.0.1:7300"),
+			wantErr: "xds-allowed-clients: required with --xds-listen"},
+		{name: "plaintext", args: []string{"--insecure-plaintext", "--xds-listen", "127.0.0.1:7300"}},
+		{name: "bad listen", args: []string{"--insecure-plaintext", "--xds-listen", "7300"}, wantErr: `xds-listen: must be host:port, got "7300"`},
+		{name: "bad damping", args: []string{"--insecure-plaintext", "--xds-listen", ":7300", "--xds-damping", "0"}, wantErr: "xds-damping: must be in (0,1]"},
+		{name: "bad interval", args: []string{"--insecure-plaintext", "--xds-listen", ":7300", "--xds-plan-interval", "0s"}, wantErr: "xds-plan-interval: must be > 0"},
+		{name: "bad envoy listen", args: []string{"--insecure-plaintext", "--xds-listen", ":7300", "--xds-envoy-listen", "envoy"}, wantErr: "xds-envoy-listen: xds.envoy_listen"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"--config", "cp.yaml", "--node", "cp-1"}, tt.args...)
+			if !slices.Contains(args, "--insecure-plaintext") && !slices.Contains(args, "--tls-ca") {
+				args = append(args, "--insecure-plaintext")
+			}
+			cfg, _, ok := configFrom(t, args, tt.wantErr)
+			if !ok {
+				return
+			}
+			if tt.name == "mTLS with an allow list" {
+				x := cfg.XDS
+				if x.Listen != "127.0.0.1:7300" || strings.Join(x.AllowedClients, ",") != "*.xds.example" ||
+					x.PlanInterval != 250*time.Millisecond || x.Damping != 1 || x.EnvoyListen != ":8443" {
+					t.Errorf("XDS = %+v", x)
+				}
+			}
+			if tt.name == "off by default" && cfg.XDS.Listen != "" {
+				t.Errorf("XDS.Listen = %q, want off", cfg.XDS.Listen)
+			}
+		})
+	}
+}
+
+// configFrom parses args and turns them into the daemon's Config. With
+// wantErr set it checks that daemonConfig fails with an error containing
+// it and returns ok false; otherwise it fails the test on any error.
+func configFrom(t *testing.T, args []string, wantErr string) (cfg controlplane.Config, warnings []string, ok bool) {
+	t.Helper()
+	v, err := parseFlags(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, warnings, err = daemonConfig(v, args)
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("daemonConfig() error = %v, want %q", err, wantErr)
+		}
+		return cfg, nil, false
+	}
+	if err != nil {
+		t.Fatalf("daemonConfig() = %v", err)
+	}
+	return cfg, warnings, true
 }

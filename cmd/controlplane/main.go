@@ -11,7 +11,9 @@
 //	    [--grpc-reflection] [--admin 127.0.0.1:7100] [--admin-token-file FILE]
 //	    [--pprof] [--node NAME] [--gossip-addr 127.0.0.1:7946]
 //	    [--join host:port,...] [--gossip-key-file PATH] [--gossip-insecure]
-//	    [--replicas cp-1,cp-2,...] [--log-format auto|json|console]
+//	    [--replicas cp-1,cp-2,...] [--xds-listen ADDR --xds-allowed-clients LIST
+//	     [--xds-plan-interval 500ms] [--xds-damping 0.5] [--xds-envoy-listen 0.0.0.0:10000]]
+//	    [--log-format auto|json|console]
 //	    [--log-level info]
 //
 // The gossip key can also come from SPILLWAY_GOSSIP_KEY; a gossip address
@@ -24,6 +26,12 @@
 // unless --insecure-plaintext is given; it then serves in clear text with
 // every secret redacted. The certificate files are re-read at every
 // handshake, so they rotate without a restart (see package mtls).
+//
+// With --xds-listen the control plane also serves the plan over xDS (package
+// internal/xdsexport): each Envoy or gRPC client gets its site's plan row
+// (its bootstrap's node.locality.region) as locality weights. The listener
+// uses the same CA, certificate and key as the control-plane gRPC, with
+// its own allow list, --xds-allowed-clients.
 //
 // Every flag can also be set from the environment as SPILLWAY_CP_<FLAG>,
 // upper-cased with dashes as underscores (SPILLWAY_CP_GOSSIP_ADDR=...); a flag
@@ -158,6 +166,11 @@ func parseFlags(args []string) (*viper.Viper, error) {
 	fs.String("replicas", "", "comma-separated node names of the control-plane replicas that share health checks with "+
 		"this one (this replica's name may be listed); gossip members claiming to be control planes under other "+
 		"names are ignored. Empty: this replica checks every group itself")
+	fs.String("xds-listen", "", "serve the plan over xDS (ADS) at this address, for Envoy and proxyless gRPC clients; empty: off")
+	fs.String("xds-allowed-clients", "", `comma-separated xDS client identities served (as --tls-allowed-clients; the listener presents --tls-cert)`)
+	fs.Duration("xds-plan-interval", d.XDS.PlanInterval, "how often the xDS export re-plans from gossip and pushes changes")
+	fs.Float64("xds-damping", d.XDS.Damping, "fraction of the way the xDS plan moves toward the newest plan per interval, as the gfe's --damping (0,1]")
+	fs.String("xds-envoy-listen", d.XDS.EnvoyListen, "host:port of the listener served to Envoy clients (node.user_agent_name envoy)")
 	fs.String("log-format", "auto", "json, console, or auto (console on a terminal)")
 	fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -195,6 +208,11 @@ func daemonConfig(v *viper.Viper, args []string) (controlplane.Config, []string,
 	cfg.QuotaRedis.Timeout = v.GetDuration("quota-redis-timeout")
 	cfg.TLS = daemonflags.ServerTLS(v.GetString("tls-ca"), v.GetString("tls-cert"), v.GetString("tls-key"),
 		v.GetString("tls-allowed-clients"), v.GetBool("insecure-plaintext"))
+	cfg.XDS.Listen = v.GetString("xds-listen")
+	cfg.XDS.AllowedClients = daemonflags.List(v.GetString("xds-allowed-clients"))
+	cfg.XDS.PlanInterval = v.GetDuration("xds-plan-interval")
+	cfg.XDS.Damping = v.GetFloat64("xds-damping")
+	cfg.XDS.EnvoyListen = v.GetString("xds-envoy-listen")
 	cfg.NodeName = v.GetString("node")
 	if cfg.NodeName == "" {
 		host, err := os.Hostname()

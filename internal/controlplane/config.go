@@ -104,6 +104,9 @@ type Config struct {
 	// with several, each counts alone and a consumer spread over n of them
 	// may get up to n times its limit.
 	QuotaRedis quotaredis.Config
+	// XDS serves the plan over xDS to Envoy and proxyless gRPC clients
+	// when XDS.Listen is set. Default: off.
+	XDS XDSConfig
 }
 
 // DefaultConfig returns a Config with every default set; ConfigPath and
@@ -117,6 +120,11 @@ func DefaultConfig() Config {
 		ReloadPoll:       30 * time.Second,
 		ShutdownGrace:    5 * time.Second,
 		KeepaliveMinTime: 5 * time.Second, // below cpclient's default keepalive time of 10s
+		XDS: XDSConfig{
+			PlanInterval: 500 * time.Millisecond, // the gfe's default --plan-interval
+			Damping:      0.5,                    // the gfe's default --damping
+			EnvoyListen:  "0.0.0.0:10000",
+		},
 	}
 }
 
@@ -154,6 +162,7 @@ func (c Config) Validate() error {
 	if c.KeepaliveMinTime <= 0 {
 		bad("keepalive_min_time: must be > 0, got %v", c.KeepaliveMinTime)
 	}
+	c.XDS.validate(c.TLS, bad)
 	if err := c.TLS.Validate(); err != nil {
 		errs = append(errs, err)
 	}

@@ -57,6 +57,8 @@ type Daemon struct {
 	lis        net.Listener
 	admin      *http.Server
 	adminLis   net.Listener
+	// xds is the xDS export, nil unless Config.XDS.Listen is set.
+	xds *xdsExporter
 }
 
 // New validates cfg, loads the configuration file (an invalid file is an
@@ -122,6 +124,16 @@ func New(cfg Config, opts Options) (d *Daemon, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: admin listen: %w", err)
 	}
+	defer func() {
+		if err != nil {
+			d.adminLis.Close()
+		}
+	}()
+	if cfg.XDS.Listen != "" {
+		if d.xds, err = newXDSExporter(cfg, d.hub, d.node.Snapshot, opts, d.m); err != nil {
+			return nil, fmt.Errorf("controlplane: %w", err)
+		}
+	}
 
 	d.grpcSrv = grpc.NewServer(
 		grpc.Creds(creds),
@@ -153,7 +165,7 @@ func New(cfg Config, opts Options) (d *Daemon, err error) {
 // errgroup (cmd/controlplane does; Run is the same thing). Each must run
 // exactly once.
 func (d *Daemon) Components() []Component {
-	return []Component{
+	cs := []Component{
 		{Name: "config", Run: d.reloader.Run},
 		{Name: "gossip", Run: d.node.Run},
 		{Name: "health", Run: d.health.Run},
@@ -161,6 +173,10 @@ func (d *Daemon) Components() []Component {
 		{Name: "admin", Run: d.serveAdmin},
 		{Name: "quota", Run: d.quota.Run},
 	}
+	if d.xds != nil {
+		cs = append(cs, Component{Name: "xds", Run: d.xds.Run})
+	}
+	return cs
 }
 
 // Run runs every component until ctx is done or one fails, then stops them
@@ -180,6 +196,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 // Addr returns the gRPC listen address (with the chosen port).
 func (d *Daemon) Addr() string { return d.lis.Addr().String() }
+
+// XDSAddr returns the xDS listen address (with the chosen port), "" when
+// the export is off.
+func (d *Daemon) XDSAddr() string {
+	if d.xds == nil {
+		return ""
+	}
+	return d.xds.Addr()
+}
 
 // AdminAddr returns the admin HTTP listen address.
 func (d *Daemon) AdminAddr() string { return d.adminLis.Addr().String() }

@@ -65,6 +65,19 @@
 // exists. The server also registers the standard gRPC health service
 // (SERVING once Ready) and reflection.
 //
+// # xDS export
+//
+// With Config.XDS.Listen set, the xds component serves the plan over xDS
+// (package xdsexport) on a listener of its own, with the control plane's
+// certificate and the allow list XDS.AllowedClients. Every
+// XDS.PlanInterval, and whenever a new State is stored, it runs the gfes'
+// table build (internal/gfe/routing.Builder: gossip bounds, capacity
+// factors, the planner, damping) over the served State and every gfe's
+// gossiped state, exactly as a gfe plans but without a site of its own,
+// and hands each planned service's plan to the export, which pushes each
+// site's row to the clients at that site. Nothing is served before the
+// State is Ready.
+//
 // # Admin
 //
 // The admin listener (loopback by default, unauthenticated) serves

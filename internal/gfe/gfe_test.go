@@ -10,7 +10,6 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
@@ -127,21 +126,6 @@ func TestTCPDemandIsOpenConnections(t *testing.T) {
 		if got := e.Status().Services[0].DemandRPS; math.Abs(got-tt.want) > 1e-9 {
 			t.Errorf("%s: planned demand = %v, want %v", tt.name, got, tt.want)
 		}
-	}
-}
-
-// TestPeers: the table build reads the gossip states of gfes only.
-func TestPeers(t *testing.T) {
-	snap := &gossip.Snapshot{States: map[string]gossip.NodeState{
-		"gfe-lon": {Node: "gfe-lon", Kind: gossip.KindGFE, Site: "lon", Demand: map[string]float64{"web": 30}, RTT: map[string]float64{"eu-west": 5}},
-		"cp":      {Node: "cp", Kind: gossip.KindControlPlane, Groups: []gossip.GroupState{{Group: "east", Region: "us-east"}}},
-	}}
-	want := []routing.Peer{{Node: "gfe-lon", Site: "lon", Demand: map[string]float64{"web": 30}, RTT: map[string]float64{"eu-west": 5}}}
-	if d := cmp.Diff(want, peers(snap)); d != "" {
-		t.Errorf("peers mismatch (-want +got):\n%s", d)
-	}
-	if got := peers(nil); len(got) != 0 {
-		t.Errorf("peers(nil) = %v, want none", got)
 	}
 }
 

@@ -41,7 +41,7 @@ func (d *Daemon) step(now time.Time) {
 		var problems []error
 		t, problems = d.builder.Build(routing.Input{
 			Snapshot: cs,
-			Peers:    peers(d.gossip.Snapshot()),
+			Peers:    routing.GossipPeers(d.gossip.Snapshot()),
 			Self:     routing.Peer{Node: d.cfg.Node, Site: d.cfg.Site, RTT: rtt, Demand: demand},
 			Now:      now,
 		})
@@ -60,21 +60,6 @@ func (d *Daemon) step(now time.Time) {
 	if t != nil {
 		d.metrics.observeTable(t, d.cfg.Site, demand, d.builder.Ejected(now))
 	}
-}
-
-// peers returns the gfe states of snap as the table build reads them.
-func peers(snap *gossip.Snapshot) []routing.Peer {
-	if snap == nil {
-		return nil
-	}
-	out := make([]routing.Peer, 0, len(snap.States))
-	for name, st := range snap.States {
-		if st.Kind != gossip.KindGFE {
-			continue
-		}
-		out = append(out, routing.Peer{Node: name, Site: st.Site, Demand: st.Demand, RTT: st.RTT, Capacity: st.Capacity})
-	}
-	return out
 }
 
 // logFactors logs every change of this gfe's own effective-capacity factors

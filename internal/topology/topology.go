@@ -97,6 +97,9 @@ type Spec struct {
 	EditConfig func(yaml string) string
 	// GFEArgs are extra flags for every gfe.
 	GFEArgs []string
+	// CPArgs are extra flags for every control plane (each may hold
+	// "{ip}", replaced by the control plane's own address).
+	CPArgs []string
 	// InsecurePlaintext runs the control-plane gRPC in clear text
 	// (--insecure-plaintext on every daemon) instead of mutual TLS.
 	// Secrets are then redacted from snapshots. Default false.
@@ -110,8 +113,6 @@ type Spec struct {
 	// quota counters there (--quota-redis). Default false: each control
 	// plane counts in its own memory.
 	Redis bool
-	// CPArgs are extra flags for every control plane.
-	CPArgs []string
 	// PinControlPlanes gives the n-th gfe started (from 0) only control
 	// plane n mod ControlPlanes, instead of all of them in random order:
 	// gfes spread evenly over the replicas, as tests of shared state need.
@@ -586,7 +587,9 @@ func (c *Cluster) startControlPlanes(context.Context) error {
 		if c.Spec.Redis {
 			args = append(args, "--quota-redis", c.Spec.RedisAddr())
 		}
-		args = append(args, c.Spec.CPArgs...)
+		for _, a := range c.Spec.CPArgs {
+			args = append(args, strings.ReplaceAll(a, "{ip}", ip))
+		}
 		c.cpArgs = append(c.cpArgs, args)
 		c.cpNames = append(c.cpNames, name)
 		c.CPAddrs = append(c.CPAddrs, ip+":7000")

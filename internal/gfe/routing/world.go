@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
@@ -176,4 +177,21 @@ func rttOf(rtt map[string]float64, region string) float64 {
 		return v
 	}
 	return math.Inf(1)
+}
+
+// GossipPeers returns the gfe states of snap as the table build reads
+// them (nil for a nil snap): what the gfe's planner and the control plane's
+// xDS export (internal/controlplane) both plan from.
+func GossipPeers(snap *gossip.Snapshot) []Peer {
+	if snap == nil {
+		return nil
+	}
+	out := make([]Peer, 0, len(snap.States))
+	for name, st := range snap.States {
+		if st.Kind != gossip.KindGFE {
+			continue
+		}
+		out = append(out, Peer{Node: name, Site: st.Site, Demand: st.Demand, RTT: st.RTT, Capacity: st.Capacity})
+	}
+	return out
 }

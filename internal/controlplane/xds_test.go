@@ -1,0 +1,77 @@
+package controlplane
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/spillway-lb/spillway/internal/gossip"
+	"github.com/spillway-lb/spillway/internal/xdsexport"
+	"github.com/spillway-lb/spillway/lb/health"
+)
+
+// TestXDSExportPlansFromGossip: the export serves nothing before the State
+// is Ready, then each site's row of the plan the gfes' table build makes
+// from the gfes' gossip: nyc (5 ms from r1, 50 from r2) with 150 req/s
+// against r1's 95 (one instance of 100 req/s at target_utilization 0.95)
+// gets r1 95/150 and r2 the rest; lon, idle and nearest to r2, all r2.
+func TestXDSExportPlansFromGossip(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.NodeName = "cp-1"
+	cfg.TLS.InsecurePlaintext = true
+	cfg.XDS.Listen = "127.0.0.1:0"
+	cfg.XDS.Damping = 1 // no damping: each step is the planner's output
+	h := newHub()
+	g := newFakeGossip("cp-1")
+	x, err := newXDSExporter(cfg, h, g.Snapshot, Options{Logger: testLogger(t)}, newMetrics(prometheus.NewRegistry()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.lis.Close()
+	lc := loaded(t, topo{groups: []topoGroup{{"east", []string{"127.0.0.1:9001"}}, {"west", []string{"127.0.0.1:9002"}}}}.yaml(), "h1")
+	hs := []InstanceHealth{
+		{Group: "east", Address: "127.0.0.1:9001", Status: health.StatusHealthy},
+		{Group: "west", Address: "127.0.0.1:9002", Status: health.StatusHealthy},
+	}
+	g.set("gfe-nyc", &gossip.NodeState{Kind: gossip.KindGFE, Site: "nyc", Demand: map[string]float64{"web": 150}, RTT: map[string]float64{"r1": 5, "r2": 50}})
+	g.set("gfe-lon", &gossip.NodeState{Kind: gossip.KindGFE, Site: "lon", RTT: map[string]float64{"r1": 50, "r2": 5}})
+	ctx := context.Background()
+
+	h.Store(newState(lc, hs, false, epoch))
+	x.step(ctx, epoch)
+	if _, ok := x.srv.Snapshot(xdsexport.KindGRPC, "nyc"); ok {
+		t.Fatal("a snapshot was served before the State was Ready")
+	}
+
+	h.Store(newState(lc, hs, true, epoch))
+	// A new peer's demand counts from its second build (routing.Bounds),
+	// as on every gfe.
+	for i := range 2 {
+		x.step(ctx, epoch.Add(time.Duration(i)*time.Second))
+	}
+	want := map[string]map[string]float64{
+		"nyc": {"east": 95.0 / 150, "west": 55.0 / 150},
+		"lon": {"west": 1},
+	}
+	for site, shares := range want {
+		snap, ok := x.srv.Snapshot(xdsexport.KindGRPC, site)
+		if !ok {
+			t.Fatalf("no snapshot for %s", site)
+		}
+		cla := snap.GetResources(resource.EndpointType)["web"].(*endpoint.ClusterLoadAssignment)
+		for _, l := range cla.Endpoints {
+			got := float64(l.GetLoadBalancingWeight().GetValue()) / xdsexport.WeightScale
+			if l.Priority != 0 {
+				got = 0 // failover only
+			}
+			if math.Abs(got-shares[l.Locality.SubZone]) > 1e-5 {
+				t.Errorf("%s: %s weight %.6f (priority %d), want %.6f", site, l.Locality.SubZone, got, l.Priority, shares[l.Locality.SubZone])
+			}
+		}
+	}
+}

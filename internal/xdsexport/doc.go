@@ -1,0 +1,54 @@
+// Package xdsexport turns Spillway's waterfall plan into xDS resources, so
+// that Envoy fleets and proxyless gRPC clients (google.golang.org/grpc/xds)
+// send their requests where the gfes of their site would (issue #15 part 2).
+//
+// # Model
+//
+// Every client of the export is at a site, named by its bootstrap's
+// node.locality.region (NodeHash). For each site and each service of the
+// configuration the export serves:
+//
+//   - a ClusterLoadAssignment named after the service, with one locality per
+//     instance group: {region, zone, sub_zone: group}. Its
+//     load_balancing_weight is the group's share of the site's plan row
+//     (Weights), so that the spill of rules 4–6 is in the weights: gRPC
+//     honours locality weights by default and treats priorities as strict
+//     failover, so a spill cannot be expressed with priorities. Groups
+//     the row does not use are priority 1 (failover only, when every
+//     endpoint of priority 0 is down). Endpoints carry the control plane's
+//     health verdict (HEALTHY or UNHEALTHY; clients skip UNHEALTHY ones);
+//   - a Cluster of type EDS over ADS, round robin inside a locality, with
+//     common_lb_config.locality_weighted_lb_config (Envoy ignores locality
+//     weights without it; gRPC honours them either way);
+//   - for gRPC clients (KindGRPC): a Listener per service with an
+//     api_listener (HttpConnectionManager, RDS over ADS, the router filter),
+//     and a RouteConfiguration of one virtual host ("*") that sends every
+//     call to the service's Cluster, so that the target xds:///SERVICE
+//     reaches it;
+//   - for Envoy (KindEnvoy, node.user_agent_name "envoy"): one listener with
+//     a filter chain (HttpConnectionManager, RDS) at Options.EnvoyListen,
+//     and a RouteConfiguration that mirrors the configuration's routes
+//     (config.Config.Route's precedence as Envoy expresses it: see
+//     envoyRoutes).
+//
+// A site that is not in the plan (no gfe there, or none has measured an
+// RTT yet), and a client without a locality, get the plan's aggregate:
+// each group weighted by the load all sites send it, or by its healthy
+// instances when nothing is planned. Services of a baseline policy
+// (round_robin, hashing) get their groups weighted by healthy instances.
+//
+// # Guarantees
+//
+//   - Build is pure: the same Input gives the same Resources, with the same
+//     versions, whatever the order of map iteration.
+//   - A version is the hash of its type's resources (deterministic
+//     marshalling), so a plan that does not change pushes nothing, and a
+//     change of the plan pushes only ClusterLoadAssignments.
+//   - The weights of a site's priority-0 localities are its row's shares
+//     scaled to WeightScale and rounded; a share > 0 never rounds to 0.
+//
+// What the export does not do: it does not count the demand of xDS clients
+// (they bypass the gfes, so the plan does not see it; load reporting
+// (LRS) would be the way), and it carries no per-request policy (session
+// affinity, retries, quota, outlier ejection): clients apply their own.
+package xdsexport
