@@ -304,6 +304,15 @@ type Feedback struct {
 	// loses in one shrink, in (0, 1]. Default 0.25 (a gfe's idea of a
 	// group's load can lag the other gfes'; deeper cuts take a few holds).
 	MaxShrink float64 `mapstructure:"max_shrink"`
+	// ConfirmUtilization is, for groups whose instances send load
+	// reports (endpoint-load-metrics, ORCA), the mean reported
+	// utilization below which latency above the baseline and requests in
+	// flight at the concurrency limits do not shrink the group: the
+	// backend says it is not full, so the delay comes from elsewhere (the
+	// network, a busy gfe machine). In [0, 2]. Default 0.8 (below it a
+	// backend queues little; lb/capacity.Config); 0 believes latency and
+	// in-flight whatever the reports say.
+	ConfirmUtilization float64 `mapstructure:"confirm_utilization"`
 }
 
 // DefaultFeedback returns the default local-signal settings.
@@ -318,6 +327,8 @@ func DefaultFeedback() Feedback {
 		RecoverRate:    0.1,
 		MinFactor:      0.1,
 		MaxShrink:      0.25,
+
+		ConfirmUtilization: 0.8,
 	}
 }
 

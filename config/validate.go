@@ -310,6 +310,9 @@ func (v *validator) feedback(fp string, f Feedback) {
 	half01("recover_rate", f.RecoverRate)
 	half01("min_factor", f.MinFactor)
 	half01("max_shrink", f.MaxShrink)
+	if !(f.ConfirmUtilization >= 0 && f.ConfirmUtilization <= 2) {
+		v.p.add(fp+".confirm_utilization", fmt.Sprintf("must be in [0, 2], got %v", f.ConfirmUtilization))
+	}
 	if f.QueueDelay <= 0 {
 		v.p.add(fp+".queue_delay", fmt.Sprintf("must be > 0, got %v", f.QueueDelay))
 	}

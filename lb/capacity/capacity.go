@@ -74,6 +74,20 @@ type Config struct {
 	// MinFactor is the lowest factor, in (0, 1]. Default 0.1: a group keeps
 	// some traffic, so that its recovery can be seen.
 	MinFactor float64
+	// ConfirmUtilization is, for a group whose instances send load
+	// reports, the mean reported utilization below which its latency
+	// (queueing) and requests in flight do not count as overload. A
+	// backend's own report is its account of its load; latency and
+	// requests in flight are inferences, and a busy network or a busy gfe
+	// machine raises them as much as a queue does, while shrinking the
+	// group would not help. Below 80% busy a backend queues little (an
+	// M/M/1 server's mean wait is 4 service times at 0.8, well under
+	// QueueDelay for services of a few ms), and one that queues reports
+	// more (the test backend reports 1 plus its queue over its limit).
+	// Default 0.8; 0 believes latency and in-flight whatever the reports
+	// say. Groups without reports are judged by latency and in-flight
+	// alone.
+	ConfirmUtilization float64
 	// MaxShrink is the largest fraction of its value the factor loses in
 	// one shrink, in (0, 1]. Default 0.25. A gfe's idea of a group's load
 	// can lag (other gfes' traffic reaches the plan by gossip), so one
@@ -98,6 +112,8 @@ func DefaultConfig() Config {
 		RecoverRate:      0.1,
 		MinFactor:        0.1,
 		MaxShrink:        0.25,
+
+		ConfirmUtilization: 0.8,
 	}
 }
 
@@ -122,6 +138,7 @@ func (c Config) Validate() error {
 	check(c.RecoverRate > 0, "recover_rate", c.RecoverRate)
 	check(c.MinFactor > 0 && c.MinFactor <= 1, "min_factor", c.MinFactor)
 	check(c.MaxShrink > 0 && c.MaxShrink <= 1, "max_shrink", c.MaxShrink)
+	check(c.ConfirmUtilization >= 0, "confirm_utilization", c.ConfirmUtilization)
 	return errors.Join(errs...)
 }
 
@@ -365,13 +382,16 @@ func (e *Estimator) judge(now time.Time, p *Sample) (Signal, float64) {
 		u := p.Utilization / float64(p.Reports)
 		propose(SignalLoadReport, min(keep, e.cfg.UtilizationLimit/u))
 	}
-	if p.Limit > 0 && float64(p.InFlight) >= e.cfg.InFlightLimit*float64(p.Limit) {
+	// The instances' reports, when they send them, say whether a rise of
+	// latency or requests in flight is theirs (ConfirmUtilization).
+	unconfirmed := p.Reports > 0 && p.Utilization/float64(p.Reports) < e.cfg.ConfirmUtilization
+	if !unconfirmed && p.Limit > 0 && float64(p.InFlight) >= e.cfg.InFlightLimit*float64(p.Limit) {
 		propose(SignalInFlight, keep)
 	}
 	if stalled {
 		propose(SignalInFlight, 0)
 	}
-	queued := hasBase && mean > 0 && mean-base > max(e.cfg.QueueDelay, base/4)
+	queued := !unconfirmed && hasBase && mean > 0 && mean-base > max(e.cfg.QueueDelay, base/4)
 	switch {
 	case !queued:
 		e.queuedFrom = time.Time{}

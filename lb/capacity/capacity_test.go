@@ -345,3 +345,47 @@ func TestSilence(t *testing.T) {
 		}
 	}
 }
+
+// TestReportsConfirmLatency: where the instances send load reports, latency
+// above the baseline and requests in flight at the limits shrink the group
+// only when the reports say it is busy (ConfirmUtilization, 0.8); a group
+// without reports is judged by them alone, as before.
+func TestReportsConfirmLatency(t *testing.T) {
+	withReports := func(s Sample, u float64) Sample {
+		s.Reports, s.Utilization = 10, 10*u
+		return s
+	}
+	inFlight := func(s Sample) Sample {
+		s.InFlight, s.Limit = 40, 40
+		return s
+	}
+	tests := []struct {
+		name    string
+		sample  Sample
+		confirm float64
+		want    Signal
+	}{
+		{"slow, no reports", ok(50, 70*time.Millisecond, 90), 0.8, SignalQueueing},
+		{"slow, reports 0.5", withReports(ok(50, 70*time.Millisecond, 90), 0.5), 0.8, SignalNone},
+		{"slow, reports 0.79", withReports(ok(50, 70*time.Millisecond, 90), 0.79), 0.8, SignalNone},
+		{"slow, reports 0.8", withReports(ok(50, 70*time.Millisecond, 90), 0.8), 0.8, SignalQueueing},
+		{"slow, reports 0.5, confirm off", withReports(ok(50, 70*time.Millisecond, 90), 0.5), 0, SignalQueueing},
+		{"at the limits, no reports", inFlight(ok(50, 40*time.Millisecond, 90)), 0.8, SignalInFlight},
+		{"at the limits, reports 0.5", withReports(inFlight(ok(50, 40*time.Millisecond, 90)), 0.5), 0.8, SignalNone},
+		// A report above 1 is its own signal, whatever latency says.
+		{"reports 1.2", withReports(ok(50, 40*time.Millisecond, 90), 1.2), 0.8, SignalLoadReport},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.ConfirmUtilization = tt.confirm
+			e := New(cfg)
+			e.Update(t0, ok(50, 40*time.Millisecond, 90)) // the baseline
+			e.Update(t0.Add(250*time.Millisecond), tt.sample)
+			_, sig := e.Update(t0.Add(500*time.Millisecond), tt.sample)
+			if sig != tt.want {
+				t.Errorf("signal %v, want %v", sig, tt.want)
+			}
+		})
+	}
+}

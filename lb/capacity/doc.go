@@ -48,6 +48,14 @@
 //     (a pause of the gfe or its machine delays the answers of one short
 //     sample; a queue persists).
 //
+// SignalInFlight at the concurrency limits and SignalQueueing are
+// inferences from time. When the group's instances send load reports, the
+// reports decide whether they are the group's doing: below a mean reported
+// utilization of ConfirmUtilization (0.8 by default; below it a backend
+// queues little), the time went elsewhere (the network, a busy gfe
+// machine), and neither signal counts. A group that stopped
+// answering sends no reports and is judged as before.
+//
 // # Reaction
 //
 // Overload shrinks at once; recovery is slow and linear (AIMD):

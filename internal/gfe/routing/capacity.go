@@ -71,6 +71,7 @@ func estimatorConfig(sc *config.Service) capacity.Config {
 	c.RecoverRate = f.RecoverRate
 	c.MinFactor = f.MinFactor
 	c.MaxShrink = f.MaxShrink
+	c.ConfirmUtilization = f.ConfirmUtilization
 	if sc.BalancingMode == config.ModeUtilization {
 		// Load reports measure utilization against max_utilization, the
 		// limit the operator declared (averaged over the backends).
