@@ -105,12 +105,20 @@ type RateFilter struct {
 	// smoothed with Tau. So a step up shows in full in the first Observe
 	// after a whole interval of it (fast attack), while a step down decays
 	// with Tau (slow decay), and random arrivals at a steady rate move the
-	// average only by chance of about one interval in a thousand.
+	// average only by chance of about one interval in a thousand. Events
+	// that make up for the previous interval's shortfall against the
+	// average do not count toward the excess: a sender (or a machine)
+	// that stalls for an interval and catches up in the next is not a rise
+	// (on a saturated machine such catch-ups had the gfe estimate its
+	// demand about 10% high).
 	FastAttack bool
 
 	lastAt time.Time
 	avg    Value
 	level  Level // used instead of avg when Tau is set
+	// deficit is how many events the last interval had fewer than the
+	// average predicted (FastAttack).
+	deficit float64
 }
 
 // Observe folds count, the events seen since the previous Observe, into
@@ -136,9 +144,15 @@ func (f *RateFilter) Observe(now time.Time, count float64) float64 {
 		f.level.Tau = f.Tau
 		if f.FastAttack && f.level.ok {
 			want := f.level.v * dt // the count the average predicts
-			if count > want+attackSigmas*math.Sqrt(want) && count > want*(1+attackRatio) {
-				f.level.v, f.level.last = inst, now
-				return inst
+			// Events that only make up for the previous interval's
+			// shortfall (a sender or a machine that stalled and caught
+			// up) are not a rise.
+			excess := count - f.deficit
+			f.deficit = max(0, want-count)
+			if excess > want+attackSigmas*math.Sqrt(want) && excess > want*(1+attackRatio) {
+				f.deficit = 0
+				f.level.v, f.level.last = excess/dt, now
+				return f.level.v
 			}
 		}
 		return f.level.Sample(now, inst)

@@ -158,6 +158,13 @@ func TestRateFastAttack(t *testing.T) {
 		// 5 is not.
 		{"low rate: within 3σ", []int64{1, 4}, 4 + 12*-math.Expm1(-0.25)},
 		{"low rate: beyond 3σ", []int64{1, 5}, 20},
+		// A stall and its catch-up (30 then 75 against 50 predicted) is
+		// not a rise: 75 is 3.5σ and 50% above 50, and would attack, but
+		// less the 20 the stall left short it is 55, and is smoothed.
+		{"stall and catch-up is smoothed", []int64{50, 50, 30, 75}, ewmaSteps(200, 120, 300)},
+		// A real rise right after a stall still attacks, with the
+		// catch-up left out: 30, then 30 + 112 − 20 shortfall.
+		{"rise after a stall attacks", []int64{50, 50, 30, 142}, (142 - 20) * 4},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -175,4 +182,14 @@ func TestRateFastAttack(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ewmaSteps returns a Tau = 1 s level at start after samples of rates, each
+// a dt = 250 ms interval (the smoothing TestRateFastAttack expects).
+func ewmaSteps(start float64, rates ...float64) float64 {
+	v := start
+	for _, r := range rates {
+		v += (r - v) * -math.Expm1(-0.25)
+	}
+	return v
 }
