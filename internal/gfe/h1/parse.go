@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Verdict is what the gfe must do with a request head (see the package
@@ -395,35 +397,19 @@ func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
-// isToken reports whether b is a non-empty RFC 9110 token.
+// isToken reports whether b is a non-empty RFC 9110 token (the token
+// characters of x/net's httpguts, which net/http's server uses too).
 func isToken(b []byte) bool {
 	if len(b) == 0 {
 		return false
 	}
 	for _, c := range b {
-		if !tchar[c] {
+		if !httpguts.IsTokenRune(rune(c)) {
 			return false
 		}
 	}
 	return true
 }
-
-// tchar marks the bytes of RFC 9110 §5.6.2 tokens.
-var tchar = func() (t [256]bool) {
-	for c := 'a'; c <= 'z'; c++ {
-		t[c] = true
-	}
-	for c := 'A'; c <= 'Z'; c++ {
-		t[c] = true
-	}
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for _, c := range "!#$%&'*+-.^_`|~" {
-		t[c] = true
-	}
-	return t
-}()
 
 // trimOWS trims spaces and tabs at both ends of b.
 func trimOWS(b []byte) []byte {
