@@ -10,7 +10,7 @@
 //   - HandOff: well formed, but something the fast path leaves to net/http
 //     (Upgrade and WebSocket, Expect, CONNECT, OPTIONS *, absolute-form
 //     targets, chunked request bodies, methods it does not know, more
-//     header fields than the caller has room for). The caller replays the
+//     than MaxFields header fields). The caller replays the
 //     bytes to net/http's server, which then behaves exactly as without a
 //     fast path.
 //   - Reject: malformed or ambiguous, in a way a front end and a back end
