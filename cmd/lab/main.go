@@ -59,7 +59,9 @@ func main() {
 	}
 }
 
-// up brings the lab up, prints it, waits for ctx and tears it down.
+// up brings the lab up, prints it, waits for ctx and tears it down. It
+// records itself as the lab's owner, so that `lab down` from another shell
+// stops it as Ctrl-C would (it then tears down and exits 0).
 func up(ctx context.Context, cfg lab.Config, out io.Writer) error {
 	if err := lab.RequireIP(); err != nil {
 		return err
@@ -73,6 +75,12 @@ func up(ctx context.Context, cfg lab.Config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	release, err := lab.RecordOwner(cfg.StateDir)
+	if err != nil {
+		l.Down(context.Background())
+		return err
+	}
+	defer release()
 	fmt.Fprintf(out, "up in %v\n", time.Since(start).Round(100*time.Millisecond))
 	l.Describe(out)
 	if err := l.Wait(ctx); err != nil {

@@ -503,7 +503,9 @@ func (l *Lab) Down(ctx context.Context) error {
 }
 
 // Clean removes what a lab with cfg left behind, even after a crash: it
-// kills the processes in its pid file (those whose executable is still the
+// asks a running `lab up` of the same state directory to tear its lab
+// down itself (StopOwner) and waits for it, then it kills the processes
+// in its pid file (those whose executable is still the
 // recorded one), then every process in a namespace whose name starts with
 // Prefix, and deletes those namespaces; their veth links go with them.
 // Afterwards no namespace with the prefix exists.
@@ -511,7 +513,10 @@ func Clean(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	var errs []error
 	if cfg.StateDir != "" {
-		errs = append(errs, killRecorded(pidFile(cfg.StateDir)))
+		sctx, cancel := context.WithTimeout(ctx, ownerStopTimeout)
+		_, err := StopOwner(sctx, cfg.StateDir)
+		cancel()
+		errs = append(errs, err, killRecorded(pidFile(cfg.StateDir)))
 	}
 	nss, err := Namespaces(cfg.Prefix)
 	if err != nil {

@@ -31,6 +31,9 @@ import (
 var bins map[string]string
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(ownerEnv); dir != "" {
+		os.Exit(ownerHelper(dir))
+	}
 	// A missing tool (ip; the guide's nft, openssl, curl, systemd-sysusers,
 	// setpriv) is installed, never a reason to skip.
 	if err := testkit.EnsureTools(map[string]string{"ip": "iproute2", "nft": "nftables", "openssl": "openssl", "curl": "curl", "systemd-sysusers": "systemd", "setpriv": "util-linux"}); err != nil {
