@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/spillway-lb/spillway/internal/gfe/quotaclient"
 	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +23,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/fdlimit"
 	"github.com/spillway-lb/spillway/internal/gfe/httpproxy"
 	"github.com/spillway-lb/spillway/internal/gfe/listeners"
+	"github.com/spillway-lb/spillway/internal/gfe/quotaclient"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gfe/rtt"
 	"github.com/spillway-lb/spillway/internal/gfe/tcpproxy"
@@ -237,6 +238,10 @@ type Daemon struct {
 	// unlimited), from limits.
 	fds    *fdlimit.Budget
 	limits fdlimit.Limits
+	// serving is closed when the first routing table is stored; the
+	// listeners accept nothing before (listeners.Options.Serving).
+	serving     chan struct{}
+	servingOnce sync.Once
 
 	// clampLog rate-limits the log of clamped gossip values (planner
 	// goroutine only).
@@ -267,12 +272,13 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 		return nil, errors.New("gfe: Options.Gossip is required")
 	}
 	d := &Daemon{
-		cfg:    cfg,
-		log:    opts.Logger.With().Str("component", "gfe").Str("site", cfg.Site).Logger(),
-		clk:    clock.OrReal(opts.Clock),
-		gossip: opts.Gossip,
-		reg:    opts.Registry,
-		kick:   make(chan struct{}, 1),
+		cfg:     cfg,
+		serving: make(chan struct{}),
+		log:     opts.Logger.With().Str("component", "gfe").Str("site", cfg.Site).Logger(),
+		clk:     clock.OrReal(opts.Clock),
+		gossip:  opts.Gossip,
+		reg:     opts.Registry,
+		kick:    make(chan struct{}, 1),
 	}
 	var err error
 	rnd := opts.Rand
@@ -327,7 +333,7 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.listeners, err = listeners.New(listeners.Config{Listen: cfg.Listen, DrainTimeout: cfg.DrainTimeout, CertCheckInterval: cfg.CertCheckInterval},
-		listeners.Options{HTTP: d.proxy, TCP: d.tcp, Streams: d.proxy, Logger: d.log, Clock: d.clk, Registry: d.reg, Budget: d.fds})
+		listeners.Options{HTTP: d.proxy, TCP: d.tcp, Streams: d.proxy, Logger: d.log, Clock: d.clk, Registry: d.reg, Budget: d.fds, Serving: d.serving})
 	if err != nil {
 		return nil, fmt.Errorf("gfe.listen: %w", err)
 	}

@@ -50,6 +50,7 @@ func (d *Daemon) step(now time.Time) {
 		}
 		d.reportClamps(now, d.builder.TakeClamps())
 		d.table.Store(t)
+		d.servingOnce.Do(func() { close(d.serving) })
 	}
 	factors := d.builder.Factors()
 	d.logFactors(t, factors)

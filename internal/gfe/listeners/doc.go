@@ -7,6 +7,10 @@
 // --listen. A configured listener whose port is that of --listen takes that
 // socket over (its protocol and limits replace the defaults).
 //
+// Nothing is accepted before the gfe can route (Options.Serving, closed at
+// its first routing table): sockets are bound at Start, and connections
+// made before then wait in the kernel's listen backlog.
+//
 // Listeners change at runtime with the snapshot. The Manager
 // reconciles on every applied snapshot, and on a slow tick:
 //

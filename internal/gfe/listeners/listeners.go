@@ -121,6 +121,11 @@ type Options struct {
 	// accepting while it has no room (tcp listeners take theirs in the
 	// tcp proxy, which refuses instead).
 	Budget *fdlimit.Budget
+	// Serving, when set, is closed once the gfe can route (its first
+	// routing table). Until then no listener accepts: connections wait in
+	// the kernel's listen backlog, so a client of a gfe that has just
+	// started waits for its first snapshot instead of getting a 503.
+	Serving <-chan struct{}
 }
 
 // HTTPConnFDs is what one http or https client connection takes from the
@@ -559,6 +564,13 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 // budget has no room, and the connection gives them back when it closes.
 func (m *Manager) acceptLoop(p *port) {
 	defer m.wg.Done()
+	if m.opts.Serving != nil {
+		select {
+		case <-m.opts.Serving:
+		case <-p.stop.Done():
+			return
+		}
+	}
 	var backoff time.Duration
 	budget := m.opts.Budget
 	for {
