@@ -626,6 +626,18 @@ type Listener struct {
 	// means no limit (only the route's timeout then ends a stalled
 	// upload). tcp: must be 0.
 	RequestBodyTimeout time.Duration `mapstructure:"request_body_timeout"`
+	// MaxConnectionAge ends a client connection gracefully once it is this
+	// old (each connection draws its own age in ±10% of it, so that
+	// connections opened together do not end together). Clients that keep
+	// connections alive then spread again over the gfes behind a DNS name
+	// or an L4 balancer after one is added or restarted. The first request
+	// on a connection past its age is served, with "Connection: close"
+	// (HTTP/1.1: the connection closes after the response) or a GOAWAY
+	// (HTTP/2: streams in flight finish, new ones go to a new
+	// connection). An idle connection past its age ends at idle_timeout as
+	// before. http/https: default 0, which means never; at most 24h.
+	// tcp: must be 0.
+	MaxConnectionAge time.Duration `mapstructure:"max_connection_age"`
 }
 
 // Certificate is a TLS certificate and its private key, as PEM files.

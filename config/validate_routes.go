@@ -154,6 +154,7 @@ func (v *validator) tcpListener(lp string, l *Listener) {
 	httpOnly("max_header_bytes", l.MaxHeaderBytes != 0)
 	httpOnly("max_request_body_bytes", l.MaxRequestBodyBytes != 0)
 	httpOnly("request_body_timeout", l.RequestBodyTimeout != 0)
+	httpOnly("max_connection_age", l.MaxConnectionAge != 0)
 }
 
 // httpListener checks the fields of an http or https listener.
@@ -194,6 +195,9 @@ func (v *validator) httpListener(lp string, l *Listener) {
 	}
 	if l.RequestBodyTimeout < 0 || l.RequestBodyTimeout > maxLongTimeout {
 		v.p.add(lp+".request_body_timeout", fmt.Sprintf("must be in 0..%v (0 = no limit), got %v", maxLongTimeout, l.RequestBodyTimeout))
+	}
+	if l.MaxConnectionAge < 0 || l.MaxConnectionAge > maxLongTimeout {
+		v.p.add(lp+".max_connection_age", fmt.Sprintf("must be in 0..%v (0 = never), got %v", maxLongTimeout, l.MaxConnectionAge))
 	}
 	tcpOnly := func(key string, set bool) {
 		if set {

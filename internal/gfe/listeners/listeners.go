@@ -29,6 +29,7 @@ type listenerMetrics struct {
 	bindErrors  *prometheus.CounterVec
 	fdWaits     *prometheus.CounterVec
 	resetClosed *prometheus.CounterVec
+	ageClosed   *prometheus.CounterVec
 }
 
 func newListenerMetrics(reg prometheus.Registerer) *listenerMetrics {
@@ -49,13 +50,17 @@ func newListenerMetrics(reg prometheus.Registerer) *listenerMetrics {
 			Name: "spillway_gfe_http2_reset_budget_closes_total",
 			Help: "HTTP/2 client connections closed because their client reset too many streams before their answer (rapid reset, CVE-2023-44487), by listener.",
 		}, []string{"listener"}),
+		ageClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spillway_gfe_connection_age_closes_total",
+			Help: "Client connections ended because they reached the listener's max_connection_age (HTTP/1.1: closed after the response; HTTP/2: GOAWAY), by listener.",
+		}, []string{"listener"}),
 	}
 	m.fdWaits = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "spillway_gfe_listener_fd_budget_waits_total",
 		Help: "Times an http or https listener stopped accepting because the file-descriptor budget of client connections was spent (it resumes when a connection closes), by listener.",
 	}, []string{"listener"})
 	if reg != nil {
-		reg.MustRegister(m.accepted, m.certReloads, m.bindErrors, m.fdWaits, m.resetClosed)
+		reg.MustRegister(m.accepted, m.certReloads, m.bindErrors, m.fdWaits, m.resetClosed, m.ageClosed)
 	}
 	return m
 }
@@ -428,8 +433,8 @@ func (m *Manager) startGenerationLocked(p *port, l config.Listener) {
 // newServer returns the HTTP server of listener l on p.
 func (m *Manager) newServer(p *port, l config.Listener) *http.Server {
 	srv := &http.Server{
-		Handler:           limitBody(m.protect(m.opts.HTTP, l, m.metrics.resetClosed.WithLabelValues(l.Name)), l.MaxRequestBodyBytes),
-		ConnContext:       connContext,
+		Handler:           limitBody(m.protect(m.opts.HTTP, l, m.metrics.resetClosed.WithLabelValues(l.Name), m.metrics.ageClosed.WithLabelValues(l.Name)), l.MaxRequestBodyBytes),
+		ConnContext:       m.connContext(l),
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
 		IdleTimeout:       l.IdleTimeout,
 		MaxHeaderBytes:    l.MaxHeaderBytes,

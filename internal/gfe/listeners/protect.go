@@ -3,10 +3,12 @@ package listeners
 import (
 	"context"
 	"crypto/tls"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -47,21 +49,33 @@ const DefaultMaxEarlyResets = 100
 // connKey is the context key of a connection's *connGuard.
 type connKey struct{}
 
-// connGuard is the reset accounting of one client connection. Safe for
-// concurrent use (the connection's handlers run concurrently); must not be
-// copied.
+// connGuard is the reset accounting and the age limit of one client
+// connection. Safe for concurrent use (the connection's handlers run
+// concurrently); must not be copied.
 type connGuard struct {
 	conn net.Conn
+	// endAt is when the connection reaches its max_connection_age (zero:
+	// never). Immutable.
+	endAt time.Time
+	aged  atomic.Bool // a request found it past endAt
 	// Accessed atomically.
 	streams atomic.Int64 // HTTP/2 requests whose handler ran
 	resets  atomic.Int64 // of those, reset by the client before they ended
 	closed  atomic.Bool
 }
 
-// connContext attaches a connGuard for c to the connection's context
-// (http.Server.ConnContext).
-func connContext(ctx context.Context, c net.Conn) context.Context {
-	return context.WithValue(ctx, connKey{}, &connGuard{conn: c})
+// connContext returns the http.Server.ConnContext of listener l: it
+// attaches a connGuard to each connection's context, with the connection's
+// own age limit drawn in [0.9, 1.1] × l.MaxConnectionAge.
+func (m *Manager) connContext(l config.Listener) func(context.Context, net.Conn) context.Context {
+	return func(ctx context.Context, c net.Conn) context.Context {
+		g := &connGuard{conn: c}
+		if l.MaxConnectionAge > 0 {
+			age := time.Duration(float64(l.MaxConnectionAge) * (0.9 + 0.2*rand.Float64()))
+			g.endAt = m.clk.Now().Add(age)
+		}
+		return context.WithValue(ctx, connKey{}, g)
+	}
 }
 
 // end counts the end of an HTTP/2 stream, reset early or not, and reports
@@ -85,9 +99,11 @@ func (g *connGuard) close() {
 	c.Close()
 }
 
-// protect returns next with the client protections above for listener l.
-// resetClosed counts the connections closed over their reset budget.
-func (m *Manager) protect(next http.Handler, l config.Listener, resetClosed prometheus.Counter) http.Handler {
+// protect returns next with the client protections above for listener l,
+// and ends connections past their max_connection_age. resetClosed counts
+// the connections closed over their reset budget, ageClosed those ended
+// for their age.
+func (m *Manager) protect(next http.Handler, l config.Listener, resetClosed, ageClosed prometheus.Counter) http.Handler {
 	maxResets := int64(m.cfg.MaxEarlyResets)
 	if maxResets == 0 {
 		maxResets = DefaultMaxEarlyResets
@@ -103,14 +119,23 @@ func (m *Manager) protect(next http.Handler, l config.Listener, resetClosed prom
 			}
 			r.Body = clientbody.Wrap(w, r, l, m.clk)
 		}
+		g, _ := r.Context().Value(connKey{}).(*connGuard)
 		if r.ProtoMajor == 1 && len(r.TransferEncoding) > 0 {
+			w.Header().Set("Connection", "close")
+		}
+		if g != nil && !g.endAt.IsZero() && !m.clk.Now().Before(g.endAt) {
+			// Past max_connection_age: HTTP/1.1 closes after this
+			// response, HTTP/2 sends a GOAWAY (net/http reads the header
+			// so, and does not send it on an HTTP/2 response).
+			if g.aged.CompareAndSwap(false, true) {
+				ageClosed.Inc()
+			}
 			w.Header().Set("Connection", "close")
 		}
 		if r.ProtoMajor != 2 || maxResets < 0 {
 			next.ServeHTTP(w, r)
 			return
 		}
-		g, _ := r.Context().Value(connKey{}).(*connGuard)
 		next.ServeHTTP(w, r)
 		if g != nil && g.end(r.Context().Err() != nil, maxResets) {
 			resetClosed.Inc()
