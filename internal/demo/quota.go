@@ -122,7 +122,7 @@ func RunQuota(ctx context.Context, c *topology.Cluster, d time.Duration) ([]Quot
 func PrintQuota(w io.Writer, i, n int, cs []QuotaConsumer, d time.Duration) {
 	fmt.Fprintf(w, "\n== phase %d/%d: quota, %v\n   expect: greedy (20 req/s against %d a minute) gets 429s once its minute's quota is spent; polite (1 every 2 s) is untouched\n", i, n, d, QuotaLimit)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "consumer\toffered\tsent\tadmitted\t429\tother\tlimit/min\tused (cp /status)\tsource\t\n")
+	fmt.Fprintf(tw, "consumer\toffered\tsent\tadmitted\t429\tother\tlimit/min\tcharged (cp /status)\tsource\t\n")
 	for _, c := range cs {
 		fmt.Fprintf(tw, "%s\t%.1f/s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n", c.Project, c.Rate, c.Sent, c.OK, c.Limited, c.Other, c.Limit, c.Used, c.Source)
 	}
