@@ -55,10 +55,16 @@ func TestFDFloodKeepsAdmin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer echo.Close()
 	var held sync.WaitGroup
-	defer held.Wait()
+	accepting := make(chan struct{})
+	defer func() {
+		// Stop accepting before waiting: held.Go must not race held.Wait.
+		echo.Close()
+		<-accepting
+		held.Wait()
+	}()
 	go func() {
+		defer close(accepting)
 		for {
 			c, err := echo.Accept()
 			if err != nil {
