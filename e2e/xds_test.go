@@ -30,7 +30,10 @@ const xdsNet = 70
 // each 4 ms from their own region and 20 ms from the other. The control
 // plane exports the plan over xDS at {ip}:7300, re-planning every 250 ms as
 // the gfes do. Feedback is off: the plan follows demand and declared
-// capacity only, so the test can predict it.
+// capacity only, so the test can predict it. The xDS clients report no
+// load (--xds-load-report-interval 0): the tests that check that clients
+// follow the plan measure with bursts of calls that must not move it;
+// TestXDSClientDemandIsPlanned turns reporting on.
 func xdsSpec() topology.Spec {
 	ms := time.Millisecond
 	s := topology.Spec{
@@ -40,7 +43,7 @@ func xdsSpec() topology.Spec {
 			{Name: "nyc", RTT: map[string]time.Duration{"us-east": 4 * ms, "eu-west": 20 * ms}},
 			{Name: "lon", RTT: map[string]time.Duration{"us-east": 20 * ms, "eu-west": 4 * ms}},
 		},
-		CPArgs: []string{"--xds-listen", "{ip}:7300", "--xds-allowed-clients", "*.xds.spillway.internal", "--xds-plan-interval", "250ms"},
+		CPArgs: []string{"--xds-listen", "{ip}:7300", "--xds-allowed-clients", "*.xds.spillway.internal", "--xds-plan-interval", "250ms", "--xds-load-report-interval", "0"},
 		EditConfig: func(y string) string {
 			y = strings.Replace(y, "health_check: {protocol: http, path: /healthz,", "health_check: {protocol: grpc,", 1)
 			return strings.Replace(y, "    health_check:", "    feedback: {enabled: false}\n    health_check:", 1)
@@ -146,13 +149,23 @@ func startGRPCLoad(t *testing.T, gfeAddr string, rate float64) *grpcLoad {
 			t.Fatalf("gRPC connection to the gfe at %s not ready: %v", gfeAddr, s)
 		}
 	}
-	client := echopb.NewEchoClient(cc)
+	l := startEchoLoad(t, echopb.NewEchoClient(cc), rate)
+	go func() {
+		<-l.done
+		cc.Close()
+	}()
+	return l
+}
+
+// startEchoLoad sends Echo calls with client at rate (which may change),
+// open loop, until Stop.
+func startEchoLoad(t *testing.T, client echopb.EchoClient, rate float64) *grpcLoad {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &grpcLoad{stop: cancel, done: make(chan struct{})}
 	l.set(rate)
 	go func() {
 		defer close(l.done)
-		defer cc.Close()
 		var wg sync.WaitGroup
 		defer wg.Wait()
 		tick := time.NewTicker(5 * time.Millisecond)
@@ -383,5 +396,59 @@ func followsPlan(t *testing.T, c *topology.Cluster, clients map[string]echopb.Ec
 				t.Errorf("%s → %s: %.4f of 4000 xDS calls, the site's plan %.4f: off by more than 0.03", s, r, got[r], want)
 			}
 		}
+	}
+}
+
+// xdsLRSNet is TestXDSClientDemandIsPlanned's 127.78.0.0/16.
+const xdsLRSNet = 78
+
+// TestXDSClientDemandIsPlanned: with load reporting on (the default), an
+// xDS client's calls are its site's demand. An unmodified grpc-go xDS
+// client at nyc sends 250 calls/s straight to the backends, none through a
+// gfe. The control plane receives its load reports (LRS) and shows 250
+// ±10% for nyc (spillway_controlplane_xds_client_demand), gossips it, and
+// the nyc gfe's own plan spills (250 − 190)/250 = 0.24 ±0.05 of nyc to
+// eu-west — a spill the client's calls then follow. When the client
+// stops, nyc's row goes back to us-east.
+func TestXDSClientDemandIsPlanned(t *testing.T) {
+	spec := xdsSpec()
+	spec.Net = xdsLRSNet
+	spec.CPArgs = []string{"--xds-listen", "{ip}:7300", "--xds-allowed-clients", "*.xds.spillway.internal", "--xds-plan-interval", "250ms"}
+	c := startCluster(t, spec)
+	ctx := context.Background()
+	client := xdsEcho(t, c, "nyc")
+	metrics := c.Spec.ControlPlaneAdmin(0) + "/metrics"
+
+	load := startEchoLoad(t, client, 250)
+	start := time.Now()
+	err := topology.WaitFor(ctx, 40*time.Second, func() (bool, error) {
+		row, err := gfeRow(ctx, c, "nyc")
+		return err == nil && math.Abs(row["eu-west"]-0.24) < 0.05, fmt.Errorf("nyc row %v (error %v)", row, err)
+	})
+	if err != nil {
+		t.Fatalf("the nyc gfe's plan did not count the xDS client's 250 calls/s: %v", err)
+	}
+	t.Logf("nyc's plan spilled 0.24 to eu-west %v after the xDS client started", time.Since(start).Round(time.Millisecond))
+	if d := metricValue(t, metrics, "spillway_controlplane_xds_client_demand", `site="nyc"`); d < 225 || d > 275 {
+		t.Errorf("control plane reports nyc's xDS demand %.1f calls/s, want 250 ±10%%", d)
+	}
+	got, err := regionSplit(ctx, client, 1000, 8) // on top of the load: the row moves a little; the client still spills
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["eu-west"] < 0.1 {
+		t.Errorf("the xDS client's own calls: %v; want some in eu-west, as nyc's plan", got)
+	}
+
+	load.Stop()
+	if n := load.failed.Load(); n > 0 {
+		t.Errorf("%d of the xDS client's calls failed", n)
+	}
+	err = topology.WaitFor(ctx, 40*time.Second, func() (bool, error) {
+		row, err := gfeRow(ctx, c, "nyc")
+		return err == nil && row["us-east"] > 0.99, fmt.Errorf("nyc row %v (error %v)", row, err)
+	})
+	if err != nil {
+		t.Fatalf("after the xDS client stopped, nyc's plan did not return to us-east: %v", err)
 	}
 }

@@ -12,7 +12,8 @@
 //	    [--pprof] [--node NAME] [--gossip-addr 127.0.0.1:7946]
 //	    [--join host:port,...] [--gossip-key-file PATH] [--gossip-insecure]
 //	    [--replicas cp-1,cp-2,...] [--xds-listen ADDR --xds-allowed-clients LIST
-//	     [--xds-plan-interval 500ms] [--xds-damping 0.5] [--xds-envoy-listen 0.0.0.0:10000]]
+//	     [--xds-plan-interval 500ms] [--xds-damping 0.5] [--xds-envoy-listen 0.0.0.0:10000]
+//	     [--xds-load-report-interval 1s]]
 //	    [--log-format auto|json|console]
 //	    [--log-level info]
 //
@@ -171,6 +172,7 @@ func parseFlags(args []string) (*viper.Viper, error) {
 	fs.Duration("xds-plan-interval", d.XDS.PlanInterval, "how often the xDS export re-plans from gossip and pushes changes")
 	fs.Float64("xds-damping", d.XDS.Damping, "fraction of the way the xDS plan moves toward the newest plan per interval, as the gfe's --damping (0,1]")
 	fs.String("xds-envoy-listen", d.XDS.EnvoyListen, "host:port of the listener served to Envoy clients (node.user_agent_name envoy)")
+	fs.Duration("xds-load-report-interval", d.XDS.LoadReportInterval, "how often xDS clients report their calls (LRS), which the plan counts as their site's demand; 0 = no load reporting")
 	fs.String("log-format", "auto", "json, console, or auto (console on a terminal)")
 	fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -213,6 +215,7 @@ func daemonConfig(v *viper.Viper, args []string) (controlplane.Config, []string,
 	cfg.XDS.PlanInterval = v.GetDuration("xds-plan-interval")
 	cfg.XDS.Damping = v.GetFloat64("xds-damping")
 	cfg.XDS.EnvoyListen = v.GetString("xds-envoy-listen")
+	cfg.XDS.LoadReportInterval = v.GetDuration("xds-load-report-interval")
 	cfg.NodeName = v.GetString("node")
 	if cfg.NodeName == "" {
 		host, err := os.Hostname()

@@ -124,6 +124,9 @@ func DefaultConfig() Config {
 			PlanInterval: 500 * time.Millisecond, // the gfe's default --plan-interval
 			Damping:      0.5,                    // the gfe's default --damping
 			EnvoyListen:  "0.0.0.0:10000",
+			// The LRS interval gRPC and Envoy examples use; a report
+			// every second moves the plan within two plan intervals.
+			LoadReportInterval: time.Second,
 		},
 	}
 }

@@ -59,6 +59,8 @@ type Daemon struct {
 	adminLis   net.Listener
 	// xds is the xDS export, nil unless Config.XDS.Listen is set.
 	xds *xdsExporter
+	// pub publishes this replica's gossip state (health and xDS parts).
+	pub *statePublisher
 }
 
 // New validates cfg, loads the configuration file (an invalid file is an
@@ -84,7 +86,8 @@ func New(cfg Config, opts Options) (d *Daemon, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: %w", err)
 	}
-	d.health = newHealthManager(cfg.NodeName, cfg.Replicas, d.node, d.hub, opts, d.m)
+	d.pub = newStatePublisher(d.node)
+	d.health = newHealthManager(cfg.NodeName, cfg.Replicas, d.pub, d.hub, opts, d.m)
 	d.reloader = newReloader(cfg.ConfigPath, cfg.ReloadDebounce, cfg.ReloadPoll, []applier{
 		// The only applier, and the one that may refuse a configuration
 		// (a health check that cannot run); it also builds the States
@@ -130,7 +133,7 @@ func New(cfg Config, opts Options) (d *Daemon, err error) {
 		}
 	}()
 	if cfg.XDS.Listen != "" {
-		if d.xds, err = newXDSExporter(cfg, d.hub, d.node.Snapshot, opts, d.m); err != nil {
+		if d.xds, err = newXDSExporter(cfg, d.hub, d.pub, opts, d.m); err != nil {
 			return nil, fmt.Errorf("controlplane: %w", err)
 		}
 	}

@@ -76,7 +76,12 @@
 // gossiped state, exactly as a gfe plans but without a site of its own,
 // and hands each planned service's plan to the export, which pushes each
 // site's row to the clients at that site. Nothing is served before the
-// State is Ready.
+// State is Ready. With XDS.LoadReportInterval > 0 the clients report their
+// calls over LRS (xdsexport.LoadReports); each interval the component
+// gossips them as this replica's SiteDemand, which every gfe and the
+// export itself add to the site's demand (routing.GossipPeers). The
+// replica's gossip state has two writers, the health manager (groups) and
+// the export (site demand): statePublisher keeps each one's part.
 //
 // # Admin
 //

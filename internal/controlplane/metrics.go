@@ -25,6 +25,8 @@ type metrics struct {
 	unvouched        prometheus.Gauge
 	capacityRequests *prometheus.CounterVec
 	tlsRefused       prometheus.Counter
+	xdsDemand        *prometheus.GaugeVec
+	xdsUnplaced      prometheus.Gauge
 }
 
 // Label values.
@@ -107,9 +109,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: ns, Subsystem: sub, Name: "capacity_requests_total",
 			Help: "RequestCapacity calls, by result (invalid, refused).",
 		}, []string{"result"}),
+		xdsDemand: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "xds_client_demand",
+			Help: "Calls per second the xDS clients served by this replica report (LRS) sending, by site and service: demand the gfes plan with their own.",
+		}, []string{"site", "service"}),
+		xdsUnplaced: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "xds_client_demand_unplaced",
+			Help: "Calls per second reported by xDS clients without a site (node.locality.region): not planned.",
+		}),
 	}
 	reg.MustRegister(m.configInfo, m.reloads, m.lastReloadOK, m.connected, m.pushes, m.acks, m.nacks,
-		m.checks, m.transitions, m.instances, m.ownedGroups, m.members, m.capacityRequests, m.tlsRefused, m.unvouched)
+		m.checks, m.transitions, m.instances, m.ownedGroups, m.members, m.capacityRequests, m.tlsRefused, m.unvouched,
+		m.xdsDemand, m.xdsUnplaced)
 	// Make the counters visible at 0 before the first event.
 	for _, r := range []string{resultSuccess, resultFailure} {
 		m.reloads.WithLabelValues(r)
@@ -118,4 +129,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.capacityRequests.WithLabelValues(r)
 	}
 	return m
+}
+
+// setXDSDemand sets the xDS clients' demand gauges to d (by site, then
+// service) and unplaced; sites and services no longer in d are removed.
+func (m *metrics) setXDSDemand(d map[string]map[string]float64, unplaced float64) {
+	m.xdsDemand.Reset()
+	for site, svcs := range d {
+		for svc, v := range svcs {
+			m.xdsDemand.WithLabelValues(site, svc).Set(v)
+		}
+	}
+	m.xdsUnplaced.Set(unplaced)
 }

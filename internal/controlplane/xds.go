@@ -12,9 +12,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	lrsv3 "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
+
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
-	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/mtls"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/internal/xdsexport"
@@ -46,6 +47,14 @@ type XDSConfig struct {
 	// EnvoyListen is the host:port of the listener served to Envoy
 	// clients (bound on each Envoy's host). Default "0.0.0.0:10000".
 	EnvoyListen string
+	// LoadReportInterval is how often xDS clients report their load (LRS,
+	// xdsexport.LoadReports): every exported cluster names this server as
+	// its LRS server, and the calls a client issues count as demand of its
+	// site (node.locality.region), planned with the gfes' own and gossiped
+	// to them, because those calls bypass the gfes. Default 1s; 0 turns
+	// load reporting off (the plan then does not see the xDS clients'
+	// load).
+	LoadReportInterval time.Duration
 }
 
 // validate appends the problems of c to errs, naming each field as its
@@ -66,6 +75,9 @@ func (c XDSConfig) validate(tls mtls.ServerConfig, bad func(string, ...any)) {
 	if !(c.Damping > 0 && c.Damping <= 1) {
 		bad("xds-damping: must be in (0,1], got %v", c.Damping)
 	}
+	if c.LoadReportInterval < 0 {
+		bad("xds-load-report-interval: must be >= 0 (0 = off), got %v", c.LoadReportInterval)
+	}
 	if err := (xdsexport.Options{EnvoyListen: c.EnvoyListen}).Validate(); err != nil {
 		bad("xds-envoy-listen: %v", err)
 	}
@@ -82,12 +94,14 @@ type xdsExporter struct {
 	log     zerolog.Logger
 	clk     clock.Clock
 	hub     *hub
-	gossip  func() *gossip.Snapshot
+	pub     *statePublisher
 	srv     *xdsexport.Server
+	lrs     *xdsexport.LoadReports // nil: load reporting off
 	grpcSrv *grpc.Server
 	lis     net.Listener
 
 	// Owned by Run's goroutine.
+	m       *metrics
 	builder *routing.Builder
 	last    *State             // the State snap was made from
 	snap    *snapshot.Snapshot // last as the table build reads it
@@ -95,7 +109,7 @@ type xdsExporter struct {
 
 // newXDSExporter binds the xDS listener with the control plane's
 // certificate and cfg.AllowedClients.
-func newXDSExporter(cfg Config, h *hub, gsnap func() *gossip.Snapshot, opts Options, m *metrics) (*xdsExporter, error) {
+func newXDSExporter(cfg Config, h *hub, pub *statePublisher, opts Options, m *metrics) (*xdsExporter, error) {
 	log := opts.Logger.With().Str("component", "xds").Logger()
 	tls := cfg.TLS
 	tls.AllowedClients = cfg.XDS.AllowedClients
@@ -104,7 +118,7 @@ func newXDSExporter(cfg Config, h *hub, gsnap func() *gossip.Snapshot, opts Opti
 		return nil, fmt.Errorf("xds: %w", err)
 	}
 	// The streams live as long as the exporter; Run's context ends them.
-	srv, err := xdsexport.NewServer(context.Background(), xdsexport.Options{EnvoyListen: cfg.XDS.EnvoyListen}, log)
+	srv, err := xdsexport.NewServer(context.Background(), xdsexport.Options{EnvoyListen: cfg.XDS.EnvoyListen, LoadReporting: cfg.XDS.LoadReportInterval > 0}, log)
 	if err != nil {
 		return nil, fmt.Errorf("xds: %w", err)
 	}
@@ -113,13 +127,17 @@ func newXDSExporter(cfg Config, h *hub, gsnap func() *gossip.Snapshot, opts Opti
 		return nil, fmt.Errorf("xds: listen: %w", err)
 	}
 	x := &xdsExporter{
-		cfg: cfg.XDS, node: cfg.NodeName, log: log, clk: clock.OrReal(opts.Clock), hub: h, gossip: gsnap, srv: srv, lis: lis,
+		cfg: cfg.XDS, node: cfg.NodeName, log: log, clk: clock.OrReal(opts.Clock), hub: h, pub: pub, srv: srv, lis: lis, m: m,
 		grpcSrv: grpc.NewServer(grpc.Creds(creds),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.KeepaliveMinTime, PermitWithoutStream: true})),
 		builder: routing.NewBuilder(routing.Config{Node: cfg.NodeName, Damping: cfg.XDS.Damping, Bounds: routing.DefaultBounds()},
 			routing.Options{Clock: opts.Clock, Rand: rand.Uint64}),
 	}
 	srv.Register(x.grpcSrv)
+	if cfg.XDS.LoadReportInterval > 0 {
+		x.lrs = xdsexport.NewLoadReports(cfg.XDS.LoadReportInterval, opts.Clock)
+		lrsv3.RegisterLoadReportingServiceServer(x.grpcSrv, x.lrs)
+	}
 	return x, nil
 }
 
@@ -163,9 +181,18 @@ func (x *xdsExporter) step(ctx context.Context, now time.Time) {
 	if st != x.last {
 		x.last, x.snap = st, st.domain()
 	}
+	if x.lrs != nil {
+		// Gossiped, so that the gfes plan with it; this replica reads its
+		// own part back from its gossip view with everyone else's.
+		d, unplaced := x.lrs.Demand(now)
+		x.m.setXDSDemand(d, unplaced)
+		if err := x.pub.SetSiteDemand(d); err != nil {
+			x.log.Error().Err(err).Msg("publishing the xDS clients' demand")
+		}
+	}
 	t, problems := x.builder.Build(routing.Input{
 		Snapshot: x.snap,
-		Peers:    routing.GossipPeers(x.gossip()),
+		Peers:    routing.GossipPeers(x.pub.Snapshot()),
 		Self:     routing.Peer{Node: x.node},
 		Now:      now,
 	})

@@ -72,6 +72,13 @@ type NodeState struct {
 	// plane replica checks. With several replicas each publishes the groups
 	// it checks; consumers merge them.
 	Groups []GroupState `json:"groups,omitempty"`
+
+	// SiteDemand maps edge site and backend service name to the demand
+	// of the xDS clients this control plane replica serves at that site,
+	// in requests/s, from their load reports (LRS): clients that send to
+	// backends directly, bypassing the gfes. Only KindControlPlane; site
+	// names are non-empty. Consumers add it to the site's gfes' demand.
+	SiteDemand map[string]map[string]float64 `json:"site_demand,omitempty"`
 }
 
 // GroupState is the health of one instance group as the control plane
@@ -128,6 +135,15 @@ func (s *NodeState) validate() error {
 	}
 	checkRate("state.demand", s.Demand)
 	checkRate("state.rtt_ms", s.RTT)
+	if len(s.SiteDemand) > 0 && s.Kind != KindControlPlane {
+		bad("state.site_demand: only for kind %q, got kind %q", KindControlPlane, s.Kind)
+	}
+	for _, site := range sortedKeys(s.SiteDemand) {
+		if site == "" {
+			bad("state.site_demand: empty site name")
+		}
+		checkRate(fmt.Sprintf("state.site_demand[%q]", site), s.SiteDemand[site])
+	}
 	for _, svc := range sortedKeys(s.Capacity) {
 		for _, g := range sortedKeys(s.Capacity[svc]) {
 			if v := s.Capacity[svc][g]; !(v > 0 && v <= 1) {
@@ -193,6 +209,12 @@ func (s NodeState) Clone() NodeState {
 		c.Capacity = make(map[string]map[string]float64, len(s.Capacity))
 		for svc, m := range s.Capacity {
 			c.Capacity[svc] = maps.Clone(m)
+		}
+	}
+	if s.SiteDemand != nil {
+		c.SiteDemand = make(map[string]map[string]float64, len(s.SiteDemand))
+		for site, m := range s.SiteDemand {
+			c.SiteDemand[site] = maps.Clone(m)
 		}
 	}
 	c.Groups = slices.Clone(s.Groups)

@@ -29,6 +29,7 @@ func cpState() NodeState {
 			{Group: "eu-west-b", Region: "eu-west", Zone: "b", Instances: 4, Healthy: 3,
 				HealthyInstances: []string{"10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"}},
 		},
+		SiteDemand: map[string]map[string]float64{"paris": {"web": 40}},
 	}
 }
 
@@ -71,6 +72,15 @@ func TestValidateRemote(t *testing.T) {
 		{name: "healthy instances left out", base: cpState, mutate: func(s *NodeState) {
 			s.Groups[0].HealthyInstances = nil
 		}},
+		{name: "bad site demand", base: cpState, mutate: func(s *NodeState) {
+			s.SiteDemand = map[string]map[string]float64{"": {"web": 1}, "nyc": {"web": -2}}
+		}, wantErr: []string{
+			"state.site_demand: empty site name",
+			`state.site_demand["nyc"]["web"]: must be finite and >= 0, got -2`,
+		}},
+		{name: "site demand of a gfe", base: gfeState, mutate: func(s *NodeState) {
+			s.SiteDemand = map[string]map[string]float64{"nyc": {"web": 1}}
+		}, wantErr: []string{`state.site_demand: only for kind "controlplane", got kind "gfe"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -110,6 +120,11 @@ func TestCloneSharesNothing(t *testing.T) {
 		}
 		for k := range c.RTT {
 			c.RTT[k] = -1
+		}
+		for _, m := range c.SiteDemand {
+			for k := range m {
+				m[k] = -1
+			}
 		}
 		for i := range c.Groups {
 			c.Groups[i].Healthy = -1

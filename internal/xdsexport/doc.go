@@ -47,8 +47,12 @@
 //   - The weights of a site's priority-0 localities are its row's shares
 //     scaled to WeightScale and rounded; a share > 0 never rounds to 0.
 //
-// What the export does not do: it does not count the demand of xDS clients
-// (they bypass the gfes, so the plan does not see it; load reporting
-// (LRS) would be the way), and it carries no per-request policy (session
+// With Options.LoadReporting every Cluster names this server as its LRS
+// server, and LoadReports receives what the clients report: the calls
+// they issue, by site and service (Demand), which the control plane plans
+// and gossips as demand of their site (they bypass the gfes, so no gfe
+// counts it).
+//
+// What the export does not do: it carries no per-request policy (session
 // affinity, retries, quota, outlier ejection): clients apply their own.
 package xdsexport

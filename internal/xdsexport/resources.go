@@ -51,6 +51,10 @@ type Options struct {
 	// EnvoyListenerName names that listener and its RouteConfiguration.
 	// Default "spillway".
 	EnvoyListenerName string
+	// LoadReporting makes every Cluster name this server as its LRS server
+	// (lrs_server: self), so that clients report the calls they send
+	// (LoadReports) and the plan counts them.
+	LoadReporting bool
 }
 
 func (o Options) withDefaults() Options {
@@ -114,7 +118,7 @@ func Build(in Input, opts Options, kind Kind, site string) (*cachev3.Snapshot, e
 	cfg := in.Snapshot.Config
 	for i := range cfg.Services {
 		sc := &cfg.Services[i]
-		cs = append(cs, clusterOf(sc))
+		cs = append(cs, clusterOf(sc, opts.LoadReporting))
 		es = append(es, assignment(sc, Weights(sc, in.Snapshot, in.Plans[sc.Name], site), in.Snapshot))
 		if kind == KindGRPC {
 			ls = append(ls, apiListener(sc.Name))
@@ -312,9 +316,10 @@ func covers(wide, narrow string) bool {
 
 // clusterOf is the EDS cluster of service sc. Its CommonLbConfig turns on
 // locality-weighted balancing in Envoy (gRPC does it anyway); upstream
-// connections use the downstream protocol (HTTP/2 for gRPC calls).
-func clusterOf(sc *config.Service) *cluster.Cluster {
-	return &cluster.Cluster{
+// connections use the downstream protocol (HTTP/2 for gRPC calls). With
+// lrs, clients report its load to this server (lrs_server: self).
+func clusterOf(sc *config.Service, lrs bool) *cluster.Cluster {
+	c := &cluster.Cluster{
 		Name:                 sc.Name,
 		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
 		EdsClusterConfig:     &cluster.Cluster_EdsClusterConfig{EdsConfig: ads(), ServiceName: sc.Name},
@@ -336,6 +341,10 @@ func clusterOf(sc *config.Service) *cluster.Cluster {
 			}),
 		},
 	}
+	if lrs {
+		c.LrsServer = &core.ConfigSource{ConfigSourceSpecifier: &core.ConfigSource_Self{Self: &core.SelfConfigSource{}}}
+	}
+	return c
 }
 
 // defaultConnectTimeout is the clusters' connect timeout (the gfe's dialer

@@ -1,0 +1,56 @@
+package controlplane
+
+import (
+	"maps"
+	"sync"
+
+	"github.com/spillway-lb/spillway/internal/gossip"
+)
+
+// statePublisher is the one place that publishes this replica's gossip
+// state. Its parts come from different components — the health manager's
+// groups (Publish), the xDS export's site demand (SetSiteDemand) — and
+// gossip carries one NodeState per node, so a publish of one part must
+// keep the others. Safe for concurrent use.
+type statePublisher struct {
+	g gossiper
+
+	mu   sync.Mutex
+	last gossip.NodeState // as last published (or attempted)
+}
+
+func newStatePublisher(g gossiper) *statePublisher {
+	return &statePublisher{g: g, last: gossip.NodeState{Kind: gossip.KindControlPlane}}
+}
+
+// Snapshot returns the gossip view, this replica's own state included.
+func (p *statePublisher) Snapshot() *gossip.Snapshot { return p.g.Snapshot() }
+
+// Changes receives a value after the view changes.
+func (p *statePublisher) Changes() <-chan struct{} { return p.g.Changes() }
+
+// Publish publishes s, the health manager's part of the state, with the
+// parts of the other components.
+func (p *statePublisher) Publish(s gossip.NodeState) (uint64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s.SiteDemand = p.last.SiteDemand
+	p.last = s
+	return p.g.Publish(s)
+}
+
+// SetSiteDemand publishes d as the state's SiteDemand (the xDS clients'
+// demand by site and service), keeping the other parts. It does nothing
+// when d is what was last published.
+func (p *statePublisher) SetSiteDemand(d map[string]map[string]float64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if maps.EqualFunc(d, p.last.SiteDemand, maps.Equal) {
+		return nil
+	}
+	s := p.last
+	s.SiteDemand = d
+	p.last = s
+	_, err := p.g.Publish(s)
+	return err
+}
