@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/spillway-lb/spillway/lb/autoscale"
 )
 
 // Autoscaling is an instance group's autoscaler (DESIGN.md §6, Cloud Run's
@@ -142,6 +144,32 @@ func (a Autoscaling) Initial() int {
 func (a Autoscaling) MaxPendingWait() time.Duration {
 	w := time.Duration(a.PendingWaitColdStarts * float64(a.ColdStart))
 	return max(a.MinPendingWait, w)
+}
+
+// Rules returns the block as lb/autoscale's Config (the bounds, units,
+// targets and time constants; InitialInstances goes to autoscale.New).
+func (a Autoscaling) Rules() autoscale.Config {
+	return autoscale.Config{
+		MinInstances:              a.MinInstances,
+		MaxInstances:              a.MaxInstances,
+		CPUsPerInstance:           a.CPUsPerInstance,
+		MaxConcurrencyPerInstance: a.MaxConcurrencyPerInstance,
+		CPUTarget:                 a.CPUTarget,
+		ConcurrencyTarget:         a.ConcurrencyTarget,
+		ColdStart:                 a.ColdStart,
+		CPUWindow:                 a.CPUWindow,
+		ConcurrencyWindow:         a.ConcurrencyWindow,
+		ConcurrencyLongWindow:     a.ConcurrencyLongWindow,
+		ACTInterval:               a.ACTInterval,
+		ACTHighCPU:                a.ACTHighCPU,
+		ACTLowCPU:                 a.ACTLowCPU,
+		Tolerance:                 a.Tolerance,
+		DemotedIdleUtilization:    a.DemotedIdleUtilization,
+		DemotedIdleWindow:         a.DemotedIdleWindow,
+		DemotedKeepFraction:       a.DemotedKeepFraction,
+		IdleTimeout:               a.IdleTimeout,
+		MaxPendingWait:            a.MaxPendingWait(),
+	}
 }
 
 // Bounds of autoscaling fields.

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/spillway-lb/spillway/lb/autoscale"
 )
 
 // TestAutoscalingGood: a present block has its absent keys filled from
@@ -50,6 +52,19 @@ func TestAutoscalingGood(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "tolerance: 0") {
 		t.Errorf("Marshal dropped tolerance: 0 (default 0.1):\n%s", out)
+	}
+}
+
+// TestAutoscalingRules: the default block converts to lb/autoscale's
+// defaults, and a valid block to a valid autoscale.Config.
+func TestAutoscalingRules(t *testing.T) {
+	a := DefaultAutoscaling()
+	a.MinInstances, a.MaxInstances = 1, 7
+	if diff := cmp.Diff(autoscale.DefaultConfig(1, 7), a.Rules()); diff != "" {
+		t.Errorf("Rules() of the defaults (-autoscale.DefaultConfig +got):\n%s", diff)
+	}
+	if err := a.Rules().Validate(); err != nil {
+		t.Errorf("Rules().Validate() = %v", err)
 	}
 }
 
