@@ -3,7 +3,10 @@ package config
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"time"
+
+	"github.com/spf13/viper"
 
 	"github.com/spillway-lb/spillway/lb/autoscale"
 )
@@ -262,4 +265,45 @@ func (v *validator) floatIn(path string, x, lo, hi float64, loIn, hiIn bool) {
 		r = "]"
 	}
 	v.p.add(path, fmt.Sprintf("must be in %s%v, %v%s, got %v", l, lo, hi, r, x))
+}
+
+// DecodeAutoscaling decodes an autoscaling block held outside an operator
+// config (lbsim's autoscale traces put one under group:) exactly as Load
+// decodes one in a group: raw is the block as a YAML decoder returns it (a
+// map), its absent keys take DefaultAutoscaling, unknown keys and values
+// of the wrong type are errors, and the result is validated; max_instances
+// is required. Every problem is returned at once, each a *FieldError
+// naming file and path + "." + the key.
+func DecodeAutoscaling(file, path string, raw any) (Autoscaling, error) {
+	p := &problems{file: file}
+	ch := &checker{p: p}
+	t := reflect.TypeFor[Autoscaling]()
+	v, ok := ch.checkValue(path, t, deepCopy(raw), reflect.Zero(t))
+	if !ok {
+		return Autoscaling{}, p.err()
+	}
+	dv := viper.New()
+	if err := dv.MergeConfigMap(v.(map[string]any)); err != nil {
+		return Autoscaling{}, fmt.Errorf("%s: %s: %w", file, path, err)
+	}
+	var a Autoscaling
+	if err := dv.UnmarshalExact(&a); err != nil {
+		p.errs = append(p.errs, &FieldError{File: file, Path: path, Msg: "decoding: " + err.Error(), Err: err})
+		return Autoscaling{}, p.err()
+	}
+	vp := &problems{file: file}
+	(&validator{p: vp}).autoscaling(path, a)
+	for _, e := range vp.errs {
+		if fe, ok := e.(*FieldError); ok && under(fe.Path, ch.bad) {
+			continue
+		}
+		p.errs = append(p.errs, e)
+	}
+	if !a.Enabled() && !under(join(path, "max_instances"), ch.bad) && len(p.errs) == 0 {
+		p.add(join(path, "max_instances"), "required (1..10000)")
+	}
+	if len(p.errs) > 0 {
+		return Autoscaling{}, p.err()
+	}
+	return a, nil
 }

@@ -195,11 +195,13 @@ func (a *Autoscaler) Tick(now time.Time, s Sample) Decision {
 	}
 	nCPU, nConc, nACT := a.needs(act)
 	d := Decision{Drivers: Drivers{CPU: ceil(nCPU), Concurrency: ceil(nConc), ACT: ceil(nACT)}}
+	// Ties (within eps, so that float noise does not flip the driver from
+	// tick to tick) go to the earlier driver.
 	need, driver := nCPU, DriverCPU
-	if nConc > need {
+	if nConc > need+eps {
 		need, driver = nConc, DriverConcurrency
 	}
-	if nACT > need {
+	if nACT > need+eps {
 		need, driver = nACT, DriverACT
 	}
 	n := a.recommended
