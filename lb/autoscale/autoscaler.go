@@ -243,6 +243,24 @@ func (a *Autoscaler) Tick(now time.Time, s Sample) Decision {
 	return d
 }
 
+// OnDemand raises the recommendation by n for requests that found no free
+// instance and for which Config.Pending said StartInstance (on-demand
+// scaling; from zero, the only way up). It never goes past MaxInstances:
+// the returned Decision's Recommended is min(previous + n, MaxInstances),
+// Driver demand, with Promoted demoted instances taken back first and
+// Start the rest. The group counts as active at now. The next Tick applies
+// the metric rules from the raised recommendation.
+func (a *Autoscaler) OnDemand(now time.Time, n int) Decision {
+	a.lastActive = now
+	next := min(a.recommended+max(0, n), a.cfg.MaxInstances)
+	d := Decision{Recommended: next, Driver: DriverDemand}
+	a.resize(now, next, &d)
+	a.recommended = next
+	d.Demoted = a.Demoted()
+	d.Running = next + d.Demoted
+	return d
+}
+
 // resize moves from the previous recommendation to n: promotes demoted
 // instances (newest sets first) and starts the rest, or demotes the
 // difference as a new pair of sets.

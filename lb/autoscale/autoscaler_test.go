@@ -378,6 +378,30 @@ func TestScaleFromZeroOnlyOnDemand(t *testing.T) {
 	}
 }
 
+// TestOnDemand: requests without a free instance raise the
+// recommendation at once, promoting demoted instances before starting
+// any, and never past max instances.
+func TestOnDemand(t *testing.T) {
+	c := testConfig()
+	c.MaxInstances = 12
+	now := t0
+	a := New(c, 10, now)
+	run(a, &now, time.Second, Sample{CPUCores: 3, Concurrency: 30, Requests: 1}) // 5, 5 demoted
+	for _, tt := range []struct {
+		n    int
+		want Decision
+	}{
+		{3, Decision{Recommended: 8, Driver: DriverDemand, Promoted: 3, Demoted: 2, Running: 10}},
+		{3, Decision{Recommended: 11, Driver: DriverDemand, Promoted: 2, Start: 1, Running: 11}},
+		{5, Decision{Recommended: 12, Driver: DriverDemand, Start: 1, Running: 12}},
+		{5, Decision{Recommended: 12, Driver: DriverDemand, Running: 12}},
+	} {
+		if diff := cmp.Diff(tt.want, a.OnDemand(now, tt.n)); diff != "" {
+			t.Errorf("OnDemand(%d) (-want +got):\n%s", tt.n, diff)
+		}
+	}
+}
+
 // TestMemoryNeverADriver documents by construction that Sample has no
 // memory figure: the drivers are CPU, concurrency and ACT only.
 func TestMemoryNeverADriver(t *testing.T) {
