@@ -75,3 +75,63 @@ func writeTicks(w io.Writer, ticks []sim.TraceTick) error {
 	}
 	return tw.Flush()
 }
+
+// runAutoscaleBench is `lbsim autoscale-bench [--json]`: the Cloud Run
+// rules against Knative's KPA on step, ramp and spike loads with a 20s
+// cold start (sim.RunAutoscaleBench; the model is in its doc).
+func runAutoscaleBench(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("lbsim autoscale-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print one JSON object {model, results} instead of a table")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: lbsim autoscale-bench [--json]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "lbsim autoscale-bench: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return exitUsage
+	}
+	m := sim.DefaultAutoscaleModel()
+	rs := sim.RunAutoscaleBench(m)
+	var err error
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(struct {
+			Model   autoscaleModelJSON    `json:"model"`
+			Results []sim.AutoscaleResult `json:"results"`
+		}{modelJSON(m), rs})
+	} else {
+		err = sim.WriteAutoscaleBench(stdout, rs)
+	}
+	if err != nil {
+		printErrAs(stderr, "lbsim autoscale-bench", fmt.Errorf("write output: %w", err))
+		return exitFail
+	}
+	return exitOK
+}
+
+// autoscaleModelJSON is the model in the JSON output, in seconds.
+type autoscaleModelJSON struct {
+	StepS          float64 `json:"step_s"`
+	ServiceTimeS   float64 `json:"service_time_s"`
+	MaxConcurrency int     `json:"max_concurrency"`
+	CPUPerRequest  float64 `json:"cpu_per_request"`
+	ColdStartS     float64 `json:"cold_start_s"`
+	MaxInstances   int     `json:"max_instances"`
+	Initial        int     `json:"initial_instances"`
+}
+
+func modelJSON(m sim.AutoscaleModel) autoscaleModelJSON {
+	return autoscaleModelJSON{
+		StepS: m.Step.Seconds(), ServiceTimeS: m.ServiceTime.Seconds(), MaxConcurrency: m.MaxConcurrency,
+		CPUPerRequest: m.CPUPerRequest, ColdStartS: m.ColdStart.Seconds(), MaxInstances: m.MaxInstances, Initial: m.Initial,
+	}
+}

@@ -130,3 +130,30 @@ func TestAutoscaleErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestAutoscaleBenchCommand: --json prints the model and 12 results.
+func TestAutoscaleBenchCommand(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"autoscale-bench", "--json"}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
+	}
+	var out struct {
+		Model struct {
+			ColdStartS float64 `json:"cold_start_s"`
+		} `json:"model"`
+		Results []struct {
+			Load       string  `json:"load"`
+			Autoscaler string  `json:"autoscaler"`
+			P99Ms      float64 `json:"p99_ms"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+		t.Fatalf("stdout is not the JSON object: %v", err)
+	}
+	if out.Model.ColdStartS != 20 || len(out.Results) != 12 {
+		t.Errorf("cold start %v s, %d results, want 20, 12", out.Model.ColdStartS, len(out.Results))
+	}
+	if code := run([]string{"autoscale-bench", "x"}, &stdout, &stderr); code != exitUsage {
+		t.Errorf("extra argument: exit %d, want %d", code, exitUsage)
+	}
+}

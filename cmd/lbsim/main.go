@@ -3,6 +3,7 @@
 //	lbsim plan --scenario FILE --policy POLICY [--scope global|nearest_region] [--json]
 //	lbsim bench --scenario FILE [--json] [--series FILE.csv] [--policies LIST] [--steps N]
 //	lbsim autoscale --trace FILE [--json]
+//	lbsim autoscale-bench [--json]
 //
 // plan prints the steady-state flows of one policy (waterfall, min_rtt,
 // round_robin, least_request, hash2, hash3, hash5) from every site to every
@@ -22,6 +23,11 @@
 // autoscaler's rules (lb/autoscale) and prints, per tick, the instances
 // running, the recommendation, the driver that set it and each driver's
 // count, and the demoted and stopped instances (sim.RunTrace).
+//
+// autoscale-bench runs the Cloud Run rules and Knative's KPA through step,
+// ramp and spike loads with a 20s cold start (sim.RunAutoscaleBench) and
+// prints, per load and autoscaler, instance-seconds, peak overshoot, time
+// to capacity, requests that waited and failed, and latency percentiles.
 //
 // Exit status: 0 on success, 1 when the plan cannot be computed, 2 for usage
 // errors and bad scenario files.
@@ -60,6 +66,8 @@ commands:
          lbsim bench --scenario FILE [--json] [--series FILE.csv] [--policies LIST] [--steps N]
   autoscale  replay an autoscale trace through the autoscaler's rules, one line per tick
          lbsim autoscale --trace FILE [--json]
+  autoscale-bench  the autoscaler's rules against Knative's KPA on step, ramp and spike loads
+         lbsim autoscale-bench [--json]
 
 Run "lbsim plan -h" or "lbsim bench -h" for the flags of a command,
 "lbsim --version" for the build.
@@ -78,6 +86,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runBench(args[1:], stdout, stderr)
 	case "autoscale":
 		return runAutoscale(args[1:], stdout, stderr)
+	case "autoscale-bench":
+		return runAutoscaleBench(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
