@@ -95,10 +95,14 @@
 //
 // # The pending queue
 //
-// A request that finds no free instance asks Config.Pending: wait for a
-// starting instance if the one that reaches it in queue order is ready
-// within the time left and no later than a cold start; else wait for a
-// running instance's free slot on the same terms; else start an instance
-// if below MaxInstances; else wait until MaxPendingWait (max(10s, 3.5 ×
-// cold start)) and then fail with 429.
+// A request that finds no free instance asks Config.Pending. Its wait is
+// estimated from the slots that free up ahead of it (ExpectedWait): the
+// ready instances free ReadySlots per request time, and a starting
+// instance, once ready, takes its MaxConcurrencyPerInstance at once and
+// as many per request time after. If that wait is no longer than a cold
+// start and fits in the time left of MaxPendingWait (max(10s, 3.5 × cold
+// start)), the request waits (for a starting instance first, then a
+// running one, as the seeds order it); else an instance is started for it
+// (Autoscaler.OnDemand) if the group is below MaxInstances; at
+// MaxInstances it waits until MaxPendingWait and then fails with 429.
 package autoscale

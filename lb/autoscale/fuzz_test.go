@@ -40,3 +40,41 @@ func FuzzTick(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPending: the guarantees of Pending for any request: a Wait expects
+// no more than the time left; StartInstance never at MaxInstances; Reject
+// only at MaxInstances after MaxPendingWait.
+func FuzzPending(f *testing.F) {
+	f.Add(int64(0), 0, 2, 20, int64(0), int64(500), uint8(3))
+	f.Add(int64(35e9), 10, 100, 1000, int64(4e9), int64(0), uint8(100))
+	f.Fuzz(func(t *testing.T, waited int64, ahead, running, readySlots int, startIn, reqTime int64, maxInst uint8) {
+		c := testConfig()
+		c.MaxInstances = 1 + int(maxInst)
+		if ahead < 0 || running < 0 || readySlots < 0 || ahead > 1e9 || readySlots > 1e9 {
+			return
+		}
+		r := PendingRequest{
+			Waited: time.Duration(waited), Ahead: ahead, Running: running, ReadySlots: readySlots,
+			RequestTime: time.Duration(reqTime) * time.Millisecond,
+		}
+		if startIn >= 0 {
+			r.StartingReadyIn = []time.Duration{time.Duration(startIn), time.Duration(startIn / 2)}
+		}
+		d := c.Pending(r)
+		left := c.MaxPendingWait - r.Waited
+		switch d.Action {
+		case Wait:
+			if d.Expected > left || left <= 0 {
+				t.Fatalf("Pending(%+v) = %+v: waits past the time left %v", r, d, left)
+			}
+		case StartInstance:
+			if running >= c.MaxInstances {
+				t.Fatalf("Pending(%+v) = %+v: starts at max instances %d", r, d, c.MaxInstances)
+			}
+		case Reject:
+			if running < c.MaxInstances || left > 0 {
+				t.Fatalf("Pending(%+v) = %+v: rejects below max or before the time is up", r, d)
+			}
+		}
+	})
+}
