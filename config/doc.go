@@ -149,7 +149,10 @@
 // and ejection times at most 24h; health check intervals, feedback hold and
 // recover_delay, read_header_timeout and first_byte_timeout at most 1h;
 // queue_delay at most 1m; thresholds at most 100; outlier triggers at
-// most 10000; spill.slope at most 1000; cookie_ttl at most 400 days.
+// most 10000; spill.slope at most 1000; cookie_ttl at most 400 days; an
+// autoscaling block's instances at most 10000, its CPUs per instance at most
+// 1000, its windows and cold start at most 1h (the long concurrency window
+// and idle timeout 24h, act_interval 1m).
 // Durations are strings as time.ParseDuration reads them ("5s", "1m30s"); a
 // bare number is rejected rather than read as nanoseconds. Keys are
 // case-insensitive (viper lower-cases them). A key with no value ("spill:")
