@@ -175,3 +175,40 @@ func TestAutoscalingEnv(t *testing.T) {
 		t.Errorf("autoscaling from env (-want +got):\n%s", diff)
 	}
 }
+
+// TestDecodeAutoscaling: a block held outside a config decodes with the
+// same defaults, schema checks and validation, each problem at its path.
+func TestDecodeAutoscaling(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		raw     any
+		want    Autoscaling
+		wantErr []string
+	}{
+		{"defaults filled", map[string]any{"max_instances": 3, "cold_start": "20s"},
+			func() Autoscaling { a := DefaultAutoscaling(); a.MaxInstances, a.ColdStart = 3, 20*time.Second; return a }(), nil},
+		{"not a map", []any{1}, Autoscaling{}, []string{"f.yaml: group: expected a map, got a list"}},
+		{"empty block", map[string]any{}, Autoscaling{}, []string{"f.yaml: group.max_instances: required (1..10000)"}},
+		{"typo and range", map[string]any{"max_instances": 3, "cpu_targt": 0.5, "tolerance": 0.7}, Autoscaling{}, []string{
+			`f.yaml: group.cpu_targt: unknown field (did you mean "cpu_target"?)`,
+			"f.yaml: group.tolerance: must be in [0, 0.5], got 0.7",
+		}},
+		{"wrong type", map[string]any{"max_instances": 3, "cold_start": 5}, Autoscaling{}, []string{
+			`f.yaml: group.cold_start: expected a duration such as "5s", got number 5`,
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := DecodeAutoscaling("f.yaml", "group", tt.raw)
+			var msgs []string
+			for _, fe := range FieldErrors(err) {
+				msgs = append(msgs, fe.Error())
+			}
+			if diff := cmp.Diff(tt.wantErr, msgs); diff != "" {
+				t.Errorf("errors (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("block (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

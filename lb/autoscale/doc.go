@@ -67,8 +67,9 @@
 //   - A group with a request or one in flight in the last
 //     ConcurrencyWindow is never recommended zero instances; a group at
 //     zero leaves it only in a tick with demand (or by MinInstances).
-//   - Recommended changes only when some driver leaves the band: up when
-//     one is above, down when all are below.
+//   - Apart from the idle, demand and clamp rules, Recommended changes only
+//     when some driver leaves the band: up when one is above, down when
+//     all are below.
 //   - Driver is the metric driver with the largest need (ties: cpu,
 //     concurrency, act) unless a rule overrode it (min, max, demand,
 //     idle); Drivers holds every driver's count.
