@@ -186,7 +186,11 @@ func TestDecodeAutoscaling(t *testing.T) {
 		wantErr []string
 	}{
 		{"defaults filled", map[string]any{"max_instances": 3, "cold_start": "20s"},
-			func() Autoscaling { a := DefaultAutoscaling(); a.MaxInstances, a.ColdStart = 3, 20*time.Second; return a }(), nil},
+			func() Autoscaling {
+				a := DefaultAutoscaling()
+				a.MaxInstances, a.ColdStart = 3, 20*time.Second
+				return a
+			}(), nil},
 		{"not a map", []any{1}, Autoscaling{}, []string{"f.yaml: group: expected a map, got a list"}},
 		{"empty block", map[string]any{}, Autoscaling{}, []string{"f.yaml: group.max_instances: required (1..10000)"}},
 		{"typo and range", map[string]any{"max_instances": 3, "cpu_targt": 0.5, "tolerance": 0.7}, Autoscaling{}, []string{
