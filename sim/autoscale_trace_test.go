@@ -118,6 +118,32 @@ func TestRunTraceIdleToZero(t *testing.T) {
 	}
 }
 
+// TestRunTraceBand: the hold band, the recompute from usage with its
+// round-up, the scale-down below the band and the clamp to max, as
+// configs/autoscale/band.yaml's comment tells them.
+func TestRunTraceBand(t *testing.T) {
+	tr, err := LoadTrace("../configs/autoscale/band.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticks := RunTrace(tr)
+	cpu := func(n int) autoscale.Drivers { return autoscale.Drivers{CPU: n} }
+	for _, want := range []TraceTick{
+		{T: 132, Running: 10, Recommended: 10, Driver: autoscale.DriverCPU, Drivers: cpu(11)}, // 65%: held
+		{T: 133, Running: 10, Recommended: 12, Driver: autoscale.DriverCPU, Drivers: cpu(12)}, // past 66%: 11.0x ⇒ 12
+		{T: 271, Running: 12, Recommended: 12, Driver: autoscale.DriverCPU, Drivers: cpu(11)}, // 54–66% of 12: held
+		{T: 272, Running: 12, Recommended: 11, Driver: autoscale.DriverCPU, Drivers: cpu(11), Demoted: 1},
+		{T: 332, Running: 11, Recommended: 11, Driver: autoscale.DriverCPU, Drivers: cpu(10), Stopped: 1},
+		{T: 360, Running: 11, Recommended: 11, Driver: autoscale.DriverCPU, Drivers: cpu(10)}, // 6 cores on 11: 54.5%, held
+		{T: 404, Running: 17, Recommended: 20, Driver: autoscale.DriverMax, Drivers: cpu(21)},
+		{T: 420, Running: 20, Recommended: 20, Driver: autoscale.DriverMax, Drivers: cpu(25)},
+	} {
+		if diff := cmp.Diff(want, ticks[int(want.T)-1]); diff != "" {
+			t.Errorf("t=%gs (-want +got):\n%s", want.T, diff)
+		}
+	}
+}
+
 // TestRunTraceInvariants: on every sample trace, each tick's running
 // instances are at most recommended + demoted, recommended stays within
 // [min, max], and the instance list RunTrace keeps has recommended +
