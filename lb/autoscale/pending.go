@@ -47,7 +47,8 @@ type PendingRequest struct {
 	ReadySlots int
 	// StartingReadyIn holds, for each starting instance, the expected
 	// time until it serves (≥ 0). Each brings MaxConcurrencyPerInstance
-	// slots.
+	// slots. Pending does not modify it; sorted ascending, it is not
+	// copied.
 	StartingReadyIn []time.Duration
 	// RequestTime is the mean time a request holds a slot (the group's
 	// mean latency): slots free at ReadySlots/RequestTime per second. 0
@@ -118,8 +119,10 @@ func (c Config) Pending(r PendingRequest) PendingDecision {
 // the request is served at the first t where their sum exceeds Ahead.
 // With T = 0 only the starting instances count, C requests each.
 func (c Config) ExpectedWait(r PendingRequest) (wait time.Duration, starting, ok bool) {
-	ready := slices.Clone(r.StartingReadyIn)
-	slices.Sort(ready)
+	ready := r.StartingReadyIn
+	if !slices.IsSorted(ready) { // sorted (the usual case): no allocation
+		ready = slices.Sorted(slices.Values(ready))
+	}
 	need := float64(r.Ahead + 1)
 	C := float64(c.MaxConcurrencyPerInstance)
 	if r.RequestTime <= 0 {

@@ -117,3 +117,31 @@ func TestMaxPendingWaitDefault(t *testing.T) {
 		t.Errorf("DefaultConfig MaxPendingWait = %v, want 35s", got)
 	}
 }
+
+// BenchmarkPending: one decision for a request behind 500 others, with
+// 20 starting instances (sorted, as a gfe keeps them): no allocation.
+func BenchmarkPending(b *testing.B) {
+	c := testConfig()
+	starting := make([]time.Duration, 20)
+	for i := range starting {
+		starting[i] = time.Duration(i) * 500 * time.Millisecond
+	}
+	r := PendingRequest{Waited: time.Second, Ahead: 500, Running: 40, ReadySlots: 200, StartingReadyIn: starting, RequestTime: 500 * time.Millisecond}
+	b.ReportAllocs()
+	for b.Loop() {
+		c.Pending(r)
+	}
+}
+
+// TestPendingUnsortedInput: an unsorted StartingReadyIn gives the same
+// decision and is left as it was.
+func TestPendingUnsortedInput(t *testing.T) {
+	c := testConfig()
+	in := []time.Duration{8 * time.Second, 3 * time.Second}
+	r := PendingRequest{Running: 4, Ahead: 10, StartingReadyIn: in}
+	got := c.Pending(r)
+	want := c.Pending(PendingRequest{Running: 4, Ahead: 10, StartingReadyIn: []time.Duration{3 * time.Second, 8 * time.Second}})
+	if got != want || in[0] != 8*time.Second {
+		t.Errorf("unsorted: %+v (input now %v), sorted: %+v", got, in, want)
+	}
+}
