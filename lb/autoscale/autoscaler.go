@@ -330,6 +330,7 @@ func (a *Autoscaler) stop(now time.Time) int {
 	return stopped
 }
 
+// dropEmpty removes the sets with no instance left, in place.
 func dropEmpty(sets []demotedSet) []demotedSet {
 	out := sets[:0]
 	for _, s := range sets {

@@ -42,11 +42,3 @@ func (w *window) mean() float64 {
 	}
 	return s / float64(len(w.val))
 }
-
-// oldest returns the time of the oldest sample in the window.
-func (w *window) oldest() (time.Time, bool) {
-	if len(w.at) == 0 {
-		return time.Time{}, false
-	}
-	return w.at[0], true
-}

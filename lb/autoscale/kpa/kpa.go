@@ -156,6 +156,8 @@ func (a *Autoscaler) Scale(now time.Time, readyPods int, activated bool) Decisio
 	return Decision{Desired: desired, Panic: !a.panicTime.IsZero()}
 }
 
+// ceil rounds x up, treating x within 1e-9 above an integer as that
+// integer (float noise must not add a pod).
 func ceil(x float64) int {
 	if x <= 0 || math.IsNaN(x) {
 		return 0
@@ -170,6 +172,7 @@ type window struct {
 	val  []float64
 }
 
+// add records v at now and forgets samples at or before now − span.
 func (w *window) add(now time.Time, v float64) {
 	w.at = append(w.at, now)
 	w.val = append(w.val, v)
@@ -183,6 +186,7 @@ func (w *window) add(now time.Time, v float64) {
 	}
 }
 
+// mean returns the mean of the samples in the window, 0 if none.
 func (w *window) mean() float64 {
 	if len(w.val) == 0 {
 		return 0
