@@ -72,6 +72,9 @@ type Group struct {
 	// Instances of the group. Required: at least one, at most 10000.
 	// Addresses are unique across the file.
 	Instances []Instance `mapstructure:"instances"`
+	// Autoscaling is the group's autoscaler (DESIGN.md §6). Optional: off
+	// unless max_instances is set. Defaults as in DefaultAutoscaling.
+	Autoscaling Autoscaling `mapstructure:"autoscaling"`
 }
 
 // Instance is one backend process.

@@ -243,6 +243,17 @@ var badFiles = []struct {
 		`quota.producer_overrides[0].limit: must be in 0..1000000000000 per minute, got 10000000000000`,
 		`quota.consumer_overrides[1]: duplicate override of project "anonymous", metric "reads" (first at quota.consumer_overrides[0])`,
 	}},
+	{"autoscaling.bad.yaml", []string{
+		`regions[0].zones[0].groups[0].autoscaling.min_instances: must be in 0..max_instances (3), got 5`,
+		`regions[0].zones[0].groups[0].autoscaling.cpu_target: must be in [0.1, 0.95], got 0.99`,
+		`regions[0].zones[0].groups[0].autoscaling.cold_start: must be > 0, got 0s`,
+		`regions[0].zones[0].groups[0].autoscaling.concurrency_long_window: must be at least concurrency_window (2m0s), got 1m0s`,
+		`regions[0].zones[0].groups[1].autoscaling.max_instances: required (1..10000) when the autoscaling block is set, got 0`,
+		`regions[0].zones[0].groups[2].autoscaling.idle_timout: unknown field (did you mean "idle_timeout"?)`,
+		`regions[0].zones[0].groups[2].autoscaling.max_concurrency_per_instance: must be in 1..1000000, got 0`,
+		`regions[0].zones[0].groups[2].autoscaling.act_low_cpu: must be in (0, 0.9), got 0.95`,
+		`regions[0].zones[0].groups[2].autoscaling.tolerance: must be in [0, 0.5], got NaN`,
+	}},
 	{"not_a_map.bad.yaml", []string{
 		`parsing yaml: yaml: unmarshal errors: line 1: cannot unmarshal !!seq into map[string]interface {}`,
 	}},

@@ -18,6 +18,29 @@
 //	            instances:                # required, at least one
 //	              - address: 127.0.0.1:9101   # host:port, unique
 //	                max_concurrency: 0        # in-flight limit; 0 = unlimited
+//	            autoscaling:                     # optional (DESIGN §6); absent = off; present: absent keys default as shown
+//	              max_instances: 0               # required to turn it on: 1..10000
+//	              min_instances: 0               # 0..max_instances; 0 = scale to zero without requests
+//	              initial_instances: 0           # min..max; 0 = min_instances
+//	              cpus_per_instance: 1           # (0, 1000]; the CPU driver's unit
+//	              max_concurrency_per_instance: 80 # 1..1000000; concurrency unit, ACT ceiling
+//	              cpu_target: 0.6                # [0.1, 0.95]
+//	              concurrency_target: 0.6        # [0.1, 0.95]; also the ACT driver's
+//	              cold_start: 10s                # (0, 1h]; estimated start-to-ready time
+//	              cpu_window: 1m                 # (0, 1h]; the CPU driver's average
+//	              concurrency_window: 1m         # (0, 1h]; concurrency and ACT average;
+//	                                             #   no request for this long ⇒ may scale to zero
+//	              concurrency_long_window: 10m   # concurrency_window..24h; driver takes the max
+//	              act_interval: 1s               # (0, 1m]; ACT limit −1 when CPU over it >
+//	              act_high_cpu: 0.9              #   (0, 1]; +1 at the limit with CPU <
+//	              act_low_cpu: 0.7               #   (0, act_high_cpu) for an interval
+//	              tolerance: 0.1                 # [0, 0.5]; hold band, relative (54–66% at 60%)
+//	              demoted_idle_utilization: 0.1  # [0, 1]; a demoted set under it over
+//	              demoted_idle_window: 1m        #   (0, 1h] this window is stopped
+//	              demoted_keep_fraction: 0.5     # [0, 1]; share of a demotion kept until
+//	              idle_timeout: 15m              #   (0, 24h] of serving nothing
+//	              min_pending_wait: 10s          # (0, 1h]; a pending request waits at most max(this,
+//	              pending_wait_cold_starts: 3.5  #   [0, 100] × cold_start); at max_instances then 429
 //	services:                             # required, at least one
 //	  - name: web                         # unique
 //	    policy: waterfall                 # waterfall | min_rtt | round_robin | least_request | hash2 | hash3 | hash5
@@ -126,7 +149,10 @@
 // and ejection times at most 24h; health check intervals, feedback hold and
 // recover_delay, read_header_timeout and first_byte_timeout at most 1h;
 // queue_delay at most 1m; thresholds at most 100; outlier triggers at
-// most 10000; spill.slope at most 1000; cookie_ttl at most 400 days.
+// most 10000; spill.slope at most 1000; cookie_ttl at most 400 days; an
+// autoscaling block's instances at most 10000, its CPUs per instance at most
+// 1000, its windows and cold start at most 1h (the long concurrency window
+// and idle timeout 24h, act_interval 1m).
 // Durations are strings as time.ParseDuration reads them ("5s", "1m30s"); a
 // bare number is rejected rather than read as nanoseconds. Keys are
 // case-insensitive (viper lower-cases them). A key with no value ("spill:")

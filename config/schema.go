@@ -81,6 +81,17 @@ func defaultsFor(t reflect.Type, protocol string) reflect.Value {
 	return reflect.Zero(t)
 }
 
+// optionalDefaults returns the defaults of an optional section: a struct
+// field whose absence leaves it zero (off) and whose presence fills its
+// absent keys from these defaults. ok is false for other types, whose
+// absent sections take their parent's defaults.
+func optionalDefaults(t reflect.Type) (def reflect.Value, ok bool) {
+	if t == reflect.TypeFor[Autoscaling]() {
+		return reflect.ValueOf(DefaultAutoscaling()), true
+	}
+	return reflect.Value{}, false
+}
+
 // rawProtocol returns the protocol key of a raw list element, "" if absent
 // or not a string (the checker reports the latter).
 func rawProtocol(m map[string]any) string {
@@ -158,6 +169,9 @@ func (c *checker) checkStruct(path string, t reflect.Type, m map[string]any, def
 			continue
 		}
 		d := def.Field(f.index)
+		if _, optional := optionalDefaults(f.typ); optional {
+			continue // absent: stays zero, i.e. off
+		}
 		switch {
 		case isStruct(f.typ):
 			sub := map[string]any{}
@@ -190,6 +204,9 @@ func (c *checker) checkValue(path string, t reflect.Type, v any, def reflect.Val
 		m, ok := asMap(v)
 		if !ok {
 			return fail("a map")
+		}
+		if od, optional := optionalDefaults(t); optional {
+			def = od
 		}
 		c.checkStruct(path, t, m, def)
 		return m, true
@@ -582,8 +599,15 @@ func encodeStruct(v, def reflect.Value) *yaml.Node {
 				val.Content = append(val.Content, encodeStruct(ev, defaultsFor(f.typ.Elem(), valueProtocol(ev))))
 			}
 		case isStruct(f.typ):
+			od, optional := optionalDefaults(f.typ)
+			if optional {
+				if fv.IsZero() {
+					continue // absent
+				}
+				dv = od
+			}
 			val = encodeStruct(fv, dv)
-			if len(val.Content) == 0 {
+			if len(val.Content) == 0 && !optional { // a present optional section stays, even as {}
 				continue
 			}
 		default:

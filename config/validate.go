@@ -106,6 +106,7 @@ func (v *validator) topology() {
 					ip := fmt.Sprintf("%s.instances[%d]", gp, ii)
 					v.instance(ip, in, addrs)
 				}
+				v.autoscaling(gp+".autoscaling", g.Autoscaling)
 			}
 		}
 	}

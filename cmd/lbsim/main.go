@@ -2,6 +2,8 @@
 //
 //	lbsim plan --scenario FILE --policy POLICY [--scope global|nearest_region] [--json]
 //	lbsim bench --scenario FILE [--json] [--series FILE.csv] [--policies LIST] [--steps N]
+//	lbsim autoscale --trace FILE [--json]
+//	lbsim autoscale-bench [--json]
 //
 // plan prints the steady-state flows of one policy (waterfall, min_rtt,
 // round_robin, least_request, hash2, hash3, hash5) from every site to every
@@ -15,6 +17,17 @@
 // latency (mean, p50, p99), requests served over capacity, errors,
 // cross-region share, mean RTT over the linear-program optimum, and
 // oscillation.
+//
+// autoscale replays an autoscale trace (a group's autoscaling block and its
+// CPU, concurrency, requests and ACT per tick; sim.ParseTrace) through the
+// autoscaler's rules (lb/autoscale) and prints, per tick, the instances
+// running, the recommendation, the driver that set it and each driver's
+// count, and the demoted and stopped instances (sim.RunTrace).
+//
+// autoscale-bench runs the Cloud Run rules and Knative's KPA through step,
+// ramp and spike loads with a 20s cold start (sim.RunAutoscaleBench) and
+// prints, per load and autoscaler, instance-seconds, peak overshoot, time
+// to capacity, requests that waited and failed, and latency percentiles.
 //
 // Exit status: 0 on success, 1 when the plan cannot be computed, 2 for usage
 // errors and bad scenario files.
@@ -51,6 +64,10 @@ commands:
          lbsim plan --scenario FILE --policy POLICY [--scope global|nearest_region] [--json]
   bench  simulate every policy through the scenario's timeline and compare them
          lbsim bench --scenario FILE [--json] [--series FILE.csv] [--policies LIST] [--steps N]
+  autoscale  replay an autoscale trace through the autoscaler's rules, one line per tick
+         lbsim autoscale --trace FILE [--json]
+  autoscale-bench  the autoscaler's rules against Knative's KPA on step, ramp and spike loads
+         lbsim autoscale-bench [--json]
 
 Run "lbsim plan -h" or "lbsim bench -h" for the flags of a command,
 "lbsim --version" for the build.
@@ -67,6 +84,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runPlan(args[1:], stdout, stderr)
 	case "bench":
 		return runBench(args[1:], stdout, stderr)
+	case "autoscale":
+		return runAutoscale(args[1:], stdout, stderr)
+	case "autoscale-bench":
+		return runAutoscaleBench(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
@@ -152,9 +173,12 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 
 // printErr prints err with every line prefixed, so that each problem of a
 // bad scenario file stands on its own line.
-func printErr(w io.Writer, err error) {
+func printErr(w io.Writer, err error) { printErrAs(w, "lbsim plan", err) }
+
+// printErrAs is printErr with the command's name as the prefix.
+func printErrAs(w io.Writer, cmd string, err error) {
 	for line := range strings.SplitSeq(err.Error(), "\n") {
-		fmt.Fprintf(w, "lbsim plan: %s\n", line)
+		fmt.Fprintf(w, "%s: %s\n", cmd, line)
 	}
 }
 

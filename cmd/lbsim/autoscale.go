@@ -1,0 +1,137 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/spillway-lb/spillway/sim"
+)
+
+// runAutoscale is `lbsim autoscale --trace FILE [--json]`: it replays an
+// autoscale trace (sim.ParseTrace) through lb/autoscale and prints one
+// line per tick (sim.RunTrace).
+func runAutoscale(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("lbsim autoscale", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		tracePath = fs.String("trace", "", "autoscale trace YAML `file` (required)")
+		asJSON    = fs.Bool("json", false, "print one JSON object per tick (JSON Lines) instead of a table")
+	)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: lbsim autoscale --trace FILE [--json]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	usageErr := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "lbsim autoscale: "+format+"\n", a...)
+		fs.Usage()
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		return usageErr("unexpected argument %q", fs.Arg(0))
+	}
+	if *tracePath == "" {
+		return usageErr("--trace is required")
+	}
+	tr, err := sim.LoadTrace(*tracePath)
+	if err != nil {
+		printErrAs(stderr, "lbsim autoscale", err)
+		return exitUsage
+	}
+	ticks := sim.RunTrace(tr)
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		for _, t := range ticks {
+			if err = enc.Encode(t); err != nil {
+				break
+			}
+		}
+	} else {
+		err = writeTicks(stdout, ticks)
+	}
+	if err != nil {
+		printErrAs(stderr, "lbsim autoscale", fmt.Errorf("write output: %w", err))
+		return exitFail
+	}
+	return exitOK
+}
+
+// writeTicks prints the ticks as a table.
+func writeTicks(w io.Writer, ticks []sim.TraceTick) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "t_s\trunning\trecommended\tdriver\tcpu\tconcurrency\tact\tdemoted\tstopped\t")
+	for _, t := range ticks {
+		fmt.Fprintf(tw, "%g\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t\n",
+			t.T, t.Running, t.Recommended, t.Driver, t.Drivers.CPU, t.Drivers.Concurrency, t.Drivers.ACT, t.Demoted, t.Stopped)
+	}
+	return tw.Flush()
+}
+
+// runAutoscaleBench is `lbsim autoscale-bench [--json]`: the Cloud Run
+// rules against Knative's KPA on step, ramp and spike loads with a 20s
+// cold start (sim.RunAutoscaleBench; the model is in its doc).
+func runAutoscaleBench(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("lbsim autoscale-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print one JSON object {model, results} instead of a table")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: lbsim autoscale-bench [--json]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "lbsim autoscale-bench: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return exitUsage
+	}
+	m := sim.DefaultAutoscaleModel()
+	rs := sim.RunAutoscaleBench(m)
+	var err error
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(struct {
+			Model   autoscaleModelJSON    `json:"model"`
+			Results []sim.AutoscaleResult `json:"results"`
+		}{modelJSON(m), rs})
+	} else {
+		err = sim.WriteAutoscaleBench(stdout, rs)
+	}
+	if err != nil {
+		printErrAs(stderr, "lbsim autoscale-bench", fmt.Errorf("write output: %w", err))
+		return exitFail
+	}
+	return exitOK
+}
+
+// autoscaleModelJSON is the model in the JSON output, in seconds.
+type autoscaleModelJSON struct {
+	StepS          float64 `json:"step_s"`
+	ServiceTimeS   float64 `json:"service_time_s"`
+	MaxConcurrency int     `json:"max_concurrency"`
+	CPUPerRequest  float64 `json:"cpu_per_request"`
+	ColdStartS     float64 `json:"cold_start_s"`
+	MaxInstances   int     `json:"max_instances"`
+	Initial        int     `json:"initial_instances"`
+}
+
+func modelJSON(m sim.AutoscaleModel) autoscaleModelJSON {
+	return autoscaleModelJSON{
+		StepS: m.Step.Seconds(), ServiceTimeS: m.ServiceTime.Seconds(), MaxConcurrency: m.MaxConcurrency,
+		CPUPerRequest: m.CPUPerRequest, ColdStartS: m.ColdStart.Seconds(), MaxInstances: m.MaxInstances, Initial: m.Initial,
+	}
+}
