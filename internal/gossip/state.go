@@ -72,6 +72,12 @@ type NodeState struct {
 	// plane replica checks. With several replicas each publishes the groups
 	// it checks; consumers merge them.
 	Groups []GroupState `json:"groups,omitempty"`
+
+	// Leases maps the name of each lease a control plane replica holds to
+	// its term (package internal/autoscale/lease): a claim that the
+	// replica renews by publishing newer states, and drops by publishing
+	// one without it. Only KindControlPlane; terms are > 0.
+	Leases map[string]uint64 `json:"leases,omitempty"`
 }
 
 // GroupState is the health of one instance group as the control plane
@@ -157,6 +163,17 @@ func (s *NodeState) validate() error {
 			}
 		}
 	}
+	if len(s.Leases) > 0 && s.Kind != KindControlPlane {
+		bad("state.leases: only for kind %q, got kind %q", KindControlPlane, s.Kind)
+	}
+	for _, name := range sortedKeys(s.Leases) {
+		if name == "" {
+			bad("state.leases: empty lease name")
+		}
+		if s.Leases[name] == 0 {
+			bad("state.leases[%q]: term must be > 0", name)
+		}
+	}
 	if len(errs) == 0 {
 		return nil
 	}
@@ -195,6 +212,7 @@ func (s NodeState) Clone() NodeState {
 			c.Capacity[svc] = maps.Clone(m)
 		}
 	}
+	c.Leases = maps.Clone(s.Leases)
 	c.Groups = slices.Clone(s.Groups)
 	for i := range c.Groups {
 		c.Groups[i].HealthyInstances = slices.Clone(s.Groups[i].HealthyInstances)
