@@ -45,9 +45,11 @@ type Config struct {
 	// (see "CPU and concurrency" in the package doc). Zero (the default)
 	// means none.
 	CPUPerRequest time.Duration
-	// CPUs is the number of cores the process may use: cpu_utilization is
-	// the cores in use divided by CPUs. Zero means runtime.GOMAXPROCS(0)
-	// at New (which follows the cgroup CPU limit).
+	// CPUs is the number of cores the process may use. When set, the load
+	// reports' cpu_utilization is the cores in use divided by CPUs; zero
+	// keeps cpu_utilization equal to application_utilization, as before
+	// CPU was measured (see "CPU and concurrency" in the package doc), and
+	// Stats.CPUs is then runtime.GOMAXPROCS(0) at New.
 	CPUs float64
 }
 

@@ -157,7 +157,11 @@
 //	   max_concurrency if set, else max_rps.
 //	K  the process's CPU cores in use over the last second (see CPU and
 //	   concurrency).
-//	C  K / the cores the process may use (--cpus; GOMAXPROCS by default).
+//	C  K / the cores the process may use, when --cpus gives them; else U,
+//	   as before CPU was measured. (A gfe weighs application_utilization
+//	   when it is above 0, else cpu_utilization: a process-wide CPU figure
+//	   there would change how the gfe sees the idle instances of the
+//	   existing tests, demo and benchmarks, so it is opt-in.)
 //	N  the instance's requests in flight, averaged over the last second.
 //
 // lb/loadreport reads U, C, R and Q and skips the named metrics it does

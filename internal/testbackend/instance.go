@@ -96,9 +96,9 @@ type Stats struct {
 	// and concurrency" in the package doc) divided by that second: cores in
 	// use, for the whole process (all its instances).
 	CPUCores float64 `json:"cpu_cores"`
-	// CPUs is the number of cores the process may use (--cpus) and
-	// CPUUtilization is CPUCores/CPUs, what the load reports send as
-	// cpu_utilization.
+	// CPUs is the number of cores the process may use (--cpus, else
+	// GOMAXPROCS) and CPUUtilization is CPUCores/CPUs, which the load
+	// reports send as cpu_utilization when --cpus is set.
 	CPUs           float64 `json:"cpus"`
 	CPUUtilization float64 `json:"cpu_utilization"`
 	// Concurrency is the average of InFlight over the last second.
@@ -131,9 +131,11 @@ type instance struct {
 	// orcaMinInterval is Config.ORCAMinInterval or its default (grpc only).
 	orcaMinInterval time.Duration
 	// cpuPerRequest is Config.CPUPerRequest; cpus is Config.CPUs or its
-	// default, never 0.
+	// default, never 0, and cpusSet says whether Config.CPUs was set (the
+	// load reports then send the measured CPU as cpu_utilization).
 	cpuPerRequest time.Duration
 	cpus          float64
+	cpusSet       bool
 	// meter averages the process's CPU time and the instance's
 	// concurrency over the last second.
 	meter *usageMeter

@@ -72,22 +72,28 @@ type load struct {
 }
 
 // loadReport returns the instance's load now: utilization (see above) as
-// application_utilization, the CPU cores in use over the last second
-// divided by the cores the process may use as cpu_utilization, the
-// arrivals per second over the last second as rps_fractional, and the
+// application_utilization; as cpu_utilization the CPU cores in use over
+// the last second divided by Config.CPUs when that is set, else the
+// utilization again (see "CPU and concurrency" in the package doc); the
+// arrivals per second over the last second as rps_fractional; and the
 // named metrics queue (requests queued now), cpu_cores and concurrency.
 func (in *instance) loadReport() load {
-	u := in.meter.read(in.clock.Now())
+	use := in.meter.read(in.clock.Now())
 	inFlight, queued, rps := in.lim.report()
+	u := utilization(in.cfg.Capacity, inFlight, queued, rps)
+	cpu := u
+	if in.cpusSet {
+		cpu = use.CPUCores / in.cpus
+	}
 	return load{
 		Report: loadreport.Report{
-			ApplicationUtilization: utilization(in.cfg.Capacity, inFlight, queued, rps),
-			CPUUtilization:         u.CPUCores / in.cpus,
+			ApplicationUtilization: u,
+			CPUUtilization:         cpu,
 			RPSFractional:          rps,
 			Queue:                  float64(queued),
 		},
-		CPUCores:    u.CPUCores,
-		Concurrency: u.Concurrency,
+		CPUCores:    use.CPUCores,
+		Concurrency: use.Concurrency,
 	}
 }
 

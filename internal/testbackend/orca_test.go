@@ -59,9 +59,9 @@ func trailerReport(t *testing.T, md metadata.MD) loadreport.Report {
 }
 
 // wantLoad is the report an instance sends for utilization u, rps arrivals
-// per second and q queued, in a process that uses no CPU (noCPU).
+// per second and q queued, without Config.CPUs.
 func wantLoad(u, rps, q float64) loadreport.Report {
-	return loadreport.Report{ApplicationUtilization: u, RPSFractional: rps, Queue: q}
+	return loadreport.Report{ApplicationUtilization: u, CPUUtilization: u, RPSFractional: rps, Queue: q}
 }
 
 func TestUtilization(t *testing.T) {

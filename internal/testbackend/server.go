@@ -80,7 +80,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		in.orcaMinInterval = cfg.orcaMinInterval()
 		in.cpuPerRequest = cfg.CPUPerRequest
 		if cfg.CPUs > 0 {
-			in.cpus = cfg.CPUs
+			in.cpus, in.cpusSet = cfg.CPUs, true
 		}
 		if opts.CPUTime != nil {
 			in.meter.cpuTime = opts.CPUTime
