@@ -53,19 +53,26 @@
 //     holder leaves the view, since a holder cut off by a partition or
 //     stalled may still act; a claim its holder drops from a newer state
 //     ends at once (a clean handover).
-//  4. Acquire. The candidate takes L when no other claim on L runs and it
+//  4. Acquire. The candidate claims L when no other claim on L runs and it
 //     has watched for at least TTL since it started (so that it has seen
 //     the claims made before it came), with term = the highest term seen
-//     for L + 1.
+//     for L + 1. The claim is pending for RenewEvery, time for it to reach
+//     the others, and held (Holds) after that if no stronger claim (see
+//     Release) appeared meanwhile. A claim that no other replica has seen
+//     protects nothing: a holder that dies before its claim got out is
+//     succeeded at once, possibly with the same term, so the fencing token
+//     is the pair (term, holder), which is unique.
 //  5. Release. A holder releases L (stops acting first, then publishes
 //     its claims without L) when it is no longer L's candidate (a replica
 //     joined and took L's slot), when L is no longer wanted (SetNames),
 //     when another claim on L with a higher term (or the same term and a
-//     higher name) runs, and when it stops (Run returns).
+//     higher name) runs, and when it stops (Run returns). A pending claim
+//     is dropped for the same reasons.
 //
 // So when a holder dies, the survivors agree on one new candidate as soon
 // as memberlist drops the dead one (about 2.5s on a LAN) and that
-// candidate takes the lease TTL after it last saw the dead holder's
-// renewal (at most TTL + RenewEvery after the death); when it stops
-// cleanly the handover is one gossip round.
+// candidate claims the lease TTL after it last saw the dead holder's
+// renewal and holds it RenewEvery later (at most TTL + 2 RenewEvery after
+// the death, plus a step); when a holder stops cleanly the handover takes
+// one gossip round plus RenewEvery.
 package lease

@@ -103,7 +103,7 @@ func New(cfg Config, m Medium, opts Options) (*Elector, error) {
 	return &Elector{
 		cfg: cfg, medium: m, clock: clk,
 		logger:  opts.Logger.With().Str("component", "lease").Logger(),
-		table:   newTable(cfg.Self, cfg.TTL, clk.Now()),
+		table:   newTable(cfg.Self, cfg.TTL, cfg.RenewEvery, clk.Now()),
 		changed: make(chan struct{}),
 	}, nil
 }
@@ -124,15 +124,18 @@ func (e *Elector) SetNames(names []string) {
 func (e *Elector) Holds(name string) (term uint64, ok bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	term, ok = e.table.held[name]
-	return term, ok
+	c := e.table.claims[name]
+	if c == nil || !c.held {
+		return 0, false
+	}
+	return c.term, true
 }
 
 // Held returns a copy of the leases held now (name → term).
 func (e *Elector) Held() map[string]uint64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return maps.Clone(e.table.held)
+	return e.table.held()
 }
 
 // Changes returns a channel that is closed the next time the set of leases
@@ -176,7 +179,7 @@ func (e *Elector) step(renew bool) {
 		e.logger.Error().Err(err).Msg("leases not evaluated")
 		return
 	}
-	claims := maps.Clone(e.table.held)
+	claims := e.table.claimed()
 	publish := renew || !maps.Equal(claims, e.published)
 	if len(acquired) > 0 || len(released) > 0 {
 		close(e.changed)
@@ -184,8 +187,9 @@ func (e *Elector) step(renew bool) {
 	}
 	e.mu.Unlock()
 
-	// Release takes effect here (the holder stops acting before anyone
-	// can see the claim gone); a new lease is claimed by this publish.
+	// A release took effect above (Holds says no before anyone can see
+	// the claim gone); a new claim goes out with this publish and is held
+	// RenewEvery later.
 	for _, name := range released {
 		e.logger.Info().Str("lease", name).Msg("released")
 	}
@@ -211,8 +215,8 @@ func (e *Elector) publish(claims map[string]uint64) {
 // releaseAll drops every lease and publishes that.
 func (e *Elector) releaseAll() {
 	e.mu.Lock()
-	had := len(e.table.held) > 0
-	clear(e.table.held)
+	had := len(e.table.held()) > 0
+	clear(e.table.claims)
 	if had {
 		close(e.changed)
 		e.changed = make(chan struct{})

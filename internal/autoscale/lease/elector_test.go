@@ -132,9 +132,10 @@ func holders(es map[string]*Elector) map[string]string {
 var groupNames = []string{"us-east-b-web", "us-east-c-web", "eu-west-b-web", "eu-west-c-web", "ap-south-a-web", "ap-south-b-web"}
 
 // TestElectorTakeover runs three replicas on the fake clock: they wait a
-// TTL after start, then each candidate takes its leases (one holder per
-// lease, term 1); when one dies, its leases stay unheld until TTL after
-// its last renewal, then its successors take them with term 2.
+// TTL after start, then each candidate claims its leases and holds them
+// RenewEvery later (one holder per lease, term 1); when one dies, its
+// leases stay unclaimed until TTL after its last renewal, then its
+// successors claim them with term 2 and hold them RenewEvery later.
 func TestElectorTakeover(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1000, 0))
 	names := []string{"cp-a", "cp-b", "cp-c"}
@@ -161,7 +162,12 @@ func TestElectorTakeover(t *testing.T) {
 		t.Fatalf("leases held 1ns before the startup wait ends: %v", h)
 	}
 	clk.Advance(time.Nanosecond)
+	stepAll("") // claims, pending
 	stepAll("")
+	if h := holders(es); len(h) != 0 {
+		t.Fatalf("leases held at once when claimed, before RenewEvery: %v", h)
+	}
+	clk.Advance(testRenew)
 	stepAll("")
 	want := candidates(t, names, groupNames)
 	if diff := cmp.Diff(want, holders(es)); diff != "" {
@@ -196,15 +202,17 @@ func TestElectorTakeover(t *testing.T) {
 		stepAll(victim)
 		for l := range orphans {
 			for _, n := range survivors {
-				if _, ok := es[n].Holds(l); ok {
-					t.Fatalf("%s took %s at +%v after the dead holder's last renewal, before the TTL %v", n, l, clk.Now().Sub(lastRenewal), testTTL)
+				if c := es[n].table.claims[l]; c != nil {
+					t.Fatalf("%s claimed %s at +%v after the dead holder's last renewal, before the TTL %v", n, l, clk.Now().Sub(lastRenewal), testTTL)
 				}
 			}
 		}
 		clk.Advance(time.Second)
 	}
 	clk.AdvanceTo(lastRenewal.Add(testTTL))
-	stepAll(victim)
+	stepAll(victim) // claims the orphans
+	clk.Advance(testRenew)
+	stepAll(victim) // holds them
 	delete(es, victim)
 	if diff := cmp.Diff(wantAfter, holders(es)); diff != "" {
 		t.Fatalf("holders TTL after the death (-candidates among survivors +holders):\n%s", diff)
@@ -218,13 +226,15 @@ func TestElectorTakeover(t *testing.T) {
 
 // TestElectorHandover: a replica that joins becomes the candidate of some
 // leases; their holder releases them at its next step (it is no longer the
-// candidate) and the newcomer takes them at once, once its startup wait
-// is over, without waiting for a lapse.
+// candidate) and the newcomer claims them as soon as its startup wait is
+// over, without waiting for a lapse, and holds them RenewEvery later.
 func TestElectorHandover(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1000, 0))
 	net := newFakeNet("cp-a")
 	a := newTestElector(t, net, "cp-a", clk, groupNames)
 	clk.Advance(testTTL)
+	a.step(true)
+	clk.Advance(testRenew)
 	a.step(true)
 	if got := len(a.Held()); got != len(groupNames) {
 		t.Fatalf("a single replica holds %d leases, want all %d", got, len(groupNames))
@@ -252,6 +262,8 @@ func TestElectorHandover(t *testing.T) {
 		t.Fatalf("cp-b took %v during its startup wait", h)
 	}
 	clk.Advance(testTTL)
+	b.step(true)
+	clk.Advance(testRenew)
 	b.step(true)
 	a.step(true)
 	es := map[string]*Elector{"cp-a": a, "cp-b": b}
@@ -307,15 +319,16 @@ func TestTableConflict(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tb := newTable(self, testTTL, t0)
-			tb.held[lease], tb.terms[lease] = tt.mine, tt.mine
+			tb := newTable(self, testTTL, testRenew, t0)
+			tb.claims[lease] = &claim{term: tt.mine, since: t0, held: true}
+			tb.terms[lease] = tt.mine
 			now := t0.Add(time.Minute)
 			tb.observe(View{Members: members, Claims: map[string]map[string]uint64{other: {lease: tt.theirs}}, Versions: map[string]uint64{other: 7}}, now)
 			_, released, err := tb.decide([]string{lease}, members, now)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, held := tb.held[lease]; held != tt.wantHeld || (len(released) == 1) == tt.wantHeld {
+			if _, held := tb.held()[lease]; held != tt.wantHeld || (len(released) == 1) == tt.wantHeld {
 				t.Errorf("held %v, released %v; want held %v", held, released, tt.wantHeld)
 			}
 		})

@@ -40,9 +40,11 @@ type sighting struct {
 type table struct {
 	self    string
 	ttl     time.Duration
-	started time.Time // when this replica started watching
-	// held maps the leases this replica holds to their terms.
-	held map[string]uint64
+	settle  time.Duration // how long a claim is pending before it is held
+	started time.Time     // when this replica started watching
+	// claims maps the leases this replica claims to its claim on each:
+	// pending, then held (see rule 4 of the package doc).
+	claims map[string]*claim
 	// seen maps a lease to the newest claim of another replica on it, kept
 	// after that replica leaves the view until the claim lapses.
 	seen map[string]sighting
@@ -55,10 +57,18 @@ type table struct {
 	versionAt map[string]time.Time
 }
 
-func newTable(self string, ttl time.Duration, started time.Time) *table {
+// claim is this replica's claim on one lease.
+type claim struct {
+	term uint64
+	// since is when the claim was made; it is held from since+settle on.
+	since time.Time
+	held  bool
+}
+
+func newTable(self string, ttl, settle time.Duration, started time.Time) *table {
 	return &table{
-		self: self, ttl: ttl, started: started,
-		held: map[string]uint64{}, seen: map[string]sighting{}, terms: map[string]uint64{},
+		self: self, ttl: ttl, settle: settle, started: started,
+		claims: map[string]*claim{}, seen: map[string]sighting{}, terms: map[string]uint64{},
 		versions: map[string]uint64{}, versionAt: map[string]time.Time{},
 	}
 }
@@ -105,9 +115,9 @@ func (t *table) observe(v View, now time.Time) {
 }
 
 // decide applies the rules to every lease in names at now, given the
-// alive members, and returns what changed: leases acquired (with their
-// new terms) and released. held is updated. Leases not in names are
-// released.
+// alive members, and returns what changed: leases that became held (with
+// their terms) and leases released (claims dropped, held or pending).
+// Leases not in names are released.
 func (t *table) decide(names, members []string, now time.Time) (acquired map[string]uint64, released []string, err error) {
 	var owner func(string) string
 	if len(members) > 0 {
@@ -123,22 +133,30 @@ func (t *table) decide(names, members []string, now time.Time) (acquired map[str
 	for _, name := range names {
 		want[name] = true
 	}
-	for _, name := range slices.Sorted(maps.Keys(t.held)) {
-		term := t.held[name]
+	for _, name := range slices.Sorted(maps.Keys(t.claims)) {
+		c := t.claims[name]
 		s, other := t.seen[name]
 		switch {
 		case !want[name]:
 		case owner(name) != t.self:
-		case other && t.live(s, now) && (s.term > term || (s.term == term && s.holder > t.self)):
-			// Two holders (a healed partition): the higher term stays.
+		case other && t.live(s, now) && (s.term > c.term || (s.term == c.term && s.holder > t.self)):
+			// Two claims (a healed partition, or two pending claims):
+			// the higher term stays.
 		default:
+			if !c.held && !now.Before(c.since.Add(t.settle)) {
+				c.held = true
+				if acquired == nil {
+					acquired = map[string]uint64{}
+				}
+				acquired[name] = c.term
+			}
 			continue
 		}
-		delete(t.held, name)
+		delete(t.claims, name)
 		released = append(released, name)
 	}
 	for _, name := range names {
-		if _, ok := t.held[name]; ok || owner(name) != t.self {
+		if _, ok := t.claims[name]; ok || owner(name) != t.self {
 			continue
 		}
 		if now.Before(t.started.Add(t.ttl)) {
@@ -148,13 +166,31 @@ func (t *table) decide(names, members []string, now time.Time) (acquired map[str
 			continue
 		}
 		term := t.terms[name] + 1
-		t.held[name], t.terms[name] = term, term
-		if acquired == nil {
-			acquired = map[string]uint64{}
-		}
-		acquired[name] = term
+		t.terms[name] = term
+		t.claims[name] = &claim{term: term, since: now}
 	}
 	return acquired, released, nil
+}
+
+// claimed returns every claim (lease → term), pending or held: what this
+// replica publishes.
+func (t *table) claimed() map[string]uint64 {
+	out := make(map[string]uint64, len(t.claims))
+	for name, c := range t.claims {
+		out[name] = c.term
+	}
+	return out
+}
+
+// held returns the leases held (lease → term).
+func (t *table) held() map[string]uint64 {
+	out := map[string]uint64{}
+	for name, c := range t.claims {
+		if c.held {
+			out[name] = c.term
+		}
+	}
+	return out
 }
 
 // live reports whether a claim seen runs at now: its holder renewed it
