@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -332,5 +333,55 @@ func TestTableConflict(t *testing.T) {
 				t.Errorf("held %v, released %v; want held %v", held, released, tt.wantHeld)
 			}
 		})
+	}
+}
+
+// TestElectorRun drives Run on the fake clock: its ticks claim and then
+// hold the lease of a lone replica, Changes fires, and when Run ends the
+// replica publishes no claims any more.
+func TestElectorRun(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1000, 0))
+	net := newFakeNet("cp-a")
+	e := newTestElector(t, net, "cp-a", clk, []string{"us-east-b-web"})
+	changed := e.Changes()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+
+	wait, stop := context.WithTimeout(t.Context(), 30*time.Second)
+	defer stop()
+	if err := clk.BlockUntil(wait, 1); err != nil { // Run's ticker
+		t.Fatal(err)
+	}
+	// Tick until the lease is held: the ticks before TTL do nothing, the
+	// next claims it, the one after holds it. Ticks that Run has not
+	// consumed yet coalesce, hence the loop.
+	for held := false; !held; {
+		clk.Advance(testRenew)
+		select {
+		case <-changed:
+			held = true
+		case <-time.After(50 * time.Millisecond):
+		case <-wait.Done():
+			t.Fatal("lease never held")
+		}
+	}
+	if term, ok := e.Holds("us-east-b-web"); !ok || term != 1 {
+		t.Fatalf("Holds = %d, %v; want 1, true", term, ok)
+	}
+	if !clk.Now().After(time.Unix(1000, 0).Add(testTTL)) {
+		t.Errorf("held at %v, before the startup wait ended", clk.Now())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if _, ok := e.Holds("us-east-b-web"); ok {
+		t.Error("still holds the lease after Run returned")
+	}
+	net.mu.Lock()
+	defer net.mu.Unlock()
+	if c := net.claims["cp-a"]; len(c) != 0 {
+		t.Errorf("claims published after Run returned: %v, want none", c)
 	}
 }
