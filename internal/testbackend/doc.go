@@ -194,7 +194,8 @@
 // 100ms, and an average runs from the newest sample at least 1s old to
 // now: 1s to 1.1s on a busy instance. On an instance read less often it
 // is the span since its last reading (still exact, both counters being
-// cumulative); the first reading reports 0.
+// cumulative); in the first second it is the time since the process
+// started.
 //
 // --cpu-per-request D gives each normal HTTP request and unary RPC D of
 // real CPU work (a busy loop on one OS thread until the thread's CPU

@@ -85,6 +85,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		if opts.CPUTime != nil {
 			in.meter.cpuTime = opts.CPUTime
 		}
+		in.meter.read(clk.Now()) // the first sample: averages start at New
 		fe, err := newFrontend(in, in.conns.wrap(ln))
 		if err != nil {
 			_ = ln.Close()
