@@ -263,7 +263,7 @@ func (in *instance) applyHealth(healthy bool) (changed bool, err error) {
 // in.lim.release(); ErrQueueFull, counted as a rejection; or ctx's error,
 // counted as a cancellation.
 func (in *instance) admit(ctx context.Context, src netip.Addr) error {
-	in.meter.read(in.clock.Now()) // a sample, so that busy instances have one per usageGap
+	in.meter.sample(in.clock.Now()) // so that a busy instance has a sample every usageGap
 	err := in.lim.acquire(ctx)
 	switch {
 	case errors.Is(err, ErrQueueFull):

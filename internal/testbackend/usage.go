@@ -97,6 +97,18 @@ func (m *usageMeter) read(now time.Time) usage {
 	return u
 }
 
+// sample keeps now as a sample if one is due, reading the counters only
+// then: what an admission does, so that a busy instance has a sample every
+// usageGap without paying for a reading per request.
+func (m *usageMeter) sample(now time.Time) {
+	m.mu.Lock()
+	due := m.n == 0 || now.Sub(m.samples[(m.next+usageSamples-1)%usageSamples].at) >= usageGap
+	m.mu.Unlock()
+	if due {
+		m.read(now)
+	}
+}
+
 // referenceLocked returns the sample an average at now starts from (see
 // usageMeter). Caller must hold m.mu and m.n > 0.
 func (m *usageMeter) referenceLocked(now time.Time) usageSample {

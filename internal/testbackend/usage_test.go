@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/lb/loadreport"
@@ -210,16 +211,19 @@ func TestFormatLoad(t *testing.T) {
 
 // TestStartupDelay checks the emulated cold start on the fake clock: the
 // health check fails, saying "starting", until the delay has passed since
-// New, and passes from then on; a tcp instance refuses connections until
-// then.
+// New, and passes from then on; a tcp instance refuses connections and a
+// grpc instance answers NOT_SERVING until then.
 func TestStartupDelay(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1000, 0))
 	web := testInstance("web", DefaultCapacity())
 	raw := testInstance("raw", Capacity{Queue: 1})
 	raw.Proto = ProtoTCP
-	s := startServer(t, Config{Instances: []InstanceConfig{web, raw}, StartupDelay: 5 * time.Second}, clk)
+	rpc := testInstance("rpc", Capacity{Queue: 1})
+	rpc.Proto = ProtoGRPC
+	s := startServer(t, Config{Instances: []InstanceConfig{web, raw, rpc}, StartupDelay: 5 * time.Second}, clk)
 	c := newClient(t, "")
 	base := "http://" + s.Addr("web")
+	hc := healthgrpc.NewHealthClient(dialGRPC(t, s.Addr("rpc"), ""))
 
 	check := func(when string, wantHealthy bool) {
 		t.Helper()
@@ -231,7 +235,14 @@ func TestStartupDelay(t *testing.T) {
 		if r.status != wantStatus || r.body != wantBody {
 			t.Errorf("%s: /healthz = %d %q, want %d %q", when, r.status, r.body, wantStatus, wantBody)
 		}
-		for _, name := range []string{"web", "raw"} {
+		wantStatus2 := healthgrpc.HealthCheckResponse_SERVING
+		if !wantHealthy {
+			wantStatus2 = healthgrpc.HealthCheckResponse_NOT_SERVING
+		}
+		if resp, err := hc.Check(t.Context(), &healthgrpc.HealthCheckRequest{}); err != nil || resp.GetStatus() != wantStatus2 {
+			t.Errorf("%s: gRPC health Check = %v, %v; want %v", when, resp.GetStatus(), err, wantStatus2)
+		}
+		for _, name := range []string{"web", "raw", "rpc"} {
 			st, _ := s.Stats(name)
 			if st.Healthy != wantHealthy || st.Starting == wantHealthy {
 				t.Errorf("%s: %s healthy=%v starting=%v, want healthy=%v starting=%v", when, name, st.Healthy, st.Starting, wantHealthy, !wantHealthy)
@@ -281,4 +292,38 @@ func TestBurnCPU(t *testing.T) {
 		t.Errorf("burnCPU(30ms) used %v of CPU, want at least 30ms", used)
 	}
 	burnCPU(0) // returns at once
+}
+
+// BenchmarkUsageMeterRead is the cost each admission and each load report
+// adds: one getrusage and the meter's bookkeeping.
+func BenchmarkUsageMeterRead(b *testing.B) {
+	l := newLimiter(Capacity{MaxConcurrency: 4}, clock.Real{})
+	m := &usageMeter{cpuTime: ProcessCPUTime, busy: l.busySeconds}
+	b.ReportAllocs()
+	for b.Loop() {
+		m.read(time.Now())
+	}
+}
+
+// BenchmarkUsageMeterSample is what each admission adds while no sample
+// is due.
+func BenchmarkUsageMeterSample(b *testing.B) {
+	l := newLimiter(Capacity{MaxConcurrency: 4}, clock.Real{})
+	m := &usageMeter{cpuTime: ProcessCPUTime, busy: l.busySeconds}
+	now := time.Now()
+	m.read(now)
+	b.ReportAllocs()
+	for b.Loop() {
+		m.sample(now)
+	}
+}
+
+// BenchmarkFormatLoad is the cost of the load report header of each
+// answer.
+func BenchmarkFormatLoad(b *testing.B) {
+	l := load{Report: loadreport.Report{ApplicationUtilization: 0.75, CPUUtilization: 0.5, RPSFractional: 123.4, Queue: 2}, CPUCores: 0.61, Concurrency: 3.2}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = formatLoad(l)
+	}
 }
