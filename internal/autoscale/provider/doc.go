@@ -33,7 +33,10 @@
 // Its port is the lowest of ProcessConfig.Ports that none of the provider's
 // instances holds and that can be bound now. Each process leads a process
 // group of its own and is killed if the provider's process dies
-// (PR_SET_PDEATHSIG), so nothing outlives the provider. Stop drains: SIGTERM
+// (PR_SET_PDEATHSIG), so nothing outlives the provider. (The kernel ties
+// that signal to the thread that started the child; Go keeps its threads
+// unless a goroutine locked to one with runtime.LockOSThread exits without
+// unlocking it, so never call Start from such a goroutine.) Stop drains: SIGTERM
 // to the group, up to DrainTimeout for the process to exit, then SIGKILL;
 // it returns once the process is reaped (ErrKilled if it had to be
 // killed). A process that exits by itself is reaped, its port released,

@@ -301,3 +301,19 @@ func TestTailWriter(t *testing.T) {
 		t.Errorf("tail is %d bytes, want the last %d", len(got), outputTail)
 	}
 }
+
+func TestProcessStartCanceled(t *testing.T) {
+	p, err := NewProcess(ProcessConfig{Command: []string{"sleep", "300"}, Ports: freePorts(t, 2)}, ProcessOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	insts, err := p.Start(ctx, testGroup, 2)
+	if !errors.Is(err, context.Canceled) || len(insts) != 0 {
+		t.Errorf("Start on a canceled context = %v, %v; want no instance and context.Canceled", insts, err)
+	}
+	if got := p.Instances(); len(got) != 0 {
+		t.Errorf("Instances = %+v, want none", got)
+	}
+}
