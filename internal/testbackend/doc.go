@@ -53,7 +53,8 @@
 //
 // # Health
 //
-// An instance is healthy at start. An unhealthy instance keeps serving
+// An instance is healthy at start (after its start-up, with
+// --startup-delay; see Start-up). An unhealthy instance keeps serving
 // normal requests, RPCs and streams; only its health check fails, the way a
 // backend looks to its health checker when it is being drained or is
 // flapping: /healthz answers 503 (http, h2); the health service answers
@@ -206,11 +207,11 @@
 // # Start-up
 //
 // --startup-delay D emulates a cold start. The instances bind their
-// addresses at once (so that the port is held) but fail their health
-// check until D has passed since the process started: /healthz answers
-// 503 "starting" (http, h2), the health service NOT_SERVING (grpc), and
-// the listener is closed (tcp), exactly as an unhealthy instance (see
-// Health), and Stats.Starting is true. Normal requests that arrive
+// addresses at once (so that the port is held, except a tcp instance's)
+// but fail their health check until D has passed since the process
+// started: /healthz answers 503 "starting" (http, h2), the health service
+// NOT_SERVING (grpc), and the listener is closed (tcp), exactly as an
+// unhealthy instance (see Health), and Stats.Starting is true. Normal requests that arrive
 // meanwhile are served: a gfe sends none, since it sends traffic only to
 // instances whose health check passes, so a gfe's first request reaches
 // an instance that has finished starting. When D has passed every
