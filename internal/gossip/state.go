@@ -79,6 +79,11 @@ type NodeState struct {
 	// backends directly, bypassing the gfes. Only KindControlPlane; site
 	// names are non-empty. Consumers add it to the site's gfes' demand.
 	SiteDemand map[string]map[string]float64 `json:"site_demand,omitempty"`
+	// Leases maps the name of each lease a control plane replica holds to
+	// its term (package internal/autoscale/lease): a claim that the
+	// replica renews by publishing newer states, and drops by publishing
+	// one without it. Only KindControlPlane; terms are > 0.
+	Leases map[string]uint64 `json:"leases,omitempty"`
 }
 
 // GroupState is the health of one instance group as the control plane
@@ -173,6 +178,17 @@ func (s *NodeState) validate() error {
 			}
 		}
 	}
+	if len(s.Leases) > 0 && s.Kind != KindControlPlane {
+		bad("state.leases: only for kind %q, got kind %q", KindControlPlane, s.Kind)
+	}
+	for _, name := range sortedKeys(s.Leases) {
+		if name == "" {
+			bad("state.leases: empty lease name")
+		}
+		if s.Leases[name] == 0 {
+			bad("state.leases[%q]: term must be > 0", name)
+		}
+	}
 	if len(errs) == 0 {
 		return nil
 	}
@@ -217,6 +233,7 @@ func (s NodeState) Clone() NodeState {
 			c.SiteDemand[site] = maps.Clone(m)
 		}
 	}
+	c.Leases = maps.Clone(s.Leases)
 	c.Groups = slices.Clone(s.Groups)
 	for i := range c.Groups {
 		c.Groups[i].HealthyInstances = slices.Clone(s.Groups[i].HealthyInstances)

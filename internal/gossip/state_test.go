@@ -30,6 +30,7 @@ func cpState() NodeState {
 				HealthyInstances: []string{"10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"}},
 		},
 		SiteDemand: map[string]map[string]float64{"paris": {"web": 40}},
+		Leases:     map[string]uint64{"eu-west-b": 4},
 	}
 }
 
@@ -69,6 +70,15 @@ func TestValidateRemote(t *testing.T) {
 			"state.groups[0].healthy_instances: must list healthy=3 addresses, got 2",
 			"state.groups[0].healthy_instances[1]: empty address",
 		}},
+		{name: "bad leases", base: cpState, mutate: func(s *NodeState) {
+			s.Leases = map[string]uint64{"": 1, "eu-west-b": 0}
+		}, wantErr: []string{
+			"state.leases: empty lease name",
+			`state.leases["eu-west-b"]: term must be > 0`,
+		}},
+		{name: "leases of a gfe", base: gfeState, mutate: func(s *NodeState) {
+			s.Leases = map[string]uint64{"eu-west-b": 1}
+		}, wantErr: []string{`state.leases: only for kind "controlplane", got kind "gfe"`}},
 		{name: "healthy instances left out", base: cpState, mutate: func(s *NodeState) {
 			s.Groups[0].HealthyInstances = nil
 		}},
@@ -125,6 +135,9 @@ func TestCloneSharesNothing(t *testing.T) {
 			for k := range m {
 				m[k] = -1
 			}
+		}
+		for k := range c.Leases {
+			c.Leases[k] = 99
 		}
 		for i := range c.Groups {
 			c.Groups[i].Healthy = -1

@@ -35,6 +35,22 @@ type Config struct {
 	// stream; a client that asks for a longer interval gets its own. Zero
 	// means DefaultORCAMinInterval (100ms).
 	ORCAMinInterval time.Duration
+	// StartupDelay emulates a cold start: every instance fails its health
+	// check (see "Start-up" in the package doc) until StartupDelay has
+	// passed since New, then passes it. Zero (the default) means healthy at
+	// once.
+	StartupDelay time.Duration
+	// CPUPerRequest is the CPU time each normal HTTP request and unary RPC
+	// spends in busy work while it holds its slot, before its ServiceTime
+	// (see "CPU and concurrency" in the package doc). Zero (the default)
+	// means none.
+	CPUPerRequest time.Duration
+	// CPUs is the number of cores the process may use. When set, the load
+	// reports' cpu_utilization is the cores in use divided by CPUs; zero
+	// keeps cpu_utilization equal to application_utilization, as before
+	// CPU was measured (see "CPU and concurrency" in the package doc), and
+	// Stats.CPUs is then runtime.GOMAXPROCS(0) at New.
+	CPUs float64
 }
 
 // orcaMinInterval returns c.ORCAMinInterval or its default.
@@ -185,6 +201,15 @@ func (c Config) Validate() error {
 		} else {
 			addrs[inst.Addr] = i
 		}
+	}
+	if c.StartupDelay < 0 {
+		errs = append(errs, fmt.Errorf("startup_delay: %v is negative", c.StartupDelay))
+	}
+	if c.CPUPerRequest < 0 {
+		errs = append(errs, fmt.Errorf("cpu_per_request: %v is negative", c.CPUPerRequest))
+	}
+	if c.CPUs < 0 || math.IsNaN(c.CPUs) || math.IsInf(c.CPUs, 0) {
+		errs = append(errs, fmt.Errorf("cpus: %v is not a finite number >= 0", c.CPUs))
 	}
 	type ruleKey struct {
 		region string

@@ -209,6 +209,21 @@ func TestParseFlags(t *testing.T) {
 		{name: "rps without burst", args: []string{"--max-rps", "10", "--burst", "0", "--instance", "name=a,addr=:0,region=r,zone=z"}, wantErrSubstr: "instances[0].capacity.burst: must be >= 1 when max_rps is set"},
 		{name: "duplicate delay", args: []string{"--instance", "name=a,addr=:0,region=r,zone=z", "--delay", "127.0.1.0/24=1ms", "--delay", "127.0.1.9/24=2ms"}, wantErrSubstr: "delays[1]: 127.0.1.0/24=2ms repeats the prefix of delays[0]"},
 		{name: "bad delay", args: []string{"--delay", "127.0.1.0/24"}, wantErrSubstr: "want [REGION:]CIDR=RTT"},
+		{name: "negative startup delay", args: []string{"--instance", "name=a,addr=:0,region=r,zone=z", "--startup-delay", "-1s"}, wantErrSubstr: "startup_delay: -1s is negative"},
+		{name: "negative cpu per request", args: []string{"--instance", "name=a,addr=:0,region=r,zone=z", "--cpu-per-request", "-2ms"}, wantErrSubstr: "cpu_per_request: -2ms is negative"},
+		{name: "negative cpus", args: []string{"--instance", "name=a,addr=:0,region=r,zone=z", "--cpus", "-1"}, wantErrSubstr: "cpus: -1 is not a finite number >= 0"},
+		{
+			name: "cold start and CPU cost",
+			args: []string{"--instance", "name=a,addr=:0,region=r,zone=z", "--startup-delay", "3s", "--cpu-per-request", "2ms", "--cpus", "1.5"},
+			want: Config{
+				Instances:       []InstanceConfig{{Name: "a", Addr: ":0", Region: "r", Zone: "z", Capacity: def}},
+				ShutdownTimeout: 5 * time.Second,
+				ORCAMinInterval: DefaultORCAMinInterval,
+				StartupDelay:    3 * time.Second,
+				CPUPerRequest:   2 * time.Millisecond,
+				CPUs:            1.5,
+			},
+		},
 		{name: "positional", args: []string{"--instance", "name=a,addr=:0,region=r,zone=z", "extra"}, wantErrSubstr: `unexpected argument "extra"`},
 	}
 	for _, tt := range tests {

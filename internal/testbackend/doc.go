@@ -53,7 +53,8 @@
 //
 // # Health
 //
-// An instance is healthy at start. An unhealthy instance keeps serving
+// An instance is healthy at start (after its start-up, with
+// --startup-delay; see Start-up). An unhealthy instance keeps serving
 // normal requests, RPCs and streams; only its health check fails, the way a
 // backend looks to its health checker when it is being drained or is
 // flapping: /healthz answers 503 (http, h2); the health service answers
@@ -131,7 +132,7 @@
 // the gfe can see overload before its own signals do. The http and h2
 // protocols set the header
 //
-//	Endpoint-Load-Metrics: TEXT application_utilization=U, cpu_utilization=U, rps_fractional=R, named_metrics.queue=Q
+//	Endpoint-Load-Metrics: TEXT application_utilization=U, cpu_utilization=C, rps_fractional=R, named_metrics.queue=Q, named_metrics.cpu_cores=K, named_metrics.concurrency=N
 //
 // on every answer to a normal request (served, rejected with 503
 // queue-full, or faulted) and on the 101 of a WebSocket; not on /healthz,
@@ -155,6 +156,17 @@
 //	U  max(in_flight/max_concurrency, R/max_rps), leaving out a limit that is
 //	   0 (unlimited); when Q > 0, max(that, 1) + Q/D, where D is
 //	   max_concurrency if set, else max_rps.
+//	K  the process's CPU cores in use over the last second (see CPU and
+//	   concurrency).
+//	C  K / the cores the process may use, when --cpus gives them; else U,
+//	   as before CPU was measured. (A gfe weighs application_utilization
+//	   when it is above 0, else cpu_utilization: a process-wide CPU figure
+//	   there would change how the gfe sees the idle instances of the
+//	   existing tests, demo and benchmarks, so it is opt-in.)
+//	N  the instance's requests in flight, averaged over the last second.
+//
+// lb/loadreport reads U, C, R and Q and skips the named metrics it does
+// not know; the grpc reports carry K and N as named metrics too.
 //
 // A request waits only when the instance cannot start it at once, so
 // U > 1 exactly when requests are queued or arrivals outrun max_rps: demand
@@ -162,6 +174,48 @@
 // without limits never queues and reports U = 0. NoLoadReports (instance
 // key load_reports=false, or --load-reports=false for every instance)
 // turns all of this off: no header, no trailer, no OpenRcaService.
+//
+// # CPU and concurrency
+//
+// An autoscaler needs what Cloud Run measures: CPU cores in use and
+// concurrent requests, each averaged over time. Every instance reports
+// both, in its load reports (above) and in its stats (cpu_cores, cpus,
+// cpu_utilization, concurrency, GET /admin/stats):
+//
+//   - cpu_cores is the process's CPU time (user + system, getrusage)
+//     used over the last second, divided by that second. It is the whole
+//     process's: run one instance per process (as the autoscaler's process
+//     provider does) for one instance's figure.
+//   - concurrency is the time-average of the requests holding a slot over
+//     the last second, exact (an integral updated at each admission and
+//     release), not a sample.
+//
+// "The last second" is measured without a timer: each reading (a load
+// report, an admission, a stats call) is kept as a sample, at most one per
+// 100ms, and an average runs from the newest sample at least 1s old to
+// now: 1s to 1.1s on a busy instance. On an instance read less often it
+// is the span since its last reading (still exact, both counters being
+// cumulative); in the first second it is the time since the process
+// started.
+//
+// --cpu-per-request D gives each normal HTTP request and unary RPC D of
+// real CPU work (a busy loop on one OS thread until the thread's CPU
+// clock has advanced by D) while it holds its slot, before ServiceTime:
+// a request then holds its slot for D plus ServiceTime, longer when the
+// cores are contended, and the CPU it costs is D whatever else runs.
+//
+// # Start-up
+//
+// --startup-delay D emulates a cold start. The instances bind their
+// addresses at once (so that the port is held, except a tcp instance's)
+// but fail their health check until D has passed since the process
+// started: /healthz answers 503 "starting" (http, h2), the health service
+// NOT_SERVING (grpc), and the listener is closed (tcp), exactly as an
+// unhealthy instance (see Health), and Stats.Starting is true. Normal requests that arrive
+// meanwhile are served: a gfe sends none, since it sends traffic only to
+// instances whose health check passes, so a gfe's first request reaches
+// an instance that has finished starting. When D has passed every
+// instance becomes healthy, whatever an admin request set meanwhile.
 //
 // # Network distance
 //
@@ -201,6 +255,12 @@
 //	  --instance name=grpc-1,addr=127.0.0.1:9112,region=us-east,zone=us-east-b,proto=grpc,max_concurrency=0 \
 //	  --instance name=tcp-1,addr=127.0.0.1:9113,region=us-east,zone=us-east-b,proto=tcp,max_concurrency=0
 //	curl -X POST '127.0.0.1:9100/admin/health?instance=grpc-1&healthy=false'
+//
+// and one instance that starts in 20s and costs 2ms of CPU per request,
+// as the autoscaler's process provider starts it:
+//
+//	testbackend --instance name=us-east-b-9,addr=127.0.0.1:9109,region=us-east,zone=us-east-b \
+//	  --startup-delay 20s --cpu-per-request 2ms --cpus 1
 //
 // The process stops gracefully on SIGINT or SIGTERM: it stops accepting,
 // lets admitted requests and unary RPCs finish (up to --shutdown-timeout)

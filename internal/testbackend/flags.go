@@ -23,6 +23,9 @@ import (
 //	--delay [REGION:]CIDR=RTT   emulated RTT to callers in CIDR (repeatable)
 //	--shutdown-timeout D   graceful shutdown bound (5s)
 //	--admin HOST:PORT      process admin listener (/admin/{health,stats,close}?instance=NAME; none by default)
+//	--startup-delay D      emulated cold start: health checks fail until D after start (0)
+//	--cpu-per-request D    CPU time of busy work per normal request and unary RPC (0)
+//	--cpus F               cores the process may use: when set, cpu_utilization = cores in use / F
 //
 // The capacity flags and --load-reports are defaults for every instance;
 // keys in an --instance spec override them for that instance, whatever the
@@ -59,6 +62,9 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 			return nil
 		})
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long to let admitted requests finish on SIGTERM/SIGINT")
+	fs.DurationVar(&cfg.StartupDelay, "startup-delay", cfg.StartupDelay, "emulated cold start: every instance fails its health check (/healthz 503, gRPC NOT_SERVING, tcp listener closed) until this long after start, then passes it")
+	fs.DurationVar(&cfg.CPUPerRequest, "cpu-per-request", cfg.CPUPerRequest, "CPU time of busy work that each normal request and unary RPC spends holding its slot, before --service-time")
+	fs.Float64Var(&cfg.CPUs, "cpus", cfg.CPUs, "cores the process may use: when set (> 0), the load reports' cpu_utilization is the process's cores in use over the last second / cpus; 0 keeps cpu_utilization = application_utilization")
 	printVersion := fs.Bool("version", false, "print the version and exit")
 	fs.StringVar(&cfg.AdminAddr, "admin", cfg.AdminAddr, "`HOST:PORT` of the process admin listener, for every protocol: GET|POST /admin/health?instance=NAME[&healthy=BOOL], GET /admin/stats[?instance=NAME], POST /admin/close?instance=NAME (default none)")
 

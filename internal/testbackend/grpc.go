@@ -209,6 +209,7 @@ func (e *echoService) Unary(ctx context.Context, req *echopb.EchoRequest) (*echo
 		return nil, rpcError(err)
 	}
 	_ = grpc.SetHeader(ctx, md)
+	burnCPU(in.cpuPerRequest)
 	err := sleep(ctx, in.clock, in.cfg.Capacity.ServiceTime)
 	in.lim.release()
 	if err != nil {

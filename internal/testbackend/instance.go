@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -88,6 +89,20 @@ type Stats struct {
 	// /24 (IPv4) or /64 (IPv6), keyed by prefix ("127.0.1.0/24"): where
 	// traffic came from, that is which site's gfe sent it.
 	BySource map[string]SourceStats `json:"by_source"`
+	// Starting is true during the emulated cold start (--startup-delay):
+	// the instance fails its health check until it ends.
+	Starting bool `json:"starting"`
+	// CPUCores is the process's CPU time over the last second (see "CPU
+	// and concurrency" in the package doc) divided by that second: cores in
+	// use, for the whole process (all its instances).
+	CPUCores float64 `json:"cpu_cores"`
+	// CPUs is the number of cores the process may use (--cpus, else
+	// GOMAXPROCS) and CPUUtilization is CPUCores/CPUs, which the load
+	// reports send as cpu_utilization when --cpus is set.
+	CPUs           float64 `json:"cpus"`
+	CPUUtilization float64 `json:"cpu_utilization"`
+	// Concurrency is the average of InFlight over the last second.
+	Concurrency float64 `json:"concurrency"`
 }
 
 // SourceStats counts the requests and streams of one source prefix.
@@ -115,6 +130,15 @@ type instance struct {
 	addr string
 	// orcaMinInterval is Config.ORCAMinInterval or its default (grpc only).
 	orcaMinInterval time.Duration
+	// cpuPerRequest is Config.CPUPerRequest; cpus is Config.CPUs or its
+	// default, never 0, and cpusSet says whether Config.CPUs was set (the
+	// load reports then send the measured CPU as cpu_utilization).
+	cpuPerRequest time.Duration
+	cpus          float64
+	cpusSet       bool
+	// meter averages the process's CPU time and the instance's
+	// concurrency over the last second.
+	meter *usageMeter
 	// onHealth, if set, applies a health change to the protocol (a gRPC
 	// health status, a tcp listener) before the change is visible in
 	// healthy. Called with healthMu held.
@@ -127,7 +151,9 @@ type instance struct {
 	sessions sessionGroup
 
 	// Accessed atomically.
-	healthy                                               atomic.Bool
+	healthy atomic.Bool
+	// starting is true from New until Config.StartupDelay has passed.
+	starting                                              atomic.Bool
 	served, rejected, canceled, probes, streams, messages atomic.Uint64
 	// fault, when not 0, is the status every normal HTTP request is
 	// answered with (see setFault); faulted counts those answers.
@@ -161,6 +187,8 @@ func newInstance(cfg InstanceConfig, delays []DelayRule, clk clock.Clock, logger
 	}
 	in.stopCtx, in.stop = context.WithCancel(context.Background())
 	in.healthy.Store(true)
+	in.cpus = float64(runtime.GOMAXPROCS(0))
+	in.meter = &usageMeter{cpuTime: ProcessCPUTime, busy: in.lim.busySeconds}
 	in.mux.HandleFunc("GET /healthz", in.serveHealthz)
 	in.mux.HandleFunc("GET /rtt", in.serveRTT)
 	in.mux.HandleFunc("GET /ws", in.serveWebSocket)
@@ -174,24 +202,60 @@ func newInstance(cfg InstanceConfig, delays []DelayRule, clk clock.Clock, logger
 	return in
 }
 
-// setHealthy makes the instance pass (true) or fail (false) its health
-// checks from now on. For grpc it sets the health service's status; for tcp
-// it closes or reopens the listener (see the package doc). It returns an
-// error, and changes nothing, when the protocol could not apply the change.
+// setHealthy is applyHealth on an admin request, logged when it changes
+// the health.
 func (in *instance) setHealthy(healthy bool) error {
+	changed, err := in.applyHealth(healthy)
+	if changed {
+		in.logger.Info().Bool("healthy", healthy).Msg("health changed by admin request")
+	}
+	return err
+}
+
+// beginStartup makes the instance fail its health check until endStartup,
+// as a cold-starting instance does (Config.StartupDelay). Called by New
+// before the instance serves.
+func (in *instance) beginStartup() error {
+	in.starting.Store(true)
+	if _, err := in.applyHealth(false); err != nil {
+		in.starting.Store(false)
+		return err
+	}
+	return nil
+}
+
+// endStartup ends the start-up: the instance passes its health check from
+// now on, whatever an admin request set meanwhile (see the package doc).
+func (in *instance) endStartup() {
+	if !in.starting.Load() {
+		return
+	}
+	if _, err := in.applyHealth(true); err != nil {
+		in.logger.Error().Err(err).Msg("start-up over but the instance cannot become healthy")
+	} else {
+		in.logger.Info().Msg("start-up over: healthy")
+	}
+	in.starting.Store(false)
+}
+
+// applyHealth makes the instance pass (true) or fail (false) its health
+// check from now on, and reports whether that changed anything. For grpc
+// it sets the health service's status; for tcp it closes or reopens the
+// listener (see the package doc). It returns an error, and changes
+// nothing, when the protocol could not apply the change.
+func (in *instance) applyHealth(healthy bool) (changed bool, err error) {
 	in.healthMu.Lock()
 	defer in.healthMu.Unlock()
 	if in.healthy.Load() == healthy {
-		return nil
+		return false, nil
 	}
 	if in.onHealth != nil {
 		if err := in.onHealth(healthy); err != nil {
-			return fmt.Errorf("instance %s: set healthy=%v: %w", in.cfg.Name, healthy, err)
+			return false, fmt.Errorf("instance %s: set healthy=%v: %w", in.cfg.Name, healthy, err)
 		}
 	}
 	in.healthy.Store(healthy)
-	in.logger.Info().Bool("healthy", healthy).Msg("health changed by admin request")
-	return nil
+	return true, nil
 }
 
 // admit waits for a capacity slot for a request, RPC or stream from src.
@@ -199,6 +263,7 @@ func (in *instance) setHealthy(healthy bool) error {
 // in.lim.release(); ErrQueueFull, counted as a rejection; or ctx's error,
 // counted as a cancellation.
 func (in *instance) admit(ctx context.Context, src netip.Addr) error {
+	in.meter.sample(in.clock.Now()) // so that a busy instance has a sample every usageGap
 	err := in.lim.acquire(ctx)
 	switch {
 	case errors.Is(err, ErrQueueFull):
@@ -252,7 +317,11 @@ func (in *instance) serveHealthz(w http.ResponseWriter, r *http.Request) {
 	}
 	in.probes.Add(1)
 	if !in.healthy.Load() {
-		http.Error(w, "unhealthy", http.StatusServiceUnavailable)
+		msg := "unhealthy"
+		if in.starting.Load() {
+			msg = "starting"
+		}
+		http.Error(w, msg, http.StatusServiceUnavailable)
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -384,6 +453,10 @@ func (in *instance) stats() Stats {
 		BySource:  map[string]SourceStats{},
 	}
 	s.InFlight, s.QueueLen, s.MaxInFlight, s.MaxQueueLen = in.lim.load()
+	u := in.meter.read(in.clock.Now())
+	s.CPUCores, s.Concurrency, s.CPUs = u.CPUCores, u.Concurrency, in.cpus
+	s.CPUUtilization = u.CPUCores / in.cpus
+	s.Starting = in.starting.Load()
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	for p, c := range in.bySource {
@@ -412,6 +485,7 @@ func (in *instance) serveRequest(w http.ResponseWriter, r *http.Request) {
 	}
 	err := in.waitGate(ctx)
 	if err == nil {
+		burnCPU(in.cpuPerRequest)
 		err = sleep(ctx, in.clock, in.cfg.Capacity.ServiceTime)
 	}
 	in.lim.release()

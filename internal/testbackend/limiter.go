@@ -39,10 +39,16 @@ type limiter struct {
 	// load reports. Counting here, under the lock acquire takes anyway and
 	// at the time it reads anyway, costs no extra synchronization.
 	arrivals rateWindow
+	// busy is the integral of inFlight over time since newLimiter, in
+	// request-seconds, up to busyAt: the average concurrency over any span
+	// is the difference of two readings divided by the span (see
+	// busyLocked).
+	busy   float64
+	busyAt time.Time
 }
 
 func newLimiter(c Capacity, clk clock.Clock) *limiter {
-	l := &limiter{clock: clk, maxConc: c.MaxConcurrency, queueMax: c.Queue, changed: make(chan struct{})}
+	l := &limiter{clock: clk, maxConc: c.MaxConcurrency, queueMax: c.Queue, changed: make(chan struct{}), busyAt: clk.Now()}
 	if c.MaxRPS > 0 {
 		l.interval = time.Duration(float64(time.Second) / c.MaxRPS)
 		l.tau = time.Duration(max(c.Burst-1, 0)) * l.interval
@@ -134,8 +140,29 @@ func (l *limiter) release() {
 		l.notifyLocked()
 		return
 	}
+	l.busyLocked(l.clock.Now())
 	l.inFlight--
 	l.notifyLocked()
+}
+
+// busyLocked brings the concurrency integral up to now and returns it, in
+// request-seconds since newLimiter. Every change of inFlight calls it first,
+// so between two changes inFlight is constant and the integral exact. A now
+// before the last reading (a clock that went back) adds nothing. Caller must
+// hold l.mu.
+func (l *limiter) busyLocked(now time.Time) float64 {
+	if d := now.Sub(l.busyAt); d > 0 {
+		l.busy += float64(l.inFlight) * d.Seconds()
+		l.busyAt = now
+	}
+	return l.busy
+}
+
+// busySeconds returns the concurrency integral at now (see busyLocked).
+func (l *limiter) busySeconds(now time.Time) float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.busyLocked(now)
 }
 
 // waitFor blocks until cond(inFlight, queued) holds or ctx ends; cond is
@@ -186,6 +213,7 @@ func (l *limiter) slotFreeLocked() bool {
 
 // startLocked counts a request into a slot. Caller must hold l.mu.
 func (l *limiter) startLocked() {
+	l.busyLocked(l.clock.Now())
 	l.inFlight++
 	l.maxInFlight = max(l.maxInFlight, l.inFlight)
 	l.notifyLocked()

@@ -3,6 +3,7 @@ package testbackend
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"time"
 
 	v3orcapb "github.com/cncf/xds/go/xds/data/orca/v3"
@@ -52,14 +53,59 @@ func utilization(c Capacity, inFlight, queued int, rps float64) float64 {
 	return u
 }
 
+// Named metrics that the load reports carry besides loadreport.QueueMetric
+// (see "CPU and concurrency" in the package doc).
+const (
+	// CPUCoresMetric is the process's CPU cores in use over the last second.
+	CPUCoresMetric = "cpu_cores"
+	// ConcurrencyMetric is the instance's average in-flight requests over
+	// the last second.
+	ConcurrencyMetric = "concurrency"
+)
+
+// load is an instance's load report: the fields lb/loadreport knows, and
+// the named metrics it does not keep (its parser skips them; the
+// autoscaler reads them).
+type load struct {
+	loadreport.Report
+	CPUCores, Concurrency float64
+}
+
 // loadReport returns the instance's load now: utilization (see above) as
-// both application_utilization and cpu_utilization, the arrivals per
-// second over the last second as rps_fractional, and the requests queued
-// now as the named metric queue.
-func (in *instance) loadReport() loadreport.Report {
+// application_utilization; as cpu_utilization the CPU cores in use over
+// the last second divided by Config.CPUs when that is set, else the
+// utilization again (see "CPU and concurrency" in the package doc); the
+// arrivals per second over the last second as rps_fractional; and the
+// named metrics queue (requests queued now), cpu_cores and concurrency.
+func (in *instance) loadReport() load {
+	use := in.meter.read(in.clock.Now())
 	inFlight, queued, rps := in.lim.report()
 	u := utilization(in.cfg.Capacity, inFlight, queued, rps)
-	return loadreport.Report{ApplicationUtilization: u, CPUUtilization: u, RPSFractional: rps, Queue: float64(queued)}
+	cpu := u
+	if in.cpusSet {
+		cpu = use.CPUCores / in.cpus
+	}
+	return load{
+		Report: loadreport.Report{
+			ApplicationUtilization: u,
+			CPUUtilization:         cpu,
+			RPSFractional:          rps,
+			Queue:                  float64(queued),
+		},
+		CPUCores:    use.CPUCores,
+		Concurrency: use.Concurrency,
+	}
+}
+
+// formatLoad returns l as an Endpoint-Load-Metrics TEXT value:
+// loadreport.Format's, then the named metrics cpu_cores and concurrency.
+func formatLoad(l load) string {
+	b := []byte(loadreport.Format(l.Report))
+	b = append(b, ", named_metrics."+CPUCoresMetric+"="...)
+	b = strconv.AppendFloat(b, l.CPUCores, 'g', -1, 64)
+	b = append(b, ", named_metrics."+ConcurrencyMetric+"="...)
+	b = strconv.AppendFloat(b, l.Concurrency, 'g', -1, 64)
+	return string(b)
 }
 
 // setLoadHeader sets the Endpoint-Load-Metrics header of an answer to a
@@ -68,7 +114,7 @@ func (in *instance) setLoadHeader(w http.ResponseWriter) {
 	if in.cfg.NoLoadReports {
 		return
 	}
-	w.Header().Set(loadreport.Header, loadreport.Format(in.loadReport()))
+	w.Header().Set(loadreport.Header, formatLoad(in.loadReport()))
 }
 
 // recordCallLoad sets the per-call ORCA report of an RPC, which
@@ -85,15 +131,21 @@ func (in *instance) recordCallLoad(ctx context.Context) {
 	rec.SetCPUUtilization(r.CPUUtilization)
 	rec.SetQPS(r.RPSFractional)
 	rec.SetNamedMetric(loadreport.QueueMetric, r.Queue)
+	rec.SetNamedMetric(CPUCoresMetric, r.CPUCores)
+	rec.SetNamedMetric(ConcurrencyMetric, r.Concurrency)
 }
 
-// reportProto returns r as an ORCA load report proto.
-func reportProto(r loadreport.Report) *v3orcapb.OrcaLoadReport {
+// reportProto returns l as an ORCA load report proto.
+func reportProto(l load) *v3orcapb.OrcaLoadReport {
 	return &v3orcapb.OrcaLoadReport{
-		ApplicationUtilization: r.ApplicationUtilization,
-		CpuUtilization:         r.CPUUtilization,
-		RpsFractional:          r.RPSFractional,
-		NamedMetrics:           map[string]float64{loadreport.QueueMetric: r.Queue},
+		ApplicationUtilization: l.ApplicationUtilization,
+		CpuUtilization:         l.CPUUtilization,
+		RpsFractional:          l.RPSFractional,
+		NamedMetrics: map[string]float64{
+			loadreport.QueueMetric: l.Queue,
+			CPUCoresMetric:         l.CPUCores,
+			ConcurrencyMetric:      l.Concurrency,
+		},
 	}
 }
 

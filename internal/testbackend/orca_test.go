@@ -58,9 +58,9 @@ func trailerReport(t *testing.T, md metadata.MD) loadreport.Report {
 	return loadreport.FromProto(&m)
 }
 
-// load is the report an instance sends for utilization u, rps arrivals
-// per second and q queued.
-func load(u, rps, q float64) loadreport.Report {
+// wantLoad is the report an instance sends for utilization u, rps arrivals
+// per second and q queued, without Config.CPUs.
+func wantLoad(u, rps, q float64) loadreport.Report {
 	return loadreport.Report{ApplicationUtilization: u, CPUUtilization: u, RPSFractional: rps, Queue: q}
 }
 
@@ -157,7 +157,7 @@ func TestLoadReportHTTP(t *testing.T) {
 			t.Fatalf("request %d below the limit: status %d, want 200", i, r.status)
 		}
 		rep := reportOf(t, r)
-		if want := load(rep.RPSFractional/maxRPS, rep.RPSFractional, 0); !cmp.Equal(rep, want, approx) {
+		if want := wantLoad(rep.RPSFractional/maxRPS, rep.RPSFractional, 0); !cmp.Equal(rep, want, approx) {
 			t.Errorf("request %d below the limit: report %+v, want U = rps/max_rps and no queue", i, rep)
 		}
 		if i >= 50 && math.Abs(rep.RPSFractional-rate) > tolerance {
@@ -188,7 +188,7 @@ func TestLoadReportHTTP(t *testing.T) {
 			t.Fatalf("rejection %d: status %d, %s %q; want 503 queue-full", k, r.status, HeaderReject, r.header.Get(HeaderReject))
 		}
 		rep := reportOf(t, r)
-		want := load(max(rep.RPSFractional/maxRPS, 1)+float64(queue)/maxRPS, rep.RPSFractional, queue)
+		want := wantLoad(max(rep.RPSFractional/maxRPS, 1)+float64(queue)/maxRPS, rep.RPSFractional, queue)
 		if !cmp.Equal(rep, want, approx) || rep.ApplicationUtilization <= 1 {
 			t.Errorf("rejection %d: report %+v, want %+v (U > 1, queue %d)", k, rep, want, queue)
 		}
@@ -216,7 +216,7 @@ func TestLoadReportHTTP(t *testing.T) {
 	// A quiet second later: one arrival, nothing queued.
 	clk.Advance(2 * time.Second)
 	r := mustDo(t, c, http.MethodGet, base+"/")
-	if diff := cmp.Diff(load(1.0/maxRPS, 1, 0), reportOf(t, r), approx); diff != "" {
+	if diff := cmp.Diff(wantLoad(1.0/maxRPS, 1, 0), reportOf(t, r), approx); diff != "" {
 		t.Errorf("after a quiet second: report mismatch (-want +got):\n%s", diff)
 	}
 }
@@ -311,13 +311,13 @@ func TestGRPCLoadReports(t *testing.T) {
 	if status.Code(rejected.err) != codes.Unavailable {
 		t.Fatalf("fourth call: %v, want UNAVAILABLE", rejected.err)
 	}
-	if diff := cmp.Diff(load(3, 4, 2), trailerReport(t, rejected.trailer)); diff != "" {
+	if diff := cmp.Diff(wantLoad(3, 4, 2), trailerReport(t, rejected.trailer)); diff != "" {
 		t.Errorf("rejected call: report mismatch (-want +got):\n%s", diff)
 	}
 	for i, want := range []loadreport.Report{
-		load(2, 4, 1), // the second call took the slot; the third waits
-		load(1, 4, 0), // the third call took the slot
-		load(0, 4, 0),
+		wantLoad(2, 4, 1), // the second call took the slot; the third waits
+		wantLoad(1, 4, 0), // the third call took the slot
+		wantLoad(0, 4, 0),
 	} {
 		if err := clk.BlockUntil(ctx, 1); err != nil {
 			t.Fatal(err)
@@ -344,7 +344,7 @@ func TestGRPCLoadReports(t *testing.T) {
 	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
 		t.Fatalf("stream Recv after CloseSend: %v, want EOF", err)
 	}
-	if diff := cmp.Diff(load(0, 5, 0), trailerReport(t, stream.Trailer())); diff != "" {
+	if diff := cmp.Diff(wantLoad(0, 5, 0), trailerReport(t, stream.Trailer())); diff != "" {
 		t.Errorf("stream: report mismatch (-want +got):\n%s", diff)
 	}
 }
@@ -380,7 +380,7 @@ func TestGRPCOOBLoadReports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := load(0.25, 1, 0)
+	want := wantLoad(0.25, 1, 0)
 	for i := range 2 {
 		m, err := oob.Recv()
 		if err != nil {

@@ -25,6 +25,9 @@ type Options struct {
 	// Logger receives startup, shutdown and admin events (never one line
 	// per request). The zero value discards them.
 	Logger zerolog.Logger
+	// CPUTime is the process CPU time that the load reports and stats
+	// average into cores in use. Nil means ProcessCPUTime (getrusage).
+	CPUTime CPUTimeFunc
 }
 
 // Server serves every instance of a Config, and the process admin listener
@@ -37,6 +40,9 @@ type Server struct {
 	frontends []frontend // frontends[i] serves instances[i]
 	adminLn   net.Listener
 	admin     *http.Server // nil without Config.AdminAddr
+	// startup ends the emulated cold start (Config.StartupDelay); nil
+	// without one.
+	startup clock.Timer
 }
 
 // frontend puts one instance on the network with its protocol.
@@ -72,6 +78,14 @@ func New(cfg Config, opts Options) (*Server, error) {
 		in := newInstance(ic, cfg.Delays, clk, s.logger)
 		in.addr = ln.Addr().String()
 		in.orcaMinInterval = cfg.orcaMinInterval()
+		in.cpuPerRequest = cfg.CPUPerRequest
+		if cfg.CPUs > 0 {
+			in.cpus, in.cpusSet = cfg.CPUs, true
+		}
+		if opts.CPUTime != nil {
+			in.meter.cpuTime = opts.CPUTime
+		}
+		in.meter.read(clk.Now()) // the first sample: averages start at New
 		fe, err := newFrontend(in, in.conns.wrap(ln))
 		if err != nil {
 			_ = ln.Close()
@@ -80,6 +94,19 @@ func New(cfg Config, opts Options) (*Server, error) {
 		}
 		s.instances = append(s.instances, in)
 		s.frontends = append(s.frontends, fe)
+	}
+	if cfg.StartupDelay > 0 {
+		for _, in := range s.instances {
+			if err := in.beginStartup(); err != nil {
+				_ = s.Close()
+				return nil, fmt.Errorf("testbackend: %w", err)
+			}
+		}
+		s.startup = clk.AfterFunc(cfg.StartupDelay, func() {
+			for _, in := range s.instances {
+				in.endStartup()
+			}
+		})
 	}
 	if cfg.AdminAddr != "" {
 		ln, err := net.Listen("tcp", cfg.AdminAddr)
@@ -289,6 +316,9 @@ func (s *Server) Run(ctx context.Context) error {
 // shutdown stops every frontend, in parallel, within one shared deadline,
 // then the admin listener.
 func (s *Server) shutdown() {
+	if s.startup != nil {
+		s.startup.Stop()
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -305,6 +335,9 @@ func (s *Server) shutdown() {
 
 // Close releases the listeners of a Server whose Run was never called.
 func (s *Server) Close() error {
+	if s.startup != nil {
+		s.startup.Stop()
+	}
 	var errs []error
 	for _, fe := range s.frontends {
 		if err := fe.close(); err != nil {

@@ -26,6 +26,10 @@ const defaultTestTimeout = 10 * time.Second
 // server notices a close; tests that count connections check them apart.
 var ignoreConnCounts = cmpopts.IgnoreFields(Stats{}, "OpenConns", "Conns")
 
+// ignoreUsage leaves out of a Stats comparison the averages over the last
+// second and the cores, which usage_test.go checks on their own.
+var ignoreUsage = cmpopts.IgnoreFields(Stats{}, "CPUCores", "CPUs", "CPUUtilization", "Concurrency")
+
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
@@ -35,14 +39,24 @@ func testInstance(name string, c Capacity) InstanceConfig {
 	return InstanceConfig{Name: name, Addr: "127.0.0.1:0", Region: "us-east", Zone: "us-east-b", Capacity: c}
 }
 
+// noCPU is the CPU time of a process that uses none: tests whose reports
+// must be exact use it instead of the real getrusage.
+func noCPU() time.Duration { return 0 }
+
 // startServer runs a Server for cfg until the test ends and checks that it
-// then shuts down cleanly.
+// then shuts down cleanly. The process CPU time it reports is noCPU's.
 func startServer(t *testing.T, cfg Config, clk clock.Clock) *Server {
+	t.Helper()
+	return startServerOpts(t, cfg, Options{Clock: clk, CPUTime: noCPU})
+}
+
+// startServerOpts is startServer with every option.
+func startServerOpts(t *testing.T, cfg Config, opts Options) *Server {
 	t.Helper()
 	if cfg.ShutdownTimeout == 0 {
 		cfg.ShutdownTimeout = defaultTestTimeout
 	}
-	s, err := New(cfg, Options{Clock: clk})
+	s, err := New(cfg, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -236,7 +250,7 @@ func TestCapacity(t *testing.T) {
 	st = getStats(t, c, base)
 	want := Stats{Instance: "a", Region: "us-east", Zone: "us-east-b", Proto: ProtoHTTP, Healthy: true, Served: 4, Rejected: 2,
 		MaxInFlight: 2, MaxQueueLen: 2, BySource: map[string]SourceStats{"127.0.0.0/24": {Served: 4, Rejected: 2}}}
-	if diff := cmp.Diff(want, st, ignoreConnCounts); diff != "" {
+	if diff := cmp.Diff(want, st, ignoreConnCounts, ignoreUsage); diff != "" {
 		t.Errorf("stats mismatch (-want +got):\n%s", diff)
 	}
 }
@@ -444,10 +458,10 @@ func TestStats(t *testing.T) {
 			"127.0.2.0/24": {Served: 1},
 		},
 	}
-	if diff := cmp.Diff(want, getStats(t, admin, base), ignoreConnCounts); diff != "" {
+	if diff := cmp.Diff(want, getStats(t, admin, base), ignoreConnCounts, ignoreUsage); diff != "" {
 		t.Errorf("GET /admin/stats mismatch (-want +got):\n%s", diff)
 	}
-	if got, ok := s.Stats("a"); !ok || !cmp.Equal(want, got, ignoreConnCounts) {
+	if got, ok := s.Stats("a"); !ok || !cmp.Equal(want, got, ignoreConnCounts, ignoreUsage) {
 		t.Errorf("Server.Stats(a) = %+v, %v; want %+v, true", got, ok, want)
 	}
 	if _, ok := s.Stats("nope"); ok {
