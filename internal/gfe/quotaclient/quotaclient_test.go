@@ -2,10 +2,12 @@ package quotaclient
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -221,6 +223,51 @@ func BenchmarkAdmit(b *testing.B) {
 			}
 			slices.Sort(lat)
 			b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
+		})
+	}
+}
+
+// BenchmarkAdmitParallel is BenchmarkAdmit's "on" case from many
+// goroutines at once (16 per GOMAXPROCS, as a busy gfe's handlers are):
+// all on one consumer's lease ("one-consumer", the worst case for a lock
+// on the lease), or spread over ten ("ten-consumers"). Every request is
+// admitted from budget; ns/op is the wall time per admission over all
+// goroutines.
+func BenchmarkAdmitParallel(b *testing.B) {
+	var y strings.Builder
+	y.WriteString(quotaConfig)
+	for i := range 9 {
+		fmt.Fprintf(&y, "  - {api_key: more-key-%04d, project: p%d}\n", i, i)
+	}
+	cfg, err := config.Parse([]byte(strings.Replace(y.String(), "  consumers: [{api_key: acme-key-0001, project: acme}]\n", "  consumers:\n  - {api_key: acme-key-0001, project: acme}\n", 1)), "quota.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Unix(1_800_000_000-1_800_000_000%60, 0)
+	for _, bc := range []struct {
+		name string
+		keys []string
+	}{
+		{"one-consumer", []string{"acme-key-0001"}},
+		{"ten-consumers", []string{"acme-key-0001", "more-key-0000", "more-key-0001", "more-key-0002", "more-key-0003", "more-key-0004", "more-key-0005", "more-key-0006", "more-key-0007", "more-key-0008"}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			e := New(Config{}, clock.NewFake(now), nil, zerolog.Nop(), nil)
+			e.lease(cfg, key{"web", "acme", "calls"}).Granted(now, 1<<39, false, 0)
+			for i := range 9 {
+				e.lease(cfg, key{"web", fmt.Sprintf("p%d", i), "calls"}).Granted(now, 1<<39, false, 0)
+			}
+			var next atomic.Int64
+			b.SetParallelism(16)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				r := request("/api/x", bc.keys[int(next.Add(1))%len(bc.keys)])
+				for pb.Next() {
+					if v := e.Admit(cfg, "web", r, now); v.Status != 0 {
+						b.Fatalf("refused: %+v", v)
+					}
+				}
+			})
 		})
 	}
 }
