@@ -252,7 +252,7 @@ func analyze(r io.Reader) {
 	if err != nil {
 		panic(err)
 	}
-	open := map[xtrace.GoID]*region{}       // goroutine -> open region (admit or null)
+	open := map[xtrace.GoID]*region{} // goroutine -> open region (admit or null)
 	kind := map[xtrace.GoID]string{}
 	state := map[xtrace.GoID]xtrace.GoState{}
 	reason := map[xtrace.GoID]string{}
