@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -234,15 +235,7 @@ func BenchmarkAdmit(b *testing.B) {
 // admitted from budget; ns/op is the wall time per admission over all
 // goroutines.
 func BenchmarkAdmitParallel(b *testing.B) {
-	var y strings.Builder
-	y.WriteString(quotaConfig)
-	for i := range 9 {
-		fmt.Fprintf(&y, "  - {api_key: more-key-%04d, project: p%d}\n", i, i)
-	}
-	cfg, err := config.Parse([]byte(strings.Replace(y.String(), "  consumers: [{api_key: acme-key-0001, project: acme}]\n", "  consumers:\n  - {api_key: acme-key-0001, project: acme}\n", 1)), "quota.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
+	cfg := tenConsumers(b)
 	now := time.Unix(1_800_000_000-1_800_000_000%60, 0)
 	for _, bc := range []struct {
 		name string
@@ -269,5 +262,85 @@ func BenchmarkAdmitParallel(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// tenConsumers is quotaConfig with nine more consumers: keys
+// more-key-0000 … more-key-0008 of projects p0 … p8.
+func tenConsumers(tb testing.TB) *config.Config {
+	tb.Helper()
+	y := strings.Replace(quotaConfig, "  consumers: [{api_key: acme-key-0001, project: acme}]\n", "  consumers:\n  - {api_key: acme-key-0001, project: acme}\n", 1)
+	for i := range 9 {
+		y += fmt.Sprintf("  - {api_key: more-key-%04d, project: p%d}\n", i, i)
+	}
+	cfg, err := config.Parse([]byte(y), "quota.yaml")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return cfg
+}
+
+// TestEnforcerConcurrent: 64 goroutines admitting at once through one
+// Enforcer (run it with -race: Admit takes no lock) are admitted exactly
+// what the leases have to give. Ten consumers' leases are created by the
+// racing requests themselves, once each: every consumer gets exactly its
+// credit (0.5% of 600 = 3) before the first grant. After one call each,
+// every consumer gets exactly the rest of its limit (597), and not one
+// request more: 600 a window, over 12,800 requests a consumer.
+func TestEnforcerConcurrent(t *testing.T) {
+	e, _, srv, clk := setup(t)
+	cfg := tenConsumers(t)
+	srv.alloc = quota.NewAllocator(func(p, m string) (int64, bool) { l, _, ok := cfg.QuotaLimit(p, m); return l, ok })
+	keys := []string{"acme-key-0001"}
+	for i := range 9 {
+		keys = append(keys, fmt.Sprintf("more-key-%04d", i))
+	}
+	round := func() map[string]int {
+		var mu sync.Mutex
+		admitted := map[string]int{}
+		var wg sync.WaitGroup
+		for g := range 64 {
+			wg.Go(func() {
+				n := map[string]int{}
+				for i := range 200 {
+					k := keys[(g+i)%len(keys)]
+					switch v := e.Admit(cfg, "web", request("/api/x", k), clk.Now()); v.Status {
+					case 0:
+						n[k]++
+					case http.StatusTooManyRequests:
+					default:
+						t.Errorf("%s: %+v", k, v)
+					}
+				}
+				mu.Lock()
+				for k, c := range n {
+					admitted[k] += c
+				}
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		return admitted
+	}
+	want := func(phase string, got map[string]int, n int) {
+		t.Helper()
+		for _, k := range keys {
+			if got[k] != n {
+				t.Errorf("%s: %s admitted %d, want exactly %d", phase, k, got[k], n)
+			}
+		}
+	}
+	want("before a grant", round(), 3)
+	if n := len(*e.leases.Load()); n != len(keys) {
+		t.Errorf("%d leases, want one per consumer (%d)", n, len(keys))
+	}
+	clk.Advance(time.Second)
+	e.callAll(context.Background(), clk.Now())
+	want("after a grant", round(), 597)
+	if srv.n != len(keys) {
+		t.Errorf("%d calls, want one per consumer (%d)", srv.n, len(keys))
+	}
+	if got := testutil.ToFloat64(e.decisions.WithLabelValues("admitted")); got != 600*float64(len(keys)) {
+		t.Errorf("admitted counted %v, want %d", got, 600*len(keys))
 	}
 }
