@@ -27,6 +27,8 @@ import (
 	"context"
 	"maps"
 	"net/http"
+	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -180,15 +182,49 @@ func New(cfg Config, clk clock.Clock, conn func() Allocator, log zerolog.Logger,
 }
 
 // APIKey returns the request's API key: the x-api-key header, else the
-// key query parameter.
+// key query parameter (its first value, as r.URL.Query().Get("key") gives
+// it). Neither allocates, unless the key in the query is percent-encoded.
 func APIKey(r *http.Request) string {
 	if k := r.Header.Get("X-Api-Key"); k != "" { // canonical: no allocation
 		return k
 	}
-	if r.URL.RawQuery == "" {
+	return queryKey(r.URL.RawQuery)
+}
+
+// maxQueryParams is net/url's limit on query parameters (its default; the
+// urlmaxqueryparams GODEBUG setting is not followed): a query with more
+// parses to nothing.
+const maxQueryParams = 10000
+
+// queryKey returns the first value of the key parameter of raw query q,
+// exactly as url.ParseQuery(q) followed by Get("key") does (parameters
+// separated by &, one holding a ; skipped, keys and values unescaped, one
+// that fails to unescape skipped), without building the map: it allocates
+// only to unescape a key or value that holds %-escapes or +.
+func queryKey(q string) string {
+	if q == "" || strings.Count(q, "&")+1 > maxQueryParams {
 		return ""
 	}
-	return r.URL.Query().Get("key")
+	for q != "" {
+		var param string
+		param, q, _ = strings.Cut(q, "&")
+		if param == "" || strings.Contains(param, ";") {
+			continue
+		}
+		k, v, _ := strings.Cut(param, "=")
+		if k != "key" {
+			if !strings.ContainsAny(k, "%+") {
+				continue // unescaped, it stays what it is: not "key"
+			}
+			if uk, err := url.QueryUnescape(k); err != nil || uk != "key" {
+				continue
+			}
+		}
+		if v, err := url.QueryUnescape(v); err == nil { // no escapes: v itself
+			return v
+		}
+	}
+	return ""
 }
 
 // Admit decides on request r of service under configuration cfg at now: a

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -343,4 +344,71 @@ func TestEnforcerConcurrent(t *testing.T) {
 	if got := testutil.ToFloat64(e.decisions.WithLabelValues("admitted")); got != 600*float64(len(keys)) {
 		t.Errorf("admitted counted %v, want %d", got, 600*len(keys))
 	}
+}
+
+// TestAPIKey: where the key comes from, and that finding it allocates
+// nothing in the common cases (testing.AllocsPerRun).
+func TestAPIKey(t *testing.T) {
+	for _, tt := range []struct {
+		name, target, header, want string
+		allocs                     float64
+	}{
+		{"header", "/api/x", "acme-key-0001", "acme-key-0001", 0},
+		{"header wins over the query", "/api/x?key=other", "acme-key-0001", "acme-key-0001", 0},
+		{"query", "/api/x?key=acme-key-0001", "", "acme-key-0001", 0},
+		{"query, among others", "/api/x?a=1&b=&key=acme-key-0001&c=3", "", "acme-key-0001", 0},
+		{"query, the first of two", "/api/x?key=first&key=second", "", "first", 0},
+		{"query, empty value", "/api/x?key=&key=second", "", "", 0},
+		{"query, no =", "/api/x?key", "", "", 0},
+		{"none", "/api/x", "", "", 0},
+		{"none in a query", "/api/x?keys=a&akey=b&KEY=c", "", "", 0},
+		{"semicolon: skipped as net/url does", "/api/x?a=1;key=x&key=y", "", "y", 0},
+		{"bad escape: skipped", "/api/x?key=%zz&key=ok", "", "ok", 1}, // net/url's error
+		{"escaped value", "/api/x?key=a%2Bb+c", "", "a+b c", 1},
+		{"escaped name", "/api/x?k%65y=v", "", "v", 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := request(tt.target, tt.header)
+			if got := APIKey(r); got != tt.want {
+				t.Errorf("APIKey(%q, header %q) = %q, want %q", tt.target, tt.header, got, tt.want)
+			}
+			if tt.header == "" {
+				if std := r.URL.Query().Get("key"); std != tt.want {
+					t.Errorf("net/url says %q, the test wants %q", std, tt.want)
+				}
+			}
+			if got := testing.AllocsPerRun(100, func() { APIKey(r) }); got != tt.allocs {
+				t.Errorf("APIKey(%q) allocates %v times, want %v", tt.target, got, tt.allocs)
+			}
+		})
+	}
+	// The whole of Admit, key in the query, admitted from budget.
+	e, cfg, _, clk := setup(t)
+	e.lease(cfg, key{"web", "acme", "calls"}).Granted(clk.Now(), 1<<30, false, 0)
+	r := request("/api/x?v=2&key=acme-key-0001", "")
+	if got := testing.AllocsPerRun(100, func() {
+		if v := e.Admit(cfg, "web", r, clk.Now()); v.Status != 0 {
+			t.Fatalf("refused: %+v", v)
+		}
+	}); got != 0 {
+		t.Errorf("Admit with the key in the query allocates %v times, want 0", got)
+	}
+	many := strings.Repeat("a=1&", maxQueryParams) + "key=x"
+	if got := queryKey(many); got != "" {
+		t.Errorf("over net/url's %d parameters: %q, want none", maxQueryParams, got)
+	}
+}
+
+// FuzzQueryKey: the key parameter is what net/url finds, whatever the
+// query.
+func FuzzQueryKey(f *testing.F) {
+	for _, q := range []string{"", "key=a", "a=1&key=b", "key=%41&key=b", "k%65y=v", "key=a;b", "&&key=+", "key=%zz", "%=1&key=2", "key"} {
+		f.Add(q)
+	}
+	f.Fuzz(func(t *testing.T, q string) {
+		v, _ := url.ParseQuery(q)
+		if got, want := queryKey(q), v.Get("key"); got != want {
+			t.Errorf("queryKey(%q) = %q, net/url says %q", q, got, want)
+		}
+	})
 }
