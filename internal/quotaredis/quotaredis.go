@@ -35,6 +35,20 @@
 // allocation at most Timeout, and after a few failures nothing; counting
 // resumes within OpenFor plus one gfe call interval of Redis's return.
 //
+// # Reaching Redis safely
+//
+// With Config.TLS (--quota-redis-tls-ca, and --quota-redis-tls-cert and
+// --quota-redis-tls-key when Redis requires client certificates) every
+// connection is TLS 1.2 or later, Redis's certificate checked against the
+// CA bundle under the host of Addr or TLSServerName. With
+// Config.PasswordFile every new connection AUTHs with the file's first
+// line as it is then. Both sets of files are read again for each new
+// connection, so certificates and the password rotate without a restart;
+// rotating the password: change it in Redis (CONFIG SET requirepass, or
+// give the ACL user both passwords for the change), then write the file.
+// Open connections stay authenticated; a connection refused AUTH fails its
+// call (the gfes fail open) and the next one reads the file again.
+//
 // Differences from the Allocator: the window is that of the replica's
 // clock at each call (replicas' clocks are assumed to agree to well under
 // a second); an operation repeated with a metric the configuration no
