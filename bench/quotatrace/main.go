@@ -245,6 +245,9 @@ type region struct {
 	state   xtrace.GoState
 	reason  string
 	byState map[string]time.Duration
+	where   string        // the innermost frames where it last stopped running
+	longest time.Duration // the longest stretch not running
+	at      string        // where that stretch began
 }
 
 func analyze(r io.Reader) {
@@ -260,6 +263,7 @@ func analyze(r io.Reader) {
 		kind    string
 		d       time.Duration
 		byState map[string]time.Duration
+		where   string // where it left the P for the longest time
 	}
 	var all []done
 	label := func(s xtrace.GoState, why string) string {
@@ -285,7 +289,17 @@ func analyze(r io.Reader) {
 			g := st.Resource.Goroutine()
 			_, to := st.Goroutine()
 			if rg := open[g]; rg != nil {
-				rg.byState[label(rg.state, rg.reason)] += ev.Time().Sub(rg.last)
+				d := ev.Time().Sub(rg.last)
+				rg.byState[label(rg.state, rg.reason)] += d
+				if rg.state != xtrace.GoRunning && d > rg.longest {
+					rg.longest, rg.at = d, rg.where
+					if rg.at == "" {
+						rg.at = "(no stack in the trace: stopped by the runtime, e.g. its P taken while in a syscall, or a stop-the-world)"
+					}
+				}
+				if to != xtrace.GoRunning {
+					rg.where = frames(st.Stack, 3)
+				}
 				rg.last, rg.state, rg.reason = ev.Time(), to, st.Reason
 			}
 			state[g], reason[g] = to, st.Reason
@@ -300,7 +314,7 @@ func analyze(r io.Reader) {
 				continue
 			}
 			rg.byState[label(rg.state, rg.reason)] += ev.Time().Sub(rg.last)
-			all = append(all, done{kind[g], ev.Time().Sub(rg.start), rg.byState})
+			all = append(all, done{kind[g], ev.Time().Sub(rg.start), rg.byState, rg.at})
 			delete(open, g)
 		}
 	}
@@ -322,6 +336,12 @@ func analyze(r io.Reader) {
 			}
 		}
 		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+		wheres := map[string]int{}
+		for _, d := range all {
+			if d.kind == k && d.d > time.Millisecond {
+				wheres[d.where]++
+			}
+		}
 		if n == 0 {
 			continue
 		}
@@ -335,5 +355,36 @@ func analyze(r io.Reader) {
 			fmt.Printf(" %s %v;", s, sum[s].Round(time.Microsecond))
 		}
 		fmt.Println()
+		var ws []string
+		for w := range wheres {
+			ws = append(ws, w)
+		}
+		sort.Slice(ws, func(i, j int) bool { return wheres[ws[i]] > wheres[ws[j]] })
+		for i, w := range ws {
+			if i == 5 {
+				break
+			}
+			n := wheres[w]
+			if w == "" {
+				w = "(never off its P: slow while running, i.e. the OS took the thread)"
+			}
+			fmt.Printf("    %4d stopped longest at: %s\n", n, w)
+		}
 	}
+}
+
+// frames returns the n innermost frames of st, "a < b < c".
+func frames(st xtrace.Stack, n int) string {
+	var fs []string
+	for f := range st.Frames() {
+		fn := f.Func
+		if i := strings.LastIndex(fn, "/"); i >= 0 {
+			fn = fn[i+1:]
+		}
+		fs = append(fs, fn)
+		if len(fs) == n {
+			break
+		}
+	}
+	return strings.Join(fs, " < ")
 }
