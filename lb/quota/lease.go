@@ -102,6 +102,8 @@ const (
 	validBit   = 1 << (availBits + windowBits + 1)
 )
 
+// packState returns the state word of window tag, granted or not, with
+// avail (clamped to [0, MaxBudget]).
 func packState(tag uint64, granted bool, avail int64) uint64 {
 	s := validBit | tag<<availBits | uint64(min(max(avail, 0), availMask))
 	if granted {

@@ -134,3 +134,48 @@ func TestLeaseConcurrentGrants(t *testing.T) {
 	}
 	t.Logf("%d requests: granted %d units, admitted %d, left %d", requests.Load(), granted, admitted.Load(), left)
 }
+
+// TestLeaseStateWord: the packed state's limits. A grant beyond MaxBudget
+// is held as MaxBudget; the window tag rolls over its 2^22 wrap like any
+// other window turn; a time up to 2^21 windows back counts in the
+// current window (no roll back).
+func TestLeaseStateWord(t *testing.T) {
+	l := &Lease{Credit: 1}
+	now := t0.Add(time.Second)
+	l.Admit(now, 1)
+	l.Call(now)
+	l.Granted(now, MaxBudget+1+5, false, 0) // pays 1
+	if got := availOf(l.state.Load()); got != MaxBudget {
+		t.Errorf("budget after a grant of MaxBudget+6 = %d, want MaxBudget %d", got, int64(MaxBudget))
+	}
+	for _, tt := range []struct {
+		w, cur uint64
+		want   bool
+	}{
+		{5, 4, true},
+		{4, 5, false},
+		{4, 4, false},
+		{0, windowMask, true}, // the wrap
+		{windowMask, 0, false},
+		{1 << (windowBits - 2), 0, true},
+		{1 << (windowBits - 1), 0, false}, // half the range away: taken as older
+	} {
+		if got := newer(tt.w, tt.cur); got != tt.want {
+			t.Errorf("newer(%d, %d) = %v, want %v", tt.w, tt.cur, got, tt.want)
+		}
+	}
+	// A Lease whose window is the last before the tag wraps: the next
+	// window (tag 0) gets its credit again.
+	wrapW := int64(windowMask) + 1<<windowBits*10 // a window whose tag is windowMask
+	last := time.Unix(wrapW*int64(Window/time.Second), 0)
+	wl := &Lease{Credit: 2}
+	if ok, _ := wl.Admit(last, 2); !ok {
+		t.Fatal("credit refused in the window before the wrap")
+	}
+	if ok, _ := wl.Admit(last.Add(Window), 2); !ok {
+		t.Error("credit refused in the window after the wrap: the tag did not roll")
+	}
+	if tagOfState(wl.state.Load()) != 0 {
+		t.Errorf("tag after the wrap = %d, want 0", tagOfState(wl.state.Load()))
+	}
+}
