@@ -251,11 +251,15 @@ func BenchmarkAdmitParallel(b *testing.B) {
 			for i := range 9 {
 				e.lease(cfg, key{"web", fmt.Sprintf("p%d", i), "calls"}).Granted(now, 1<<39, false, 0)
 			}
+			reqs := make([]*http.Request, len(bc.keys)) // read-only, shared
+			for i, k := range bc.keys {
+				reqs[i] = request("/api/x", k)
+			}
 			var next atomic.Int64
 			b.SetParallelism(16)
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
-				r := request("/api/x", bc.keys[int(next.Add(1))%len(bc.keys)])
+				r := reqs[int(next.Add(1))%len(reqs)]
 				for pb.Next() {
 					if v := e.Admit(cfg, "web", r, now); v.Status != 0 {
 						b.Fatalf("refused: %+v", v)
