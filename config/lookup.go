@@ -26,6 +26,9 @@ type index struct {
 	exact    map[string][]*Route // by lower-case host
 	wildcard map[string][]*Route // by the suffix after "*.": "example.com"
 	anyHost  []*Route            // host "*"
+	// apiKeys maps each consumer's API key to its project (the first
+	// consumer of a key wins), for QuotaProject on the request path.
+	apiKeys map[string]string
 }
 
 // buildIndex builds the lookup tables of c. For an invalid c (duplicate
@@ -61,6 +64,12 @@ func buildIndex(c *Config) *index {
 		l := &c.Listeners[i]
 		if _, dup := x.listeners[l.Name]; !dup {
 			x.listeners[l.Name] = l
+		}
+	}
+	x.apiKeys = make(map[string]string, len(c.Quota.Consumers))
+	for _, k := range c.Quota.Consumers {
+		if _, dup := x.apiKeys[k.APIKey]; !dup && k.APIKey != "" {
+			x.apiKeys[k.APIKey] = k.Project
 		}
 	}
 	for i := range c.Routes {

@@ -141,10 +141,20 @@ func (c *Config) QuotaLimit(project, metric string) (int64, quota.Source, bool) 
 // consumer, else AnonymousProject when anonymous requests are allowed;
 // false when the request cannot be charged (no known key, anonymous not
 // allowed).
+//
+// It is on every charged request's path: one map lookup for a Config from
+// Load, Parse or New (a scan of the consumers for one built otherwise),
+// no allocation.
 func (c *Config) QuotaProject(apiKey string) (string, bool) {
-	for _, k := range c.Quota.Consumers {
-		if apiKey != "" && k.APIKey == apiKey {
-			return k.Project, true
+	if c.idx != nil {
+		if p, ok := c.idx.apiKeys[apiKey]; ok && apiKey != "" {
+			return p, true
+		}
+	} else {
+		for _, k := range c.Quota.Consumers {
+			if apiKey != "" && k.APIKey == apiKey {
+				return k.Project, true
+			}
 		}
 	}
 	if c.Quota.AllowAnonymous {

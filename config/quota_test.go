@@ -92,3 +92,32 @@ func TestQuotaAPIKeysRedacted(t *testing.T) {
 		t.Errorf("Validate(redacted) = %v, want quota.consumers[0].api_key: withheld", err)
 	}
 }
+
+// TestQuotaProjectIndexed: a loaded Config finds an API key's project in
+// its index without allocating, and answers as a Config built without an
+// index (which scans the consumers) does, for every key and for none.
+func TestQuotaProjectIndexed(t *testing.T) {
+	c, err := Load("testdata/quota.good.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := Config{Quota: c.Quota} // no index
+	keys := []string{"", "nope-nope-nope"}
+	for _, k := range c.Quota.Consumers {
+		keys = append(keys, k.APIKey)
+	}
+	for _, anonymous := range []bool{false, true} {
+		c.Quota.AllowAnonymous, plain.Quota.AllowAnonymous = anonymous, anonymous
+		for _, k := range keys {
+			gp, gok := c.QuotaProject(k)
+			wp, wok := plain.QuotaProject(k)
+			if gp != wp || gok != wok {
+				t.Errorf("anonymous %v: QuotaProject(%q) = %q, %v indexed, %q, %v scanning", anonymous, k, gp, gok, wp, wok)
+			}
+		}
+	}
+	key := c.Quota.Consumers[len(c.Quota.Consumers)-1].APIKey
+	if n := testing.AllocsPerRun(100, func() { c.QuotaProject(key) }); n != 0 {
+		t.Errorf("QuotaProject allocates %v times, want 0", n)
+	}
+}

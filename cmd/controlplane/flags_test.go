@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/spillway-lb/spillway/internal/controlplane"
+	"github.com/spillway-lb/spillway/internal/mtls"
+	"github.com/spillway-lb/spillway/internal/quotaredis"
 )
 
 // TestGossipKeyFlags: finding #10.1 and the gossip half of #10.8 at the
@@ -114,4 +116,45 @@ func configFrom(t *testing.T, args []string, wantErr string) (cfg controlplane.C
 		t.Fatalf("daemonConfig() = %v", err)
 	}
 	return cfg, warnings, true
+}
+
+// TestQuotaRedisFlags: the Redis flags reach the Config, and bad
+// combinations are refused with the flag named.
+func TestQuotaRedisFlags(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		want    quotaredis.Config
+		wantErr string
+	}{
+		{name: "none"},
+		{name: "mutual TLS and a password file",
+			args: []string{"--quota-redis", "redis.example:6380", "--quota-redis-password-file", "/run/redis-pw",
+				"--quota-redis-tls-ca", "redis-ca.pem", "--quota-redis-tls-cert", "cp.pem", "--quota-redis-tls-key", "cp.key",
+				"--quota-redis-tls-server-name", "redis.internal", "--quota-redis-timeout", "50ms"},
+			want: quotaredis.Config{Addr: "redis.example:6380", PasswordFile: "/run/redis-pw",
+				TLS: mtls.Files{CA: "redis-ca.pem", Cert: "cp.pem", Key: "cp.key"}, TLSServerName: "redis.internal", Timeout: 50 * time.Millisecond}},
+		{name: "CA only", args: []string{"--quota-redis", "r:6380", "--quota-redis-tls-ca", "ca.pem"},
+			want: quotaredis.Config{Addr: "r:6380", TLS: mtls.Files{CA: "ca.pem"}, Timeout: 20 * time.Millisecond}},
+		{name: "TLS without redis", args: []string{"--quota-redis-tls-ca", "ca.pem"},
+			wantErr: "quota-redis-tls-ca: TLS flags set without --quota-redis"},
+		{name: "key without cert", args: []string{"--quota-redis", "r:6380", "--quota-redis-tls-ca", "ca.pem", "--quota-redis-tls-key", "k.pem"},
+			wantErr: "quota-redis-tls-cert, quota-redis-tls-key: set both or neither"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"--config", "cp.yaml", "--node", "cp-1", "--insecure-plaintext"}, tt.args...)
+			cfg, _, ok := configFrom(t, args, tt.wantErr)
+			if !ok {
+				return
+			}
+			got := cfg.QuotaRedis
+			if tt.name == "none" {
+				tt.want = quotaredis.Config{Timeout: 20 * time.Millisecond}
+			}
+			if got != tt.want {
+				t.Errorf("QuotaRedis = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
 }

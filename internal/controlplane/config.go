@@ -99,7 +99,9 @@ type Config struct {
 	QuotaErrorRate float64
 	// QuotaRedis is where quota counters are shared with the other
 	// replicas (package quotaredis; flags --quota-redis,
-	// --quota-redis-password-file, --quota-redis-timeout). Default: no
+	// --quota-redis-password-file, --quota-redis-timeout,
+	// --quota-redis-tls-ca, --quota-redis-tls-cert, --quota-redis-tls-key,
+	// --quota-redis-tls-server-name). Default: no
 	// Addr, counters in this replica's memory — right for one replica;
 	// with several, each counts alone and a consumer spread over n of them
 	// may get up to n times its limit.

@@ -105,7 +105,7 @@ func newQuotaService(h *hub, clk clock.Clock, errorRate float64, redisCfg quotar
 	if redisCfg.Addr == "" {
 		q.store, q.storeName = memoryStore{quota.NewAllocator(q.limit)}, "memory"
 	} else {
-		s, err := quotaredis.New(redisCfg, q.limit, reg)
+		s, err := quotaredis.New(redisCfg, q.limit, log.With().Str("component", "quota-redis").Logger(), reg)
 		if err != nil {
 			return nil, err
 		}

@@ -190,7 +190,7 @@ func matches(pattern, id string) bool {
 
 // material is one consistent set of files, parsed.
 type material struct {
-	cert *tls.Certificate
+	cert *tls.Certificate // nil for a TLSClient without a client certificate
 	pool *x509.CertPool
 }
 
@@ -243,9 +243,14 @@ func (l *loader) load() (*material, error) {
 	return l.good, nil
 }
 
-// readMaterial reads and parses the three files.
+// readMaterial reads and parses the files: the CA bundle, and the
+// certificate and key unless both are unnamed (a TLSClient without a
+// client certificate).
 func readMaterial(f Files) (raw [3][]byte, m *material, err error) {
 	for i, p := range []string{f.CA, f.Cert, f.Key} {
+		if p == "" && i > 0 && f.Cert == "" && f.Key == "" {
+			continue
+		}
 		b, rerr := os.ReadFile(p)
 		if rerr != nil {
 			return raw, nil, fmt.Errorf("tls: read %s: %w", p, rerr)
@@ -255,6 +260,9 @@ func readMaterial(f Files) (raw [3][]byte, m *material, err error) {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(raw[0]) {
 		return raw, nil, fmt.Errorf("tls: %s: no PEM certificate in the CA bundle", f.CA)
+	}
+	if f.Cert == "" && f.Key == "" {
+		return raw, &material{pool: pool}, nil
 	}
 	cert, err := tls.X509KeyPair(raw[1], raw[2])
 	if err != nil {

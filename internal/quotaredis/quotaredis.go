@@ -35,6 +35,20 @@
 // allocation at most Timeout, and after a few failures nothing; counting
 // resumes within OpenFor plus one gfe call interval of Redis's return.
 //
+// # Reaching Redis safely
+//
+// With Config.TLS (--quota-redis-tls-ca, and --quota-redis-tls-cert and
+// --quota-redis-tls-key when Redis requires client certificates) every
+// connection is TLS 1.2 or later, Redis's certificate checked against the
+// CA bundle under the host of Addr or TLSServerName. With
+// Config.PasswordFile every new connection AUTHs with the file's first
+// line as it is then. Both sets of files are read again for each new
+// connection, so certificates and the password rotate without a restart;
+// rotating the password: change it in Redis (CONFIG SET requirepass, or
+// give the ACL user both passwords for the change), then write the file.
+// Open connections stay authenticated; a connection refused AUTH fails its
+// call (the gfes fail open) and the next one reads the file again.
+//
 // Differences from the Allocator: the window is that of the replica's
 // clock at each call (replicas' clocks are assumed to agree to well under
 // a second); an operation repeated with a metric the configuration no
@@ -46,9 +60,9 @@ package quotaredis
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -57,8 +71,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 	"github.com/sony/gobreaker/v2"
 
+	"github.com/spillway-lb/spillway/internal/mtls"
 	"github.com/spillway-lb/spillway/lb/quota"
 )
 
@@ -68,12 +84,29 @@ type Config struct {
 	// in the replica's memory.
 	Addr string
 	// PasswordFile, when set, names a file whose first line is the
-	// password of Redis's AUTH (requirepass); read once at start
-	// (--quota-redis-password-file).
+	// password of Redis's AUTH (requirepass)
+	// (--quota-redis-password-file). It is read at start (New fails if it
+	// cannot be) and again for every new connection, so a password
+	// rotates without a restart: write the new password to the file (a
+	// rename over it, or in place), change Redis's (CONFIG SET
+	// requirepass, or an ACL user with both passwords during the
+	// change); connections already open stay authenticated, and every
+	// new one, including those made after an AUTH failure, AUTHs with the
+	// file's password. A file that cannot be read, or is empty, leaves the
+	// last good password in use (logged).
 	PasswordFile string
-	// TLS, when set, talks TLS to Redis with these settings (not settable
-	// from flags yet). Nil: plain TCP.
-	TLS *tls.Config
+	// TLS, when TLS.CA is set, talks TLS (1.2 or later) to Redis: CA is
+	// the bundle that vouches for Redis's certificate
+	// (--quota-redis-tls-ca); Cert and Key, set together, the client
+	// certificate Redis's tls-auth-clients asks for
+	// (--quota-redis-tls-cert, --quota-redis-tls-key). The files are read
+	// again for every new connection (package mtls), so they rotate
+	// without a restart. Empty: plain TCP.
+	TLS mtls.Files
+	// TLSServerName is the name Redis's certificate must carry
+	// (--quota-redis-tls-server-name). Empty: the host of Addr (an IP
+	// address matches an IP SAN).
+	TLSServerName string
 	// Timeout bounds every call, all included (dial, pool wait, write,
 	// read); a call that takes longer fails (fail open upstream). Default
 	// 20ms (--quota-redis-timeout). Lower bounds the worst added latency of
@@ -96,6 +129,16 @@ func (c Config) Validate() error {
 	}
 	if c.PasswordFile != "" && c.Addr == "" {
 		errs = append(errs, errors.New("quota-redis-password-file: set without --quota-redis"))
+	}
+	tlsSet := c.TLS.CA != "" || c.TLS.Cert != "" || c.TLS.Key != "" || c.TLSServerName != ""
+	if tlsSet && c.Addr == "" {
+		errs = append(errs, errors.New("quota-redis-tls-ca: TLS flags set without --quota-redis"))
+	}
+	if tlsSet && c.TLS.CA == "" {
+		errs = append(errs, errors.New("quota-redis-tls-ca: required with --quota-redis-tls-cert, --quota-redis-tls-key or --quota-redis-tls-server-name"))
+	}
+	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
+		errs = append(errs, fmt.Errorf("quota-redis-tls-cert, quota-redis-tls-key: set both or neither, got cert %q and key %q", c.TLS.Cert, c.TLS.Key))
 	}
 	return errors.Join(errs...)
 }
@@ -133,9 +176,10 @@ const (
 )
 
 // New returns a Store on cfg.Addr charging against limits, with its
-// metrics registered on reg (nil: not registered). It does not connect:
+// metrics registered on reg (nil: not registered); log receives the
+// warnings about unusable password or TLS files. It does not connect:
 // the first calls do, and fail open until Redis answers.
-func New(cfg Config, limits quota.Limits, reg prometheus.Registerer) (*Store, error) {
+func New(cfg Config, limits quota.Limits, log zerolog.Logger, reg prometheus.Registerer) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -148,21 +192,10 @@ func New(cfg Config, limits quota.Limits, reg prometheus.Registerer) (*Store, er
 	if cfg.OpenFor == 0 {
 		cfg.OpenFor = 250 * time.Millisecond
 	}
-	var password string
-	if cfg.PasswordFile != "" {
-		b, err := os.ReadFile(cfg.PasswordFile)
-		if err != nil {
-			return nil, fmt.Errorf("quota-redis-password-file: %w", err)
-		}
-		password, _, _ = strings.Cut(string(b), "\n")
-		password = strings.TrimSpace(password)
-	}
 	silenceOnce.Do(func() { redis.SetLogger(silent{}) })
 	s := &Store{cfg: cfg, limits: limits}
-	s.client = redis.NewClient(&redis.Options{
-		Addr:      cfg.Addr,
-		Password:  password,
-		TLSConfig: cfg.TLS,
+	opts := &redis.Options{
+		Addr: cfg.Addr,
 		// Every wait is bounded by Timeout, and a failed call is not
 		// retried: the caller fails open instead.
 		DialTimeout:           cfg.Timeout,
@@ -174,7 +207,25 @@ func New(cfg Config, limits quota.Limits, reg prometheus.Registerer) (*Store, er
 		DisableIdentity:       true, // no CLIENT SETINFO round trip on each new connection
 		PoolSize:              32,
 		MinIdleConns:          2,
-	})
+	}
+	if cfg.PasswordFile != "" {
+		pw := &passwordFile{path: cfg.PasswordFile, log: log}
+		if _, err := pw.read(); err != nil {
+			return nil, err
+		}
+		opts.CredentialsProviderContext = func(context.Context) (string, string, error) { return "", pw.password(), nil }
+	}
+	if cfg.TLS.CA != "" {
+		tc, err := mtls.NewTLSClient(cfg.TLS, cfg.TLSServerName, log.With().Str("tls", "quota-redis").Logger())
+		if err != nil {
+			return nil, fmt.Errorf("quota-redis-tls: %w", err)
+		}
+		opts.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			// Dial and handshake within Timeout, as go-redis's own dialer.
+			return tc.Dial(ctx, &net.Dialer{Timeout: cfg.Timeout}, network, addr)
+		}
+	}
+	s.client = redis.NewClient(opts)
 	s.breaker = gobreaker.NewCircuitBreaker[string](gobreaker.Settings{
 		Name: "quota-redis",
 		// Half-open lets this many calls through and closes after as many
@@ -214,6 +265,49 @@ func New(cfg Config, limits quota.Limits, reg prometheus.Registerer) (*Store, er
 		reg.MustRegister(s.calls, s.seconds, s.open)
 	}
 	return s, nil
+}
+
+// passwordFile is Config.PasswordFile, read for every new connection.
+// Safe for concurrent use.
+type passwordFile struct {
+	path string         // immutable
+	log  zerolog.Logger // immutable
+
+	mu     sync.Mutex
+	last   string // guarded by mu: the last password read
+	failed string // guarded by mu: the last error logged, so it is logged once
+}
+
+// read reads the file's first line, trimmed; an empty one is an error.
+func (p *passwordFile) read() (string, error) {
+	b, err := os.ReadFile(p.path)
+	if err != nil {
+		return "", fmt.Errorf("quota-redis-password-file: %w", err)
+	}
+	pw, _, _ := strings.Cut(string(b), "\n")
+	if pw = strings.TrimSpace(pw); pw == "" {
+		return "", fmt.Errorf("quota-redis-password-file: %s: empty first line", p.path)
+	}
+	p.mu.Lock()
+	p.last, p.failed = pw, ""
+	p.mu.Unlock()
+	return pw, nil
+}
+
+// password returns the file's password now, or the last good one when it
+// cannot be read (logged once per distinct error).
+func (p *passwordFile) password() string {
+	pw, err := p.read()
+	if err == nil {
+		return pw
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err.Error() != p.failed {
+		p.failed = err.Error()
+		p.log.Warn().Err(err).Msg("quota Redis password file unusable; keeping the last good password")
+	}
+	return p.last
 }
 
 // silent drops go-redis's own log lines (its logger is process-wide):

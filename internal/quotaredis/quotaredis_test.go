@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
 
 	"github.com/spillway-lb/spillway/internal/redisserver"
 	"github.com/spillway-lb/spillway/internal/testkit"
@@ -36,7 +37,7 @@ func limits(consumer, metric string) (int64, bool) {
 
 func newStore(t *testing.T, cfg Config, reg prometheus.Registerer) *Store {
 	t.Helper()
-	s, err := New(cfg, limits, reg)
+	s, err := New(cfg, limits, zerolog.Nop(), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func TestStoreErrors(t *testing.T) {
 			}
 		})
 	}
-	if _, err := New(Config{Addr: r.Addr, PasswordFile: filepath.Join(t.TempDir(), "missing")}, limits, nil); err == nil {
+	if _, err := New(Config{Addr: r.Addr, PasswordFile: filepath.Join(t.TempDir(), "missing")}, limits, zerolog.Nop(), nil); err == nil {
 		t.Error("New with a missing password file: no error")
 	}
 }

@@ -7,6 +7,8 @@ package redisserver
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -36,6 +38,19 @@ type Options struct {
 	Password string
 	// Tee receives the server's log, prefixed "redis | ".
 	Tee io.Writer
+	// TLS, when set, serves TLS only, on Addr (no plain-text port).
+	TLS *TLS
+}
+
+// TLS is a TLS listener's PEM files and client authentication.
+type TLS struct {
+	// CA vouches for client certificates; Cert and Key are the server's.
+	// Cert must also allow client authentication (devpki's do): the
+	// readiness probe of Start presents it.
+	CA, Cert, Key string
+	// AuthClients requires a client certificate the CA vouches for
+	// (tls-auth-clients yes); false asks for none (tls-auth-clients no).
+	AuthClients bool
 }
 
 // Server is a running redis-server. Safe for concurrent use of Kill,
@@ -67,9 +82,23 @@ func (s *Server) start(ctx context.Context) error {
 		return err
 	}
 	args := []string{
-		"--bind", host, "--port", port, "--dir", s.opts.Dir, "--save", "", "--appendonly", "no",
+		"--bind", host, "--dir", s.opts.Dir, "--save", "", "--appendonly", "no",
 		"--daemonize", "no", "--protected-mode", "no", "--logfile", "",
 		"--pidfile", filepath.Join(s.opts.Dir, "redis.pid"),
+	}
+	var tlsCfg *tls.Config
+	if t := s.opts.TLS; t != nil {
+		auth := "no"
+		if t.AuthClients {
+			auth = "yes"
+		}
+		args = append(args, "--port", "0", "--tls-port", port, "--tls-cert-file", t.Cert, "--tls-key-file", t.Key,
+			"--tls-ca-cert-file", t.CA, "--tls-auth-clients", auth)
+		if tlsCfg, err = probeTLS(t); err != nil {
+			return err
+		}
+	} else {
+		args = append(args, "--port", port)
 	}
 	if s.opts.Password != "" {
 		args = append(args, "--requirepass", s.opts.Password)
@@ -79,7 +108,7 @@ func (s *Server) start(ctx context.Context) error {
 		return fmt.Errorf("redisserver: %w", err)
 	}
 	s.p = p
-	c := redis.NewClient(&redis.Options{Addr: s.opts.Addr, Password: s.opts.Password, MaxRetries: -1, DisableIdentity: true})
+	c := redis.NewClient(&redis.Options{Addr: s.opts.Addr, Password: s.opts.Password, TLSConfig: tlsCfg, MaxRetries: -1, DisableIdentity: true})
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -96,6 +125,24 @@ func (s *Server) start(ctx context.Context) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// probeTLS returns the TLS configuration of the readiness probe: t's CA
+// as the roots, t's own certificate as the client's.
+func probeTLS(t *TLS) (*tls.Config, error) {
+	ca, err := os.ReadFile(t.CA)
+	if err != nil {
+		return nil, fmt.Errorf("redisserver: tls: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return nil, fmt.Errorf("redisserver: tls: no certificate in %s", t.CA)
+	}
+	cert, err := tls.LoadX509KeyPair(t.Cert, t.Key)
+	if err != nil {
+		return nil, fmt.Errorf("redisserver: tls: %w", err)
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, Certificates: []tls.Certificate{cert}}, nil
 }
 
 // Kill kills the server at once, as a crash would; its data is lost.

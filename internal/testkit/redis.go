@@ -13,16 +13,28 @@ import (
 // password unless it is empty, and stops it when the test ends.
 func StartRedis(t testing.TB, password string) *redisserver.Server {
 	t.Helper()
+	return StartRedisWith(t, redisserver.Options{Password: password})
+}
+
+// StartRedisWith is StartRedis with opts (a password, TLS), on a free
+// 127.0.0.1 port and in a temporary directory unless opts names them.
+func StartRedisWith(t testing.TB, opts redisserver.Options) *redisserver.Server {
+	t.Helper()
 	if err := EnsureTools(redisserver.Tools); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	if opts.Addr == "" {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Addr = l.Addr().String()
+		l.Close()
 	}
-	addr := l.Addr().String()
-	l.Close()
-	s, err := redisserver.Start(context.Background(), redisserver.Options{Addr: addr, Dir: t.TempDir(), Password: password})
+	if opts.Dir == "" {
+		opts.Dir = t.TempDir()
+	}
+	s, err := redisserver.Start(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,11 @@
 // service fails, and says when (at most once per Interval) and for how much
 // to ask again. With three gfes, one Allocator and every consumer offered
 // ten times its limit, every window admits between 0.98 and 1.02 of the
-// limit (TestLeaseAccuracy).
+// limit (TestLeaseAccuracy). A Lease admits without a lock: its budget,
+// credit, grant and window are one atomic word, taken by compare-and-swap,
+// so no request ever waits for another (or for the once-a-second call);
+// concurrent admissions take exactly what the Lease has to give
+// (TestLeaseConcurrent, TestLeaseConcurrentGrants).
 //
 // Memory: counters and operation ids of windows older than the previous one
 // are dropped as time moves on, so an Allocator holds at most two windows of

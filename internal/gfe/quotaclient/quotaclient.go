@@ -25,8 +25,12 @@ package quotaclient
 
 import (
 	"context"
+	"maps"
 	"net/http"
+	"net/url"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -79,8 +83,13 @@ const (
 	msgDenied    = "this request cannot be charged to this consumer's quota\n"
 )
 
-// Enforcer admits requests against quota. Create it with New; Admit is
-// safe for concurrent use; Run makes the calls.
+// Enforcer admits requests against quota. Create it with New; Run makes
+// the calls. Admit is safe for concurrent use and never waits on another
+// goroutine: it takes no lock but on the first request of a new (service,
+// project, metric), which adds its lease; it reads the leases' map with an
+// atomic load, and each lease admits with atomic operations
+// (quota.Lease). A goroutine in Admit can still be descheduled by the Go
+// or the OS scheduler; nothing in Admit makes it wait for another.
 type Enforcer struct {
 	cfg  Config
 	clk  clock.Clock
@@ -106,22 +115,25 @@ type Enforcer struct {
 	// lease without a grant in its window has demand waiting.
 	wake chan struct{}
 
-	// mu guards the map only: each lease has its own lock, so requests
-	// of different consumers never wait for each other, and a call's
-	// answer holds up only its own lease.
-	mu     sync.RWMutex
-	leases map[key]*lease
+	// wakePending is set while a wake is sent and Run has not taken it:
+	// the requests of a lease waiting for its first grant send at most one
+	// wake between them, instead of each taking the channel's lock.
+	wakePending atomic.Bool
+
+	// leases is an immutable map, replaced whole (under mu) when a lease is
+	// added: the request path reads it with one atomic load and never
+	// waits, and each lease admits lock-free (quota.Lease). A new
+	// (service, project, metric) is the only request that takes mu.
+	leases atomic.Pointer[map[key]*lease]
+	mu     sync.Mutex
 }
 
 type key struct{ service, project, metric string }
 
-// lease is a Lease and the state of "other" quota errors.
+// lease is a Lease and the key it charges (immutable).
 type lease struct {
-	key key // immutable
-
-	mu sync.Mutex // guards what follows
+	key key
 	quota.Lease
-	denied bool // the last call failed with an error that is not the service's fault: 409
 }
 
 // New returns an Enforcer that calls the Quota service over conn (nil, or
@@ -138,10 +150,9 @@ func New(cfg Config, clk clock.Clock, conn func() Allocator, log zerolog.Logger,
 	}
 	e := &Enforcer{
 		cfg: cfg, clk: clock.OrReal(clk), conn: conn,
-		log:    log.With().Str("component", "quota").Logger(),
-		leases: map[key]*lease{},
-		spawn:  func(f func()) { go f() },
-		wake:   make(chan struct{}, 1),
+		log:   log.With().Str("component", "quota").Logger(),
+		spawn: func(f func()) { go f() },
+		wake:  make(chan struct{}, 1),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "spillway", Subsystem: "gfe", Name: "quota_decisions_total",
 			Help: "Requests charged to quota, by result: admitted, exhausted (429), denied (409), unidentified (401), fail_open (admitted while the quota service fails).",
@@ -156,6 +167,7 @@ func New(cfg Config, clk clock.Clock, conn func() Allocator, log zerolog.Logger,
 		Help:    "Time a request spent in quota admission (local: leases, never the network), charged or not.",
 		Buckets: []float64{1e-6, 5e-6, 10e-6, 50e-6, 100e-6, 500e-6, 1e-3, 10e-3},
 	})
+	e.leases.Store(&map[key]*lease{})
 	e.decided = map[string]prometheus.Counter{}
 	for _, r := range []string{"admitted", "exhausted", "denied", "unidentified", "fail_open"} {
 		e.decided[r] = e.decisions.WithLabelValues(r)
@@ -170,15 +182,49 @@ func New(cfg Config, clk clock.Clock, conn func() Allocator, log zerolog.Logger,
 }
 
 // APIKey returns the request's API key: the x-api-key header, else the
-// key query parameter.
+// key query parameter (its first value, as r.URL.Query().Get("key") gives
+// it). Neither allocates, unless the key in the query is percent-encoded.
 func APIKey(r *http.Request) string {
 	if k := r.Header.Get("X-Api-Key"); k != "" { // canonical: no allocation
 		return k
 	}
-	if r.URL.RawQuery == "" {
+	return queryKey(r.URL.RawQuery)
+}
+
+// maxQueryParams is net/url's limit on query parameters (its default; the
+// urlmaxqueryparams GODEBUG setting is not followed): a query with more
+// parses to nothing.
+const maxQueryParams = 10000
+
+// queryKey returns the first value of the key parameter of raw query q,
+// exactly as url.ParseQuery(q) followed by Get("key") does (parameters
+// separated by &, one holding a ; skipped, keys and values unescaped, one
+// that fails to unescape skipped), without building the map: it allocates
+// only to unescape a key or value that holds %-escapes or +.
+func queryKey(q string) string {
+	if q == "" || strings.Count(q, "&")+1 > maxQueryParams {
 		return ""
 	}
-	return r.URL.Query().Get("key")
+	for q != "" {
+		var param string
+		param, q, _ = strings.Cut(q, "&")
+		if param == "" || strings.Contains(param, ";") {
+			continue
+		}
+		k, v, _ := strings.Cut(param, "=")
+		if k != "key" {
+			if !strings.ContainsAny(k, "%+") {
+				continue // unescaped, it stays what it is: not "key"
+			}
+			if uk, err := url.QueryUnescape(k); err != nil || uk != "key" {
+				continue
+			}
+		}
+		if v, err := url.QueryUnescape(v); err == nil { // no escapes: v itself
+			return v
+		}
+	}
+	return ""
 }
 
 // Admit decides on request r of service under configuration cfg at now: a
@@ -216,27 +262,19 @@ func (e *Enforcer) Admit(cfg *config.Config, service string, r *http.Request, no
 			cost *= max(0, r.ContentLength)
 		}
 		l := e.lease(cfg, key{service, project, ch.Metric})
-		l.mu.Lock()
 		if l.Waiting(now) {
-			select {
-			case e.wake <- struct{}{}:
-			default:
-			}
+			e.wakeRun()
 		}
-		if l.denied {
-			l.Want(now, cost) // the next call tells whether it still holds
-			l.mu.Unlock()
+		d := l.Decide(now, cost)
+		switch {
+		case d.Denied:
 			e.decided["denied"].Inc()
 			return Verdict{Status: http.StatusConflict, Message: msgDenied}
-		}
-		ok, retry := l.Admit(now, cost)
-		failing := l.Failing()
-		l.mu.Unlock()
-		if !ok {
+		case !d.OK:
 			e.decided["exhausted"].Inc()
-			return Verdict{Status: http.StatusTooManyRequests, RetryAfter: retry, Message: msgExhausted}
+			return Verdict{Status: http.StatusTooManyRequests, RetryAfter: d.RetryAfter, Message: msgExhausted}
 		}
-		failOpen = failOpen || failing
+		failOpen = failOpen || d.FailOpen
 	}
 	if failOpen {
 		e.decided["fail_open"].Inc()
@@ -244,6 +282,17 @@ func (e *Enforcer) Admit(cfg *config.Config, service string, r *http.Request, no
 		e.decided["admitted"].Inc()
 	}
 	return Verdict{}
+}
+
+// wakeRun asks Run to look at the leases now; of the requests that ask
+// before Run takes the wake, one sends it and the others return at once.
+func (e *Enforcer) wakeRun() {
+	if e.wakePending.CompareAndSwap(false, true) {
+		select {
+		case e.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // observe records the time of an Admit that started at start.
@@ -265,19 +314,21 @@ func metricOf(cfg *config.Config, name string) config.QuotaMetric {
 // beyond the limit, when the window is already exhausted by the time that
 // request is charged).
 func (e *Enforcer) lease(cfg *config.Config, k key) *lease {
-	e.mu.RLock()
-	l := e.leases[k]
-	e.mu.RUnlock()
-	if l != nil {
+	if l := (*e.leases.Load())[k]; l != nil {
 		return l
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if l = e.leases[k]; l == nil {
-		limit, _, _ := cfg.QuotaLimit(k.project, k.metric)
-		l = &lease{key: k, Lease: quota.Lease{Interval: e.cfg.Interval, Credit: max(1, limit/200)}}
-		e.leases[k] = l
+	old := *e.leases.Load()
+	if l := old[k]; l != nil {
+		return l
 	}
+	limit, _, _ := cfg.QuotaLimit(k.project, k.metric)
+	l := &lease{key: k, Lease: quota.Lease{Interval: e.cfg.Interval, Credit: max(1, limit/200)}}
+	m := make(map[key]*lease, len(old)+1)
+	maps.Copy(m, old)
+	m[k] = l
+	e.leases.Store(&m)
 	return l
 }
 
@@ -292,6 +343,7 @@ func (e *Enforcer) Run(ctx context.Context) error {
 		case <-t.C():
 			e.callAll(ctx, e.clk.Now())
 		case <-e.wake:
+			e.wakePending.Store(false)
 			e.callAll(ctx, e.clk.Now())
 		}
 	}
@@ -304,15 +356,11 @@ func (e *Enforcer) callAll(ctx context.Context, now time.Time) {
 		ask int64
 	}
 	var calls []due
-	e.mu.RLock()
-	for _, l := range e.leases {
-		l.mu.Lock()
+	for _, l := range *e.leases.Load() {
 		if ask, ok := l.Call(now); ok {
 			calls = append(calls, due{l, ask})
 		}
-		l.mu.Unlock()
 	}
-	e.mu.RUnlock()
 	for _, c := range calls {
 		e.spawn(func() { e.call(ctx, c.l, c.ask) })
 	}
@@ -337,8 +385,6 @@ func (e *Enforcer) call(ctx context.Context, l *lease, ask int64) {
 		cancel()
 	}
 	now := e.clk.Now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	switch code := status.Code(err); {
 	case err == nil:
 		var granted int64
@@ -348,25 +394,20 @@ func (e *Enforcer) call(ctx context.Context, l *lease, ask int64) {
 			}
 		}
 		e.calls.WithLabelValues("ok").Inc()
-		l.denied = false
 		l.Granted(now, granted, false, 0)
 	case code == codes.ResourceExhausted:
 		e.calls.WithLabelValues("exhausted").Inc()
-		l.denied = false
 		l.Granted(now, 0, true, retryAfter(err, now))
 	case code == codes.InvalidArgument || code == codes.FailedPrecondition || code == codes.PermissionDenied || code == codes.NotFound:
 		e.calls.WithLabelValues("denied").Inc()
-		l.denied = true
-		l.Failed()
+		l.Denied()
 		e.logFailure(now, l.key, err, "quota call refused; its requests get 409 until a call succeeds")
 	case code == codes.Unavailable || code == codes.DeadlineExceeded || code == codes.Internal || code == codes.Canceled || err == errNoControlPlane:
 		e.calls.WithLabelValues("failed").Inc()
-		l.denied = false
 		l.Failed()
 		e.logFailure(now, l.key, err, "quota service failing; admitting (fail open)")
 	default:
 		e.calls.WithLabelValues("unexpected").Inc()
-		l.denied = false
 		l.Failed()
 		e.logFailure(now, l.key, err, "unexpected quota error; admitting (fail open)")
 	}

@@ -2,10 +2,14 @@ package quotaclient
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -223,4 +227,192 @@ func BenchmarkAdmit(b *testing.B) {
 			b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
 		})
 	}
+}
+
+// BenchmarkAdmitParallel is BenchmarkAdmit's "on" case from many
+// goroutines at once (16 per GOMAXPROCS, as a busy gfe's handlers are):
+// all on one consumer's lease ("one-consumer", the worst case for a lock
+// on the lease), or spread over ten ("ten-consumers"). Every request is
+// admitted from budget; ns/op is the wall time per admission over all
+// goroutines.
+func BenchmarkAdmitParallel(b *testing.B) {
+	cfg := tenConsumers(b)
+	now := time.Unix(1_800_000_000-1_800_000_000%60, 0)
+	for _, bc := range []struct {
+		name string
+		keys []string
+	}{
+		{"one-consumer", []string{"acme-key-0001"}},
+		{"ten-consumers", []string{"acme-key-0001", "more-key-0000", "more-key-0001", "more-key-0002", "more-key-0003", "more-key-0004", "more-key-0005", "more-key-0006", "more-key-0007", "more-key-0008"}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			e := New(Config{}, clock.NewFake(now), nil, zerolog.Nop(), nil)
+			e.lease(cfg, key{"web", "acme", "calls"}).Granted(now, 1<<39, false, 0)
+			for i := range 9 {
+				e.lease(cfg, key{"web", fmt.Sprintf("p%d", i), "calls"}).Granted(now, 1<<39, false, 0)
+			}
+			reqs := make([]*http.Request, len(bc.keys)) // read-only, shared
+			for i, k := range bc.keys {
+				reqs[i] = request("/api/x", k)
+			}
+			var next atomic.Int64
+			b.SetParallelism(16)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				r := reqs[int(next.Add(1))%len(reqs)]
+				for pb.Next() {
+					if v := e.Admit(cfg, "web", r, now); v.Status != 0 {
+						b.Fatalf("refused: %+v", v)
+					}
+				}
+			})
+		})
+	}
+}
+
+// tenConsumers is quotaConfig with nine more consumers: keys
+// more-key-0000 … more-key-0008 of projects p0 … p8.
+func tenConsumers(tb testing.TB) *config.Config {
+	tb.Helper()
+	y := strings.Replace(quotaConfig, "  consumers: [{api_key: acme-key-0001, project: acme}]\n", "  consumers:\n  - {api_key: acme-key-0001, project: acme}\n", 1)
+	for i := range 9 {
+		y += fmt.Sprintf("  - {api_key: more-key-%04d, project: p%d}\n", i, i)
+	}
+	cfg, err := config.Parse([]byte(y), "quota.yaml")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return cfg
+}
+
+// TestEnforcerConcurrent: 64 goroutines admitting at once through one
+// Enforcer (run it with -race: Admit takes no lock) are admitted exactly
+// what the leases have to give. Ten consumers' leases are created by the
+// racing requests themselves, once each: every consumer gets exactly its
+// credit (0.5% of 600 = 3) before the first grant. After one call each,
+// every consumer gets exactly the rest of its limit (597), and not one
+// request more: 600 a window, over 12,800 requests a consumer.
+func TestEnforcerConcurrent(t *testing.T) {
+	e, _, srv, clk := setup(t)
+	cfg := tenConsumers(t)
+	srv.alloc = quota.NewAllocator(func(p, m string) (int64, bool) { l, _, ok := cfg.QuotaLimit(p, m); return l, ok })
+	keys := []string{"acme-key-0001"}
+	for i := range 9 {
+		keys = append(keys, fmt.Sprintf("more-key-%04d", i))
+	}
+	round := func() map[string]int {
+		var mu sync.Mutex
+		admitted := map[string]int{}
+		var wg sync.WaitGroup
+		for g := range 64 {
+			wg.Go(func() {
+				n := map[string]int{}
+				for i := range 200 {
+					k := keys[(g+i)%len(keys)]
+					switch v := e.Admit(cfg, "web", request("/api/x", k), clk.Now()); v.Status {
+					case 0:
+						n[k]++
+					case http.StatusTooManyRequests:
+					default:
+						t.Errorf("%s: %+v", k, v)
+					}
+				}
+				mu.Lock()
+				for k, c := range n {
+					admitted[k] += c
+				}
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		return admitted
+	}
+	want := func(phase string, got map[string]int, n int) {
+		t.Helper()
+		for _, k := range keys {
+			if got[k] != n {
+				t.Errorf("%s: %s admitted %d, want exactly %d", phase, k, got[k], n)
+			}
+		}
+	}
+	want("before a grant", round(), 3)
+	if n := len(*e.leases.Load()); n != len(keys) {
+		t.Errorf("%d leases, want one per consumer (%d)", n, len(keys))
+	}
+	clk.Advance(time.Second)
+	e.callAll(context.Background(), clk.Now())
+	want("after a grant", round(), 597)
+	if srv.n != len(keys) {
+		t.Errorf("%d calls, want one per consumer (%d)", srv.n, len(keys))
+	}
+	if got := testutil.ToFloat64(e.decisions.WithLabelValues("admitted")); got != 600*float64(len(keys)) {
+		t.Errorf("admitted counted %v, want %d", got, 600*len(keys))
+	}
+}
+
+// TestAPIKey: where the key comes from, and that finding it allocates
+// nothing in the common cases (testing.AllocsPerRun).
+func TestAPIKey(t *testing.T) {
+	for _, tt := range []struct {
+		name, target, header, want string
+		allocs                     float64
+	}{
+		{"header", "/api/x", "acme-key-0001", "acme-key-0001", 0},
+		{"header wins over the query", "/api/x?key=other", "acme-key-0001", "acme-key-0001", 0},
+		{"query", "/api/x?key=acme-key-0001", "", "acme-key-0001", 0},
+		{"query, among others", "/api/x?a=1&b=&key=acme-key-0001&c=3", "", "acme-key-0001", 0},
+		{"query, the first of two", "/api/x?key=first&key=second", "", "first", 0},
+		{"query, empty value", "/api/x?key=&key=second", "", "", 0},
+		{"query, no =", "/api/x?key", "", "", 0},
+		{"none", "/api/x", "", "", 0},
+		{"none in a query", "/api/x?keys=a&akey=b&KEY=c", "", "", 0},
+		{"semicolon: skipped as net/url does", "/api/x?a=1;key=x&key=y", "", "y", 0},
+		{"bad escape: skipped", "/api/x?key=%zz&key=ok", "", "ok", 1}, // net/url's error
+		{"escaped value", "/api/x?key=a%2Bb+c", "", "a+b c", 1},
+		{"escaped name", "/api/x?k%65y=v", "", "v", 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := request(tt.target, tt.header)
+			if got := APIKey(r); got != tt.want {
+				t.Errorf("APIKey(%q, header %q) = %q, want %q", tt.target, tt.header, got, tt.want)
+			}
+			if tt.header == "" {
+				if std := r.URL.Query().Get("key"); std != tt.want {
+					t.Errorf("net/url says %q, the test wants %q", std, tt.want)
+				}
+			}
+			if got := testing.AllocsPerRun(100, func() { APIKey(r) }); got != tt.allocs {
+				t.Errorf("APIKey(%q) allocates %v times, want %v", tt.target, got, tt.allocs)
+			}
+		})
+	}
+	// The whole of Admit, key in the query, admitted from budget.
+	e, cfg, _, clk := setup(t)
+	e.lease(cfg, key{"web", "acme", "calls"}).Granted(clk.Now(), 1<<30, false, 0)
+	r := request("/api/x?v=2&key=acme-key-0001", "")
+	if got := testing.AllocsPerRun(100, func() {
+		if v := e.Admit(cfg, "web", r, clk.Now()); v.Status != 0 {
+			t.Fatalf("refused: %+v", v)
+		}
+	}); got != 0 {
+		t.Errorf("Admit with the key in the query allocates %v times, want 0", got)
+	}
+	many := strings.Repeat("a=1&", maxQueryParams) + "key=x"
+	if got := queryKey(many); got != "" {
+		t.Errorf("over net/url's %d parameters: %q, want none", maxQueryParams, got)
+	}
+}
+
+// FuzzQueryKey: the key parameter is what net/url finds, whatever the
+// query.
+func FuzzQueryKey(f *testing.F) {
+	for _, q := range []string{"", "key=a", "a=1&key=b", "key=%41&key=b", "k%65y=v", "key=a;b", "&&key=+", "key=%zz", "%=1&key=2", "key"} {
+		f.Add(q)
+	}
+	f.Fuzz(func(t *testing.T, q string) {
+		v, _ := url.ParseQuery(q)
+		if got, want := queryKey(q), v.Get("key"); got != want {
+			t.Errorf("queryKey(%q) = %q, net/url says %q", q, got, want)
+		}
+	})
 }
