@@ -114,13 +114,18 @@ func decodeFrame(b []byte, v any) error {
 	switch b[0] {
 	case codecJSON:
 	case codecDeflateJSON:
-		r := flate.NewReader(bytes.NewReader(b[1:]))
-		out, err := io.ReadAll(io.LimitReader(r, maxDecodedBytes+1))
+		// A bytes.Reader is an io.ByteReader, so flate reads no byte past
+		// the end of its stream: what is left after it is trailing garbage.
+		in := bytes.NewReader(b[1:])
+		out, err := io.ReadAll(io.LimitReader(flate.NewReader(in), maxDecodedBytes+1))
 		if err != nil {
 			return fmt.Errorf("%w: inflate: %w", errMalformed, err)
 		}
 		if len(out) > maxDecodedBytes {
 			return fmt.Errorf("%w: inflates to more than %d bytes", errMalformed, maxDecodedBytes)
+		}
+		if in.Len() > 0 {
+			return fmt.Errorf("%w: %d bytes after the compressed stream", errMalformed, in.Len())
 		}
 		js = out
 	default:

@@ -31,7 +31,8 @@ func TestEncodeDecodeState(t *testing.T) {
 		wantCodec byte
 	}{
 		{name: "small gfe stays raw JSON", in: NodeState{Node: "g", Kind: KindGFE, Site: "s", Version: 1}, wantCodec: codecJSON},
-		{name: "control plane", in: cpState(), wantCodec: codecJSON},
+		{name: "small control plane stays raw JSON", in: NodeState{Node: "cp", Kind: KindControlPlane, Version: 1, Groups: []GroupState{{Group: "g", Region: "r", Instances: 1}}}, wantCodec: codecJSON},
+		{name: "control plane", in: cpState(), wantCodec: codecDeflateJSON},
 		{name: "large gfe is compressed", in: bigGFEState(10, 6), wantCodec: codecDeflateJSON},
 	}
 	for _, tt := range tests {
@@ -55,9 +56,13 @@ func TestEncodeDecodeState(t *testing.T) {
 }
 
 func TestDecodeStateErrors(t *testing.T) {
-	valid, err := encodeFrame(cpState())
+	valid, err := encodeFrame(NodeState{Node: "cp", Kind: KindControlPlane, Version: 1})
 	if err != nil {
 		t.Fatal(err)
+	}
+	compressed, err := encodeFrame(cpState())
+	if err != nil || compressed[0] != codecDeflateJSON {
+		t.Fatalf("cpState: codec %d, %v; want a compressed frame", compressed[0], err)
 	}
 	var bomb bytes.Buffer
 	bomb.WriteByte(codecDeflateJSON)
@@ -77,6 +82,7 @@ func TestDecodeStateErrors(t *testing.T) {
 		{name: "unknown codec", in: append([]byte{9}, valid[1:]...), wantErr: errMalformed},
 		{name: "truncated JSON", in: valid[:len(valid)-3], wantErr: errMalformed},
 		{name: "trailing garbage", in: append(bytes.Clone(valid), '}'), wantErr: errMalformed},
+		{name: "trailing garbage after a compressed stream", in: append(bytes.Clone(compressed), '}'), wantErr: errMalformed},
 		{name: "corrupt deflate", in: []byte{codecDeflateJSON, 0xff, 0xff, 0xff}, wantErr: errMalformed},
 		{name: "decompression bomb", in: bomb.Bytes(), wantErr: errMalformed},
 		{name: "valid JSON, invalid state", in: append([]byte{codecJSON}, `{"node":"x","kind":"gfe","version":1}`...), wantErr: ErrInvalidState},
