@@ -92,7 +92,7 @@ func member(t testing.TB, svc *routing.Service, addr string) *routing.Member {
 // pickAffinity picks for r, whose flow is k, by svc's session affinity,
 // as the proxy does.
 func pickAffinity(svc *routing.Service, r *http.Request, k routing.Flow, now time.Time, rnd func() uint64) (routing.Pick, routing.Cookie, error) {
-	return svc.PickAffinity(affinityRequest(svc.Affinity(), r, k), now, rnd)
+	return svc.PickAffinity(affinityRequest(svc.Affinity(), (*httpView)(r), k), now, rnd)
 }
 
 // do sends one request through the proxy in process, from client address
