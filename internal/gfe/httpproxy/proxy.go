@@ -356,7 +356,7 @@ func (v *httpView) header(name string) string {
 	}
 	return ""
 }
-func (v *httpView) cookie(name string) string  { return cookieValue(v.Header, name) }
+func (v *httpView) cookie(name string) string   { return cookieValue(v.Header, name) }
 func (v *httpView) quotaRequest() *http.Request { return (*http.Request)(v) }
 
 // refusal is an answer the gfe gives a request itself, without a backend.
