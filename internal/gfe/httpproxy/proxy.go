@@ -102,6 +102,10 @@ type Proxy struct {
 	h2c              *http.Transport
 	grpcTransport    http.RoundTripper
 	upgradeTransport http.RoundTripper
+	// dialer opens backend connections; fast pools the fast path's
+	// (fast.go).
+	dialer *net.Dialer
+	fast   fastPool
 }
 
 type pickKey struct{}
@@ -134,6 +138,7 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 		transport: tr,
 		streams:   newStreamTracker(),
 		h2c:       newH2CTransport(dialer),
+		dialer:    dialer,
 	}
 	if p.rand == nil {
 		p.rand = rand.Uint64
@@ -174,6 +179,7 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 func (p *Proxy) CloseIdleConnections() {
 	p.transport.CloseIdleConnections()
 	p.h2c.CloseIdleConnections()
+	p.fast.closeIdle()
 }
 
 // copyBufferSize is the size of the buffers ReverseProxy copies response
