@@ -199,6 +199,7 @@ var badFiles = []struct {
 		`listeners[1].max_header_bytes: only valid with protocol http or https; protocol is tcp`,
 		`listeners[1].max_request_body_bytes: only valid with protocol http or https; protocol is tcp`,
 		`listeners[1].request_body_timeout: only valid with protocol http or https; protocol is tcp`,
+		`listeners[1].fast_path: only valid with protocol http or https; protocol is tcp`,
 		`listeners[2].max_header_bytes: expected an integer, got string "lots"`,
 		`listeners[2].max_request_body_bytes: expected an integer, got number 1.5`,
 	}},

@@ -154,6 +154,7 @@ func (v *validator) tcpListener(lp string, l *Listener) {
 	httpOnly("max_header_bytes", l.MaxHeaderBytes != 0)
 	httpOnly("max_request_body_bytes", l.MaxRequestBodyBytes != 0)
 	httpOnly("request_body_timeout", l.RequestBodyTimeout != 0)
+	httpOnly("fast_path", l.FastPath)
 }
 
 // httpListener checks the fields of an http or https listener.
