@@ -77,6 +77,38 @@ type FastRequest struct {
 	BodyTimeout time.Duration
 
 	scratch [64]byte
+
+	mu      sync.Mutex
+	backend net.Conn // guarded by mu: the backend connection in use
+	aborted bool     // guarded by mu
+}
+
+// Abort ends the request being served at once, from any goroutine (the
+// listener's drain, when its time is up): the wait for the backend ends as
+// at a timeout. Reset clears it for the next connection.
+func (fr *FastRequest) Abort() {
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	fr.aborted = true
+	if fr.backend != nil {
+		fr.backend.SetDeadline(time.Unix(1, 0))
+	}
+}
+
+// Reset readies fr for another connection.
+func (fr *FastRequest) Reset() {
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	fr.aborted, fr.backend = false, nil
+}
+
+// useBackend records c as the backend connection in use (nil: none) and
+// reports false when the request was aborted.
+func (fr *FastRequest) useBackend(c net.Conn) bool {
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	fr.backend = c
+	return !fr.aborted
 }
 
 // header implements requestView. It allocates the value it returns.
@@ -370,6 +402,7 @@ func (p *Proxy) ServeFast(fr *FastRequest) (keep bool) {
 		p.metrics.retries.WithLabelValues(d.svc.Name()).Inc()
 	}
 	defer d.pick.Done() // the pick of the last attempt
+	fr.useBackend(nil)
 	switch err {
 	case attemptOK:
 	case attemptRelay:
@@ -430,6 +463,10 @@ func (p *Proxy) fastAttempt(x *fastExchange) attemptErr {
 				}
 				return attemptDial
 			}
+		}
+		if !fr.useBackend(bc.c) {
+			bc.c.Close()
+			return attemptTimeout
 		}
 		// The route timeout is the socket's deadline; per_try_timeout, on
 		// the proxy's clock, ends the wait for the answer's head of an
