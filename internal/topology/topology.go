@@ -97,6 +97,11 @@ type Spec struct {
 	EditConfig func(yaml string) string
 	// GFEArgs are extra flags for every gfe.
 	GFEArgs []string
+	// FastPath serves every gfe's http listeners on the HTTP/1.1 fast path
+	// (issue #14): --fast-path for the --listen listener, and fast_path:
+	// true on every http listener of the written config
+	// (WithFastPath).
+	FastPath bool
 	// CPArgs are extra flags for every control plane (each may hold
 	// "{ip}", replaced by the control plane's own address).
 	CPArgs []string
@@ -439,6 +444,41 @@ func (c *Cluster) build(ctx context.Context) error {
 	return err
 }
 
+// WithFastPath returns config y with fast_path: true on every http
+// listener of its top-level listeners section, in block ("protocol: http"
+// on a line of its own) or flow ({..., protocol: http, ...}) style.
+func WithFastPath(y string) string {
+	lines := strings.Split(y, "\n")
+	in := false
+	var out []string
+	for _, l := range lines {
+		switch {
+		case strings.HasPrefix(l, "listeners:"):
+			in = true
+		case l != "" && l[0] != ' ' && l[0] != '-' && l[0] != '#':
+			in = false
+		}
+		if !in {
+			out = append(out, l)
+			continue
+		}
+		if i := strings.Index(l, "protocol: http"); i >= 0 && !strings.HasPrefix(l[i+len("protocol: http"):], "s") {
+			if strings.Contains(l, "{") {
+				l = l[:i] + "fast_path: true, " + l[i:]
+			} else {
+				out = append(out, l)
+				indent := l[:i]
+				if t := strings.TrimLeft(indent, " "); t != "" { // "  - protocol: http"
+					indent = strings.Repeat(" ", len(indent))
+				}
+				l = indent + "fast_path: true"
+			}
+		}
+		out = append(out, l)
+	}
+	return strings.Join(out, "\n")
+}
+
 // writeConfig writes the deployment's config (Spec.ConfigYAML, then
 // Spec.EditConfig) to Dir/spillway.yaml and sets ConfigPath, and a new
 // gossip key to Dir/gossip.keyring (GossipKeyFile).
@@ -447,6 +487,9 @@ func (c *Cluster) writeConfig(context.Context) error {
 	yaml := c.Spec.ConfigYAML()
 	if c.Spec.EditConfig != nil {
 		yaml = c.Spec.EditConfig(yaml)
+	}
+	if c.Spec.FastPath {
+		yaml = WithFastPath(yaml)
 	}
 	if err := os.WriteFile(c.ConfigPath, []byte(yaml), 0o644); err != nil {
 		return err
@@ -656,6 +699,9 @@ func (c *Cluster) newGFE(si, g int, seeds []string) (*GFE, error) {
 	}
 	gf.args = append(gf.args, tls...)
 	gf.args = append(gf.args, spec.GFEArgs...)
+	if spec.FastPath {
+		gf.args = append(gf.args, "--fast-path")
+	}
 	return gf, nil
 }
 
