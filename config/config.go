@@ -626,15 +626,15 @@ type Listener struct {
 	// means no limit (only the route's timeout then ends a stalled
 	// upload). tcp: must be 0.
 	RequestBodyTimeout time.Duration `mapstructure:"request_body_timeout"`
-	// FastPath serves plain HTTP/1.1 requests of an http listener on the
-	// gfe's own HTTP/1.1 fast path (issue #14; internal/gfe/h1 and
+	// FastPath serves plain HTTP/1.1 requests of an http or https listener
+	// on the gfe's own HTTP/1.1 fast path (issue #14; internal/gfe/h1 and
 	// httpproxy.ServeFast) instead of net/http's server: a connection's
-	// request heads are read and parsed strictly by the gfe, and anything
-	// the fast path does not take (HTTP/2 and h2c, upgrades and
+	// request heads are read and parsed strictly by the gfe (https: after
+	// the gfe's own TLS handshake, when ALPN chose http/1.1 or nothing),
+	// and anything the fast path does not take (HTTP/2, h2c, upgrades and
 	// WebSocket, Expect, CONNECT, chunked request bodies, ...) is handed to
 	// net/http with the bytes already read, so it is served as without
-	// the fast path. An https listener serves as before (net/http) either
-	// way. http/https: default false. tcp: must be false.
+	// the fast path. http/https: default false. tcp: must be false.
 	FastPath bool `mapstructure:"fast_path"`
 }
 

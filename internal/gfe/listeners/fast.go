@@ -3,6 +3,7 @@ package listeners
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/netip"
@@ -16,8 +17,11 @@ import (
 	"github.com/spillway-lb/spillway/internal/gfe/httpproxy"
 )
 
-// The split at accept (issue #14). An http listener with fast_path reads
-// each connection's request heads itself and parses them with h1.Parse:
+// The split at accept (issue #14). An http or https listener with
+// fast_path reads each connection's request heads itself and parses them
+// with h1.Parse. An https listener's connections are handshaken here first
+// (the live certificates, as net/http would): ALPN h2 goes to net/http's
+// server at once as the *tls.Conn it is, http/1.1 or no ALPN stays.
 //
 //   - Fast: the request goes to Options.Fast (httpproxy.ServeFast), and
 //     the connection stays with the fast path for its next request.
@@ -39,7 +43,9 @@ import (
 // retired generation (settings changed, listener removed, shutdown) closes
 // its idle fast connections at once and the others after their current
 // answer, and whatever is left when the drain's time is up. A connection
-// it hands off goes to the port's current generation.
+// it hands off goes to the port's current generation. An HTTP/1.1
+// connection handed off after a TLS handshake here reaches net/http as a
+// replayConn, not a *tls.Conn: protect restores its requests' r.TLS.
 
 // FastHandler serves the requests the fast path takes
 // (httpproxy.Proxy.ServeFast).
@@ -67,6 +73,9 @@ type fastServer struct {
 	handoff prometheus.Counter // connections handed to net/http
 	reject  prometheus.Counter // heads rejected (400) or too large (431)
 	pool    sync.Pool          // of *httpproxy.FastRequest with their buffers
+	// tls, for an https listener, is the server configuration of its
+	// handshakes (ALPN h2 and http/1.1); nil for http.
+	tls *tls.Config
 
 	wg sync.WaitGroup // the connections' goroutines
 
@@ -82,6 +91,8 @@ type fastConn struct {
 	// Guarded by fastServer.mu.
 	idle   bool // waiting for the next request's first byte
 	closed bool // closed by the server's drain
+	// state is an https connection's TLS state after its handshake.
+	state *tls.ConnectionState
 }
 
 func (m *Manager) newFastServer(p *port, l config.Listener) *fastServer {
@@ -175,12 +186,39 @@ func (fs *fastServer) serveConn(fc *fastConn) {
 	defer func() {
 		fs.forget(fc)
 		if !handedOff {
-			c.Close()
+			fc.c.Close()
 		}
 		fs.putRequest(fr)
 	}()
 	l := &fs.spec
 	c.SetReadDeadline(time.Now().Add(l.ReadHeaderTimeout))
+	if fs.tls != nil {
+		// https: the handshake within read_header_timeout (net/http bounds
+		// it so too). ALPN h2 goes to net/http at once, as it is; http/1.1
+		// or none stays.
+		tc := tls.Server(c, fs.tls)
+		c.SetDeadline(time.Now().Add(l.ReadHeaderTimeout))
+		if err := tc.Handshake(); err != nil {
+			fs.m.log.Debug().Err(err).Str("listener", l.Name).Str("client", fr.Remote.String()).Msg("fast path: TLS handshake")
+			return
+		}
+		c.SetDeadline(time.Time{})
+		if tc.ConnectionState().NegotiatedProtocol == "h2" {
+			fs.handoff.Inc()
+			fs.forget(fc)
+			handedOff = true
+			fs.p.handoff(tc)
+			return
+		}
+		state := tc.ConnectionState()
+		fc.state = &state
+		c = tc
+		fr.Client.Reset(c)
+		fr.Out.Reset(c)
+		fr.Conn = c
+		fr.TLS = true
+		c.SetReadDeadline(time.Now().Add(l.ReadHeaderTimeout))
+	}
 	for first := true; ; first = false {
 		if !first {
 			// Between requests: idle_timeout until the next one's first
@@ -212,7 +250,7 @@ func (fs *fastServer) serveConn(fc *fastConn) {
 		case v == h1.HandOff:
 			fs.handoff.Inc()
 			buf, _ := fr.Client.Peek(fr.Client.Buffered())
-			rc := &replayConn{Conn: c, buf: append([]byte(nil), buf...)}
+			rc := &replayConn{Conn: c, buf: append([]byte(nil), buf...), tls: fc.state}
 			c.SetReadDeadline(time.Time{})
 			fs.forget(fc)
 			handedOff = true
@@ -288,10 +326,13 @@ func (fs *fastServer) shutdown(ctx context.Context) bool {
 }
 
 // replayConn is a connection handed to net/http after the fast path read
-// from it: its reads return buf first, then the connection's bytes.
+// from it: its reads return buf first, then the connection's bytes. Over
+// TLS, net/http cannot see the handshake the fast path did (it looks for
+// a *tls.Conn); connContext and protect give its requests tls as r.TLS.
 type replayConn struct {
 	net.Conn
 	buf []byte
+	tls *tls.ConnectionState // nil for cleartext
 }
 
 func (c *replayConn) Read(p []byte) (int, error) {

@@ -3,6 +3,7 @@ package listeners
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -13,7 +14,9 @@ import (
 	"time"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
 	"github.com/spillway-lb/spillway/internal/gfe/httpproxy"
+	"github.com/spillway-lb/spillway/internal/testkit"
 )
 
 // fakeFast answers every request it gets with 200 "fast", after waiting
@@ -48,6 +51,9 @@ func fastManager(t *testing.T, fast *fakeFast, l config.Listener) (*Manager, str
 	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.Header().Set("X-Proto", r.Proto)
+		if r.TLS != nil {
+			w.Header().Set("X-TLS", "yes")
+		}
 		io.WriteString(w, "slow")
 	})
 	// A free port of our own: a configured listener takes the --listen
@@ -260,5 +266,51 @@ func TestFastPathDisabled(t *testing.T) {
 	defer c.Close()
 	if _, body := roundTrip(t, c, bufio.NewReader(c), "GET / HTTP/1.1\r\nHost: a\r\n\r\n"); body != "slow" || fast.served.Load() != 0 {
 		t.Errorf("body %q, fast path served %d; want net/http alone", body, fast.served.Load())
+	}
+}
+
+// TestFastPathHTTPS: an https listener with fast_path handshakes itself:
+// HTTP/1.1 (ALPN http/1.1 or none) goes to the fast path, ALPN h2 to
+// net/http, and an HTTP/1.1 request handed off over TLS reaches net/http's
+// handler with its TLS state.
+func TestFastPathHTTPS(t *testing.T) {
+	ca := testkit.NewCA(t)
+	l := fastListener()
+	l.Protocol = config.ListenerHTTPS
+	l.Certificates = []config.Certificate{gfetest.IssueCert(t, ca, t.TempDir(), "a", 10, "a.test", "a.test")}
+	fast := &fakeFast{}
+	_, addr := fastManager(t, fast, l)
+	dial := func(alpn ...string) (*tls.Conn, *bufio.Reader) {
+		c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool, ServerName: "a.test", NextProtos: alpn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c, bufio.NewReader(c)
+	}
+	for _, alpn := range [][]string{nil, {"http/1.1"}} {
+		c, br := dial(alpn...)
+		if _, body := roundTrip(t, c, br, "GET /t HTTP/1.1\r\nHost: a.test\r\n\r\n"); body != "fast" {
+			t.Errorf("ALPN %v: body %q, want the fast path's", alpn, body)
+		}
+	}
+	c, br := dial("http/1.1")
+	resp, body := roundTrip(t, c, br, "GET / HTTP/1.1\r\nHost: a.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+	if body != "slow" || resp.Header.Get("X-TLS") != "yes" {
+		t.Errorf("handed off over TLS: body %q, X-TLS %q; want net/http's with r.TLS set", body, resp.Header.Get("X-TLS"))
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool, ServerName: "a.test"}, ForceAttemptHTTP2: true}
+	defer tr.CloseIdleConnections()
+	r2, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get("https://" + addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2, _ := io.ReadAll(r2.Body)
+	r2.Body.Close()
+	if r2.ProtoMajor != 2 || string(b2) != "slow" || r2.Header.Get("X-TLS") != "yes" {
+		t.Errorf("h2: %s %q X-TLS %q, want HTTP/2 from net/http over TLS", r2.Proto, b2, r2.Header.Get("X-TLS"))
+	}
+	if got := fast.served.Load(); got != 2 {
+		t.Errorf("fast path served %d, want 2", got)
 	}
 }

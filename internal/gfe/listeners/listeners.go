@@ -422,9 +422,15 @@ func (m *Manager) startGenerationLocked(p *port, l config.Listener) {
 	switch l.Protocol {
 	case config.ListenerHTTP, config.ListenerHTTPS:
 		g.srv = m.newServer(p, l)
-		if l.FastPath && l.Protocol == config.ListenerHTTP {
+		if l.FastPath {
 			if m.opts.Fast != nil {
 				g.fast = m.newFastServer(p, l)
+				if l.Protocol == config.ListenerHTTPS {
+					// The fast path does the handshakes (fast.go); the
+					// server gets *tls.Conn and serves h2 by their ALPN.
+					g.srv.TLSConfig.NextProtos = []string{"h2", "http/1.1"}
+					g.fast.tls = g.srv.TLSConfig.Clone() // net/http edits its own at Serve
+				}
 			} else {
 				m.log.Warn().Err(errNoFastHandler).Str("listener", l.Name).Send()
 			}
@@ -472,6 +478,10 @@ func (m *Manager) serve(g *generation) {
 	case config.ListenerHTTP:
 		err = g.srv.Serve(g.ln)
 	case config.ListenerHTTPS:
+		if g.fast != nil {
+			err = g.srv.Serve(g.ln) // the fast path handed over *tls.Conn
+			break
+		}
 		err = g.srv.ServeTLS(g.ln, "", "")
 	case config.ListenerTCP:
 		if m.opts.TCP == nil {

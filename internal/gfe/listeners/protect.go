@@ -52,6 +52,9 @@ type connKey struct{}
 // copied.
 type connGuard struct {
 	conn net.Conn
+	// tls is the TLS state of a connection the fast path handshook and
+	// handed over (replayConn), nil otherwise: its requests' r.TLS.
+	tls *tls.ConnectionState
 	// Accessed atomically.
 	streams atomic.Int64 // HTTP/2 requests whose handler ran
 	resets  atomic.Int64 // of those, reset by the client before they ended
@@ -61,7 +64,11 @@ type connGuard struct {
 // connContext attaches a connGuard for c to the connection's context
 // (http.Server.ConnContext).
 func connContext(ctx context.Context, c net.Conn) context.Context {
-	return context.WithValue(ctx, connKey{}, &connGuard{conn: c})
+	g := &connGuard{conn: c}
+	if rc, ok := c.(*replayConn); ok {
+		g.tls = rc.tls
+	}
+	return context.WithValue(ctx, connKey{}, g)
 }
 
 // end counts the end of an HTTP/2 stream, reset early or not, and reports
@@ -94,6 +101,11 @@ func (m *Manager) protect(next http.Handler, l config.Listener, resetClosed prom
 	}
 	lim := clientbody.Limits{IdleTimeout: l.RequestBodyTimeout}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS == nil && r.ProtoMajor == 1 {
+			if g, _ := r.Context().Value(connKey{}).(*connGuard); g != nil && g.tls != nil {
+				r.TLS = g.tls // handshook by the fast path (replayConn)
+			}
+		}
 		if r.Body != nil && r.Body != http.NoBody {
 			l := lim
 			if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
