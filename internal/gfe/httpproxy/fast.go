@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -216,6 +217,42 @@ type backendConn struct {
 	bw        *bufio.Writer
 	resp      h1.Response
 	idleSince time.Time
+}
+
+// staleCheckAfter is how long a pooled connection may have been idle
+// before its reuse checks that the backend has not closed it meanwhile (an
+// idle timeout of the backend's): a request with a body sent on such a
+// connection could not be sent again. net/http's Transport watches every
+// idle connection with a background read instead, which costs a goroutine
+// and a read per connection.
+const staleCheckAfter = time.Second
+
+// alive reports whether bc's backend left it open and quiet while it was
+// idle: nothing to read, not even an EOF. It peeks at the socket without
+// blocking (one recvfrom, MSG_PEEK|MSG_DONTWAIT; a read with a past
+// deadline would not reach the socket at all).
+func (bc *backendConn) alive() bool {
+	if bc.br.Buffered() > 0 {
+		return false
+	}
+	sc, ok := bc.c.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return true
+	}
+	quiet := true
+	var b [1]byte
+	if err := rc.Read(func(fd uintptr) bool {
+		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		quiet = err == syscall.EAGAIN || err == syscall.EWOULDBLOCK
+		return true
+	}); err != nil {
+		return false
+	}
+	return quiet
 }
 
 // fastPool holds the idle connections to backends, by address, most
@@ -452,7 +489,12 @@ func (p *Proxy) fastAttempt(x *fastExchange) attemptErr {
 	addr := d.pick.Backend.Addr()
 	bodyless := h.ContentLength <= 0
 	mayRedial := bodyless && idempotent(unsafeString(h.Method))
-	bc := p.fast.get(addr, time.Now())
+	now := p.clk.Now() // the pool's idle times are on the proxy's clock
+	bc := p.fast.get(addr, now)
+	if bc != nil && now.Sub(bc.idleSince) > staleCheckAfter && !bc.alive() {
+		bc.c.Close()
+		bc = nil
+	}
 	reused := bc != nil
 	for {
 		if bc == nil {
@@ -662,7 +704,7 @@ func (p *Proxy) relay(x *fastExchange, bc *backendConn, n int) attemptErr {
 	}
 	if backendKeep && bc.br.Buffered() == 0 {
 		bc.c.SetDeadline(time.Time{})
-		p.fast.put(d.pick.Backend.Addr(), bc, time.Now())
+		p.fast.put(d.pick.Backend.Addr(), bc, p.clk.Now())
 	} else {
 		bc.c.Close()
 	}

@@ -317,6 +317,46 @@ func TestFastPathKeepAlive(t *testing.T) {
 	}
 }
 
+// TestFastPathStaleConnection: a pooled connection its backend closed while
+// it was idle is not used for a request with a body (which could not be
+// sent again): the fast path notices and dials afresh.
+func TestFastPathStaleConnection(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	closed := make(chan struct{}, 10)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				// One answer, then the backend's idle timeout closes it.
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err == nil {
+					io.Copy(io.Discard, req.Body)
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				}
+				c.Close()
+				closed <- struct{}{}
+			}()
+		}
+	}()
+	regions := []gfetest.Region{{Name: "us-east", Zones: []gfetest.Zone{{Name: "us-east-b", Addrs: []string{ln.Addr().String()}}}}}
+	e, clk := sessionEdge(t, gfetest.SessionConfig(t, "round_robin", regions, "", ", retries: 0"))
+	post := "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc"
+	for i := range 2 {
+		if got := exchange(t, e, post); !strings.HasPrefix(got, "HTTP/1.1 200 OK") {
+			t.Fatalf("request %d: %q", i, got)
+		}
+		<-closed
+		clk.Advance(2 * staleCheckAfter)
+	}
+}
+
 // TestFastPathRouteTimeout: a backend that never answers gets the client a
 // 504 at the route timeout.
 func TestFastPathRouteTimeout(t *testing.T) {
