@@ -162,6 +162,9 @@ func (fr *FastRequest) quotaRequest() *http.Request {
 	return r
 }
 
+// fast implements requestView.
+func (fr *FastRequest) fast() bool { return true }
+
 // unsafeString views b as a string without copying: only for calls that do
 // not keep the string past the life of b's buffer (routing, picking).
 func unsafeString(b []byte) string {

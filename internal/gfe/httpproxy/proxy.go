@@ -351,6 +351,11 @@ type requestView interface {
 	cookie(name string) string
 	// quotaRequest returns the request as net/http's, for the Admitter.
 	quotaRequest() *http.Request
+	// fast reports whether the request came by the fast path, which asks
+	// the Admitter only when the config charges something (building its
+	// *http.Request costs allocations; the Admitter admits everything
+	// when nothing is charged).
+	fast() bool
 }
 
 // httpView is a net/http request as a requestView. It does not allocate.
@@ -364,6 +369,7 @@ func (v *httpView) header(name string) string {
 }
 func (v *httpView) cookie(name string) string   { return cookieValue(v.Header, name) }
 func (v *httpView) quotaRequest() *http.Request { return (*http.Request)(v) }
+func (v *httpView) fast() bool                  { return false }
 
 // refusal is an answer the gfe gives a request itself, without a backend.
 // The zero refusal (status 0) is none.
@@ -422,7 +428,7 @@ func (p *Proxy) decide(v requestView, host, path, method string, k routing.Flow,
 	if svc == nil {
 		return decision{}, refusal{status: http.StatusServiceUnavailable, msg: msgNoBackend}
 	}
-	if p.quota != nil {
+	if p.quota != nil && (!v.fast() || len(t.Config.Quota.Charges) > 0) {
 		if qv := p.quota.Admit(t.Config, rt.Service, v.quotaRequest(), now); qv.Status != 0 {
 			// Refused by quota: not demand, no backend involved. Counted
 			// by the Admitter (spillway_gfe_quota_decisions_total).
