@@ -467,7 +467,7 @@ func TestLoadGoodFiles(t *testing.T) {
 					{
 						Name: "plain", Protocol: ListenerHTTP, Port: 8080,
 						ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 65536,
-						RequestBodyTimeout: 10 * time.Second,
+						RequestBodyTimeout: 10 * time.Second, FastPath: true,
 					},
 					{
 						Name: "public", Protocol: ListenerHTTPS, Port: 8443,
@@ -788,8 +788,8 @@ func TestDefaultListener(t *testing.T) {
 		protocol ListenerProtocol
 		want     Listener
 	}{
-		{ListenerHTTP, Listener{Protocol: "http", ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 65536, RequestBodyTimeout: 10 * time.Second}},
-		{ListenerHTTPS, Listener{Protocol: "https", ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 65536, RequestBodyTimeout: 10 * time.Second}},
+		{ListenerHTTP, Listener{Protocol: "http", ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 65536, RequestBodyTimeout: 10 * time.Second, FastPath: true}},
+		{ListenerHTTPS, Listener{Protocol: "https", ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 65536, RequestBodyTimeout: 10 * time.Second, FastPath: true}},
 		{ListenerTCP, Listener{Protocol: "tcp", IdleTimeout: 10 * time.Minute, FirstByteTimeout: 30 * time.Second, MaxConnections: 10000, MaxConnectionsPerClient: 256}},
 	}
 	if len(tests) != len(ListenerProtocols()) {

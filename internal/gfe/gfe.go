@@ -91,7 +91,7 @@ type Config struct {
 	AccessLog bool
 	// FastPath serves the plain HTTP/1.1 requests of the --listen listener
 	// on the gfe's fast path (config.Listener.FastPath; configured
-	// listeners set their own).
+	// listeners set their own). DefaultConfig turns it on.
 	FastPath bool
 	// FDReserve is how many file descriptors are kept out of the budget
 	// of client connections, for what must keep working when clients
@@ -131,6 +131,7 @@ func DefaultConfig() Config {
 		RTTInterval:     time.Second,
 		RTTPath:         "/rtt",
 		DrainTimeout:    10 * time.Second,
+		FastPath:        true,
 
 		CertCheckInterval: 10 * time.Second,
 		GossipBounds:      routing.DefaultBounds(),

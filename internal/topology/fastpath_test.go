@@ -25,19 +25,20 @@ quota:
 listeners:
   - name: a
     protocol: http
-    fast_path: true
+    fast_path: false
     port: 8081
-  - {name: b, fast_path: true, protocol: http, port: 8082}
+  - {name: b, fast_path: false, protocol: http, port: 8082}
   - name: c
     protocol: https
+    fast_path: false
     port: 8443
   - protocol: http
-    fast_path: true
+    fast_path: false
     port: 8083
 quota:
   x: {protocol: http}
 `
-	if got := WithFastPath(in); got != want {
+	if got := WithFastPath(in, false); got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
 }

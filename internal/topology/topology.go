@@ -97,11 +97,11 @@ type Spec struct {
 	EditConfig func(yaml string) string
 	// GFEArgs are extra flags for every gfe.
 	GFEArgs []string
-	// FastPath serves every gfe's http listeners on the HTTP/1.1 fast path
-	// (issue #14): --fast-path for the --listen listener, and fast_path:
-	// true on every http listener of the written config
-	// (WithFastPath).
-	FastPath bool
+	// NoFastPath serves every gfe's http and https listeners with net/http
+	// alone, without the HTTP/1.1 fast path (issue #14; on by default):
+	// --fast-path=false for the --listen listener, and fast_path: false on
+	// every http and https listener of the written config (WithFastPath).
+	NoFastPath bool
 	// CPArgs are extra flags for every control plane (each may hold
 	// "{ip}", replaced by the control plane's own address).
 	CPArgs []string
@@ -444,10 +444,11 @@ func (c *Cluster) build(ctx context.Context) error {
 	return err
 }
 
-// WithFastPath returns config y with fast_path: true on every http
+// WithFastPath returns config y with fast_path: on on every http and https
 // listener of its top-level listeners section, in block ("protocol: http"
 // on a line of its own) or flow ({..., protocol: http, ...}) style.
-func WithFastPath(y string) string {
+func WithFastPath(y string, on bool) string {
+	set := fmt.Sprintf("fast_path: %v", on)
 	lines := strings.Split(y, "\n")
 	in := false
 	var out []string
@@ -462,16 +463,16 @@ func WithFastPath(y string) string {
 			out = append(out, l)
 			continue
 		}
-		if i := strings.Index(l, "protocol: http"); i >= 0 && !strings.HasPrefix(l[i+len("protocol: http"):], "s") {
+		if i := strings.Index(l, "protocol: http"); i >= 0 {
 			if strings.Contains(l, "{") {
-				l = l[:i] + "fast_path: true, " + l[i:]
+				l = l[:i] + set + ", " + l[i:]
 			} else {
 				out = append(out, l)
 				indent := l[:i]
 				if t := strings.TrimLeft(indent, " "); t != "" { // "  - protocol: http"
 					indent = strings.Repeat(" ", len(indent))
 				}
-				l = indent + "fast_path: true"
+				l = indent + set
 			}
 		}
 		out = append(out, l)
@@ -488,8 +489,8 @@ func (c *Cluster) writeConfig(context.Context) error {
 	if c.Spec.EditConfig != nil {
 		yaml = c.Spec.EditConfig(yaml)
 	}
-	if c.Spec.FastPath {
-		yaml = WithFastPath(yaml)
+	if c.Spec.NoFastPath {
+		yaml = WithFastPath(yaml, false)
 	}
 	if err := os.WriteFile(c.ConfigPath, []byte(yaml), 0o644); err != nil {
 		return err
@@ -699,8 +700,8 @@ func (c *Cluster) newGFE(si, g int, seeds []string) (*GFE, error) {
 	}
 	gf.args = append(gf.args, tls...)
 	gf.args = append(gf.args, spec.GFEArgs...)
-	if spec.FastPath {
-		gf.args = append(gf.args, "--fast-path")
+	if spec.NoFastPath {
+		gf.args = append(gf.args, "--fast-path=false")
 	}
 	return gf, nil
 }

@@ -82,6 +82,61 @@ type FastRequest struct {
 	mu      sync.Mutex
 	backend net.Conn // guarded by mu: the backend connection in use
 	aborted bool     // guarded by mu
+	// inBody is set while a body is read under bodyTimer; guarded by mu.
+	inBody bool
+	// bodyTimer bounds a pause in a request body (BodyTimeout) on the
+	// proxy's clock, by moving Conn's read deadline to the past; made at
+	// the connection's first body, nil before.
+	bodyTimer clock.Timer
+}
+
+// startBody arms the body timer for a body read from fr (BodyTimeout > 0).
+func (p *Proxy) startBody(fr *FastRequest) {
+	fr.mu.Lock()
+	fr.inBody = true
+	fr.mu.Unlock()
+	if fr.bodyTimer == nil {
+		fr.bodyTimer = p.clk.AfterFunc(fr.BodyTimeout, fr.bodyExpired)
+		return
+	}
+	fr.bodyTimer.Reset(fr.BodyTimeout)
+}
+
+// endBody disarms the body timer.
+func (fr *FastRequest) endBody() {
+	fr.mu.Lock()
+	fr.inBody = false
+	fr.mu.Unlock()
+	fr.bodyTimer.Stop()
+}
+
+// bodyExpired ends the wait for a body that paused past BodyTimeout.
+func (fr *FastRequest) bodyExpired() {
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	if fr.inBody {
+		fr.Conn.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
+// readBody makes sure fr.Client has buffered body bytes, waiting at most
+// BodyTimeout (on the proxy's clock) for them. It returns 0, or the status
+// of the client's failure: 408 for a pause, 400 for a body cut short.
+func (p *Proxy) readBody(fr *FastRequest) int {
+	if fr.Client.Buffered() > 0 {
+		return 0
+	}
+	if fr.BodyTimeout > 0 {
+		fr.bodyTimer.Reset(fr.BodyTimeout) // progress so far: a new pause begins
+	}
+	if _, err := fr.Client.Peek(1); err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return http.StatusRequestTimeout
+		}
+		return http.StatusBadRequest
+	}
+	return 0
 }
 
 // Abort ends the request being served at once, from any goroutine (the
@@ -589,20 +644,15 @@ func (p *Proxy) sendBody(x *fastExchange, bc *backendConn) attemptErr {
 	if err := bc.bw.Flush(); err != nil {
 		return attemptBackend
 	}
+	if fr.BodyTimeout > 0 {
+		p.startBody(fr)
+		defer fr.endBody()
+	}
 	left := fr.Head.ContentLength
 	for left > 0 {
-		if fr.Client.Buffered() == 0 {
-			if fr.BodyTimeout > 0 {
-				fr.Conn.SetReadDeadline(time.Now().Add(fr.BodyTimeout))
-			}
-			if _, err := fr.Client.Peek(1); err != nil {
-				var ne net.Error
-				x.clientStatus = http.StatusBadRequest
-				if errors.As(err, &ne) && ne.Timeout() {
-					x.clientStatus = http.StatusRequestTimeout
-				}
-				return attemptClient
-			}
+		if status := p.readBody(fr); status != 0 {
+			x.clientStatus = status
+			return attemptClient
 		}
 		b, _ := fr.Client.Peek(int(min(int64(fr.Client.Buffered()), left)))
 		if _, err := bc.bw.Write(b); err != nil {
@@ -1020,7 +1070,7 @@ func (p *Proxy) fastRefuse(fr *FastRequest, no refusal) bool {
 	keep := !no.close && !fr.Head.Close
 	fr.Client.Discard(fr.HeadLen)
 	if cl := fr.Head.ContentLength; keep && cl > 0 {
-		if cl > maxDiscard || !discardBody(fr, cl) {
+		if cl > maxDiscard || !p.discardBody(fr, cl) {
 			keep = false
 		}
 	}
@@ -1029,16 +1079,17 @@ func (p *Proxy) fastRefuse(fr *FastRequest, no refusal) bool {
 }
 
 // discardBody reads and drops n bytes of body from the client.
-func discardBody(fr *FastRequest, n int64) bool {
+func (p *Proxy) discardBody(fr *FastRequest, n int64) bool {
+	if fr.BodyTimeout > 0 {
+		p.startBody(fr)
+		defer fr.endBody()
+	}
 	for n > 0 {
-		if fr.Client.Buffered() == 0 && fr.BodyTimeout > 0 {
-			fr.Conn.SetReadDeadline(time.Now().Add(fr.BodyTimeout))
-		}
-		m, err := fr.Client.Discard(int(min(n, int64(fr.Client.Size()))))
-		n -= int64(m)
-		if err != nil {
+		if p.readBody(fr) != 0 {
 			return false
 		}
+		m, _ := fr.Client.Discard(int(min(n, int64(fr.Client.Buffered()))))
+		n -= int64(m)
 	}
 	return true
 }

@@ -87,7 +87,7 @@ func fastManager(t *testing.T, fast *fakeFast, l config.Listener) (*Manager, str
 
 func fastListener() config.Listener {
 	l := config.DefaultListener(config.ListenerHTTP)
-	l.FastPath = true
+	l.FastPath = true // the default; explicit for the tests' sake
 	return l
 }
 
@@ -258,6 +258,7 @@ func TestFastPathSettingsChange(t *testing.T) {
 func TestFastPathDisabled(t *testing.T) {
 	fast := &fakeFast{}
 	l := config.DefaultListener(config.ListenerHTTP)
+	l.FastPath = false
 	_, addr := fastManager(t, fast, l)
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
