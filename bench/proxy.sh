@@ -3,8 +3,9 @@
 # nginx in front of the same origin, one worker on one core each, driven by
 # the same wrk settings, plus wrk straight at the origin as the limit and a
 # stock httputil.ReverseProxy (bench/stdproxy, "stdlib") as Go's yardstick.
-# "gfe" is the gfe on net/http (the slow path); "gfe-fast" the same binary
-# with --fast-path (its HTTP/1.1 fast path, issue #14).
+# "gfe" is the gfe on net/http alone (--fast-path=false, the slow path);
+# "gfe-fast" the same binary with its HTTP/1.1 fast path (issue #14; the
+# default).
 #
 #   bench/proxy.sh                      # 5 rounds × 10 s per target, ~9 minutes
 #   ROUNDS=1 DURATION=3s bench/proxy.sh # quick check, ~1 minute
@@ -231,7 +232,7 @@ start_proxies() {
 			# shellcheck disable=SC2086 # GFE_ENV is a list of VAR=value words
 			start gfe "$PROXY_CPU" env GOMAXPROCS=1 $GFE_ENV "$WORK/gfe" --node b1 --site s1 \
 				--listen "127.0.0.1:$port" --admin "127.0.0.1:$admin" --config "$WORK/gfe.yaml" \
-				--gossip-addr "127.0.0.1:$gossip" --log-format json --pprof
+				--gossip-addr "127.0.0.1:$gossip" --log-format json --pprof --fast-path=false
 			PID[gfe]=$LAST_PID URL[gfe]=http://127.0.0.1:$port/ ADMIN[gfe]=127.0.0.1:$admin
 			;;
 		gfe-fast)
