@@ -78,6 +78,10 @@ type FastRequest struct {
 	BodyTimeout time.Duration
 
 	scratch [64]byte
+	// isHead and idempotent are read off Head.Method when ServeFast
+	// starts: Head's slices point into Client's buffer, which reading the
+	// body overwrites.
+	isHead, idempotent bool
 
 	mu      sync.Mutex
 	backend net.Conn // guarded by mu: the backend connection in use
@@ -429,6 +433,8 @@ type fastExchange struct {
 func (p *Proxy) ServeFast(fr *FastRequest) (keep bool) {
 	start := p.clk.Now()
 	h := &fr.Head
+	fr.isHead = string(h.Method) == http.MethodHead
+	fr.idempotent = idempotent(unsafeString(h.Method))
 	target := h.Target
 	if i := bytes.IndexByte(target, '?'); i >= 0 {
 		target = target[:i]
@@ -482,7 +488,7 @@ func (p *Proxy) ServeFast(fr *FastRequest) (keep bool) {
 			p.reportPick(d.svc, &d.pick, outlier.ServerError, now)
 		}
 		retry := err != attemptTimeout && attempts <= d.route.Retries && attempts < maxAttempts &&
-			((err == attemptDial && !x.bodyRead) || (idempotent(unsafeString(h.Method)) && h.ContentLength <= 0))
+			((err == attemptDial && !x.bodyRead) || (fr.idempotent && h.ContentLength <= 0))
 		if !retry {
 			break
 		}
@@ -546,7 +552,7 @@ func (p *Proxy) fastAttempt(x *fastExchange) attemptErr {
 	h := &fr.Head
 	addr := d.pick.Backend.Addr()
 	bodyless := h.ContentLength <= 0
-	mayRedial := bodyless && idempotent(unsafeString(h.Method))
+	mayRedial := bodyless && fr.idempotent
 	now := p.clk.Now() // the pool's idle times are on the proxy's clock
 	bc := p.fast.get(addr, now)
 	if bc != nil && now.Sub(bc.idleSince) > staleCheckAfter && !bc.alive() {
@@ -587,7 +593,7 @@ func (p *Proxy) fastAttempt(x *fastExchange) attemptErr {
 		err := bc.bw.Flush()
 		var n int
 		if err == nil {
-			n, err = readResponseHead(bc, string(h.Method) == http.MethodHead)
+			n, err = readResponseHead(bc, fr.isHead)
 		}
 		expired := pt != nil && pt.stop()
 		if err != nil {
@@ -693,7 +699,7 @@ func readResponseHead(bc *backendConn, head bool) (int, error) {
 func (p *Proxy) relay(x *fastExchange, bc *backendConn, n int) attemptErr {
 	fr, d := x.fr, &x.d
 	h := &fr.Head
-	head := string(h.Method) == http.MethodHead
+	head := fr.isHead
 	for bc.resp.Status < 200 {
 		if bc.resp.Status == http.StatusSwitchingProtocols {
 			// Never asked for: upgrades are handed off to net/http.
@@ -1117,7 +1123,7 @@ func (p *Proxy) fastAnswer(fr *FastRequest, status int, msg, retryAfter string, 
 		w.WriteString("Connection: close\r\n")
 	}
 	w.WriteString("\r\n")
-	if string(fr.Head.Method) != http.MethodHead {
+	if !fr.isHead {
 		w.WriteString(msg)
 		w.WriteString("\n")
 	}
