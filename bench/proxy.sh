@@ -3,6 +3,9 @@
 # nginx in front of the same origin, one worker on one core each, driven by
 # the same wrk settings, plus wrk straight at the origin as the limit and a
 # stock httputil.ReverseProxy (bench/stdproxy, "stdlib") as Go's yardstick.
+# "gfe" is the gfe on net/http alone (--fast-path=false, the slow path);
+# "gfe-fast" the same binary with its HTTP/1.1 fast path (issue #14; the
+# default).
 #
 #   bench/proxy.sh                      # 5 rounds × 10 s per target, ~9 minutes
 #   ROUNDS=1 DURATION=3s bench/proxy.sh # quick check, ~1 minute
@@ -29,10 +32,11 @@
 #
 # Environment (defaults in brackets):
 #   ROUNDS [5]  DURATION [10s]  WARMUP [0.5s]  CONNS [32]  THREADS [1]
-#   ORIGINS ["go cheap"]  TARGETS ["gfe stdlib haproxy nginx direct"]
+#   ORIGINS ["go cheap"]  TARGETS ["gfe gfe-fast stdlib haproxy nginx direct"]
 #   PROXY_CPU [0]  LOAD_CPU [1]
 #   PROFILE [0]  1: after the rounds, take a 5 s CPU profile of the gfe
-#                under load from the cheap origin and print its top entries
+#                (and of gfe-fast) under load from the cheap origin and
+#                print their top entries
 #   OUT []       directory to copy the raw runs, table and profile to
 #   GFE_ENV []   extra environment for the gfe, e.g. "GOGC=200"
 #   NICE [0]     run proxies, origin and wrk at this nice level (negative
@@ -50,7 +54,7 @@ WARMUP=${WARMUP:-0.5s}
 CONNS=${CONNS:-32}
 THREADS=${THREADS:-1}
 ORIGINS=${ORIGINS:-"go cheap"}
-TARGETS=${TARGETS:-"gfe stdlib haproxy nginx direct"}
+TARGETS=${TARGETS:-"gfe gfe-fast stdlib haproxy nginx direct"}
 PROXY_CPU=${PROXY_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 PROFILE=${PROFILE:-0}
@@ -192,7 +196,7 @@ LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # ---- one origin ----------------------------------------------------------
 
-declare -A URL PID
+declare -A URL PID ADMIN
 start_origin() {
 	local origin=$1 port
 	port=$(free_port)
@@ -228,8 +232,17 @@ start_proxies() {
 			# shellcheck disable=SC2086 # GFE_ENV is a list of VAR=value words
 			start gfe "$PROXY_CPU" env GOMAXPROCS=1 $GFE_ENV "$WORK/gfe" --node b1 --site s1 \
 				--listen "127.0.0.1:$port" --admin "127.0.0.1:$admin" --config "$WORK/gfe.yaml" \
-				--gossip-addr "127.0.0.1:$gossip" --log-format json --pprof
-			PID[gfe]=$LAST_PID URL[gfe]=http://127.0.0.1:$port/ GFE_ADMIN=127.0.0.1:$admin
+				--gossip-addr "127.0.0.1:$gossip" --log-format json --pprof --fast-path=false
+			PID[gfe]=$LAST_PID URL[gfe]=http://127.0.0.1:$port/ ADMIN[gfe]=127.0.0.1:$admin
+			;;
+		gfe-fast)
+			port=$(free_port) admin=$(free_port) gossip=$(free_port)
+			render "$HERE/gfe.yaml.tmpl" "$WORK/gfe-fast.yaml" ORIGIN="$ORIGIN_ADDR"
+			# shellcheck disable=SC2086 # GFE_ENV is a list of VAR=value words
+			start gfe-fast "$PROXY_CPU" env GOMAXPROCS=1 $GFE_ENV "$WORK/gfe" --node b2 --site s1 \
+				--listen "127.0.0.1:$port" --admin "127.0.0.1:$admin" --config "$WORK/gfe-fast.yaml" \
+				--gossip-addr "127.0.0.1:$gossip" --log-format json --pprof --fast-path
+			PID[gfe-fast]=$LAST_PID URL[gfe-fast]=http://127.0.0.1:$port/ ADMIN[gfe-fast]=127.0.0.1:$admin
 			;;
 		stdlib)
 			port=$(free_port)
@@ -251,7 +264,7 @@ start_proxies() {
 				-c "$WORK/nginx-proxy/nginx.conf"
 			PID[nginx]=$LAST_PID URL[nginx]=http://127.0.0.1:$port/
 			;;
-		*) die "unknown target $t (want gfe, stdlib, haproxy, nginx or direct)" ;;
+		*) die "unknown target $t (want gfe, gfe-fast, stdlib, haproxy, nginx or direct)" ;;
 		esac
 	done
 	for t in $TARGETS; do
@@ -287,16 +300,21 @@ run_one() {
 	tail -1 "$RUNS" | awk -F'\t' '{ printf "%-5s %-7s round %s: %8.0f req/s  p50 %6.0f µs  p99 %7.0f µs  proxy %s µs CPU/req (usr %s sys %s, %s%% busy)  errors %s  load %s\n", $1, $2, $3, $4, $5, $6, $9, $10, $11, $12, $8, $13 }' >&2
 }
 
+# profile_gfe TARGET: a 5 s CPU profile of the gfe target TARGET (gfe or
+# gfe-fast) under load, its top entries appended to $WORK/gfe-cpu.top.
 profile_gfe() {
-	local url=${URL[gfe]}
-	log "profiling the gfe for 5 s under load"
+	local t=$1 url=${URL[$1]}
+	log "profiling $t for 5 s under load"
 	taskset -c "$LOAD_CPU" nice -n "$NICE" wrk -t"$THREADS" -c"$CONNS" -d7s "$url" >/dev/null 2>&1 &
 	local wrk_pid=$!
 	sleep 1
-	curl -s -o "$WORK/gfe-cpu.pprof" "http://$GFE_ADMIN/debug/pprof/profile?seconds=5"
+	curl -s -o "$WORK/$t-cpu.pprof" "http://${ADMIN[$t]}/debug/pprof/profile?seconds=5"
 	wait "$wrk_pid" || true
-	(cd "$ROOT" && go tool pprof -top -nodecount=25 "$WORK/gfe" "$WORK/gfe-cpu.pprof" 2>/dev/null) >"$WORK/gfe-cpu.top" || true
-	(cd "$ROOT" && go tool pprof -top -cum -nodecount=25 "$WORK/gfe" "$WORK/gfe-cpu.pprof" 2>/dev/null) >>"$WORK/gfe-cpu.top" || true
+	{
+		echo "== $t"
+		(cd "$ROOT" && go tool pprof -top -nodecount=25 "$WORK/gfe" "$WORK/$t-cpu.pprof" 2>/dev/null) || true
+		(cd "$ROOT" && go tool pprof -top -cum -nodecount=25 "$WORK/gfe" "$WORK/$t-cpu.pprof" 2>/dev/null) || true
+	} >>"$WORK/gfe-cpu.top"
 }
 
 # ---- main ----------------------------------------------------------------
@@ -312,8 +330,10 @@ for origin in $ORIGINS; do
 			run_one "$origin" "${target_list[$(((i + r - 1) % n))]}" "$r"
 		done
 	done
-	if [ "$PROFILE" = 1 ] && [ "$origin" = cheap ] && [ -n "${URL[gfe]:-}" ]; then
-		profile_gfe
+	if [ "$PROFILE" = 1 ] && [ "$origin" = cheap ]; then
+		for t in gfe gfe-fast; do
+			if [ -n "${URL[$t]:-}" ]; then profile_gfe "$t"; fi
+		done
 	fi
 	stop_all
 done

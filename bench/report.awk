@@ -47,7 +47,7 @@ BEGIN { FS = "\t"; norigins = 0 }
 	reqs[o, t] += $7
 }
 END {
-	ntargets = split("gfe stdlib haproxy nginx direct", targets, " ")
+	ntargets = split("gfe gfe-fast stdlib haproxy nginx direct", targets, " ")
 	printf "%-7s %-8s %4s %8s %9s %9s %11s %11s %9s %6s\n", "origin", "target", "runs", "req/s", "p50", "p99", "CPU us/req", "usr+sys", "proxy CPU", "errors"
 	for (i = 1; i <= norigins; i++) {
 		o = origins[i]
@@ -67,7 +67,7 @@ END {
 		}
 	}
 	printf "\n%-7s %-16s %8s %15s %8s %8s\n", "origin", "ratio", "req/s", "per core (CPU)", "p50", "p99"
-	npairs = split("gfe/haproxy gfe/nginx gfe/stdlib gfe/direct stdlib/haproxy", pairs, " ")
+	npairs = split("gfe/haproxy gfe-fast/haproxy gfe/nginx gfe-fast/nginx gfe/stdlib gfe-fast/stdlib gfe-fast/gfe gfe/direct gfe-fast/direct stdlib/haproxy", pairs, " ")
 	for (i = 1; i <= norigins; i++) {
 		o = origins[i]
 		for (j = 1; j <= npairs; j++) {

@@ -641,6 +641,17 @@ type Listener struct {
 	// before. http/https: default 0, which means never; at most 24h.
 	// tcp: must be 0.
 	MaxConnectionAge time.Duration `mapstructure:"max_connection_age"`
+	// FastPath serves plain HTTP/1.1 requests of an http or https listener
+	// on the gfe's own HTTP/1.1 fast path (issue #14; internal/gfe/h1 and
+	// httpproxy.ServeFast) instead of net/http's server: a connection's
+	// request heads are read and parsed strictly by the gfe (https: after
+	// the gfe's own TLS handshake, when ALPN chose http/1.1 or nothing),
+	// and anything the fast path does not take (HTTP/2, h2c, upgrades and
+	// WebSocket, Expect, CONNECT, chunked request bodies, ...) is handed to
+	// net/http with the bytes already read, so it is served as without
+	// the fast path. http/https: default true (false turns it off). tcp:
+	// must be false.
+	FastPath bool `mapstructure:"fast_path"`
 }
 
 // Certificate is a TLS certificate and its private key, as PEM files.
@@ -684,7 +695,7 @@ func DefaultOutlierDetection() OutlierDetection {
 // DefaultListener returns a Listener of protocol p with the defaults of that
 // protocol. http and https (and any other p): 10s read_header_timeout, 90s
 // idle_timeout, 64 KiB max_header_bytes, unlimited body, 10s
-// request_body_timeout. tcp: 10m idle_timeout, 30s first_byte_timeout,
+// request_body_timeout, the fast path on. tcp: 10m idle_timeout, 30s first_byte_timeout,
 // 10000 max_connections, 256 max_connections_per_client, and the http-only
 // fields zero. Name, Port, Service and Certificates are left empty.
 func DefaultListener(p ListenerProtocol) Listener {
@@ -703,6 +714,7 @@ func DefaultListener(p ListenerProtocol) Listener {
 		IdleTimeout:        90 * time.Second,
 		MaxHeaderBytes:     64 << 10,
 		RequestBodyTimeout: 10 * time.Second,
+		FastPath:           true,
 	}
 }
 

@@ -201,6 +201,7 @@ var badFiles = []struct {
 		`listeners[1].max_request_body_bytes: only valid with protocol http or https; protocol is tcp`,
 		`listeners[1].request_body_timeout: only valid with protocol http or https; protocol is tcp`,
 		`listeners[1].max_connection_age: only valid with protocol http or https; protocol is tcp`,
+		`listeners[1].fast_path: only valid with protocol http or https; protocol is tcp`,
 		`listeners[2].max_header_bytes: expected an integer, got string "lots"`,
 		`listeners[2].max_request_body_bytes: expected an integer, got number 1.5`,
 	}},
@@ -479,7 +480,7 @@ func TestLoadGoodFiles(t *testing.T) {
 					{
 						Name: "plain", Protocol: ListenerHTTP, Port: 8080,
 						ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 65536,
-						RequestBodyTimeout: 10 * time.Second,
+						RequestBodyTimeout: 10 * time.Second, FastPath: true,
 					},
 					{
 						Name: "public", Protocol: ListenerHTTPS, Port: 8443,
@@ -800,8 +801,8 @@ func TestDefaultListener(t *testing.T) {
 		protocol ListenerProtocol
 		want     Listener
 	}{
-		{ListenerHTTP, Listener{Protocol: "http", ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 65536, RequestBodyTimeout: 10 * time.Second}},
-		{ListenerHTTPS, Listener{Protocol: "https", ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 65536, RequestBodyTimeout: 10 * time.Second}},
+		{ListenerHTTP, Listener{Protocol: "http", ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 65536, RequestBodyTimeout: 10 * time.Second, FastPath: true}},
+		{ListenerHTTPS, Listener{Protocol: "https", ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 65536, RequestBodyTimeout: 10 * time.Second, FastPath: true}},
 		{ListenerTCP, Listener{Protocol: "tcp", IdleTimeout: 10 * time.Minute, FirstByteTimeout: 30 * time.Second, MaxConnections: 10000, MaxConnectionsPerClient: 256}},
 	}
 	if len(tests) != len(ListenerProtocols()) {

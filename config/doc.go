@@ -105,6 +105,9 @@
 //	    max_request_body_bytes: 0         # http, https: 0..1 TiB, 0 = unlimited; tcp: must be unset
 //	    request_body_timeout: 10s         # http, https: 0..24h, 0 = none; a longer pause in a body: 408; tcp: must be unset
 //	    max_connection_age: 0s            # http, https: 0..24h, 0 = never; older connections end gracefully (±10%); tcp: must be unset
+//	    fast_path: true                   # http, https: true = plain HTTP/1.1 on the gfe's own fast path (https: ALPN
+//	                                      #   http/1.1 or none), the rest (h2, h2c, upgrades...) to net/http;
+//	                                      #   false = everything on net/http; tcp: must be unset
 //	    first_byte_timeout: 30s           # tcp: (0, 1h], default 30s; http, https: must be unset
 //	    max_connections: 10000            # tcp: 1..1000000, default 10000; http, https: must be unset
 //	    max_connections_per_client: 256   # tcp: 1..1000000, default 256, per client IP; http, https: must be unset

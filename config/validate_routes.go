@@ -155,6 +155,7 @@ func (v *validator) tcpListener(lp string, l *Listener) {
 	httpOnly("max_request_body_bytes", l.MaxRequestBodyBytes != 0)
 	httpOnly("request_body_timeout", l.RequestBodyTimeout != 0)
 	httpOnly("max_connection_age", l.MaxConnectionAge != 0)
+	httpOnly("fast_path", l.FastPath)
 }
 
 // httpListener checks the fields of an http or https listener.

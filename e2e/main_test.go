@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"testing"
 	"time"
 
@@ -25,6 +26,12 @@ func TestMain(m *testing.M) { testkit.RunWithBinaries(m, &bins, topology.Binarie
 // prints the processes' logs.
 func startCluster(t *testing.T, spec topology.Spec) *topology.Cluster {
 	t.Helper()
+	if os.Getenv("SPILLWAY_E2E_FAST_PATH") == "0" {
+		// Every http and https listener on net/http alone, without the
+		// HTTP/1.1 fast path (issue #14; on by default): the protocol
+		// tests must pass with it on and off.
+		spec.NoFastPath = true
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c, err := topology.Start(ctx, spec, topology.Options{Dir: t.TempDir(), Bins: bins})

@@ -90,6 +90,7 @@ func run(args []string) error {
 	ecfg.DrainTimeout = v.GetDuration("drain-timeout")
 	ecfg.CertCheckInterval = v.GetDuration("cert-check-interval")
 	ecfg.AccessLog = v.GetBool("access-log")
+	ecfg.FastPath = v.GetBool("fast-path")
 	ecfg.FDReserve = v.GetInt("fd-reserve")
 	ecfg.AdminTokenFile = v.GetString("admin-token-file")
 	ecfg.Pprof = v.GetBool("pprof")
@@ -209,6 +210,7 @@ func parseFlags(args []string) (*viper.Viper, error) {
 	fs.Duration("drain-timeout", d.DrainTimeout, "how long shutdown waits for in-flight requests")
 	fs.Duration("cert-check-interval", d.CertCheckInterval, "how often https listeners' certificate files are checked for changes")
 	fs.Bool("access-log", false, "log every request")
+	fs.Bool("fast-path", d.FastPath, "serve the --listen listener's plain HTTP/1.1 requests on the gfe's own fast path (the rest go to net/http); --fast-path=false: all on net/http; configured listeners set fast_path")
 	fs.Int("fd-reserve", 0, "file descriptors kept free of client connections for admin, gossip, control plane and probes (0 = a tenth of RLIMIT_NOFILE, at least 256, at most half)")
 	fs.Duration("gossip-max-rtt", time.Duration(d.GossipBounds.MaxRTT*float64(time.Millisecond)),
 		"largest RTT believed from another gfe's gossip; higher counts as this (0: no limit)")

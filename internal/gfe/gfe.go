@@ -90,6 +90,10 @@ type Config struct {
 	// AccessLog logs every request (off by default: it costs on the hot
 	// path).
 	AccessLog bool
+	// FastPath serves the plain HTTP/1.1 requests of the --listen listener
+	// on the gfe's fast path (config.Listener.FastPath; configured
+	// listeners set their own). DefaultConfig turns it on.
+	FastPath bool
 	// FDReserve is how many file descriptors are kept out of the budget
 	// of client connections, for what must keep working when clients
 	// open all they can: the admin listener, gossip, the control-plane
@@ -128,6 +132,7 @@ func DefaultConfig() Config {
 		RTTInterval:     time.Second,
 		RTTPath:         "/rtt",
 		DrainTimeout:    10 * time.Second,
+		FastPath:        true,
 
 		CertCheckInterval: 10 * time.Second,
 		GossipBounds:      routing.DefaultBounds(),
@@ -332,8 +337,8 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.listeners, err = listeners.New(listeners.Config{Listen: cfg.Listen, DrainTimeout: cfg.DrainTimeout, CertCheckInterval: cfg.CertCheckInterval},
-		listeners.Options{HTTP: d.proxy, TCP: d.tcp, Streams: d.proxy, Logger: d.log, Clock: d.clk, Registry: d.reg, Budget: d.fds, Serving: d.serving})
+	d.listeners, err = listeners.New(listeners.Config{Listen: cfg.Listen, DrainTimeout: cfg.DrainTimeout, CertCheckInterval: cfg.CertCheckInterval, FastPath: cfg.FastPath},
+		listeners.Options{HTTP: d.proxy, Fast: d.proxy, TCP: d.tcp, Streams: d.proxy, Logger: d.log, Clock: d.clk, Registry: d.reg, Budget: d.fds, Serving: d.serving})
 	if err != nil {
 		return nil, fmt.Errorf("gfe.listen: %w", err)
 	}

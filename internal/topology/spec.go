@@ -48,6 +48,11 @@ type Spec struct {
 	EditConfig func(yaml string) string
 	// GFEArgs are extra flags for every gfe.
 	GFEArgs []string
+	// NoFastPath serves every gfe's http and https listeners with net/http
+	// alone, without the HTTP/1.1 fast path (issue #14; on by default):
+	// --fast-path=false for the --listen listener, and fast_path: false on
+	// every http and https listener of the written config (WithFastPath).
+	NoFastPath bool
 	// CPArgs are extra flags for every control plane (each may hold
 	// "{ip}", replaced by the control plane's own address).
 	CPArgs []string

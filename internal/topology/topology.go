@@ -105,6 +105,42 @@ func (c *Cluster) build(ctx context.Context) error {
 	return err
 }
 
+// WithFastPath returns config y with fast_path: on on every http and https
+// listener of its top-level listeners section, in block ("protocol: http"
+// on a line of its own) or flow ({..., protocol: http, ...}) style.
+func WithFastPath(y string, on bool) string {
+	set := fmt.Sprintf("fast_path: %v", on)
+	lines := strings.Split(y, "\n")
+	in := false
+	var out []string
+	for _, l := range lines {
+		switch {
+		case strings.HasPrefix(l, "listeners:"):
+			in = true
+		case l != "" && l[0] != ' ' && l[0] != '-' && l[0] != '#':
+			in = false
+		}
+		if !in {
+			out = append(out, l)
+			continue
+		}
+		if i := strings.Index(l, "protocol: http"); i >= 0 {
+			if strings.Contains(l, "{") {
+				l = l[:i] + set + ", " + l[i:]
+			} else {
+				out = append(out, l)
+				indent := l[:i]
+				if t := strings.TrimLeft(indent, " "); t != "" { // "  - protocol: http"
+					indent = strings.Repeat(" ", len(indent))
+				}
+				l = indent + set
+			}
+		}
+		out = append(out, l)
+	}
+	return strings.Join(out, "\n")
+}
+
 // writeConfig writes the deployment's config (Spec.ConfigYAML, then
 // Spec.EditConfig) to Dir/spillway.yaml and sets ConfigPath, and a new
 // gossip key to Dir/gossip.keyring (GossipKeyFile).
@@ -113,6 +149,9 @@ func (c *Cluster) writeConfig(context.Context) error {
 	yaml := c.Spec.ConfigYAML()
 	if c.Spec.EditConfig != nil {
 		yaml = c.Spec.EditConfig(yaml)
+	}
+	if c.Spec.NoFastPath {
+		yaml = WithFastPath(yaml, false)
 	}
 	if err := os.WriteFile(c.ConfigPath, []byte(yaml), 0o644); err != nil {
 		return err
@@ -322,6 +361,9 @@ func (c *Cluster) newGFE(si, g int, seeds []string) (*GFE, error) {
 	}
 	gf.args = append(gf.args, tls...)
 	gf.args = append(gf.args, spec.GFEArgs...)
+	if spec.NoFastPath {
+		gf.args = append(gf.args, "--fast-path=false")
+	}
 	return gf, nil
 }
 

@@ -4,6 +4,12 @@
 // request with httputil.ReverseProxy over HTTP/1.1, h2c for gRPC, or an
 // upgraded tunnel for WebSockets.
 //
+// Plain HTTP/1.1 requests that the listeners' fast path takes (issue #14)
+// come to ServeFast instead (fast.go): the same steps before a backend
+// (decide, shared with ServeHTTP), then raw pooled connections to the
+// backend and strict response framing, with the guarantees below; fast.go
+// lists the few differences.
+//
 // The proxy needs two things of the gfe, behind the Planner interface: the
 // live table (routing.Table, loaded once per request) and a way to wake the
 // planner when outlier detection ejects a backend. It owns what lives on
@@ -34,5 +40,6 @@
 //   - Backends never see a client's X-Real-IP nor the gfe's own affinity
 //     cookie; a path with a dot segment is refused (400) before routing.
 //   - The common path does not allocate beyond net/http's own (copy
-//     buffers are pooled; TestProxyBytesPerRequest).
+//     buffers are pooled; TestProxyBytesPerRequest); the fast path does
+//     not allocate at all (TestFastPathAllocs, BenchmarkFastPath).
 package httpproxy

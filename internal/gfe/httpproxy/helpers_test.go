@@ -92,7 +92,7 @@ func member(t testing.TB, svc *routing.Service, addr string) *routing.Member {
 // pickAffinity picks for r, whose flow is k, by svc's session affinity,
 // as the proxy does.
 func pickAffinity(svc *routing.Service, r *http.Request, k routing.Flow, now time.Time, rnd func() uint64) (routing.Pick, routing.Cookie, error) {
-	return svc.PickAffinity(affinityRequest(svc.Affinity(), r, k), now, rnd)
+	return svc.PickAffinity(affinityRequest(svc.Affinity(), (*httpView)(r), k), now, rnd)
 }
 
 // do sends one request through the proxy in process, from client address
@@ -107,6 +107,9 @@ func do(t testing.TB, e *testGFE, method, remote string, body string, header htt
 	req.RemoteAddr = remote
 	for k, vs := range header {
 		req.Header[k] = vs
+	}
+	if viaFast {
+		return doFast(t, e.proxy, req)
 	}
 	w := httptest.NewRecorder()
 	e.proxy.ServeHTTP(w, req)

@@ -102,6 +102,10 @@ type Proxy struct {
 	h2c              *http.Transport
 	grpcTransport    http.RoundTripper
 	upgradeTransport http.RoundTripper
+	// dialer opens backend connections; fast pools the fast path's
+	// (fast.go).
+	dialer *net.Dialer
+	fast   fastPool
 }
 
 type pickKey struct{}
@@ -134,6 +138,7 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 		transport: tr,
 		streams:   newStreamTracker(),
 		h2c:       newH2CTransport(dialer),
+		dialer:    dialer,
 	}
 	if p.rand == nil {
 		p.rand = rand.Uint64
@@ -174,6 +179,7 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 func (p *Proxy) CloseIdleConnections() {
 	p.transport.CloseIdleConnections()
 	p.h2c.CloseIdleConnections()
+	p.fast.closeIdle()
 }
 
 // copyBufferSize is the size of the buffers ReverseProxy copies response
@@ -281,69 +287,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// no backend to bother (rapid reset, CVE-2023-44487).
 		return
 	}
-	t := p.planner.Table()
-	if t == nil {
-		http.Error(w, msgNoConfig, http.StatusServiceUnavailable)
+	d, no := p.decide((*httpView)(r), r.Host, r.URL.Path, r.Method, flowOf(r), start)
+	if no.status != 0 {
+		no.write(w)
 		return
 	}
-	if hasDotSegment(r.URL.Path) {
-		// Routes match path prefixes: "/a/../../etc/passwd" would match a
-		// route for "/a/" and reach a backend that resolves it elsewhere.
-		p.metrics.unrouted.WithLabelValues("", "400").Inc()
-		w.Header().Set("Connection", "close")
-		http.Error(w, msgBadPath, http.StatusBadRequest)
-		return
-	}
-	rt, ok := t.Config.Route(r.Host, r.URL.Path)
-	if !ok {
-		p.metrics.unrouted.WithLabelValues("", "404").Inc()
-		http.Error(w, msgNoRoute, http.StatusNotFound)
-		return
-	}
-	svc := t.Services[rt.Service]
-	if svc == nil {
-		http.Error(w, msgNoBackend, http.StatusServiceUnavailable)
-		return
-	}
-	if p.quota != nil {
-		if v := p.quota.Admit(t.Config, rt.Service, r, start); v.Status != 0 {
-			// Refused by quota: not demand, no backend involved.
-			if v.RetryAfter > 0 {
-				w.Header().Set("Retry-After", strconv.Itoa(int((v.RetryAfter+time.Second-1)/time.Second)))
-			}
-			// Counted by the Admitter (spillway_gfe_quota_decisions_total).
-			http.Error(w, v.Message, v.Status)
-			return
-		}
-	}
-	svc.Meters().Started()
+	rt, svc, pk, ck := d.route, d.svc, d.pick, d.cookie
 	defer svc.Meters().Ended()
-
-	var (
-		pk  routing.Pick
-		ck  routing.Cookie
-		err error
-	)
-	if a := svc.Affinity(); a != nil {
-		pk, ck, err = svc.PickAffinity(affinityRequest(a, r, flowOf(r)), start, p.rand)
-	} else {
-		pk, err = svc.PickAt(p.rand(), flowOf(r), start)
-	}
-	if err != nil {
-		svc.Meters().Failures.Add(1)
-		p.metrics.pickErrors.WithLabelValues(svc.Name(), routing.ErrorLabel(err)).Inc()
-		switch {
-		case errors.Is(err, routing.ErrAllBusy):
-			http.Error(w, msgAllBusy, http.StatusTooManyRequests)
-		case errors.Is(err, routing.ErrDrained):
-			w.Header().Set("Retry-After", DrainedRetryAfter)
-			http.Error(w, msgDrained, http.StatusServiceUnavailable)
-		default:
-			http.Error(w, msgNoBackend, http.StatusServiceUnavailable)
-		}
-		return
-	}
-	svc.Meters().Decisions[pk.Reason].Add(1)
 	ph := &pickHolder{pick: pk, svc: svc, retries: rt.Retries, perTry: rt.PerTryTimeout, attempts: 1, cookie: ck, secure: r.TLS != nil}
 	defer ph.cancelAttempts()
 	ph.body, _ = r.Body.(*clientbody.Body)
@@ -389,6 +339,133 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func noCancel() {}
+
+// requestView is what the steps every request takes before a backend
+// (decide) read of it, whichever path carries it: net/http's (httpView)
+// or the fast path's (FastRequest).
+type requestView interface {
+	// header returns the first value of the canonical header field name,
+	// or "".
+	header(name string) string
+	// cookie returns the value of the first cookie called name, or "".
+	cookie(name string) string
+	// quotaRequest returns the request as net/http's, for the Admitter.
+	quotaRequest() *http.Request
+	// fast reports whether the request came by the fast path, which asks
+	// the Admitter only when the config charges something (building its
+	// *http.Request costs allocations; the Admitter admits everything
+	// when nothing is charged).
+	fast() bool
+}
+
+// httpView is a net/http request as a requestView. It does not allocate.
+type httpView http.Request
+
+func (v *httpView) header(name string) string {
+	if vs := v.Header[name]; len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
+}
+func (v *httpView) cookie(name string) string   { return cookieValue(v.Header, name) }
+func (v *httpView) quotaRequest() *http.Request { return (*http.Request)(v) }
+func (v *httpView) fast() bool                  { return false }
+
+// refusal is an answer the gfe gives a request itself, without a backend.
+// The zero refusal (status 0) is none.
+type refusal struct {
+	status     int
+	msg        string
+	retryAfter string // Retry-After, "" for none
+	close      bool   // close the client connection after it
+}
+
+// write answers w with the refusal.
+func (no refusal) write(w http.ResponseWriter) {
+	if no.retryAfter != "" {
+		w.Header().Set("Retry-After", no.retryAfter)
+	}
+	if no.close {
+		w.Header().Set("Connection", "close")
+	}
+	http.Error(w, no.msg, no.status)
+}
+
+// decision is a request routed to a service, admitted and picked.
+type decision struct {
+	route  *config.Route
+	svc    *routing.Service
+	pick   routing.Pick
+	cookie routing.Cookie
+}
+
+// decide takes a request, read through v, for host and (decoded) path from
+// client flow k at now through the steps both the net/http path and the
+// fast path take before a backend: the live table, the dot-segment check,
+// the route, quota admission, and the pick by session affinity or the
+// service's policy. It counts what it refuses in the metrics and returns
+// the refusal's answer; otherwise the request is counted started on the
+// service's meters (the caller calls Meters().Ended() when it ends) and
+// its pick holds a backend slot (the caller releases it with Done). It does
+// not allocate unless quota charges the request or it is refused.
+func (p *Proxy) decide(v requestView, host, path, method string, k routing.Flow, now time.Time) (decision, refusal) {
+	t := p.planner.Table()
+	if t == nil {
+		return decision{}, refusal{status: http.StatusServiceUnavailable, msg: msgNoConfig}
+	}
+	if hasDotSegment(path) {
+		// Routes match path prefixes: "/a/../../etc/passwd" would match a
+		// route for "/a/" and reach a backend that resolves it elsewhere.
+		p.metrics.unrouted.WithLabelValues("", "400").Inc()
+		return decision{}, refusal{status: http.StatusBadRequest, msg: msgBadPath, close: true}
+	}
+	rt, ok := t.Config.Route(host, path)
+	if !ok {
+		p.metrics.unrouted.WithLabelValues("", "404").Inc()
+		return decision{}, refusal{status: http.StatusNotFound, msg: msgNoRoute}
+	}
+	svc := t.Services[rt.Service]
+	if svc == nil {
+		return decision{}, refusal{status: http.StatusServiceUnavailable, msg: msgNoBackend}
+	}
+	if p.quota != nil && (!v.fast() || len(t.Config.Quota.Charges) > 0) {
+		if qv := p.quota.Admit(t.Config, rt.Service, v.quotaRequest(), now); qv.Status != 0 {
+			// Refused by quota: not demand, no backend involved. Counted
+			// by the Admitter (spillway_gfe_quota_decisions_total).
+			no := refusal{status: qv.Status, msg: qv.Message}
+			if qv.RetryAfter > 0 {
+				no.retryAfter = strconv.Itoa(int((qv.RetryAfter + time.Second - 1) / time.Second))
+			}
+			return decision{}, no
+		}
+	}
+	svc.Meters().Started()
+	var (
+		pk  routing.Pick
+		ck  routing.Cookie
+		err error
+	)
+	if a := svc.Affinity(); a != nil {
+		pk, ck, err = svc.PickAffinity(affinityRequest(a, v, k), now, p.rand)
+	} else {
+		pk, err = svc.PickAt(p.rand(), k, now)
+	}
+	if err != nil {
+		svc.Meters().Ended()
+		svc.Meters().Failures.Add(1)
+		p.metrics.pickErrors.WithLabelValues(svc.Name(), routing.ErrorLabel(err)).Inc()
+		switch {
+		case errors.Is(err, routing.ErrAllBusy):
+			return decision{}, refusal{status: http.StatusTooManyRequests, msg: msgAllBusy}
+		case errors.Is(err, routing.ErrDrained):
+			return decision{}, refusal{status: http.StatusServiceUnavailable, msg: msgDrained, retryAfter: DrainedRetryAfter}
+		default:
+			return decision{}, refusal{status: http.StatusServiceUnavailable, msg: msgNoBackend}
+		}
+	}
+	svc.Meters().Decisions[pk.Reason].Add(1)
+	return decision{route: rt, svc: svc, pick: pk, cookie: ck}, refusal{}
+}
 
 // pickHolder is the context of a proxied request: the route's deadline,
 // and the pick of its current attempt, which Rewrite, retryTransport and
@@ -477,8 +554,14 @@ func hasDotSegment(p string) bool {
 // at now; an ejection is counted and wakes the planner, so that the next
 // table, built at once, leaves the host out.
 func (p *Proxy) report(h *pickHolder, r outlier.Result, now time.Time) {
-	if h.pick.Host != nil && h.pick.Host.Report(r, now) {
-		p.metrics.ejections.WithLabelValues(h.svc.Name()).Inc()
+	p.reportPick(h.svc, &h.pick, r, now)
+}
+
+// reportPick records result r of an attempt on pk, of service svc, with
+// outlier detection at now (see report).
+func (p *Proxy) reportPick(svc *routing.Service, pk *routing.Pick, r outlier.Result, now time.Time) {
+	if pk.Host != nil && pk.Host.Report(r, now) {
+		p.metrics.ejections.WithLabelValues(svc.Name()).Inc()
 		p.planner.Wake()
 	}
 }
@@ -495,8 +578,8 @@ func flowOf(r *http.Request) routing.Flow {
 }
 
 // affinityRequest returns what affinity a looks at in r, whose flow is k.
-// It does not allocate.
-func affinityRequest(a *routing.Affinity, r *http.Request, k routing.Flow) affinity.Request {
+// It does not allocate for net/http's requests.
+func affinityRequest(a *routing.Affinity, r requestView, k routing.Flow) affinity.Request {
 	req := affinity.Request{
 		ClientIP:   k.Src.Addr(),
 		ClientPort: k.Src.Port(),
@@ -506,11 +589,9 @@ func affinityRequest(a *routing.Affinity, r *http.Request, k routing.Flow) affin
 	}
 	switch {
 	case a.Cookie() != "":
-		req.Cookie = cookieValue(r.Header, a.Cookie())
+		req.Cookie = r.cookie(a.Cookie())
 	case a.Header() != "":
-		if v := r.Header[a.Header()]; len(v) > 0 {
-			req.Header = v[0]
-		}
+		req.Header = r.header(a.Header())
 	}
 	return req
 }

@@ -31,13 +31,25 @@ func observeAnswer(b *backend.Backend, resp *http.Response, latency time.Duratio
 		resp.Body = &grpcSignals{ReadCloser: resp.Body, resp: resp, b: b, latency: latency}
 		return
 	}
-	if rejected(resp) {
+	report := ""
+	if v := resp.Header[loadreport.Header]; len(v) > 0 {
+		report = v[0]
+	}
+	observeOutcome(b, rejected(resp), report, latency)
+}
+
+// observeOutcome counts an answer on b after latency: a rejection for
+// capacity when rejected, else an answer; and the load report in report
+// (an endpoint-load-metrics value, "" for none). Both the net/http path
+// (observeAnswer) and the fast path count through it.
+func observeOutcome(b *backend.Backend, rejected bool, report string, latency time.Duration) {
+	if rejected {
 		b.Observe(backend.OutcomeRejected, latency)
 	} else {
 		b.Observe(backend.OutcomeOK, latency)
 	}
-	if v := resp.Header[loadreport.Header]; len(v) > 0 {
-		if r, err := loadreport.Parse(v[0]); err == nil {
+	if report != "" {
+		if r, err := loadreport.Parse(report); err == nil {
 			b.ObserveLoad(r.Utilization())
 			if r.RPSFractional > 0 {
 				b.ObserveRate(r.RPSFractional)

@@ -32,6 +32,10 @@
 // (RFC 9112 §6.1), and an HTTP/2 connection over its reset budget
 // (Config.MaxEarlyResets) is closed.
 //
+// An http or https listener with fast_path serves plain HTTP/1.1 on the
+// gfe's own fast path and hands everything else, bytes replayed, to its
+// net/http server (fast.go).
+//
 // A snapshot whose certificates cannot be loaded is rejected (NACKed) and
 // changes nothing; a certificate file that turns bad later is logged and
 // the previous certificate keeps serving.

@@ -9,7 +9,19 @@ import (
 	"sync/atomic"
 )
 
-// handoff gives c to p's current generation, or closes it when p has none.
+// dispatch gives c, just accepted, to p's current generation: to its fast
+// path when it has one, else to its server (handoff). It does not block on
+// the fast path.
+func (p *port) dispatch(c net.Conn) {
+	if g := p.cur.Load(); g != nil && g.fast != nil {
+		g.fast.serve(c)
+		return
+	}
+	p.handoff(c)
+}
+
+// handoff gives c to p's current generation's server, or closes it when p
+// has none.
 func (p *port) handoff(c net.Conn) {
 	for {
 		g := p.cur.Load()

@@ -30,6 +30,7 @@ type listenerMetrics struct {
 	fdWaits     *prometheus.CounterVec
 	resetClosed *prometheus.CounterVec
 	ageClosed   *prometheus.CounterVec
+	fastPath    *prometheus.CounterVec
 }
 
 func newListenerMetrics(reg prometheus.Registerer) *listenerMetrics {
@@ -59,8 +60,12 @@ func newListenerMetrics(reg prometheus.Registerer) *listenerMetrics {
 		Name: "spillway_gfe_listener_fd_budget_waits_total",
 		Help: "Times an http or https listener stopped accepting because the file-descriptor budget of client connections was spent (it resumes when a connection closes), by listener.",
 	}, []string{"listener"})
+	m.fastPath = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "spillway_gfe_fast_path_total",
+		Help: "Request heads read by the HTTP/1.1 fast path of http listeners with fast_path, by listener and verdict (fast: served on the fast path; handoff: the connection went to net/http; reject: answered 400 or 431).",
+	}, []string{"listener", "verdict"})
 	if reg != nil {
-		reg.MustRegister(m.accepted, m.certReloads, m.bindErrors, m.fdWaits, m.resetClosed, m.ageClosed)
+		reg.MustRegister(m.accepted, m.certReloads, m.bindErrors, m.fdWaits, m.resetClosed, m.ageClosed, m.fastPath)
 	}
 	return m
 }
@@ -103,6 +108,10 @@ type Config struct {
 	// legitimate client cancels a few of its streams; an attacker resets
 	// nearly all of them.
 	MaxEarlyResets int
+	// FastPath turns on the fast path of the --listen listener
+	// (config.Listener.FastPath) while no configured listener takes its
+	// port.
+	FastPath bool
 }
 
 // Options are the listeners' dependencies.
@@ -120,6 +129,9 @@ type Options struct {
 	Clock clock.Clock
 	// Registry receives the listeners' metrics; nil registers them nowhere.
 	Registry prometheus.Registerer
+	// Fast serves the requests of http listeners with fast_path
+	// (httpproxy.Proxy); nil serves every listener with net/http.
+	Fast FastHandler
 	// Budget, when set, is the file-descriptor budget of client
 	// connections (fdlimit): an http or https listener takes
 	// HTTPConnFDs of it for each connection it accepts, and stops
@@ -193,6 +205,9 @@ type generation struct {
 	spec config.Listener
 	ln   *handoffListener
 	srv  *http.Server // http, https
+	// fast is the fast path of an http listener with fast_path, nil
+	// otherwise.
+	fast *fastServer
 	// tcp: ctx ends the listener's connections; cancel when done draining.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -332,7 +347,7 @@ func (m *Manager) Check() {
 // and every configured listener. Caller must hold m.mu.
 func (m *Manager) desiredLocked() map[int]config.Listener {
 	def := config.DefaultListener(config.ListenerHTTP)
-	def.Name, def.Port = defaultListenerName, m.defPort
+	def.Name, def.Port, def.FastPath = defaultListenerName, m.defPort, m.cfg.FastPath
 	want := map[int]config.Listener{m.defPort: def}
 	for _, l := range m.want {
 		want[l.Port] = l
@@ -417,6 +432,19 @@ func (m *Manager) startGenerationLocked(p *port, l config.Listener) {
 	switch l.Protocol {
 	case config.ListenerHTTP, config.ListenerHTTPS:
 		g.srv = m.newServer(p, l)
+		if l.FastPath {
+			if m.opts.Fast != nil {
+				g.fast = m.newFastServer(p, l)
+				if l.Protocol == config.ListenerHTTPS {
+					// The fast path does the handshakes (fast.go); the
+					// server gets *tls.Conn and serves h2 by their ALPN.
+					g.srv.TLSConfig.NextProtos = []string{"h2", "http/1.1"}
+					g.fast.tls = g.srv.TLSConfig.Clone() // net/http edits its own at Serve
+				}
+			} else {
+				m.log.Warn().Err(errNoFastHandler).Str("listener", l.Name).Send()
+			}
+		}
 	case config.ListenerTCP:
 		g.ctx, g.cancel = context.WithCancel(m.hardStop)
 	}
@@ -460,6 +488,10 @@ func (m *Manager) serve(g *generation) {
 	case config.ListenerHTTP:
 		err = g.srv.Serve(g.ln)
 	case config.ListenerHTTPS:
+		if g.fast != nil {
+			err = g.srv.Serve(g.ln) // the fast path handed over *tls.Conn
+			break
+		}
 		err = g.srv.ServeTLS(g.ln, "", "")
 	case config.ListenerTCP:
 		if m.opts.TCP == nil {
@@ -496,11 +528,18 @@ func (m *Manager) drain(g *generation) {
 // reports whether every connection finished in time.
 func (m *Manager) drainUntil(ctx context.Context, g *generation) bool {
 	if g.srv != nil {
+		fastDone := make(chan bool, 1)
+		if g.fast != nil {
+			go func() { fastDone <- g.fast.shutdown(ctx) }()
+		} else {
+			fastDone <- true
+		}
+		ok := true
 		if err := g.srv.Shutdown(ctx); err != nil {
 			g.srv.Close()
-			return false
+			ok = false
 		}
-		return true
+		return <-fastDone && ok
 	}
 	// tcp: the listener is closed; TCPServer.Serve returns once its connections
 	// are done, or when its context ends.
@@ -616,7 +655,7 @@ func (m *Manager) acceptLoop(p *port) {
 			c = fdlimit.Conn(c, budget, HTTPConnFDs)
 		}
 		p.accepted.Inc()
-		p.handoff(c)
+		p.dispatch(c)
 	}
 }
 

@@ -58,6 +58,9 @@ type connGuard struct {
 	// never). Immutable.
 	endAt time.Time
 	aged  atomic.Bool // a request found it past endAt
+	// tls is the TLS state of a connection the fast path handshook and
+	// handed over (replayConn), nil otherwise: its requests' r.TLS.
+	tls *tls.ConnectionState
 	// Accessed atomically.
 	streams atomic.Int64 // HTTP/2 requests whose handler ran
 	resets  atomic.Int64 // of those, reset by the client before they ended
@@ -66,16 +69,28 @@ type connGuard struct {
 
 // connContext returns the http.Server.ConnContext of listener l: it
 // attaches a connGuard to each connection's context, with the connection's
-// own age limit drawn in [0.9, 1.1] × l.MaxConnectionAge.
+// own age limit drawn in [0.9, 1.1] × l.MaxConnectionAge and the TLS state
+// of a connection the fast path handshook and handed over.
 func (m *Manager) connContext(l config.Listener) func(context.Context, net.Conn) context.Context {
 	return func(ctx context.Context, c net.Conn) context.Context {
 		g := &connGuard{conn: c}
-		if l.MaxConnectionAge > 0 {
-			age := time.Duration(float64(l.MaxConnectionAge) * (0.9 + 0.2*rand.Float64()))
-			g.endAt = m.clk.Now().Add(age)
+		if rc, ok := c.(*replayConn); ok {
+			g.tls = rc.tls
 		}
+		g.endAt = m.connectionEnd(l)
 		return context.WithValue(ctx, connKey{}, g)
 	}
+}
+
+// connectionEnd returns when a connection of listener l accepted now
+// reaches its max_connection_age, drawn in [0.9, 1.1] × MaxConnectionAge so
+// that connections opened together do not end together; zero when l has
+// none.
+func (m *Manager) connectionEnd(l config.Listener) time.Time {
+	if l.MaxConnectionAge <= 0 {
+		return time.Time{}
+	}
+	return m.clk.Now().Add(time.Duration(float64(l.MaxConnectionAge) * (0.9 + 0.2*rand.Float64())))
 }
 
 // end counts the end of an HTTP/2 stream, reset early or not, and reports
@@ -110,6 +125,11 @@ func (m *Manager) protect(next http.Handler, l config.Listener, resetClosed, age
 	}
 	lim := clientbody.Limits{IdleTimeout: l.RequestBodyTimeout}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS == nil && r.ProtoMajor == 1 {
+			if g, _ := r.Context().Value(connKey{}).(*connGuard); g != nil && g.tls != nil {
+				r.TLS = g.tls // handshook by the fast path (replayConn)
+			}
+		}
 		if r.Body != nil && r.Body != http.NoBody {
 			l := lim
 			if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {

@@ -1,0 +1,363 @@
+package listeners
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/gfe/h1"
+	"github.com/spillway-lb/spillway/internal/gfe/httpproxy"
+)
+
+// The split at accept (issue #14). An http or https listener with
+// fast_path reads each connection's request heads itself and parses them
+// with h1.Parse. An https listener's connections are handshaken here first
+// (the live certificates, as net/http would): ALPN h2 goes to net/http's
+// server at once as the *tls.Conn it is, http/1.1 or no ALPN stays.
+//
+//   - Fast: the request goes to Options.Fast (httpproxy.ServeFast), and
+//     the connection stays with the fast path for its next request.
+//   - HandOff (HTTP/2's preface, upgrades, Expect, chunked bodies, ...):
+//     the connection, with every byte read so far replayed first
+//     (replayConn), goes to the port's current net/http server generation
+//     as any connection did before, which then owns it: h2c, gRPC and
+//     WebSocket behave exactly as without a fast path. That holds for a
+//     later request of a kept-alive connection too.
+//   - Reject: 400 and close.
+//
+// The listener's limits hold as on net/http: read_header_timeout from the
+// connection's accept (its first request) or a request's first byte,
+// idle_timeout between requests, a head over max_header_bytes + 4096 bytes
+// (net/http's slack) 431, a Content-Length over max_request_body_bytes 413,
+// both with the connection closed; request_body_timeout bounds a pause in
+// a body (ServeFast). A fast connection holds its fd budget like any other
+// (the accept loop's), and belongs to the generation that accepted it: a
+// retired generation (settings changed, listener removed, shutdown) closes
+// its idle fast connections at once and the others after their current
+// answer, and whatever is left when the drain's time is up. A connection
+// it hands off goes to the port's current generation. An HTTP/1.1
+// connection handed off after a TLS handshake here reaches net/http as a
+// replayConn, not a *tls.Conn: protect restores its requests' r.TLS.
+
+// FastHandler serves the requests the fast path takes
+// (httpproxy.Proxy.ServeFast).
+type FastHandler interface {
+	// ServeFast forwards r and writes its answer to r.Out, flushed, and
+	// reports whether the connection may carry another request (then it
+	// consumed exactly r's head and body from r.Client).
+	ServeFast(r *httpproxy.FastRequest) bool
+}
+
+// headerSlack is what net/http's server reads beyond MaxHeaderBytes before
+// it answers 431 (its initial read limit is MaxHeaderBytes + 4096).
+const headerSlack = 4096
+
+// fastServer is the fast path of one generation of an http listener. Safe
+// for concurrent use.
+type fastServer struct {
+	// Immutable after newFastServer.
+	m       *Manager
+	p       *port
+	spec    config.Listener
+	h       FastHandler
+	bufSize int
+	fast    prometheus.Counter // requests served on the fast path
+	handoff prometheus.Counter // connections handed to net/http
+	reject  prometheus.Counter // heads rejected (400) or too large (431)
+	age     prometheus.Counter // connections ended for max_connection_age
+	pool    sync.Pool          // of *httpproxy.FastRequest with their buffers
+	// tls, for an https listener, is the server configuration of its
+	// handshakes (ALPN h2 and http/1.1); nil for http.
+	tls *tls.Config
+
+	wg sync.WaitGroup // the connections' goroutines
+
+	mu      sync.Mutex
+	conns   map[*fastConn]struct{} // guarded by mu
+	closing bool                   // guarded by mu
+}
+
+// fastConn is one client connection on the fast path.
+type fastConn struct {
+	c  net.Conn
+	fr *httpproxy.FastRequest // its request state, for Abort
+	// Guarded by fastServer.mu.
+	idle   bool // waiting for the next request's first byte
+	closed bool // closed by the server's drain
+	// state is an https connection's TLS state after its handshake.
+	state *tls.ConnectionState
+	// endAt is when it reaches max_connection_age (zero: never).
+	endAt time.Time
+	aged  bool // its age was reached and counted
+}
+
+func (m *Manager) newFastServer(p *port, l config.Listener) *fastServer {
+	fs := &fastServer{m: m, p: p, spec: l, h: m.opts.Fast, bufSize: l.MaxHeaderBytes + headerSlack, conns: map[*fastConn]struct{}{}}
+	fs.fast = m.metrics.fastPath.WithLabelValues(l.Name, "fast")
+	fs.handoff = m.metrics.fastPath.WithLabelValues(l.Name, "handoff")
+	fs.reject = m.metrics.fastPath.WithLabelValues(l.Name, "reject")
+	fs.age = m.metrics.ageClosed.WithLabelValues(l.Name)
+	return fs
+}
+
+// serve takes c, just accepted, onto the fast path in a goroutine of its
+// own. It does not block.
+func (fs *fastServer) serve(c net.Conn) {
+	fc := &fastConn{c: c, fr: fs.getRequest(c), endAt: fs.m.connectionEnd(fs.spec)}
+	fs.mu.Lock()
+	if fs.closing {
+		fs.mu.Unlock()
+		fs.putRequest(fc.fr)
+		fs.p.dispatch(c) // a newer generation takes it, or the port is closing
+		return
+	}
+	fs.conns[fc] = struct{}{}
+	fs.wg.Add(1)
+	fs.mu.Unlock()
+	go fs.serveConn(fc)
+}
+
+// forget stops tracking fc.
+func (fs *fastServer) forget(fc *fastConn) {
+	fs.mu.Lock()
+	delete(fs.conns, fc)
+	fs.mu.Unlock()
+}
+
+// setIdle marks fc idle (waiting for a request) or busy (reading or
+// serving one). It reports false when fc must close instead: the drain
+// closed it, or it would become idle while the server drains.
+func (fs *fastServer) setIdle(fc *fastConn, idle bool) bool {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fc.closed || (idle && fs.closing) {
+		return false
+	}
+	fc.idle = idle
+	return true
+}
+
+func (fs *fastServer) getRequest(c net.Conn) *httpproxy.FastRequest {
+	fr, _ := fs.pool.Get().(*httpproxy.FastRequest)
+	if fr == nil {
+		fr = &httpproxy.FastRequest{Client: bufio.NewReaderSize(nil, fs.bufSize), Out: bufio.NewWriterSize(nil, 4<<10)}
+	}
+	fr.Client.Reset(c)
+	fr.Out.Reset(c)
+	fr.Conn = c
+	fr.Remote, fr.Local = addrPort(c.RemoteAddr()), addrPort(c.LocalAddr())
+	fr.BodyTimeout = fs.spec.RequestBodyTimeout
+	fr.TLS = false
+	fr.Close = false
+	fr.Reset()
+	return fr
+}
+
+func (fs *fastServer) putRequest(fr *httpproxy.FastRequest) {
+	fr.Client.Reset(nil)
+	fr.Out.Reset(nil)
+	fr.Conn = nil
+	fs.pool.Put(fr)
+}
+
+// addrPort returns a's address and port, zero when a is not TCP.
+func addrPort(a net.Addr) netip.AddrPort {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.AddrPort()
+	}
+	return netip.AddrPort{}
+}
+
+// The fixed answers of the fast path's listener side, as net/http's server
+// words them.
+const (
+	answer400 = "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request"
+	answer431 = "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n431 Request Header Fields Too Large"
+	answer413 = "HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nContent-Length: 23\r\nConnection: close\r\n\r\nrequest body too large\n"
+)
+
+// serveConn serves fc's requests until it closes or is handed off.
+func (fs *fastServer) serveConn(fc *fastConn) {
+	defer fs.wg.Done()
+	c, fr := fc.c, fc.fr
+	handedOff := false
+	defer func() {
+		fs.forget(fc)
+		if !handedOff {
+			fc.c.Close()
+		}
+		fs.putRequest(fr)
+	}()
+	l := &fs.spec
+	c.SetReadDeadline(time.Now().Add(l.ReadHeaderTimeout))
+	if fs.tls != nil {
+		// https: the handshake within read_header_timeout (net/http bounds
+		// it so too). ALPN h2 goes to net/http at once, as it is; http/1.1
+		// or none stays.
+		tc := tls.Server(c, fs.tls)
+		c.SetDeadline(time.Now().Add(l.ReadHeaderTimeout))
+		if err := tc.Handshake(); err != nil {
+			fs.m.log.Debug().Err(err).Str("listener", l.Name).Str("client", fr.Remote.String()).Msg("fast path: TLS handshake")
+			return
+		}
+		c.SetDeadline(time.Time{})
+		if tc.ConnectionState().NegotiatedProtocol == "h2" {
+			fs.handoff.Inc()
+			fs.forget(fc)
+			handedOff = true
+			fs.p.handoff(tc)
+			return
+		}
+		state := tc.ConnectionState()
+		fc.state = &state
+		c = tc
+		fr.Client.Reset(c)
+		fr.Out.Reset(c)
+		fr.Conn = c
+		fr.TLS = true
+		c.SetReadDeadline(time.Now().Add(l.ReadHeaderTimeout))
+	}
+	for first := true; ; first = false {
+		if !first {
+			// Between requests: idle_timeout until the next one's first
+			// byte, then read_header_timeout for its head.
+			if !fs.setIdle(fc, true) {
+				return
+			}
+			if fr.Client.Buffered() == 0 {
+				c.SetReadDeadline(time.Now().Add(l.IdleTimeout))
+				if _, err := fr.Client.Peek(1); err != nil {
+					return
+				}
+			}
+			if !fs.setIdle(fc, false) {
+				return
+			}
+			c.SetReadDeadline(time.Now().Add(l.ReadHeaderTimeout))
+		}
+		n, v, ok := fs.readHead(fr)
+		if !ok {
+			return
+		}
+		switch {
+		case v == h1.Reject:
+			fs.reject.Inc()
+			fs.m.log.Debug().Str("listener", l.Name).Str("client", fr.Remote.String()).Str("why", fr.Head.Why).Msg("fast path: request head rejected")
+			c.Write([]byte(answer400))
+			return
+		case v == h1.HandOff:
+			fs.handoff.Inc()
+			buf, _ := fr.Client.Peek(fr.Client.Buffered())
+			rc := &replayConn{Conn: c, buf: append([]byte(nil), buf...), tls: fc.state}
+			c.SetReadDeadline(time.Time{})
+			fs.forget(fc)
+			handedOff = true
+			fs.p.handoff(rc)
+			return
+		case l.MaxRequestBodyBytes > 0 && fr.Head.ContentLength > l.MaxRequestBodyBytes:
+			c.Write([]byte(answer413))
+			return
+		}
+		fs.fast.Inc()
+		if !fc.endAt.IsZero() && !fs.m.clk.Now().Before(fc.endAt) {
+			// Past max_connection_age: this answer closes the connection.
+			fr.Close = true
+			if !fc.aged {
+				fc.aged = true
+				fs.age.Inc()
+			}
+		}
+		fr.HeadLen = n
+		c.SetReadDeadline(time.Time{})
+		if !fs.h.ServeFast(fr) {
+			return
+		}
+	}
+}
+
+// readHead reads and parses the next request head of fr's connection; ok
+// is false when the connection must close (read error or timeout, or a
+// head too large, answered 431).
+func (fs *fastServer) readHead(fr *httpproxy.FastRequest) (n int, v h1.Verdict, ok bool) {
+	br := fr.Client
+	for {
+		buf, _ := br.Peek(br.Buffered())
+		n, v, err := h1.Parse(buf, &fr.Head)
+		if err == nil {
+			return n, v, true
+		}
+		if len(buf) >= fs.bufSize {
+			fs.reject.Inc()
+			fr.Conn.Write([]byte(answer431))
+			return 0, 0, false
+		}
+		if _, err := br.Peek(len(buf) + 1); err != nil {
+			return 0, 0, false
+		}
+	}
+}
+
+// shutdown drains fs: idle connections close at once, busy ones after
+// their current answer; when ctx ends first the rest are closed. It
+// reports whether every connection finished in time.
+func (fs *fastServer) shutdown(ctx context.Context) bool {
+	fs.mu.Lock()
+	fs.closing = true
+	for fc := range fs.conns {
+		if fc.idle {
+			fc.closed = true
+			fc.c.Close()
+		}
+	}
+	fs.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		fs.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+	}
+	fs.mu.Lock()
+	for fc := range fs.conns {
+		fc.closed = true
+		fc.c.Close()
+		fc.fr.Abort()
+	}
+	fs.mu.Unlock()
+	<-done
+	return false
+}
+
+// replayConn is a connection handed to net/http after the fast path read
+// from it: its reads return buf first, then the connection's bytes. Over
+// TLS, net/http cannot see the handshake the fast path did (it looks for
+// a *tls.Conn); connContext and protect give its requests tls as r.TLS.
+type replayConn struct {
+	net.Conn
+	buf []byte
+	tls *tls.ConnectionState // nil for cleartext
+}
+
+func (c *replayConn) Read(p []byte) (int, error) {
+	if len(c.buf) > 0 {
+		n := copy(p, c.buf)
+		c.buf = c.buf[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// errNoFastHandler is logged when a listener asks for the fast path and
+// the gfe has none.
+var errNoFastHandler = errors.New("fast_path is set but the gfe has no fast handler; serving with net/http")
