@@ -3,6 +3,7 @@ package httpproxy
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -378,17 +379,32 @@ func (fp *fastPool) closeIdle() {
 	}
 }
 
-// dialFast opens a connection to addr, by deadline if set.
-func (p *Proxy) dialFast(addr string, deadline time.Time) (*backendConn, error) {
+// dialFast opens a connection to addr, by deadline if set, and within
+// perTry (> 0) on the proxy's clock: perTryExpired says that is what
+// ended a failed dial.
+func (p *Proxy) dialFast(addr string, deadline time.Time, perTry time.Duration) (bc *backendConn, perTryExpired bool, err error) {
 	d := *p.dialer
 	if !deadline.IsZero() && (d.Deadline.IsZero() || deadline.Before(d.Deadline)) {
 		d.Deadline = deadline
 	}
-	c, err := d.Dial("tcp", addr)
-	if err != nil {
-		return nil, err
+	ctx := context.Background()
+	var fired atomic.Bool
+	if perTry > 0 {
+		// On the proxy's clock, like the wait for the answer's head.
+		dctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		t := p.clk.AfterFunc(perTry, func() {
+			fired.Store(true)
+			cancel()
+		})
+		defer t.Stop()
+		ctx = dctx
 	}
-	return &backendConn{c: c, br: bufio.NewReaderSize(c, fastReadBuffer), bw: bufio.NewWriterSize(c, fastWriteBuffer)}, nil
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fired.Load(), err
+	}
+	return &backendConn{c: c, br: bufio.NewReaderSize(c, fastReadBuffer), bw: bufio.NewWriterSize(c, fastWriteBuffer)}, false, nil
 }
 
 // attemptErr classifies how an attempt of the fast path failed.
@@ -564,15 +580,26 @@ func (p *Proxy) fastAttempt(x *fastExchange) attemptErr {
 		bc = nil
 	}
 	reused := bc != nil
+	var perTry time.Duration // bounds the attempt, dial included, when it may be sent again
+	if mayRedial {
+		perTry = d.route.PerTryTimeout
+	}
 	for {
 		if bc == nil {
-			var err error
-			if bc, err = p.dialFast(addr, x.deadline); err != nil {
-				if !x.deadline.IsZero() && !time.Now().Before(x.deadline) {
+			bc2, dialExpired, err := p.dialFast(addr, x.deadline, perTry)
+			if err != nil {
+				switch {
+				case !x.deadline.IsZero() && !time.Now().Before(x.deadline):
 					return attemptTimeout
+				case dialExpired:
+					// A host that drops SYNs (its link is down) answers
+					// nothing: leave it at per_try_timeout, as net/http's
+					// path does (retryTransport).
+					return attemptPerTry
 				}
 				return attemptDial
 			}
+			bc = bc2
 		}
 		if !fr.useBackend(bc.c) {
 			bc.c.Close()
@@ -583,9 +610,9 @@ func (p *Proxy) fastAttempt(x *fastExchange) attemptErr {
 		// attempt that may be sent again.
 		bc.c.SetDeadline(x.deadline)
 		var pt *perTryTimer
-		if d.route.PerTryTimeout > 0 && mayRedial {
+		if perTry > 0 {
 			pt = &perTryTimer{c: bc.c}
-			pt.t = p.clk.AfterFunc(d.route.PerTryTimeout, pt.fire)
+			pt.t = p.clk.AfterFunc(perTry, pt.fire)
 		}
 		writeRequestHead(bc.bw, fr, d, addr)
 		if !bodyless {

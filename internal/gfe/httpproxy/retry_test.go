@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"io"
 	"maps"
 	"net"
@@ -12,8 +11,11 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -405,10 +407,11 @@ func TestPerTryTimeout(t *testing.T) {
 // one backend host whose link went down): at site nyc, whose idle waterfall
 // plan row is us-east only, a GET whose us-east backend is unreachable is
 // retried in eu-west, the site's next region, not in us-east's other zone;
-// with the route's one retry, every request is answered by eu-west. Two
+// with the route's one retry, every request is answered by eu-west. Three
 // ways a backend is unreachable: no response headers within per_try_timeout
-// (a host that vanished with the request in flight), and a refused
-// connection.
+// (a host that vanished with the request in flight), a connection that
+// does not complete within per_try_timeout (a host whose link is down
+// drops the SYNs), and a refused connection.
 func TestRetryLeavesUnreachableRegion(t *testing.T) {
 	const requests = 4
 	t.Run("per-try timeout", func(t *testing.T) {
@@ -443,6 +446,33 @@ func TestRetryLeavesUnreachableRegion(t *testing.T) {
 			t.Errorf("answers %v, us-east got %d, eu-west %d; want %d × 200 from eu-west after %d per-try timeouts in us-east", answered, hits(), far.hits.Load(), requests, requests)
 		}
 	})
+	t.Run("connection never completes", func(t *testing.T) {
+		hanging := [2]string{hangingAddr(t), hangingAddr(t)}
+		far := newTestBackend(t, "eu-west")
+		regions := []gfetest.Region{
+			{Name: "us-east", Zones: []gfetest.Zone{{Name: "us-east-b", Addrs: []string{hanging[0]}}, {Name: "us-east-c", Addrs: []string{hanging[1]}}}},
+			{Name: "eu-west", Zones: []gfetest.Zone{{Name: "eu-west-b", Addrs: []string{far.addr()}}}},
+		}
+		e, clk := sessionEdge(t, gfetest.SessionConfig(t, "waterfall", regions, "", ", timeout: 10s, per_try_timeout: 300ms"))
+		answered := map[string]int{}
+		for i := range requests {
+			done := make(chan *httptest.ResponseRecorder, 1)
+			go func() { done <- do(t, e, "GET", "192.0.2.1:1", "", nil) }()
+			// The attempt is dialling a us-east backend that never
+			// answers; the per-try timer (on the fake clock) ends it.
+			clk.BlockUntil(context.Background(), 1)
+			clk.Advance(300 * time.Millisecond)
+			select {
+			case w := <-done:
+				answered[fmt.Sprintf("%d %s", w.Code, w.Header().Get("X-Spillway-Backend"))]++
+			case <-time.After(5 * time.Second):
+				t.Fatalf("request %d: no answer 5 s after its per-try timeout", i)
+			}
+		}
+		if answered["200 eu-west"] != requests || far.hits.Load() != requests {
+			t.Errorf("answers %v, eu-west got %d; want %d × 200 from eu-west", answered, far.hits.Load(), requests)
+		}
+	})
 	t.Run("connection refused", func(t *testing.T) {
 		var closed [2]string
 		for i := range closed {
@@ -468,4 +498,39 @@ func TestRetryLeavesUnreachableRegion(t *testing.T) {
 			t.Errorf("answers %v, eu-west got %d; want %d × 200 from eu-west", answered, far.hits.Load(), requests)
 		}
 	})
+}
+
+// hangingAddr returns a loopback address where a connection never
+// completes, as at a host whose link is down: a listening socket with a
+// backlog of 0 whose one queued connection is never accepted, so that the
+// kernel drops every further SYN.
+func hangingAddr(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+	// Fill the accept queue; until the queue is full, a dial completes.
+	for i := 0; ; i++ {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err != nil {
+			return addr // a SYN was dropped: the queue is full
+		}
+		t.Cleanup(func() { c.Close() })
+		if i == 8 {
+			t.Fatalf("%s still completes connections after %d", addr, i+1)
+		}
+	}
 }
