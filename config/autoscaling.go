@@ -108,25 +108,28 @@ type Autoscaling struct {
 // under 10% over 1 minute or after a 15-minute idle timeout, and a pending
 // wait of max(10s, 3.5 × cold start). MaxInstances is 0: autoscaling off.
 func DefaultAutoscaling() Autoscaling {
+	d := autoscale.DefaultConfig(0, 0) // the rules' own defaults, in one place
 	return Autoscaling{
-		CPUsPerInstance:           1,
-		MaxConcurrencyPerInstance: 80, // Cloud Run: 80 per vCPU
-		CPUTarget:                 0.6,
-		ConcurrencyTarget:         0.6,
-		ColdStart:                 10 * time.Second,
-		CPUWindow:                 time.Minute,
-		ConcurrencyWindow:         time.Minute,
-		ConcurrencyLongWindow:     10 * time.Minute,
-		ACTInterval:               time.Second,
-		ACTHighCPU:                0.9,
-		ACTLowCPU:                 0.7,
-		Tolerance:                 0.1,
-		DemotedIdleUtilization:    0.1,
-		DemotedIdleWindow:         time.Minute,
-		DemotedKeepFraction:       0.5,
-		IdleTimeout:               15 * time.Minute,
-		MinPendingWait:            10 * time.Second,
-		PendingWaitColdStarts:     3.5,
+		CPUsPerInstance:           d.CPUsPerInstance,
+		MaxConcurrencyPerInstance: d.MaxConcurrencyPerInstance,
+		CPUTarget:                 d.CPUTarget,
+		ConcurrencyTarget:         d.ConcurrencyTarget,
+		ColdStart:                 d.ColdStart,
+		CPUWindow:                 d.CPUWindow,
+		ConcurrencyWindow:         d.ConcurrencyWindow,
+		ConcurrencyLongWindow:     d.ConcurrencyLongWindow,
+		ACTInterval:               d.ACTInterval,
+		ACTHighCPU:                d.ACTHighCPU,
+		ACTLowCPU:                 d.ACTLowCPU,
+		Tolerance:                 d.Tolerance,
+		DemotedIdleUtilization:    d.DemotedIdleUtilization,
+		DemotedIdleWindow:         d.DemotedIdleWindow,
+		DemotedKeepFraction:       d.DemotedKeepFraction,
+		IdleTimeout:               d.IdleTimeout,
+		// d.MaxPendingWait is max(MinPendingWait, PendingWaitColdStarts ×
+		// ColdStart) for these defaults (35 s).
+		MinPendingWait:        10 * time.Second,
+		PendingWaitColdStarts: 3.5,
 	}
 }
 
