@@ -176,9 +176,10 @@ listeners:
 	if err != nil {
 		t.Fatalf("admin /metrics during the flood: %v", err)
 	}
-	refused := metricSum(metrics, `spillway_gfe_tcp_refused_total{listener="db",reason="fd_budget"}`)
-	waits := metricSum(metrics, `spillway_gfe_listener_fd_budget_waits_total{listener="listen"}`)
-	used, budget := metricSum(metrics, "spillway_gfe_fd_budget_used"), metricSum(metrics, "spillway_gfe_fd_budget")
+	m := parseMetrics(t, strings.NewReader(metrics))
+	refused := m.value("spillway_gfe_tcp_refused_total", "listener=db", "reason=fd_budget")
+	waits := m.value("spillway_gfe_listener_fd_budget_waits_total", "listener=listen")
+	used, budget := m.value("spillway_gfe_fd_budget_used"), m.value("spillway_gfe_fd_budget")
 	t.Logf("fd budget %v, used %v; tcp refused for the budget %v; http accept waits %v", budget, used, refused, waits)
 	if budget <= 0 || budget >= fdLimit {
 		t.Errorf("spillway_gfe_fd_budget = %v, want in (0, %d)", budget, fdLimit)
@@ -192,16 +193,4 @@ listeners:
 	if strings.Contains(p.Output(), "too many open files") {
 		t.Errorf("the gfe ran out of file descriptors:\n%s", tail(p.Output(), 2000))
 	}
-}
-
-// metricSum returns the value of the Prometheus text exposition line that
-// starts with series (0 if none).
-func metricSum(text, series string) float64 {
-	for line := range strings.SplitSeq(text, "\n") {
-		if rest, ok := strings.CutPrefix(line, series+" "); ok {
-			v, _ := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-			return v
-		}
-	}
-	return 0
 }

@@ -179,7 +179,7 @@ func TestQuotaSharedAcrossReplicas(t *testing.T) {
 	if ok < 29 || ok > 32 {
 		failOpen := 0.0
 		for _, g := range c.GFEs {
-			failOpen += scrapeMetric(t, g.Admin+"/metrics", `spillway_gfe_quota_decisions_total{result="fail_open"}`)
+			failOpen += metricValue(t, g.Admin+"/metrics", "spillway_gfe_quota_decisions_total", "result=fail_open")
 		}
 		t.Errorf("greedy: %d admitted of 120 through two replicas (%v failing open), want 30 (29..32: one count in Redis; ~60 if each replica counted alone)", ok, failOpen)
 	}
@@ -204,23 +204,4 @@ func TestQuotaSharedAcrossReplicas(t *testing.T) {
 			t.Errorf("cp-%d /status: store %q, quota %+v; want redis, greedy calls 30 used of 30 (default)", k+1, st.QuotaStore, st.Quota)
 		}
 	}
-}
-
-// scrapeMetric returns the value of series on the Prometheus page at url
-// (0 if absent).
-func scrapeMetric(t *testing.T, url, series string) float64 {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, series+" "); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			return f
-		}
-	}
-	return 0
 }

@@ -425,7 +425,7 @@ func TestRetriesEndToEnd(t *testing.T) {
 		cl.Timeout = 5 * time.Minute
 		clients = append(clients, cl)
 	}
-	retriesBefore := metricValue(t, gf.Admin+"/metrics", "spillway_gfe_retries_total", `service="web"`)
+	retriesBefore := metricValue(t, gf.Admin+"/metrics", "spillway_gfe_retries_total", "service=web")
 	statuses := map[int]int{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -468,7 +468,7 @@ func TestRetriesEndToEnd(t *testing.T) {
 	}
 	wg.Wait()
 	took := time.Since(start)
-	retries := metricValue(t, gf.Admin+"/metrics", "spillway_gfe_retries_total", `service="web"`) - retriesBefore
+	retries := metricValue(t, gf.Admin+"/metrics", "spillway_gfe_retries_total", "service=web") - retriesBefore
 	t.Logf("%d GETs: statuses %v; killed the fifth instance at %v with %d in flight there, %d in all; %v retries; done in %v", n, statuses, killedAt, atExtra, total, retries, took)
 	if statuses[200] != n {
 		t.Errorf("statuses %v, want all %d 200", statuses, n)
@@ -503,7 +503,7 @@ func TestOutlierEjectionEndToEnd(t *testing.T) {
 	addrs := sessAddrs(c.Spec)
 	bad := "us-east-c-1"
 	postAdmin(t, "http://"+addrs[bad]+"/admin/fault?status=500")
-	ejBefore := metricValue(t, gf.Admin+"/metrics", "spillway_gfe_outlier_ejections_total", `service="web"`)
+	ejBefore := metricValue(t, gf.Admin+"/metrics", "spillway_gfe_outlier_ejections_total", "service=web")
 
 	const workers = 4
 	var mu sync.Mutex
@@ -550,7 +550,7 @@ func TestOutlierEjectionEndToEnd(t *testing.T) {
 		}
 	}
 	st, err := sessStats(addrs[bad])
-	ejections := metricValue(t, gf.Admin+"/metrics", "spillway_gfe_outlier_ejections_total", `service="web"`) - ejBefore
+	ejections := metricValue(t, gf.Admin+"/metrics", "spillway_gfe_outlier_ejections_total", "service=web") - ejBefore
 	t.Logf("5 s with %d workers: %d ok, %d other; 5xx bursts %v, gaps %v; instance faulted %d (%v); %v ejections", workers, ok.Load(), other.Load(), sizes, gaps, st.Faulted, err, ejections)
 	// Ejected at the 3rd 5xx for 2 s, then for 4 s (its second ejection):
 	// two bursts in 5 s, 2 s apart.

@@ -2,12 +2,8 @@ package e2e
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"os"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,28 +11,6 @@ import (
 	"github.com/spillway-lb/spillway/internal/gfe/status"
 	"github.com/spillway-lb/spillway/internal/topology"
 )
-
-// metricValue returns the sum of the samples of metric (any labels matching
-// labelSubstr) on a /metrics page.
-func metricValue(t *testing.T, url, metric, labelSubstr string) float64 {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(metric) + `(\{[^}]*\})? ([0-9.e+-]+)$`)
-	var sum float64
-	for _, m := range re.FindAllStringSubmatch(string(body), -1) {
-		if !strings.Contains(m[1], labelSubstr) {
-			continue
-		}
-		v, _ := strconv.ParseFloat(m[2], 64)
-		sum += v
-	}
-	return sum
-}
 
 func configVersions(t *testing.T, c *topology.Cluster) map[string]string {
 	t.Helper()
@@ -86,7 +60,7 @@ func TestStaticStabilityAndMembership(t *testing.T) {
 		if err != nil {
 			t.Fatalf("control plane never logged the rejected field path: %v", err)
 		}
-		if f := metricValue(t, cpMetrics, "spillway_controlplane_config_last_reload_successful", ""); f != 0 {
+		if f := metricValue(t, cpMetrics, "spillway_controlplane_config_last_reload_successful"); f != 0 {
 			t.Errorf("config_last_reload_successful = %v after a bad reload, want 0", f)
 		}
 		res := load(t, c, rates, 2*time.Second)

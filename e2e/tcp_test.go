@@ -246,34 +246,6 @@ func tcpAdminPost(ctx context.Context, path string) (string, error) {
 	return string(b), nil
 }
 
-// tcpMetric returns the value of the sample of metric name whose labels
-// include every one of labels ("k=v"), from a Prometheus text exposition.
-func tcpMetric(ctx context.Context, adminURL, name string, labels ...string) (float64, error) {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, adminURL+"/metrics", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-lines:
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") {
-			continue
-		}
-		for _, l := range labels {
-			k, v, _ := strings.Cut(l, "=")
-			if !strings.Contains(line, k+`="`+v+`"`) {
-				continue lines
-			}
-		}
-		return strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-	}
-	return 0, sc.Err()
-}
-
 // tcpPlan returns the gfe's current plan row of service db, as shares by
 // region and by group.
 func tcpPlan(ctx context.Context, gf *topology.GFE) (regions, groups map[string]float64, err error) {
@@ -520,11 +492,11 @@ func TestTCPProxyEndToEnd(t *testing.T) {
 	if body, err := tcpAdminPost(ctx, "/admin/close?instance="+victim); err != nil || !strings.Contains(body, `"closed":0`) {
 		t.Errorf("/admin/close on %s = %q, %v; want nothing left to close", victim, body, err)
 	}
-	if got, err := tcpMetric(ctx, gf.Admin, "spillway_gfe_tcp_closed_total", "service=db", "reason=unhealthy"); err != nil || got != 25 {
-		t.Errorf("spillway_gfe_tcp_closed_total{reason=unhealthy} = %v, %v; want 25", got, err)
+	if got := metricValue(t, gf.Admin+"/metrics", "spillway_gfe_tcp_closed_total", "service=db", "reason=unhealthy"); got != 25 {
+		t.Errorf("spillway_gfe_tcp_closed_total{reason=unhealthy} = %v; want 25", got)
 	}
-	if got, err := tcpMetric(ctx, gf.Admin, "spillway_gfe_tcp_open_connections", "service=db", "backend="+addrOf[victim]); err != nil || got != 0 {
-		t.Errorf("open connections of %s = %v, %v; want 0", victim, got, err)
+	if got := metricValue(t, gf.Admin+"/metrics", "spillway_gfe_tcp_open_connections", "service=db", "backend="+addrOf[victim]); got != 0 {
+		t.Errorf("open connections of %s = %v; want 0", victim, got)
 	}
 
 	// The 25 clients reconnect: none lands on the unhealthy instance, and
@@ -549,7 +521,7 @@ func TestTCPProxyEndToEnd(t *testing.T) {
 	now := append(others, re...)
 	planRegions, planGroups = tcpWaitPlan(t, gf, 75.0/200)
 	tcpCheckSpread(t, "after reconnecting", now, insts, planRegions, planGroups)
-	if got, err := tcpMetric(ctx, gf.Admin, "spillway_gfe_tcp_open_connections", "service=db", "backend="+addrOf["eu-west-b-t1"]); err != nil || got == 0 {
-		t.Errorf("open connections of eu-west-b-t1 in /metrics = %v, %v; want its connections", got, err)
+	if got := metricValue(t, gf.Admin+"/metrics", "spillway_gfe_tcp_open_connections", "service=db", "backend="+addrOf["eu-west-b-t1"]); got == 0 {
+		t.Errorf("open connections of eu-west-b-t1 in /metrics = %v; want its connections", got)
 	}
 }

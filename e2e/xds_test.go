@@ -429,7 +429,7 @@ func TestXDSClientDemandIsPlanned(t *testing.T) {
 		t.Fatalf("the nyc gfe's plan did not count the xDS client's 250 calls/s: %v", err)
 	}
 	t.Logf("nyc's plan spilled 0.24 to eu-west %v after the xDS client started", time.Since(start).Round(time.Millisecond))
-	if d := metricValue(t, metrics, "spillway_controlplane_xds_client_demand", `site="nyc"`); d < 225 || d > 275 {
+	if d := metricValue(t, metrics, "spillway_controlplane_xds_client_demand", "site=nyc"); d < 225 || d > 275 {
 		t.Errorf("control plane reports nyc's xDS demand %.1f calls/s, want 250 ±10%%", d)
 	}
 	got, err := regionSplit(ctx, client, 1000, 8) // on top of the load: the row moves a little; the client still spills
