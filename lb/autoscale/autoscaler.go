@@ -3,6 +3,8 @@ package autoscale
 import (
 	"math"
 	"time"
+
+	"github.com/spillway-lb/spillway/lb/autoscale/internal/window"
 )
 
 // Sample is what a group did during one tick, as a controller (or a
@@ -93,7 +95,7 @@ type Autoscaler struct {
 	cfg Config
 
 	// Owned by the caller of Tick.
-	cpu, conc, concLong window
+	cpu, conc, concLong window.Mean
 	lastActive          time.Time // last tick with a request or one in flight
 	recommended         int
 	sets                []demotedSet
@@ -106,9 +108,9 @@ type Autoscaler struct {
 type demotedSet struct {
 	n        int
 	keep     bool
-	since    time.Time // demoted at
-	lastBusy time.Time // last tick it served overflow
-	util     window    // per-instance utilization of the demoted instances
+	since    time.Time   // demoted at
+	lastBusy time.Time   // last tick it served overflow
+	util     window.Mean // per-instance utilization of the demoted instances
 }
 
 // New returns an Autoscaler for cfg, which must be valid (Config.Validate),
@@ -117,9 +119,9 @@ type demotedSet struct {
 func New(cfg Config, initial int, now time.Time) *Autoscaler {
 	return &Autoscaler{
 		cfg:         cfg,
-		cpu:         window{span: cfg.CPUWindow},
-		conc:        window{span: cfg.ConcurrencyWindow},
-		concLong:    window{span: cfg.ConcurrencyLongWindow},
+		cpu:         window.Mean{Span: cfg.CPUWindow},
+		conc:        window.Mean{Span: cfg.ConcurrencyWindow},
+		concLong:    window.Mean{Span: cfg.ConcurrencyLongWindow},
 		lastActive:  now,
 		recommended: min(max(initial, cfg.MinInstances), cfg.MaxInstances),
 	}
@@ -153,9 +155,9 @@ func ceil(x float64) int {
 // (fractional, before rounding): cores / CPUsPerInstance / CPUTarget, etc.
 func (a *Autoscaler) needs(act float64) (cpu, conc, actN float64) {
 	c := a.cfg
-	cpu = a.cpu.mean() / c.CPUsPerInstance / c.CPUTarget
-	short := a.conc.mean()
-	conc = max(short, a.concLong.mean()) / float64(c.MaxConcurrencyPerInstance) / c.ConcurrencyTarget
+	cpu = a.cpu.Value() / c.CPUsPerInstance / c.CPUTarget
+	short := a.conc.Value()
+	conc = max(short, a.concLong.Value()) / float64(c.MaxConcurrencyPerInstance) / c.ConcurrencyTarget
 	actN = short / act / c.ConcurrencyTarget
 	return cpu, conc, actN
 }
@@ -182,9 +184,9 @@ func (a *Autoscaler) needs(act float64) (cpu, conc, actN float64) {
 //   - Stopped counts demoted instances whose rule stops them at now.
 func (a *Autoscaler) Tick(now time.Time, s Sample) Decision {
 	c := a.cfg
-	a.cpu.add(now, s.CPUCores)
-	a.conc.add(now, s.Concurrency)
-	a.concLong.add(now, s.Concurrency)
+	a.cpu.Add(now, s.CPUCores)
+	a.conc.Add(now, s.Concurrency)
+	a.concLong.Add(now, s.Concurrency)
 	active := s.Requests > 0 || s.Concurrency > 0
 	if active {
 		a.lastActive = now
@@ -285,7 +287,7 @@ func (a *Autoscaler) resize(now time.Time, n int, d *Decision) {
 				continue
 			}
 			set.since, set.lastBusy = now, now
-			set.util = window{span: a.cfg.DemotedIdleWindow}
+			set.util = window.Mean{Span: a.cfg.DemotedIdleWindow}
 			a.sets = append(a.sets, set)
 		}
 	}
@@ -303,7 +305,7 @@ func (a *Autoscaler) serveDemoted(now time.Time, concurrency float64, n int, act
 	overflow := max(0, concurrency-float64(n)*act)
 	util := min(1, overflow/(float64(demoted)*float64(a.cfg.MaxConcurrencyPerInstance)))
 	for i := range a.sets {
-		a.sets[i].util.add(now, util)
+		a.sets[i].util.Add(now, util)
 		if overflow > 0 {
 			a.sets[i].lastBusy = now
 		}
@@ -319,7 +321,7 @@ func (a *Autoscaler) stop(now time.Time) int {
 		if s.keep {
 			done = !now.Before(s.lastBusy.Add(a.cfg.IdleTimeout))
 		} else {
-			done = !now.Before(s.since.Add(a.cfg.DemotedIdleWindow)) && s.util.mean() < a.cfg.DemotedIdleUtilization
+			done = !now.Before(s.since.Add(a.cfg.DemotedIdleWindow)) && s.util.Value() < a.cfg.DemotedIdleUtilization
 		}
 		if done {
 			stopped += s.n

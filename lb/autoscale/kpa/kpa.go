@@ -36,6 +36,8 @@ package kpa
 import (
 	"math"
 	"time"
+
+	"github.com/spillway-lb/spillway/lb/autoscale/internal/window"
 )
 
 // Config holds the KPA's parameters.
@@ -83,7 +85,7 @@ type Decision struct {
 // Autoscaler is one revision's KPA. It is not safe for concurrent use.
 type Autoscaler struct {
 	cfg          Config
-	stable, pnc  window
+	stable, pnc  window.Mean
 	panicTime    time.Time // zero: not in panic
 	maxPanicPods int
 	desired      int
@@ -96,8 +98,8 @@ type Autoscaler struct {
 func New(cfg Config, initial int, now time.Time) *Autoscaler {
 	return &Autoscaler{
 		cfg:         cfg,
-		stable:      window{span: cfg.StableWindow},
-		pnc:         window{span: cfg.PanicWindow},
+		stable:      window.Mean{Span: cfg.StableWindow},
+		pnc:         window.Mean{Span: cfg.PanicWindow},
 		desired:     initial,
 		lastTraffic: now,
 	}
@@ -106,8 +108,8 @@ func New(cfg Config, initial int, now time.Time) *Autoscaler {
 // Observe records the revision's concurrency at now (requests in flight on
 // pods plus those buffered at the activator); called once a second.
 func (a *Autoscaler) Observe(now time.Time, concurrency float64) {
-	a.stable.add(now, concurrency)
-	a.pnc.add(now, concurrency)
+	a.stable.Add(now, concurrency)
+	a.pnc.Add(now, concurrency)
 	if concurrency > 0 {
 		a.lastTraffic = now
 	}
@@ -129,8 +131,8 @@ func (a *Autoscaler) Scale(now time.Time, readyPods int, activated bool) Decisio
 		maxDown = int(math.Floor(ready / c.MaxScaleDownRate))
 	}
 	clamp := func(n int) int { return min(max(n, maxDown), maxUp) }
-	dspc := clamp(ceil(a.stable.mean() / c.Target))
-	dppc := clamp(ceil(a.pnc.mean() / c.Target))
+	dspc := clamp(ceil(a.stable.Value() / c.Target))
+	dppc := clamp(ceil(a.pnc.Value() / c.Target))
 	over := float64(dppc)/ready >= c.PanicThreshold
 	switch {
 	case over:
@@ -163,37 +165,4 @@ func ceil(x float64) int {
 		return 0
 	}
 	return int(math.Ceil(x - 1e-9))
-}
-
-// window is the mean of the samples of the last span.
-type window struct {
-	span time.Duration
-	at   []time.Time
-	val  []float64
-}
-
-// add records v at now and forgets samples at or before now − span.
-func (w *window) add(now time.Time, v float64) {
-	w.at = append(w.at, now)
-	w.val = append(w.val, v)
-	cut, i := now.Add(-w.span), 0
-	for i < len(w.at) && !w.at[i].After(cut) {
-		i++
-	}
-	if i > 0 {
-		w.at = append(w.at[:0], w.at[i:]...)
-		w.val = append(w.val[:0], w.val[i:]...)
-	}
-}
-
-// mean returns the mean of the samples in the window, 0 if none.
-func (w *window) mean() float64 {
-	if len(w.val) == 0 {
-		return 0
-	}
-	var s float64
-	for _, v := range w.val {
-		s += v
-	}
-	return s / float64(len(w.val))
 }
