@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -25,19 +24,9 @@ func runAutoscale(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(fs.Output(), "usage: lbsim autoscale --trace FILE [--json]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "lbsim autoscale: "+format+"\n", a...)
-		fs.Usage()
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		return usageErr("unexpected argument %q", fs.Arg(0))
+	usageErr, code, ok := parseArgs(fs, args, stderr)
+	if !ok {
+		return code
 	}
 	if *tracePath == "" {
 		return usageErr("--trace is required")
@@ -87,16 +76,8 @@ func runAutoscaleBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(fs.Output(), "usage: lbsim autoscale-bench [--json]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "lbsim autoscale-bench: unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
-		return exitUsage
+	if _, code, ok := parseArgs(fs, args, stderr); !ok {
+		return code
 	}
 	m := sim.DefaultAutoscaleModel()
 	rs := sim.RunAutoscaleBench(m)

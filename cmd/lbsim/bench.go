@@ -31,19 +31,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(fs.Output(), "usage: lbsim bench --scenario FILE [--json] [--series FILE.csv] [--policies LIST] [--steps N]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "lbsim bench: "+format+"\n", a...)
-		fs.Usage()
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		return usageErr("unexpected argument %q", fs.Arg(0))
+	usageErr, code, ok := parseArgs(fs, args, stderr)
+	if !ok {
+		return code
 	}
 	if *scenarioPath == "" {
 		return usageErr("--scenario is required")

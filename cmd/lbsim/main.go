@@ -113,19 +113,9 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(fs.Output(), "usage: lbsim plan --scenario FILE --policy POLICY [--scope SCOPE] [--json]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage // the flag package has printed the error and usage
-	}
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "lbsim plan: "+format+"\n", a...)
-		fs.Usage()
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		return usageErr("unexpected argument %q", fs.Arg(0))
+	usageErr, code, ok := parseArgs(fs, args, stderr)
+	if !ok {
+		return code
 	}
 	if *scenarioPath == "" {
 		return usageErr("--scenario is required")
@@ -188,4 +178,27 @@ func names[T ~string](list []T) string {
 		s[i] = string(v)
 	}
 	return strings.Join(s, ", ")
+}
+
+// parseArgs parses args into fs (named "lbsim CMD", with its Usage set) and
+// refuses positional arguments. When ok is false the command returns code:
+// exitOK for -h, exitUsage otherwise, the problem and the usage printed.
+// usageErr prints a usage problem the command finds itself, with the
+// usage, and returns exitUsage.
+func parseArgs(fs *flag.FlagSet, args []string, stderr io.Writer) (usageErr func(format string, a ...any) int, code int, ok bool) {
+	usageErr = func(format string, a ...any) int {
+		fmt.Fprintf(stderr, fs.Name()+": "+format+"\n", a...)
+		fs.Usage()
+		return exitUsage
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return usageErr, exitOK, false
+		}
+		return usageErr, exitUsage, false // the flag package has printed the error and usage
+	}
+	if fs.NArg() > 0 {
+		return usageErr, usageErr("unexpected argument %q", fs.Arg(0)), false
+	}
+	return usageErr, 0, true
 }
