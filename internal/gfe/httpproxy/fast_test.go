@@ -141,18 +141,46 @@ func TestFastPathSemantics(t *testing.T) {
 // rawBackend is a backend that answers every request on a connection with
 // the next of its canned raw responses, and records the requests' heads.
 type rawBackend struct {
-	ln    net.Listener
-	heads chan string
+	address string
+	heads   chan string
 }
 
 func newRawBackend(t testing.TB, responses ...string) *rawBackend {
 	t.Helper()
+	b := &rawBackend{heads: make(chan string, 100)}
+	b.address = serveTCP(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for _, resp := range responses {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			head, _ := httputil.DumpRequest(req, false)
+			io.Copy(io.Discard, req.Body)
+			b.heads <- string(head)
+			if _, err := io.WriteString(c, resp); err != nil {
+				return
+			}
+			if strings.Contains(resp, "Connection: close") || !strings.Contains(resp, "Content-Length") && !strings.Contains(resp, "chunked") && !strings.HasPrefix(resp[9:], "204") && !strings.HasPrefix(resp[9:], "304") {
+				return
+			}
+		}
+	})
+	return b
+}
+
+func (b *rawBackend) addr() string { return b.address }
+
+// serveTCP serves handle on every connection to a new loopback listener,
+// each in its own goroutine, closing the connection when handle returns,
+// until the test ends; it returns the listener's address.
+func serveTCP(tb testing.TB, handle func(net.Conn)) string {
+	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	b := &rawBackend{ln: ln, heads: make(chan string, 100)}
-	t.Cleanup(func() { ln.Close() })
+	tb.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -161,29 +189,12 @@ func newRawBackend(t testing.TB, responses ...string) *rawBackend {
 			}
 			go func() {
 				defer c.Close()
-				br := bufio.NewReader(c)
-				for _, resp := range responses {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					head, _ := httputil.DumpRequest(req, false)
-					io.Copy(io.Discard, req.Body)
-					b.heads <- string(head)
-					if _, err := io.WriteString(c, resp); err != nil {
-						return
-					}
-					if strings.Contains(resp, "Connection: close") || !strings.Contains(resp, "Content-Length") && !strings.Contains(resp, "chunked") && !strings.HasPrefix(resp[9:], "204") && !strings.HasPrefix(resp[9:], "304") {
-						return
-					}
-				}
+				handle(c)
 			}()
 		}
 	}()
-	return b
+	return ln.Addr().String()
 }
-
-func (b *rawBackend) addr() string { return b.ln.Addr().String() }
 
 // fastEdge returns a proxy whose one route goes to addrs, round robin.
 func fastEdge(t testing.TB, routeExtra string, addrs ...string) *testGFE {
@@ -321,31 +332,18 @@ func TestFastPathKeepAlive(t *testing.T) {
 // it was idle is not used for a request with a body (which could not be
 // sent again): the fast path notices and dials afresh.
 func TestFastPathStaleConnection(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	closed := make(chan struct{}, 10)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				// One answer, then the backend's idle timeout closes it.
-				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err == nil {
-					io.Copy(io.Discard, req.Body)
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-				}
-				c.Close()
-				closed <- struct{}{}
-			}()
+	addr := serveTCP(t, func(c net.Conn) {
+		// One answer, then the backend's idle timeout closes it.
+		req, err := http.ReadRequest(bufio.NewReader(c))
+		if err == nil {
+			io.Copy(io.Discard, req.Body)
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 		}
-	}()
-	regions := []gfetest.Region{{Name: "us-east", Zones: []gfetest.Zone{{Name: "us-east-b", Addrs: []string{ln.Addr().String()}}}}}
+		c.Close()
+		closed <- struct{}{}
+	})
+	regions := []gfetest.Region{{Name: "us-east", Zones: []gfetest.Zone{{Name: "us-east-b", Addrs: []string{addr}}}}}
 	e, clk := sessionEdge(t, gfetest.SessionConfig(t, "round_robin", regions, "", ", retries: 0"))
 	post := "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc"
 	for i := range 2 {
@@ -477,36 +475,21 @@ func (fb *fastBench) one(tb testing.TB) {
 // TestFastPathAllocs counts the gfe's allocations alone).
 func newKeepAliveBackend(tb testing.TB) string {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { ln.Close() })
-	go func() {
+	return serveTCP(tb, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		resp := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nok\n")
 		for {
-			c, err := ln.Accept()
+			line, err := br.ReadSlice('\n')
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				resp := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nok\n")
-				for {
-					line, err := br.ReadSlice('\n')
-					if err != nil {
-						return
-					}
-					if len(line) == 2 { // the empty line ending a head
-						if _, err := c.Write(resp); err != nil {
-							return
-						}
-					}
+			if len(line) == 2 { // the empty line ending a head
+				if _, err := c.Write(resp); err != nil {
+					return
 				}
-			}()
+			}
 		}
-	}()
-	return ln.Addr().String()
+	})
 }
 
 // BenchmarkFastPath measures one proxied GET through the fast path, from
