@@ -80,8 +80,10 @@
 // calls over LRS (xdsexport.LoadReports); each interval the component
 // gossips them as this replica's SiteDemand, which every gfe and the
 // export itself add to the site's demand (routing.GossipPeers). The
-// replica's gossip state has two writers, the health manager (groups) and
-// the export (site demand): statePublisher keeps each one's part.
+// replica's gossip state has several writers, the health manager
+// (groups), the export (site demand) and, once the autoscaler runs here,
+// the lease elector (claims, through lease.GossipMedium.SetLeases):
+// statePublisher composes them, keeping each one's part.
 //
 // # Admin
 //

@@ -9,7 +9,8 @@ import (
 
 // statePublisher is the one place that publishes this replica's gossip
 // state. Its parts come from different components — the health manager's
-// groups (Publish), the xDS export's site demand (SetSiteDemand) — and
+// groups (Publish), the xDS export's site demand (SetSiteDemand), the
+// autoscaler's lease claims (SetLeases, for lease.GossipMedium) — and
 // gossip carries one NodeState per node, so a publish of one part must
 // keep the others. Safe for concurrent use.
 type statePublisher struct {
@@ -34,9 +35,22 @@ func (p *statePublisher) Changes() <-chan struct{} { return p.g.Changes() }
 func (p *statePublisher) Publish(s gossip.NodeState) (uint64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s.SiteDemand = p.last.SiteDemand
+	s.SiteDemand, s.Leases = p.last.SiteDemand, p.last.Leases
 	p.last = s
 	return p.g.Publish(s)
+}
+
+// SetLeases publishes claims as the state's Leases, keeping the other
+// parts. It publishes a newer version every time, changed or not: that is
+// how a holder renews its claims (lease.GossipMedium.SetLeases).
+func (p *statePublisher) SetLeases(claims map[string]uint64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.last
+	s.Leases = claims
+	p.last = s
+	_, err := p.g.Publish(s)
+	return err
 }
 
 // SetSiteDemand publishes d as the state's SiteDemand (the xDS clients'

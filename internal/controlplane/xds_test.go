@@ -86,9 +86,10 @@ func TestXDSClientDemandIsPlanned(t *testing.T) {
 	}
 }
 
-// TestStatePublisherKeepsParts: the health manager's groups and the xDS
-// export's site demand are parts of one gossip state; publishing one keeps
-// the other, and an unchanged demand publishes nothing.
+// TestStatePublisherKeepsParts: the health manager's groups, the xDS
+// export's site demand and the lease claims are parts of one gossip state;
+// publishing one keeps the others, an unchanged demand publishes nothing,
+// and every SetLeases publishes (a renewal).
 func TestStatePublisherKeepsParts(t *testing.T) {
 	g := newFakeGossip("cp-1")
 	p := newStatePublisher(g)
@@ -110,12 +111,22 @@ func TestStatePublisherKeepsParts(t *testing.T) {
 	if _, n, _ := g.lastPublished(); n != 2 {
 		t.Fatalf("an unchanged demand published again (%d publishes)", n)
 	}
+	if err := p.SetLeases(map[string]uint64{"east": 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetLeases(map[string]uint64{"east": 2}); err != nil { // a renewal
+		t.Fatal(err)
+	}
+	st, n, _ = g.lastPublished()
+	if n != 4 || len(st.Groups) != 1 || st.SiteDemand["nyc"]["web"] != 50 || st.Leases["east"] != 2 {
+		t.Fatalf("after SetLeases twice: %d publishes, %+v; want 4 (a renewal publishes) with groups, demand and leases", n, st)
+	}
 	if _, err := p.Publish(gossip.NodeState{Kind: gossip.KindControlPlane}); err != nil {
 		t.Fatal(err)
 	}
 	st, n, _ = g.lastPublished()
-	if n != 3 || len(st.Groups) != 0 || st.SiteDemand["nyc"]["web"] != 50 {
-		t.Fatalf("after the health manager's publish: %d publishes, %+v; want its groups (none) and the demand kept", n, st)
+	if n != 5 || len(st.Groups) != 0 || st.SiteDemand["nyc"]["web"] != 50 || st.Leases["east"] != 2 {
+		t.Fatalf("after the health manager's publish: %d publishes, %+v; want its groups (none) with the demand and leases kept", n, st)
 	}
 }
 

@@ -27,13 +27,14 @@ type GossipMedium struct {
 	// plane's Config.Replicas): any gossip member can claim to be a
 	// control plane. Nil counts every control plane.
 	Replicas map[string]bool
-	// State, if set, returns the rest of the state this node publishes
-	// (the control plane's Groups); Publish sets its Kind and Leases. In
-	// the daemon the health manager publishes the node's state too: it
-	// must then carry the Elector's claims, or each would erase the
-	// other's fields. Nil publishes a control-plane state with leases
-	// only.
-	State func() gossip.NodeState
+	// SetLeases, if set, publishes claims as the Leases of the node's
+	// state, keeping the state's other parts: in the daemon, where the
+	// health manager and the xDS export publish parts of the same state,
+	// it is the control plane's statePublisher.SetLeases, the one place
+	// that composes them. It must publish a newer version on every call,
+	// changed or not: a newer version is what renews the claims. Nil
+	// publishes, on Node, a control-plane state with the leases only.
+	SetLeases func(claims map[string]uint64) error
 	// ChangesCh, if set, is the channel Changes returns: the node's
 	// Changes channel has one receiver, which in the daemon is the health
 	// manager, so the Elector then relies on its RenewEvery ticks or on a
@@ -71,13 +72,13 @@ func (g *GossipMedium) Changes() <-chan struct{} { return g.ChangesCh }
 // Publish publishes the node's state with claims as its Leases. gossip's
 // Publish does no I/O: it queues the state for the node's sender.
 func (g *GossipMedium) Publish(claims map[string]uint64) error {
-	var s gossip.NodeState
-	if g.State != nil {
-		s = g.State()
+	var err error
+	if g.SetLeases != nil {
+		err = g.SetLeases(claims)
+	} else {
+		_, err = g.Node.Publish(gossip.NodeState{Kind: gossip.KindControlPlane, Leases: claims})
 	}
-	s.Kind = gossip.KindControlPlane
-	s.Leases = claims
-	if _, err := g.Node.Publish(s); err != nil {
+	if err != nil {
 		return fmt.Errorf("lease: publish claims: %w", err)
 	}
 	return nil
