@@ -326,10 +326,12 @@ func parseLength(v []byte) (int64, bool) {
 		if c < '0' || c > '9' {
 			return 0, false
 		}
-		n = n*10 + int64(c-'0')
-		if n > maxContentLength {
+		// Check before multiplying: n*10 must not wrap around int64.
+		d := int64(c - '0')
+		if n > (maxContentLength-d)/10 {
 			return 0, false
 		}
+		n = n*10 + d
 	}
 	return n, true
 }

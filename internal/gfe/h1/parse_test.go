@@ -64,6 +64,9 @@ var smuggling = []struct {
 	{"cl hex", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0x10\r\n\r\n", Reject},
 	{"cl empty", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length:\r\n\r\n", Reject},
 	{"cl overflow", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n", Reject},
+	{"cl wraps int64", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 9227000000000000000\r\n\r\n", Reject},
+	{"cl at bound", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4611686018427387904\r\n\r\n", Fast},
+	{"cl past bound", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4611686018427387905\r\n\r\n", Reject},
 	{"cl space before colon", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length : 5\r\n\r\n", Reject},
 	// Line endings and control characters.
 	{"bare lf request line", "GET / HTTP/1.1\nHost: a\r\n\r\n", Reject},

@@ -214,10 +214,11 @@ func ParseChunkSize(line []byte) (n int64, ok bool) {
 		default:
 			return 0, false
 		}
-		n = n<<4 | int64(d)
-		if n > maxContentLength {
+		// Check before shifting: n<<4 must not wrap around int64.
+		if n > (maxContentLength-int64(d))>>4 {
 			return 0, false
 		}
+		n = n<<4 | int64(d)
 	}
 	return n, true
 }

@@ -34,6 +34,7 @@ var responses = []struct {
 
 	{name: "te with cl", head: "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", bad: true},
 	{name: "cl twice", head: "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n", bad: true},
+	{name: "cl wraps int64", head: "HTTP/1.1 200 OK\r\nContent-Length: 9227000000000000000\r\n\r\n", bad: true},
 	{name: "cl sign", head: "HTTP/1.1 200 OK\r\nContent-Length: +3\r\n\r\n", bad: true},
 	{name: "te gzip", head: "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", bad: true},
 	{name: "te in http/1.0", head: "HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", bad: true},
@@ -89,6 +90,8 @@ func TestParseChunkSize(t *testing.T) {
 		{"0", 0, true}, {"1a", 26, true}, {"FF", 255, true}, {"5;name=v", 5, true}, {"5 ;x", 5, true},
 		{"", 0, false}, {"-1", 0, false}, {"0x5", 0, false}, {"5\x00", 0, false}, {"5;\x01", 0, false},
 		{"11111111111111111", 0, false}, {"7fffffffffffffff", 0, false}, {" 5", 0, false},
+		{"ffffffffffffffff", 0, false}, {"8000000000000000", 0, false}, // wrap around int64
+		{"4000000000000000", 1 << 62, true}, {"4000000000000001", 0, false},
 	} {
 		n, ok := ParseChunkSize([]byte(tc.line))
 		if n != tc.n || ok != tc.ok {
