@@ -84,6 +84,23 @@ type NodeState struct {
 	// replica renews by publishing newer states, and drops by publishing
 	// one without it. Only KindControlPlane; terms are > 0.
 	Leases map[string]uint64 `json:"leases,omitempty"`
+	// Autoscaled maps instance group name to the instances that this
+	// control plane replica's autoscaler runs for the group (it holds the
+	// group's lease; package internal/autoscale/controller): instances
+	// started, not yet stopped, and not draining. Every replica adds them
+	// to the group in the configuration it serves. Only KindControlPlane;
+	// group names and addresses are non-empty.
+	Autoscaled map[string][]AutoscaledInstance `json:"autoscaled,omitempty"`
+}
+
+// AutoscaledInstance is one instance an autoscaler started.
+type AutoscaledInstance struct {
+	// Address is where the instance serves, host:port.
+	Address string `json:"address"`
+	// Demoted says the autoscaler scaled the instance down: it gets
+	// traffic only when the group's other instances are busy
+	// (config.Instance.Demoted).
+	Demoted bool `json:"demoted,omitempty"`
 }
 
 // GroupState is the health of one instance group as the control plane
@@ -189,6 +206,19 @@ func (s *NodeState) validate() error {
 			bad("state.leases[%q]: term must be > 0", name)
 		}
 	}
+	if len(s.Autoscaled) > 0 && s.Kind != KindControlPlane {
+		bad("state.autoscaled: only for kind %q, got kind %q", KindControlPlane, s.Kind)
+	}
+	for _, g := range sortedKeys(s.Autoscaled) {
+		if g == "" {
+			bad("state.autoscaled: empty group name")
+		}
+		for i, in := range s.Autoscaled[g] {
+			if in.Address == "" {
+				bad("state.autoscaled[%q][%d].address: required", g, i)
+			}
+		}
+	}
 	if len(errs) == 0 {
 		return nil
 	}
@@ -234,6 +264,12 @@ func (s NodeState) Clone() NodeState {
 		}
 	}
 	c.Leases = maps.Clone(s.Leases)
+	if s.Autoscaled != nil {
+		c.Autoscaled = make(map[string][]AutoscaledInstance, len(s.Autoscaled))
+		for g, ins := range s.Autoscaled {
+			c.Autoscaled[g] = slices.Clone(ins)
+		}
+	}
 	c.Groups = slices.Clone(s.Groups)
 	for i := range c.Groups {
 		c.Groups[i].HealthyInstances = slices.Clone(s.Groups[i].HealthyInstances)

@@ -31,6 +31,7 @@ func cpState() NodeState {
 		},
 		SiteDemand: map[string]map[string]float64{"paris": {"web": 40}},
 		Leases:     map[string]uint64{"eu-west-b": 4},
+		Autoscaled: map[string][]AutoscaledInstance{"eu-west-b": {{Address: "10.0.0.9:80"}, {Address: "10.0.0.8:80", Demoted: true}}},
 	}
 }
 
@@ -88,6 +89,15 @@ func TestValidateRemote(t *testing.T) {
 			"state.site_demand: empty site name",
 			`state.site_demand["nyc"]["web"]: must be finite and >= 0, got -2`,
 		}},
+		{name: "bad autoscaled", base: cpState, mutate: func(s *NodeState) {
+			s.Autoscaled = map[string][]AutoscaledInstance{"": {{Address: "a:1"}}, "g": {{Address: ""}}}
+		}, wantErr: []string{
+			"state.autoscaled: empty group name",
+			`state.autoscaled["g"][0].address: required`,
+		}},
+		{name: "autoscaled of a gfe", base: gfeState, mutate: func(s *NodeState) {
+			s.Autoscaled = map[string][]AutoscaledInstance{"g": {{Address: "a:1"}}}
+		}, wantErr: []string{`state.autoscaled: only for kind "controlplane", got kind "gfe"`}},
 		{name: "site demand of a gfe", base: gfeState, mutate: func(s *NodeState) {
 			s.SiteDemand = map[string]map[string]float64{"nyc": {"web": 1}}
 		}, wantErr: []string{`state.site_demand: only for kind "controlplane", got kind "gfe"`}},
@@ -138,6 +148,11 @@ func TestCloneSharesNothing(t *testing.T) {
 		}
 		for k := range c.Leases {
 			c.Leases[k] = 99
+		}
+		for _, ins := range c.Autoscaled {
+			for i := range ins {
+				ins[i].Address = "scribbled"
+			}
 		}
 		for i := range c.Groups {
 			c.Groups[i].Healthy = -1
