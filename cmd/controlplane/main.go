@@ -14,6 +14,10 @@
 //	    [--replicas cp-1,cp-2,...] [--xds-listen ADDR --xds-allowed-clients LIST
 //	     [--xds-plan-interval 500ms] [--xds-damping 0.5] [--xds-envoy-listen 0.0.0.0:10000]
 //	     [--xds-load-report-interval 1s]]
+//	    [--autoscale-provider process|exec --autoscale-command CMD
+//	     [--autoscale-ports 9300-9399] [--autoscale-host 127.0.0.1]
+//	     [--autoscale-drain-timeout 10s] [--autoscale-exec-timeout 5m]
+//	     [--autoscale-tick 1s] [--autoscale-drain-delay 5s] [--autoscale-lease-ttl 10s]]
 //	    [--log-format auto|json|console]
 //	    [--log-level info]
 //
@@ -34,6 +38,15 @@
 // uses the same CA, certificate and key as the control-plane gRPC, with
 // its own allow list, --xds-allowed-clients.
 //
+// With --autoscale-provider the control plane runs the autoscaler of every
+// instance group with an autoscaling block (package
+// internal/autoscale/controller): one replica per group at a time, by a
+// lease over gossip. It starts instances through the provider — local
+// processes from the --autoscale-command template over .Name, .Address,
+// .Host, .Port, .Group, .Region, .Zone and .Index, or an operator's hook —
+// adds them to their group in the snapshots it serves, answers the gfes'
+// RequestCapacity, and drains and stops the instances the rules stop.
+//
 // Every flag can also be set from the environment as SPILLWAY_CP_<FLAG>,
 // upper-cased with dashes as underscores (SPILLWAY_CP_GOSSIP_ADDR=...); a flag
 // on the command line wins. (Variables SPILLWAY_REGIONS_*, SPILLWAY_SERVICES_*
@@ -51,10 +64,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -64,6 +79,7 @@ import (
 	"github.com/spf13/viper"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/spillway-lb/spillway/internal/autoscale/provider"
 	"github.com/spillway-lb/spillway/internal/controlplane"
 	"github.com/spillway-lb/spillway/internal/daemonflags"
 	"github.com/spillway-lb/spillway/internal/logging"
@@ -177,6 +193,15 @@ func parseFlags(args []string) (*viper.Viper, error) {
 	fs.Float64("xds-damping", d.XDS.Damping, "fraction of the way the xDS plan moves toward the newest plan per interval, as the gfe's --damping (0,1]")
 	fs.String("xds-envoy-listen", d.XDS.EnvoyListen, "host:port of the listener served to Envoy clients (node.user_agent_name envoy)")
 	fs.Duration("xds-load-report-interval", d.XDS.LoadReportInterval, "how often xDS clients report their calls (LRS), which the plan counts as their site's demand; 0 = no load reporting")
+	fs.String("autoscale-provider", "", "run the autoscaler of the groups with an autoscaling block: process (local processes from --autoscale-command) or exec (--autoscale-command per scale event); empty: off")
+	fs.String("autoscale-command", "", `the instance command (process: argv templates over .Name .Address .Host .Port .Group .Region .Zone .Index) or the hook (exec); a JSON array, or words split at spaces`)
+	fs.String("autoscale-ports", "", "FIRST-LAST: the ports process instances listen on")
+	fs.String("autoscale-host", "127.0.0.1", "the host of process instances' addresses")
+	fs.Duration("autoscale-drain-timeout", 10*time.Second, "how long a stopped process instance may drain after SIGTERM before it is killed")
+	fs.Duration("autoscale-exec-timeout", 5*time.Minute, "bound on one run of the exec hook")
+	fs.Duration("autoscale-tick", time.Second, "how often the autoscaling rules run")
+	fs.Duration("autoscale-drain-delay", 5*time.Second, "how long an instance is out of the snapshot before it is stopped")
+	fs.Duration("autoscale-lease-ttl", 10*time.Second, "how long a group's autoscaler lease outlives its holder's last renewal (and the wait before a starting replica takes any)")
 	fs.String("log-format", "auto", "json, console, or auto (console on a terminal)")
 	fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -224,6 +249,11 @@ func daemonConfig(v *viper.Viper, args []string) (controlplane.Config, []string,
 	cfg.XDS.Damping = v.GetFloat64("xds-damping")
 	cfg.XDS.EnvoyListen = v.GetString("xds-envoy-listen")
 	cfg.XDS.LoadReportInterval = v.GetDuration("xds-load-report-interval")
+	as, err := autoscaleConfig(v)
+	if err != nil {
+		return cfg, nil, err
+	}
+	cfg.Autoscale = as
 	cfg.NodeName = v.GetString("node")
 	if cfg.NodeName == "" {
 		host, err := os.Hostname()
@@ -246,4 +276,34 @@ func daemonConfig(v *viper.Viper, args []string) (controlplane.Config, []string,
 		return cfg, nil, err
 	}
 	return cfg, warnings, nil
+}
+
+// autoscaleConfig reads the --autoscale-* flags.
+func autoscaleConfig(v *viper.Viper) (controlplane.AutoscaleConfig, error) {
+	c := controlplane.AutoscaleConfig{
+		Provider:     v.GetString("autoscale-provider"),
+		Host:         v.GetString("autoscale-host"),
+		DrainTimeout: v.GetDuration("autoscale-drain-timeout"),
+		ExecTimeout:  v.GetDuration("autoscale-exec-timeout"),
+		Tick:         v.GetDuration("autoscale-tick"),
+		DrainDelay:   v.GetDuration("autoscale-drain-delay"),
+		LeaseTTL:     v.GetDuration("autoscale-lease-ttl"),
+	}
+	if cmd := strings.TrimSpace(v.GetString("autoscale-command")); strings.HasPrefix(cmd, "[") {
+		if err := json.Unmarshal([]byte(cmd), &c.Command); err != nil {
+			return c, fmt.Errorf("--autoscale-command: not a JSON array of strings: %w", err)
+		}
+	} else {
+		c.Command = strings.Fields(cmd)
+	}
+	if ports := v.GetString("autoscale-ports"); ports != "" {
+		first, last, ok := strings.Cut(ports, "-")
+		a, err1 := strconv.Atoi(first)
+		b, err2 := strconv.Atoi(last)
+		if !ok || err1 != nil || err2 != nil {
+			return c, fmt.Errorf("--autoscale-ports: want FIRST-LAST, got %q", ports)
+		}
+		c.Ports = provider.PortRange{First: a, Last: b}
+	}
+	return c, nil
 }

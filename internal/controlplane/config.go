@@ -109,6 +109,9 @@ type Config struct {
 	// XDS serves the plan over xDS to Envoy and proxyless gRPC clients
 	// when XDS.Listen is set. Default: off.
 	XDS XDSConfig
+	// Autoscale runs the autoscaler of the groups with an autoscaling
+	// block (flags --autoscale-*). Default: off.
+	Autoscale AutoscaleConfig
 }
 
 // DefaultConfig returns a Config with every default set; ConfigPath and
@@ -168,6 +171,7 @@ func (c Config) Validate() error {
 		bad("keepalive_min_time: must be > 0, got %v", c.KeepaliveMinTime)
 	}
 	c.XDS.validate(c.TLS, bad)
+	c.Autoscale.validate(bad)
 	if err := c.TLS.Validate(); err != nil {
 		errs = append(errs, err)
 	}

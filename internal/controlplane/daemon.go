@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/spillway-lb/spillway/internal/adminhttp"
+	"github.com/spillway-lb/spillway/internal/autoscale/controller"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/mtls"
 	"github.com/spillway-lb/spillway/internal/statuspage"
@@ -59,8 +60,11 @@ type Daemon struct {
 	adminLis   net.Listener
 	// xds is the xDS export, nil unless Config.XDS.Listen is set.
 	xds *xdsExporter
-	// pub publishes this replica's gossip state (health and xDS parts).
+	// pub publishes this replica's gossip state (health, xDS and
+	// autoscaler parts).
 	pub *statePublisher
+	// autoscaler is nil unless Config.Autoscale.Provider is set.
+	autoscaler *autoscaler
 }
 
 // New validates cfg, loads the configuration file (an invalid file is an
@@ -88,17 +92,30 @@ func New(cfg Config, opts Options) (d *Daemon, err error) {
 	}
 	d.pub = newStatePublisher(d.node)
 	d.health = newHealthManager(cfg.NodeName, cfg.Replicas, d.pub, d.hub, opts, d.m)
-	d.reloader = newReloader(cfg.ConfigPath, cfg.ReloadDebounce, cfg.ReloadPoll, []applier{
-		// The only applier, and the one that may refuse a configuration
-		// (a health check that cannot run); it also builds the States
-		// that snapshots are made of. New ones go after it unless they
-		// can refuse a configuration too.
+	appliers := []applier{
+		// The one applier that may refuse a configuration (a health check
+		// that cannot run); it also builds the States that snapshots are
+		// made of. New ones go after it unless they can refuse a
+		// configuration too.
 		{name: "health", fn: d.health.ApplyConfig},
-	}, opts.Clock, opts.Logger, d.m)
+	}
+	if cfg.Autoscale.Provider != "" {
+		if d.autoscaler, err = newAutoscaler(cfg.Autoscale, cfg.NodeName, d.health.replicas, d.pub, opts, reg); err != nil {
+			return nil, fmt.Errorf("controlplane: %w", err)
+		}
+		appliers = append(appliers, applier{name: "autoscaler", fn: func(l *LoadedConfig) error {
+			d.autoscaler.ctrl.SetConfig(l.Config)
+			return nil
+		}})
+	}
+	d.reloader = newReloader(cfg.ConfigPath, cfg.ReloadDebounce, cfg.ReloadPoll, appliers, opts.Clock, opts.Logger, d.m)
 	if _, err := d.reloader.Reload(); err != nil {
 		return nil, fmt.Errorf("controlplane: initial config: %w", err)
 	}
 	d.svc = newService(cfg.NodeName, d.hub, opts.Clock, opts.Logger, d.m)
+	if d.autoscaler != nil {
+		d.svc.capacity = d.autoscaler.ctrl
+	}
 
 	// Before binding: bad TLS or token files stop the daemon with nothing
 	// to release.
@@ -178,6 +195,9 @@ func (d *Daemon) Components() []Component {
 	}
 	if d.xds != nil {
 		cs = append(cs, Component{Name: "xds", Run: d.xds.Run})
+	}
+	if d.autoscaler != nil {
+		cs = append(cs, Component{Name: "autoscaler", Run: d.autoscaler.Run})
 	}
 	return cs
 }
@@ -373,6 +393,9 @@ type statusPage struct {
 	// Quota is every configured consumer's standing per metric in the
 	// current window.
 	Quota []QuotaStatus `json:"quota,omitempty"`
+	// Autoscaler is every group whose autoscaler runs on this replica
+	// (absent without --autoscale-provider).
+	Autoscaler []controller.GroupStatus `json:"autoscaler,omitempty"`
 }
 
 func (d *Daemon) serveStatus(w http.ResponseWriter, r *http.Request) {
@@ -389,6 +412,9 @@ func (d *Daemon) serveStatus(w http.ResponseWriter, r *http.Request) {
 		GFEs:           d.svc.Nodes(),
 		QuotaStore:     d.quota.storeName,
 		Quota:          d.quota.Status(r.Context(), d.quota.clock.Now()),
+	}
+	if d.autoscaler != nil {
+		p.Autoscaler = d.autoscaler.ctrl.Status()
 	}
 	if st, _ := d.hub.Load(); st != nil {
 		p.SnapshotVersion, p.Ready, p.Health = st.Version, st.Ready, st.Health

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"reflect"
@@ -326,8 +327,12 @@ func notify(ch chan struct{}) {
 
 // loopState is owned by Run's goroutine.
 type loopState struct {
-	ctx         context.Context
+	ctx context.Context
+	// base is the plan of the configuration file; plan is base with the
+	// autoscaled instances (autoscaled) added, what is checked and served.
+	base        *healthPlan
 	plan        *healthPlan
+	autoscaled  map[string][]gossip.AutoscaledInstance
 	checkers    map[string]*runningChecker
 	own         ownership
 	known       map[string]InstanceHealth
@@ -405,15 +410,20 @@ func (h *healthManager) step(ls *loopState) {
 	h.mu.Unlock()
 	cfgChanged := p != nil
 	if cfgChanged {
-		ls.plan = p
+		ls.base = p
 		if ls.settleTimer == nil && !ls.settled {
 			ls.settleTimer = h.clock.NewTimer(p.settleAfter + settleMargin)
 		}
 	}
-	if ls.plan == nil {
+	if ls.base == nil {
 		return
 	}
 	snap := h.gossip.Snapshot()
+	if auto := autoscaledFrom(snap, h.self, h.replicas); cfgChanged || !maps.EqualFunc(auto, ls.autoscaled, slices.Equal) {
+		ls.autoscaled = auto
+		ls.plan = h.withAutoscaled(ls.base, auto)
+		cfgChanged = true
+	}
 	members := controlPlanes(snap, h.self, h.replicas)
 	h.logUnvouched(ls, snap)
 	if cfgChanged || !slices.Equal(members, ls.own.members) {
@@ -478,6 +488,24 @@ func (h *healthManager) step(ls *loopState) {
 	if cur == nil || cur.Config != ls.plan.cfg || cur.Ready != ls.settled || !reflect.DeepEqual(cur.Health, hs) {
 		h.hub.Store(newState(ls.plan.cfg, hs, ls.settled, now))
 	}
+}
+
+// withAutoscaled returns base's plan with the autoscaled instances in
+// their groups (see autoscaled.go); base itself when there are none, or
+// when they cannot be added (logged: the file's instances keep being
+// served).
+func (h *healthManager) withAutoscaled(base *healthPlan, auto map[string][]gossip.AutoscaledInstance) *healthPlan {
+	l, err := withAutoscaled(base.cfg, auto)
+	if err == nil && l != base.cfg {
+		var p *healthPlan
+		if p, err = h.plan(l); err == nil {
+			return p
+		}
+	}
+	if err != nil {
+		h.log.Error().Err(err).Msg("adding the autoscaled instances to the served configuration; serving the file's instances only")
+	}
+	return base
 }
 
 // syncCheckers makes the running checks match the plan and the groups this

@@ -37,6 +37,7 @@ const (
 	resultFail    = "fail"
 	resultInvalid = "invalid"
 	resultRefused = "refused"
+	resultGranted = "granted"
 )
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -107,7 +108,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		capacityRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "capacity_requests_total",
-			Help: "RequestCapacity calls, by result (invalid, refused).",
+			Help: "RequestCapacity calls, by result (invalid, refused, granted).",
 		}, []string{"result"}),
 		xdsDemand: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "xds_client_demand",
@@ -125,7 +126,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, r := range []string{resultSuccess, resultFailure} {
 		m.reloads.WithLabelValues(r)
 	}
-	for _, r := range []string{resultInvalid, resultRefused} {
+	for _, r := range []string{resultInvalid, resultRefused, resultGranted} {
 		m.capacityRequests.WithLabelValues(r)
 	}
 	return m

@@ -10,7 +10,8 @@ import (
 // statePublisher is the one place that publishes this replica's gossip
 // state. Its parts come from different components — the health manager's
 // groups (Publish), the xDS export's site demand (SetSiteDemand), the
-// autoscaler's lease claims (SetLeases, for lease.GossipMedium) — and
+// autoscaler's lease claims (SetLeases, for lease.GossipMedium) and its
+// instances (SetAutoscaled) — and
 // gossip carries one NodeState per node, so a publish of one part must
 // keep the others. Safe for concurrent use.
 type statePublisher struct {
@@ -35,7 +36,7 @@ func (p *statePublisher) Changes() <-chan struct{} { return p.g.Changes() }
 func (p *statePublisher) Publish(s gossip.NodeState) (uint64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s.SiteDemand, s.Leases = p.last.SiteDemand, p.last.Leases
+	s.SiteDemand, s.Leases, s.Autoscaled = p.last.SiteDemand, p.last.Leases, p.last.Autoscaled
 	p.last = s
 	return p.g.Publish(s)
 }
@@ -64,6 +65,19 @@ func (p *statePublisher) SetSiteDemand(d map[string]map[string]float64) error {
 	}
 	s := p.last
 	s.SiteDemand = d
+	p.last = s
+	_, err := p.g.Publish(s)
+	return err
+}
+
+// SetAutoscaled publishes the instances this replica's autoscaler runs
+// (group → instances) as the state's Autoscaled, keeping the other parts.
+// The controller calls it only when they changed.
+func (p *statePublisher) SetAutoscaled(ins map[string][]gossip.AutoscaledInstance) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.last
+	s.Autoscaled = ins
 	p.last = s
 	_, err := p.g.Publish(s)
 	return err

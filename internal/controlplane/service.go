@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/spillway-lb/spillway/internal/autoscale/controller"
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/mtls"
 	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
@@ -78,6 +79,9 @@ type service struct {
 	log     zerolog.Logger
 	m       *metrics
 	closing chan struct{} // closed by shutdown
+	// capacity answers RequestCapacity; nil without an autoscaler. Set
+	// once by New before serving.
+	capacity capacityDemander
 
 	closeOnce sync.Once
 
@@ -329,12 +333,20 @@ func (s *service) GetHealth(_ context.Context, req *pb.GetHealthRequest) (*pb.Ge
 	return resp, nil
 }
 
-// noAutoscaler is RequestCapacity's answer until an autoscaler exists.
+// noAutoscaler is RequestCapacity's answer without an autoscaler.
 const noAutoscaler = "no autoscaler configured"
 
-// RequestCapacity validates, logs and counts a capacity request and refuses
-// it: there is no autoscaler yet.
-func (s *service) RequestCapacity(_ context.Context, req *pb.CapacityRequest) (*pb.CapacityResponse, error) {
+// capacityDemander is what RequestCapacity asks: the autoscaler's
+// controller (controller.Controller.Demand).
+type capacityDemander interface {
+	Demand(ctx context.Context, group string, wanted int) controller.DemandAnswer
+}
+
+// RequestCapacity validates, logs and counts a capacity request and hands
+// it to the autoscaler: wanted_instances as such, extra_rps as one more
+// instance than the group is recommended (the rules size it at the next
+// tick from the load the gfes gossip). Without an autoscaler it refuses.
+func (s *service) RequestCapacity(ctx context.Context, req *pb.CapacityRequest) (*pb.CapacityResponse, error) {
 	if errs := validateCapacityRequest(req); len(errs) > 0 {
 		s.m.capacityRequests.WithLabelValues(resultInvalid).Inc()
 		return nil, status.Error(codes.InvalidArgument, joinErrors(errs))
@@ -350,17 +362,30 @@ func (s *service) RequestCapacity(_ context.Context, req *pb.CapacityRequest) (*
 			return nil, status.Errorf(codes.NotFound, "group: service %q has no backend group %q", req.GetService(), req.GetGroup())
 		}
 	}
-	s.m.capacityRequests.WithLabelValues(resultRefused).Inc()
 	ev := s.log.Info().Str("gfe", req.GetNodeId()).Str("site", req.GetSite()).Str("service", req.GetService()).
 		Str("group", req.GetGroup()).Str("reason", req.GetReason().String()).Str("detail", req.GetDetail())
+	wanted := 0
 	switch w := req.GetWant().(type) {
 	case *pb.CapacityRequest_WantedInstances:
 		ev = ev.Uint32("wanted_instances", w.WantedInstances)
+		wanted = int(min(w.WantedInstances, 1<<20))
 	case *pb.CapacityRequest_ExtraRps:
 		ev = ev.Float64("extra_rps", w.ExtraRps)
 	}
-	ev.Msg("capacity request refused: " + noAutoscaler)
-	return &pb.CapacityResponse{Granted: false, Message: noAutoscaler}, nil
+	answer := controller.DemandAnswer{Message: noAutoscaler}
+	if s.capacity != nil {
+		if wanted == 0 {
+			wanted = -1 // extra_rps: one more than recommended
+		}
+		answer = s.capacity.Demand(ctx, req.GetGroup(), wanted)
+	}
+	result := resultRefused
+	if answer.Granted {
+		result = resultGranted
+	}
+	s.m.capacityRequests.WithLabelValues(result).Inc()
+	ev.Bool("granted", answer.Granted).Msg("capacity request: " + answer.Message)
+	return &pb.CapacityResponse{Granted: answer.Granted, Message: answer.Message}, nil
 }
 
 // validateCapacityRequest returns one error per missing or invalid field,

@@ -67,6 +67,10 @@ type NodeState struct {
 	// (DESIGN.md §3 rule 8, lb/capacity). A group not listed is at 1. Every
 	// gfe plans a group with the lowest factor any gfe publishes.
 	Capacity map[string]map[string]float64 `json:"capacity,omitempty"`
+	// Load maps instance group name to this gfe's load on the group: what
+	// the autoscaler samples (summed over the gfes). Only KindGFE. A group
+	// not listed has no load from this gfe.
+	Load map[string]GroupLoad `json:"load,omitempty"`
 
 	// Groups is the capacity and health of the instance groups a control
 	// plane replica checks. With several replicas each publishes the groups
@@ -91,6 +95,18 @@ type NodeState struct {
 	// to the group in the configuration it serves. Only KindControlPlane;
 	// group names and addresses are non-empty.
 	Autoscaled map[string][]AutoscaledInstance `json:"autoscaled,omitempty"`
+}
+
+// GroupLoad is one gfe's load on one instance group.
+type GroupLoad struct {
+	// InFlight is the mean requests in flight to the group's instances
+	// over the last publish interval.
+	InFlight float64 `json:"in_flight"`
+	// Requests is the requests per second sent to the group over it.
+	Requests float64 `json:"rps"`
+	// Pending is the requests waiting now in the gfe's pending queue for
+	// the group.
+	Pending float64 `json:"pending"`
 }
 
 // AutoscaledInstance is one instance an autoscaler started.
@@ -206,6 +222,15 @@ func (s *NodeState) validate() error {
 			bad("state.leases[%q]: term must be > 0", name)
 		}
 	}
+	if len(s.Load) > 0 && s.Kind != KindGFE {
+		bad("state.load: only for kind %q, got kind %q", KindGFE, s.Kind)
+	}
+	for _, g := range sortedKeys(s.Load) {
+		l := s.Load[g]
+		if g == "" || !finiteNonNeg(l.InFlight) || !finiteNonNeg(l.Requests) || !finiteNonNeg(l.Pending) {
+			bad("state.load[%q]: needs a group name and finite values >= 0, got %+v", g, l)
+		}
+	}
 	if len(s.Autoscaled) > 0 && s.Kind != KindControlPlane {
 		bad("state.autoscaled: only for kind %q, got kind %q", KindControlPlane, s.Kind)
 	}
@@ -264,6 +289,7 @@ func (s NodeState) Clone() NodeState {
 		}
 	}
 	c.Leases = maps.Clone(s.Leases)
+	c.Load = maps.Clone(s.Load)
 	if s.Autoscaled != nil {
 		c.Autoscaled = make(map[string][]AutoscaledInstance, len(s.Autoscaled))
 		for g, ins := range s.Autoscaled {

@@ -221,8 +221,9 @@ func (c *Controller) SetConfig(cfg *config.Config) {
 	c.configs <- specs
 }
 
-// Demand asks for wanted instances of group (a gfe's capacity request).
-// It returns at once when Run is not running.
+// Demand asks for wanted instances of group (a gfe's capacity request);
+// wanted < 0 asks for one more than the group is recommended. It waits for
+// Run's loop, as long as ctx allows.
 func (c *Controller) Demand(ctx context.Context, group string, wanted int) DemandAnswer {
 	req := demandReq{group: group, wanted: wanted, reply: make(chan DemandAnswer, 1)}
 	select {
@@ -413,6 +414,9 @@ func (l *loop) demand(group string, wanted int, now time.Time) DemandAnswer {
 		return DemandAnswer{Message: fmt.Sprintf("the autoscaler of group %q runs on another control-plane replica; the gfes' gossiped load reaches it", group)}
 	}
 	rec := r.as.Recommended()
+	if wanted < 0 { // demand without a count: one more instance
+		wanted = rec + 1
+	}
 	if wanted <= rec {
 		return DemandAnswer{Granted: true, Message: fmt.Sprintf("group %q is already recommended %d instances", group, rec)}
 	}
