@@ -28,7 +28,7 @@ const defaultTestTimeout = 30 * time.Second
 // bins holds the controlplane binary, built once for the package.
 var bins map[string]string
 
-func TestMain(m *testing.M) { testkit.RunWithBinaries(m, &bins, "controlplane") }
+func TestMain(m *testing.M) { testkit.RunWithBinaries(m, &bins, "controlplane", "testbackend") }
 
 // backend is a test HTTP server whose /healthz can be made to fail.
 type backend struct {

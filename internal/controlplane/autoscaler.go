@@ -90,7 +90,7 @@ func newAutoscaler(cfg AutoscaleConfig, self string, replicas map[string]bool, p
 	switch cfg.Provider {
 	case "process":
 		p, err := provider.NewProcess(provider.ProcessConfig{Command: cfg.Command, Host: cfg.Host, Ports: cfg.Ports, DrainTimeout: cfg.DrainTimeout},
-			provider.ProcessOptions{Logger: log})
+			provider.ProcessOptions{Logger: log, OnExit: func(e provider.Exit) { a.ctrl.Gone(e.Instance) }})
 		if err != nil {
 			return nil, fmt.Errorf("autoscaler: %w", err)
 		}

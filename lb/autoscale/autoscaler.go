@@ -97,6 +97,7 @@ type Autoscaler struct {
 	// Owned by the caller of Tick.
 	cpu, conc, concLong window.Mean
 	lastActive          time.Time // last tick with a request or one in flight
+	demandHold          time.Time // no scale-down before (OnDemand + ColdStart)
 	recommended         int
 	sets                []demotedSet
 }
@@ -220,9 +221,14 @@ func (a *Autoscaler) Tick(now time.Time, s Sample) Decision {
 		high, low := float64(n)*(1+c.Tolerance)+eps, float64(n)*(1-c.Tolerance)-eps
 		up := nCPU > high || nConc > high || nACT > high
 		down := nCPU < low && nConc < low && nACT < low
-		if up || down {
+		switch {
+		case down && now.Before(a.demandHold):
+			// Raised by demand less than a cold start ago: its instances
+			// cannot have served yet, so their usage says nothing.
+			driver, d.Held = DriverDemand, true
+		case up || down:
 			n = max(1, ceil(need))
-		} else {
+		default:
 			d.Held = true
 		}
 	}
@@ -251,9 +257,13 @@ func (a *Autoscaler) Tick(now time.Time, s Sample) Decision {
 // the returned Decision's Recommended is min(previous + n, MaxInstances),
 // Driver demand, with Promoted demoted instances taken back first and
 // Start the rest. The group counts as active at now. The next Tick applies
-// the metric rules from the raised recommendation.
+// the metric rules from the raised recommendation, except that it does not
+// lower it before ColdStart has passed: the instances started for the
+// demand cannot have served before that, so a low usage then is no reason
+// to scale down (rule 3's demand hold).
 func (a *Autoscaler) OnDemand(now time.Time, n int) Decision {
 	a.lastActive = now
+	a.demandHold = now.Add(a.cfg.ColdStart)
 	next := min(a.recommended+max(0, n), a.cfg.MaxInstances)
 	d := Decision{Recommended: next, Driver: DriverDemand}
 	a.resize(now, next, &d)

@@ -402,6 +402,33 @@ func TestOnDemand(t *testing.T) {
 	}
 }
 
+// TestDemandHold: after OnDemand, no scale-down for a cold start (the
+// started instances cannot have served), then the metric rules again.
+func TestDemandHold(t *testing.T) {
+	c := testConfig()
+	c.ColdStart = 10 * time.Second
+	now := t0
+	a := New(c, 0, now)
+	if d := a.OnDemand(now, 4); d.Recommended != 4 || d.Start != 4 {
+		t.Fatalf("OnDemand(4) = %+v, want 4 started", d)
+	}
+	// One request in flight: concurrency needs 1/10/0.6 ⇒ 1, far below
+	// the band of 4, but within the cold start the count holds.
+	one := Sample{Concurrency: 1, Requests: 1}
+	if d := run(a, &now, 9*time.Second, one); d.Recommended != 4 || d.Driver != DriverDemand || !d.Held || d.Demoted != 0 {
+		t.Fatalf("at 9s (within the cold start): %+v, want 4 held by demand", d)
+	}
+	if d := run(a, &now, time.Second, one); d.Recommended != 1 || d.Driver != DriverCPU && d.Driver != DriverConcurrency || d.Demoted != 3 {
+		t.Fatalf("at 10s (the cold start over): %+v, want 1 recommended, 3 demoted", d)
+	}
+	// A rise is never held back: 600 in flight for a tick makes the
+	// minute's mean (10·1 + 600)/11 = 55.5, which needs 55.5/10/0.6 ⇒ 10.
+	a.OnDemand(now, 1)
+	if d := run(a, &now, time.Second, Sample{Concurrency: 600, Requests: 9}); d.Recommended != 10 || d.Driver != DriverConcurrency {
+		t.Errorf("a rise within the hold: %+v, want 10 by concurrency", d)
+	}
+}
+
 // TestMemoryNeverADriver documents by construction that Sample has no
 // memory figure: the drivers are CPU, concurrency and ACT only.
 func TestMemoryNeverADriver(t *testing.T) {

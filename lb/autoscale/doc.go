@@ -43,7 +43,9 @@
 //     (all more than 10% below), recompute ceil(max n_d), at least 1;
 //     else hold N. At a 60% target that holds through 54–66%. The
 //     recomputation starts from usage and target, not from N, and rounds
-//     up: a need of 4.1 gives 5.
+//     up: a need of 4.1 gives 5. Demand hold: for a ColdStart after
+//     OnDemand raised the count, a scale-down is held (driver demand):
+//     the instances started for the demand cannot have served yet.
 //  4. Clamp to [MinInstances, MaxInstances] (drivers min, max).
 //  5. Up: promote demoted instances first (no cold start), start the
 //     rest. Down: demote the difference k, floor(k·DemotedKeepFraction)

@@ -160,6 +160,7 @@ type Controller struct {
 	configs chan map[string]groupSpec
 	demands chan demandReq
 	results chan result
+	gone    chan provider.Instance
 	status  atomic.Pointer[[]GroupStatus]
 
 	mu      sync.Mutex
@@ -189,6 +190,7 @@ func New(cfg Config, opts Options) (*Controller, error) {
 		configs: make(chan map[string]groupSpec, 1),
 		demands: make(chan demandReq),
 		results: make(chan result, 16),
+		gone:    make(chan provider.Instance, 64),
 	}
 	c.status.Store(&[]GroupStatus{})
 	return c, nil
@@ -239,6 +241,18 @@ func (c *Controller) Demand(ctx context.Context, group string, wanted int) Deman
 	}
 }
 
+// Gone tells the controller that inst exited by itself (the process
+// provider's OnExit): it is dropped from its group, so that it is no longer
+// published, and the next tick starts a replacement if the rules still
+// want it. It does not block; it may be called from any goroutine.
+func (c *Controller) Gone(inst provider.Instance) {
+	select {
+	case c.gone <- inst:
+	default:
+		c.log.Warn().Str("instance", inst.Address).Msg("instance exit not recorded: too many at once")
+	}
+}
+
 // Run runs the loop until ctx ends; then it stops every instance it
 // started (without the drain delay: the replica is going away) and returns
 // nil. It runs once.
@@ -286,6 +300,8 @@ func (c *Controller) Run(ctx context.Context) error {
 			d.reply <- l.demand(d.group, d.wanted, c.clk.Now())
 		case r := <-c.results:
 			l.apply(r, c.clk.Now())
+		case inst := <-c.gone:
+			l.drop(inst)
 		}
 		l.publish()
 	}
@@ -525,6 +541,21 @@ func (l *loop) stop(group string, in *instance) {
 		err := l.c.opts.Provider.Stop(ctx, in.inst)
 		l.c.results <- result{group: group, stopped: in, err: err}
 	})
+}
+
+// drop forgets an instance that exited by itself.
+func (l *loop) drop(inst provider.Instance) {
+	r := l.runs[inst.Group.Name]
+	if r == nil {
+		return
+	}
+	n := len(r.instances)
+	r.instances = slices.DeleteFunc(r.instances, func(in *instance) bool { return in.inst.Address == inst.Address && !in.stopCalled })
+	if len(r.instances) < n {
+		l.c.log.Warn().Str("group", inst.Group.Name).Str("instance", inst.Address).Msg("instance exited by itself; dropped from its group")
+		l.forgetIfDone(inst.Group.Name, r)
+		l.storeStatus()
+	}
 }
 
 // apply takes an actuation's result into the loop's state.

@@ -350,6 +350,23 @@ func TestStartFailureRetries(t *testing.T) {
 	}
 }
 
+func TestGoneInstanceReplaced(t *testing.T) {
+	r := newRig(t)
+	r.tick()
+	r.c.demandNow(r, 2)
+	r.settle()
+	r.l.drop(provider.Instance{Group: provider.Group{Name: "web-b"}, Address: "10.0.0.1:1"})
+	r.l.publish()
+	if got := r.published(); got != "2" {
+		t.Fatalf("published %q after instance 1 exited, want 2", got)
+	}
+	r.load = Load{InFlight: 7, Requests: 10} // keeps 2 recommended
+	r.tick()
+	if got := r.published(); got != "2 3" {
+		t.Errorf("published %q after the next tick, want a replacement: 2 3", got)
+	}
+}
+
 func TestDemandUnknownGroup(t *testing.T) {
 	r := newRig(t)
 	if a := r.l.demand("nope", 1, r.clk.Now()); a.Granted || !strings.Contains(a.Message, `"nope" has no autoscaling block`) {
