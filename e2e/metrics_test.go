@@ -38,8 +38,8 @@ func parseMetrics(t testing.TB, r io.Reader) metricFamilies {
 }
 
 // value returns the sum of the samples of metric (counter, gauge or
-// untyped) that carry every label of labels ("name=value"); 0 when none
-// does.
+// untyped; a histogram's sample count) that carry every label of labels
+// ("name=value"); 0 when none does.
 func (m metricFamilies) value(metric string, labels ...string) float64 {
 	f := m[metric]
 	if f == nil {
@@ -68,6 +68,8 @@ samples:
 			sum += s.GetGauge().GetValue()
 		case s.Untyped != nil:
 			sum += s.GetUntyped().GetValue()
+		case s.Histogram != nil:
+			sum += float64(s.GetHistogram().GetSampleCount())
 		}
 	}
 	return sum

@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -73,6 +74,62 @@ type Spec struct {
 	// plane n mod ControlPlanes, instead of all of them in random order:
 	// gfes spread evenly over the replicas, as tests of shared state need.
 	PinControlPlanes bool
+	// Autoscale, when set, autoscales the groups of one region: every
+	// control plane runs the autoscaler with the process provider, whose
+	// instances are real testbackend processes (see AutoscaleSpec).
+	Autoscale *AutoscaleSpec
+}
+
+// AutoscaleSpec autoscales the groups of region Region (issue #12). Its
+// groups get the autoscaling block Block, and the region may have zero
+// Instances: the control planes start them (testbackend processes, one
+// instance each, at the region's backend address, ports 9500 on), each
+// with the region's emulated RTTs, StartupDelay of cold start,
+// max_concurrency slots of ServiceTime, and no queue: a request beyond
+// the slots is refused, so that the gfe's pending queue is what holds
+// waiting requests.
+type AutoscaleSpec struct {
+	// Region is the index of the autoscaled region in Spec.Regions.
+	Region int
+	// Block is the groups' autoscaling block, a YAML flow mapping such as
+	// "{max_instances: 3, max_concurrency_per_instance: 4}".
+	Block string
+	// MaxConcurrency is each instance's slots (the block's
+	// max_concurrency_per_instance). Required.
+	MaxConcurrency int
+	// StartupDelay is the instances' real cold start (testbackend
+	// --startup-delay). Default 1s.
+	StartupDelay time.Duration
+	// ServiceTime is how long a request holds its slot. Default 100ms.
+	ServiceTime time.Duration
+	// Args are extra control-plane flags (--autoscale-tick, ...).
+	Args []string
+}
+
+// AutoscalePorts is the port range of autoscaled instances.
+const AutoscalePorts = "9500-9599"
+
+// autoscaleArgs returns the control-plane flags of Spec.Autoscale.
+func (s *Spec) autoscaleArgs() []string {
+	a := s.Autoscale
+	if a == nil {
+		return nil
+	}
+	ri := a.Region
+	cmd := []string{"{{testbackend}}",
+		"--instance", "name={{.Name}},addr={{.Address}},region={{.Region}},zone={{.Zone}}",
+		"--max-concurrency", fmt.Sprint(a.MaxConcurrency), "--queue", "0",
+		"--service-time", a.ServiceTime.String(), "--startup-delay", a.StartupDelay.String(), "--shutdown-timeout", "2s"}
+	for si, site := range s.Sites {
+		if d, ok := site.RTT[s.Regions[ri].Name]; ok {
+			cmd = append(cmd, "--delay", fmt.Sprintf("%s/24=%v", s.ip(si+1, 0), d))
+		}
+	}
+	j, _ := json.Marshal(cmd) // strings only: cannot fail
+	args := []string{"--autoscale-provider", "process", "--autoscale-command", string(j),
+		"--autoscale-ports", AutoscalePorts, "--autoscale-host", s.ip(101+ri, 1),
+		"--autoscale-lease-ttl", "1s", "--autoscale-drain-delay", "1s", "--autoscale-drain-timeout", "5s"}
+	return append(args, a.Args...)
 }
 
 // Demo returns the demo's deployment in 127.net.0.0/16, which the real
@@ -246,7 +303,18 @@ func (s *Spec) defaults() {
 			s.Sites[i].GFEs = 1
 		}
 	}
+	if a := s.Autoscale; a != nil {
+		if a.StartupDelay == 0 {
+			a.StartupDelay = time.Second
+		}
+		if a.ServiceTime == 0 {
+			a.ServiceTime = 100 * time.Millisecond
+		}
+	}
 }
+
+// autoscaled reports whether region ri's groups are autoscaled.
+func (s *Spec) autoscaled(ri int) bool { return s.Autoscale != nil && s.Autoscale.Region == ri }
 
 // ip returns the address third.fourth in the Spec's /16.
 func (s *Spec) ip(third, fourth int) string {
@@ -283,7 +351,15 @@ func (s *Spec) ConfigYAML() string {
 	for ri, r := range s.Regions {
 		fmt.Fprintf(&b, "  - name: %s\n    zones:\n", r.Name)
 		for zi, z := range r.Zones {
-			fmt.Fprintf(&b, "      - name: %s-%s\n        groups:\n          - name: %s-%s-web\n            instances:\n", r.Name, z, r.Name, z)
+			fmt.Fprintf(&b, "      - name: %s-%s\n        groups:\n          - name: %s-%s-web\n", r.Name, z, r.Name, z)
+			if s.autoscaled(ri) {
+				fmt.Fprintf(&b, "            autoscaling: %s\n", s.Autoscale.Block)
+			}
+			if r.Instances == 0 {
+				b.WriteString("            instances: []\n")
+			} else {
+				b.WriteString("            instances:\n")
+			}
 			for i := 1; i <= r.Instances; i++ {
 				fmt.Fprintf(&b, "              - address: %s\n", s.Addr(ri, zi, i))
 			}

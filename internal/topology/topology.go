@@ -210,6 +210,9 @@ func (c *Cluster) startBackends(context.Context) error {
 				c.Instances[r.Name] = append(c.Instances[r.Name], spec.Addr(ri, zi, i))
 			}
 		}
+		if r.Instances == 0 {
+			continue // an autoscaled region that starts empty
+		}
 		if spec.BackendAdmin {
 			c.BackendAdmin[r.Name] = spec.BackendAdminAddr(ri)
 		}
@@ -291,6 +294,9 @@ func (c *Cluster) startControlPlanes(context.Context) error {
 		args = append(args, tls...)
 		if c.Spec.Redis {
 			args = append(args, "--quota-redis", c.Spec.RedisAddr())
+		}
+		for _, a := range c.Spec.autoscaleArgs() {
+			args = append(args, strings.ReplaceAll(a, "{{testbackend}}", c.Bins["testbackend"]))
 		}
 		for _, a := range c.Spec.CPArgs {
 			args = append(args, strings.ReplaceAll(a, "{ip}", ip))
@@ -405,8 +411,16 @@ func (c *Cluster) converged(ctx context.Context, gf *GFE) (bool, error) {
 			}
 		}
 	}
-	if len(st.RTTms) < len(c.Spec.Regions) {
-		return false, fmt.Errorf("%s has measured the RTT of %d of %d regions", gf.Name, len(st.RTTms), len(c.Spec.Regions))
+	// A region without instances (autoscaled from zero) has nothing to
+	// measure.
+	regions := 0
+	for _, r := range c.Spec.Regions {
+		if r.Instances > 0 {
+			regions++
+		}
+	}
+	if len(st.RTTms) < regions {
+		return false, fmt.Errorf("%s has measured the RTT of %d of %d regions", gf.Name, len(st.RTTms), regions)
 	}
 	return len(st.Services) > 0, nil
 }

@@ -1,0 +1,262 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/spillway-lb/spillway/internal/topology"
+)
+
+// autoscaleSpec is one site, nyc, in front of one autoscaled region,
+// us-east, that starts with no instance: the control plane starts up to 3
+// testbackend processes of 4 slots each (200ms per request, a 1s cold
+// start), with the rules' windows scaled down to seconds.
+func autoscaleSpec(net int) topology.Spec {
+	return topology.Spec{
+		Net:   net,
+		Sites: []topology.Site{{Name: "nyc", RTT: map[string]time.Duration{"us-east": 2 * time.Millisecond}}},
+		Regions: []topology.Region{
+			{Name: "us-east", Zones: []string{"b"}, Instances: 0, Rate: 20},
+		},
+		HealthInterval: 200 * time.Millisecond,
+		Autoscale: &topology.AutoscaleSpec{
+			Region: 0,
+			Block: "{max_instances: 3, max_concurrency_per_instance: 4, cold_start: 2s, cpu_window: 6s, " +
+				"concurrency_window: 6s, concurrency_long_window: 6s, demoted_idle_window: 3s, idle_timeout: 6s, " +
+				"min_pending_wait: 6s, pending_wait_cold_starts: 0}",
+			MaxConcurrency: 4,
+			StartupDelay:   time.Second,
+			ServiceTime:    200 * time.Millisecond,
+		},
+	}
+}
+
+// cpAutoscaler is the autoscaler part of a control plane's /status.
+type cpAutoscaler struct {
+	Group       string `json:"group"`
+	Recommended int    `json:"recommended"`
+	Driver      string `json:"driver"`
+	Active      int    `json:"active"`
+	Demoted     int    `json:"demoted"`
+	Stopping    int    `json:"stopping"`
+	Instances   []struct {
+		Address string `json:"address"`
+		Demoted bool   `json:"demoted"`
+	} `json:"instances"`
+}
+
+// autoscalerStatus returns control plane 0's autoscaler status of group
+// (zero when it runs no instance of it).
+func autoscalerStatus(t *testing.T, c *topology.Cluster, group string) cpAutoscaler {
+	t.Helper()
+	resp, err := http.Get(c.Spec.ControlPlaneAdmin(0) + "/status")
+	if err != nil {
+		t.Fatalf("control plane /status: %v", err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Autoscaler []cpAutoscaler `json:"autoscaler"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatalf("control plane /status: %v", err)
+	}
+	for _, g := range st.Autoscaler {
+		if g.Group == group {
+			return g
+		}
+	}
+	return cpAutoscaler{Group: group}
+}
+
+// waitAutoscaler polls the control plane's autoscaler status of group
+// until cond holds, for at most d.
+func waitAutoscaler(t *testing.T, c *topology.Cluster, group, what string, d time.Duration, cond func(cpAutoscaler) bool) cpAutoscaler {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		st := autoscalerStatus(t, c, group)
+		if cond(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v, %s: autoscaler status %+v", d, what, st)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// closedLoop runs n clients that each send GET url back to back until
+// ctx ends, and counts the answers by status code.
+type closedLoop struct {
+	mu     sync.Mutex
+	codes  map[int]int
+	errors atomic.Int64
+	wg     sync.WaitGroup
+}
+
+func startClosedLoop(ctx context.Context, url string, n int) *closedLoop {
+	l := &closedLoop{codes: map[int]int{}}
+	client := &http.Client{Timeout: 30 * time.Second}
+	for range n {
+		l.wg.Go(func() {
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+				resp, err := client.Do(req)
+				if err != nil {
+					if ctx.Err() == nil {
+						l.errors.Add(1)
+					}
+					continue
+				}
+				resp.Body.Close()
+				l.mu.Lock()
+				l.codes[resp.StatusCode]++
+				l.mu.Unlock()
+			}
+		})
+	}
+	return l
+}
+
+func (l *closedLoop) wait() map[int]int {
+	l.wg.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.codes
+}
+
+// TestAutoscaleZeroToNToZero scales a real group from 0 to 3 and back to
+// 0 under a load step (issue #12): the first request waits in the gfe's
+// pending queue through a cold start; a step of 24 clients brings the
+// group to max_instances; with every slot held, requests beyond them get
+// 429 after the pending wait; as the load falls the surplus is demoted and
+// stopped, and without requests the group returns to zero.
+func TestAutoscaleZeroToNToZero(t *testing.T) {
+	c := startCluster(t, autoscaleSpec(64))
+	gf := c.GFEs[0]
+	const group = "us-east-b-web"
+	if st := autoscalerStatus(t, c, group); len(st.Instances) != 0 {
+		t.Fatalf("before any request: %+v, want no instance", st)
+	}
+
+	// 1. From zero: the first request waits for a cold start.
+	start := time.Now()
+	resp, err := http.Get(gf.URL + "/first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	waited := time.Since(start)
+	if resp.StatusCode != http.StatusOK || waited < time.Second {
+		t.Fatalf("first request: %d after %v, want 200 after the 1s cold start", resp.StatusCode, waited)
+	}
+	if st := autoscalerStatus(t, c, group); st.Active < 1 {
+		t.Fatalf("after the first request: %+v, want an active instance", st)
+	}
+	t.Logf("first request served after %v (cold start 1s)", waited)
+
+	// 2. The step: 24 clients need 24/4/0.6 = 10 instances, clamped to 3.
+	ctx, cancel := context.WithCancel(context.Background())
+	step := startClosedLoop(ctx, gf.URL+"/step", 24)
+	st := waitAutoscaler(t, c, group, "3 active under the step", 30*time.Second, func(s cpAutoscaler) bool {
+		return s.Active == 3 && s.Recommended == 3
+	})
+	if st.Driver != "max" {
+		t.Errorf("under the step: driver %q, want max (the drivers ask for more than 3)", st.Driver)
+	}
+	time.Sleep(2 * time.Second) // serve at 3 for a while
+	cancel()
+	codes := step.wait()
+	if codes[http.StatusOK] < 50 || codes[http.StatusTooManyRequests] != 0 || len(codes) != 1 || step.errors.Load() != 0 {
+		t.Errorf("step answers %v (%d errors), want only 200s (at least 50) and no 429: every wait is short", codes, step.errors.Load())
+	}
+	t.Logf("step: %v", codes)
+
+	// 3. At max with every slot held: 12 requests take the slots, the
+	// others wait the pending wait (6s) and get 429.
+	for _, in := range st.Instances {
+		post(t, "http://"+in.Address+"/admin/hold?on=true")
+	}
+	var held sync.WaitGroup
+	var mu sync.Mutex
+	got := map[int][]time.Duration{}
+	for i := range 15 {
+		held.Go(func() {
+			t0 := time.Now()
+			resp, err := http.Get(fmt.Sprintf("%s/held-%d", gf.URL, i))
+			if err != nil {
+				t.Errorf("held request %d: %v", i, err)
+				return
+			}
+			resp.Body.Close()
+			mu.Lock()
+			got[resp.StatusCode] = append(got[resp.StatusCode], time.Since(t0))
+			mu.Unlock()
+		})
+	}
+	time.Sleep(8 * time.Second) // past the pending wait
+	for _, in := range st.Instances {
+		post(t, "http://"+in.Address+"/admin/hold?on=false")
+	}
+	held.Wait()
+	if n := len(got[http.StatusTooManyRequests]); n != 3 || len(got[http.StatusOK]) != 12 {
+		t.Errorf("with every slot held: %d × 429 and %d × 200, want 3 and 12 (got %v)", n, len(got[http.StatusOK]), got)
+	}
+	for _, d := range got[http.StatusTooManyRequests] {
+		if d < 5500*time.Millisecond {
+			t.Errorf("a 429 came after %v, want it after the 6s pending wait", d)
+		}
+	}
+	if v := metricValue(t, gf.Admin+"/metrics", "spillway_gfe_pending_wait_seconds", "service=web", "result=rejected"); v != 3 {
+		t.Errorf("pending waits rejected = %v, want 3", v)
+	}
+
+	// 4. Down: 2 clients fit in one instance; the other two are demoted,
+	// then stopped (the first set after 3s under 10%, the second after its
+	// 6s idle timeout).
+	ctx, cancel = context.WithCancel(context.Background())
+	few := startClosedLoop(ctx, gf.URL+"/few", 2)
+	waitAutoscaler(t, c, group, "1 recommended, 2 demoted", 30*time.Second, func(s cpAutoscaler) bool {
+		return s.Recommended == 1 && s.Demoted+s.Stopping == 2
+	})
+	waitAutoscaler(t, c, group, "the demoted instances stopped", 30*time.Second, func(s cpAutoscaler) bool {
+		return len(s.Instances) == 1 && s.Active == 1
+	})
+	cancel()
+	if codes := few.wait(); len(codes) != 1 || codes[http.StatusOK] == 0 {
+		t.Errorf("answers while scaling down: %v, want only 200s", codes)
+	}
+
+	// 5. No requests for the concurrency window: back to zero, every
+	// process stopped.
+	waitAutoscaler(t, c, group, "no instance left", 30*time.Second, func(s cpAutoscaler) bool {
+		return len(s.Instances) == 0
+	})
+	for _, in := range st.Instances {
+		if resp, err := http.Get("http://" + in.Address + "/healthz"); err == nil {
+			resp.Body.Close()
+			t.Errorf("instance %s still answers after the group scaled to zero", in.Address)
+		}
+	}
+	if v := metricValue(t, c.Spec.ControlPlaneAdmin(0)+"/metrics", "spillway_controlplane_autoscaler_stops_total", "group="+group, "result=ok"); v < 3 {
+		t.Errorf("stops_total{ok} = %v, want at least 3", v)
+	}
+}
+
+func post(t *testing.T, url string) {
+	t.Helper()
+	resp, err := http.Post(url, "", nil)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("POST %s: %s", url, resp.Status)
+	}
+}
