@@ -61,9 +61,25 @@
 // gfe's ACK or NACK of the latest push is recorded per node (Daemon.Node,
 // /status) and counted; NACKs are logged with the gfe's error and never stop
 // later pushes. RequestCapacity validates, logs and counts requests and
-// answers granted=false, "no autoscaler configured", until an autoscaler
-// exists. The server also registers the standard gRPC health service
-// (SERVING once Ready) and reflection.
+// hands them to the autoscaler (Autoscale), which answers whether the group
+// is recommended the instances wanted; without --autoscale-provider it
+// answers granted=false, "no autoscaler configured". The server also
+// registers the standard gRPC health service (SERVING once Ready) and
+// reflection.
+//
+// # Autoscaler
+//
+// With Config.Autoscale.Provider set, the autoscaler component runs the
+// lease elector (internal/autoscale/lease, over this replica's gossip) and
+// the controller (internal/autoscale/controller) for every group with an
+// autoscaling block. The holder of a group's lease publishes the
+// instances it runs (gossip.NodeState.Autoscaled, through
+// statePublisher.SetAutoscaled); every replica's health manager adds the
+// vouched replicas' published instances to their groups
+// (autoscaledFrom, withAutoscaled: re-marshaled and re-parsed, so that it
+// is validated as a gfe will parse it) and checks and serves them like the
+// file's instances. The gfes' load comes from their gossip
+// (NodeState.Load); an instance's CPU from /proc (process provider).
 //
 // # xDS export
 //
