@@ -69,8 +69,12 @@ type Group struct {
 	// Name of the group, e.g. "us-east-b-web". Required, unique across the
 	// file, same syntax as Region.Name.
 	Name string `mapstructure:"name"`
-	// Instances of the group. Required: at least one, at most 10000.
-	// Addresses are unique across the file.
+	// Instances of the group. Required: at least one, at most 10000,
+	// unless the group is autoscaled (Autoscaling.Enabled): then it may be
+	// empty or absent, the group scaling from zero, and the control plane
+	// adds the instances it starts to the configuration it serves. An
+	// empty group has capacity 0: the planner gives its share to the
+	// other groups. Addresses are unique across the file.
 	Instances []Instance `mapstructure:"instances"`
 	// Autoscaling is the group's autoscaler (DESIGN.md §6). Optional: off
 	// unless max_instances is set. Defaults as in DefaultAutoscaling.
@@ -88,6 +92,27 @@ type Instance struct {
 	// the gfe's pending queue. Default 0, which means unlimited; at most
 	// 1000000; negative is invalid.
 	MaxConcurrency int `mapstructure:"max_concurrency"`
+	// Demoted marks an instance the group keeps for overflow only. The
+	// autoscaler sets it, in the configuration the control plane serves,
+	// on the instances it scaled down before it stops them (DESIGN §6);
+	// an operator may set it too, for a warm standby. A demoted instance
+	// gets a request only when every healthy non-demoted instance of its
+	// group is at its concurrency limit (configured or soft), and it
+	// counts for nothing in the group's capacity (ActiveInstances,
+	// GroupCapacity). It is health-checked like any other. Default false.
+	Demoted bool `mapstructure:"demoted"`
+}
+
+// ActiveInstances returns how many of g's instances are not Demoted: the
+// instances its capacity counts.
+func (g *Group) ActiveInstances() int {
+	n := 0
+	for _, in := range g.Instances {
+		if !in.Demoted {
+			n++
+		}
+	}
+	return n
 }
 
 // Policy is a backend service's load-balancing policy: how a gfe picks a

@@ -162,7 +162,7 @@ var badFiles = []struct {
 		`regions[0].zones: at least one zone is required`,
 		`regions[1].name: required`,
 		`regions[1].zones[0].groups: at least one instance group is required`,
-		`regions[1].zones[1].groups[0].instances: at least one instance is required`,
+		`regions[1].zones[1].groups[0].instances: at least one instance is required (or an autoscaling block)`,
 		`services[0].backends: at least one backend is required`,
 	}},
 	{"three_problems.bad.yaml", []string{
@@ -254,6 +254,13 @@ var badFiles = []struct {
 		`regions[0].zones[0].groups[2].autoscaling.max_concurrency_per_instance: must be in 1..1000000, got 0`,
 		`regions[0].zones[0].groups[2].autoscaling.act_low_cpu: must be in (0, 0.9), got 0.95`,
 		`regions[0].zones[0].groups[2].autoscaling.tolerance: must be in [0, 0.5], got NaN`,
+	}},
+	{"empty_group.bad.yaml", []string{
+		`regions[0].zones[0].groups[0].instances: at least one instance is required (or an autoscaling block)`,
+		`regions[0].zones[0].groups[1].instances: at least one instance is required (or an autoscaling block)`,
+		`regions[0].zones[0].groups[1].autoscaling.max_instances: required (1..10000) when the autoscaling block is set, got 0`,
+		`regions[0].zones[0].groups[2].instances: at least one instance is required (or an autoscaling block)`,
+		`regions[0].zones[0].groups[3].instances[0].demoted: expected true or false`,
 	}},
 	{"not_a_map.bad.yaml", []string{
 		`parsing yaml: yaml: unmarshal errors: line 1: cannot unmarshal !!seq into map[string]interface {}`,

@@ -15,9 +15,10 @@
 //	      - name: us-east-b               # unique across the file
 //	        groups:                       # required, at least one
 //	          - name: us-east-b-web       # unique across the file
-//	            instances:                # required, at least one
+//	            instances:                # required, at least one; may be empty or absent when autoscaled
 //	              - address: 127.0.0.1:9101   # host:port, unique
 //	                max_concurrency: 0        # in-flight limit; 0 = unlimited
+//	                demoted: false            # true: overflow only, not in capacity (see below)
 //	            autoscaling:                     # optional (DESIGN §6); absent = off; present: absent keys default as shown
 //	              max_instances: 0               # required to turn it on: 1..10000
 //	              min_instances: 0               # 0..max_instances; 0 = scale to zero without requests
@@ -200,7 +201,22 @@
 // request
 // (exact host before wildcard before "*", then longest path prefix), and
 // GroupCapacity / Backend.Capacity compute a group's serving capacity from its
-// healthy instance count. Marshal writes a Config back as YAML that Parse
+// healthy instance count.
+//
+// # Demoted instances and empty groups
+//
+// An instance with demoted: true is kept for overflow only (DESIGN §6): the
+// autoscaler sets it, in the configuration the control plane serves to the
+// gfes, on the instances it scaled down and will stop; an operator may set
+// it for a warm standby. A demoted instance counts for nothing in its
+// group's capacity (Group.ActiveInstances: a group of 3 healthy instances
+// of which 1 is demoted plans the capacity of 2), and a gfe sends it a
+// request only when every healthy non-demoted instance of the group is at
+// its concurrency limit. A group with an autoscaling block
+// (max_instances ≥ 1) may have no instances at all: it scales from zero,
+// has capacity 0 until the control plane adds the instances it starts,
+// and the planner gives its share to the other groups. Every other group
+// needs at least one instance. Marshal writes a Config back as YAML that Parse
 // reads into an equal Config, so the control plane can ship the effective
 // configuration (after overrides and defaults) to other processes.
 package config

@@ -34,6 +34,9 @@ func FuzzParse(f *testing.F) {
 		"listeners: [{name: a, protocol: http, port: 1, max_header_bytes: 9223372036854775807, idle_timeout: 2562047h}]",
 		"listeners: [{name: a, protocol: tcp, port: 1, service: db, max_connections: 0, max_connections_per_client: 1000001, first_byte_timeout: 2h}]",
 		"regions: [{name: r, zones: [{name: z, groups: [{name: g, instances: [{address: '1.2.3.4:1', max_concurrency: 9223372036854775807}]}]}]}]",
+		// Autoscaled groups that start empty, and demoted instances.
+		"regions: [{name: r, zones: [{name: z, groups: [{name: g, instances: [], autoscaling: {max_instances: 2}}]}]}]",
+		"regions: [{name: r, zones: [{name: z, groups: [{name: g, autoscaling: {max_instances: 2}}, {name: h, instances: [{address: '1.2.3.4:1', demoted: true}]}]}]}]",
 		// Autoscaling blocks: absent, empty, on, and out of range.
 		"regions: [{name: r, zones: [{name: z, groups: [{name: g, instances: [{address: '1.2.3.4:1'}], autoscaling: {}}]}]}]",
 		"regions: [{name: r, zones: [{name: z, groups: [{name: g, instances: [{address: '1.2.3.4:1'}], autoscaling: {max_instances: 3, tolerance: 0}}]}]}]",

@@ -246,8 +246,12 @@ func (b *Backend) Capacity(mode BalancingMode, healthy, instances int) float64 {
 }
 
 // GroupCapacity returns the capacity that service may put on the instance
-// group named group when healthy of the group's configured instances are
-// healthy (see Backend.Capacity). It returns false if the service does not
+// group named group when healthy of the group's active (not Demoted)
+// instances are healthy (see Backend.Capacity): demoted instances count
+// for nothing, neither in healthy nor in the group's size, so a group of 3
+// healthy instances of which 1 is demoted has the capacity of 2 (callers
+// count with snapshot.Snapshot.HealthyActiveCount). A group without
+// instances has capacity 0. It returns false if the service does not
 // exist or does not use the group.
 func (c *Config) GroupCapacity(service, group string, healthy int) (float64, bool) {
 	s, ok := c.Service(service)
@@ -262,5 +266,5 @@ func (c *Config) GroupCapacity(service, group string, healthy int) (float64, boo
 	if !ok {
 		return 0, false
 	}
-	return b.Capacity(s.BalancingMode, healthy, len(g.Group.Instances)), true
+	return b.Capacity(s.BalancingMode, healthy, g.Group.ActiveInstances()), true
 }

@@ -566,7 +566,8 @@ func envValue(s string, t reflect.Type) (any, error) {
 
 // Marshal encodes c as YAML that Parse decodes back into an equal Config:
 // every field in schema order, leaving out fields whose value and default are
-// both zero. Use it to send the effective config (after env overrides and
+// both zero (demoted: false among them) and lists that are nil (an empty
+// list that is not nil is written as []). Use it to send the effective config (after env overrides and
 // defaults) to another process.
 func Marshal(c *Config) ([]byte, error) {
 	n := encodeStruct(reflect.ValueOf(c).Elem(), reflect.Zero(reflect.TypeFor[Config]()))
@@ -590,10 +591,16 @@ func encodeStruct(v, def reflect.Value) *yaml.Node {
 		var val *yaml.Node
 		switch {
 		case isList(f.typ):
-			if fv.Len() == 0 {
+			if fv.IsNil() {
 				continue
 			}
+			// An empty list that was present ("instances: []", an
+			// autoscaled group at zero) stays present, so that Parse
+			// gives back the same empty, non-nil slice.
 			val = &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+			if fv.Len() == 0 {
+				val.Style = yaml.FlowStyle
+			}
 			for i := range fv.Len() {
 				ev := fv.Index(i)
 				val.Content = append(val.Content, encodeStruct(ev, defaultsFor(f.typ.Elem(), valueProtocol(ev))))

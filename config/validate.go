@@ -96,8 +96,11 @@ func (v *validator) topology() {
 			for gi, g := range z.Groups {
 				gp := fmt.Sprintf("%s.groups[%d]", zp, gi)
 				v.name(gp+".name", "instance group", g.Name, v.groupNames)
-				if len(g.Instances) == 0 {
-					v.p.add(gp+".instances", "at least one instance is required")
+				if len(g.Instances) == 0 && !g.Autoscaling.Enabled() {
+					// An autoscaled group may start empty: it scales
+					// from zero, and the control plane adds the
+					// instances it starts.
+					v.p.add(gp+".instances", "at least one instance is required (or an autoscaling block)")
 				}
 				if len(g.Instances) > MaxInstances {
 					v.p.add(gp+".instances", fmt.Sprintf("at most %d instances per group, got %d", MaxInstances, len(g.Instances)))
