@@ -119,4 +119,26 @@
 // the row's other groups in plan order; when all are full Pick returns
 // ErrAllBusy. Pick takes the random value as an argument and does not
 // allocate.
+//
+// A group may also hold demoted backends (NewPickerDemoted): instances the
+// autoscaler scaled down and will stop, or an operator's warm standby
+// (config.Instance.Demoted). They are not in the group's capacity, so the
+// plan never counts on them; the Picker keeps them apart and guarantees:
+//
+//   - A demoted backend gets a request only when every active backend of
+//     its group is at its limit — its soft limit in the first pass, its
+//     configured limit in the second (TestPickDemotedIdleWhileActiveFree,
+//     TestPickDemotedProperty).
+//   - Inside one pass, a group's demoted backends are tried right after its
+//     active ones and before the next group of the row: a request that
+//     finds its group busy stays on a local demoted instance rather than
+//     spilling to a farther region, which keeps traffic close and lets the
+//     autoscaler see the demand it demoted too early (TestPickDemotedLast).
+//   - A group with only demoted backends is never a first choice, whatever
+//     its share, only a fallback (TestPickDemotedOnlyGroup).
+//   - Pick still does not allocate (TestPickDemotedAllocs).
+//
+// For example, a group of two active backends of limit 1 and one demoted:
+// the first two picks take the active ones, the third the demoted one, and
+// only the fourth goes to the next group.
 package waterfall

@@ -45,13 +45,18 @@ type pickGroup struct {
 	// Immutable after NewPicker.
 	region, group string
 	reason        Reason
-	backends      []*backend.Backend
+	// backends are the group's active backends, demoted its demoted ones
+	// (config.Instance.Demoted): tried only when no active one takes the
+	// request.
+	backends []*backend.Backend
+	demoted  []*backend.Backend
 
-	// Accessed atomically, on a cache line of its own: the round-robin
-	// cursor is written on every pick, the fields above only read.
-	_      [64]byte
-	cursor backend.RoundRobin
-	_      [56]byte
+	// Accessed atomically, on a cache line of their own: the round-robin
+	// cursors are written on every pick, the fields above only read.
+	_       [64]byte
+	cursor  backend.RoundRobin
+	dcursor backend.RoundRobin // over demoted
+	_       [48]byte
 }
 
 // NewPicker builds a Picker for row, a site's plan row (Plan.Row), whose
@@ -63,12 +68,27 @@ type pickGroup struct {
 // proportion; if no group has a backend, or the row is empty, Pick returns
 // ErrNoCapacity. policy chooses the backend inside a group; each group has
 // its own round-robin cursor, starting at its first backend. NewPicker
-// copies row and the backend slices (not the Backends).
+// copies row and the backend slices (not the Backends). It is
+// NewPickerDemoted without demoted backends.
 func NewPicker(row []Flow, backends map[string][]*backend.Backend, policy backend.Policy) *Picker {
+	return NewPickerDemoted(row, backends, nil, policy)
+}
+
+// NewPickerDemoted is NewPicker for groups that also hold demoted backends
+// (config.Instance.Demoted: instances the autoscaler scaled down, or an
+// operator's warm standby): group g's active backends are backends[g] and
+// its demoted ones demoted[g], healthy ones only in both. Pick tries a
+// group's demoted backends only when none of its active ones takes the
+// request (see Pick). A group with demoted backends and no active one is
+// kept, but only as a fallback, whatever its share: it has no planned
+// capacity. When no group has a positive share, the shares are spread
+// evenly over the groups with active backends (over every group if none
+// has one). demoted may be nil.
+func NewPickerDemoted(row []Flow, backends, demoted map[string][]*backend.Backend, policy backend.Policy) *Picker {
 	p := &Picker{policy: policy}
 	n := 0
 	for _, f := range row {
-		if len(backends[f.Group]) > 0 {
+		if len(backends[f.Group]) > 0 || len(demoted[f.Group]) > 0 {
 			n++
 		}
 	}
@@ -76,23 +96,34 @@ func NewPicker(row []Flow, backends map[string][]*backend.Backend, policy backen
 	p.bound = make([]uint64, n)
 	weights := make([]float64, 0, n)
 	var total float64
+	anyActive := false
 	for _, f := range row {
-		bs := backends[f.Group]
-		if len(bs) == 0 {
+		bs, ds := backends[f.Group], demoted[f.Group]
+		if len(bs) == 0 && len(ds) == 0 {
 			continue
 		}
 		g := &p.groups[len(weights)]
 		g.region, g.group, g.reason = f.Region, f.Group, f.Reason
 		g.backends = append([]*backend.Backend(nil), bs...)
+		g.demoted = append([]*backend.Backend(nil), ds...)
 		w := max(f.Share, 0)
+		if len(bs) == 0 {
+			w = 0 // demoted only: a fallback
+		} else {
+			anyActive = true
+		}
 		weights = append(weights, w)
 		total += w
 	}
 	if total <= 0 || math.IsInf(total, 1) || total != total { // no usable shares: spread evenly
+		total = 0
 		for i := range weights {
-			weights[i] = 1
+			weights[i] = 0
+			if !anyActive || len(p.groups[i].backends) > 0 {
+				weights[i] = 1
+				total++
+			}
 		}
-		total = float64(len(weights))
 	}
 	var cum float64
 	for i, w := range weights {
@@ -117,9 +148,12 @@ type PickerGroup struct {
 	// full: the group's plan share, renormalised over the groups with
 	// backends (exactly the width of its interval of rnd values).
 	Share float64
-	// Backends are the group's backends, from which the Picker's policy
-	// chooses one. The slice must not be modified.
+	// Backends are the group's active backends, from which the Picker's
+	// policy chooses one, and Demoted its demoted backends, tried only
+	// when no active one takes a request. The slices must not be
+	// modified.
 	Backends []*backend.Backend
+	Demoted  []*backend.Backend
 }
 
 // Groups returns the groups the Picker chooses from, in row order, with
@@ -142,7 +176,7 @@ func (p *Picker) Groups() []PickerGroup {
 			width = 0
 		}
 		lo = p.bound[i]
-		out[i] = PickerGroup{Region: g.region, Group: g.group, Reason: g.reason, Share: width / two64, Backends: g.backends}
+		out[i] = PickerGroup{Region: g.region, Group: g.group, Reason: g.reason, Share: width / two64, Backends: g.backends, Demoted: g.demoted}
 	}
 	return out
 }
@@ -161,8 +195,12 @@ func scale64(f float64) uint64 {
 // rnd on the same state picks the same backend). It chooses a group with
 // probability equal to its plan share, then a backend inside it by the
 // Picker's policy (backend.Policy.Acquire), skipping backends at their
-// concurrency limit; when the whole group is full it tries the row's other
-// groups in plan order (nearest first). When soft limits
+// concurrency limit; when every active backend of the group is full it
+// tries the group's demoted backends (NewPickerDemoted) by the same
+// policy, and when those are full too the row's other groups in plan order
+// (nearest first), each the same way. A demoted backend is thus used
+// before the request leaves its group: a local demoted instance keeps the
+// request closer than the next region would. When soft limits
 // (backend.Backend.SetSoftLimit) turn it away from every group, it tries
 // again the same way under the configured limits only: soft limits move
 // requests to another group, they never refuse one. The returned Choice
@@ -208,18 +246,26 @@ func (p *Picker) Pick(rnd uint64) (Choice, error) {
 }
 
 // pickIn tries to take a backend of group gi by the Picker's policy, under
-// the configured limits only when hard.
+// the configured limits only when hard: an active backend, else a demoted
+// one.
 func (p *Picker) pickIn(gi int, rnd uint64, hard bool) (Choice, bool) {
 	g := &p.groups[gi]
 	acquire := p.policy.Acquire
 	if hard {
 		acquire = p.policy.AcquireHard
 	}
-	i, ok := acquire(g.backends, &g.cursor, rnd)
+	bs := g.backends
+	i, ok := acquire(bs, &g.cursor, rnd)
 	if !ok {
-		return Choice{}, false
+		if len(g.demoted) == 0 {
+			return Choice{}, false
+		}
+		bs = g.demoted
+		if i, ok = acquire(bs, &g.dcursor, rnd); !ok {
+			return Choice{}, false
+		}
 	}
-	return Choice{Backend: g.backends[i], Region: g.region, Group: g.group, Reason: g.reason}, true
+	return Choice{Backend: bs[i], Region: g.region, Group: g.group, Reason: g.reason}, true
 }
 
 // mix64 is the SplitMix64 finalizer: a bijection on uint64 whose output bits
