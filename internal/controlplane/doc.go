@@ -46,8 +46,11 @@
 // replica runs lb/health Checkers for its groups only, with each service's
 // health_check settings (an instance used by several services is healthy
 // only if every service's check passes), and gossips a GroupState per
-// (service, owned group): instances, healthy count, capacity from
-// config.GroupCapacity, and the healthy addresses. For every other group it
+// owned group: instances, healthy count and the healthy addresses. These
+// are health, not capacity: they count demoted instances too (a gfe needs
+// their health to send them overflow), while every gfe plans capacity from
+// the config's active instances (config.GroupCapacity). An autoscaled group
+// without instances has nothing to check and is gossiped as 0 of 0. For every other group it
 // serves the owner's gossiped verdicts, so a gfe gets the full picture from
 // any replica. When a replica dies its groups move to the others, which keep
 // serving its last verdicts until their own checks decide; see merge for the

@@ -67,6 +67,20 @@ func (s *Snapshot) HealthyCount(instances []config.Instance) int {
 	return n
 }
 
+// HealthyActiveCount returns how many of instances are Healthy and not
+// Demoted: the count a group's capacity is planned from
+// (config.GroupCapacity, config.Backend.Capacity with
+// config.Group.ActiveInstances as the group's size).
+func (s *Snapshot) HealthyActiveCount(instances []config.Instance) int {
+	n := 0
+	for _, in := range instances {
+		if !in.Demoted && s.Healthy(in.Address) {
+			n++
+		}
+	}
+	return n
+}
+
 // FromConfig returns a Snapshot of cfg under version in which every
 // instance is healthy but those at the addresses in unhealthy: what a gfe
 // serves from a config file of its own, with no control plane to check

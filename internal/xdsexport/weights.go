@@ -31,12 +31,13 @@ type Locality struct {
 //
 //   - with a planned policy and a plan row for site: each group of the row
 //     at priority 0 with its share × WeightScale (at least 1), every other
-//     group at priority 1 with its healthy instances (at least 1);
+//     group at priority 1 with its healthy active (not demoted) instances
+//     (at least 1);
 //   - with a planned policy, a plan and no row for site (an unknown site):
 //     every group at priority 0, weighted by the load the plan sends it
 //     from all sites, when that is > 0;
 //   - otherwise (baseline policy, no plan yet, nothing planned anywhere):
-//     every group at priority 0, weighted by its healthy instances.
+//     every group at priority 0, weighted by its healthy active instances.
 //
 // Weights is pure; plan may be nil.
 func Weights(sc *config.Service, s *snapshot.Snapshot, plan *waterfall.Plan, site string) []Locality {
@@ -48,7 +49,7 @@ func Weights(sc *config.Service, s *snapshot.Snapshot, plan *waterfall.Plan, sit
 		}
 		out = append(out, Locality{
 			Region: ref.Region.Name, Zone: ref.Zone.Name, Group: ref.Group.Name,
-			Weight: max(1, uint32(s.HealthyCount(ref.Group.Instances))),
+			Weight: max(1, uint32(s.HealthyActiveCount(ref.Group.Instances))),
 		})
 	}
 	if plan == nil || !sc.Policy.IsPlanned() {

@@ -266,7 +266,9 @@ func (s *Service) affinityFallback(rnd func() uint64) affinity.Selector {
 }
 
 // affinityAvailable returns the Available func of s: a backend can take a
-// pinned request if it is in the scope, not full and not ejected.
+// pinned request if it is in the scope, not full and not ejected, and not
+// demoted while the scope has an active member (finish builds the
+// affinity over the active members then).
 func (s *Service) affinityAvailable() func(string) bool {
 	return func(addr string) bool {
 		i, ok := s.byAddr[addr]
@@ -274,6 +276,9 @@ func (s *Service) affinityAvailable() func(string) bool {
 			return false
 		}
 		m := &s.scope[i]
+		if m.Demoted && s.scopeActive {
+			return false
+		}
 		return !m.B.Full() && (m.Host == nil || !m.Host.Ejected(s.now()))
 	}
 }

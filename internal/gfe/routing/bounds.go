@@ -67,8 +67,8 @@ type acceptedDemand struct {
 	build uint64
 }
 
-// declaredCapacity returns sc's capacity with every instance healthy and
-// capacity_scaler 1, in its demand unit.
+// declaredCapacity returns sc's capacity with every active (not demoted)
+// instance healthy and capacity_scaler 1, in its demand unit.
 func declaredCapacity(cfg *config.Config, sc *config.Service) float64 {
 	var total float64
 	for i := range sc.Backends {
@@ -78,7 +78,7 @@ func declaredCapacity(cfg *config.Config, sc *config.Service) float64 {
 			continue
 		}
 		be.CapacityScaler = 1
-		n := len(ref.Group.Instances)
+		n := ref.Group.ActiveInstances()
 		total += be.Capacity(sc.BalancingMode, n, n)
 	}
 	return total

@@ -250,11 +250,15 @@ func (b *Builder) buildService(in Input, sc *config.Service, sigs map[*backend.B
 		// unreachable backend goes past it (Service.reach).
 		pickRow = withOverflow(row, plan, b.cfg.Site)
 	}
-	healthy := map[string][]*backend.Backend{}
+	active, demoted := map[string][]*backend.Backend{}, map[string][]*backend.Backend{}
 	for _, m := range svc.pool {
-		healthy[m.Group] = append(healthy[m.Group], m.B)
+		if m.Demoted {
+			demoted[m.Group] = append(demoted[m.Group], m.B)
+		} else {
+			active[m.Group] = append(active[m.Group], m.B)
+		}
 	}
-	svc.picker = waterfall.NewPicker(pickRow, healthy, backend.PolicyRoundRobin)
+	svc.picker = waterfall.NewPickerDemoted(pickRow, active, demoted, backend.PolicyRoundRobin)
 	if len(row) == 0 {
 		b.finish(svc, byRTT(all, in.Self.RTT), report)
 		return svc
@@ -295,7 +299,7 @@ func (b *Builder) members(cs *snapshot.Snapshot, sc *config.Service, so *service
 			if !cs.Healthy(in.Address) {
 				continue
 			}
-			all = append(all, Member{B: b.backend(in), Group: be.Group, Region: ref.Region.Name, Zone: ref.Zone.Name, Host: so.host(be.Group, in.Address)})
+			all = append(all, Member{B: b.backend(in), Group: be.Group, Region: ref.Region.Name, Zone: ref.Zone.Name, Host: so.host(be.Group, in.Address), Demoted: in.Demoted})
 		}
 	}
 	return all
@@ -306,9 +310,11 @@ func (b *Builder) members(cs *snapshot.Snapshot, sc *config.Service, so *service
 // nearest_region and marked with the reason of a policy pick.
 //
 // The pool is every healthy backend in scope less the ejected ones and
-// those of drained groups (capacity_scaler 0: no new traffic). Baseline
-// policies pick from it; planned policies fall back to round robin over it
-// while their site has no plan row yet (no RTT measured).
+// those of drained groups (capacity_scaler 0: no new traffic), the active
+// ones first and then, when there is an active one, the demoted ones
+// (Service.first). Baseline policies pick from it; planned policies fall
+// back to round robin over it while their site has no plan row yet (no RTT
+// measured).
 func (b *Builder) setPool(svc *Service, all []Member, rtt map[string]float64, now time.Time) []Member {
 	sc := svc.cfg
 	drained := func(m Member) bool {
@@ -335,10 +341,28 @@ func (b *Builder) setPool(svc *Service, all []Member, rtt map[string]float64, no
 		all[i].reason = poolReason
 	}
 	pool := slices.DeleteFunc(slices.Clone(all), func(m Member) bool { return m.Host.Ejected(now) || drained(m) })
-	svc.pool = pool
+	// Active members first, each part in config order.
+	slices.SortStableFunc(pool, func(a, b Member) int {
+		switch {
+		case a.Demoted == b.Demoted:
+			return 0
+		case b.Demoted:
+			return -1
+		}
+		return 1
+	})
+	first := len(pool)
+	if i := slices.IndexFunc(pool, func(m Member) bool { return m.Demoted }); i > 0 {
+		first = i // when every member is demoted, they are all picked as active
+	}
+	svc.pool, svc.first = pool, first
 	svc.inflight = func(i int) int64 { return pool[i].B.InFlight() }
 	svc.free = func(i int) bool { return !pool[i].B.Full() }
+	demoted := pool[first:]
+	svc.dinflight = func(i int) int64 { return demoted[i].B.InFlight() }
+	svc.dfree = func(i int) bool { return !demoted[i].B.Full() }
 	svc.rr = svc.meters.rr
+	svc.drr = backend.NewRoundRobin(b.rand())
 	svc.lr = backend.NewLeastRequest(b.rand)
 	return all
 }
@@ -354,13 +378,14 @@ func allDrained(sc *config.Service) bool {
 	return len(sc.Backends) > 0
 }
 
-// setHashing builds the Maglev table of a hashing policy over svc's pool.
+// setHashing builds the Maglev table of a hashing policy over svc's pool's
+// active members (all of the pool when none is active).
 func (b *Builder) setHashing(svc *Service) error {
-	if !svc.cfg.Policy.IsHash() || len(svc.pool) == 0 {
+	if !svc.cfg.Policy.IsHash() || svc.first == 0 {
 		return nil
 	}
-	names := make([]string, len(svc.pool))
-	for i, m := range svc.pool {
+	names := make([]string, svc.first)
+	for i, m := range svc.pool[:svc.first] {
 		names[i] = m.B.Addr()
 	}
 	mg, err := hashing.NewMaglev(hashing.DefaultConfig(), names)
@@ -426,9 +451,19 @@ func (b *Builder) finish(svc *Service, scope []Member, report func(string, error
 	if len(scope) == 0 {
 		return
 	}
-	names := make([]string, len(scope))
-	for i, m := range scope {
-		names[i] = m.B.Addr()
+	// Affinity pins only to active members (all of them when none is):
+	// a demoted one takes overflow, never a session.
+	names := make([]string, 0, len(scope))
+	for _, m := range scope {
+		if !m.Demoted {
+			names = append(names, m.B.Addr())
+		}
+	}
+	svc.scopeActive = len(names) > 0
+	if len(names) == 0 {
+		for _, m := range scope {
+			names = append(names, m.B.Addr())
+		}
 	}
 	aff, err := newAffinity(svc.cfg, names, svc.affinityFallback(b.rand), svc.affinityAvailable())
 	if err != nil {

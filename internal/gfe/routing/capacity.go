@@ -31,7 +31,7 @@ import (
 // service: its declared and effective capacity and what shrank it.
 type GroupCapacity struct {
 	// Group and Region name the group; Healthy counts its healthy
-	// instances.
+	// active instances (demoted ones are not in its capacity).
 	Group, Region string
 	Healthy       int
 	// Declared is the capacity of the group's healthy instances as
@@ -121,7 +121,9 @@ func (b *Builder) updateCapacity(in Input, sc *config.Service, sigs map[*backend
 		var s capacity.Sample
 		var reported float64
 		var responding int
-		healthy := in.Snapshot.HealthyCount(ref.Group.Instances)
+		// Demoted instances' requests count as the group's load (they
+		// serve its overflow), but not in its capacity.
+		healthy := in.Snapshot.HealthyActiveCount(ref.Group.Instances)
 		for _, inst := range ref.Group.Instances {
 			bk := b.backends[inst.Address]
 			if bk == nil {
@@ -153,7 +155,7 @@ func (b *Builder) updateCapacity(in Input, sc *config.Service, sigs map[*backend
 			}
 		}
 		s.Instances = healthy
-		s.Capacity = be.Capacity(sc.BalancingMode, healthy, len(ref.Group.Instances)) * sc.TargetUtilization
+		s.Capacity = be.Capacity(sc.BalancingMode, healthy, ref.Group.ActiveInstances()) * sc.TargetUtilization
 		if prev != nil {
 			for _, gl := range prev.Groups {
 				if gl.Name == be.Group {

@@ -46,7 +46,7 @@ func checkService(all *snapshot.Snapshot, sc *config.Service) error {
 		if !ok {
 			continue
 		}
-		n := len(ref.Group.Instances)
+		n := ref.Group.ActiveInstances()
 		c := b.Capacity(sc.BalancingMode, n, n)
 		if math.IsInf(c, 0) || math.IsNaN(c) {
 			return fmt.Errorf("backends[%d] (group %s): capacity is %v", bi, b.Group, c)

@@ -53,10 +53,10 @@ func (s *Service) retryTier(m *Member, tried []*backend.Backend, unreachable boo
 // reach (Service.reach): the site's regions the plan row does not reach,
 // nearest first, so that a retry leaves a region whose host or link is
 // down even when the row has no other region. Among the available ones
-// (not full, not ejected) it takes one of the best tier (retryTier) — in
-// the tier of regions not tried, of the nearest region (row order, then
-// the site's order) — the first found from a position drawn from rnd, so
-// that retries spread. The returned pick holds a slot and keeps failed's
+// (not full, not ejected) it takes one of the best tier (retryTier),
+// active before demoted members inside a tier — in the tier of regions not
+// tried, of the nearest region (row order, then the site's order) — the
+// first found from a position drawn from rnd, so that retries spread. The returned pick holds a slot and keeps failed's
 // reason. It returns false for a drained service. It does not allocate.
 func (s *Service) RetryPick(failed *Pick, tried []*backend.Backend, unreachable bool, rnd uint64, now time.Time) (Pick, bool) {
 	cands := s.scope
@@ -78,6 +78,10 @@ func (s *Service) RetryPick(failed *Pick, tried []*backend.Backend, unreachable 
 				continue
 			}
 			tier, newRegion := s.retryTier(m, tried, unreachable)
+			tier *= 2
+			if m.Demoted {
+				tier++ // after the tier's active members
+			}
 			key := tier * (n + 1)
 			if newRegion {
 				key += m.rank // the nearest region first
@@ -108,8 +112,9 @@ func containsBackend(bs []*backend.Backend, b *backend.Backend) bool {
 
 // NearestFree takes a slot on the healthy backend of the service's pool,
 // other than exclude, in the region with the lowest RTT in rtt (regions
-// without an RTT last) and with the fewest connections in flight there
-// (ties: pool order), and returns its pick under reason r. It returns
+// without an RTT last), active before demoted there, and with the fewest
+// connections in flight (ties: pool order), and returns its pick under
+// reason r. It returns
 // ErrNoBackend when the pool has no backend but exclude, ErrAllBusy
 // when every other one is full, and ErrDrained for a drained service.
 func (s *Service) NearestFree(rtt map[string]float64, exclude string, r Reason) (Pick, error) {
@@ -134,7 +139,16 @@ func (s *Service) NearestFree(rtt map[string]float64, exclude string, r Reason) 
 				continue
 			}
 			bm := s.pool[best]
-			if d := rttOf(rtt, m.Region) - rttOf(rtt, bm.Region); d < 0 || (d == 0 && m.B.InFlight() < bm.B.InFlight()) {
+			d := rttOf(rtt, m.Region) - rttOf(rtt, bm.Region)
+			switch {
+			case d < 0:
+				best = i
+			case d > 0:
+			case m.Demoted != bm.Demoted:
+				if !m.Demoted {
+					best = i
+				}
+			case m.B.InFlight() < bm.B.InFlight():
 				best = i
 			}
 		}

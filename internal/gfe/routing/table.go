@@ -184,6 +184,10 @@ type Member struct {
 	Zone   string
 	// Host is B's outlier-detection state in this service.
 	Host *outlier.Host
+	// Demoted is whether the instance is demoted (config.Instance.Demoted):
+	// it takes a request only when the active members it competes with
+	// are full, and session affinity never pins to it.
+	Demoted bool
 	// reason is what a policy pick of B is counted under: the reason of its
 	// group's flow in the plan row, ReasonNoPlan or ReasonPolicy.
 	reason Reason
@@ -220,14 +224,23 @@ type Service struct {
 	capacity []GroupCapacity
 
 	// Baseline policies: the healthy backends in scope that outlier
-	// detection had not ejected when the table was built.
+	// detection had not ejected when the table was built, the active ones
+	// first: pool[:first] are picked from first, pool[first:] (the
+	// demoted ones, when there is an active one) only when every one of
+	// pool[:first] is full. The Maglev table is over pool[:first].
 	pool     []Member
+	first    int
 	maglev   *hashing.Maglev
 	rr       *backend.RoundRobin
 	lr       *backend.LeastRequest
 	inflight func(int) int64
 	free     func(int) bool
-	nearest  string
+	// drr is the round-robin cursor over pool[first:], and dfree,
+	// dinflight are free and inflight over it.
+	drr       *backend.RoundRobin
+	dfree     func(int) bool
+	dinflight func(int) int64
+	nearest   string
 
 	// scope is every healthy backend this site may send the service's
 	// requests to, ejected or not, in the order retries prefer regions:
@@ -244,6 +257,8 @@ type Service struct {
 	// reach[:len(scope)]; byBackend indexes reach.
 	reach     []Member
 	byBackend map[*backend.Backend]int32
+	// scopeActive is whether scope has a member that is not demoted.
+	scopeActive bool
 	// aff applies the service's session affinity; nil for type none.
 	aff *Affinity
 	// now reads the builder's clock (outlier detection and cookie expiry).
@@ -311,7 +326,8 @@ func (s *Service) Affinity() *Affinity { return s.aff }
 
 // Pool returns the backends a baseline policy picks from: the healthy
 // backends in scope that outlier detection had not ejected when the table
-// was built. The slice must not be modified.
+// was built, the active ones first (config order) and then the demoted
+// ones (config order). The slice must not be modified.
 func (s *Service) Pool() []Member { return s.pool }
 
 // Scope returns every healthy backend this site may send the service's
@@ -406,14 +422,19 @@ func (s *Service) policyPick(rnd uint64, k Flow) (Pick, error) {
 	if n == 0 {
 		return Pick{}, ErrNoBackend
 	}
+	r := ReasonPolicy
+	if s.cfg.Policy.IsPlanned() {
+		r = ReasonNoPlan
+	}
 	var i int
 	var ok bool
 	const tcp = 6
+	// The active members first (pool[:first]).
 	switch s.cfg.Policy {
 	case config.PolicyRoundRobin, config.PolicyWaterfall, config.PolicyMinRTT:
-		i, ok = s.rr.PickAvailable(n, s.free)
+		i, ok = s.rr.PickAvailable(s.first, s.free)
 	case config.PolicyLeastRequest:
-		i, ok = s.lr.Pick(n, s.inflight)
+		i, ok = s.lr.Pick(s.first, s.inflight)
 	case config.PolicyHash2:
 		i, ok = s.maglev.Pick(hashing.Key2(k.Src.Addr(), k.Dst.Addr()))
 	case config.PolicyHash3:
@@ -421,16 +442,37 @@ func (s *Service) policyPick(rnd uint64, k Flow) (Pick, error) {
 	case config.PolicyHash5:
 		i, ok = s.maglev.Pick(hashing.Key5(k.Src.Addr(), k.Dst.Addr(), tcp, k.Src.Port(), k.Dst.Port()))
 	}
+	if ok {
+		if m := &s.pool[i]; m.B.TryAcquire() {
+			return pickOf(m, r), nil
+		}
+	}
+	// The demoted members, only when every active one is full.
+	if s.first == n || !s.activeFull() {
+		return Pick{}, ErrAllBusy
+	}
+	if s.cfg.Policy == config.PolicyLeastRequest {
+		i, ok = s.lr.Pick(n-s.first, s.dinflight)
+	} else {
+		i, ok = s.drr.PickAvailable(n-s.first, s.dfree)
+	}
 	if !ok {
 		return Pick{}, ErrAllBusy
 	}
-	m := &s.pool[i]
+	m := &s.pool[s.first+i]
 	if !m.B.TryAcquire() {
 		return Pick{}, ErrAllBusy
 	}
-	r := ReasonPolicy
-	if s.cfg.Policy.IsPlanned() {
-		r = ReasonNoPlan
-	}
 	return pickOf(m, r), nil
+}
+
+// activeFull reports whether every active member of the pool
+// (pool[:first]) is at its concurrency limit.
+func (s *Service) activeFull() bool {
+	for i := range s.first {
+		if !s.pool[i].B.Full() {
+			return false
+		}
+	}
+	return true
 }

@@ -32,7 +32,10 @@ type Peer struct {
 
 // BuildWorld returns the planner input for service svc of snapshot s: one
 // Region per region that holds one of svc's groups, with each group's
-// healthy capacity (s.Healthy, config.Backend.Capacity) times svc's
+// healthy capacity (config.Backend.Capacity of its healthy active
+// instances, s.HealthyActiveCount, over its active ones: demoted
+// instances count for nothing, and an empty autoscaled group has capacity
+// 0 and no instances) times svc's
 // TargetUtilization times its factor in factor (1 when absent: see
 // mergeFactors),
 // and one Site per edge site known from peers (plus me's), with the site's
@@ -52,8 +55,8 @@ func BuildWorld(s *snapshot.Snapshot, svc *config.Service, peers []Peer, me Peer
 		if !ok {
 			continue // validated away by config; kept safe
 		}
-		instances := len(ref.Group.Instances)
-		healthy := s.HealthyCount(ref.Group.Instances)
+		instances := ref.Group.ActiveInstances()
+		healthy := s.HealthyActiveCount(ref.Group.Instances)
 		g := waterfall.Group{
 			Name:      ref.Group.Name,
 			Zone:      ref.Zone.Name,
