@@ -18,7 +18,8 @@
 //  2. the pool: the members less those ejected at Now (for hashing with
 //     scope nearest_region, only the nearest region's), with the baseline
 //     pickers over it — round robin, least request (lb/backend) or Maglev
-//     (lb/hashing);
+//     (lb/hashing) — its active members first and its demoted ones
+//     (config.Instance.Demoted) after them;
 //  3. for a planned policy (waterfall, min_rtt): the World (BuildWorld),
 //     the plan (waterfall.Compute or ComputeMinRTT, then Damp against the
 //     previous plan) and the waterfall.Picker over this site's row;
@@ -37,6 +38,17 @@
 //     NearestFree are safe for concurrent use, never block, and (but for
 //     PickAffinity's cookies) do not allocate (TestPickDoesNotAllocate,
 //     the affinity Alloc test in internal/gfe/httpproxy).
+//   - Demoted instances count for nothing in a group's capacity (the
+//     world, the capacity estimators, Bounds, CheckPlannable: healthy
+//     active over active instances), and every pick takes one only when
+//     the active instances it competes with are full: the waterfall
+//     Picker's group (waterfall.NewPickerDemoted), the baseline pool
+//     (hashing hashes over the active members), and RetryPick and
+//     NearestFree prefer an active member of equal rank. Session affinity
+//     never pins to a demoted instance while its scope has an active one
+//     (TestDemoted*). An autoscaled group without instances has capacity 0
+//     and no share; its site's requests go to the other groups
+//     (TestEmptyAutoscaledGroup).
 //   - A pick that succeeds holds one slot of its backend, released with
 //     Pick.Done; a failed pick holds none. Errors are ErrNoBackend or
 //     ErrAllBusy (ErrorLabel gives their fixed metric labels).
