@@ -53,6 +53,7 @@ func backendStatus(scope []routing.Member, now time.Time) map[string][]status.Ba
 	for _, m := range scope {
 		b := status.BackendStatus{Address: m.B.Addr(), InFlight: m.B.InFlight(), MaxConcurrency: m.B.MaxConcurrency()}
 		b.Ejected = m.Host != nil && m.Host.Ejected(now)
+		b.Demoted = m.Demoted
 		out[m.Group] = append(out[m.Group], b)
 	}
 	for _, bs := range out {

@@ -76,7 +76,8 @@ func TestSiteStatus(t *testing.T) {
 
 // TestBackendStatus checks the backends /status lists per group: in
 // address order, with their requests in flight, concurrency limit and
-// whether outlier detection has ejected them at now.
+// whether outlier detection has ejected them at now, and whether they are
+// demoted.
 func TestBackendStatus(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	det, err := outlier.New(outlier.DefaultConfig())
@@ -95,7 +96,8 @@ func TestBackendStatus(t *testing.T) {
 		mk("g1", "10.0.0.1:80", 8, 1),
 		mk("g1", "10.0.0.3:80", 0, 0),
 		mk("g2", "10.0.1.1:80", 0, 2),
-		{B: backend.New("10.0.1.2:80", 0), Group: "g2"}, // no outlier detection
+		{B: backend.New("10.0.1.2:80", 0), Group: "g2"},                // no outlier detection
+		{B: backend.New("10.0.1.3:80", 0), Group: "g2", Demoted: true}, // overflow only
 	}
 	// Three connect failures eject 10.0.0.3 (a third of g1, under the 50% cap).
 	for range 3 {
@@ -107,7 +109,7 @@ func TestBackendStatus(t *testing.T) {
 			{Address: "10.0.0.2:80", InFlight: 3},
 			{Address: "10.0.0.3:80", Ejected: true},
 		},
-		"g2": {{Address: "10.0.1.1:80", InFlight: 2}, {Address: "10.0.1.2:80"}},
+		"g2": {{Address: "10.0.1.1:80", InFlight: 2}, {Address: "10.0.1.2:80"}, {Address: "10.0.1.3:80", Demoted: true}},
 	}
 	if d := cmp.Diff(want, backendStatus(scope, now)); d != "" {
 		t.Errorf("backendStatus (-want +got):\n%s", d)

@@ -161,3 +161,43 @@ func TestScaled(t *testing.T) {
 		}
 	}
 }
+
+// TestWeightsDemotedAndEmpty: without a plan a group weighs its healthy
+// active instances: a demoted one counts for nothing, and an autoscaled
+// group at zero keeps weight 1.
+func TestWeightsDemotedAndEmpty(t *testing.T) {
+	const y = `regions:
+  - name: r1
+    zones:
+      - name: z1
+        groups:
+          - name: g
+            instances:
+              - {address: 127.0.0.1:1}
+              - {address: 127.0.0.1:2}
+              - {address: 127.0.0.1:3, demoted: true}
+          - name: auto
+            autoscaling: {max_instances: 3}
+services:
+  - name: rr
+    policy: round_robin
+    backends:
+      - {group: g, max_rate_per_instance: 10}
+      - {group: auto, max_rate_per_instance: 10}
+routes:
+  - service: rr
+`
+	cfg, err := config.Parse([]byte(y), "demoted.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := snapshot.FromConfig("v1", cfg)
+	sc, _ := cfg.Service("rr")
+	want := []Locality{
+		{Region: "r1", Zone: "z1", Group: "g", Weight: 2},
+		{Region: "r1", Zone: "z1", Group: "auto", Weight: 1},
+	}
+	if d := cmp.Diff(want, Weights(sc, s, nil, "nyc")); d != "" {
+		t.Errorf("Weights (-want +got):\n%s", d)
+	}
+}

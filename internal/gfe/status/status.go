@@ -86,11 +86,14 @@ type RegionStatus struct {
 
 // GroupStatus is a group's health and capacity as planned.
 type GroupStatus struct {
-	Name      string `json:"name"`
-	Region    string `json:"region"`
-	Zone      string `json:"zone"`
-	Instances int    `json:"instances"`
-	Healthy   int    `json:"healthy"`
+	Name   string `json:"name"`
+	Region string `json:"region"`
+	Zone   string `json:"zone"`
+	// Instances and Healthy count the group's active instances, those
+	// its capacity counts: demoted ones are left out (their backends show
+	// Demoted), and an autoscaled group at zero shows 0 of 0.
+	Instances int `json:"instances"`
+	Healthy   int `json:"healthy"`
 	// CapacityRPS is what the plan fills the group up to:
 	// DeclaredRPS × the service's target_utilization × Factor.
 	CapacityRPS float64 `json:"capacity_rps"`
@@ -123,6 +126,9 @@ type BackendStatus struct {
 	MaxConcurrency int64 `json:"max_concurrency"`
 	// Ejected is whether passive outlier detection has ejected it.
 	Ejected bool `json:"ejected"`
+	// Demoted is whether the instance is demoted (config.Instance.Demoted):
+	// out of its group's capacity, taking only overflow.
+	Demoted bool `json:"demoted,omitempty"`
 }
 
 // SiteStatus is a site's demand as this node sees it from gossip, and
