@@ -362,7 +362,11 @@ func (b *Builder) setPool(svc *Service, all []Member, rtt map[string]float64, no
 	svc.dinflight = func(i int) int64 { return demoted[i].B.InFlight() }
 	svc.dfree = func(i int) bool { return !demoted[i].B.Full() }
 	svc.rr = svc.meters.rr
-	svc.drr = backend.NewRoundRobin(b.rand())
+	if first < len(pool) {
+		// Only with demoted members, so that a config without any draws
+		// the same random numbers as before they existed.
+		svc.drr = backend.NewRoundRobin(b.rand())
+	}
 	svc.lr = backend.NewLeastRequest(b.rand)
 	return all
 }
