@@ -61,7 +61,8 @@ func autoscaledFrom(snap *gossip.Snapshot, self string, replicas map[string]bool
 }
 
 // withAutoscaled returns base with the autoscaled instances added to their
-// groups (max_concurrency from the group's max_concurrency_per_instance),
+// groups (max_concurrency from the group's max_concurrency_per_instance,
+// demoted as the autoscaler says: config.Instance.Demoted),
 // as a LoadedConfig of its own: re-marshaled and re-parsed, so that it is
 // validated exactly as the gfes will parse it, with its own Hash (a
 // snapshot's version changes with the instances). Instances of groups that
@@ -101,6 +102,7 @@ func withAutoscaled(base *LoadedConfig, ins map[string][]gossip.AutoscaledInstan
 					g.Instances = append(g.Instances, config.Instance{
 						Address:        in.Address,
 						MaxConcurrency: g.Autoscaling.MaxConcurrencyPerInstance,
+						Demoted:        in.Demoted,
 					})
 					added++
 				}
