@@ -230,7 +230,7 @@ func TestDemotedPickedLastBaseline(t *testing.T) {
 			}
 			pk, err := svc.Pick(7, routing.Flow{})
 			if err != nil || pk.Backend.Addr() != "127.0.0.1:3" {
-				t.Errorf("pick with every active instance full = %v, %v; want 127.0.0.1:3", pk.Backend, err)
+				t.Errorf("pick with every active instance full = %v, %v; want 127.0.0.1:3", addrOf(pk), err)
 			}
 			if err == nil {
 				held = append(held, pk)
@@ -251,28 +251,38 @@ func TestDemotedNearestFreeAndRetry(t *testing.T) {
 	cs := snapshot.FromConfig("v1", demotedConfig(t, "round_robin", "127.0.0.1:1"))
 	svc := buildNYC(t, cs).Services["web"]
 	rtt := map[string]float64{"us-east": 5, "eu-west": 80}
+	// us-east's active instances each hold a request (limit raised to 2,
+	// so they are not full); the demoted one holds none, and still loses.
+	for _, a := range []string{"127.0.0.1:2", "127.0.0.1:3"} {
+		m, _ := svc.Member(a)
+		m.B.SetMaxConcurrency(2)
+		m.B.TryAcquire()
+		defer m.B.Release()
+	}
 	for i := range 10 {
 		pk, err := svc.NearestFree(rtt, "", routing.ReasonPolicy)
 		if err != nil || pk.Backend.Addr() != "127.0.0.1:2" {
-			t.Fatalf("NearestFree #%d = %v, %v; want 127.0.0.1:2 (active, nearest)", i, pk.Backend, err)
+			t.Fatalf("NearestFree #%d = %v, %v; want 127.0.0.1:2 (active, nearest, first in pool order)", i, addrOf(pk), err)
 		}
 		pk.Done()
 	}
-	failed, err := svc.Pick(0, routing.Flow{})
-	if err != nil {
-		t.Fatal(err)
+	// A request failed on west's 127.0.0.1:4 (the backend took it and
+	// failed): the retry goes to a region not tried, us-east, whose
+	// members 127.0.0.1:1 (demoted), :2 and :3 are all of the same tier —
+	// and takes an active one, whatever the draw.
+	m, ok := svc.Member("127.0.0.1:4")
+	if !ok || !m.B.TryAcquire() {
+		t.Fatal("127.0.0.1:4 not in scope, or full")
 	}
+	failed := routing.Pick{Backend: m.B, Group: m.Group, Region: m.Region, Reason: routing.ReasonPolicy}
 	defer failed.Done()
-	// After a failure on an active instance, a retry goes to another zone of
-	// the region — there is none — or to a region not tried (west), never to
-	// the demoted instance while those are free.
 	for rnd := range uint64(20) {
 		pk, ok := svc.RetryPick(&failed, nil, false, rnd, time.Unix(1_000_000, 0))
 		if !ok {
 			t.Fatalf("RetryPick(rnd %d): none", rnd)
 		}
-		if pk.Backend.Addr() == "127.0.0.1:1" {
-			t.Errorf("RetryPick(rnd %d) = demoted 127.0.0.1:1 with active instances free", rnd)
+		if pk.Region != "us-east" || pk.Backend.Addr() == "127.0.0.1:1" {
+			t.Errorf("RetryPick(rnd %d) = %s in %s, want an active instance of us-east", rnd, pk.Backend.Addr(), pk.Region)
 		}
 		pk.Done()
 	}
@@ -297,4 +307,12 @@ func TestDemotedNoAffinityPin(t *testing.T) {
 		}
 		pk.Done()
 	}
+}
+
+// addrOf returns the address of pk's backend, "<none>" without one.
+func addrOf(pk routing.Pick) string {
+	if pk.Backend == nil {
+		return "<none>"
+	}
+	return pk.Backend.Addr()
 }
