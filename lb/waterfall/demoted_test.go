@@ -101,7 +101,7 @@ func TestPickDemotedSoftLimits(t *testing.T) {
 	for i, w := range want {
 		c, err := p.Pick(0)
 		if err != nil || c.Backend.Addr() != w {
-			t.Fatalf("pick %d = %v %v, want %s", i, c.Backend, err, w)
+			t.Fatalf("pick %d = %v %v, want %s", i, choiceAddr(c), err, w)
 		}
 	}
 }
@@ -131,7 +131,7 @@ func TestPickDemotedOnlyGroup(t *testing.T) {
 			for i, w := range []string{"g2-0", "g1-demoted-0"} {
 				c, err := p.Pick(0)
 				if err != nil || c.Backend.Addr() != w {
-					t.Fatalf("pick %d = %v %v, want %s", i, c.Backend, err, w)
+					t.Fatalf("pick %d = %v %v, want %s", i, choiceAddr(c), err, w)
 				}
 			}
 			if _, err := p.Pick(0); !errors.Is(err, ErrAllBusy) {
@@ -157,7 +157,7 @@ func TestPickDemotedAllocs(t *testing.T) {
 		if got := testing.AllocsPerRun(1000, func() {
 			c, err := p.Pick(rng.Uint64())
 			if err != nil || c.Backend == active["g1"][0] || c.Backend == active["g1"][1] {
-				panic(fmt.Sprint(c.Backend, err))
+				panic(fmt.Sprint(choiceAddr(c), err))
 			}
 			c.Done()
 		}); got != 0 {
@@ -277,4 +277,12 @@ func BenchmarkPickDemoted(b *testing.B) {
 			}
 		})
 	}
+}
+
+// choiceAddr returns the address of c's backend, "<none>" without one.
+func choiceAddr(c Choice) string {
+	if c.Backend == nil {
+		return "<none>"
+	}
+	return c.Backend.Addr()
 }
