@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -90,7 +91,7 @@ func run(keep, verbose bool, net int, settle, measure time.Duration) error {
 			return fmt.Errorf("phase %q: %w", ph.Name, err)
 		}
 		planned := <-plannedc
-		demo.Print(os.Stdout, i+1, len(story)+1, ph, res, planned, measure)
+		demo.Print(os.Stdout, i+1, len(story)+2, ph, res, planned, measure)
 	}
 	qs, err := demo.RunQuota(ctx, c, measure)
 	if ctx.Err() != nil {
@@ -99,8 +100,21 @@ func run(keep, verbose bool, net int, settle, measure time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("quota phase: %w", err)
 	}
-	demo.PrintQuota(os.Stdout, len(story)+1, len(story)+1, qs, measure)
-	if err := demo.CheckQuota(qs); err != nil {
+	demo.PrintQuota(os.Stdout, len(story)+1, len(story)+2, qs, measure)
+	checks := []error{demo.CheckQuota(qs)}
+	if !keep {
+		c.Stop() // the autoscaler phase has a deployment of its own
+	}
+	ws, err := runAutoscale(ctx, dir, tee, net+1, c.Bins)
+	if ctx.Err() != nil {
+		return errInterrupted
+	}
+	if err != nil {
+		return fmt.Errorf("autoscaler phase: %w", err)
+	}
+	demo.PrintAutoscale(os.Stdout, len(story)+2, len(story)+2, ws)
+	checks = append(checks, demo.CheckAutoscale(ws))
+	if err := errors.Join(checks...); err != nil {
 		return err
 	}
 	if keep {
@@ -115,4 +129,20 @@ func run(keep, verbose bool, net int, settle, measure time.Duration) error {
 	}
 	fmt.Println("\ndone; stopping every process")
 	return nil
+}
+
+// runAutoscale runs the autoscaler phase on a deployment of its own in
+// 127.net.0.0/16 (demo.AutoscaleSpec), with the binaries already built.
+func runAutoscale(ctx context.Context, dir string, tee io.Writer, net int, bins map[string]string) ([]demo.AutoscaleWindow, error) {
+	fmt.Printf("\nstarting the autoscaler phase's deployment: nyc, us-east autoscaled from zero, eu-west as the buffer\n")
+	dir = filepath.Join(dir, "autoscale")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	c, err := topology.Start(ctx, demo.AutoscaleSpec(net), topology.Options{Dir: dir, Tee: tee, Bins: bins})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Stop()
+	return demo.RunAutoscale(ctx, c, 25*time.Second, 20*time.Second, 5*time.Second)
 }

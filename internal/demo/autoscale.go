@@ -1,0 +1,192 @@
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spillway-lb/spillway/internal/loadgen"
+	"github.com/spillway-lb/spillway/internal/topology"
+)
+
+// The autoscaler phase (issue #12, DESIGN row 7) runs on a deployment of
+// its own: the site nyc in front of us-east, autoscaled from zero (up to 4
+// instances, a 2s cold start), and eu-west, two fixed instances, the
+// buffer. While us-east scales up, nyc's traffic spills to eu-west, and it
+// comes back as us-east's instances turn healthy; when the load stops, the
+// group returns to zero.
+
+// AutoscaleGroup is the autoscaled group of the phase.
+const AutoscaleGroup = "us-east-b-web"
+
+// AutoscaleRate is the load of the phase, requests/s from nyc: 1.5 of
+// us-east's instances at their declared 40 req/s.
+const AutoscaleRate = 60
+
+// AutoscaleSpec returns the phase's deployment in 127.net.0.0/16.
+func AutoscaleSpec(net int) topology.Spec {
+	ms := time.Millisecond
+	return topology.Spec{
+		Net:            net,
+		Sites:          []topology.Site{{Name: "nyc", RTT: map[string]time.Duration{"us-east": 8 * ms, "eu-west": 35 * ms}}},
+		HealthInterval: 250 * ms,
+		Regions: []topology.Region{
+			{Name: "us-east", Zones: []string{"b"}, Instances: 0, Rate: 40},
+			{Name: "eu-west", Zones: []string{"b"}, Instances: 2, Rate: 40},
+		},
+		Autoscale: &topology.AutoscaleSpec{
+			Region: 0,
+			Block: "{max_instances: 4, max_concurrency_per_instance: 8, cold_start: 2s, cpu_window: 6s, " +
+				"concurrency_window: 6s, concurrency_long_window: 6s, demoted_idle_window: 3s, idle_timeout: 6s}",
+			MaxConcurrency: 8,
+			StartupDelay:   2 * time.Second,
+			ServiceTime:    50 * ms,
+		},
+	}
+}
+
+// AutoscaleWindow is one slice of the phase's timeline.
+type AutoscaleWindow struct {
+	From, To time.Duration
+	// Offered is the load's rate in the window.
+	Offered float64
+	// Res is what the load generator measured in the window.
+	Res *loadgen.Result
+	// Recommended, Active and Demoted are the control plane's autoscaler
+	// status at the window's end.
+	Recommended, Active, Demoted int
+}
+
+// RunAutoscale offers AutoscaleRate from nyc for on, then nothing for off,
+// and returns the timeline in windows of w.
+func RunAutoscale(ctx context.Context, c *topology.Cluster, on, off, w time.Duration) ([]AutoscaleWindow, error) {
+	type point struct {
+		at                           time.Duration
+		recommended, active, demoted int
+	}
+	var (
+		mu     sync.Mutex
+		points []point
+	)
+	start := time.Now()
+	pctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if st, err := autoscalerOf(pctx, c); err == nil {
+				mu.Lock()
+				points = append(points, point{time.Since(start), st.Recommended, st.Active, st.Demoted})
+				mu.Unlock()
+			}
+			select {
+			case <-pctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	})
+	res, err := c.RunLoadAt(ctx, "nyc", loadgen.Config{
+		URL: c.GFEs[0].URL + "/", Rate: AutoscaleRate, Duration: on + off, Records: true,
+		Timeout:  20 * time.Second,
+		Sources:  []netip.Addr{c.Spec.ClientIP(0)},
+		Schedule: []loadgen.RateStep{{At: on, Rate: 0}},
+	})
+	stop()
+	wg.Wait()
+	if err != nil {
+		return nil, err
+	}
+	var out []AutoscaleWindow
+	for from := time.Duration(0); from < on+off; from += w {
+		win := AutoscaleWindow{From: from, To: from + w, Res: res.Window(from, from+w)}
+		if from < on {
+			win.Offered = AutoscaleRate
+		}
+		mu.Lock()
+		for _, p := range points {
+			if p.at <= win.To {
+				win.Recommended, win.Active, win.Demoted = p.recommended, p.active, p.demoted
+			}
+		}
+		mu.Unlock()
+		out = append(out, win)
+	}
+	return out, nil
+}
+
+// asStatus is the part of the control plane's /status autoscaler entry
+// the phase reads.
+type asStatus struct {
+	Group                        string
+	Recommended, Active, Demoted int
+}
+
+func autoscalerOf(ctx context.Context, c *topology.Cluster) (asStatus, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.Spec.ControlPlaneAdmin(0)+"/status", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return asStatus{}, err
+	}
+	defer resp.Body.Close()
+	var st struct{ Autoscaler []asStatus }
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return asStatus{}, err
+	}
+	for _, g := range st.Autoscaler {
+		if g.Group == AutoscaleGroup {
+			return g, nil
+		}
+	}
+	return asStatus{Group: AutoscaleGroup}, nil
+}
+
+// PrintAutoscale writes the phase's timeline.
+func PrintAutoscale(w io.Writer, i, n int, ws []AutoscaleWindow) {
+	fmt.Fprintf(w, "\n== phase %d/%d: autoscaler, us-east from zero with eu-west as the buffer (its own deployment)\n", i, n)
+	fmt.Fprintf(w, "   expect: nyc's %d req/s spill to eu-west while us-east's instances start (2s cold start), come back\n", AutoscaleRate)
+	fmt.Fprintf(w, "   as they turn healthy; without load us-east scales back to zero (demoted, then stopped)\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "t (s)\toffered\tus-east\teu-west\tok\terrors\tp99\tus-east instances\tdemoted\t\n")
+	for _, win := range ws {
+		r := win.Res
+		errs := r.Sent - r.OK
+		fmt.Fprintf(tw, "%.0f-%.0f\t%.0f/s\t%.0f%%\t%.0f%%\t%d\t%d\t%v\t%d\t%d\t\n", win.From.Seconds(), win.To.Seconds(), win.Offered,
+			100*r.RegionShare("us-east"), 100*r.RegionShare("eu-west"), r.OK, errs, r.Percentile(99).Round(time.Millisecond),
+			win.Active, win.Demoted)
+	}
+	tw.Flush()
+}
+
+// CheckAutoscale reports the phase's expectations that failed: the load
+// was served without errors, us-east took most of it by the end of the
+// load, and the group was back to zero at the end.
+func CheckAutoscale(ws []AutoscaleWindow) error {
+	var errs []error
+	var lastLoaded *AutoscaleWindow
+	for i := range ws {
+		w := &ws[i]
+		if n := w.Res.Sent - w.Res.OK; n > 0 {
+			errs = append(errs, fmt.Errorf("autoscaler: %d of %d requests failed at %v-%v", n, w.Res.Sent, w.From, w.To))
+		}
+		if w.Offered > 0 {
+			lastLoaded = w
+		}
+	}
+	if lastLoaded != nil && lastLoaded.Res.RegionShare("us-east") < 0.8 {
+		errs = append(errs, fmt.Errorf("autoscaler: us-east took %.0f%% of nyc's load at %v-%v, want at least 80%% once scaled up",
+			100*lastLoaded.Res.RegionShare("us-east"), lastLoaded.From, lastLoaded.To))
+	}
+	if last := ws[len(ws)-1]; last.Active+last.Demoted != 0 {
+		errs = append(errs, fmt.Errorf("autoscaler: %d instances left at the end, want 0", last.Active+last.Demoted))
+	}
+	return errors.Join(errs...)
+}
