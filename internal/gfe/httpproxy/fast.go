@@ -471,7 +471,7 @@ func (p *Proxy) ServeFast(fr *FastRequest) (keep bool) {
 		method, logPath = string(h.Method), string([]byte(path))
 	}
 	k := routing.Flow{Src: unmap(fr.Remote), Dst: unmap(fr.Local)}
-	dec, no := p.decide(fr, unsafeString(h.Host), path, unsafeString(h.Method), k, start)
+	dec, no := p.decide(context.Background(), fr, unsafeString(h.Host), path, unsafeString(h.Method), k, start)
 	if no.status != 0 {
 		return p.fastRefuse(fr, no)
 	}
