@@ -172,6 +172,11 @@ func TestPendingServedWhenSlotFrees(t *testing.T) {
 	if got := testutil.ToFloat64(pendingDepth(t, reg)); got != 1 {
 		t.Errorf("spillway_gfe_pending_requests{web} = %v, want 1", got)
 	}
+	for _, ss := range e.Status().Services {
+		if ss.Name == "web" && ss.Pending != 1 {
+			t.Errorf("/status services[web].pending = %d, want 1", ss.Pending)
+		}
+	}
 	clk.Advance(200 * time.Millisecond) // still waiting, polled 40 times
 	waitUntil(t, "a capacity request", func() bool { return len(cp.requests()) == 1 })
 	req := cp.requests()[0]
