@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -17,9 +19,11 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
 	"github.com/spillway-lb/spillway/internal/gfe/pending"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/snapshot"
+	"github.com/spillway-lb/spillway/lb/backend"
 	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
 )
 
@@ -326,4 +330,130 @@ func (g gaugeOf) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(g.name, "copy", nil, nil), prometheus.GaugeValue, v)
+}
+
+// TestCapacityTarget: capacity requests name the service's autoscaled
+// group nearest by RTT, its first autoscaled group without RTT estimates,
+// and count the group's instances from the snapshot.
+func TestCapacityTarget(t *testing.T) {
+	y := `regions:
+  - name: us-east
+    zones:
+      - name: us-east-b
+        groups:
+          - name: east
+            instances:
+              - {address: "127.0.0.1:1001"}
+              - {address: "127.0.0.1:1002"}
+            autoscaling: {max_instances: 4, max_concurrency_per_instance: 10}
+          - name: plain
+            instances:
+              - {address: "127.0.0.1:1004"}
+  - name: eu-west
+    zones:
+      - name: eu-west-b
+        groups:
+          - name: west
+            instances:
+              - {address: "127.0.0.1:1003"}
+            autoscaling: {max_instances: 2, max_concurrency_per_instance: 5}
+services:
+  - name: web
+    policy: round_robin
+    backends:
+      - {group: plain, max_rate_per_instance: 100}
+      - {group: west, max_rate_per_instance: 100}
+      - {group: east, max_rate_per_instance: 100}
+  - name: static
+    policy: round_robin
+    backends:
+      - {group: plain, max_rate_per_instance: 100}
+routes:
+  - {host: "*", path_prefix: /, service: web}
+`
+	c, err := config.Parse([]byte(y), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		rtt     map[string]float64
+		service string
+		want    pending.Target
+		wantOK  bool
+	}{
+		{name: "no RTT yet: the first autoscaled group", service: "web",
+			want: pending.Target{Group: "west", Instances: 1, Healthy: 1, MaxConcurrency: 5}, wantOK: true},
+		{name: "nearest by RTT", service: "web", rtt: map[string]float64{"us-east": 5, "eu-west": 80},
+			want: pending.Target{Group: "east", Instances: 2, Healthy: 1, MaxConcurrency: 10}, wantOK: true},
+		{name: "a known RTT before an unknown one", service: "web", rtt: map[string]float64{"us-east": 90},
+			want: pending.Target{Group: "east", Instances: 2, Healthy: 1, MaxConcurrency: 10}, wantOK: true},
+		{name: "nearer the other way", service: "web", rtt: map[string]float64{"us-east": 90, "eu-west": 10},
+			want: pending.Target{Group: "west", Instances: 1, Healthy: 1, MaxConcurrency: 5}, wantOK: true},
+		{name: "no autoscaled group", service: "static"},
+		{name: "unknown service", service: "nope"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := &fakeGossip{node: "gfe-nyc", states: map[string]gossip.NodeState{}}
+			e := newTestEdge(t, g, clock.NewFake(time.Unix(1_000_000, 0)))
+			if err := e.ApplySnapshot(snapshot.FromConfig("v1", c, "127.0.0.1:1002")); err != nil {
+				t.Fatal(err)
+			}
+			for r, ms := range tt.rtt {
+				e.rtt.Set(r, ms)
+			}
+			got, ok := e.capacityTarget(tt.service)
+			if got != tt.want || ok != tt.wantOK {
+				t.Errorf("capacityTarget(%q) = %+v, %v; want %+v, %v", tt.service, got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
+
+// TestGroupLoadPublished: each plan step publishes the mean of the
+// in-flight samples and the rate of the requests that ended per group,
+// and leaves out a group that went idle.
+func TestGroupLoadPublished(t *testing.T) {
+	g := &fakeGossip{node: "gfe-nyc", states: map[string]gossip.NodeState{}}
+	c := gfetest.TwoRegionConfig(t, "round_robin", []string{"127.0.0.1:1001", "127.0.0.1:1002"}, []string{"127.0.0.1:1003"}, 100)
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	e := newTestEdge(t, g, clk)
+	if err := e.ApplySnapshot(snapshot.FromConfig("v1", c)); err != nil {
+		t.Fatal(err)
+	}
+	published := func() map[string]gossip.GroupLoad {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.states["gfe-nyc"].Load
+	}
+	e.step(clk.Now()) // first build: backends exist, no rate yet
+	if l := published(); l != nil {
+		t.Fatalf("load before any request = %v, want none", l)
+	}
+	b1, b2 := e.builder.Backend("127.0.0.1:1001"), e.builder.Backend("127.0.0.1:1002")
+	b1.TryAcquire()
+	b2.TryAcquire()
+	for i := range loadSamplesPerPlan { // in flight 2 for half the samples, then 1
+		if i == loadSamplesPerPlan/2 {
+			b2.Release()
+		}
+		e.sampleLoad(e.control.Load())
+	}
+	for range 5 {
+		b1.Observe(backend.OutcomeOK, time.Millisecond)
+	}
+	b2.Observe(backend.OutcomeFailed, 0)
+	clk.Advance(500 * time.Millisecond)
+	e.step(clk.Now()) // one more sample (1) at the step: (5·2 + 6·1)/11
+	want := map[string]gossip.GroupLoad{"east": {InFlight: 16.0 / 11, Requests: 6 / 0.5}}
+	if diff := cmp.Diff(want, published(), cmpopts.EquateApprox(0, 1e-9)); diff != "" {
+		t.Errorf("published load (-want +got):\n%s", diff)
+	}
+	b1.Release()
+	clk.Advance(500 * time.Millisecond)
+	e.step(clk.Now())
+	if l := published(); l != nil {
+		t.Errorf("load after the group went idle = %v, want none (absent is zero)", l)
+	}
 }
