@@ -82,7 +82,11 @@ func (p *Proxy) await(ctx context.Context, t *routing.Table, rt *config.Route, s
 	name, last := svc.Name(), first
 	var got decision
 	try := func() bool { // on the queue's goroutine; got and last are read after Wait
-		s := p.planner.Table().Services[name]
+		t := p.planner.Table()
+		if t == nil {
+			return false
+		}
+		s := t.Services[name]
 		if s == nil {
 			return false
 		}

@@ -267,3 +267,26 @@ func TestAwait(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkProxyWithPendingQueue is BenchmarkProxy with a pending queue,
+// as the gfe runs it: a request that finds a free backend pays one atomic
+// load for it (Meters.Pending) and nothing more.
+func BenchmarkProxyWithPendingQueue(b *testing.B) {
+	h := proxyUnderTest(b).(*Proxy)
+	h.pending = pending.New(pending.Config{}, pending.Options{})
+	b.ReportAllocs()
+	for b.Loop() {
+		serveOne(b, h)
+	}
+}
+
+// BenchmarkFastPathWithPendingQueue is BenchmarkFastPath with a pending
+// queue: still no allocation.
+func BenchmarkFastPathWithPendingQueue(b *testing.B) {
+	h := newFastBench(b)
+	h.p.pending = pending.New(pending.Config{}, pending.Options{})
+	b.ReportAllocs()
+	for b.Loop() {
+		h.one(b)
+	}
+}
