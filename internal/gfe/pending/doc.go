@@ -49,6 +49,9 @@
 //     returns (TestCancel).
 //   - A waiter whose Try keeps failing is rejected by the first round at
 //     or after its Deadline, at most Poll late (TestDeadline).
+//   - When Run returns (the gfe drains), every waiter is Rejected, and so is
+//     every later Wait, at once: no request waits for rounds that will not
+//     come (TestRun).
 //   - Nothing costs a request that finds a free backend; while nobody
 //     waits Run sleeps on a channel with no timer firing.
 //   - No request waits on the control plane: capacity calls run on

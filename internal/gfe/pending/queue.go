@@ -108,6 +108,9 @@ type Queue struct {
 	mu sync.Mutex
 	// Guarded by mu.
 	lines map[string][]*waiter
+	// stopped is set when Run returns: Wait rejects at once from then on,
+	// since no round would ever end a wait.
+	stopped bool
 }
 
 // New returns a Queue.
@@ -137,14 +140,20 @@ func (q *Queue) Kick() {
 // Wait puts t at the end of its service's line and blocks until the
 // queue's rounds (Run, or Step) get it a backend (Served), its Deadline
 // passes (Rejected), or ctx ends first (Canceled). A deadline already past is
-// rejected by the next round, which joining kicks. Once Wait returns Served,
+// rejected by the next round, which joining kicks; once Run has returned,
+// Wait returns Rejected at once. Once Wait returns Served,
 // what t.Try wrote is visible to the caller; after any other result Try
 // is not called again.
 func (q *Queue) Wait(ctx context.Context, t Ticket) Result {
 	w := &waiter{Ticket: t, done: make(chan struct{})}
 	q.mu.Lock()
-	q.lines[t.Service] = append(q.lines[t.Service], w)
 	q.joinLocked(w)
+	if q.stopped {
+		q.resolveLocked(w, Rejected, q.clk.Now())
+		q.mu.Unlock()
+		return Rejected
+	}
+	q.lines[t.Service] = append(q.lines[t.Service], w)
 	q.mu.Unlock()
 	q.Kick()
 	select {
@@ -257,8 +266,8 @@ func (q *Queue) Lines(now time.Time) []Line {
 func (q *Queue) Waiting() int64 { return q.waiting.Load() }
 
 // Run runs rounds (Step, then the Asker's) every Poll while requests wait
-// and at once on Kick, until ctx ends; it then rejects every waiter and
-// waits for the Asker's calls in flight. It sleeps, without a timer
+// and at once on Kick, until ctx ends; it then rejects every waiter (and
+// every later one, at once) and waits for the Asker's calls in flight. It sleeps, without a timer
 // firing, while no request waits.
 func (q *Queue) Run(ctx context.Context) error {
 	t := q.clk.NewTicker(q.cfg.Poll)
@@ -290,6 +299,7 @@ func (q *Queue) Run(ctx context.Context) error {
 func (q *Queue) stop() error {
 	now := q.clk.Now()
 	q.mu.Lock()
+	q.stopped = true
 	for name, l := range q.lines {
 		for _, w := range l {
 			q.resolveLocked(w, Rejected, now)

@@ -214,7 +214,8 @@ func TestCancel(t *testing.T) {
 }
 
 // TestRun: Run polls every Poll while requests wait, runs a round at once
-// on Kick (a new table), and rejects the waiters left when it stops.
+// on Kick (a new table), and rejects the waiters left when it stops, and
+// any later one at once.
 func TestRun(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		clk := clock.NewFake(t0)
@@ -256,6 +257,12 @@ func TestRun(t *testing.T) {
 		}
 		if err := <-done; err != nil {
 			t.Errorf("Run() = %v", err)
+		}
+		if r := q.Wait(context.Background(), Ticket{Service: "web", Since: clk.Now(), Deadline: clk.Now().Add(time.Hour), Try: try}); r != Rejected {
+			t.Errorf("Wait() after Run returned = %v, want rejected at once", r)
+		}
+		if n, _ := histCount(t, q, "web", "rejected"); n != 2 {
+			t.Errorf("wait histogram{rejected} = %d samples, want 2", n)
 		}
 	})
 }
