@@ -69,7 +69,9 @@ type AskOptions struct {
 
 // Asker asks the control plane for capacity (RequestCapacity) for the
 // groups that requests wait for: per (service, group) at most one call in
-// flight and at most one call per Interval. No request ever waits on a
+// flight and at most one call per Interval — in fact per service, since a
+// service's waiting requests name one group at a time, and a service that
+// may not ask yet costs a round no Target lookup. No request ever waits on a
 // call: calls run on goroutines of their own, started by Step and awaited
 // by Wait. Create it with NewAsker; it must not be copied.
 type Asker struct {
@@ -87,11 +89,16 @@ type Asker struct {
 	mu sync.Mutex
 	// Guarded by mu.
 	keys map[askKey]*askState
+	// busy is, by service, whether a call for it is in flight and when the
+	// last one started: a service's lines name one group at a time, so a
+	// service that may not ask yet is skipped before its Target is looked
+	// up (which costs a map copy of the RTTs), every round.
+	busy map[string]*askState
 }
 
 type askKey struct{ service, group string }
 
-// askState is one (service, group)'s rate limit.
+// askState is one (service, group)'s, or one service's, rate limit.
 type askState struct {
 	inFlight bool
 	last     time.Time // start of the last call
@@ -116,6 +123,7 @@ func NewAsker(cfg AskConfig, opts AskOptions) *Asker {
 		client: opts.Client,
 		target: opts.Target,
 		keys:   map[askKey]*askState{},
+		busy:   map[string]*askState{},
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spillway_gfe_capacity_requests_total",
 			Help: "RequestCapacity calls to the control plane for the groups pending requests wait for, by service, group and result (granted, refused, error).",
@@ -161,6 +169,13 @@ func (a *Asker) Step(ctx context.Context, now time.Time, lines []Line) {
 		return
 	}
 	for _, l := range lines {
+		a.mu.Lock()
+		sv := a.busy[l.Service]
+		wait := sv != nil && a.limitedLocked(sv, now)
+		a.mu.Unlock()
+		if wait {
+			continue
+		}
 		t, ok := a.target(l.Service)
 		if !ok {
 			continue
@@ -172,15 +187,26 @@ func (a *Asker) Step(ctx context.Context, now time.Time, lines []Line) {
 			st = &askState{}
 			a.keys[k] = st
 		}
-		if st.inFlight || (!st.last.IsZero() && now.Sub(st.last) < a.cfg.Interval) {
+		if sv == nil {
+			sv = &askState{}
+			a.busy[l.Service] = sv
+		}
+		if a.limitedLocked(st, now) {
 			a.mu.Unlock()
 			continue
 		}
 		st.inFlight, st.last = true, now
+		sv.inFlight, sv.last = true, now
 		a.mu.Unlock()
 		a.calls.Add(1)
 		go a.call(ctx, c, k, a.Request(l, t))
 	}
+}
+
+// limitedLocked reports whether st may not start a call at now: one is in
+// flight, or one started less than Interval ago. Caller must hold a.mu.
+func (a *Asker) limitedLocked(st *askState, now time.Time) bool {
+	return st.inFlight || (!st.last.IsZero() && now.Sub(st.last) < a.cfg.Interval)
 }
 
 // call makes one call and records its result.
@@ -192,6 +218,7 @@ func (a *Asker) call(ctx context.Context, c Requester, k askKey, req *pb.Capacit
 	a.mu.Lock()
 	st := a.keys[k]
 	st.inFlight = false
+	a.busy[k.service].inFlight = false
 	warn := err != nil && (st.warned.IsZero() || a.clk.Since(st.warned) >= a.cfg.WarnEvery)
 	if warn {
 		st.warned = a.clk.Now()

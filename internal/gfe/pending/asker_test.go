@@ -168,3 +168,27 @@ func TestAskerNoClient(t *testing.T) {
 	a.Step(context.Background(), t0, []Line{{Service: "web", Waiting: 1}})
 	a.Wait()
 }
+
+// TestAskerTargetLookups: polling every 5ms for a second looks the target
+// up once per Interval, not once per round.
+func TestAskerTargetLookups(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := clock.NewFake(t0)
+		cp := &fakeCP{resp: &pb.CapacityResponse{Granted: true}}
+		var lookups int
+		a := NewAsker(AskConfig{Node: "gfe-1", Site: "paris"}, AskOptions{
+			Clock:  clk,
+			Client: func() Requester { return cp },
+			Target: func(string) (Target, bool) { lookups++; return Target{Group: "g", MaxConcurrency: 1}, true },
+		})
+		for i := range 201 { // 0, 5ms, ..., 1s
+			clk.AdvanceTo(t0.Add(time.Duration(i) * 5 * time.Millisecond))
+			a.Step(context.Background(), clk.Now(), []Line{{Service: "web", Waiting: 1}})
+			synctest.Wait()
+		}
+		a.Wait()
+		if lookups != 2 || cp.calls() != 2 {
+			t.Errorf("over 201 rounds in 1s: %d target lookups, %d calls; want 2, 2", lookups, cp.calls())
+		}
+	})
+}

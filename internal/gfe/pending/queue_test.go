@@ -2,6 +2,7 @@ package pending
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"sync/atomic"
 	"testing"
@@ -265,4 +266,27 @@ func TestRun(t *testing.T) {
 			t.Errorf("wait histogram{rejected} = %d samples, want 2", n)
 		}
 	})
+}
+
+// BenchmarkStep measures one round over lines of waiters whose head finds
+// no free backend: the cost of polling while requests wait (one Try per
+// line, a deadline check per waiter).
+func BenchmarkStep(b *testing.B) {
+	for _, bc := range []struct{ lines, waiters int }{{1, 1}, {1, 100}, {100, 100}} {
+		b.Run(fmt.Sprintf("lines=%d/waiters=%d", bc.lines, bc.waiters), func(b *testing.B) {
+			q := New(Config{}, Options{Clock: clock.NewFake(t0)})
+			busy := func() bool { return false }
+			for l := range bc.lines {
+				name := fmt.Sprintf("svc-%d", l)
+				for range bc.waiters {
+					w := &waiter{Ticket: Ticket{Service: name, Since: t0, Deadline: t0.Add(time.Hour), Try: busy}, done: make(chan struct{})}
+					q.lines[name] = append(q.lines[name], w)
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				q.Step(t0)
+			}
+		})
+	}
 }
