@@ -13,6 +13,7 @@ import (
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
 	"github.com/spillway-lb/spillway/internal/gfe/pending"
+	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 )
 
@@ -21,6 +22,13 @@ import (
 // are each group's autoscaling block ("" for none), scaler both groups'
 // capacity_scaler.
 func pendingYAML(t testing.TB, addrA, addrB, autoA, autoB string, scaler float64) *config.Config {
+	t.Helper()
+	return pendingYAMLWith(t, addrA, addrB, autoA, autoB, scaler, "")
+}
+
+// pendingYAMLWith is pendingYAML with svcExtra (YAML lines at the
+// service's indentation) added to service web.
+func pendingYAMLWith(t testing.TB, addrA, addrB, autoA, autoB string, scaler float64, svcExtra string) *config.Config {
 	t.Helper()
 	block := func(a string) string {
 		if a == "" {
@@ -42,12 +50,12 @@ func pendingYAML(t testing.TB, addrA, addrB, autoA, autoB string, scaler float64
 services:
   - name: web
     policy: round_robin
-    backends:
+%s    backends:
       - {group: a, max_rate_per_instance: 1000, capacity_scaler: %v}
       - {group: b, max_rate_per_instance: 1000, capacity_scaler: %v}
 routes:
   - {host: "*", path_prefix: /, service: web}
-`, addrA, block(autoA), addrB, block(autoB), scaler, scaler)
+`, addrA, block(autoA), addrB, block(autoB), svcExtra, scaler, scaler)
 	c, err := config.Parse([]byte(y), "test.yaml")
 	if err != nil {
 		t.Fatalf("config.Parse: %v\n%s", err, y)
@@ -240,6 +248,40 @@ func TestAwait(t *testing.T) {
 		}
 		if got := testutil.ToFloat64(e.proxy.metrics.pickErrors.WithLabelValues("web", "all_busy")); got != 1 {
 			t.Errorf("pick errors{all_busy} = %v, want 1", got)
+		}
+	})
+
+	t.Run("header affinity: waits, then pinned by the same key", func(t *testing.T) {
+		e, q := pendingGFE(t, pendingYAMLWith(t, a.addr(), b.addr(), auto, "", 1,
+			"    session_affinity: {type: header, header_name: X-User}\n"))
+		svc := e.p.Table().Services["web"]
+		probe := httptest.NewRequest(http.MethodGet, "http://gfe.test/", nil)
+		probe.Header.Set("X-User", "alice")
+		pk, _, err := pickAffinity(svc, probe, routing.Flow{}, e.p.Clock.Now(), e.p.Rand)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pinned := pk.Backend.Addr()
+		pk.Done()
+		ma, mb := member(t, svc, a.addr()), member(t, svc, b.addr())
+		ma.B.TryAcquire()
+		mb.B.TryAcquire()
+		out := make(chan *httptest.ResponseRecorder, 1)
+		go func() {
+			req := httptest.NewRequest(http.MethodGet, "http://gfe.test/", nil)
+			req.Header.Set("X-User", "alice")
+			w := httptest.NewRecorder()
+			e.proxy.ServeHTTP(w, req)
+			out <- w
+		}()
+		waitFor(t, "the request to wait", func() bool { return q.Waiting() == 1 })
+		ma.B.Release()
+		mb.B.Release()
+		q.Step(e.p.Clock.Now())
+		w := <-out
+		want := map[string]string{a.addr(): "a", b.addr(): "b"}[pinned]
+		if w.Code != http.StatusOK || w.Header().Get("X-Spillway-Backend") != want {
+			t.Errorf("got %d from %q, want 200 from %q (the key's backend)", w.Code, w.Header().Get("X-Spillway-Backend"), want)
 		}
 	})
 
