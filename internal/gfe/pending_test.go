@@ -457,3 +457,33 @@ func TestGroupLoadPublished(t *testing.T) {
 		t.Errorf("load after the group went idle = %v, want none (absent is zero)", l)
 	}
 }
+
+func TestConfigValidatePending(t *testing.T) {
+	tests := []struct {
+		name    string
+		edit    func(*Config)
+		wantErr string
+	}{
+		{name: "defaults", edit: func(*Config) {}},
+		{name: "no poll", edit: func(c *Config) { c.PendingPoll = 0 }, wantErr: "gfe.pending_poll: must be > 0, got 0s"},
+		{name: "negative capacity interval", edit: func(c *Config) { c.CapacityInterval = -time.Second },
+			wantErr: "gfe.capacity_interval: must be > 0, got -1s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			c.Node, c.Site = "gfe-nyc", "nyc"
+			tt.edit(&c)
+			err := c.Validate()
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || err.Error() != tt.wantErr {
+				t.Errorf("Validate() = %v, want %q", err, tt.wantErr)
+			}
+		})
+	}
+}
