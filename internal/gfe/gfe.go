@@ -426,7 +426,10 @@ func (d *Daemon) Wake() {
 }
 
 // Ready reports whether the node can serve: it is not draining and its
-// routing table has at least one backend to send requests to.
+// routing table has at least one backend to send requests to, or a service
+// with an autoscaled group, whose requests wait in the pending queue while
+// the autoscaler starts an instance (a group scaled to zero has no
+// healthy backend until a request asks for one).
 func (d *Daemon) Ready() bool {
 	if d.draining.Load() {
 		return false
@@ -436,7 +439,18 @@ func (d *Daemon) Ready() bool {
 		return false
 	}
 	for _, s := range t.Services {
-		if s.Healthy() > 0 {
+		if s.Healthy() > 0 || autoscaled(t.Config, s.Config()) {
+			return true
+		}
+	}
+	return false
+}
+
+// autoscaled reports whether service sc of cfg has a backend group with
+// autoscaling enabled.
+func autoscaled(cfg *config.Config, sc *config.Service) bool {
+	for i := range sc.Backends {
+		if g, ok := cfg.Group(sc.Backends[i].Group); ok && g.Group.Autoscaling.Enabled() {
 			return true
 		}
 	}

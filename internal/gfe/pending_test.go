@@ -487,3 +487,32 @@ func TestConfigValidatePending(t *testing.T) {
 		})
 	}
 }
+
+// TestReadyWithAutoscaledGroup: a gfe whose only service has no healthy
+// backend is ready when the service has an autoscaled group (its requests
+// wait for an instance), and not otherwise.
+func TestReadyWithAutoscaledGroup(t *testing.T) {
+	const addr = "127.0.0.1:1001"
+	tests := []struct {
+		name string
+		cfg  func(t *testing.T) *config.Config
+		want bool
+	}{
+		{name: "autoscaled", cfg: func(t *testing.T) *config.Config { return autoscaledConfig(t, addr, time.Second) }, want: true},
+		{name: "not autoscaled", cfg: func(t *testing.T) *config.Config { return edgeConfig(t, []string{addr}, "") }, want: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := &fakeGossip{node: "gfe-nyc", states: map[string]gossip.NodeState{}}
+			clk := clock.NewFake(time.Unix(1_000_000, 0))
+			e := newTestEdge(t, g, clk)
+			if err := e.ApplySnapshot(snapshot.FromConfig("v1", tt.cfg(t), addr)); err != nil {
+				t.Fatal(err)
+			}
+			e.step(clk.Now())
+			if got := e.Ready(); got != tt.want {
+				t.Errorf("Ready() with no healthy backend = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
