@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"sync"
 	"testing"
@@ -514,5 +515,55 @@ func TestReadyWithAutoscaledGroup(t *testing.T) {
 				t.Errorf("Ready() with no healthy backend = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestPendingFastPathClientGone: a fast-path request whose client closes
+// its connection while it waits is canceled (the queue peeks at the
+// socket), so the freed slot goes to the live request behind it.
+func TestPendingFastPathClientGone(t *testing.T) {
+	b := newHTTPBackend(t, "b1")
+	e, clk, _, reg := pendingEdge(t, b, &recordingCP{}, 2*time.Second)
+
+	first := getAsync(e, "/slow")
+	waitUntil(t, "the first request at the backend", func() bool { return b.slowIn.Load() == 1 })
+	conn, err := net.DialTimeout("tcp", e.ListenAddr().String(), lnTestTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write([]byte("GET /gone HTTP/1.1\r\nHost: example.com\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the raw request to wait", func() bool { return e.pending.Waiting() == 1 })
+	third := getAsync(e, "/third")
+	waitUntil(t, "the third request to wait", func() bool { return e.pending.Waiting() == 2 })
+	conn.Close()
+	clk.Advance(pending.GoneEvery) // the queue asks the head before trying it
+	waitUntil(t, "the gone client's request canceled", func() bool {
+		n, _ := waitHist(t, reg, "canceled")
+		return n == 1
+	})
+	if got := e.pending.Waiting(); got != 1 {
+		t.Errorf("waiting after the client left = %d, want 1", got)
+	}
+	close(b.release)
+	if a := <-first; a.err != nil || a.code != http.StatusOK {
+		t.Fatalf("first request: %d %v", a.code, a.err)
+	}
+	var a answer
+	waitUntil(t, "the third request served", func() bool {
+		select {
+		case a = <-third:
+			return true
+		default:
+			clk.Advance(5 * time.Millisecond)
+			return false
+		}
+	})
+	if a.err != nil || a.code != http.StatusOK {
+		t.Fatalf("third request: %d %v, want 200", a.code, a.err)
+	}
+	if n, _ := waitHist(t, reg, "served"); n != 1 {
+		t.Errorf("pending_wait_seconds{served} = %d, want 1 (the gone client's request never reached the backend)", n)
 	}
 }

@@ -25,8 +25,11 @@ package httpproxy
 // msgNoneFreed, with Retry-After the largest cold_start of those groups in
 // whole seconds (at least 1): by then an instance asked for has had a cold
 // start to come up. A net/http client that goes away stops waiting: 499,
-// counted as canceled, and withdrawn from the service's demand; the fast
-// path reads no client context, so its requests wait out their deadline.
+// counted as canceled, and withdrawn from the service's demand; so does a
+// fast-path client that closed its connection, which the queue checks by
+// peeking at the socket (FastRequest.clientGone) before it gives the
+// request a slot and every pending.GoneEvery otherwise — else a gone
+// client's request would take a freed slot ahead of live ones.
 
 import (
 	"context"
@@ -106,8 +109,12 @@ func (p *Proxy) await(ctx context.Context, t *routing.Table, rt *config.Route, s
 	if rt.Timeout > 0 && rt.Timeout < wait {
 		deadline = start.Add(rt.Timeout)
 	}
+	var gone func() bool
+	if fr, ok := v.(*FastRequest); ok {
+		gone = fr.clientGone
+	}
 	m := svc.Meters()
-	switch p.pending.Wait(ctx, pending.Ticket{Service: name, Since: start, Deadline: deadline, Try: try, Count: &m.Pending}) {
+	switch p.pending.Wait(ctx, pending.Ticket{Service: name, Since: start, Deadline: deadline, Try: try, Gone: gone, Count: &m.Pending}) {
 	case pending.Served:
 		got.svc.Meters().Decisions[got.pick.Reason].Add(1)
 		return got, refusal{}

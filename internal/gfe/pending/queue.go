@@ -74,6 +74,12 @@ type Ticket struct {
 	// goroutine, never concurrently with itself nor after Wait returned;
 	// it must not block.
 	Try func() bool
+	// Gone, when not nil, reports whether the request's client went away
+	// (a client the context does not follow: the fast path's). The queue
+	// asks it before every Try and at least every GoneEvery otherwise, and
+	// cancels the wait (Canceled) when it reports true, so that the slot
+	// of a gone client goes to one that is still there. It must not block.
+	Gone func() bool
 	// Count, when not nil, is raised by one while the request waits (the
 	// service's routing.Meters.Pending), so that the proxy sends a new
 	// request of the service to the queue behind it instead of letting it
@@ -81,9 +87,15 @@ type Ticket struct {
 	Count *atomic.Int64
 }
 
+// GoneEvery is how often the queue asks a waiter that it does not try
+// whether its client went away (Ticket.Gone).
+const GoneEvery = 100 * time.Millisecond
+
 // waiter is a Ticket in its line.
 type waiter struct {
 	Ticket
+	// asked is when Gone was last asked (queue goroutine only).
+	asked time.Time
 	// done is closed once result is set; both under Queue.mu.
 	done   chan struct{}
 	result Result
@@ -212,8 +224,10 @@ func (q *Queue) removeLocked(w *waiter) {
 // Step runs one round at now. In every line, in arrival order, it calls
 // the waiters' Try until one fails: those whose Try succeeded are Served,
 // and no waiter is tried in a round where one ahead of it in its line
-// failed. Then every waiter still waiting whose Deadline is not after now
-// is Rejected. Called by Run, and by tests.
+// failed. A waiter whose client is gone (Ticket.Gone, asked before each
+// Try and every GoneEvery) is Canceled instead, and the next one is tried.
+// Then every waiter still waiting whose Deadline is not after now is
+// Rejected. Called by Run, and by tests.
 func (q *Queue) Step(now time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -221,6 +235,13 @@ func (q *Queue) Step(now time.Time) {
 		keep := l[:0]
 		blocked := false
 		for _, w := range l {
+			if w.Gone != nil && (!blocked || now.Sub(w.asked) >= GoneEvery) {
+				w.asked = now
+				if w.Gone() {
+					q.resolveLocked(w, Canceled, now)
+					continue
+				}
+			}
 			if !blocked && w.Try() {
 				q.resolveLocked(w, Served, now)
 				continue

@@ -214,6 +214,51 @@ func TestCancel(t *testing.T) {
 	})
 }
 
+// TestGone: a waiter whose client went away (Gone) is canceled before it
+// is tried, and the slot goes to the next one; a waiter behind a blocked
+// head is asked every GoneEvery.
+func TestGone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := clock.NewFake(t0)
+		q := New(Config{}, Options{Clock: clk})
+		s := &slots{order: make(chan int, 3)}
+		var gone [3]atomic.Bool
+		var asked [3]atomic.Int64
+		tk := func(id int) Ticket {
+			return Ticket{Service: "web", Since: t0, Deadline: t0.Add(10 * time.Second), Try: s.try(id),
+				Gone: func() bool { asked[id].Add(1); return gone[id].Load() }}
+		}
+		res := waitAll(context.Background(), q, tk(0), tk(1), tk(2))
+		q.Step(t0) // no slot: the head is asked and tried, the others asked once (never before)
+		if got := [3]int64{asked[0].Load(), asked[1].Load(), asked[2].Load()}; got != [3]int64{1, 1, 1} {
+			t.Errorf("Gone asked %v times, want [1 1 1]", got)
+		}
+		clk.Advance(50 * time.Millisecond)
+		q.Step(clk.Now()) // within GoneEvery: only the head is asked
+		if got := [3]int64{asked[0].Load(), asked[1].Load(), asked[2].Load()}; got != [3]int64{2, 1, 1} {
+			t.Errorf("Gone asked %v times after 50ms, want [2 1 1]", got)
+		}
+		gone[0].Store(true)
+		gone[2].Store(true)
+		s.free.Store(1)
+		clk.Advance(50 * time.Millisecond)
+		q.Step(clk.Now())
+		if got := <-s.order; got != 1 {
+			t.Errorf("the slot went to %d, want 1 (0 is gone)", got)
+		}
+		results := map[Result]int{}
+		for range 3 {
+			results[<-res]++
+		}
+		if results[Served] != 1 || results[Canceled] != 2 {
+			t.Errorf("results %v, want 1 served and 2 canceled", results)
+		}
+		if n, _ := histCount(t, q, "web", "canceled"); n != 2 {
+			t.Errorf("wait histogram{canceled} = %d samples, want 2", n)
+		}
+	})
+}
+
 // TestRun: Run polls every Poll while requests wait, runs a round at once
 // on Kick (a new table), and rejects the waiters left when it stops, and
 // any later one at once.
