@@ -100,8 +100,8 @@ func (d *Daemon) groupLoad(cs *snapshot.Snapshot, now time.Time) map[string]goss
 // autoscaled groups, the one whose region this gfe measures the lowest RTT
 // to (groups of regions without an estimate come after, in the service's
 // backend order; with no estimate at all, the first autoscaled group). Its
-// counts come from the live snapshot: every configured instance, healthy
-// or not, and the healthy ones. False when the service has no autoscaled
+// counts come from the live snapshot: every instance that is not demoted
+// (running or starting, healthy or not), and the healthy ones of those. False when the service has no autoscaled
 // group or there is no snapshot. Safe to call from any goroutine.
 func (d *Daemon) capacityTarget(service string) (pending.Target, bool) {
 	cs := d.control.Load()
@@ -125,9 +125,12 @@ func (d *Daemon) capacityTarget(service string) (pending.Target, bool) {
 			continue
 		}
 		found, known, bestRTT = true, has, r
-		best = pending.Target{Group: g.Group.Name, Instances: len(g.Group.Instances), MaxConcurrency: g.Group.Autoscaling.MaxConcurrencyPerInstance}
-		best.Healthy = 0
+		best = pending.Target{Group: g.Group.Name, MaxConcurrency: g.Group.Autoscaling.MaxConcurrencyPerInstance}
 		for _, in := range g.Group.Instances {
+			if in.Demoted {
+				continue
+			}
+			best.Instances++
 			if cs.Healthy(in.Address) {
 				best.Healthy++
 			}

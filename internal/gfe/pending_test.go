@@ -335,7 +335,8 @@ func (g gaugeOf) Collect(ch chan<- prometheus.Metric) {
 
 // TestCapacityTarget: capacity requests name the service's autoscaled
 // group nearest by RTT, its first autoscaled group without RTT estimates,
-// and count the group's instances from the snapshot.
+// and count the group's instances from the snapshot, demoted ones left out
+// (east: 2 active, one unhealthy, and a healthy demoted one).
 func TestCapacityTarget(t *testing.T) {
 	y := `regions:
   - name: us-east
@@ -346,6 +347,7 @@ func TestCapacityTarget(t *testing.T) {
             instances:
               - {address: "127.0.0.1:1001"}
               - {address: "127.0.0.1:1002"}
+              - {address: "127.0.0.1:1005", demoted: true}
             autoscaling: {max_instances: 4, max_concurrency_per_instance: 10}
           - name: plain
             instances:
