@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -162,9 +163,25 @@ func TestAwait(t *testing.T) {
 	})
 
 	t.Run("busy: waits, FIFO, served when a slot frees", func(t *testing.T) {
-		e, q := pendingGFE(t, pendingYAML(t, a.addr(), b.addr(), auto, "", 1))
+		// a holds its requests until release: the first waiter keeps a's
+		// slot while the test looks at the queue.
+		release := make(chan struct{})
+		slowA := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			<-release
+			w.Header().Set("X-Spillway-Backend", "a")
+		}))
+		defer slowA.Close()
+		defer func() {
+			select {
+			case <-release:
+			default:
+				close(release)
+			}
+		}()
+		aAddr := strings.TrimPrefix(slowA.URL, "http://")
+		e, q := pendingGFE(t, pendingYAML(t, aAddr, b.addr(), auto, "", 1))
 		svc := e.p.Table().Services["web"]
-		ma, mb := member(t, svc, a.addr()), member(t, svc, b.addr())
+		ma, mb := member(t, svc, aAddr), member(t, svc, b.addr())
 		ma.B.TryAcquire()
 		mb.B.TryAcquire()
 		first := serveAsync(context.Background(), e, "192.0.2.1:1000")
@@ -177,12 +194,13 @@ func TestAwait(t *testing.T) {
 		e.p.Clock.Advance(100 * time.Millisecond)
 		ma.B.Release() // one slot: the first waiter's
 		q.Step(e.p.Clock.Now())
+		if got := q.Waiting(); got != 1 {
+			t.Errorf("waiting after one slot = %d, want 1", got)
+		}
+		close(release)
 		w := <-first
 		if w.Code != http.StatusOK || w.Header().Get("X-Spillway-Backend") != "a" {
 			t.Fatalf("first: %d from %q, want 200 from a", w.Code, w.Header().Get("X-Spillway-Backend"))
-		}
-		if got := q.Waiting(); got != 1 {
-			t.Errorf("waiting after one slot = %d, want 1", got)
 		}
 		mb.B.Release()
 		q.Step(e.p.Clock.Now())
