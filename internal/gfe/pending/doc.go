@@ -13,7 +13,10 @@
 // the route's timeout), and Try, which picks again from the live routing
 // table. Wait blocks the request's goroutine until the ticket is Served,
 // Rejected (deadline: the proxy answers 429) or Canceled (the client went
-// away: not counted as served).
+// away: not counted as served). A client goes away through Wait's context
+// (net/http), or, for a client no context follows (the fast path), through
+// Ticket.Gone, which the queue asks before it tries the waiter and every
+// GoneEvery otherwise (TestGone).
 //
 // Waking is by polling, for waiting requests only: Run runs a round (Step)
 // every Config.Poll (5ms) while anyone waits, and at once on Kick (the gfe
