@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/spillway-lb/spillway/internal/gfe/pending"
 	"github.com/spillway-lb/spillway/internal/gfe/quotaclient"
 	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
 	"net/netip"
@@ -132,7 +133,16 @@ func run(args []string) error {
 		}
 		return nil
 	}
-	e, err := gfe.New(ecfg, gfe.Options{Logger: log, Gossip: node, Quota: quota})
+	// Capacity requests go over the same connection.
+	capacity := func() pending.Requester {
+		if c := cpc.Load(); c != nil {
+			if conn := c.Conn(); conn != nil {
+				return pb.NewControlPlaneClient(conn)
+			}
+		}
+		return nil
+	}
+	e, err := gfe.New(ecfg, gfe.Options{Logger: log, Gossip: node, Quota: quota, Capacity: capacity})
 	if err != nil {
 		return err
 	}

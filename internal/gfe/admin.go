@@ -110,7 +110,7 @@ func (d *Daemon) Status() status.Status {
 // serviceStatus returns the /status entry of service s.
 func (d *Daemon) serviceStatus(s *routing.Service) status.ServiceStatus {
 	m := s.Meters()
-	ss := status.ServiceStatus{Name: s.Name(), Policy: string(s.Config().Policy), Decisions: map[string]int64{}, Failures: m.Failures.Load(), HerdGuard: s.Herd()}
+	ss := status.ServiceStatus{Name: s.Name(), Policy: string(s.Config().Policy), Decisions: map[string]int64{}, Failures: m.Failures.Load(), HerdGuard: s.Herd(), Pending: m.Pending.Load()}
 	for r := range routing.NumReasons {
 		ss.Decisions[r.String()] = m.Decisions[r].Load()
 	}

@@ -11,6 +11,7 @@
 //	tcpproxy    the TCP proxy of tcp listeners
 //	listeners   the client-facing sockets, TLS certificates and their reload
 //	rtt         the RTT prober
+//	pending     the pending queue and the capacity requests (issue #12)
 //	status      the /status document's types
 //
 // # Model
@@ -36,4 +37,34 @@
 // plane is gone it keeps its last snapshot, keeps gossiping and keeps
 // re-planning from gossip; a new snapshot replaces the config when one
 // returns.
+//
+// # The pending queue and the autoscaler
+//
+// A request of a service with an autoscaled backend group (autoscaling
+// block) that finds no free backend waits in the pending queue
+// (internal/gfe/pending, run as the "pending" component and kicked by every
+// new table) for at most the largest autoscaling.MaxPendingWait() of those
+// groups, then gets 429 (httpproxy/await.go says what waits and what does
+// not). While requests wait, the node asks the control plane for capacity
+// (RequestCapacity over the snapshot stream's connection, Options.Capacity)
+// for the group capacityTarget names: the service's autoscaled group in
+// the region with the lowest RTT, at most once per CapacityInterval and
+// one call in flight per service and group. Every plan step publishes, in
+// gossip.NodeState.Load, the load the node put on each group over the
+// step: requests in flight (the mean of loadSamplesPerPlan samples per
+// PlanInterval plus one at the step), requests/s (requests that ended at
+// the group's backends between the last two builds) and requests pending
+// now; a group without any is left out, and readers take absence as zero.
+//
+// # Metrics of the pending queue
+//
+//	spillway_gfe_pending_requests{service}                      gauge: requests waiting now
+//	spillway_gfe_pending_wait_seconds{service,result}           histogram: time in the queue;
+//	                                                              result served, rejected (429), canceled (client left)
+//	spillway_gfe_capacity_requests_total{service,group,result}  counter: RequestCapacity calls;
+//	                                                              result granted, refused, error
+//
+// /status shows each service's pending depth (services[].pending). A
+// request that was rejected from the queue is also counted in
+// spillway_gfe_pick_errors_total with the error its last pick ended in.
 package gfe

@@ -23,6 +23,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/fdlimit"
 	"github.com/spillway-lb/spillway/internal/gfe/httpproxy"
 	"github.com/spillway-lb/spillway/internal/gfe/listeners"
+	"github.com/spillway-lb/spillway/internal/gfe/pending"
 	"github.com/spillway-lb/spillway/internal/gfe/quotaclient"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gfe/rtt"
@@ -110,6 +111,16 @@ type Config struct {
 	// peer's demand at most twice the service's declared capacity, rising
 	// by at most the declared capacity per second.
 	GossipBounds routing.Bounds
+	// PendingPoll is how often the requests waiting in the pending queue
+	// (services with an autoscaled group) retry their pick while some
+	// wait; they also retry at once on every new routing table. Default
+	// 5ms: a freed slot is taken at most that late, at the cost of a pick
+	// per waiting service per poll, and nothing while none waits.
+	PendingPoll time.Duration
+	// CapacityInterval is the least time between two capacity requests
+	// (RequestCapacity) for one service and group while its requests wait.
+	// Default 1s.
+	CapacityInterval time.Duration
 }
 
 // adminMaxConns caps the admin listener's open connections (they come from
@@ -136,6 +147,8 @@ func DefaultConfig() Config {
 
 		CertCheckInterval: 10 * time.Second,
 		GossipBounds:      routing.DefaultBounds(),
+		PendingPoll:       5 * time.Millisecond,
+		CapacityInterval:  time.Second,
 	}
 }
 
@@ -165,6 +178,12 @@ func (c Config) Validate() error {
 	}
 	if c.DrainTimeout < 0 {
 		errs = append(errs, fmt.Errorf("gfe.drain_timeout: must be >= 0, got %v", c.DrainTimeout))
+	}
+	if c.PendingPoll <= 0 {
+		errs = append(errs, fmt.Errorf("gfe.pending_poll: must be > 0, got %v", c.PendingPoll))
+	}
+	if c.CapacityInterval <= 0 {
+		errs = append(errs, fmt.Errorf("gfe.capacity_interval: must be > 0, got %v", c.CapacityInterval))
 	}
 	if c.FDReserve < 0 {
 		errs = append(errs, fmt.Errorf("gfe.fd_reserve: must be >= 0 (0 = automatic), got %d", c.FDReserve))
@@ -214,6 +233,11 @@ type Options struct {
 	// connected to, or nil when none is (quota then fails open). Nil: no
 	// control plane, every quota call fails open.
 	Quota func() quotaclient.Allocator
+	// Capacity returns the client of the control plane the node is
+	// connected to, for capacity requests while requests wait in the
+	// pending queue (pb.ControlPlaneClient implements it), or nil when
+	// none is (nothing is asked then). Nil: nothing is ever asked.
+	Capacity func() pending.Requester
 }
 
 // Daemon is one running gfe: it wires the planner loop (a routing.Builder
@@ -235,9 +259,15 @@ type Daemon struct {
 	lastFactors map[string]map[string]float64
 	// lastHerd is, by service, whether the last step's plan was made by
 	// the herd guard (planner goroutine only).
-	lastHerd  map[string]bool
-	proxy     *httpproxy.Proxy
-	tcp       *tcpproxy.Proxy
+	lastHerd map[string]bool
+	proxy    *httpproxy.Proxy
+	tcp      *tcpproxy.Proxy
+	// pending is the queue where requests of autoscaled services wait for
+	// a free backend (run by Run, kicked by every new table).
+	pending *pending.Queue
+	// load accumulates the in-flight samples of each group between two
+	// publishes (planner goroutine only).
+	load      loadMeter
 	listeners *listeners.Manager
 	// fds is the file-descriptor budget of client connections (nil:
 	// unlimited), from limits.
@@ -323,9 +353,12 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 		routing.Options{Clock: d.clk, Rand: rnd})
 	d.rtt = rtt.New(rtt.Config{Path: cfg.RTTPath, Interval: cfg.RTTInterval}, rtt.Options{Clock: d.clk, Logger: d.log, Dialer: dialer})
 	d.quota = quotaclient.New(quotaclient.Config{}, d.clk, opts.Quota, d.log, d.reg)
+	asker := pending.NewAsker(pending.AskConfig{Node: cfg.Node, Site: cfg.Site, Interval: cfg.CapacityInterval},
+		pending.AskOptions{Clock: d.clk, Logger: d.log, Client: opts.Capacity, Target: d.capacityTarget, Registry: d.reg})
+	d.pending = pending.New(pending.Config{Poll: cfg.PendingPoll}, pending.Options{Clock: d.clk, Registry: d.reg, Asker: asker})
 	d.proxy, err = httpproxy.New(httpproxy.Config{AccessLog: cfg.AccessLog}, httpproxy.Options{
 		Planner: d, Logger: d.log, Clock: d.clk, Rand: rnd, Dialer: dialer, Registry: d.reg, Quota: d.quota,
-		PickErrors: d.metrics.pickErrors, BackendErrors: d.metrics.backendErrors,
+		PickErrors: d.metrics.pickErrors, BackendErrors: d.metrics.backendErrors, Pending: d.pending,
 	})
 	if err != nil {
 		return nil, err
@@ -393,7 +426,10 @@ func (d *Daemon) Wake() {
 }
 
 // Ready reports whether the node can serve: it is not draining and its
-// routing table has at least one backend to send requests to.
+// routing table has at least one backend to send requests to, or a service
+// with an autoscaled group, whose requests wait in the pending queue while
+// the autoscaler starts an instance (a group scaled to zero has no
+// healthy backend until a request asks for one).
 func (d *Daemon) Ready() bool {
 	if d.draining.Load() {
 		return false
@@ -403,7 +439,18 @@ func (d *Daemon) Ready() bool {
 		return false
 	}
 	for _, s := range t.Services {
-		if s.Healthy() > 0 {
+		if s.Healthy() > 0 || autoscaled(t.Config, s.Config()) {
+			return true
+		}
+	}
+	return false
+}
+
+// autoscaled reports whether service sc of cfg has a backend group with
+// autoscaling enabled.
+func autoscaled(cfg *config.Config, sc *config.Service) bool {
+	for i := range sc.Backends {
+		if g, ok := cfg.Group(sc.Backends[i].Group); ok && g.Group.Autoscaling.Enabled() {
 			return true
 		}
 	}
@@ -446,6 +493,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		{name: "planner", run: d.plan},
 		{name: "rtt", run: func(ctx context.Context) error { return d.rtt.Run(ctx, d.regionTargets) }},
 		{name: "quota", run: d.quota.Run},
+		{name: "pending", run: d.pending.Run},
 		{name: "listeners", run: d.listeners.Run},
 		{name: "admin", run: func(context.Context) error { return serve(admin, aln) }},
 		{name: "drain", run: func(ctx context.Context) error { return d.drain(ctx, admin) }},

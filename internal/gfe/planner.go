@@ -9,10 +9,13 @@ import (
 )
 
 // plan re-plans every PlanInterval, and at once when woken (a snapshot
-// arrived, a backend was ejected), until ctx ends.
+// arrived, a backend was ejected), until ctx ends; in between it samples
+// the load on each group loadSamplesPerPlan times per PlanInterval.
 func (d *Daemon) plan(ctx context.Context) error {
 	t := d.clk.NewTicker(d.cfg.PlanInterval)
 	defer t.Stop()
+	sample := d.clk.NewTicker(max(d.cfg.PlanInterval/loadSamplesPerPlan, time.Millisecond))
+	defer sample.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -21,6 +24,8 @@ func (d *Daemon) plan(ctx context.Context) error {
 			d.step(now)
 		case <-d.kick:
 			d.step(d.clk.Now())
+		case <-sample.C():
+			d.sampleLoad(d.control.Load())
 		}
 	}
 }
@@ -50,11 +55,14 @@ func (d *Daemon) step(now time.Time) {
 		}
 		d.reportClamps(now, d.builder.TakeClamps())
 		d.table.Store(t)
+		d.pending.Kick() // waiting requests try the new table at once
 		d.servingOnce.Do(func() { close(d.serving) })
 	}
 	factors := d.builder.Factors()
 	d.logFactors(t, factors)
-	st := gossip.NodeState{Kind: gossip.KindGFE, Site: d.cfg.Site, Demand: demand, RTT: rtt, Capacity: factors}
+	d.sampleLoad(cs)
+	st := gossip.NodeState{Kind: gossip.KindGFE, Site: d.cfg.Site, Demand: demand, RTT: rtt, Capacity: factors,
+		Load: d.groupLoad(cs, now)}
 	if _, err := d.gossip.Publish(st); err != nil {
 		d.log.Warn().Err(err).Msg("gossip publish")
 	}

@@ -34,6 +34,8 @@ func TestEncodeDecodeState(t *testing.T) {
 		{name: "small control plane stays raw JSON", in: NodeState{Node: "cp", Kind: KindControlPlane, Version: 1, Groups: []GroupState{{Group: "g", Region: "r", Instances: 1}}}, wantCodec: codecJSON},
 		{name: "control plane", in: cpState(), wantCodec: codecDeflateJSON},
 		{name: "large gfe is compressed", in: bigGFEState(10, 6), wantCodec: codecDeflateJSON},
+		{name: "gfe with load, a zero one included", in: NodeState{Node: "g", Kind: KindGFE, Site: "s", Version: 1,
+			Load: map[string]GroupLoad{"a": {InFlight: 1.25, Requests: 30, Pending: 4}, "b": {}}}, wantCodec: codecJSON},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -68,8 +68,11 @@ type NodeState struct {
 	// gfe plans a group with the lowest factor any gfe publishes.
 	Capacity map[string]map[string]float64 `json:"capacity,omitempty"`
 	// Load maps instance group name to this gfe's load on the group: what
-	// the autoscaler samples (summed over the gfes). Only KindGFE. A group
-	// not listed has no load from this gfe.
+	// the autoscaler samples (summed over the gfes). Only KindGFE. A gfe
+	// lists the groups it sent a request to, had one in flight to, or had
+	// one waiting for over the last publish interval; a group not listed
+	// has no load from this gfe, so a group that just went idle simply
+	// drops out (readers treat absence as zero).
 	Load map[string]GroupLoad `json:"load,omitempty"`
 
 	// Groups is the capacity and health of the instance groups a control
@@ -97,15 +100,22 @@ type NodeState struct {
 	Autoscaled map[string][]AutoscaledInstance `json:"autoscaled,omitempty"`
 }
 
-// GroupLoad is one gfe's load on one instance group.
+// GroupLoad is the load one gfe puts on one instance group over its last
+// publish interval (the gfe's PlanInterval), in the three quantities the
+// autoscaler's rules read (lb/autoscale.Sample). Every field is finite and
+// >= 0.
 type GroupLoad struct {
-	// InFlight is the mean requests in flight to the group's instances
-	// over the last publish interval.
+	// InFlight is the mean number of this gfe's requests in flight to the
+	// group's instances over the interval (requests): the mean of samples
+	// taken at least ten times per interval.
 	InFlight float64 `json:"in_flight"`
-	// Requests is the requests per second sent to the group over it.
+	// Requests is the rate at which this gfe's requests (attempts) to the
+	// group's instances ended over the interval (requests/s), answered or
+	// failed.
 	Requests float64 `json:"rps"`
-	// Pending is the requests waiting now in the gfe's pending queue for
-	// the group.
+	// Pending is the number of this gfe's requests waiting in its pending
+	// queue for the group at publish time (requests): those of the
+	// services whose capacity requests name the group.
 	Pending float64 `json:"pending"`
 }
 
@@ -226,9 +236,17 @@ func (s *NodeState) validate() error {
 		bad("state.load: only for kind %q, got kind %q", KindGFE, s.Kind)
 	}
 	for _, g := range sortedKeys(s.Load) {
+		if g == "" {
+			bad("state.load: empty group name")
+		}
 		l := s.Load[g]
-		if g == "" || !finiteNonNeg(l.InFlight) || !finiteNonNeg(l.Requests) || !finiteNonNeg(l.Pending) {
-			bad("state.load[%q]: needs a group name and finite values >= 0, got %+v", g, l)
+		for _, f := range []struct {
+			name string
+			v    float64
+		}{{"in_flight", l.InFlight}, {"rps", l.Requests}, {"pending", l.Pending}} {
+			if !finiteNonNeg(f.v) {
+				bad("state.load[%q].%s: must be finite and >= 0, got %v", g, f.name, f.v)
+			}
 		}
 	}
 	if len(s.Autoscaled) > 0 && s.Kind != KindControlPlane {

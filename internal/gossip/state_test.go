@@ -17,6 +17,7 @@ func gfeState() NodeState {
 		Version: 7,
 		Demand:  map[string]float64{"web": 120.5},
 		RTT:     map[string]float64{"eu-west": 4.2, "us-east": 81},
+		Load:    map[string]GroupLoad{"eu-west-b": {InFlight: 3.5, Requests: 40, Pending: 2}},
 	}
 }
 
@@ -98,6 +99,20 @@ func TestValidateRemote(t *testing.T) {
 		{name: "autoscaled of a gfe", base: gfeState, mutate: func(s *NodeState) {
 			s.Autoscaled = map[string][]AutoscaledInstance{"g": {{Address: "a:1"}}}
 		}, wantErr: []string{`state.autoscaled: only for kind "controlplane", got kind "gfe"`}},
+		{name: "bad load", base: gfeState, mutate: func(s *NodeState) {
+			s.Load = map[string]GroupLoad{"": {}, "eu-west-b": {InFlight: math.NaN(), Requests: -1, Pending: math.Inf(1)}}
+		}, wantErr: []string{
+			"state.load: empty group name",
+			`state.load["eu-west-b"].in_flight: must be finite and >= 0, got NaN`,
+			`state.load["eu-west-b"].rps: must be finite and >= 0, got -1`,
+			`state.load["eu-west-b"].pending: must be finite and >= 0, got +Inf`,
+		}},
+		{name: "load of a control plane", base: cpState, mutate: func(s *NodeState) {
+			s.Load = map[string]GroupLoad{"eu-west-b": {Requests: 1}}
+		}, wantErr: []string{`state.load: only for kind "gfe", got kind "controlplane"`}},
+		{name: "zero load is valid", base: gfeState, mutate: func(s *NodeState) {
+			s.Load = map[string]GroupLoad{"eu-west-b": {}}
+		}},
 		{name: "site demand of a gfe", base: gfeState, mutate: func(s *NodeState) {
 			s.SiteDemand = map[string]map[string]float64{"nyc": {"web": 1}}
 		}, wantErr: []string{`state.site_demand: only for kind "controlplane", got kind "gfe"`}},
@@ -153,6 +168,9 @@ func TestCloneSharesNothing(t *testing.T) {
 			for i := range ins {
 				ins[i].Address = "scribbled"
 			}
+		}
+		for k := range c.Load {
+			c.Load[k] = GroupLoad{InFlight: -1}
 		}
 		for i := range c.Groups {
 			c.Groups[i].Healthy = -1

@@ -26,7 +26,10 @@
 //     backend a 503 (with Retry-After: DrainedRetryAfter when every group
 //     of the service is drained) and every backend busy a 429, each with a
 //     fixed message; a backend's failure is a 502 (504 for the route
-//     timeout).
+//     timeout). With a pending queue (Options.Pending), a service with an
+//     autoscaled group answers neither busy nor no backend at once: the
+//     request waits for a slot, and only a wait that reaches the pending
+//     deadline is a 429, with Retry-After (await.go).
 //   - A client cannot hurt a backend (issue #10): a failure of the
 //     client's body (clientbody.Error: malformed, cut short, too large or
 //     stalled, or still awaited at the route timeout) is answered 400, 408

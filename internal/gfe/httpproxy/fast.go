@@ -322,6 +322,49 @@ func (bc *backendConn) alive() bool {
 	return quiet
 }
 
+// clientGone reports whether fr's client closed (or reset) its connection
+// while its request waited in the pending queue: a peek at the socket
+// without blocking (one recvfrom, MSG_PEEK|MSG_DONTWAIT, through
+// RawConn.Control so that the connection's read deadline plays no part)
+// reads an end of file or an error other than "nothing yet". Bytes waiting
+// (a pipelined request) or none mean the client is still there; nothing is
+// consumed. A connection that is not a socket is never gone. Called from
+// the queue's goroutine while the request's goroutine waits, so nothing
+// else reads the connection meanwhile.
+func (fr *FastRequest) clientGone() bool {
+	c := fr.Conn
+	for {
+		u, ok := c.(interface{ Unwrap() net.Conn })
+		if !ok {
+			break
+		}
+		c = u.Unwrap()
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	gone := false
+	var b [1]byte
+	if err := rc.Control(func(fd uintptr) {
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		switch {
+		case err == nil:
+			gone = n == 0
+		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK || err == syscall.EINTR:
+		default:
+			gone = true // reset, or closed under us
+		}
+	}); err != nil {
+		return true // the connection is closed
+	}
+	return gone
+}
+
 // fastPool holds the idle connections to backends, by address, most
 // recently used first out. Safe for concurrent use; must not be copied.
 type fastPool struct {
@@ -471,7 +514,7 @@ func (p *Proxy) ServeFast(fr *FastRequest) (keep bool) {
 		method, logPath = string(h.Method), string([]byte(path))
 	}
 	k := routing.Flow{Src: unmap(fr.Remote), Dst: unmap(fr.Local)}
-	dec, no := p.decide(fr, unsafeString(h.Host), path, unsafeString(h.Method), k, start)
+	dec, no := p.decide(context.Background(), fr, unsafeString(h.Host), path, unsafeString(h.Method), k, start)
 	if no.status != 0 {
 		return p.fastRefuse(fr, no)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gfe/clientbody"
+	"github.com/spillway-lb/spillway/internal/gfe/pending"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/lb/affinity"
 	"github.com/spillway-lb/spillway/lb/backend"
@@ -68,6 +69,12 @@ type Options struct {
 	// Quota admits requests against per-consumer quota before they are
 	// routed (internal/gfe/quotaclient.Enforcer); nil charges nothing.
 	Quota Admitter
+	// Pending is the pending queue where a request of a service with an
+	// autoscaled backend group waits when it finds no free backend (see
+	// await); nil: no request waits, busy is a 429 and no backend a 503
+	// at once. The caller runs the queue (Queue.Run) and kicks it on every
+	// new table.
+	Pending *pending.Queue
 }
 
 // Admitter decides whether a request of a service is admitted by quota
@@ -93,7 +100,9 @@ type Proxy struct {
 	next http.RoundTripper
 	// quota is Options.Quota, nil when nothing is charged.
 	quota Admitter
-	rp    *httputil.ReverseProxy
+	// pending is Options.Pending, nil when no request waits.
+	pending *pending.Queue
+	rp      *httputil.ReverseProxy
 	// streams tracks long-lived streams (gRPC calls, upgraded connections)
 	// by backend, so that those of an unavailable backend can be ended.
 	streams *streamTracker
@@ -131,6 +140,7 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 		cfg:       cfg,
 		planner:   opts.Planner,
 		quota:     opts.Quota,
+		pending:   opts.Pending,
 		log:       opts.Logger,
 		clk:       clock.OrReal(opts.Clock),
 		rand:      opts.Rand,
@@ -264,6 +274,7 @@ const (
 	msgDrained    = "gfe: the service is drained; retry later"
 	msgBadPath    = "gfe: request path has a dot segment (. or ..)"
 	msgClientGone = "gfe: client closed request"
+	msgNoneFreed  = "gfe: no instance became free within the pending wait"
 )
 
 // statusClientClosed answers a request whose client went away before its
@@ -287,7 +298,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// no backend to bother (rapid reset, CVE-2023-44487).
 		return
 	}
-	d, no := p.decide((*httpView)(r), r.Host, r.URL.Path, r.Method, flowOf(r), start)
+	d, no := p.decide(r.Context(), (*httpView)(r), r.Host, r.URL.Path, r.Method, flowOf(r), start)
 	if no.status != 0 {
 		no.write(w)
 		return
@@ -403,12 +414,15 @@ type decision struct {
 // client flow k at now through the steps both the net/http path and the
 // fast path take before a backend: the live table, the dot-segment check,
 // the route, quota admission, and the pick by session affinity or the
-// service's policy. It counts what it refuses in the metrics and returns
-// the refusal's answer; otherwise the request is counted started on the
-// service's meters (the caller calls Meters().Ended() when it ends) and
-// its pick holds a backend slot (the caller releases it with Done). It does
-// not allocate unless quota charges the request or it is refused.
-func (p *Proxy) decide(v requestView, host, path, method string, k routing.Flow, now time.Time) (decision, refusal) {
+// service's policy, waiting in the pending queue (await) when the service
+// has an autoscaled group and no backend is free or some of its requests
+// already wait; ctx is the client's, which ends a wait. It counts what it
+// refuses in the metrics and returns the refusal's answer; otherwise the
+// request is counted started on the service's meters (the caller calls
+// Meters().Ended() when it ends) and its pick holds a backend slot (the
+// caller releases it with Done). It does not allocate unless quota charges
+// the request, it is refused, or it waits.
+func (p *Proxy) decide(ctx context.Context, v requestView, host, path, method string, k routing.Flow, now time.Time) (decision, refusal) {
 	t := p.planner.Table()
 	if t == nil {
 		return decision{}, refusal{status: http.StatusServiceUnavailable, msg: msgNoConfig}
@@ -440,6 +454,10 @@ func (p *Proxy) decide(v requestView, host, path, method string, k routing.Flow,
 		}
 	}
 	svc.Meters().Started()
+	if p.pending != nil && svc.Meters().Pending.Load() > 0 {
+		// Some of the service's requests wait: this one goes behind them.
+		return p.await(ctx, t, rt, svc, v, k, now, nil)
+	}
 	var (
 		pk  routing.Pick
 		ck  routing.Cookie
@@ -451,20 +469,30 @@ func (p *Proxy) decide(v requestView, host, path, method string, k routing.Flow,
 		pk, err = svc.PickAt(p.rand(), k, now)
 	}
 	if err != nil {
-		svc.Meters().Ended()
-		svc.Meters().Failures.Add(1)
-		p.metrics.pickErrors.WithLabelValues(svc.Name(), routing.ErrorLabel(err)).Inc()
-		switch {
-		case errors.Is(err, routing.ErrAllBusy):
-			return decision{}, refusal{status: http.StatusTooManyRequests, msg: msgAllBusy}
-		case errors.Is(err, routing.ErrDrained):
-			return decision{}, refusal{status: http.StatusServiceUnavailable, msg: msgDrained, retryAfter: DrainedRetryAfter}
-		default:
-			return decision{}, refusal{status: http.StatusServiceUnavailable, msg: msgNoBackend}
+		if p.pending != nil && !errors.Is(err, routing.ErrDrained) {
+			return p.await(ctx, t, rt, svc, v, k, now, err)
 		}
+		return decision{}, p.pickFailed(svc, err)
 	}
 	svc.Meters().Decisions[pk.Reason].Add(1)
 	return decision{route: rt, svc: svc, pick: pk, cookie: ck}, refusal{}
+}
+
+// pickFailed counts a request of svc whose pick failed with err as ended
+// and failed, and returns its answer: 429 when every backend is busy, 503
+// when there is none (with Retry-After when the service is drained).
+func (p *Proxy) pickFailed(svc *routing.Service, err error) refusal {
+	svc.Meters().Ended()
+	svc.Meters().Failures.Add(1)
+	p.metrics.pickErrors.WithLabelValues(svc.Name(), routing.ErrorLabel(err)).Inc()
+	switch {
+	case errors.Is(err, routing.ErrAllBusy):
+		return refusal{status: http.StatusTooManyRequests, msg: msgAllBusy}
+	case errors.Is(err, routing.ErrDrained):
+		return refusal{status: http.StatusServiceUnavailable, msg: msgDrained, retryAfter: DrainedRetryAfter}
+	default:
+		return refusal{status: http.StatusServiceUnavailable, msg: msgNoBackend}
+	}
 }
 
 // pickHolder is the context of a proxied request: the route's deadline,

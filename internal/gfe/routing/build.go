@@ -112,6 +112,11 @@ type Builder struct {
 	herdSeen map[string]map[string]time.Time
 	builds   uint64
 	clamps   []Clamp
+	// ended counts, by backend address, the requests that ended (answered
+	// or failed: Backend.Observe) between the last two Builds, which were
+	// endedDT seconds apart (0 for the first); see Ended.
+	ended   map[string]int64
+	endedDT float64
 }
 
 // NewBuilder returns a Builder for cfg.
@@ -157,6 +162,12 @@ func (b *Builder) Build(in Input) (*Table, []error) {
 	var dt float64
 	if !b.lastBuild.IsZero() && in.Now.After(b.lastBuild) {
 		dt = in.Now.Sub(b.lastBuild).Seconds()
+	}
+	b.ended, b.endedDT = make(map[string]int64, len(sigs)), dt
+	for be, sg := range sigs {
+		if n := sg.Answered + sg.Failed; n > 0 {
+			b.ended[be.Addr()] = n
+		}
 	}
 	b.lastBuild = in.Now
 	b.builds++
@@ -492,6 +503,14 @@ func (b *Builder) backend(in config.Instance) *backend.Backend {
 
 // Backend returns the persistent Backend of address addr, or nil.
 func (b *Builder) Backend(addr string) *backend.Backend { return b.backends[addr] }
+
+// Ended returns, by backend address, how many of this gfe's requests to
+// the backend ended (answered or failed, as counted by Backend.Observe)
+// between the last Build and the one before, and the seconds between those
+// two Builds (0 after the first Build: no rate yet). Addresses without a
+// request are left out. The map is the Builder's until the next Build:
+// callers must not modify it.
+func (b *Builder) Ended() (map[string]int64, float64) { return b.ended, b.endedDT }
 
 // Demand samples, at now, the demand of every service in the unit of its
 // balancing mode, smoothed with time constant DemandSmoothing: requests in

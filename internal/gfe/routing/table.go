@@ -101,6 +101,10 @@ type Meters struct {
 	// Failures counts requests (or connections) that got no answer from a
 	// backend: no backend picked, or the backend failed.
 	Failures atomic.Int64
+	// Pending counts the service's requests waiting in the gfe's pending
+	// queue (internal/gfe/pending, Ticket.Count): while it is not zero the
+	// proxy queues a new request behind them instead of picking.
+	Pending atomic.Int64
 
 	// inFlight counts the requests started and not yet ended.
 	inFlight atomic.Int64

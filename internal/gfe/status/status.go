@@ -44,6 +44,10 @@ type ServiceStatus struct {
 	// HerdGuard says the plan assumed the neighbours of a group with
 	// unexplained load to be rising with this site (routing.Service.Herd).
 	HerdGuard bool `json:"herd_guard"`
+	// Pending is how many of the service's requests wait in the gfe's
+	// pending queue now (routing.Meters.Pending): 0 unless the service has
+	// an autoscaled group and no free backend.
+	Pending int64 `json:"pending"`
 }
 
 // EjectedStatus is one backend ejected by outlier detection.

@@ -1,0 +1,140 @@
+package gfe
+
+import (
+	"time"
+
+	"github.com/spillway-lb/spillway/internal/gfe/pending"
+	"github.com/spillway-lb/spillway/internal/gossip"
+	"github.com/spillway-lb/spillway/internal/snapshot"
+)
+
+// loadSamplesPerPlan is how many times per PlanInterval the planner samples
+// the requests in flight to each instance group (the step takes one more),
+// for gossip.GroupLoad.InFlight.
+const loadSamplesPerPlan = 10
+
+// loadMeter accumulates the in-flight samples of each instance group
+// between two publishes. Owned by the planner goroutine.
+type loadMeter struct {
+	// sums adds up, by group, the in-flight count of every sample; n is
+	// the number of samples.
+	sums map[string]float64
+	n    int
+}
+
+// sampleLoad adds one sample of the requests this gfe has in flight to each
+// instance group of snapshot cs (the sum of its backends' in-flight
+// counts). Called from the planner goroutine (it reads the Builder).
+func (d *Daemon) sampleLoad(cs *snapshot.Snapshot) {
+	if cs == nil {
+		return
+	}
+	m := &d.load
+	if m.sums == nil {
+		m.sums = map[string]float64{}
+	}
+	m.n++
+	for _, g := range cs.Config.Groups() {
+		var sum int64
+		for _, in := range g.Group.Instances {
+			if be := d.builder.Backend(in.Address); be != nil {
+				sum += be.InFlight()
+			}
+		}
+		if sum > 0 {
+			m.sums[g.Group.Name] += float64(sum)
+		}
+	}
+}
+
+// groupLoad returns, and starts anew, the load this gfe put on each
+// instance group of cs since the last call (gossip.NodeState.Load):
+// in flight, the mean of the samples; requests/s, from the requests that
+// ended at the group's backends between the last two builds
+// (routing.Builder.Ended); pending, the requests waiting now for the
+// services whose capacity requests name the group (capacityTarget). Groups
+// with all three zero are left out: readers take absence as zero. Called
+// from the planner goroutine after the step's Build.
+func (d *Daemon) groupLoad(cs *snapshot.Snapshot, now time.Time) map[string]gossip.GroupLoad {
+	m := &d.load
+	defer func() { clear(m.sums); m.n = 0 }()
+	if cs == nil {
+		return nil
+	}
+	out := map[string]gossip.GroupLoad{}
+	if m.n > 0 {
+		for g, s := range m.sums {
+			l := out[g]
+			l.InFlight = s / float64(m.n)
+			out[g] = l
+		}
+	}
+	if ended, dt := d.builder.Ended(); dt > 0 && len(ended) > 0 {
+		for _, g := range cs.Config.Groups() {
+			var n int64
+			for _, in := range g.Group.Instances {
+				n += ended[in.Address]
+			}
+			if n > 0 {
+				l := out[g.Group.Name]
+				l.Requests = float64(n) / dt
+				out[g.Group.Name] = l
+			}
+		}
+	}
+	for _, line := range d.pending.Lines(now) {
+		if t, ok := d.capacityTarget(line.Service); ok {
+			l := out[t.Group]
+			l.Pending += float64(line.Waiting)
+			out[t.Group] = l
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// capacityTarget returns the instance group that the waiting requests of
+// service should go to, and which capacity requests name: of the service's
+// autoscaled groups, the one whose region this gfe measures the lowest RTT
+// to (groups of regions without an estimate come after, in the service's
+// backend order; with no estimate at all, the first autoscaled group). Its
+// counts come from the live snapshot: every instance that is not demoted
+// (running or starting, healthy or not), and the healthy ones of those. False when the service has no autoscaled
+// group or there is no snapshot. Safe to call from any goroutine.
+func (d *Daemon) capacityTarget(service string) (pending.Target, bool) {
+	cs := d.control.Load()
+	if cs == nil {
+		return pending.Target{}, false
+	}
+	sc, ok := cs.Config.Service(service)
+	if !ok {
+		return pending.Target{}, false
+	}
+	rtt := d.rtt.Snapshot()
+	var best pending.Target
+	bestRTT, found, known := 0.0, false, false
+	for _, b := range sc.Backends {
+		g, ok := cs.Config.Group(b.Group)
+		if !ok || !g.Group.Autoscaling.Enabled() {
+			continue
+		}
+		r, has := rtt[g.Region.Name]
+		if found && (!has || known && r >= bestRTT) {
+			continue
+		}
+		found, known, bestRTT = true, has, r
+		best = pending.Target{Group: g.Group.Name, MaxConcurrency: g.Group.Autoscaling.MaxConcurrencyPerInstance}
+		for _, in := range g.Group.Instances {
+			if in.Demoted {
+				continue
+			}
+			best.Instances++
+			if cs.Healthy(in.Address) {
+				best.Healthy++
+			}
+		}
+	}
+	return best, found
+}
