@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/spillway-lb/spillway/internal/demo"
 	"github.com/spillway-lb/spillway/internal/topology"
 )
 
@@ -258,5 +260,34 @@ func post(t *testing.T, url string) {
 	resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		t.Fatalf("POST %s: %s", url, resp.Status)
+	}
+}
+
+// TestAutoscaleWaterfallBuffer is DESIGN row 7 end to end, on the demo's
+// autoscaler deployment (demo.AutoscaleSpec): nyc offers 60 req/s to
+// us-east's one instance of 40 req/s; the plan spills the rest to eu-west,
+// the autoscaler counts the spill as demand and starts instances, and the
+// load returns to us-east as they turn healthy; without load the group
+// returns to min_instances.
+func TestAutoscaleWaterfallBuffer(t *testing.T) {
+	c := startCluster(t, demo.AutoscaleSpec(65))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ws, err := demo.RunAutoscale(ctx, c, 25*time.Second, 20*time.Second, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	demo.PrintAutoscale(&b, 1, 1, ws)
+	t.Log(b.String())
+	if err := demo.CheckAutoscale(ws); err != nil {
+		t.Error(err)
+	}
+	peak := 0
+	for _, w := range ws {
+		peak = max(peak, w.Active)
+	}
+	if peak < 2 || peak > 3 {
+		t.Errorf("us-east peaked at %d instances, want 2 (60/s at 40/s each) or 3 (one of overshoot)", peak)
 	}
 }

@@ -155,6 +155,7 @@ func gfeLoad(snap *gossip.Snapshot, group string) controller.Load {
 			l.InFlight += g.InFlight
 			l.Requests += g.Requests
 			l.Pending += g.Pending
+			l.Spilled += g.Spilled
 		}
 	}
 	return l

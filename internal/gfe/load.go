@@ -4,8 +4,10 @@ import (
 	"time"
 
 	"github.com/spillway-lb/spillway/internal/gfe/pending"
+	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/snapshot"
+	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
 // loadSamplesPerPlan is how many times per PlanInterval the planner samples
@@ -53,7 +55,8 @@ func (d *Daemon) sampleLoad(cs *snapshot.Snapshot) {
 // ended at the group's backends between the last two builds
 // (routing.Builder.Ended); pending, the requests waiting now for the
 // services whose capacity requests name the group (capacityTarget). Groups
-// with all three zero are left out: readers take absence as zero. Called
+// spilled, the site's demand the plan sends past the group (spilled); groups
+// with all four zero are left out: readers take absence as zero. Called
 // from the planner goroutine after the step's Build.
 func (d *Daemon) groupLoad(cs *snapshot.Snapshot, now time.Time) map[string]gossip.GroupLoad {
 	m := &d.load
@@ -80,6 +83,13 @@ func (d *Daemon) groupLoad(cs *snapshot.Snapshot, now time.Time) map[string]goss
 				l.Requests = float64(n) / dt
 				out[g.Group.Name] = l
 			}
+		}
+	}
+	if t := d.table.Load(); t != nil {
+		for g, v := range d.spilled(t, cs) {
+			l := out[g]
+			l.Spilled = v
+			out[g] = l
 		}
 	}
 	for _, line := range d.pending.Lines(now) {
@@ -137,4 +147,57 @@ func (d *Daemon) capacityTarget(service string) (pending.Target, bool) {
 		}
 	}
 	return best, found
+}
+
+// spilled returns, per autoscaled group, the demand of this gfe's site
+// that table t's plans send past it: for each planned service, the part of
+// the site's row that goes to regions farther (by this gfe's RTT) than the
+// region of the group its capacity requests name (capacityTarget). That
+// is load the group would take if it had the capacity, which its
+// autoscaler counts (gossip.GroupLoad.Spilled). A group whose region has
+// no RTT estimate (no instance to probe: a group at zero) gets none, since
+// whether it is nearer than the regions taking the load is unknown; such a
+// group leaves zero through the pending queue (when no other region takes
+// the requests) or min_instances.
+func (d *Daemon) spilled(t *routing.Table, cs *snapshot.Snapshot) map[string]float64 {
+	var out map[string]float64
+	rtt := d.rtt.Snapshot()
+	for name, svc := range t.Services {
+		p := svc.Plan()
+		if p == nil {
+			continue
+		}
+		target, ok := d.capacityTarget(name)
+		if !ok {
+			continue
+		}
+		g, ok := cs.Config.Group(target.Group)
+		if !ok {
+			continue
+		}
+		near, ok := rtt[g.Region.Name]
+		if !ok {
+			continue
+		}
+		if past := spillPast(p.Row(d.cfg.Site), rtt, g.Region.Name, near); past > 0 {
+			if out == nil {
+				out = map[string]float64{}
+			}
+			out[target.Group] += past
+		}
+	}
+	return out
+}
+
+// spillPast returns the demand of a plan row that goes to regions farther
+// (by rtt) than region, whose RTT is near; regions without an estimate
+// are not counted.
+func spillPast(row []waterfall.Flow, rtt map[string]float64, region string, near float64) float64 {
+	var past float64
+	for _, f := range row {
+		if r, ok := rtt[f.Region]; ok && r > near && f.Region != region {
+			past += f.Demand
+		}
+	}
+	return past
 }

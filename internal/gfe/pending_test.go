@@ -25,6 +25,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/backend"
+	"github.com/spillway-lb/spillway/lb/waterfall"
 	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
 )
 
@@ -458,6 +459,29 @@ func TestGroupLoadPublished(t *testing.T) {
 	e.step(clk.Now())
 	if l := published(); l != nil {
 		t.Errorf("load after the group went idle = %v, want none (absent is zero)", l)
+	}
+}
+
+// TestSpillPast: the demand a row sends to regions farther than the
+// autoscaled group's is what the group would take with the capacity.
+func TestSpillPast(t *testing.T) {
+	row := []waterfall.Flow{
+		{Region: "us-east", Demand: 40}, {Region: "us-east", Demand: 5},
+		{Region: "eu-west", Demand: 15}, {Region: "asia", Demand: 10}, {Region: "mars", Demand: 7},
+	}
+	rtt := map[string]float64{"us-east": 8, "eu-west": 35, "asia": 90, "near": 2}
+	for _, tt := range []struct {
+		region string
+		want   float64
+	}{
+		{"us-east", 25}, // eu-west and asia; mars has no RTT estimate
+		{"eu-west", 10},
+		{"asia", 0},
+		{"near", 70}, // a nearer region at zero: everything the row sends elsewhere
+	} {
+		if got := spillPast(row, rtt, tt.region, rtt[tt.region]); got != tt.want {
+			t.Errorf("spillPast(%s) = %v, want %v", tt.region, got, tt.want)
+		}
 	}
 }
 

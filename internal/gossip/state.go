@@ -117,6 +117,14 @@ type GroupLoad struct {
 	// queue for the group at publish time (requests): those of the
 	// services whose capacity requests name the group.
 	Pending float64 `json:"pending"`
+	// Spilled is the demand of this gfe's site that the plan sends past
+	// the group, to regions farther than the group's, while the group is
+	// the one its services' capacity requests name (in the services'
+	// demand units; requests/s in RATE mode): load the group would take
+	// if it had the capacity. The autoscaler counts it as concurrency
+	// (DESIGN row 7: the waterfall is the buffer while a region scales
+	// up).
+	Spilled float64 `json:"spilled,omitempty"`
 }
 
 // AutoscaledInstance is one instance an autoscaler started.
@@ -243,7 +251,7 @@ func (s *NodeState) validate() error {
 		for _, f := range []struct {
 			name string
 			v    float64
-		}{{"in_flight", l.InFlight}, {"rps", l.Requests}, {"pending", l.Pending}} {
+		}{{"in_flight", l.InFlight}, {"rps", l.Requests}, {"pending", l.Pending}, {"spilled", l.Spilled}} {
 			if !finiteNonNeg(f.v) {
 				bad("state.load[%q].%s: must be finite and >= 0, got %v", g, f.name, f.v)
 			}

@@ -274,6 +274,37 @@ func TestScaleUpDemoteAndStop(t *testing.T) {
 	}
 }
 
+// TestSpilledDemand: demand the plans spill past the group counts as the
+// concurrency it would bring, by Little's law.
+func TestSpilledDemand(t *testing.T) {
+	for _, tt := range []struct {
+		load Load
+		want float64
+	}{
+		{Load{InFlight: 3, Requests: 30, Pending: 1}, 4},
+		{Load{InFlight: 3, Requests: 30, Spilled: 20}, 5}, // 20/s × 0.1s
+		{Load{Spilled: 20}, 0},                            // no latency known yet
+	} {
+		if got := tt.load.Concurrency(); got != tt.want {
+			t.Errorf("%+v.Concurrency() = %v, want %v", tt.load, got, tt.want)
+		}
+	}
+	r := newRig(t)
+	r.tick()
+	r.c.demandNow(r, 1)
+	r.settle()
+	// One instance takes 3 in flight at 30/s (0.1s each); 60/s more spill
+	// to the next region: 3 + 60 × 0.1 = 9 in flight's worth, which needs
+	// 9/10/0.6 = 1.5 ⇒ 2 instances.
+	r.load = Load{InFlight: 3, Requests: 30, Spilled: 60}
+	for range 12 {
+		r.tick()
+	}
+	if st := r.c.Status()[0]; st.Recommended != 2 || st.Concurrency != 9 {
+		t.Errorf("status = %+v, want 2 recommended at concurrency 9", st)
+	}
+}
+
 func TestCPUDriver(t *testing.T) {
 	r := newRig(t)
 	r.tick()

@@ -12,7 +12,11 @@
 //     (Options.CPU, cumulative CPU seconds per instance: the process
 //     provider's /proc figures), and the requests the gfes have in flight
 //     to it, waiting for it in their pending queues, and send it per second
-//     (Options.Load: the gfes' gossiped load, summed);
+//     (Options.Load: the gfes' gossiped load, summed). The demand their
+//     plans spill past the group to farther regions counts as concurrency
+//     too, by Little's law (Load.Concurrency): so the waterfall is the
+//     buffer while the region scales up (DESIGN row 7), and the spill
+//     ends as capacity arrives;
 //  2. calls autoscale.Autoscaler.Tick with that Sample, and logs every
 //     decision that changes the count, with its driver and reason;
 //  3. reconciles the group's instances with the decision: promotes demoted
