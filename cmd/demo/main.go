@@ -2,10 +2,12 @@
 // gfes at three sites, test backends in three regions of two zones — as
 // separate processes on loopback, and drives traffic through a short story
 // (steady state, flash crowd, unhealthy region, global overload, recovery,
-// then per-consumer quota), printing per phase where each site's traffic
-// went and each region's utilization, and in the quota phase what a greedy
-// and a polite consumer got; it exits 1 when the quota phase's
-// expectations fail. With --keep-running it then leaves the deployment up and
+// then per-consumer quota, then the autoscaler on a deployment of its own),
+// printing per phase where each site's traffic went and each region's
+// utilization, in the quota phase what a greedy and a polite consumer got,
+// and in the autoscaler phase a timeline of the load's regions and the
+// autoscaled region's instances; it exits 1 when the quota or autoscaler
+// phase's expectations fail. With --keep-running it then leaves the deployment up and
 // prints the admin URLs until Ctrl-C.
 package main
 
@@ -134,7 +136,7 @@ func run(keep, verbose bool, net int, settle, measure time.Duration) error {
 // runAutoscale runs the autoscaler phase on a deployment of its own in
 // 127.net.0.0/16 (demo.AutoscaleSpec), with the binaries already built.
 func runAutoscale(ctx context.Context, dir string, tee io.Writer, net int, bins map[string]string) ([]demo.AutoscaleWindow, error) {
-	fmt.Printf("\nstarting the autoscaler phase's deployment: nyc, us-east autoscaled from zero, eu-west as the buffer\n")
+	fmt.Printf("\nstarting the autoscaler phase's deployment: nyc, us-east autoscaled (1 to 4 instances), eu-west as the buffer\n")
 	dir = filepath.Join(dir, "autoscale")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
