@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -57,23 +58,33 @@ type cpAutoscaler struct {
 // (zero when it runs no instance of it).
 func autoscalerStatus(t *testing.T, c *topology.Cluster, group string) cpAutoscaler {
 	t.Helper()
-	resp, err := http.Get(c.Spec.ControlPlaneAdmin(0) + "/status")
+	st, err := autoscalerStatusOf(c, 0, group)
 	if err != nil {
-		t.Fatalf("control plane /status: %v", err)
+		t.Fatal(err)
+	}
+	return st
+}
+
+// autoscalerStatusOf returns control plane k's autoscaler status of group
+// (zero when it runs no instance of it).
+func autoscalerStatusOf(c *topology.Cluster, k int, group string) (cpAutoscaler, error) {
+	resp, err := http.Get(c.Spec.ControlPlaneAdmin(k) + "/status")
+	if err != nil {
+		return cpAutoscaler{}, fmt.Errorf("control plane %d /status: %w", k, err)
 	}
 	defer resp.Body.Close()
 	var st struct {
 		Autoscaler []cpAutoscaler `json:"autoscaler"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		t.Fatalf("control plane /status: %v", err)
+		return cpAutoscaler{}, fmt.Errorf("control plane %d /status: %w", k, err)
 	}
 	for _, g := range st.Autoscaler {
 		if g.Group == group {
-			return g
+			return g, nil
 		}
 	}
-	return cpAutoscaler{Group: group}
+	return cpAutoscaler{Group: group}, nil
 }
 
 // waitAutoscaler polls the control plane's autoscaler status of group
@@ -289,5 +300,84 @@ func TestAutoscaleWaterfallBuffer(t *testing.T) {
 	}
 	if peak < 2 || peak > 3 {
 		t.Errorf("us-east peaked at %d instances, want 2 (60/s at 40/s each) or 3 (one of overshoot)", peak)
+	}
+}
+
+// TestAutoscaleLeaseTakeover runs the autoscaler in two control planes: one
+// holds the group's lease and runs its instance (min_instances 1). Killed,
+// its instance dies with it; the other replica takes the lease over, starts
+// its own instance, and the gfe's requests are served again.
+func TestAutoscaleLeaseTakeover(t *testing.T) {
+	spec := autoscaleSpec(66)
+	spec.ControlPlanes = 2
+	spec.Autoscale.Block = "{min_instances: 1, max_instances: 3, max_concurrency_per_instance: 4, cold_start: 2s}"
+	c := startCluster(t, spec)
+	const group = "us-east-b-web"
+	holder, other := -1, -1
+	var first cpAutoscaler
+	deadline := time.Now().Add(30 * time.Second)
+	for holder < 0 {
+		for k := range 2 {
+			if st, err := autoscalerStatusOf(c, k, group); err == nil && st.Active == 1 {
+				holder, other, first = k, 1-k, st
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no control plane runs the group's instance after 30s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if st, err := autoscalerStatusOf(c, other, group); err != nil || len(st.Instances) != 0 {
+		t.Fatalf("the other control plane runs %+v (%v), want nothing: one replica per group", st, err)
+	}
+	gf := c.GFEs[0]
+	get := func() int {
+		resp, err := http.Get(gf.URL + "/takeover")
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get(); code != http.StatusOK {
+		t.Fatalf("before the takeover: %d, want 200", code)
+	}
+
+	killed := time.Now()
+	c.CPs[holder].Kill()
+	// Its instance dies with it (the process provider's instances cannot
+	// outlive the replica that started them).
+	addr := first.Instances[0].Address
+	for {
+		conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err != nil {
+			break
+		}
+		conn.Close()
+		if time.Since(killed) > 10*time.Second {
+			t.Fatalf("instance %s still listens 10s after its control plane was killed", addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	var took cpAutoscaler
+	for {
+		st, err := autoscalerStatusOf(c, other, group)
+		if err == nil && st.Active == 1 {
+			took = st
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the surviving control plane runs %+v (%v) 30s after the kill, want the group's instance", st, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("control plane %d took over after %v with instance %s", other+1, time.Since(killed).Round(100*time.Millisecond), took.Instances[0].Address)
+	deadline = time.Now().Add(30 * time.Second)
+	for get() != http.StatusOK {
+		if time.Now().After(deadline) {
+			t.Fatal("no 200 through the gfe 30s after the takeover")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
