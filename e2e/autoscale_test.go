@@ -177,12 +177,12 @@ func TestAutoscaleZeroToNToZero(t *testing.T) {
 	// 2. The step: 24 clients need 24/4/0.6 = 10 instances, clamped to 3.
 	ctx, cancel := context.WithCancel(context.Background())
 	step := startClosedLoop(ctx, gf.URL+"/step", 24)
-	st := waitAutoscaler(t, c, group, "3 active under the step", 30*time.Second, func(s cpAutoscaler) bool {
-		return s.Active == 3 && s.Recommended == 3
+	// The pending queue's capacity requests may raise the count first
+	// (driver demand); once their hold of a cold start is over, the
+	// metric drivers ask for more than 3 and the clamp decides (max).
+	st := waitAutoscaler(t, c, group, "3 active under the step, held by max", 30*time.Second, func(s cpAutoscaler) bool {
+		return s.Active == 3 && s.Recommended == 3 && s.Driver == "max"
 	})
-	if st.Driver != "max" {
-		t.Errorf("under the step: driver %q, want max (the drivers ask for more than 3)", st.Driver)
-	}
 	time.Sleep(2 * time.Second) // serve at 3 for a while
 	cancel()
 	codes := step.wait()
