@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/spillway-lb/spillway/internal/cpclient"
 	"github.com/spillway-lb/spillway/internal/mtls"
 	"github.com/spillway-lb/spillway/internal/proc"
 	"github.com/spillway-lb/spillway/internal/snapshot"
@@ -103,20 +102,7 @@ func TestAutoscaleOnDemand(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg := cpclient.DefaultConfig()
-	cfg.Addresses, cfg.Node, cfg.Site = []string{grpcAddr}, "gfe-as", "paris"
-	cfg.TLS = mtls.ClientConfig{InsecurePlaintext: true}
-	c, err := cpclient.New(cfg, cpclient.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cctx, ccancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- c.Run(cctx) }()
-	defer func() {
-		ccancel()
-		<-done
-	}()
+	c := startClient(t, ctx, grpcAddr, "gfe-as", mtls.ClientConfig{InsecurePlaintext: true})
 	waitSnapshot(t, c, "g1 with its file instance only", func(s *snapshot.Snapshot) bool {
 		addrs, healthy := groupInstances(s)
 		return len(addrs) == 1 && healthy == 1

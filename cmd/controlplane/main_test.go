@@ -127,6 +127,29 @@ func get(url string) string {
 	return string(b)
 }
 
+// startClient runs a gfe's control-plane client named node (site paris)
+// against addr until the test ends.
+func startClient(t *testing.T, ctx context.Context, addr, node string, tls mtls.ClientConfig) *cpclient.Client {
+	t.Helper()
+	cfg := cpclient.DefaultConfig()
+	cfg.Addresses, cfg.Node, cfg.Site = []string{addr}, node, "paris"
+	cfg.TLS = tls
+	c, err := cpclient.New(cfg, cpclient.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(cctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("cpclient Run() = %v", err)
+		}
+	})
+	return c
+}
+
 // waitSnapshot waits until the client serves a snapshot for which cond holds.
 func waitSnapshot(t *testing.T, c *cpclient.Client, what string, cond func(*snapshot.Snapshot) bool) *snapshot.Snapshot {
 	t.Helper()
@@ -179,22 +202,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg := cpclient.DefaultConfig()
-	cfg.Addresses, cfg.Node, cfg.Site = []string{grpcAddr}, "gfe-e2e", "paris"
-	cfg.TLS = mtls.ClientConfig{Files: mtls.Files(pki.gfe)}
-	c, err := cpclient.New(cfg, cpclient.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cctx, ccancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- c.Run(cctx) }()
-	defer func() {
-		ccancel()
-		if err := <-done; err != nil {
-			t.Errorf("cpclient Run() = %v", err)
-		}
-	}()
+	c := startClient(t, ctx, grpcAddr, "gfe-e2e", mtls.ClientConfig{Files: mtls.Files(pki.gfe)})
 
 	s1 := waitSnapshot(t, c, "both instances healthy", func(s *snapshot.Snapshot) bool {
 		return s.Healthy(b1.addr()) && s.Healthy(b2.addr())

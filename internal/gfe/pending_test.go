@@ -116,6 +116,22 @@ type answer struct {
 	err        error
 }
 
+// awaitAnswer advances clk by one poll (5ms) at a time until ch answers.
+func awaitAnswer(t *testing.T, clk *clock.Fake, ch <-chan answer, what string) answer {
+	t.Helper()
+	var a answer
+	waitUntil(t, what, func() bool {
+		select {
+		case a = <-ch:
+			return true
+		default:
+			clk.Advance(5 * time.Millisecond) // a poll
+			return false
+		}
+	})
+	return a
+}
+
 // getAsync sends GET path to the gfe in the background.
 func getAsync(e *runningEdge, path string) <-chan answer {
 	out := make(chan answer, 1)
@@ -216,16 +232,7 @@ func TestPendingServedWhenSlotFrees(t *testing.T) {
 	if a := <-first; a.err != nil || a.code != http.StatusOK {
 		t.Fatalf("first request: %d %v", a.code, a.err)
 	}
-	var a answer
-	waitUntil(t, "the second request served", func() bool {
-		select {
-		case a = <-second:
-			return true
-		default:
-			clk.Advance(5 * time.Millisecond) // a poll
-			return false
-		}
-	})
+	a := awaitAnswer(t, clk, second, "the second request served")
 	if a.err != nil || a.code != http.StatusOK {
 		t.Fatalf("second request: %d %q %v, want 200", a.code, a.body, a.err)
 	}
@@ -259,16 +266,7 @@ func TestPendingRejectedAfterWait(t *testing.T) {
 		t.Fatalf("answered %d before the pending wait", a.code)
 	default:
 	}
-	var a answer
-	waitUntil(t, "the second request rejected", func() bool {
-		select {
-		case a = <-second:
-			return true
-		default:
-			clk.Advance(5 * time.Millisecond)
-			return false
-		}
-	})
+	a := awaitAnswer(t, clk, second, "the second request rejected")
 	waited := clk.Now().Sub(start)
 	if a.err != nil || a.code != http.StatusTooManyRequests || a.retryAfter != "2" {
 		t.Fatalf("second request: %d Retry-After %q %v; want 429, Retry-After 2", a.code, a.retryAfter, a.err)
@@ -576,16 +574,7 @@ func TestPendingFastPathClientGone(t *testing.T) {
 	if a := <-first; a.err != nil || a.code != http.StatusOK {
 		t.Fatalf("first request: %d %v", a.code, a.err)
 	}
-	var a answer
-	waitUntil(t, "the third request served", func() bool {
-		select {
-		case a = <-third:
-			return true
-		default:
-			clk.Advance(5 * time.Millisecond)
-			return false
-		}
-	})
+	a := awaitAnswer(t, clk, third, "the third request served")
 	if a.err != nil || a.code != http.StatusOK {
 		t.Fatalf("third request: %d %v, want 200", a.code, a.err)
 	}
