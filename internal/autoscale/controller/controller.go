@@ -53,6 +53,9 @@ type Leases interface {
 	SetNames(names []string)
 	// Holds reports whether this replica holds the lease name.
 	Holds(name string) (term uint64, ok bool)
+	// Changes returns a channel closed the next time the leases held
+	// change (call it again for the following change).
+	Changes() <-chan struct{}
 }
 
 // Config tunes a Controller. The zero value takes every default.
@@ -136,6 +139,9 @@ type groupRun struct {
 	sample    autoscale.Sample
 	failures  int
 	lastErr   string
+	// acquiredNow: the lease was taken in this tick's syncLeases, so the
+	// rules wait for the next tick (a first sample needs a span).
+	acquiredNow bool
 }
 
 // result is what an actuation goroutine reports back to the loop.
@@ -304,6 +310,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 		l.shutdown()
 	}()
+	leases := c.opts.Leases.Changes()
 	for {
 		select {
 		case <-ctx.Done():
@@ -312,6 +319,12 @@ func (c *Controller) Run(ctx context.Context) error {
 			l.specs = specs
 		case now := <-t.C():
 			l.tick(now)
+		case <-leases:
+			// A lease taken or lost acts at once, not at the next tick
+			// (a takeover, or the first capacity request after a start).
+			// The next change's channel first, so that none is missed.
+			leases = c.opts.Leases.Changes()
+			l.syncLeases(c.clk.Now())
 		case d := <-c.demands:
 			d.reply <- l.demand(d.group, d.wanted, c.clk.Now())
 		case r := <-c.results:
@@ -335,17 +348,11 @@ type loop struct {
 
 // tick runs every group's rules once.
 func (l *loop) tick(now time.Time) {
+	l.syncLeases(now)
 	for name, spec := range l.specs {
-		_, held := l.c.opts.Leases.Holds(name)
-		r := l.runs[name]
-		switch {
-		case held && (r == nil || r.as == nil):
-			l.acquire(name, spec, r, now)
-		case held && r.as != nil:
+		if r := l.runs[name]; r != nil && r.as != nil && !r.acquiredNow {
 			r.spec = spec
 			l.step(r, now)
-		case !held && r != nil && r.as != nil:
-			l.release(r, now, "lease lost")
 		}
 	}
 	for name, r := range l.runs {
@@ -354,6 +361,27 @@ func (l *loop) tick(now time.Time) {
 		}
 		l.stopDue(r, now)
 		l.forgetIfDone(name, r)
+	}
+	l.storeStatus()
+}
+
+// syncLeases starts acting on the groups whose lease this replica now
+// holds and stops acting on those whose lease it lost; the rules of a
+// group just acquired first run at the next tick.
+func (l *loop) syncLeases(now time.Time) {
+	for _, r := range l.runs {
+		r.acquiredNow = false
+	}
+	for name, spec := range l.specs {
+		_, held := l.c.opts.Leases.Holds(name)
+		r := l.runs[name]
+		switch {
+		case held && (r == nil || r.as == nil):
+			l.acquire(name, spec, r, now)
+			l.runs[name].acquiredNow = true
+		case !held && r != nil && r.as != nil:
+			l.release(r, now, "lease lost")
+		}
 	}
 	l.storeStatus()
 }

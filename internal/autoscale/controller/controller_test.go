@@ -52,9 +52,10 @@ func (p *fakeProvider) Stop(_ context.Context, inst provider.Instance) error {
 }
 
 type fakeLeases struct {
-	mu    sync.Mutex
-	held  map[string]bool
-	names []string
+	mu      sync.Mutex
+	held    map[string]bool
+	names   []string
+	changed chan struct{} // nil: never signals
 }
 
 func (f *fakeLeases) SetNames(n []string) { f.mu.Lock(); f.names = n; f.mu.Unlock() }
@@ -64,6 +65,20 @@ func (f *fakeLeases) Holds(n string) (uint64, bool) {
 	return 1, f.held[n]
 }
 func (f *fakeLeases) set(n string, held bool) { f.mu.Lock(); f.held[n] = held; f.mu.Unlock() }
+func (f *fakeLeases) Changes() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.changed
+}
+
+// take holds lease n and signals the change.
+func (f *fakeLeases) take(n string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.held[n] = true
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
 
 // rig drives a loop synchronously: every call runs on the test's goroutine
 // and settle takes in the actuations' results.
@@ -428,6 +443,34 @@ func TestRun(t *testing.T) {
 	}
 	if got := len(r.prov.stopped); got != 1 {
 		t.Errorf("stopped %d instances at the end of Run, want 1", got)
+	}
+}
+
+// TestLeaseActsAtOnce: a lease taken between ticks is acted on at once: a
+// capacity request right after it is granted with the clock standing
+// still.
+func TestLeaseActsAtOnce(t *testing.T) {
+	r := newRig(t)
+	r.leases.set("web-b", false)
+	r.leases.changed = make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	r.c.SetConfig(mustParse(t, groupYAML))
+	done := make(chan error, 1)
+	go func() { done <- r.c.Run(ctx) }()
+	if a := r.c.Demand(ctx, "web-b", 1); a.Granted {
+		t.Fatalf("Demand without the lease = %+v, want refused", a)
+	}
+	r.leases.take("web-b")
+	var a DemandAnswer
+	for i := 0; i < 10000 && !a.Granted; i++ { // no clock advance: only the change can act
+		a = r.c.Demand(ctx, "web-b", 1)
+	}
+	if !a.Granted {
+		t.Errorf("Demand after the lease was taken = %+v, want granted without a tick", a)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
 	}
 }
 

@@ -4,7 +4,9 @@
 //
 // # Loop
 //
-// One goroutine (Run) owns everything. Every Config.Tick, for each group
+// One goroutine (Run) owns everything. A lease taken or lost is acted on
+// at once (Leases.Changes), not at the next tick. Every Config.Tick, for
+// each group
 // with an autoscaling block whose lease this replica holds
 // (internal/autoscale/lease: one replica acts on a group at a time), it
 //
