@@ -43,6 +43,7 @@ func autoscaleSpec(net int) topology.Spec {
 // cpAutoscaler is the autoscaler part of a control plane's /status.
 type cpAutoscaler struct {
 	Group       string `json:"group"`
+	Acting      bool   `json:"acting"`
 	Recommended int    `json:"recommended"`
 	Driver      string `json:"driver"`
 	Active      int    `json:"active"`
@@ -154,7 +155,9 @@ func TestAutoscaleZeroToNToZero(t *testing.T) {
 	c := startCluster(t, autoscaleSpec(64))
 	gf := c.GFEs[0]
 	const group = "us-east-b-web"
-	if st := autoscalerStatus(t, c, group); len(st.Instances) != 0 {
+	// The control plane takes the group's lease one TTL (1s) after it
+	// starts; from then on it runs the group, at zero.
+	if st := waitAutoscaler(t, c, group, "the group run at zero", 30*time.Second, func(s cpAutoscaler) bool { return s.Acting }); len(st.Instances) != 0 {
 		t.Fatalf("before any request: %+v, want no instance", st)
 	}
 
