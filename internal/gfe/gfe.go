@@ -285,6 +285,10 @@ type Daemon struct {
 	// Accessed atomically.
 	table    atomic.Pointer[routing.Table]
 	control  atomic.Pointer[snapshot.Snapshot]
+	// seen tracks when each instance first appeared in a snapshot and
+	// whether it has been healthy since: what tells a starting instance
+	// from a failed one (capacityTarget).
+	seen seenInstances
 	draining atomic.Bool
 
 	// admin serves the admin listener (built by New).
@@ -399,6 +403,7 @@ func (d *Daemon) ApplySnapshot(cs *snapshot.Snapshot) error {
 		return fmt.Errorf("gfe: snapshot %s: %w", cs.Version, err)
 	}
 	d.endUnavailableStreams(cs)
+	d.seen.update(cs, d.clk.Now())
 	if d.control.Swap(cs) == nil {
 		d.rtt.ProbeSoon()
 	}

@@ -1,6 +1,7 @@
 package gfe
 
 import (
+	"sync"
 	"time"
 
 	"github.com/spillway-lb/spillway/internal/gfe/pending"
@@ -112,7 +113,9 @@ func (d *Daemon) groupLoad(cs *snapshot.Snapshot, now time.Time) map[string]goss
 // backend order; with no estimate at all, the first autoscaled group). Its
 // counts come from the live snapshot: every instance that is not demoted
 // (running or starting, healthy or not), and the healthy ones of those. False when the service has no autoscaled
-// group or there is no snapshot. Safe to call from any goroutine.
+// group or there is no snapshot. Of the instances not healthy, those that
+// have never been healthy since they appeared, less than two cold starts
+// ago, count as Starting. Safe to call from any goroutine.
 func (d *Daemon) capacityTarget(service string) (pending.Target, bool) {
 	cs := d.control.Load()
 	if cs == nil {
@@ -136,13 +139,17 @@ func (d *Daemon) capacityTarget(service string) (pending.Target, bool) {
 		}
 		found, known, bestRTT = true, has, r
 		best = pending.Target{Group: g.Group.Name, MaxConcurrency: g.Group.Autoscaling.MaxConcurrencyPerInstance}
+		now := d.clk.Now()
 		for _, in := range g.Group.Instances {
 			if in.Demoted {
 				continue
 			}
 			best.Instances++
-			if cs.Healthy(in.Address) {
+			switch {
+			case cs.Healthy(in.Address):
 				best.Healthy++
+			case d.seen.starting(in.Address, now, 2*g.Group.Autoscaling.ColdStart):
+				best.Starting++
 			}
 		}
 	}
@@ -200,4 +207,45 @@ func spillPast(row []waterfall.Flow, rtt map[string]float64, region string, near
 		}
 	}
 	return past
+}
+
+// seenInstances records, per instance address, when it first appeared in
+// a snapshot and whether it has been healthy since. Safe for concurrent
+// use.
+type seenInstances struct {
+	mu sync.Mutex
+	at map[string]seenInstance
+}
+
+type seenInstance struct {
+	first   time.Time
+	healthy bool // healthy in some snapshot since first
+}
+
+// update takes in snapshot cs at now: new addresses are first seen now,
+// addresses gone are forgotten.
+func (s *seenInstances) update(cs *snapshot.Snapshot, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := map[string]seenInstance{}
+	for _, g := range cs.Config.Groups() {
+		for _, in := range g.Group.Instances {
+			si, ok := s.at[in.Address]
+			if !ok {
+				si.first = now
+			}
+			si.healthy = si.healthy || cs.Healthy(in.Address)
+			next[in.Address] = si
+		}
+	}
+	s.at = next
+}
+
+// starting reports whether the instance at addr has never been healthy
+// since it appeared, less than within ago.
+func (s *seenInstances) starting(addr string, now time.Time, within time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	si, ok := s.at[addr]
+	return ok && !si.healthy && now.Sub(si.first) < within
 }

@@ -381,27 +381,33 @@ routes:
 		name    string
 		rtt     map[string]float64
 		service string
+		after   time.Duration // since the snapshot
 		want    pending.Target
 		wantOK  bool
 	}{
 		{name: "no RTT yet: the first autoscaled group", service: "web",
 			want: pending.Target{Group: "west", Instances: 1, Healthy: 1, MaxConcurrency: 5}, wantOK: true},
 		{name: "nearest by RTT", service: "web", rtt: map[string]float64{"us-east": 5, "eu-west": 80},
-			want: pending.Target{Group: "east", Instances: 2, Healthy: 1, MaxConcurrency: 10}, wantOK: true},
+			want: pending.Target{Group: "east", Instances: 2, Healthy: 1, Starting: 1, MaxConcurrency: 10}, wantOK: true},
 		{name: "a known RTT before an unknown one", service: "web", rtt: map[string]float64{"us-east": 90},
-			want: pending.Target{Group: "east", Instances: 2, Healthy: 1, MaxConcurrency: 10}, wantOK: true},
+			want: pending.Target{Group: "east", Instances: 2, Healthy: 1, Starting: 1, MaxConcurrency: 10}, wantOK: true},
 		{name: "nearer the other way", service: "web", rtt: map[string]float64{"us-east": 90, "eu-west": 10},
 			want: pending.Target{Group: "west", Instances: 1, Healthy: 1, MaxConcurrency: 5}, wantOK: true},
+		{name: "never healthy for two cold starts: failed, not starting", service: "web", rtt: map[string]float64{"us-east": 5, "eu-west": 80},
+			after: 20 * time.Second, // 2 × the default cold_start, 10s
+			want:  pending.Target{Group: "east", Instances: 2, Healthy: 1, MaxConcurrency: 10}, wantOK: true},
 		{name: "no autoscaled group", service: "static"},
 		{name: "unknown service", service: "nope"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := &fakeGossip{node: "gfe-nyc", states: map[string]gossip.NodeState{}}
-			e := newTestEdge(t, g, clock.NewFake(time.Unix(1_000_000, 0)))
+			clk := clock.NewFake(time.Unix(1_000_000, 0))
+			e := newTestEdge(t, g, clk)
 			if err := e.ApplySnapshot(snapshot.FromConfig("v1", c, "127.0.0.1:1002")); err != nil {
 				t.Fatal(err)
 			}
+			clk.Advance(tt.after)
 			for r, ms := range tt.rtt {
 				e.rtt.Set(r, ms)
 			}
@@ -580,5 +586,36 @@ func TestPendingFastPathClientGone(t *testing.T) {
 	}
 	if n, _ := waitHist(t, reg, "served"); n != 1 {
 		t.Errorf("pending_wait_seconds{served} = %d, want 1 (the gone client's request never reached the backend)", n)
+	}
+}
+
+// TestSeenInstances: an instance is starting from when it first appears
+// until it is healthy once, or for at most the window given; one that was
+// healthy and fails is not starting, and one that leaves is forgotten.
+func TestSeenInstances(t *testing.T) {
+	c := gfetest.TwoRegionConfig(t, "round_robin", []string{"127.0.0.1:1001", "127.0.0.1:1002"}, []string{"127.0.0.1:1003"}, 100)
+	t0 := time.Unix(1_000_000, 0)
+	var s seenInstances
+	s.update(snapshot.FromConfig("v1", c, "127.0.0.1:1001", "127.0.0.1:1002"), t0)
+	const within = 4 * time.Second
+	for _, tt := range []struct {
+		at   time.Duration
+		snap *snapshot.Snapshot // applied at at, nil for none
+		addr string
+		want bool
+	}{
+		{at: time.Second, addr: "127.0.0.1:1001", want: true},
+		{at: 4 * time.Second, addr: "127.0.0.1:1001", want: false},                                                                         // past the window
+		{at: time.Second, snap: snapshot.FromConfig("v2", c, "127.0.0.1:1002"), addr: "127.0.0.1:1001", want: false},                       // healthy now
+		{at: 2 * time.Second, snap: snapshot.FromConfig("v3", c, "127.0.0.1:1001", "127.0.0.1:1002"), addr: "127.0.0.1:1001", want: false}, // was healthy
+		{at: 2 * time.Second, addr: "127.0.0.1:1002", want: true},
+		{at: 2 * time.Second, addr: "127.0.0.1:9999", want: false}, // never seen
+	} {
+		if tt.snap != nil {
+			s.update(tt.snap, t0.Add(tt.at))
+		}
+		if got := s.starting(tt.addr, t0.Add(tt.at), within); got != tt.want {
+			t.Errorf("at +%v: starting(%s) = %v, want %v", tt.at, tt.addr, got, tt.want)
+		}
 	}
 }

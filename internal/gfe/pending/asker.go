@@ -27,8 +27,11 @@ type Target struct {
 	// Group is the instance group's name.
 	Group string
 	// Instances is the group's instances in the snapshot, healthy or not
-	// (running or starting); Healthy how many of them pass health checks.
-	Instances, Healthy int
+	// (running or starting); Healthy how many of them pass health checks,
+	// and Starting how many of the others are still starting (never
+	// healthy yet, recently added): their slots will take waiting
+	// requests once they are ready.
+	Instances, Healthy, Starting int
 	// MaxConcurrency is the group's autoscaling.max_concurrency_per_instance
 	// (requests one instance serves at once); < 1 counts as 1.
 	MaxConcurrency int
@@ -137,11 +140,15 @@ func NewAsker(cfg AskConfig, opts AskOptions) *Asker {
 
 // Request returns the request asking, for a line, capacity in target t:
 // wanted_instances is t's instances plus one per MaxConcurrency requests
-// waiting (rounded up), at least 1; the reason is NO_INSTANCE when t has
+// waiting beyond the slots of t's starting instances (rounded up), at
+// least 1; the reason is NO_INSTANCE when t has
 // no healthy instance, QUEUEING otherwise.
 func (a *Asker) Request(l Line, t Target) *pb.CapacityRequest {
 	per := max(t.MaxConcurrency, 1)
-	want := max(t.Instances+(l.Waiting+per-1)/per, 1)
+	// Waiting for a starting instance beats starting another (the seeds'
+	// rule): only the requests its slots cannot take ask for more.
+	need := max(l.Waiting-t.Starting*per, 0)
+	want := max(t.Instances+(need+per-1)/per, 1)
 	reason := pb.CapacityReason_CAPACITY_REASON_QUEUEING
 	if t.Healthy == 0 {
 		reason = pb.CapacityReason_CAPACITY_REASON_NO_INSTANCE
