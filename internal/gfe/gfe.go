@@ -283,12 +283,12 @@ type Daemon struct {
 	clampLog clampLog
 
 	// Accessed atomically.
-	table    atomic.Pointer[routing.Table]
-	control  atomic.Pointer[snapshot.Snapshot]
+	table   atomic.Pointer[routing.Table]
+	control atomic.Pointer[snapshot.Snapshot]
 	// seen tracks when each instance first appeared in a snapshot and
 	// whether it has been healthy since: what tells a starting instance
 	// from a failed one (capacityTarget).
-	seen seenInstances
+	seen     seenInstances
 	draining atomic.Bool
 
 	// admin serves the admin listener (built by New).
