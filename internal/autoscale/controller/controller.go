@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -426,7 +427,7 @@ func (l *loop) step(r *groupRun, now time.Time) {
 	d := r.as.Tick(now, s)
 	r.last = d
 	if m := l.c.opts.Metrics; m != nil {
-		m.observe(r.spec.group.Name, d)
+		m.observe(r.spec.group.Name, d, d.Recommended != prev)
 	}
 	if d.Recommended != prev || d.Stopped > 0 {
 		l.c.log.Info().Str("group", r.spec.group.Name).Int("from", prev).Int("to", d.Recommended).
@@ -486,7 +487,7 @@ func (l *loop) demand(group string, wanted int, now time.Time) DemandAnswer {
 	d := r.as.OnDemand(now, wanted-rec)
 	r.last = d
 	if m := l.c.opts.Metrics; m != nil {
-		m.observe(group, d)
+		m.observe(group, d, true) // granted above the recommendation: a change
 	}
 	l.c.log.Info().Str("group", group).Int("from", rec).Int("to", d.Recommended).Int("wanted", wanted).
 		Int("start", d.Start).Int("promoted", d.Promoted).Msg("scale decision (capacity request)")
@@ -675,7 +676,7 @@ func (l *loop) publish() {
 			}
 		}
 	}
-	if equalPublished(out, l.published) {
+	if maps.EqualFunc(out, l.published, slices.Equal) {
 		return
 	}
 	if err := l.c.opts.Publish(out); err != nil {
@@ -683,18 +684,6 @@ func (l *loop) publish() {
 		return
 	}
 	l.published = out
-}
-
-func equalPublished(a, b map[string][]gossip.AutoscaledInstance) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || !slices.Equal(v, w) {
-			return false
-		}
-	}
-	return true
 }
 
 // shutdown stops every instance left, at once (Run's end, when no

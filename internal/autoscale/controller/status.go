@@ -83,7 +83,6 @@ type Metrics struct {
 	decisions   *prometheus.CounterVec
 	starts      *prometheus.CounterVec
 	stops       *prometheus.CounterVec
-	last        map[string]int // recommended by group, as last observed
 }
 
 // NewMetrics registers the controller's metrics with reg.
@@ -113,19 +112,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "spillway_controlplane_autoscaler_stops_total",
 			Help: "Instances stopped, by result (ok, killed after the drain timeout, unknown, error).",
 		}, []string{"group", "result"}),
-		last: map[string]int{},
 	}
 	reg.MustRegister(m.recommended, m.instances, m.drivers, m.decisions, m.starts, m.stops)
 	return m
 }
 
-// observe records one decision; the first of a group is not counted as
-// a change. Called from the loop only.
-func (m *Metrics) observe(group string, d autoscale.Decision) {
-	if prev, ok := m.last[group]; ok && prev != d.Recommended {
+// observe records one decision; changed says it changed the recommended
+// count (counted in decisions_total). Called from the loop only.
+func (m *Metrics) observe(group string, d autoscale.Decision, changed bool) {
+	if changed {
 		m.decisions.WithLabelValues(group, string(d.Driver)).Inc()
 	}
-	m.last[group] = d.Recommended
 	m.recommended.WithLabelValues(group).Set(float64(d.Recommended))
 	m.drivers.WithLabelValues(group, "cpu").Set(float64(d.Drivers.CPU))
 	m.drivers.WithLabelValues(group, "concurrency").Set(float64(d.Drivers.Concurrency))
