@@ -149,6 +149,21 @@ func newRig(t *testing.T) *rig {
 	return r
 }
 
+// run runs the real loop (Run) on the rig's configuration; stop ends it
+// and fails the test if Run failed.
+func (r *rig) run() (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.c.SetConfig(mustParse(r.t, groupYAML))
+	done := make(chan error, 1)
+	go func() { done <- r.c.Run(ctx) }()
+	return ctx, func() {
+		cancel()
+		if err := <-done; err != nil {
+			r.t.Fatalf("Run = %v", err)
+		}
+	}
+}
+
 // settle waits for the actuations and applies their results.
 func (r *rig) settle() {
 	r.wg.Wait()
@@ -424,10 +439,7 @@ func TestDemandUnknownGroup(t *testing.T) {
 // instance, and the end of Run stops it.
 func TestRun(t *testing.T) {
 	r := newRig(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	r.c.SetConfig(mustParse(t, groupYAML))
-	done := make(chan error, 1)
-	go func() { done <- r.c.Run(ctx) }()
+	ctx, stop := r.run()
 	// The first tick takes the lease; demand until the loop acts on it.
 	var a DemandAnswer
 	for i := 0; i < 1000 && !a.Granted; i++ {
@@ -437,10 +449,7 @@ func TestRun(t *testing.T) {
 	if !a.Granted {
 		t.Fatalf("Demand = %+v, want granted", a)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run = %v", err)
-	}
+	stop()
 	if got := len(r.prov.stopped); got != 1 {
 		t.Errorf("stopped %d instances at the end of Run, want 1", got)
 	}
@@ -453,10 +462,7 @@ func TestLeaseActsAtOnce(t *testing.T) {
 	r := newRig(t)
 	r.leases.set("web-b", false)
 	r.leases.changed = make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	r.c.SetConfig(mustParse(t, groupYAML))
-	done := make(chan error, 1)
-	go func() { done <- r.c.Run(ctx) }()
+	ctx, stop := r.run()
 	if a := r.c.Demand(ctx, "web-b", 1); a.Granted {
 		t.Fatalf("Demand without the lease = %+v, want refused", a)
 	}
@@ -468,10 +474,7 @@ func TestLeaseActsAtOnce(t *testing.T) {
 	if !a.Granted {
 		t.Errorf("Demand after the lease was taken = %+v, want granted without a tick", a)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run = %v", err)
-	}
+	stop()
 }
 
 func mustParse(t *testing.T, y string) *config.Config {
