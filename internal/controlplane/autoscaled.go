@@ -2,8 +2,6 @@ package controlplane
 
 import (
 	"cmp"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
 
@@ -112,7 +110,7 @@ func withAutoscaled(base *LoadedConfig, ins map[string][]gossip.AutoscaledInstan
 	if added == 0 {
 		return base, nil
 	}
-	canon, err := config.Marshal(&c)
+	canon, redacted, hash, err := canonicalForms(&c)
 	if err != nil {
 		return nil, fmt.Errorf("autoscaled instances: %w", err)
 	}
@@ -120,12 +118,7 @@ func withAutoscaled(base *LoadedConfig, ins map[string][]gossip.AutoscaledInstan
 	if err != nil {
 		return nil, fmt.Errorf("autoscaled instances: %w", err)
 	}
-	redacted, err := redactedYAML(cfg, canon)
-	if err != nil {
-		return nil, fmt.Errorf("autoscaled instances: %w", err)
-	}
-	sum := sha256.Sum256(canon)
 	l := *base
-	l.Config, l.YAML, l.RedactedYAML, l.Hash = cfg, canon, redacted, hex.EncodeToString(sum[:])[:12]
+	l.Config, l.YAML, l.RedactedYAML, l.Hash = cfg, canon, redacted, hash
 	return &l, nil
 }

@@ -135,16 +135,10 @@ func (r *reloader) Reload() (changed bool, err error) {
 	if err != nil {
 		return false, r.failLocked(raw, err)
 	}
-	canon, err := config.Marshal(cfg)
+	canon, redacted, hash, err := canonicalForms(cfg)
 	if err != nil {
 		return false, r.failLocked(raw, err)
 	}
-	redacted, err := redactedYAML(cfg, canon)
-	if err != nil {
-		return false, r.failLocked(raw, err)
-	}
-	sum := sha256.Sum256(canon)
-	hash := hex.EncodeToString(sum[:])[:12]
 	prev := r.cur.Load()
 	if prev != nil && prev.Hash == hash {
 		r.m.lastReloadOK.Set(1)
@@ -281,6 +275,20 @@ func (r *reloader) Run(ctx context.Context) error {
 
 // redactedYAML returns the canonical form of cfg with its secrets redacted,
 // or canon itself when redacting changes nothing.
+// canonicalForms returns what a LoadedConfig serves of cfg: its canonical
+// YAML (config.Marshal), that YAML with the secrets redacted, and its Hash
+// (the first 12 hex digits of the YAML's SHA-256).
+func canonicalForms(cfg *config.Config) (canon, redacted []byte, hash string, err error) {
+	if canon, err = config.Marshal(cfg); err != nil {
+		return nil, nil, "", err
+	}
+	if redacted, err = redactedYAML(cfg, canon); err != nil {
+		return nil, nil, "", err
+	}
+	sum := sha256.Sum256(canon)
+	return canon, redacted, hex.EncodeToString(sum[:])[:12], nil
+}
+
 func redactedYAML(cfg *config.Config, canon []byte) ([]byte, error) {
 	red, err := config.Marshal(config.Redact(cfg))
 	if err != nil {
