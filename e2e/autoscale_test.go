@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillway-lb/spillway/internal/autoscale/controller"
 	"github.com/spillway-lb/spillway/internal/demo"
 	"github.com/spillway-lb/spillway/internal/topology"
 )
@@ -40,57 +40,20 @@ func autoscaleSpec(net int) topology.Spec {
 	}
 }
 
-// cpAutoscaler is the autoscaler part of a control plane's /status.
-type cpAutoscaler struct {
-	Group       string `json:"group"`
-	Acting      bool   `json:"acting"`
-	Recommended int    `json:"recommended"`
-	Driver      string `json:"driver"`
-	Active      int    `json:"active"`
-	Demoted     int    `json:"demoted"`
-	Stopping    int    `json:"stopping"`
-	Instances   []struct {
-		Address string `json:"address"`
-		Demoted bool   `json:"demoted"`
-	} `json:"instances"`
-}
-
 // autoscalerStatus returns control plane 0's autoscaler status of group
 // (zero when it runs no instance of it).
-func autoscalerStatus(t *testing.T, c *topology.Cluster, group string) cpAutoscaler {
+func autoscalerStatus(t *testing.T, c *topology.Cluster, group string) controller.GroupStatus {
 	t.Helper()
-	st, err := autoscalerStatusOf(c, 0, group)
+	st, err := c.Autoscaler(context.Background(), 0, group)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return st
 }
 
-// autoscalerStatusOf returns control plane k's autoscaler status of group
-// (zero when it runs no instance of it).
-func autoscalerStatusOf(c *topology.Cluster, k int, group string) (cpAutoscaler, error) {
-	resp, err := http.Get(c.Spec.ControlPlaneAdmin(k) + "/status")
-	if err != nil {
-		return cpAutoscaler{}, fmt.Errorf("control plane %d /status: %w", k, err)
-	}
-	defer resp.Body.Close()
-	var st struct {
-		Autoscaler []cpAutoscaler `json:"autoscaler"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return cpAutoscaler{}, fmt.Errorf("control plane %d /status: %w", k, err)
-	}
-	for _, g := range st.Autoscaler {
-		if g.Group == group {
-			return g, nil
-		}
-	}
-	return cpAutoscaler{Group: group}, nil
-}
-
 // waitAutoscaler polls the control plane's autoscaler status of group
 // until cond holds, for at most d.
-func waitAutoscaler(t *testing.T, c *topology.Cluster, group, what string, d time.Duration, cond func(cpAutoscaler) bool) cpAutoscaler {
+func waitAutoscaler(t *testing.T, c *topology.Cluster, group, what string, d time.Duration, cond func(controller.GroupStatus) bool) controller.GroupStatus {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
@@ -157,7 +120,7 @@ func TestAutoscaleZeroToNToZero(t *testing.T) {
 	const group = "us-east-b-web"
 	// The control plane takes the group's lease one TTL (1s) after it
 	// starts; from then on it runs the group, at zero.
-	if st := waitAutoscaler(t, c, group, "the group run at zero", 30*time.Second, func(s cpAutoscaler) bool { return s.Acting }); len(st.Instances) != 0 {
+	if st := waitAutoscaler(t, c, group, "the group run at zero", 30*time.Second, func(s controller.GroupStatus) bool { return s.Acting }); len(st.Instances) != 0 {
 		t.Fatalf("before any request: %+v, want no instance", st)
 	}
 
@@ -183,7 +146,7 @@ func TestAutoscaleZeroToNToZero(t *testing.T) {
 	// The pending queue's capacity requests may raise the count first
 	// (driver demand); once their hold of a cold start is over, the
 	// metric drivers ask for more than 3 and the clamp decides (max).
-	st := waitAutoscaler(t, c, group, "3 active under the step, held by max", 30*time.Second, func(s cpAutoscaler) bool {
+	st := waitAutoscaler(t, c, group, "3 active under the step, held by max", 30*time.Second, func(s controller.GroupStatus) bool {
 		return s.Active == 3 && s.Recommended == 3 && s.Driver == "max"
 	})
 	time.Sleep(2 * time.Second) // serve at 3 for a while
@@ -238,10 +201,10 @@ func TestAutoscaleZeroToNToZero(t *testing.T) {
 	// 6s idle timeout).
 	ctx, cancel = context.WithCancel(context.Background())
 	few := startClosedLoop(ctx, gf.URL+"/few", 2)
-	waitAutoscaler(t, c, group, "1 recommended, 2 demoted", 30*time.Second, func(s cpAutoscaler) bool {
+	waitAutoscaler(t, c, group, "1 recommended, 2 demoted", 30*time.Second, func(s controller.GroupStatus) bool {
 		return s.Recommended == 1 && s.Demoted+s.Stopping == 2
 	})
-	waitAutoscaler(t, c, group, "the demoted instances stopped", 30*time.Second, func(s cpAutoscaler) bool {
+	waitAutoscaler(t, c, group, "the demoted instances stopped", 30*time.Second, func(s controller.GroupStatus) bool {
 		return len(s.Instances) == 1 && s.Active == 1
 	})
 	cancel()
@@ -251,7 +214,7 @@ func TestAutoscaleZeroToNToZero(t *testing.T) {
 
 	// 5. No requests for the concurrency window: back to zero, every
 	// process stopped.
-	waitAutoscaler(t, c, group, "no instance left", 30*time.Second, func(s cpAutoscaler) bool {
+	waitAutoscaler(t, c, group, "no instance left", 30*time.Second, func(s controller.GroupStatus) bool {
 		return len(s.Instances) == 0
 	})
 	for _, in := range st.Instances {
@@ -317,11 +280,11 @@ func TestAutoscaleLeaseTakeover(t *testing.T) {
 	c := startCluster(t, spec)
 	const group = "us-east-b-web"
 	holder, other := -1, -1
-	var first cpAutoscaler
+	var first controller.GroupStatus
 	deadline := time.Now().Add(30 * time.Second)
 	for holder < 0 {
 		for k := range 2 {
-			if st, err := autoscalerStatusOf(c, k, group); err == nil && st.Active == 1 {
+			if st, err := c.Autoscaler(context.Background(), k, group); err == nil && st.Active == 1 {
 				holder, other, first = k, 1-k, st
 			}
 		}
@@ -330,7 +293,7 @@ func TestAutoscaleLeaseTakeover(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if st, err := autoscalerStatusOf(c, other, group); err != nil || len(st.Instances) != 0 {
+	if st, err := c.Autoscaler(context.Background(), other, group); err != nil || len(st.Instances) != 0 {
 		t.Fatalf("the other control plane runs %+v (%v), want nothing: one replica per group", st, err)
 	}
 	gf := c.GFEs[0]
@@ -363,9 +326,9 @@ func TestAutoscaleLeaseTakeover(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	deadline = time.Now().Add(30 * time.Second)
-	var took cpAutoscaler
+	var took controller.GroupStatus
 	for {
-		st, err := autoscalerStatusOf(c, other, group)
+		st, err := c.Autoscaler(context.Background(), other, group)
 		if err == nil && st.Active == 1 {
 			took = st
 			break

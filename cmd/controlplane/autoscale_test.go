@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/spillway-lb/spillway/internal/autoscale/controller"
 	"github.com/spillway-lb/spillway/internal/mtls"
 	"github.com/spillway-lb/spillway/internal/proc"
 	"github.com/spillway-lb/spillway/internal/snapshot"
@@ -160,12 +161,7 @@ func TestAutoscaleOnDemand(t *testing.T) {
 		return healthy == 4
 	})
 	var st struct {
-		Autoscaler []struct {
-			Group       string
-			Recommended int
-			Driver      string
-			Active      int
-		}
+		Autoscaler []controller.GroupStatus
 	}
 	if err := json.Unmarshal([]byte(get(admin+"/status")), &st); err != nil {
 		t.Fatal(err)

@@ -2,11 +2,9 @@ package demo
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"net/netip"
 	"sync"
 	"text/tabwriter"
@@ -105,7 +103,7 @@ func RunAutoscale(ctx context.Context, c *topology.Cluster, on, off, w time.Dura
 		t := time.NewTicker(250 * time.Millisecond)
 		defer t.Stop()
 		for {
-			if st, err := autoscalerOf(pctx, c); err == nil {
+			if st, err := c.Autoscaler(pctx, 0, AutoscaleGroup); err == nil {
 				mu.Lock()
 				points = append(points, point{time.Since(start), st.Recommended, st.Active, st.Demoted})
 				mu.Unlock()
@@ -144,32 +142,6 @@ func RunAutoscale(ctx context.Context, c *topology.Cluster, on, off, w time.Dura
 		out = append(out, win)
 	}
 	return out, nil
-}
-
-// asStatus is the part of the control plane's /status autoscaler entry
-// the phase reads.
-type asStatus struct {
-	Group                        string
-	Recommended, Active, Demoted int
-}
-
-func autoscalerOf(ctx context.Context, c *topology.Cluster) (asStatus, error) {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.Spec.ControlPlaneAdmin(0)+"/status", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return asStatus{}, err
-	}
-	defer resp.Body.Close()
-	var st struct{ Autoscaler []asStatus }
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return asStatus{}, err
-	}
-	for _, g := range st.Autoscaler {
-		if g.Group == AutoscaleGroup {
-			return g, nil
-		}
-	}
-	return asStatus{Group: AutoscaleGroup}, nil
 }
 
 // PrintAutoscale writes the phase's timeline.

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spillway-lb/spillway/internal/autoscale/controller"
 	"github.com/spillway-lb/spillway/internal/gfe/status"
 	"github.com/spillway-lb/spillway/internal/loadgen"
 	"github.com/spillway-lb/spillway/internal/proc"
@@ -169,6 +170,31 @@ func StatusWith(ctx context.Context, client *http.Client, gf *GFE) (*status.Stat
 		return nil, fmt.Errorf("decode %s/status: %w", gf.Admin, err)
 	}
 	return &st, nil
+}
+
+// Autoscaler returns control plane k's (from 0) autoscaler status of
+// group, from its /status with Options.Client: the zero GroupStatus but
+// for Group when that replica does not run the group.
+func (c *Cluster) Autoscaler(ctx context.Context, k int, group string) (controller.GroupStatus, error) {
+	url := c.Spec.ControlPlaneAdmin(k) + "/status"
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := c.opts.client().Do(req)
+	if err != nil {
+		return controller.GroupStatus{}, err
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Autoscaler []controller.GroupStatus `json:"autoscaler"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return controller.GroupStatus{}, fmt.Errorf("decode %s: %w", url, err)
+	}
+	for _, g := range st.Autoscaler {
+		if g.Group == group {
+			return g, nil
+		}
+	}
+	return controller.GroupStatus{Group: group}, nil
 }
 
 // WaitFor polls cond every 100ms until it returns true or the timeout
