@@ -125,7 +125,7 @@ func (d *Daemon) capacityTarget(service string) (pending.Target, bool) {
 	if !ok {
 		return pending.Target{}, false
 	}
-	rtt := d.rtt.Snapshot()
+	rtt, now := d.rtt.Snapshot(), d.clk.Now()
 	var best pending.Target
 	bestRTT, found, known := 0.0, false, false
 	for _, b := range sc.Backends {
@@ -139,7 +139,6 @@ func (d *Daemon) capacityTarget(service string) (pending.Target, bool) {
 		}
 		found, known, bestRTT = true, has, r
 		best = pending.Target{Group: g.Group.Name, MaxConcurrency: g.Group.Autoscaling.MaxConcurrencyPerInstance}
-		now := d.clk.Now()
 		for _, in := range g.Group.Instances {
 			if in.Demoted {
 				continue
