@@ -284,6 +284,19 @@ type backendConn struct {
 	bw        *bufio.Writer
 	resp      h1.Response
 	idleSince time.Time
+	// deadline is the deadline last set on c, read and write (zero:
+	// none). It stays while c is idle in the pool (nothing reads c there)
+	// and is replaced by the next attempt's: one timer update per request.
+	deadline time.Time
+}
+
+// setDeadline sets bc's read and write deadline to t unless it is already
+// t.
+func (bc *backendConn) setDeadline(t time.Time) {
+	if !t.Equal(bc.deadline) {
+		bc.c.SetDeadline(t)
+		bc.deadline = t
+	}
 }
 
 // staleCheckAfter is how long a pooled connection may have been idle
@@ -296,8 +309,9 @@ const staleCheckAfter = time.Second
 
 // alive reports whether bc's backend left it open and quiet while it was
 // idle: nothing to read, not even an EOF. It peeks at the socket without
-// blocking (one recvfrom, MSG_PEEK|MSG_DONTWAIT; a read with a past
-// deadline would not reach the socket at all).
+// blocking (one recvfrom, MSG_PEEK|MSG_DONTWAIT, through RawConn.Control:
+// a read with a past deadline, such as the last request's left on an idle
+// connection, would not reach the socket at all).
 func (bc *backendConn) alive() bool {
 	if bc.br.Buffered() > 0 {
 		return false
@@ -312,10 +326,9 @@ func (bc *backendConn) alive() bool {
 	}
 	quiet := true
 	var b [1]byte
-	if err := rc.Read(func(fd uintptr) bool {
+	if err := rc.Control(func(fd uintptr) {
 		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		quiet = err == syscall.EAGAIN || err == syscall.EWOULDBLOCK
-		return true
 	}); err != nil {
 		return false
 	}
@@ -528,13 +541,13 @@ func (p *Proxy) ServeFast(fr *FastRequest) (keep bool) {
 	tried[0] = d.pick.Backend
 	attempts := 1
 	var err attemptErr
+	x.sent = start
 	for {
-		x.sent = p.clk.Now()
 		err = p.fastAttempt(&x)
-		now := p.clk.Now()
 		if err == attemptOK || err == attemptRelay || err == attemptClient {
 			break
 		}
+		now := p.clk.Now()
 		d.pick.Backend.Observe(backend.OutcomeFailed, 0)
 		unreachable := false
 		switch err {
@@ -564,6 +577,7 @@ func (p *Proxy) ServeFast(fr *FastRequest) (keep bool) {
 		tried[attempts] = np.Backend
 		attempts++
 		p.metrics.retries.WithLabelValues(d.svc.Name()).Inc()
+		x.sent = now
 	}
 	defer d.pick.Done() // the pick of the last attempt
 	fr.useBackend(nil)
@@ -616,7 +630,7 @@ func (p *Proxy) fastAttempt(x *fastExchange) attemptErr {
 	addr := d.pick.Backend.Addr()
 	bodyless := h.ContentLength <= 0
 	mayRedial := bodyless && fr.idempotent
-	now := p.clk.Now() // the pool's idle times are on the proxy's clock
+	now := x.sent // the pool's idle times are on the proxy's clock
 	bc := p.fast.get(addr, now)
 	if bc != nil && now.Sub(bc.idleSince) > staleCheckAfter && !bc.alive() {
 		bc.c.Close()
@@ -651,7 +665,7 @@ func (p *Proxy) fastAttempt(x *fastExchange) attemptErr {
 		// The route timeout is the socket's deadline; per_try_timeout, on
 		// the proxy's clock, ends the wait for the answer's head of an
 		// attempt that may be sent again.
-		bc.c.SetDeadline(x.deadline)
+		bc.setDeadline(x.deadline)
 		var pt *perTryTimer
 		if perTry > 0 {
 			pt = &perTryTimer{c: bc.c}
@@ -688,7 +702,9 @@ func (p *Proxy) fastAttempt(x *fastExchange) attemptErr {
 			}
 			return attemptBackend
 		}
-		bc.c.SetReadDeadline(x.deadline)
+		if pt != nil {
+			bc.c.SetReadDeadline(x.deadline) // the timer may have moved it
+		}
 		return p.relay(x, bc, n)
 	}
 }
@@ -836,8 +852,7 @@ func (p *Proxy) relay(x *fastExchange, bc *backendConn, n int) attemptErr {
 		return attemptRelay
 	}
 	if backendKeep && bc.br.Buffered() == 0 {
-		bc.c.SetDeadline(time.Time{})
-		p.fast.put(d.pick.Backend.Addr(), bc, p.clk.Now())
+		p.fast.put(d.pick.Backend.Addr(), bc, p.clk.Now()) // after the body, however long
 	} else {
 		bc.c.Close()
 	}

@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -352,6 +353,44 @@ func TestFastPathStaleConnection(t *testing.T) {
 		}
 		<-closed
 		clk.Advance(2 * staleCheckAfter)
+	}
+}
+
+// TestFastPathPooledDeadline: a pooled connection keeps the route deadline
+// of its last request while idle (the next attempt sets its own, one timer
+// update per request); once that deadline has passed, the connection is
+// still checked (alive, past staleCheckAfter) and reused, for a request
+// with a body too, which could not be sent again on a new connection.
+func TestFastPathPooledDeadline(t *testing.T) {
+	var accepts atomic.Int64
+	addr := serveTCP(t, func(c net.Conn) {
+		accepts.Add(1)
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	regions := []gfetest.Region{{Name: "us-east", Zones: []gfetest.Zone{{Name: "us-east-b", Addrs: []string{addr}}}}}
+	const timeout = 200 * time.Millisecond
+	e, clk := sessionEdge(t, gfetest.SessionConfig(t, "round_robin", regions, "", ", timeout: 200ms, retries: 0"))
+	post := "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc"
+	for i := range 3 {
+		if got := exchange(t, e, post); !strings.HasPrefix(got, "HTTP/1.1 200 OK") {
+			t.Fatalf("request %d: %q", i, got)
+		}
+		// The socket deadline is wall-clock time: let it pass for real.
+		time.Sleep(timeout + 50*time.Millisecond)
+		if i == 1 {
+			clk.Advance(2 * staleCheckAfter) // the next get checks the connection
+		}
+	}
+	if n := accepts.Load(); n != 1 {
+		t.Errorf("%d backend connections for 3 requests, want 1 reused", n)
 	}
 }
 

@@ -34,8 +34,10 @@ import (
 //   - Reject: 400 and close.
 //
 // The listener's limits hold as on net/http: read_header_timeout from the
-// connection's accept (its first request) or a request's first byte,
-// idle_timeout between requests, a head over max_header_bytes + 4096 bytes
+// connection's accept (its first request) or a request's first byte (set
+// only when the head is not all in by then), idle_timeout between requests
+// (at most idleSlack late: a busy connection moves its deadline once per
+// slack, not once per request), a head over max_header_bytes + 4096 bytes
 // (net/http's slack) 431, a Content-Length over max_request_body_bytes 413,
 // both with the connection closed; request_body_timeout bounds a pause in
 // a body (ServeFast). A fast connection holds its fd budget like any other
@@ -97,6 +99,35 @@ type fastConn struct {
 	// endAt is when it reaches max_connection_age (zero: never).
 	endAt time.Time
 	aged  bool // its age was reached and counted
+	// rd is the read deadline last set on c (zero: none), and headerSet
+	// says it bounds the current request head (read_header_timeout).
+	// Only serveConn's goroutine uses them.
+	rd        time.Time
+	headerSet bool
+}
+
+// setReadDeadline sets fc's read deadline to t.
+func (fc *fastConn) setReadDeadline(t time.Time) {
+	fc.c.SetReadDeadline(t)
+	fc.rd = t
+}
+
+// idleSlack is how much later than idle_timeout an idle connection may be
+// closed. Between requests the read deadline is moved only when it would
+// fall short of idle_timeout, and then to idle_timeout + idleSlack(it), so
+// that a busy connection sets it about once per slack instead of once per
+// request (each set is a timer update in the runtime).
+func idleSlack(idle time.Duration) time.Duration { return min(idle/16, time.Second) }
+
+// awaitIdle arms fc's idle deadline: its read deadline becomes at least
+// now + idle_timeout, at most idleSlack later.
+func (fs *fastServer) awaitIdle(fc *fastConn) {
+	idle := fs.spec.IdleTimeout
+	now := time.Now()
+	if fc.rd.IsZero() || fc.headerSet || fc.rd.Sub(now) < idle {
+		fc.setReadDeadline(now.Add(idle + idleSlack(idle)))
+	}
+	fc.headerSet = false
 }
 
 func (m *Manager) newFastServer(p *port, l config.Listener) *fastServer {
@@ -197,7 +228,8 @@ func (fs *fastServer) serveConn(fc *fastConn) {
 		fs.putRequest(fr)
 	}()
 	l := &fs.spec
-	c.SetReadDeadline(time.Now().Add(l.ReadHeaderTimeout))
+	fc.setReadDeadline(time.Now().Add(l.ReadHeaderTimeout))
+	fc.headerSet = true
 	if fs.tls != nil {
 		// https: the handshake within read_header_timeout (net/http bounds
 		// it so too). ALPN h2 goes to net/http at once, as it is; http/1.1
@@ -209,6 +241,7 @@ func (fs *fastServer) serveConn(fc *fastConn) {
 			return
 		}
 		c.SetDeadline(time.Time{})
+		fc.rd = time.Time{}
 		if tc.ConnectionState().NegotiatedProtocol == "h2" {
 			fs.handoff.Inc()
 			fs.forget(fc)
@@ -223,17 +256,18 @@ func (fs *fastServer) serveConn(fc *fastConn) {
 		fr.Out.Reset(c)
 		fr.Conn = c
 		fr.TLS = true
-		c.SetReadDeadline(time.Now().Add(l.ReadHeaderTimeout))
+		fc.setReadDeadline(time.Now().Add(l.ReadHeaderTimeout))
 	}
 	for first := true; ; first = false {
 		if !first {
 			// Between requests: idle_timeout until the next one's first
-			// byte, then read_header_timeout for its head.
+			// byte, then read_header_timeout for its head (readHead sets
+			// it when the head is not all there yet).
 			if !fs.setIdle(fc, true) {
 				return
 			}
 			if fr.Client.Buffered() == 0 {
-				c.SetReadDeadline(time.Now().Add(l.IdleTimeout))
+				fs.awaitIdle(fc)
 				if _, err := fr.Client.Peek(1); err != nil {
 					return
 				}
@@ -241,9 +275,9 @@ func (fs *fastServer) serveConn(fc *fastConn) {
 			if !fs.setIdle(fc, false) {
 				return
 			}
-			c.SetReadDeadline(time.Now().Add(l.ReadHeaderTimeout))
+			fc.headerSet = false
 		}
-		n, v, ok := fs.readHead(fr)
+		n, v, ok := fs.readHead(fc)
 		if !ok {
 			return
 		}
@@ -257,7 +291,7 @@ func (fs *fastServer) serveConn(fc *fastConn) {
 			fs.handoff.Inc()
 			buf, _ := fr.Client.Peek(fr.Client.Buffered())
 			rc := &replayConn{Conn: c, buf: append([]byte(nil), buf...), tls: fc.state}
-			c.SetReadDeadline(time.Time{})
+			fc.setReadDeadline(time.Time{})
 			fs.forget(fc)
 			handedOff = true
 			fs.p.handoff(rc)
@@ -276,17 +310,24 @@ func (fs *fastServer) serveConn(fc *fastConn) {
 			}
 		}
 		fr.HeadLen = n
-		c.SetReadDeadline(time.Time{})
+		if fr.Head.ContentLength > 0 {
+			// The body is bounded by request_body_timeout alone. A
+			// bodiless request's connection is not read while it is
+			// served, so its deadline may stay.
+			fc.setReadDeadline(time.Time{})
+		}
 		if !fs.h.ServeFast(fr) {
 			return
 		}
 	}
 }
 
-// readHead reads and parses the next request head of fr's connection; ok
-// is false when the connection must close (read error or timeout, or a
-// head too large, answered 431).
-func (fs *fastServer) readHead(fr *httpproxy.FastRequest) (n int, v h1.Verdict, ok bool) {
+// readHead reads and parses the next request head of fc's connection,
+// within read_header_timeout once it must wait for more of it; ok is false
+// when the connection must close (read error or timeout, or a head too
+// large, answered 431).
+func (fs *fastServer) readHead(fc *fastConn) (n int, v h1.Verdict, ok bool) {
+	fr := fc.fr
 	br := fr.Client
 	for {
 		buf, _ := br.Peek(br.Buffered())
@@ -298,6 +339,10 @@ func (fs *fastServer) readHead(fr *httpproxy.FastRequest) (n int, v h1.Verdict, 
 			fs.reject.Inc()
 			fr.Conn.Write([]byte(answer431))
 			return 0, 0, false
+		}
+		if !fc.headerSet {
+			fc.setReadDeadline(time.Now().Add(fs.spec.ReadHeaderTimeout))
+			fc.headerSet = true
 		}
 		if _, err := br.Peek(len(buf) + 1); err != nil {
 			return 0, 0, false

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -38,7 +39,9 @@ func (f *fakeFast) ServeFast(fr *httpproxy.FastRequest) bool {
 	keep := !fr.Head.Close
 	fr.Client.Discard(fr.HeadLen)
 	if cl := fr.Head.ContentLength; cl > 0 {
-		fr.Client.Discard(int(cl))
+		if _, err := fr.Client.Discard(int(cl)); err != nil {
+			return false // the body did not come: no answer
+		}
 	}
 	fmt.Fprintf(fr.Out, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\nX-Target: %s\r\n\r\nfast", fr.Head.Target)
 	return fr.Out.Flush() == nil && keep
@@ -210,6 +213,90 @@ func TestFastPathReadHeaderTimeout(t *testing.T) {
 	}
 	if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		t.Fatal("connection still open after 10 s; want it closed at read_header_timeout")
+	}
+}
+
+// TestFastPathDeadlines: the client connection's read deadlines, which
+// the fast path moves only when it must (idle_timeout at most idleSlack
+// late, read_header_timeout only once a head must wait for more bytes, none
+// while a body is read), still bound what they bound on net/http.
+func TestFastPathDeadlines(t *testing.T) {
+	const get = "GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+	// closedWithin fails unless the gfe closes c at least least after t0,
+	// and well before the test's own 10 s deadline.
+	closedWithin := func(t *testing.T, c net.Conn, br *bufio.Reader, t0 time.Time, least time.Duration) {
+		t.Helper()
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		n, err := br.Read(make([]byte, 1))
+		lived := time.Since(t0)
+		if n != 0 || err == nil || os.IsTimeout(err) {
+			t.Fatalf("read %d bytes, err %v after %v; want the connection closed", n, err, lived)
+		}
+		if lived < least || lived > least+3*time.Second {
+			t.Errorf("closed after %v, want %v to %v", lived, least, least+3*time.Second)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		l    func(*config.Listener)
+		run  func(t *testing.T, c net.Conn, br *bufio.Reader)
+	}{
+		{"idle connection closed at idle_timeout", func(l *config.Listener) { l.IdleTimeout = 200 * time.Millisecond },
+			func(t *testing.T, c net.Conn, br *bufio.Reader) {
+				t0 := time.Now() // before the gfe's idle wait begins
+				roundTrip(t, c, br, get)
+				closedWithin(t, c, br, t0, 200*time.Millisecond)
+			}},
+		{"busy connection outlives idle_timeout", func(l *config.Listener) { l.IdleTimeout = 500 * time.Millisecond },
+			func(t *testing.T, c net.Conn, br *bufio.Reader) {
+				for i := range 20 { // 1 s and more in all, 50 ms apart
+					if _, body := roundTrip(t, c, br, get); body != "fast" {
+						t.Fatalf("request %d: body %q", i, body)
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}},
+		{"later head bounded by read_header_timeout", func(l *config.Listener) {
+			l.IdleTimeout, l.ReadHeaderTimeout = 5*time.Second, 100*time.Millisecond
+		}, func(t *testing.T, c net.Conn, br *bufio.Reader) {
+			roundTrip(t, c, br, get)
+			t0 := time.Now()
+			io.WriteString(c, "GET / HTTP/1.1\r\nHost:")
+			closedWithin(t, c, br, t0, 100*time.Millisecond)
+		}},
+		{"pipelined head bounded by read_header_timeout", func(l *config.Listener) {
+			l.IdleTimeout, l.ReadHeaderTimeout = 5*time.Second, 100*time.Millisecond
+		}, func(t *testing.T, c net.Conn, br *bufio.Reader) {
+			t0 := time.Now()
+			if _, body := roundTrip(t, c, br, get+"GET / HTTP/1.1\r\nHost:"); body != "fast" {
+				t.Fatalf("first request: body %q", body)
+			}
+			closedWithin(t, c, br, t0, 100*time.Millisecond)
+		}},
+		{"body longer than idle_timeout", func(l *config.Listener) { l.IdleTimeout = 200 * time.Millisecond },
+			func(t *testing.T, c net.Conn, br *bufio.Reader) {
+				roundTrip(t, c, br, get)
+				io.WriteString(c, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\n")
+				for range 9 { // 450 ms in all, each pause far below request_body_timeout
+					time.Sleep(50 * time.Millisecond)
+					io.WriteString(c, "x")
+				}
+				if _, body := roundTrip(t, c, br, "x"); body != "fast" {
+					t.Fatalf("body request: body %q", body)
+				}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := fastListener()
+			tc.l(&l)
+			_, addr := fastManager(t, &fakeFast{}, l)
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			tc.run(t, c, bufio.NewReader(c))
+		})
 	}
 }
 
