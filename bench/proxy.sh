@@ -39,6 +39,11 @@
 #                print their top entries
 #   OUT []       directory to copy the raw runs, table and profile to
 #   GFE_ENV []   extra environment for the gfe, e.g. "GOGC=200"
+#   ALT []       another gfe, measured in the same interleaved rounds as
+#                target gfe-alt (with its fast path): a git revision to build
+#                it from (ALT=main compares a change with what it changes,
+#                side by side), or the path of a gfe binary built otherwise
+#                (e.g. with another Go toolchain)
 #   NICE [0]     run proxies, origin and wrk at this nice level (negative
 #                values, as root, shield the run from other work on a
 #                shared machine at that work's expense)
@@ -60,6 +65,8 @@ LOAD_CPU=${LOAD_CPU:-1}
 PROFILE=${PROFILE:-0}
 OUT=${OUT:-}
 GFE_ENV=${GFE_ENV:-}
+ALT=${ALT:-}
+if [ -n "$ALT" ] && [[ " $TARGETS " != *" gfe-alt "* ]]; then TARGETS="$TARGETS gfe-alt"; fi
 NICE=${NICE:-0}
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -190,6 +197,18 @@ render() { # render TEMPLATE OUT KEY=VALUE...
 log "building gfe, testbackend and stdproxy"
 (cd "$ROOT" && go build -o "$WORK/gfe" ./cmd/gfe && go build -o "$WORK/testbackend" ./cmd/testbackend &&
 	go build -o "$WORK/stdproxy" ./bench/stdproxy)
+ALT_DESC=
+if [ -f "$ALT" ] && [ -x "$ALT" ]; then
+	cp "$ALT" "$WORK/gfe-alt"
+	ALT_DESC="gfe-alt is $ALT"
+elif [ -n "$ALT" ]; then
+	log "building gfe-alt at $ALT"
+	mkdir -p "$WORK/alt-src"
+	git -C "$ROOT" archive "$ALT" | tar -x -C "$WORK/alt-src"
+	(cd "$WORK/alt-src" && go build -o "$WORK/gfe-alt" ./cmd/gfe)
+	rm -rf "$WORK/alt-src"
+	ALT_DESC="gfe-alt at $(git -C "$ROOT" rev-parse --short "$ALT")"
+fi
 
 HZ=$(getconf CLK_TCK)
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -244,6 +263,16 @@ start_proxies() {
 				--gossip-addr "127.0.0.1:$gossip" --log-format json --pprof --fast-path
 			PID[gfe-fast]=$LAST_PID URL[gfe-fast]=http://127.0.0.1:$port/ ADMIN[gfe-fast]=127.0.0.1:$admin
 			;;
+		gfe-alt)
+			[ -n "$ALT" ] || die "target gfe-alt needs ALT=<git revision or gfe binary>"
+			port=$(free_port) admin=$(free_port) gossip=$(free_port)
+			render "$HERE/gfe.yaml.tmpl" "$WORK/gfe-alt.yaml" ORIGIN="$ORIGIN_ADDR"
+			# shellcheck disable=SC2086 # GFE_ENV is a list of VAR=value words
+			start gfe-alt "$PROXY_CPU" env GOMAXPROCS=1 $GFE_ENV "$WORK/gfe-alt" --node b3 --site s1 \
+				--listen "127.0.0.1:$port" --admin "127.0.0.1:$admin" --config "$WORK/gfe-alt.yaml" \
+				--gossip-addr "127.0.0.1:$gossip" --log-format json --pprof --fast-path
+			PID[gfe-alt]=$LAST_PID URL[gfe-alt]=http://127.0.0.1:$port/ ADMIN[gfe-alt]=127.0.0.1:$admin
+			;;
 		stdlib)
 			port=$(free_port)
 			start stdlib "$PROXY_CPU" env GOMAXPROCS=1 "$WORK/stdproxy" --listen "127.0.0.1:$port" --origin "$ORIGIN_ADDR"
@@ -264,7 +293,7 @@ start_proxies() {
 				-c "$WORK/nginx-proxy/nginx.conf"
 			PID[nginx]=$LAST_PID URL[nginx]=http://127.0.0.1:$port/
 			;;
-		*) die "unknown target $t (want gfe, gfe-fast, stdlib, haproxy, nginx or direct)" ;;
+		*) die "unknown target $t (want gfe, gfe-fast, gfe-alt, stdlib, haproxy, nginx or direct)" ;;
 		esac
 	done
 	for t in $TARGETS; do
@@ -273,14 +302,27 @@ start_proxies() {
 	done
 }
 
+# gc_cycles TARGET prints how many garbage collections a gfe target has
+# run so far (its go_gc_duration_seconds count), "-" for other targets.
+gc_cycles() {
+	local admin=${ADMIN[$1]:-}
+	if [ -z "$admin" ]; then
+		echo -
+		return
+	fi
+	curl -s -m 2 "http://$admin/metrics" | awk '$1 == "go_gc_duration_seconds_count" { n = $2 } END { print (n == "" ? "NaN" : n) }'
+}
+
 # run_one ORIGIN TARGET ROUND: a warm-up, then the measured wrk run; appends
 # one line to $RUNS.
 run_one() {
-	local origin=$1 t=$2 round=$3 url=${URL[$2]} u0 k0 u1 k1 out line cpu secs load1
+	local origin=$1 t=$2 round=$3 url=${URL[$2]} u0 k0 u1 k1 g0 g1 gc out line cpu secs load1
 	taskset -c "$LOAD_CPU" nice -n "$NICE" wrk -t"$THREADS" -c"$CONNS" -d"$WARMUP" "$url" >/dev/null 2>&1 || true
+	g0=$(gc_cycles "$t")
 	read -r u0 k0 < <(cpu_ticks "${PID[$t]}")
 	out=$(taskset -c "$LOAD_CPU" nice -n "$NICE" wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency "$url" 2>&1) || true
 	read -r u1 k1 < <(cpu_ticks "${PID[$t]}")
+	g1=$(gc_cycles "$t")
 	echo "$out" >>"$WORK/wrk-$origin-$t.log"
 	line=$(echo "$out" | awk -f "$HERE/wrk.awk")
 	secs=$(echo "$out" | awk '/ requests in /{ v = $4; sub(/,$/, "", v); n = v + 0; if (v ~ /ms$/) n /= 1000; else if (v ~ /m$/) n *= 60; print n }')
@@ -295,9 +337,14 @@ run_one() {
 			printf "%.2f\t%.2f\t%.2f\t%.0f\n", (u + k) / hz * 1e6 / n, u / hz * 1e6 / n, k / hz * 1e6 / n, 100 * (u + k) / hz / secs }')
 	fi
 	load1=$(cut -d' ' -f1 /proc/loadavg)
-	# origin target round | rps p50 p99 requests errors | cpu usr sys util | load1
-	printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$origin" "$t" "$round" "$line" "$cpu" "$load1" >>"$RUNS"
-	tail -1 "$RUNS" | awk -F'\t' '{ printf "%-5s %-7s round %s: %8.0f req/s  p50 %6.0f µs  p99 %7.0f µs  proxy %s µs CPU/req (usr %s sys %s, %s%% busy)  errors %s  load %s\n", $1, $2, $3, $4, $5, $6, $9, $10, $11, $12, $8, $13 }' >&2
+	# Garbage collections per 10 000 requests (gfe targets; the count
+	# includes the wrk warm-up's last moments, never less than the run's).
+	gc=$(awk -v a="$g0" -v b="$g1" -v line="$line" 'BEGIN {
+		split(line, f, "\t"); n = f[4] + 0
+		if (a == "-" || b == "-") print "-"; else if (a == "NaN" || b == "NaN" || n <= 0) print "NaN"; else printf "%.2f\n", (b - a) * 1e4 / n }')
+	# origin target round | rps p50 p99 requests errors | cpu usr sys util | load1 | gc/10k
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$origin" "$t" "$round" "$line" "$cpu" "$load1" "$gc" >>"$RUNS"
+	tail -1 "$RUNS" | awk -F'\t' '{ printf "%-5s %-8s round %s: %8.0f req/s  p50 %6.0f µs  p99 %7.0f µs  proxy %s µs CPU/req (usr %s sys %s, %s%% busy)  GC/10k req %s  errors %s  load %s\n", $1, $2, $3, $4, $5, $6, $9, $10, $11, $12, $14, $8, $13 }' >&2
 }
 
 # profile_gfe TARGET: a 5 s CPU profile of the gfe target TARGET (gfe or
@@ -343,13 +390,15 @@ LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 	echo "Data plane: medians of $ROUNDS round(s); wrk -t$THREADS -c$CONNS -d$DURATION --latency, keep-alive;"
 	echo "proxy on CPU $PROXY_CPU (one worker/thread; gfe and stdlib GOMAXPROCS=1), origin + wrk on CPU $LOAD_CPU."
 	echo "$(haproxy -v | head -1 | cut -d' ' -f1-3); $(nginx -v 2>&1 | cut -d: -f2 | tr -d ' '); $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2); $(go version | cut -d' ' -f3); $(nproc --all) CPUs ($(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo))"
-	echo "gfe at $(cd "$ROOT" && git rev-parse --short HEAD)$(cd "$ROOT" && git diff --quiet HEAD -- internal cmd lb config || echo '+local changes'); nice $NICE"
+	echo "gfe at $(cd "$ROOT" && git rev-parse --short HEAD)$(cd "$ROOT" && git diff --quiet HEAD -- internal cmd lb config || echo '+local changes')${ALT_DESC:+; $ALT_DESC}; nice $NICE"
 	echo "load average at start: $LOAD_START; at end: $LOAD_END; 1-min load per run in the raw lines"
 	echo
 	awk -f "$HERE/report.awk" "$RUNS"
 	echo
 	echo "CPU µs/req: the proxy's user+sys CPU per request; per core = inverse ratio of it."
 	echo "proxy CPU: the proxy's CPU time over the run's wall time (100% = its core was the bottleneck)."
+	echo "GC/10k: the gfe's garbage collections per 10 000 requests (its go_gc_duration_seconds count)."
+	echo "by round: a pair's ratios in each round (its two runs are adjacent in time), and their median."
 	if [ -s "$WORK/gfe-cpu.top" ]; then
 		echo
 		echo "gfe CPU profile (cheap origin):"
