@@ -47,8 +47,13 @@ import (
 // and per_try_timeout, the client's body failures as the client's (400,
 // 408; never counted against a backend), metrics and the access log.
 //
-// What differs: a client that goes away mid-request is noticed only when
-// its answer is written (the request is not withdrawn from demand);
+// A client that goes away mid-request is noticed by the listener, which
+// looks at the connections of requests served for a while (Leave); then
+// the backend's connection is closed and the request withdrawn from demand
+// and counted canceled (499), as on the slow path.
+//
+// What differs: that notice comes within about a second, not at once, and
+// never for a client over TLS (its closing alert reads as data);
 // response heads larger than fastReadBuffer bytes are answered 502; a
 // response that ends at the backend's close ends the client's connection
 // too, as does a chunked response to an HTTP/1.0 client (decoded).
@@ -91,6 +96,7 @@ type FastRequest struct {
 	mu      sync.Mutex
 	backend net.Conn // guarded by mu: the backend connection in use
 	aborted bool     // guarded by mu
+	left    bool     // guarded by mu: the client left (Leave)
 	// inBody is set while a body is read under bodyTimer; guarded by mu.
 	inBody bool
 	// bodyTimer bounds a pause in a request body (BodyTimeout) on the
@@ -160,20 +166,43 @@ func (fr *FastRequest) Abort() {
 	}
 }
 
+// Leave says that fr's client left while its request was served (the
+// listener's sweep saw its connection closed: ClientGone). Like Abort, it
+// ends the wait for the backend at once, from any goroutine; unlike it,
+// ServeFast then counts a canceled client (clientErrors "canceled"), not
+// a backend failure, and withdraws the request from demand when no answer
+// had begun, as the slow path does when a request's context is canceled.
+// It holds for the rest of the connection.
+func (fr *FastRequest) Leave() {
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	fr.left = true
+	if fr.backend != nil {
+		fr.backend.SetDeadline(time.Unix(1, 0))
+	}
+}
+
+// Left reports whether Leave was called on fr's connection.
+func (fr *FastRequest) Left() bool {
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	return fr.left
+}
+
 // Reset readies fr for another connection.
 func (fr *FastRequest) Reset() {
 	fr.mu.Lock()
 	defer fr.mu.Unlock()
-	fr.aborted, fr.backend = false, nil
+	fr.aborted, fr.left, fr.backend = false, false, nil
 }
 
 // useBackend records c as the backend connection in use (nil: none) and
-// reports false when the request was aborted.
+// reports false when the request was aborted or its client left.
 func (fr *FastRequest) useBackend(c net.Conn) bool {
 	fr.mu.Lock()
 	defer fr.mu.Unlock()
 	fr.backend = c
-	return !fr.aborted
+	return !fr.aborted && !fr.left
 }
 
 // header implements requestView. It allocates the value it returns.
@@ -335,15 +364,21 @@ func (bc *backendConn) alive() bool {
 	return quiet
 }
 
+// ClientGone reports whether fr's client closed (or reset) its connection
+// while its request is served; see clientGone. The listener's sweep calls
+// it, from its own goroutine, for requests served for a while.
+func (fr *FastRequest) ClientGone() bool { return fr.clientGone() }
+
 // clientGone reports whether fr's client closed (or reset) its connection
 // while its request waited in the pending queue: a peek at the socket
 // without blocking (one recvfrom, MSG_PEEK|MSG_DONTWAIT, through
 // RawConn.Control so that the connection's read deadline plays no part)
 // reads an end of file or an error other than "nothing yet". Bytes waiting
 // (a pipelined request) or none mean the client is still there; nothing is
-// consumed. A connection that is not a socket is never gone. Called from
-// the queue's goroutine while the request's goroutine waits, so nothing
-// else reads the connection meanwhile.
+// consumed. A connection that is not a socket is never gone, nor is one
+// over TLS (its closing alert is bytes waiting). Called from the queue's
+// goroutine or the listener's sweep; the peek consumes nothing, so the
+// request's goroutine may read the connection meanwhile.
 func (fr *FastRequest) clientGone() bool {
 	c := fr.Conn
 	for {
@@ -482,6 +517,8 @@ const (
 	// attemptRelay: the answer's head reached the client but the rest of
 	// the exchange failed; the client's connection must close.
 	attemptRelay
+	// attemptLeft: the client left before an answer (FastRequest.Leave).
+	attemptLeft
 )
 
 // fastExchange is the state of one request on the fast path. It lives on
@@ -547,6 +584,10 @@ func (p *Proxy) ServeFast(fr *FastRequest) (keep bool) {
 		if err == attemptOK || err == attemptRelay || err == attemptClient {
 			break
 		}
+		if fr.Left() {
+			err = attemptLeft // not the backend's failure
+			break
+		}
 		now := p.clk.Now()
 		d.pick.Backend.Observe(backend.OutcomeFailed, 0)
 		unreachable := false
@@ -588,6 +629,11 @@ func (p *Proxy) ServeFast(fr *FastRequest) (keep bool) {
 	case attemptClient:
 		p.metrics.clientErrors.WithLabelValues(clientErrorLabel(x.clientStatus)).Inc()
 		p.fastAnswer(fr, x.clientStatus, http.StatusText(x.clientStatus), "", true)
+		x.keep = false
+	case attemptLeft:
+		d.svc.Meters().Withdraw() // not demand, as on the slow path
+		p.metrics.clientErrors.WithLabelValues("canceled").Inc()
+		p.fastAnswer(fr, statusClientClosed, msgClientGone, "", true) // nobody reads it
 		x.keep = false
 	default:
 		d.svc.Meters().Failures.Add(1)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
 	"github.com/spillway-lb/spillway/internal/gfe/h1"
 )
@@ -391,6 +392,70 @@ func TestFastPathPooledDeadline(t *testing.T) {
 	}
 	if n := accepts.Load(); n != 1 {
 		t.Errorf("%d backend connections for 3 requests, want 1 reused", n)
+	}
+}
+
+// TestFastPathClientLeft: a request whose client left while its backend
+// worked (FastRequest.Leave, from the listener's sweep) stops waiting at
+// once: the backend connection is closed, nothing is sent again (retries:
+// 1), and it counts as a canceled client, withdrawn from demand, not as a
+// backend failure, as on the slow path.
+func TestFastPathClientLeft(t *testing.T) {
+	got, closed := make(chan struct{}, 10), make(chan struct{}, 10)
+	addr := serveTCP(t, func(c net.Conn) {
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+			return
+		}
+		got <- struct{}{}
+		io.Copy(io.Discard, c) // never answer; wait for the gfe to close
+		closed <- struct{}{}
+	})
+	e := fastEdge(t, ", timeout: 30s, retries: 1", addr)
+	svc := e.p.Table().Services["web"]
+	cc, sc := net.Pipe()
+	defer cc.Close()
+	go io.WriteString(cc, "GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+	go io.Copy(io.Discard, cc)
+	fr := &FastRequest{Conn: sc, Client: bufio.NewReader(sc), Out: bufio.NewWriter(sc),
+		Remote: netip.MustParseAddrPort("192.0.2.7:4000"), Local: netip.MustParseAddrPort("127.0.0.1:80")}
+	if _, err := fr.Client.Peek(1); err != nil {
+		t.Fatal(err)
+	}
+	buf, _ := fr.Client.Peek(fr.Client.Buffered())
+	n, v, err := h1.Parse(buf, &fr.Head)
+	if err != nil || v != h1.Fast {
+		t.Fatalf("parse: %v, %v", v, err)
+	}
+	fr.HeadLen = n
+	keep := make(chan bool, 1)
+	go func() { keep <- e.proxy.ServeFast(fr) }()
+	<-got
+	fr.Leave()
+	select {
+	case k := <-keep:
+		if k {
+			t.Error("ServeFast kept the connection of a client that left")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ServeFast still waits for the backend 10 s after the client left")
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("backend connection still open 10 s after the client left")
+	}
+	if n := len(got); n != 0 {
+		t.Errorf("%d more attempts after the client left, want none", n)
+	}
+	m := svc.Meters()
+	if c := testutil.ToFloat64(e.proxy.metrics.clientErrors.WithLabelValues("canceled")); c != 1 {
+		t.Errorf("canceled clients %v, want 1", c)
+	}
+	if b, f := testutil.ToFloat64(e.proxy.metrics.backendErrors), m.Failures.Load(); b != 0 || f != 0 {
+		t.Errorf("backend errors %v, service failures %d; want 0 and 0", b, f)
+	}
+	if a, in := m.Arrivals(), m.InFlight(); a != 0 || in != 0 {
+		t.Errorf("arrivals %d, in flight %d; want 0 and 0 (withdrawn, ended)", a, in)
 	}
 }
 

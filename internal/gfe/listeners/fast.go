@@ -82,9 +82,11 @@ type fastServer struct {
 
 	wg sync.WaitGroup // the connections' goroutines
 
-	mu      sync.Mutex
-	conns   map[*fastConn]struct{} // guarded by mu
-	closing bool                   // guarded by mu
+	mu       sync.Mutex
+	conns    map[*fastConn]struct{} // guarded by mu
+	closing  bool                   // guarded by mu
+	sweeping bool                   // guarded by mu: sweep runs
+	sweeps   uint64                 // guarded by mu: sweep's rounds so far
 }
 
 // fastConn is one client connection on the fast path.
@@ -94,6 +96,11 @@ type fastConn struct {
 	// Guarded by fastServer.mu.
 	idle   bool // waiting for the next request's first byte
 	closed bool // closed by the server's drain
+	// serving says a request is being read or served: set by
+	// setIdle(false), from the connection's first request on (after any
+	// TLS handshake), and busySince is fastServer.sweeps at that moment.
+	serving   bool
+	busySince uint64
 	// state is an https connection's TLS state after its handshake.
 	state *tls.ConnectionState
 	// endAt is when it reaches max_connection_age (zero: never).
@@ -173,7 +180,62 @@ func (fs *fastServer) setIdle(fc *fastConn, idle bool) bool {
 		return false
 	}
 	fc.idle = idle
+	fc.serving = !idle
+	if !idle {
+		fc.busySince = fs.sweeps
+		if !fs.sweeping {
+			fs.sweeping = true
+			go fs.sweep()
+		}
+	}
 	return true
+}
+
+// sweepInterval is how often the fast path looks for clients that left
+// while their request was served.
+const sweepInterval = 500 * time.Millisecond
+
+// sweep looks, every sweepInterval, at the connections whose request has
+// been served for a whole interval or more, and tells the request of one
+// whose client has closed it (FastRequest.ClientGone: a peek at the
+// socket) that its client left (Leave): so a backend's slow answer that
+// nobody will read stops holding the backend, and the request does not
+// count as demand, as on the slow path, where net/http's background read
+// cancels the request's context. It stops when no request is served (the
+// next one starts it again), so an idle server runs none.
+func (fs *fastServer) sweep() {
+	t := fs.m.clk.NewTicker(sweepInterval)
+	defer t.Stop()
+	for range t.C() {
+		if !fs.sweepOnce() {
+			return
+		}
+	}
+}
+
+// sweepOnce is one round of sweep; it reports false, and marks the sweep
+// stopped, when no request is served. The peeks run under fs.mu, which
+// keeps each connection's FastRequest its own (it goes back to the pool
+// only after forget) and costs a non-blocking syscall per request served
+// for longer than an interval.
+func (fs *fastServer) sweepOnce() bool {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.sweeps++
+	busy := false
+	for fc := range fs.conns {
+		if !fc.serving || fc.closed {
+			continue
+		}
+		busy = true
+		if fs.sweeps-fc.busySince >= 2 && fc.fr.ClientGone() {
+			fc.fr.Leave() // counted by the proxy, as a canceled client
+		}
+	}
+	if !busy {
+		fs.sweeping = false
+	}
+	return busy
 }
 
 func (fs *fastServer) getRequest(c net.Conn) *httpproxy.FastRequest {
@@ -257,6 +319,9 @@ func (fs *fastServer) serveConn(fc *fastConn) {
 		fr.Conn = c
 		fr.TLS = true
 		fc.setReadDeadline(time.Now().Add(l.ReadHeaderTimeout))
+	}
+	if !fs.setIdle(fc, false) { // its first request begins
+		return
 	}
 	for first := true; ; first = false {
 		if !first {

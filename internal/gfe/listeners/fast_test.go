@@ -10,11 +10,13 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
 	"github.com/spillway-lb/spillway/internal/gfe/httpproxy"
 	"github.com/spillway-lb/spillway/internal/testkit"
@@ -26,15 +28,22 @@ type fakeFast struct {
 	served atomic.Int64
 	hold   chan struct{}
 	began  chan struct{}
+	// cur is the request being served, for the sweep's tests; a request
+	// whose client left (FastRequest.Leave) gets no answer.
+	cur atomic.Pointer[httpproxy.FastRequest]
 }
 
 func (f *fakeFast) ServeFast(fr *httpproxy.FastRequest) bool {
 	f.served.Add(1)
+	f.cur.Store(fr)
 	if f.began != nil {
 		f.began <- struct{}{}
 	}
 	if f.hold != nil {
 		<-f.hold
+	}
+	if fr.Left() {
+		return false
 	}
 	keep := !fr.Head.Close
 	fr.Client.Discard(fr.HeadLen)
@@ -50,6 +59,12 @@ func (f *fakeFast) ServeFast(fr *httpproxy.FastRequest) bool {
 // fastManager starts a Manager whose --listen listener is l (fast_path),
 // with a net/http handler answering "slow" and fast for the fast path.
 func fastManager(t *testing.T, fast *fakeFast, l config.Listener) (*Manager, string) {
+	t.Helper()
+	return fastManagerClock(t, fast, l, nil)
+}
+
+// fastManagerClock is fastManager on clock clk (nil: the real one).
+func fastManagerClock(t *testing.T, fast *fakeFast, l config.Listener, clk clock.Clock) (*Manager, string) {
 	t.Helper()
 	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
@@ -68,7 +83,7 @@ func fastManager(t *testing.T, fast *fakeFast, l config.Listener) (*Manager, str
 	port := probe.Addr().(*net.TCPAddr).Port
 	probe.Close()
 	m, err := New(Config{Listen: fmt.Sprintf("127.0.0.1:%d", port), DrainTimeout: 5 * time.Second, CertCheckInterval: time.Hour, FastPath: true},
-		Options{HTTP: slow, Fast: fast})
+		Options{HTTP: slow, Fast: fast, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,6 +311,75 @@ func TestFastPathDeadlines(t *testing.T) {
 			}
 			defer c.Close()
 			tc.run(t, c, bufio.NewReader(c))
+		})
+	}
+}
+
+// TestFastPathSweep: a request served for a whole sweep interval or more
+// whose client closed its connection is told so (FastRequest.Leave); one
+// whose client is still there, bytes of its next request waiting or not,
+// is not. The sweep's rounds are called directly (its ticker is on a fake
+// clock that never moves); the sockets are real.
+func TestFastPathSweep(t *testing.T) {
+	const get = "GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+	for _, tc := range []struct {
+		name string
+		send string // what the client sends
+		gone bool   // the client closes its connection once served
+	}{
+		{"client closed", get, true},
+		{"client waits", get, false},
+		{"next request waiting", get + "GET /next HTTP/1.1\r\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fast := &fakeFast{began: make(chan struct{}, 1), hold: make(chan struct{})}
+			l := fastListener()
+			m, addr := fastManagerClock(t, fast, l, clock.NewFake(time.Now()))
+			release := sync.OnceFunc(func() { close(fast.hold) })
+			t.Cleanup(release) // before the manager's shutdown, even after a failure
+			port := m.DefaultAddr().(*net.TCPAddr).Port
+			m.mu.Lock()
+			p := m.ports[port]
+			if p == nil {
+				p = m.ports[m.defPort] // the listener took the default one over
+			}
+			m.mu.Unlock()
+			fs := p.cur.Load().fast
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			io.WriteString(c, tc.send)
+			<-fast.began
+			fr := fast.cur.Load()
+			if tc.gone {
+				c.Close()
+			}
+			fs.sweepOnce() // the request has not been served a whole interval yet
+			if fr.Left() {
+				t.Fatal("left after one sweep round; want a whole interval served first")
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for range 3 {
+				fs.sweepOnce()
+			}
+			for tc.gone && !fr.Left() && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond) // the close may take a moment to reach the socket
+				fs.sweepOnce()
+			}
+			if fr.Left() != tc.gone {
+				t.Errorf("Left() = %v, want %v", fr.Left(), tc.gone)
+			}
+			release()
+			if tc.gone {
+				return
+			}
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("answer: %v, %v", resp, err)
+			}
 		})
 	}
 }
