@@ -240,38 +240,30 @@ start_origin() {
 	wait_200 "${URL[direct]}" origin "$LAST_PID"
 }
 
+# start_gfe TARGET BINARY NODE FAST_PATH starts BINARY as target TARGET, a
+# gfe called NODE with its fast path on (true) or off (false), in front of
+# the origin.
+start_gfe() {
+	local t=$1 bin=$2 node=$3 fast=$4 port admin gossip
+	port=$(free_port) admin=$(free_port) gossip=$(free_port)
+	render "$HERE/gfe.yaml.tmpl" "$WORK/$t.yaml" ORIGIN="$ORIGIN_ADDR"
+	# shellcheck disable=SC2086 # GFE_ENV is a list of VAR=value words
+	start "$t" "$PROXY_CPU" env GOMAXPROCS=1 $GFE_ENV "$bin" --node "$node" --site s1 \
+		--listen "127.0.0.1:$port" --admin "127.0.0.1:$admin" --config "$WORK/$t.yaml" \
+		--gossip-addr "127.0.0.1:$gossip" --log-format json --pprof --fast-path="$fast"
+	PID[$t]=$LAST_PID URL[$t]=http://127.0.0.1:$port/ ADMIN[$t]=127.0.0.1:$admin
+}
+
 start_proxies() {
-	local port admin gossip
+	local port
 	for t in $TARGETS; do
 		case $t in
 		direct) ;;
-		gfe)
-			port=$(free_port) admin=$(free_port) gossip=$(free_port)
-			render "$HERE/gfe.yaml.tmpl" "$WORK/gfe.yaml" ORIGIN="$ORIGIN_ADDR"
-			# shellcheck disable=SC2086 # GFE_ENV is a list of VAR=value words
-			start gfe "$PROXY_CPU" env GOMAXPROCS=1 $GFE_ENV "$WORK/gfe" --node b1 --site s1 \
-				--listen "127.0.0.1:$port" --admin "127.0.0.1:$admin" --config "$WORK/gfe.yaml" \
-				--gossip-addr "127.0.0.1:$gossip" --log-format json --pprof --fast-path=false
-			PID[gfe]=$LAST_PID URL[gfe]=http://127.0.0.1:$port/ ADMIN[gfe]=127.0.0.1:$admin
-			;;
-		gfe-fast)
-			port=$(free_port) admin=$(free_port) gossip=$(free_port)
-			render "$HERE/gfe.yaml.tmpl" "$WORK/gfe-fast.yaml" ORIGIN="$ORIGIN_ADDR"
-			# shellcheck disable=SC2086 # GFE_ENV is a list of VAR=value words
-			start gfe-fast "$PROXY_CPU" env GOMAXPROCS=1 $GFE_ENV "$WORK/gfe" --node b2 --site s1 \
-				--listen "127.0.0.1:$port" --admin "127.0.0.1:$admin" --config "$WORK/gfe-fast.yaml" \
-				--gossip-addr "127.0.0.1:$gossip" --log-format json --pprof --fast-path
-			PID[gfe-fast]=$LAST_PID URL[gfe-fast]=http://127.0.0.1:$port/ ADMIN[gfe-fast]=127.0.0.1:$admin
-			;;
+		gfe) start_gfe gfe "$WORK/gfe" b1 false ;;
+		gfe-fast) start_gfe gfe-fast "$WORK/gfe" b2 true ;;
 		gfe-alt)
 			[ -n "$ALT" ] || die "target gfe-alt needs ALT=<git revision or gfe binary>"
-			port=$(free_port) admin=$(free_port) gossip=$(free_port)
-			render "$HERE/gfe.yaml.tmpl" "$WORK/gfe-alt.yaml" ORIGIN="$ORIGIN_ADDR"
-			# shellcheck disable=SC2086 # GFE_ENV is a list of VAR=value words
-			start gfe-alt "$PROXY_CPU" env GOMAXPROCS=1 $GFE_ENV "$WORK/gfe-alt" --node b3 --site s1 \
-				--listen "127.0.0.1:$port" --admin "127.0.0.1:$admin" --config "$WORK/gfe-alt.yaml" \
-				--gossip-addr "127.0.0.1:$gossip" --log-format json --pprof --fast-path
-			PID[gfe-alt]=$LAST_PID URL[gfe-alt]=http://127.0.0.1:$port/ ADMIN[gfe-alt]=127.0.0.1:$admin
+			start_gfe gfe-alt "$WORK/gfe-alt" b3 true
 			;;
 		stdlib)
 			port=$(free_port)
