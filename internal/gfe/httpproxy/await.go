@@ -27,7 +27,7 @@ package httpproxy
 // start to come up. A net/http client that goes away stops waiting: 499,
 // counted as canceled, and withdrawn from the service's demand; so does a
 // fast-path client that closed its connection, which the queue checks by
-// peeking at the socket (FastRequest.clientGone) before it gives the
+// peeking at the socket (FastRequest.ClientGone) before it gives the
 // request a slot and every pending.GoneEvery otherwise — else a gone
 // client's request would take a freed slot ahead of live ones.
 
@@ -111,7 +111,7 @@ func (p *Proxy) await(ctx context.Context, t *routing.Table, rt *config.Route, s
 	}
 	var gone func() bool
 	if fr, ok := v.(*FastRequest); ok {
-		gone = fr.clientGone
+		gone = fr.ClientGone
 	}
 	m := svc.Meters()
 	switch p.pending.Wait(ctx, pending.Ticket{Service: name, Since: start, Deadline: deadline, Try: try, Gone: gone, Count: &m.Pending}) {

@@ -365,13 +365,8 @@ func (bc *backendConn) alive() bool {
 }
 
 // ClientGone reports whether fr's client closed (or reset) its connection
-// while its request is served; see clientGone. The listener's sweep calls
-// it, from its own goroutine, for requests served for a while.
-func (fr *FastRequest) ClientGone() bool { return fr.clientGone() }
-
-// clientGone reports whether fr's client closed (or reset) its connection
-// while its request waited in the pending queue: a peek at the socket
-// without blocking (one recvfrom, MSG_PEEK|MSG_DONTWAIT, through
+// while its request waits in the pending queue or is served: a peek at the
+// socket without blocking (one recvfrom, MSG_PEEK|MSG_DONTWAIT, through
 // RawConn.Control so that the connection's read deadline plays no part)
 // reads an end of file or an error other than "nothing yet". Bytes waiting
 // (a pipelined request) or none mean the client is still there; nothing is
@@ -379,7 +374,7 @@ func (fr *FastRequest) ClientGone() bool { return fr.clientGone() }
 // over TLS (its closing alert is bytes waiting). Called from the queue's
 // goroutine or the listener's sweep; the peek consumes nothing, so the
 // request's goroutine may read the connection meanwhile.
-func (fr *FastRequest) clientGone() bool {
+func (fr *FastRequest) ClientGone() bool {
 	c := fr.Conn
 	for {
 		u, ok := c.(interface{ Unwrap() net.Conn })

@@ -48,6 +48,12 @@ import (
 // it hands off goes to the port's current generation. An HTTP/1.1
 // connection handed off after a TLS handshake here reaches net/http as a
 // replayConn, not a *tls.Conn: protect restores its requests' r.TLS.
+//
+// As net/http's background read cancels a request whose client left, the
+// fast path's sweep notices a client that closed its connection while its
+// request has been served a whole sweepInterval (FastRequest.Leave), so
+// within 0.5–1.5 s; a TLS client's closing alert reads as data, so over
+// TLS it does not.
 
 // FastHandler serves the requests the fast path takes
 // (httpproxy.Proxy.ServeFast).
