@@ -53,7 +53,8 @@ import (
 // and counted canceled (499), as on the slow path.
 //
 // What differs: that notice comes within about a second, not at once, and
-// never for a client over TLS (its closing alert reads as data);
+// not for a client over TLS that closes with its closing alert (which
+// reads as data);
 // response heads larger than fastReadBuffer bytes are answered 502; a
 // response that ends at the backend's close ends the client's connection
 // too, as does a chunked response to an HTTP/1.0 client (decoded).
@@ -337,45 +338,49 @@ func (bc *backendConn) setDeadline(t time.Time) {
 const staleCheckAfter = time.Second
 
 // alive reports whether bc's backend left it open and quiet while it was
-// idle: nothing to read, not even an EOF. It peeks at the socket without
-// blocking (one recvfrom, MSG_PEEK|MSG_DONTWAIT, through RawConn.Control:
-// a read with a past deadline, such as the last request's left on an idle
-// connection, would not reach the socket at all).
+// idle: nothing to read, not even an end of file (peek; a read with a past
+// deadline, such as the last request's left on an idle connection, would
+// not reach the socket at all).
 func (bc *backendConn) alive() bool {
 	if bc.br.Buffered() > 0 {
 		return false
 	}
-	sc, ok := bc.c.(syscall.Conn)
-	if !ok {
+	switch peek(bc.c) {
+	case peekNothing, peekUnknown:
 		return true
 	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return true
-	}
-	quiet := true
-	var b [1]byte
-	if err := rc.Control(func(fd uintptr) {
-		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		quiet = err == syscall.EAGAIN || err == syscall.EWOULDBLOCK
-	}); err != nil {
-		return false
-	}
-	return quiet
+	return false
 }
 
 // ClientGone reports whether fr's client closed (or reset) its connection
-// while its request waits in the pending queue or is served: a peek at the
-// socket without blocking (one recvfrom, MSG_PEEK|MSG_DONTWAIT, through
-// RawConn.Control so that the connection's read deadline plays no part)
-// reads an end of file or an error other than "nothing yet". Bytes waiting
-// (a pipelined request) or none mean the client is still there; nothing is
-// consumed. A connection that is not a socket is never gone, nor is one
-// over TLS (its closing alert is bytes waiting). Called from the queue's
-// goroutine or the listener's sweep; the peek consumes nothing, so the
-// request's goroutine may read the connection meanwhile.
-func (fr *FastRequest) ClientGone() bool {
-	c := fr.Conn
+// while its request waits in the pending queue (ClientClosed). Called from
+// the queue's goroutine while the request's goroutine waits.
+func (fr *FastRequest) ClientGone() bool { return ClientClosed(fr.Conn) }
+
+// ClientClosed reports whether the peer of client connection c closed (or
+// reset) it: a peek at its socket reads an end of file or an error other
+// than "nothing yet". Bytes waiting (a pipelined request) or none mean the
+// client is still there; nothing is consumed, so the connection's own
+// goroutine may read it meanwhile. A connection that is not a socket is
+// never closed; over TLS a client that closes with its closing alert is
+// not noticed either, as the alert reads as data.
+func ClientClosed(c net.Conn) bool { return peek(c) == peekClosed }
+
+// peekState is what a look at a socket found.
+type peekState uint8
+
+const (
+	peekNothing peekState = iota // open, nothing to read yet
+	peekData                     // bytes waiting
+	peekClosed                   // an end of file, a reset, or the connection closed
+	peekUnknown                  // not a socket
+)
+
+// peek looks at c's socket without blocking and without consuming: one
+// recvfrom(MSG_PEEK|MSG_DONTWAIT) through RawConn.Control, so that no
+// deadline of c's plays a part. It looks through wrappers that have
+// Unwrap() net.Conn.
+func peek(c net.Conn) peekState {
 	for {
 		u, ok := c.(interface{ Unwrap() net.Conn })
 		if !ok {
@@ -385,27 +390,29 @@ func (fr *FastRequest) ClientGone() bool {
 	}
 	sc, ok := c.(syscall.Conn)
 	if !ok {
-		return false
+		return peekUnknown
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return false
+		return peekUnknown
 	}
-	gone := false
+	st := peekNothing
 	var b [1]byte
 	if err := rc.Control(func(fd uintptr) {
 		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		switch {
+		case err == nil && n > 0:
+			st = peekData
 		case err == nil:
-			gone = n == 0
+			st = peekClosed // end of file
 		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK || err == syscall.EINTR:
 		default:
-			gone = true // reset, or closed under us
+			st = peekClosed // reset, or closed under us
 		}
 	}); err != nil {
-		return true // the connection is closed
+		return peekClosed // the connection is closed
 	}
-	return gone
+	return st
 }
 
 // fastPool holds the idle connections to backends, by address, most

@@ -52,8 +52,8 @@ import (
 // As net/http's background read cancels a request whose client left, the
 // fast path's sweep notices a client that closed its connection while its
 // request has been served a whole sweepInterval (FastRequest.Leave), so
-// within 0.5–1.5 s; a TLS client's closing alert reads as data, so over
-// TLS it does not.
+// within 0.5–1.5 s; over TLS, not a client that closes with its closing
+// alert, which reads as data.
 
 // FastHandler serves the requests the fast path takes
 // (httpproxy.Proxy.ServeFast).
@@ -220,26 +220,38 @@ func (fs *fastServer) sweep() {
 }
 
 // sweepOnce is one round of sweep; it reports false, and marks the sweep
-// stopped, when no request is served. The peeks run under fs.mu, which
-// keeps each connection's FastRequest its own (it goes back to the pool
-// only after forget) and costs a non-blocking syscall per request served
-// for longer than an interval.
+// stopped, when no request is served. The peeks (httpproxy.ClientClosed,
+// a non-blocking syscall each) run outside fs.mu, so that requests
+// starting meanwhile do not wait for them; a connection found closed is
+// told so under fs.mu, and only while it is still tracked, which keeps
+// its FastRequest its own (it goes back to the pool only after forget).
 func (fs *fastServer) sweepOnce() bool {
 	fs.mu.Lock()
-	defer fs.mu.Unlock()
 	fs.sweeps++
 	busy := false
+	var long []*fastConn
 	for fc := range fs.conns {
 		if !fc.serving || fc.closed {
 			continue
 		}
 		busy = true
-		if fs.sweeps-fc.busySince >= 2 && fc.fr.ClientGone() {
-			fc.fr.Leave() // counted by the proxy, as a canceled client
+		if fs.sweeps-fc.busySince >= 2 {
+			long = append(long, fc)
 		}
 	}
 	if !busy {
 		fs.sweeping = false
+	}
+	fs.mu.Unlock()
+	for _, fc := range long {
+		if !httpproxy.ClientClosed(fc.c) {
+			continue
+		}
+		fs.mu.Lock()
+		if _, ok := fs.conns[fc]; ok && fc.serving {
+			fc.fr.Leave() // counted by the proxy, as a canceled client
+		}
+		fs.mu.Unlock()
 	}
 	return busy
 }
