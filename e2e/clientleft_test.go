@@ -2,11 +2,9 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"testing"
 	"time"
 
@@ -25,26 +23,6 @@ func TestClientLeavesMidRequest(t *testing.T) {
 	c := startCluster(t, spec)
 	gf := c.GFEs[0]
 
-	inFlight := func() (int, error) {
-		n := 0
-		for _, a := range c.Instances["us-east"] {
-			var st struct {
-				InFlight int `json:"in_flight"`
-			}
-			resp, err := http.Get("http://" + a + "/admin/stats")
-			if err != nil {
-				return 0, err
-			}
-			err = json.NewDecoder(resp.Body).Decode(&st)
-			resp.Body.Close()
-			if err != nil {
-				return 0, err
-			}
-			n += st.InFlight
-		}
-		return n, nil
-	}
-
 	conn, err := net.Dial("tcp", gf.SourceIP+":8080")
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +31,7 @@ func TestClientLeavesMidRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = topology.WaitFor(context.Background(), 10*time.Second, func() (bool, error) {
-		n, err := inFlight()
+		n, err := regionInFlight(c, "us-east")
 		return n == 1, fmt.Errorf("%d in flight (%v)", n, err)
 	})
 	if err != nil {
@@ -62,7 +40,7 @@ func TestClientLeavesMidRequest(t *testing.T) {
 	left := time.Now()
 	conn.Close()
 	err = topology.WaitFor(context.Background(), 10*time.Second, func() (bool, error) {
-		n, err := inFlight()
+		n, err := regionInFlight(c, "us-east")
 		return n == 0, fmt.Errorf("%d in flight (%v)", n, err)
 	})
 	if err != nil {

@@ -5,14 +5,18 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/spillway-lb/spillway/internal/gfe/status"
 	"github.com/spillway-lb/spillway/internal/loadgen"
+	"github.com/spillway-lb/spillway/internal/testbackend"
 	"github.com/spillway-lb/spillway/internal/testkit"
 	"github.com/spillway-lb/spillway/internal/topology"
 )
@@ -257,4 +261,37 @@ func threeSites(net int) topology.Spec {
 		s.Regions = append(s.Regions, topology.Region{Name: r, Zones: []string{"b", "c"}, Instances: 4, Rate: 40})
 	}
 	return s
+}
+
+// instanceStats returns the stats of the testbackend instance at addr
+// (/admin/stats).
+func instanceStats(addr string) (testbackend.Stats, error) {
+	var s testbackend.Stats
+	resp, err := http.Get("http://" + addr + "/admin/stats")
+	if err != nil {
+		return s, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return s, err
+	}
+	if err := json.Unmarshal(body, &s); err != nil {
+		return s, fmt.Errorf("stats of %s: %w in %q", addr, err, body)
+	}
+	return s, nil
+}
+
+// regionInFlight returns the requests in flight at c's instances of
+// region, summed over their stats.
+func regionInFlight(c *topology.Cluster, region string) (int, error) {
+	n := 0
+	for _, a := range c.Instances[region] {
+		st, err := instanceStats(a)
+		if err != nil {
+			return 0, err
+		}
+		n += st.InFlight
+	}
+	return n, nil
 }

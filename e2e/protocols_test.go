@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -617,18 +616,9 @@ func TestSIGTERMDrain(t *testing.T) {
 	}
 	// Wait until every request holds a backend slot.
 	err := topology.WaitFor(context.Background(), 10*time.Second, func() (bool, error) {
-		n := 0
-		for _, a := range c.Instances["us-east"] {
-			var st struct {
-				InFlight int `json:"in_flight"`
-			}
-			resp, err := http.Get("http://" + a + "/admin/stats")
-			if err != nil {
-				return false, err
-			}
-			json.NewDecoder(resp.Body).Decode(&st)
-			resp.Body.Close()
-			n += st.InFlight
+		n, err := regionInFlight(c, "us-east")
+		if err != nil {
+			return false, err
 		}
 		return n == inflight, fmt.Errorf("%d in flight", n)
 	})

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -49,18 +48,9 @@ func TestRouteTimeoutCannotBeSwitchedOff(t *testing.T) {
 		go func() { codes <- rawStatus(t, addr, "GET / HTTP/1.1\r\nHost: x\r\n"+h+"\r\n") }()
 	}
 	err := topology.WaitFor(context.Background(), 10*time.Second, func() (bool, error) {
-		n := 0
-		for _, a := range c.Instances["us-east"] {
-			var st struct {
-				InFlight int `json:"in_flight"`
-			}
-			resp, err := http.Get("http://" + a + "/admin/stats")
-			if err != nil {
-				return false, err
-			}
-			json.NewDecoder(resp.Body).Decode(&st)
-			resp.Body.Close()
-			n += st.InFlight
+		n, err := regionInFlight(c, "us-east")
+		if err != nil {
+			return false, err
 		}
 		return n == len(headers), fmt.Errorf("%d in flight", n)
 	})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -355,24 +354,6 @@ const (
 	sessExtraName = "us-east-b-9"
 )
 
-// sessStats returns the stats of the instance at addr.
-func sessStats(addr string) (testbackend.Stats, error) {
-	var s testbackend.Stats
-	resp, err := http.Get("http://" + addr + "/admin/stats")
-	if err != nil {
-		return s, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return s, err
-	}
-	if err := json.Unmarshal(body, &s); err != nil {
-		return s, fmt.Errorf("stats of %s: %w in %q", addr, err, body)
-	}
-	return s, nil
-}
-
 // TestRetriesEndToEnd: one gfe in front of two zones of two instances plus a
 // fifth instance in a process of its own, every instance holding the
 // requests it admits (testbackend /admin/hold). 2,000 GETs are sent at once;
@@ -447,7 +428,7 @@ func TestRetriesEndToEnd(t *testing.T) {
 	err = topology.WaitFor(context.Background(), 2*time.Minute, func() (bool, error) {
 		total, atExtra = 0, 0
 		for _, a := range instances {
-			st, err := sessStats(a)
+			st, err := instanceStats(a)
 			if err != nil {
 				return false, err
 			}
@@ -549,7 +530,7 @@ func TestOutlierEjectionEndToEnd(t *testing.T) {
 			gaps = append(gaps, b[0].Sub(bursts[i-1][len(bursts[i-1])-1]))
 		}
 	}
-	st, err := sessStats(addrs[bad])
+	st, err := instanceStats(addrs[bad])
 	ejections := metricValue(t, gf.Admin+"/metrics", "spillway_gfe_outlier_ejections_total", "service=web") - ejBefore
 	t.Logf("5 s with %d workers: %d ok, %d other; 5xx bursts %v, gaps %v; instance faulted %d (%v); %v ejections", workers, ok.Load(), other.Load(), sizes, gaps, st.Faulted, err, ejections)
 	// Ejected at the 3rd 5xx for 2 s, then for 4 s (its second ejection):
