@@ -148,6 +148,16 @@ func getAsync(e *runningEdge, path string) <-chan answer {
 	return out
 }
 
+// holdBackend sends a request that b holds (GET /slow, until b.release
+// is closed) and waits until b has it: the only slot of the only
+// instance is then taken.
+func holdBackend(t *testing.T, e *runningEdge, b *httpBackend) <-chan answer {
+	t.Helper()
+	first := getAsync(e, "/slow")
+	waitUntil(t, "the first request at the backend", func() bool { return b.slowIn.Load() == 1 })
+	return first
+}
+
 // waitHist returns the sample count and sum of the pending wait histogram
 // for web and result.
 func waitHist(t *testing.T, reg *prometheus.Registry, result string) (uint64, float64) {
@@ -187,8 +197,7 @@ func TestPendingServedWhenSlotFrees(t *testing.T) {
 	cp := &recordingCP{}
 	e, clk, g, reg := pendingEdge(t, b, cp, 2*time.Second)
 
-	first := getAsync(e, "/slow")
-	waitUntil(t, "the first request at the backend", func() bool { return b.slowIn.Load() == 1 })
+	first := holdBackend(t, e, b)
 	second := getAsync(e, "/")
 	waitUntil(t, "the second request to wait", func() bool { return e.pending.Waiting() == 1 })
 	if got := testutil.ToFloat64(pendingDepth(t, reg)); got != 1 {
@@ -255,8 +264,7 @@ func TestPendingRejectedAfterWait(t *testing.T) {
 	cp := &recordingCP{}
 	e, clk, _, reg := pendingEdge(t, b, cp, 300*time.Millisecond)
 
-	first := getAsync(e, "/slow")
-	waitUntil(t, "the first request at the backend", func() bool { return b.slowIn.Load() == 1 })
+	first := holdBackend(t, e, b)
 	start := clk.Now()
 	second := getAsync(e, "/")
 	waitUntil(t, "the second request to wait", func() bool { return e.pending.Waiting() == 1 })
@@ -555,8 +563,7 @@ func TestPendingFastPathClientGone(t *testing.T) {
 	b := newHTTPBackend(t, "b1")
 	e, clk, _, reg := pendingEdge(t, b, &recordingCP{}, 2*time.Second)
 
-	first := getAsync(e, "/slow")
-	waitUntil(t, "the first request at the backend", func() bool { return b.slowIn.Load() == 1 })
+	first := holdBackend(t, e, b)
 	conn, err := net.DialTimeout("tcp", e.ListenAddr().String(), lnTestTimeout)
 	if err != nil {
 		t.Fatal(err)

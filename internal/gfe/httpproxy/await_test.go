@@ -143,11 +143,7 @@ func TestAwait(t *testing.T) {
 	t.Run("busy without an autoscaled group: 429 at once", func(t *testing.T) {
 		e, q := pendingGFE(t, pendingYAML(t, a.addr(), b.addr(), "", "", 1))
 		svc := e.p.Table().Services["web"]
-		for _, addr := range []string{a.addr(), b.addr()} {
-			m := member(t, svc, addr)
-			m.B.TryAcquire()
-			defer m.B.Release()
-		}
+		holdSlots(t, svc, a.addr(), b.addr())
 		w := do(t, e, http.MethodGet, "192.0.2.1:1000", "", nil)
 		if w.Code != http.StatusTooManyRequests || q.Waiting() != 0 {
 			t.Errorf("got %d with %d waiting; want 429, none waiting", w.Code, q.Waiting())
@@ -243,11 +239,7 @@ func TestAwait(t *testing.T) {
 	t.Run("deadline: 429 with Retry-After", func(t *testing.T) {
 		e, q := pendingGFE(t, pendingYAML(t, a.addr(), b.addr(), auto, "", 1))
 		svc := e.p.Table().Services["web"]
-		for _, addr := range []string{a.addr(), b.addr()} {
-			m := member(t, svc, addr)
-			m.B.TryAcquire()
-			defer m.B.Release()
-		}
+		holdSlots(t, svc, a.addr(), b.addr())
 		got := serveAsync(context.Background(), e, "192.0.2.1:1000")
 		waitFor(t, "the request to wait", func() bool { return q.Waiting() == 1 })
 		e.p.Clock.Advance(299 * time.Millisecond)
@@ -306,11 +298,7 @@ func TestAwait(t *testing.T) {
 	t.Run("client leaves: 499, not demand", func(t *testing.T) {
 		e, q := pendingGFE(t, pendingYAML(t, a.addr(), b.addr(), auto, "", 1))
 		svc := e.p.Table().Services["web"]
-		for _, addr := range []string{a.addr(), b.addr()} {
-			m := member(t, svc, addr)
-			m.B.TryAcquire()
-			defer m.B.Release()
-		}
+		holdSlots(t, svc, a.addr(), b.addr())
 		before := svc.Meters().Arrivals()
 		ctx, cancel := context.WithCancel(context.Background())
 		got := serveAsync(ctx, e, "192.0.2.1:1000")

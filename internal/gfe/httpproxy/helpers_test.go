@@ -89,6 +89,17 @@ func member(t testing.TB, svc *routing.Service, addr string) *routing.Member {
 	return m
 }
 
+// holdSlots takes one slot of each of svc's backends at addrs (all of a
+// max_concurrency 1 backend's) until the test ends.
+func holdSlots(t testing.TB, svc *routing.Service, addrs ...string) {
+	t.Helper()
+	for _, addr := range addrs {
+		m := member(t, svc, addr)
+		m.B.TryAcquire()
+		t.Cleanup(m.B.Release)
+	}
+}
+
 // pickAffinity picks for r, whose flow is k, by svc's session affinity,
 // as the proxy does.
 func pickAffinity(svc *routing.Service, r *http.Request, k routing.Flow, now time.Time, rnd func() uint64) (routing.Pick, routing.Cookie, error) {
