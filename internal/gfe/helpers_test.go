@@ -264,6 +264,13 @@ func startEdgeWith(t *testing.T, c *config.Config, drain time.Duration, edit fun
 	if err != nil {
 		t.Fatal(err)
 	}
+	return runEdge(t, e, c)
+}
+
+// runEdge applies c to e, runs e until the test ends, and waits until it
+// listens and has a routing table.
+func runEdge(t *testing.T, e *Daemon, c *config.Config) *runningEdge {
+	t.Helper()
 	if err := e.ApplySnapshot(snapshot.FromConfig("v1", c)); err != nil {
 		t.Fatalf("ApplySnapshot: %v", err)
 	}

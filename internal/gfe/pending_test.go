@@ -98,15 +98,7 @@ func pendingEdge(t *testing.T, b *httpBackend, cp *recordingCP, wait time.Durati
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.ApplySnapshot(snapshot.FromConfig("v1", autoscaledConfig(t, b.addr(), wait))); err != nil {
-		t.Fatalf("ApplySnapshot: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	re := &runningEdge{Daemon: e, cancel: cancel, done: make(chan error, 1)}
-	go func() { re.done <- e.Run(ctx) }()
-	t.Cleanup(func() { re.stop(t) })
-	waitUntil(t, "the gfe to listen and plan", func() bool { return e.ListenAddr() != nil && e.table.Load() != nil })
-	return re, clk, g, reg
+	return runEdge(t, e, autoscaledConfig(t, b.addr(), wait)), clk, g, reg
 }
 
 type answer struct {
