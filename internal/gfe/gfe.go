@@ -24,6 +24,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/gfe/httpproxy"
 	"github.com/spillway-lb/spillway/internal/gfe/listeners"
 	"github.com/spillway-lb/spillway/internal/gfe/pending"
+	"github.com/spillway-lb/spillway/internal/gfe/poller"
 	"github.com/spillway-lb/spillway/internal/gfe/quotaclient"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gfe/rtt"
@@ -360,6 +361,10 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 	asker := pending.NewAsker(pending.AskConfig{Node: cfg.Node, Site: cfg.Site, Interval: cfg.CapacityInterval},
 		pending.AskOptions{Clock: d.clk, Logger: d.log, Client: opts.Capacity, Target: d.capacityTarget, Registry: d.reg})
 	d.pending = pending.New(pending.Config{Poll: cfg.PendingPoll}, pending.Options{Clock: d.clk, Registry: d.reg, Asker: asker})
+	if _, err := poller.Shared(); err != nil {
+		// Taken now, before clients can hold every descriptor.
+		d.log.Warn().Err(err).Msg("no epoll poller: the fast path's sockets wait in Go's poller alone")
+	}
 	d.proxy, err = httpproxy.New(httpproxy.Config{AccessLog: cfg.AccessLog}, httpproxy.Options{
 		Planner: d, Logger: d.log, Clock: d.clk, Rand: rnd, Dialer: dialer, Registry: d.reg, Quota: d.quota,
 		PickErrors: d.metrics.pickErrors, BackendErrors: d.metrics.backendErrors, Pending: d.pending,

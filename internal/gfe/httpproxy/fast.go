@@ -20,6 +20,7 @@ import (
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gfe/h1"
+	"github.com/spillway-lb/spillway/internal/gfe/poller"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/lb/backend"
 	"github.com/spillway-lb/spillway/lb/outlier"
@@ -58,6 +59,12 @@ import (
 // response heads larger than fastReadBuffer bytes are answered 502; a
 // response that ends at the backend's close ends the client's connection
 // too, as does a chunked response to an HTTP/1.0 client (decoded).
+//
+// Backend connections read through the shared poller (poller.Shared), as
+// the listener's cleartext client connections do: a read that must wait
+// for the backend's answer waits there, and requests whose answers came
+// first go first. Abort, Leave and the per-try timer end such a wait as
+// they end one in net, by moving the socket's deadline.
 //
 // Socket deadlines are wall-clock time (time.Now): they are the kernel's,
 // not the proxy's clock's.
@@ -497,6 +504,8 @@ func (p *Proxy) dialFast(addr string, deadline time.Time, perTry time.Duration) 
 	if err != nil {
 		return nil, fired.Load(), err
 	}
+	pl, _ := poller.Shared() // nil, wrapping nothing, if it could not start
+	c = pl.Wrap(c)
 	return &backendConn{c: c, br: bufio.NewReaderSize(c, fastReadBuffer), bw: bufio.NewWriterSize(c, fastWriteBuffer)}, false, nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
 	"github.com/spillway-lb/spillway/internal/gfe/h1"
+	"github.com/spillway-lb/spillway/internal/gfe/poller"
 )
 
 // viaFast makes do send its requests through the fast path (ServeFast)
@@ -392,6 +393,13 @@ func TestFastPathPooledDeadline(t *testing.T) {
 	}
 	if n := accepts.Load(); n != 1 {
 		t.Errorf("%d backend connections for 3 requests, want 1 reused", n)
+	}
+	e.proxy.fast.mu.Lock()
+	defer e.proxy.fast.mu.Unlock()
+	if cs := e.proxy.fast.idle[addr]; len(cs) != 1 {
+		t.Errorf("%d idle backend connections, want 1", len(cs))
+	} else if _, ok := cs[0].c.(*poller.Conn); !ok {
+		t.Errorf("the backend connection is a %T, want it read through the poller", cs[0].c)
 	}
 }
 

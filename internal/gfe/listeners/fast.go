@@ -15,6 +15,7 @@ import (
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/gfe/h1"
 	"github.com/spillway-lb/spillway/internal/gfe/httpproxy"
+	"github.com/spillway-lb/spillway/internal/gfe/poller"
 )
 
 // The split at accept (issue #14). An http or https listener with
@@ -48,6 +49,12 @@ import (
 // it hands off goes to the port's current generation. An HTTP/1.1
 // connection handed off after a TLS handshake here reaches net/http as a
 // replayConn, not a *tls.Conn: protect restores its requests' r.TLS.
+//
+// A cleartext connection reads through the shared poller
+// (poller.Shared): while it waits for its next request, it waits there,
+// and connections are served in the order their requests came. A TLS
+// connection does not: tls.Conn may hold a whole record it read, which
+// the socket no longer shows. A connection handed off leaves the poller.
 //
 // As net/http's background read cancels a request whose client left, the
 // fast path's sweep notices a client that closed its connection while its
@@ -155,18 +162,30 @@ func (m *Manager) newFastServer(p *port, l config.Listener) *fastServer {
 // serve takes c, just accepted, onto the fast path in a goroutine of its
 // own. It does not block.
 func (fs *fastServer) serve(c net.Conn) {
+	if fs.tls == nil { // a TLS connection's reads wait in tls.Conn
+		pl, _ := poller.Shared() // nil, wrapping nothing, if it could not start
+		c = pl.Wrap(c)
+	}
 	fc := &fastConn{c: c, fr: fs.getRequest(c), endAt: fs.m.connectionEnd(fs.spec)}
 	fs.mu.Lock()
 	if fs.closing {
 		fs.mu.Unlock()
 		fs.putRequest(fc.fr)
-		fs.p.dispatch(c) // a newer generation takes it, or the port is closing
+		fs.p.dispatch(unpolled(c)) // a newer generation takes it, or the port is closing
 		return
 	}
 	fs.conns[fc] = struct{}{}
 	fs.wg.Add(1)
 	fs.mu.Unlock()
 	go fs.serveConn(fc)
+}
+
+// unpolled returns c out of the poller, for another owner.
+func unpolled(c net.Conn) net.Conn {
+	if pc, ok := c.(*poller.Conn); ok {
+		return pc.Release()
+	}
+	return c
 }
 
 // forget stops tracking fc.
@@ -373,7 +392,7 @@ func (fs *fastServer) serveConn(fc *fastConn) {
 		case v == h1.HandOff:
 			fs.handoff.Inc()
 			buf, _ := fr.Client.Peek(fr.Client.Buffered())
-			rc := &replayConn{Conn: c, buf: append([]byte(nil), buf...), tls: fc.state}
+			rc := &replayConn{Conn: unpolled(c), buf: append([]byte(nil), buf...), tls: fc.state}
 			fc.setReadDeadline(time.Time{})
 			fs.forget(fc)
 			handedOff = true

@@ -19,6 +19,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
 	"github.com/spillway-lb/spillway/internal/gfe/httpproxy"
+	"github.com/spillway-lb/spillway/internal/gfe/poller"
 	"github.com/spillway-lb/spillway/internal/testkit"
 )
 
@@ -31,11 +32,16 @@ type fakeFast struct {
 	// cur is the request being served, for the sweep's tests; a request
 	// whose client left (FastRequest.Leave) gets no answer.
 	cur atomic.Pointer[httpproxy.FastRequest]
+	// polled says the last request's connection reads through the
+	// fast path's poller (poller.Conn).
+	polled atomic.Bool
 }
 
 func (f *fakeFast) ServeFast(fr *httpproxy.FastRequest) bool {
 	f.served.Add(1)
 	f.cur.Store(fr)
+	_, polled := fr.Conn.(*poller.Conn)
+	f.polled.Store(polled)
 	if f.began != nil {
 		f.began <- struct{}{}
 	}
@@ -144,6 +150,9 @@ func TestFastPathSplit(t *testing.T) {
 		_, body := roundTrip(t, c, br, fmt.Sprintf("GET /f%d HTTP/1.1\r\nHost: a\r\n\r\n", i))
 		if body != "fast" {
 			t.Fatalf("request %d: body %q, want the fast path's", i, body)
+		}
+		if !fast.polled.Load() {
+			t.Fatalf("request %d: the connection does not read through the poller", i)
 		}
 	}
 	// Chunked body: handed off, and the request after it too (net/http
@@ -464,6 +473,9 @@ func TestFastPathHTTPS(t *testing.T) {
 		c, br := dial(alpn...)
 		if _, body := roundTrip(t, c, br, "GET /t HTTP/1.1\r\nHost: a.test\r\n\r\n"); body != "fast" {
 			t.Errorf("ALPN %v: body %q, want the fast path's", alpn, body)
+		}
+		if fast.polled.Load() {
+			t.Errorf("ALPN %v: a TLS connection reads through the poller; its records buffer in tls.Conn", alpn)
 		}
 	}
 	c, br := dial("http/1.1")
