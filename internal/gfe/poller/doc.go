@@ -31,10 +31,28 @@
 // returned EAGAIN through net are gone, and no system call takes their
 // place (the registration stays for the connection's life).
 //
+// # Only when it pays
+//
+// Waking a reader from a Poller's goroutine costs a goroutine switch that
+// Go's poller does not, and when a P is idle, a thread woken to look for
+// work: at low load on several cores that is more CPU per request and a
+// slower answer, for an order that does not matter (a poll then returns
+// one socket or two). So a Group turns its Pollers on only while the
+// process's goroutines queue for a P: every SampleEvery it reads the
+// runtime's /sched/latencies:seconds, and it turns on when at least half
+// of the interval's goroutines waited 50 µs or more from runnable to
+// running, off when fewer than half waited 10 µs (Busy). While off, reads
+// wait in Go's poller and no socket is in a Poller's epoll set (turning
+// off takes each out, and wakes its waiting reader to wait in Go's
+// poller instead); turning on puts each back, and registering reports the
+// bytes already there. The gfe exports the state as spillway_gfe_poller_on.
+//
 // # Guarantees
 //
 //   - No wake-up is lost: every arrival after a read drained the socket is
-//     reported, and registering reports bytes already there. A wake-up may
+//     reported, and registering reports bytes already there. An end of
+//     file (or error) is reported once, possibly together with the last
+//     bytes; from then on reads do not wait in the Poller. A wake-up may
 //     be spurious (a report for bytes an earlier read took, a socket closed
 //     and its slot reused): the read that follows then finds nothing and
 //     waits in Go's poller, exactly as without this package.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -26,16 +27,44 @@ const maxEvents = 256
 
 // Group is a set of Pollers; Wrap spreads connections over them in turn.
 // A nil *Group wraps nothing. Safe for concurrent use.
+//
+// Its Pollers are on only while the process's goroutines queue for a P
+// (see Busy): then Go's poller returns many sockets per poll, and their
+// order matters. Otherwise waking a reader from a Poller's goroutine costs
+// a goroutine switch that Go's poller does not, and with idle Ps a thread
+// woken to spin, for no gain: reads then wait in Go's poller alone, and
+// the Pollers hold no socket.
 type Group struct {
 	ps   []*Poller
 	next atomic.Uint32
+	on   atomic.Bool // readers wait in the Pollers
+	// turns counts the times the Pollers turned on or off.
+	turns atomic.Uint64
+	// pinned says SetMode fixed on; sample leaves it.
+	pinned atomic.Bool
+	// switching serialises setOn.
+	switching sync.Mutex
+	stop      chan struct{}
+	done      chan struct{} // sample has returned (nil: not started)
 }
 
-// NewGroup starts n Pollers (at least one).
+// NewGroup starts n Pollers (at least one) and the goroutine that turns
+// them on and off (Busy, every SampleEvery).
 func NewGroup(n int) (*Group, error) {
-	g := &Group{}
+	g, err := newGroup(n)
+	if err != nil {
+		return nil, err
+	}
+	g.done = make(chan struct{})
+	go g.sample()
+	return g, nil
+}
+
+// newGroup starts n Pollers, off, and no sampling.
+func newGroup(n int) (*Group, error) {
+	g := &Group{stop: make(chan struct{})}
 	for range max(n, 1) {
-		p, err := newPoller()
+		p, err := newPoller(g)
 		if err != nil {
 			g.Close()
 			return nil, err
@@ -44,6 +73,123 @@ func NewGroup(n int) (*Group, error) {
 		g.ps = append(g.ps, p)
 	}
 	return g, nil
+}
+
+// SampleEvery is how often a Group looks at the scheduler's latencies.
+const SampleEvery = 100 * time.Millisecond
+
+// sample turns g's Pollers on and off by Busy, every SampleEvery, until
+// Close.
+func (g *Group) sample() {
+	defer close(g.done)
+	t := time.NewTicker(SampleEvery)
+	defer t.Stop()
+	s := []metrics.Sample{{Name: schedLatencies}}
+	var prev []uint64
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-t.C:
+		}
+		metrics.Read(s)
+		if s[0].Value.Kind() != metrics.KindFloat64Histogram {
+			return // not this runtime's metric: stay off
+		}
+		h := s[0].Value.Float64Histogram()
+		if prev != nil && !g.pinned.Load() {
+			if on := Busy(prev, h.Counts, h.Buckets, g.on.Load()); on != g.on.Load() {
+				g.setOn(on)
+			}
+		}
+		prev = append(prev[:0], h.Counts...)
+	}
+}
+
+// SetMode sets how g's Pollers turn on: by Busy (Auto, a new Group's
+// mode), or always on or off.
+func (g *Group) SetMode(m Mode) {
+	if g == nil {
+		return
+	}
+	g.pinned.Store(m != Auto)
+	if m != Auto {
+		g.setOn(m == On)
+	}
+}
+
+// On reports whether g's Pollers are on; false for a nil Group.
+func (g *Group) On() bool { return g != nil && g.on.Load() }
+
+// Turns returns how many times g's Pollers turned on or off.
+func (g *Group) Turns() uint64 {
+	if g == nil {
+		return 0
+	}
+	return g.turns.Load()
+}
+
+// schedLatencies is the runtime metric Busy reads.
+const schedLatencies = "/sched/latencies:seconds"
+
+// The median scheduling latency at which a Group turns on, and below
+// which it turns off again.
+const (
+	busyOn  = 50e-6
+	busyOff = 10e-6
+)
+
+// Busy reports whether goroutines queued for a P in the interval between
+// two readings of /sched/latencies:seconds (bucket counts prev and cur
+// over buckets): fewer than half of the interval's goroutines went from
+// runnable to running in less than busyOn, or, when was (the Pollers are
+// on), in less than busyOff. An interval with too few samples keeps was.
+func Busy(prev, cur []uint64, buckets []float64, was bool) bool {
+	if len(prev) != len(cur) || len(buckets) != len(cur)+1 {
+		return was
+	}
+	var total uint64
+	for i := range cur {
+		total += cur[i] - prev[i]
+	}
+	if total < 16 {
+		return was
+	}
+	limit := busyOn
+	if was {
+		limit = busyOff
+	}
+	var below uint64
+	for i := range cur {
+		if buckets[i+1] > limit {
+			break
+		}
+		below += cur[i] - prev[i]
+	}
+	return 2*below < total
+}
+
+// setOn turns g's Pollers on (every socket registered, edge-triggered,
+// which reports those with bytes waiting at once) or off (every socket
+// out of its epoll set, its waiting reader woken to read in Go's poller).
+func (g *Group) setOn(on bool) {
+	g.switching.Lock()
+	defer g.switching.Unlock()
+	if g.on.Swap(on) != on {
+		g.turns.Add(1)
+	}
+	for _, p := range g.ps {
+		for _, w := range p.live() {
+			if on {
+				w.register()
+			} else {
+				w.unregister()
+				if w.waiting.Load() {
+					w.wake()
+				}
+			}
+		}
+	}
 }
 
 var (
@@ -76,6 +222,10 @@ func (g *Group) Wrap(c net.Conn) net.Conn {
 // Close stops g's Pollers. Readers waiting in them are not woken: close
 // their connections first.
 func (g *Group) Close() error {
+	close(g.stop)
+	if g.done != nil {
+		<-g.done
+	}
 	var errs []error
 	for _, p := range g.ps {
 		errs = append(errs, p.file.Close())
@@ -86,6 +236,7 @@ func (g *Group) Close() error {
 // Poller is one epoll instance and the goroutine that wakes the readers
 // of its ready sockets, in the kernel's order.
 type Poller struct {
+	g    *Group
 	epfd int
 	file *os.File // owns epfd; registered with Go's poller
 	rc   syscall.RawConn
@@ -103,7 +254,7 @@ type Poller struct {
 	expiring atomic.Bool // expireLoop runs
 }
 
-func newPoller() (*Poller, error) {
+func newPoller(g *Group) (*Poller, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("poller: epoll_create1: %w", err)
@@ -112,7 +263,7 @@ func newPoller() (*Poller, error) {
 		unix.Close(epfd)
 		return nil, fmt.Errorf("poller: set non-blocking: %w", err)
 	}
-	p := &Poller{epfd: epfd, file: os.NewFile(uintptr(epfd), "poller"), now: time.Now}
+	p := &Poller{g: g, epfd: epfd, file: os.NewFile(uintptr(epfd), "poller"), now: time.Now}
 	// A file Go's poller cannot watch has no deadlines: then rc.Read
 	// would fail instead of waiting.
 	if err := p.file.SetReadDeadline(time.Time{}); err != nil {
@@ -169,7 +320,13 @@ func (p *Poller) ready() (ws []*waiter, full bool) {
 	p.mu.Lock()
 	for i := range n {
 		if s := int(p.events[i].Fd); s < len(p.slots) && p.slots[s] != nil {
-			p.woken = append(p.woken, p.slots[s])
+			w := p.slots[s]
+			if p.events[i].Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+				// An end of file or error waits behind the bytes a read
+				// may still take: no later arrival will report it.
+				w.ended.Store(true)
+			}
+			p.woken = append(p.woken, w)
 		}
 	}
 	p.mu.Unlock()
@@ -226,14 +383,23 @@ func (p *Poller) wrap(c net.Conn) net.Conn {
 		p.slots = append(p.slots, w)
 	}
 	p.mu.Unlock()
-	// Edge-triggered: a report for every arrival, and at once for bytes
-	// already there; nothing to arm before each wait.
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET, Fd: w.slot}
-	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
-		p.release(w.slot)
-		return c
-	}
+	if p.g.on.Load() {
+		w.register()
+	} // else setOn registers it when the Group turns on
 	return &Conn{Conn: c, w: w, drained: true}
+}
+
+// live returns p's waiters.
+func (p *Poller) live() []*waiter {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ws := make([]*waiter, 0, len(p.slots))
+	for _, w := range p.slots {
+		if w != nil {
+			ws = append(ws, w)
+		}
+	}
+	return ws
 }
 
 // startExpiry makes sure expireLoop runs.
@@ -304,8 +470,34 @@ type waiter struct {
 
 	waiting  atomic.Bool  // a reader waits on ch
 	deadline atomic.Int64 // the socket's read deadline, Unix ns; 0: none
+	gone     atomic.Bool  // released
+	ended    atomic.Bool  // the peer closed its side, or the socket failed
 
-	gone atomic.Bool // released
+	mu    sync.Mutex
+	added bool // guarded by mu: fd is in the epoll set
+}
+
+// register puts w's socket in its epoll set, edge-triggered: a report for
+// every arrival, and one at once for bytes already there, so nothing is
+// armed before each wait.
+func (w *waiter) register() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.added || w.gone.Load() {
+		return
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET, Fd: w.slot}
+	w.added = unix.EpollCtl(w.p.epfd, unix.EPOLL_CTL_ADD, w.fd, &ev) == nil
+}
+
+// unregister takes w's socket out of its epoll set.
+func (w *waiter) unregister() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.added {
+		unix.EpollCtl(w.p.epfd, unix.EPOLL_CTL_DEL, w.fd, nil)
+		w.added = false
+	}
 }
 
 // wake wakes w's reader, if any, or leaves a wake-up for its next wait.
@@ -317,12 +509,14 @@ func (w *waiter) wake() {
 }
 
 // wait waits until w's socket had an arrival since the last wait, its
-// deadline passes, or w is released or its deadline changed. It returns
-// at once when the deadline has passed or w was released.
+// deadline passes, or w is released, its deadline changed or its Group
+// turned off. It returns at once when the deadline has passed, w was
+// released, the peer closed its side (the next read finds the end of
+// file, and nothing would report it again) or the Group is off.
 func (w *waiter) wait() {
 	w.waiting.Store(true)
 	defer w.waiting.Store(false)
-	if w.gone.Load() {
+	if w.gone.Load() || w.ended.Load() || !w.p.g.on.Load() {
 		return
 	}
 	if dl := w.deadline.Load(); dl != 0 {
@@ -351,7 +545,7 @@ func (w *waiter) setDeadline(t time.Time) {
 // wakes a waiting reader. Further waits return at once.
 func (w *waiter) release() {
 	if w.gone.CompareAndSwap(false, true) {
-		unix.EpollCtl(w.p.epfd, unix.EPOLL_CTL_DEL, w.fd, nil)
+		w.unregister()
 		w.p.release(w.slot)
 	}
 	if w.waiting.Load() {
@@ -372,7 +566,7 @@ type Conn struct {
 // Read reads into b, first waiting in the Poller when the last read
 // drained the socket.
 func (c *Conn) Read(b []byte) (int, error) {
-	if c.drained && len(b) > 0 {
+	if c.drained && len(b) > 0 && c.w.p.g.on.Load() {
 		c.w.wait()
 	}
 	n, err := c.Conn.Read(b)

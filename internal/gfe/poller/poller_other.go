@@ -14,6 +14,15 @@ func Shared() (*Group, error) { return nil, nil }
 // Wrap returns c.
 func (g *Group) Wrap(c net.Conn) net.Conn { return c }
 
+// SetMode does nothing.
+func (g *Group) SetMode(Mode) {}
+
+// On reports false.
+func (g *Group) On() bool { return false }
+
+// Turns returns 0.
+func (g *Group) Turns() uint64 { return 0 }
+
 // Close does nothing.
 func (g *Group) Close() error { return nil }
 

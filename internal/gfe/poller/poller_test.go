@@ -5,8 +5,10 @@ package poller
 import (
 	"errors"
 	"io"
+	"math"
 	"net"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -43,11 +45,13 @@ func pair(t testing.TB) (a, b net.Conn) {
 	return a, r.c
 }
 
-// idlePoller is a Poller whose goroutine is not running: tests call
+// idlePoller is a Poller, on, whose goroutine is not running: tests call
 // ready and expire themselves.
 func idlePoller(t *testing.T) *Poller {
 	t.Helper()
-	p, err := newPoller()
+	g := &Group{stop: make(chan struct{})}
+	g.on.Store(true)
+	p, err := newPoller(g)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,12 +59,14 @@ func idlePoller(t *testing.T) *Poller {
 	return p
 }
 
-func newGroup(t testing.TB, n int) *Group {
+// testGroup is a Group of n Pollers, on, that never turns itself off.
+func testGroup(t testing.TB, n int) *Group {
 	t.Helper()
-	g, err := NewGroup(n)
+	g, err := newGroup(n)
 	if err != nil {
 		t.Fatal(err)
 	}
+	g.setOn(true)
 	t.Cleanup(func() { g.Close() })
 	return g
 }
@@ -139,7 +145,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // TestEcho: 2000 request/answer exchanges through wrapped ends on both
 // sides, each read waiting first; a lost wake-up would hang.
 func TestEcho(t *testing.T) {
-	g := newGroup(t, 2)
+	g := testGroup(t, 2)
 	a, b := pair(t)
 	ca, cb := g.Wrap(a), g.Wrap(b)
 	const rounds = 2000
@@ -168,7 +174,7 @@ func TestEcho(t *testing.T) {
 // TestBytesBeforeWait: bytes that came before the reader waits left it a
 // wake-up.
 func TestBytesBeforeWait(t *testing.T) {
-	g := newGroup(t, 1)
+	g := testGroup(t, 1)
 	a, b := pair(t)
 	c := g.Wrap(b)
 	a.Write([]byte("x"))
@@ -195,7 +201,7 @@ func peekable(c net.Conn) bool {
 // passes while it waits, and Close all end the wait, and the read reports
 // what net does.
 func TestWakeOnDeadline(t *testing.T) {
-	g := newGroup(t, 1)
+	g := testGroup(t, 1)
 	cases := []struct {
 		name string
 		end  func(c net.Conn)
@@ -265,7 +271,7 @@ func TestExpire(t *testing.T) {
 // TestSlotReuse: a closed connection's slot goes to the next one, which
 // is woken by its own socket and not by the old one's.
 func TestSlotReuse(t *testing.T) {
-	g := newGroup(t, 1)
+	g := testGroup(t, 1)
 	_, b1 := pair(t)
 	c1 := g.Wrap(b1)
 	slot := c1.(*Conn).w.slot
@@ -287,7 +293,7 @@ func TestSlotReuse(t *testing.T) {
 
 // TestRelease: the released connection reads without the Poller.
 func TestRelease(t *testing.T) {
-	g := newGroup(t, 1)
+	g := testGroup(t, 1)
 	a, b := pair(t)
 	c := g.Wrap(b).(*Conn)
 	raw := c.Release()
@@ -304,7 +310,7 @@ func TestRelease(t *testing.T) {
 // BenchmarkEcho is one exchange through wrapped ends: a write, and a
 // read that waits in the Poller. Compare BenchmarkEchoNet.
 func BenchmarkEcho(b *testing.B) {
-	g := newGroup(b, 1)
+	g := testGroup(b, 1)
 	x, y := pair(b)
 	benchEcho(b, g.Wrap(x), g.Wrap(y))
 }
@@ -340,4 +346,105 @@ func benchEcho(b *testing.B, x, y net.Conn) {
 // recvPeek peeks at socket fd without blocking.
 func recvPeek(fd int, b []byte) (int, unix.Sockaddr, error) {
 	return unix.Recvfrom(fd, b, unix.MSG_PEEK|unix.MSG_DONTWAIT)
+}
+
+// TestBusy: the Pollers turn on when the median scheduling latency of an
+// interval reaches 50 µs, and off again only below 10 µs.
+func TestBusy(t *testing.T) {
+	// Buckets: [0,1µs) [1,10µs) [10,50µs) [50,100µs) [100µs,1ms) [1ms,inf)
+	buckets := []float64{0, 1e-6, 10e-6, 50e-6, 100e-6, 1e-3, math.Inf(1)}
+	prev := []uint64{100, 100, 100, 100, 100, 100}
+	add := func(d ...uint64) []uint64 {
+		cur := slices.Clone(prev)
+		for i := range d {
+			cur[i] += d[i]
+		}
+		return cur
+	}
+	cases := []struct {
+		name      string
+		cur       []uint64
+		was, want bool
+	}{
+		{"idle: median under 1 µs", add(90, 10, 0, 0, 0, 0), false, false},
+		{"idle, was on", add(90, 10, 0, 0, 0, 0), true, false},
+		{"saturated: median 100 µs–1 ms", add(5, 5, 10, 10, 60, 10), false, true},
+		{"saturated, was on", add(5, 5, 10, 10, 60, 10), true, true},
+		{"between: median 10–50 µs, was off", add(10, 20, 60, 10, 0, 0), false, false},
+		{"between: median 10–50 µs, was on", add(10, 20, 60, 10, 0, 0), true, true},
+		{"half under 50 µs, half over: not yet", add(0, 0, 50, 50, 0, 0), false, false},
+		{"just over half at 50 µs or more", add(0, 0, 49, 51, 0, 0), false, true},
+		{"too few samples keep off", add(0, 0, 0, 0, 10, 0), false, false},
+		{"too few samples keep on", add(10, 0, 0, 0, 0, 0), true, true},
+		{"histogram of another shape", []uint64{1, 2}, true, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Busy(prev, tc.cur, buckets, tc.was); got != tc.want {
+				t.Errorf("Busy = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestTurnOff: turning the Group off wakes a reader waiting in a Poller,
+// which then reads through Go's poller, and takes its socket out of the
+// epoll set; turning it on again registers it, bytes already there
+// reported at once.
+func TestTurnOff(t *testing.T) {
+	g := testGroup(t, 1)
+	a, b := pair(t)
+	c := g.Wrap(b).(*Conn)
+	got := make(chan string, 1)
+	go func() {
+		var buf [8]byte
+		n, err := c.Read(buf[:])
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		got <- string(buf[:n])
+	}()
+	waitFor(t, c.w.waiting.Load)
+	g.setOn(false)
+	waitFor(t, func() bool { return !c.w.waiting.Load() }) // now in Go's poller
+	a.Write([]byte("after"))
+	if s := <-got; s != "after" {
+		t.Fatalf("read %q, want \"after\"", s)
+	}
+	if c.w.added {
+		t.Error("the socket is still in the epoll set while off")
+	}
+	// Off: an arrival reaches no Poller.
+	a.Write([]byte("x"))
+	waitFor(t, func() bool { return peekable(b) })
+	g.setOn(true)
+	if !c.w.added {
+		t.Fatal("the socket is not in the epoll set once on")
+	}
+	var buf [8]byte
+	if n, err := c.Read(buf[:]); n != 1 || err != nil { // its wake-up came with the registration
+		t.Fatalf("Read = %d, %v; want 1, nil", n, err)
+	}
+}
+
+// TestEndAfterBytes: bytes and the peer's close that come together are
+// one report; the read after the bytes finds the end of file at once
+// instead of waiting for an arrival that will not come.
+func TestEndAfterBytes(t *testing.T) {
+	g := testGroup(t, 1)
+	for i := range 50 {
+		a, b := pair(t)
+		c := g.Wrap(b)
+		a.Write([]byte("last"))
+		a.Close()
+		if i%2 == 0 { // both in before the first read, or racing it
+			waitFor(t, func() bool { return peekable(b) })
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		got, err := io.ReadAll(c)
+		if err != nil || string(got) != "last" {
+			t.Fatalf("round %d: ReadAll = %q, %v; want \"last\", nil (a timeout means the end of file was not reported)", i, got, err)
+		}
+	}
 }
