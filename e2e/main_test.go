@@ -36,6 +36,12 @@ func startCluster(t *testing.T, spec topology.Spec) *topology.Cluster {
 		// tests must pass with it on and off.
 		spec.NoFastPath = true
 	}
+	if m := os.Getenv("SPILLWAY_E2E_POLLER"); m != "" {
+		// The fast path's poller pinned on or off (auto by default, off
+		// at the tests' low load): SPILLWAY_E2E_POLLER=on runs every test
+		// with its sockets waiting in it.
+		spec.GFEArgs = append(spec.GFEArgs, "--poller="+m)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c, err := topology.Start(ctx, spec, topology.Options{Dir: t.TempDir(), Bins: bins})

@@ -45,6 +45,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/cpclient"
 	"github.com/spillway-lb/spillway/internal/daemonflags"
 	"github.com/spillway-lb/spillway/internal/gfe"
+	"github.com/spillway-lb/spillway/internal/gfe/poller"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/logging"
@@ -92,6 +93,9 @@ func run(args []string) error {
 	ecfg.CertCheckInterval = v.GetDuration("cert-check-interval")
 	ecfg.AccessLog = v.GetBool("access-log")
 	ecfg.FastPath = v.GetBool("fast-path")
+	if ecfg.Poller, err = poller.ParseMode(v.GetString("poller")); err != nil {
+		return fmt.Errorf("--poller: %w", err)
+	}
 	ecfg.FDReserve = v.GetInt("fd-reserve")
 	ecfg.AdminTokenFile = v.GetString("admin-token-file")
 	ecfg.Pprof = v.GetBool("pprof")
@@ -221,6 +225,7 @@ func parseFlags(args []string) (*viper.Viper, error) {
 	fs.Duration("cert-check-interval", d.CertCheckInterval, "how often https listeners' certificate files are checked for changes")
 	fs.Bool("access-log", false, "log every request")
 	fs.Bool("fast-path", d.FastPath, "serve the --listen listener's plain HTTP/1.1 requests on the gfe's own fast path (the rest go to net/http); --fast-path=false: all on net/http; configured listeners set fast_path")
+	fs.String("poller", d.Poller.String(), "when the fast path's cleartext sockets wait in the gfe's own epoll poller, which serves them in arrival order: auto (while goroutines queue for a CPU), on or off (Go's poller alone)")
 	fs.Int("fd-reserve", 0, "file descriptors kept free of client connections for admin, gossip, control plane and probes (0 = a tenth of RLIMIT_NOFILE, at least 256, at most half)")
 	fs.Duration("gossip-max-rtt", time.Duration(d.GossipBounds.MaxRTT*float64(time.Millisecond)),
 		"largest RTT believed from another gfe's gossip; higher counts as this (0: no limit)")

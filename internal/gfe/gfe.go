@@ -96,6 +96,10 @@ type Config struct {
 	// on the gfe's fast path (config.Listener.FastPath; configured
 	// listeners set their own). DefaultConfig turns it on.
 	FastPath bool
+	// Poller says when the fast path's cleartext sockets wait in the
+	// process's epoll poller (poller.Shared): Auto (the default) while
+	// goroutines queue for a CPU.
+	Poller poller.Mode
 	// FDReserve is how many file descriptors are kept out of the budget
 	// of client connections, for what must keep working when clients
 	// open all they can: the admin listener, gossip, the control-plane
@@ -361,10 +365,26 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 	asker := pending.NewAsker(pending.AskConfig{Node: cfg.Node, Site: cfg.Site, Interval: cfg.CapacityInterval},
 		pending.AskOptions{Clock: d.clk, Logger: d.log, Client: opts.Capacity, Target: d.capacityTarget, Registry: d.reg})
 	d.pending = pending.New(pending.Config{Poll: cfg.PendingPoll}, pending.Options{Clock: d.clk, Registry: d.reg, Asker: asker})
-	if _, err := poller.Shared(); err != nil {
-		// Taken now, before clients can hold every descriptor.
+	pl, err := poller.Shared() // taken now, before clients can hold every descriptor
+	if err != nil {
 		d.log.Warn().Err(err).Msg("no epoll poller: the fast path's sockets wait in Go's poller alone")
 	}
+	pl.SetMode(cfg.Poller)
+	d.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "spillway_gfe_poller_on",
+			Help: "1 while the fast path's cleartext sockets wait in the gfe's own poller (goroutines queue for a CPU), 0 while they wait in Go's.",
+		}, func() float64 {
+			if pl.On() {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "spillway_gfe_poller_turns_total",
+			Help: "Times the gfe's poller turned on or off.",
+		}, func() float64 { return float64(pl.Turns()) }),
+	)
 	d.proxy, err = httpproxy.New(httpproxy.Config{AccessLog: cfg.AccessLog}, httpproxy.Options{
 		Planner: d, Logger: d.log, Clock: d.clk, Rand: rnd, Dialer: dialer, Registry: d.reg, Quota: d.quota,
 		PickErrors: d.metrics.pickErrors, BackendErrors: d.metrics.backendErrors, Pending: d.pending,
