@@ -294,27 +294,32 @@ start_proxies() {
 	done
 }
 
-# gc_cycles TARGET prints how many garbage collections a gfe target has
-# run so far (its go_gc_duration_seconds count), "-" for other targets.
-gc_cycles() {
+# gfe_metric TARGET NAME prints the value of a gfe target's metric NAME
+# now ("NaN" when it has none), "-" for other targets.
+gfe_metric() {
 	local admin=${ADMIN[$1]:-}
 	if [ -z "$admin" ]; then
 		echo -
 		return
 	fi
-	curl -s -m 2 "http://$admin/metrics" | awk '$1 == "go_gc_duration_seconds_count" { n = $2 } END { print (n == "" ? "NaN" : n) }'
+	curl -s -m 2 "http://$admin/metrics" | awk -v m="$2" '$1 == m { n = $2 } END { print (n == "" ? "NaN" : n) }'
 }
+
+# gc_cycles TARGET prints how many garbage collections a gfe target has
+# run so far (its go_gc_duration_seconds count), "-" for other targets.
+gc_cycles() { gfe_metric "$1" go_gc_duration_seconds_count; }
 
 # run_one ORIGIN TARGET ROUND: a warm-up, then the measured wrk run; appends
 # one line to $RUNS.
 run_one() {
-	local origin=$1 t=$2 round=$3 url=${URL[$2]} u0 k0 u1 k1 g0 g1 gc out line cpu secs load1
+	local origin=$1 t=$2 round=$3 url=${URL[$2]} u0 k0 u1 k1 g0 g1 gc poller out line cpu secs load1
 	taskset -c "$LOAD_CPU" nice -n "$NICE" wrk -t"$THREADS" -c"$CONNS" -d"$WARMUP" "$url" >/dev/null 2>&1 || true
 	g0=$(gc_cycles "$t")
 	read -r u0 k0 < <(cpu_ticks "${PID[$t]}")
 	out=$(taskset -c "$LOAD_CPU" nice -n "$NICE" wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency "$url" 2>&1) || true
 	read -r u1 k1 < <(cpu_ticks "${PID[$t]}")
 	g1=$(gc_cycles "$t")
+	poller=$(gfe_metric "$t" spillway_gfe_poller_on) # at the run's end: 1 on, 0 off
 	echo "$out" >>"$WORK/wrk-$origin-$t.log"
 	line=$(echo "$out" | awk -f "$HERE/wrk.awk")
 	secs=$(echo "$out" | awk '/ requests in /{ v = $4; sub(/,$/, "", v); n = v + 0; if (v ~ /ms$/) n /= 1000; else if (v ~ /m$/) n *= 60; print n }')
@@ -334,9 +339,9 @@ run_one() {
 	gc=$(awk -v a="$g0" -v b="$g1" -v line="$line" 'BEGIN {
 		split(line, f, "\t"); n = f[4] + 0
 		if (a == "-" || b == "-") print "-"; else if (a == "NaN" || b == "NaN" || n <= 0) print "NaN"; else printf "%.2f\n", (b - a) * 1e4 / n }')
-	# origin target round | rps p50 p99 requests errors | cpu usr sys util | load1 | gc/10k
-	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$origin" "$t" "$round" "$line" "$cpu" "$load1" "$gc" >>"$RUNS"
-	tail -1 "$RUNS" | awk -F'\t' '{ printf "%-5s %-8s round %s: %8.0f req/s  p50 %6.0f µs  p99 %7.0f µs  proxy %s µs CPU/req (usr %s sys %s, %s%% busy)  GC/10k req %s  errors %s  load %s\n", $1, $2, $3, $4, $5, $6, $9, $10, $11, $12, $14, $8, $13 }' >&2
+	# origin target round | rps p50 p99 requests errors | cpu usr sys util | load1 | gc/10k | poller
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$origin" "$t" "$round" "$line" "$cpu" "$load1" "$gc" "$poller" >>"$RUNS"
+	tail -1 "$RUNS" | awk -F'\t' '{ printf "%-5s %-8s round %s: %8.0f req/s  p50 %6.0f µs  p99 %7.0f µs  proxy %s µs CPU/req (usr %s sys %s, %s%% busy)  GC/10k req %s  poller %s  errors %s  load %s\n", $1, $2, $3, $4, $5, $6, $9, $10, $11, $12, $14, ($15 == "1" ? "on" : $15 == "0" ? "off" : "-"), $8, $13 }' >&2
 }
 
 # profile_gfe TARGET: a 5 s CPU profile of the gfe target TARGET (gfe or
