@@ -1,20 +1,9 @@
 package httpproxy
 
 import (
-	"os"
 	"testing"
 
-	"github.com/spillway-lb/spillway/internal/gfe/poller"
+	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
 )
 
-// TestMain runs the package's tests with the fast path's poller on: in
-// the gfe it turns on only under load, which the tests do not make, and
-// the path it takes is the one to test.
-func TestMain(m *testing.M) {
-	pl, err := poller.Shared()
-	if err != nil {
-		panic(err)
-	}
-	pl.SetMode(poller.On)
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { gfetest.MainWithPoller(m) }
