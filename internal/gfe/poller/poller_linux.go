@@ -30,7 +30,6 @@ type Poller struct {
 	file *os.File // owns epfd; registered with Go's poller
 	rc   syscall.RawConn
 	poll func(uintptr) bool // p.pollReady, made once
-	now  func() time.Time   // time.Now; tests replace it
 
 	// Used by the goroutine in rc.Read only.
 	events [maxEvents]unix.EpollEvent
@@ -52,7 +51,7 @@ func newPoller(g *Group) (*Poller, error) {
 		unix.Close(epfd)
 		return nil, fmt.Errorf("poller: set non-blocking: %w", err)
 	}
-	p := &Poller{g: g, epfd: epfd, file: os.NewFile(uintptr(epfd), "poller"), now: time.Now}
+	p := &Poller{g: g, epfd: epfd, file: os.NewFile(uintptr(epfd), "poller")}
 	// A file Go's poller cannot watch has no deadlines: then rc.Read
 	// would fail instead of waiting.
 	if err := p.file.SetReadDeadline(time.Time{}); err != nil {
@@ -205,13 +204,13 @@ func (p *Poller) expireLoop() {
 	t := time.NewTicker(ExpireTick)
 	defer t.Stop()
 	for range t.C {
-		if p.expire(p.now()) {
+		if p.expire(time.Now()) {
 			continue
 		}
 		p.expiring.Store(false)
 		// A reader that began waiting after expire looked saw the loop
 		// running and did not start another: look once more.
-		if !p.expire(p.now()) || !p.expiring.CompareAndSwap(false, true) {
+		if !p.expire(time.Now()) || !p.expiring.CompareAndSwap(false, true) {
 			return
 		}
 	}
@@ -309,7 +308,7 @@ func (w *waiter) wait() {
 		return
 	}
 	if dl := w.deadline.Load(); dl != 0 {
-		if w.p.now().UnixNano() >= dl {
+		if time.Now().UnixNano() >= dl {
 			return
 		}
 		w.p.startExpiry()

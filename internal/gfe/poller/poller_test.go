@@ -142,6 +142,18 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
+// echo writes back what it reads from c until a read fails.
+func echo(c net.Conn) {
+	var buf [64]byte
+	for {
+		n, err := c.Read(buf[:])
+		if err != nil {
+			return
+		}
+		c.Write(buf[:n])
+	}
+}
+
 // TestEcho: 2000 request/answer exchanges through wrapped ends on both
 // sides, each read waiting first; a lost wake-up would hang.
 func TestEcho(t *testing.T) {
@@ -149,16 +161,7 @@ func TestEcho(t *testing.T) {
 	a, b := pair(t)
 	ca, cb := g.Wrap(a), g.Wrap(b)
 	const rounds = 2000
-	go func() {
-		var buf [64]byte
-		for {
-			n, err := cb.Read(buf[:])
-			if err != nil {
-				return
-			}
-			cb.Write(buf[:n])
-		}
-	}()
+	go echo(cb)
 	msg := []byte("0123456789abcdef")
 	buf := make([]byte, len(msg))
 	for i := range rounds {
@@ -322,16 +325,7 @@ func BenchmarkEchoNet(b *testing.B) {
 }
 
 func benchEcho(b *testing.B, x, y net.Conn) {
-	go func() {
-		var buf [64]byte
-		for {
-			n, err := y.Read(buf[:])
-			if err != nil {
-				return
-			}
-			y.Write(buf[:n])
-		}
-	}()
+	go echo(y)
 	msg := []byte("0123456789abcdef")
 	buf := make([]byte, 64)
 	b.ReportAllocs()
