@@ -216,7 +216,20 @@
 // (max_instances ≥ 1) may have no instances at all: it scales from zero,
 // has capacity 0 until the control plane adds the instances it starts,
 // and the planner gives its share to the other groups. Every other group
-// needs at least one instance. Marshal writes a Config back as YAML that Parse
-// reads into an equal Config, so the control plane can ship the effective
-// configuration (after overrides and defaults) to other processes.
+// needs at least one instance.
+//
+// # Strict for the operator, tolerant on the wire
+//
+// Marshal writes a Config back as YAML that Parse reads into an equal
+// Config, so the control plane can ship the effective configuration (after
+// overrides) to the gfes; it writes only the fields whose value differs
+// from their default. Load and Parse, for files an operator writes, refuse
+// every unknown field with its path. ParseSnapshot, for what a control
+// plane sends, ignores a field it does not know and returns its path, so
+// that a gfe one release behind applies the rest instead of refusing the
+// whole snapshot. Fields lists the schema's field paths: a gfe states them
+// in its snapshot stream, and MarshalFor leaves out for it every field it
+// does not list (BaselineFields for a gfe of 0.1.0 or earlier, which states
+// none and parses strictly), returning the ones the operator set so that
+// the control plane reports them. See docs/design-snapshot-wire.md.
 package config

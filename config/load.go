@@ -32,7 +32,7 @@ func load(path string, environ []string) (*Config, error) {
 	if err := v.ReadInConfig(); err != nil {
 		return nil, readError(path, err)
 	}
-	return decode(v, path, environ, filepath.Dir(path))
+	return decodeWith(v, path, environ, filepath.Dir(path), nil)
 }
 
 // Parse is Load for a configuration held in memory, as it arrives over gRPC;
@@ -44,7 +44,7 @@ func Parse(data []byte, name string) (*Config, error) {
 	if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
 		return nil, readError(name, err)
 	}
-	return decode(v, name, nil, "")
+	return decodeWith(v, name, nil, "", nil)
 }
 
 // New validates a Config built in Go and returns a read-only deep copy of it
@@ -85,8 +85,10 @@ func readError(name string, err error) error {
 //     file's directory; "" for Parse, which reads no file),
 //  6. validate, leaving out problems under a path already reported in 3.
 //
-// Every problem from 2, 3, 5 and 6 is returned together.
-func decode(v *viper.Viper, name string, environ []string, secretDir string) (*Config, error) {
+// Every problem from 2, 3, 5 and 6 is returned together. With unknown not
+// nil (ParseSnapshot), an unknown key is not a problem: it is left out in
+// 3 and its path appended to *unknown.
+func decodeWith(v *viper.Viper, name string, environ []string, secretDir string, unknown *[]string) (*Config, error) {
 	raw := map[string]any{}
 	var dotted []string
 	for _, k := range v.AllKeys() {
@@ -105,6 +107,10 @@ func decode(v *viper.Viper, name string, environ []string, secretDir string) (*C
 		top, _, _ := strings.Cut(k, ".")
 		known := slices.ContainsFunc(schema, func(f field) bool { return f.key == top })
 		if _, isMap := raw[top].(map[string]any); known && !isMap {
+			if unknown != nil {
+				*unknown = append(*unknown, k)
+				continue
+			}
 			p.add(k, "unknown field")
 		}
 	}
@@ -117,7 +123,7 @@ func decode(v *viper.Viper, name string, environ []string, secretDir string) (*C
 	}
 
 	applyEnv(raw, environ, p)
-	ch := &checker{p: p}
+	ch := &checker{p: p, unknown: unknown}
 	ch.checkStruct("", reflect.TypeFor[Config](), raw, reflect.Zero(reflect.TypeFor[Config]()))
 
 	dv := viper.New()

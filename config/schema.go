@@ -1,7 +1,6 @@
 package config
 
 import (
-	"bytes"
 	"fmt"
 	"math"
 	"reflect"
@@ -9,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // This file walks the raw YAML tree (maps, lists and scalars as viper reads
@@ -25,7 +22,8 @@ import (
 //     (capacity_scaler: 0 drains, an absent capacity_scaler is 1),
 //   - apply SPILLWAY_* environment overrides to fields inside lists, which
 //     viper's AutomaticEnv cannot address,
-//   - encode a Config back to YAML that Parse reads into the same Config.
+//   - encode a Config back to YAML that Parse reads into the same Config
+//     (marshal.go).
 
 var durationType = reflect.TypeFor[time.Duration]()
 
@@ -115,6 +113,9 @@ func valueProtocol(v reflect.Value) string {
 type checker struct {
 	p   *problems
 	bad []string
+	// unknown, when not nil, receives the paths of unknown keys instead
+	// of p (ParseSnapshot: tolerant on the wire).
+	unknown *[]string
 }
 
 // checkStruct checks map m against struct type t, reports unknown keys and
@@ -143,6 +144,11 @@ func (c *checker) checkStruct(path string, t reflect.Type, m map[string]any, def
 	keys = append(keys, unknown...)
 	for _, k := range keys {
 		f, ok := known[k]
+		if !ok && c.unknown != nil {
+			*c.unknown = append(*c.unknown, join(path, k))
+			delete(m, k)
+			continue
+		}
 		if !ok {
 			msg := "unknown field"
 			if s := suggest(k, fs); s != "" {
@@ -562,94 +568,4 @@ func envValue(s string, t reflect.Type) (any, error) {
 		return b, nil
 	}
 	return nil, fmt.Errorf("cannot be set from the environment (Go type %s)", t)
-}
-
-// Marshal encodes c as YAML that Parse decodes back into an equal Config:
-// every field in schema order, leaving out fields whose value and default are
-// both zero (demoted: false among them) and lists that are nil (an empty
-// list that is not nil is written as []). Use it to send the effective config (after env overrides and
-// defaults) to another process.
-func Marshal(c *Config) ([]byte, error) {
-	n := encodeStruct(reflect.ValueOf(c).Elem(), reflect.Zero(reflect.TypeFor[Config]()))
-	var buf bytes.Buffer
-	enc := yaml.NewEncoder(&buf)
-	enc.SetIndent(2)
-	if err := enc.Encode(n); err != nil {
-		return nil, fmt.Errorf("config: marshal: %w", err)
-	}
-	if err := enc.Close(); err != nil {
-		return nil, fmt.Errorf("config: marshal: %w", err)
-	}
-	return buf.Bytes(), nil
-}
-
-// encodeStruct encodes struct value v whose defaults are def.
-func encodeStruct(v, def reflect.Value) *yaml.Node {
-	n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
-	for _, f := range fieldsOf(v.Type()) {
-		fv, dv := v.Field(f.index), def.Field(f.index)
-		var val *yaml.Node
-		switch {
-		case isList(f.typ):
-			if fv.IsNil() {
-				continue
-			}
-			// An empty list that was present ("instances: []", an
-			// autoscaled group at zero) stays present, so that Parse
-			// gives back the same empty, non-nil slice.
-			val = &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
-			if fv.Len() == 0 {
-				val.Style = yaml.FlowStyle
-			}
-			for i := range fv.Len() {
-				ev := fv.Index(i)
-				val.Content = append(val.Content, encodeStruct(ev, defaultsFor(f.typ.Elem(), valueProtocol(ev))))
-			}
-		case isStruct(f.typ):
-			od, optional := optionalDefaults(f.typ)
-			if optional {
-				if fv.IsZero() {
-					continue // absent
-				}
-				dv = od
-			}
-			val = encodeStruct(fv, dv)
-			if len(val.Content) == 0 && !optional { // a present optional section stays, even as {}
-				continue
-			}
-		default:
-			if fv.IsZero() && dv.IsZero() {
-				continue
-			}
-			val = encodeScalar(fv)
-		}
-		n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: f.key}, val)
-	}
-	return n
-}
-
-// encodeScalar encodes a string, integer, float, bool or duration field.
-func encodeScalar(v reflect.Value) *yaml.Node {
-	var x any
-	switch {
-	case v.Type() == durationType:
-		x = time.Duration(v.Int()).String()
-	case v.Kind() == reflect.String:
-		x = v.String()
-	case v.Kind() == reflect.Int, v.Kind() == reflect.Int64:
-		x = v.Int()
-	case v.Kind() == reflect.Float64:
-		x = v.Float()
-	case v.Kind() == reflect.Bool:
-		x = v.Bool()
-	default:
-		x = v.Interface()
-	}
-	var n yaml.Node
-	if err := n.Encode(x); err != nil {
-		// Encode fails only for types yaml cannot represent; ours are
-		// strings and numbers.
-		panic(fmt.Sprintf("config: encoding %v: %v", x, err))
-	}
-	return &n
 }

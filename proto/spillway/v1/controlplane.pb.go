@@ -101,9 +101,20 @@ type Node struct {
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Site where the gfe runs (DESIGN.md §2), for example "nyc". Required.
 	Site string `protobuf:"bytes,2,opt,name=site,proto3" json:"site,omitempty"`
-	// Build version of the gfe binary, for logs and status pages only.
-	// Optional.
-	BuildVersion  string `protobuf:"bytes,3,opt,name=build_version,json=buildVersion,proto3" json:"build_version,omitempty"`
+	// Build version of the gfe binary (its release and revision, as
+	// --version prints it), shown per gfe on the control plane's /status so
+	// that an operator sees which gfes run which release during a rollout.
+	// Optional; never parsed.
+	BuildVersion string `protobuf:"bytes,3,opt,name=build_version,json=buildVersion,proto3" json:"build_version,omitempty"`
+	// The configuration schema the gfe reads: the path of every field its
+	// configuration parser knows, list elements written "[]" (for example
+	// "services[].feedback.confirm_utilization"; config.Fields). The server
+	// leaves out of config_yaml every field the gfe does not list (and
+	// reports those it had to leave out although the operator set them), so
+	// that a gfe of an earlier release is never sent a field it cannot read.
+	// Empty: a gfe of a release before this field existed, which is sent
+	// only the fields of release 0.1.0 (config.BaselineFields).
+	ConfigFields  []string `protobuf:"bytes,4,rep,name=config_fields,json=configFields,proto3" json:"config_fields,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -157,6 +168,13 @@ func (x *Node) GetBuildVersion() string {
 		return x.BuildVersion
 	}
 	return ""
+}
+
+func (x *Node) GetConfigFields() []string {
+	if x != nil {
+		return x.ConfigFields
+	}
+	return nil
 }
 
 // SnapshotRequest is sent by the gfe on StreamSnapshots: once to open the
@@ -254,12 +272,15 @@ type Snapshot struct {
 	// SnapshotRequest.response_nonce. Never empty.
 	Nonce string `protobuf:"bytes,2,opt,name=nonce,proto3" json:"nonce,omitempty"`
 	// The validated operator configuration in its canonical YAML form (the
-	// control plane's merged view of configs/*.yaml). The gfe parses it with
-	// config.Parse(config_yaml, config_source) and NACKs it if that fails.
+	// control plane's merged view of configs/*.yaml): only the fields whose
+	// value differs from their default, and of those only the ones the
+	// receiving gfe reads (Node.config_fields). The gfe parses it with
+	// config.ParseSnapshot(config_yaml, config_source), which ignores (and
+	// reports) fields it does not know, and NACKs it if that fails.
 	ConfigYaml []byte `protobuf:"bytes,3,opt,name=config_yaml,json=configYaml,proto3" json:"config_yaml,omitempty"`
 	// Name of the configuration for error messages, for example
 	// "configs/*.yaml@controlplane-1". Passed as the name argument of
-	// config.Parse so that validation errors name their source.
+	// config.ParseSnapshot so that validation errors name their source.
 	ConfigSource string `protobuf:"bytes,4,opt,name=config_source,json=configSource,proto3" json:"config_source,omitempty"`
 	// Health of every instance of every instance group in config_yaml, one
 	// entry per (group, address). An instance missing from this list is
@@ -748,11 +769,12 @@ var File_spillway_v1_controlplane_proto protoreflect.FileDescriptor
 
 const file_spillway_v1_controlplane_proto_rawDesc = "" +
 	"\n" +
-	"\x1espillway/v1/controlplane.proto\x12\vspillway.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"O\n" +
+	"\x1espillway/v1/controlplane.proto\x12\vspillway.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"t\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04site\x18\x02 \x01(\tR\x04site\x12#\n" +
-	"\rbuild_version\x18\x03 \x01(\tR\fbuildVersion\"\xb9\x01\n" +
+	"\rbuild_version\x18\x03 \x01(\tR\fbuildVersion\x12#\n" +
+	"\rconfig_fields\x18\x04 \x03(\tR\fconfigFields\"\xb9\x01\n" +
 	"\x0fSnapshotRequest\x12%\n" +
 	"\x04node\x18\x01 \x01(\v2\x11.spillway.v1.NodeR\x04node\x12!\n" +
 	"\fversion_info\x18\x02 \x01(\tR\vversionInfo\x12%\n" +
