@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/backoff"
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/mtls"
@@ -34,8 +35,15 @@ type Config struct {
 	Node string
 	// Site is this gfe's site. Required.
 	Site string
-	// BuildVersion is reported to the control plane for its logs. Optional.
+	// BuildVersion is reported to the control plane, which shows it per
+	// gfe on its /status (which gfes run which release). Optional.
 	BuildVersion string
+	// Fields is the configuration schema this gfe reads (config.Fields,
+	// DefaultConfig's value), stated to the control plane in every stream
+	// request (Node.config_fields) so that it leaves out of the snapshot
+	// every field this gfe cannot read. Empty: the control plane assumes
+	// release 0.1.0's schema.
+	Fields []string
 	// TLS authenticates both ends with mutual TLS (package mtls): the
 	// client presents its certificate and takes snapshots only from a
 	// control plane whose certificate the CA bundle vouches for under
@@ -63,10 +71,11 @@ type Config struct {
 	KeepaliveTimeout time.Duration
 }
 
-// DefaultConfig returns a Config with every default set; Addresses, Node and
-// Site are left empty.
+// DefaultConfig returns a Config with every default set, Fields this
+// build's schema; Addresses, Node and Site are left empty.
 func DefaultConfig() Config {
 	return Config{
+		Fields:           config.Fields(),
 		BackoffMin:       200 * time.Millisecond,
 		BackoffMax:       10 * time.Second,
 		KeepaliveTime:    10 * time.Second,
@@ -148,6 +157,15 @@ type Status struct {
 	Pushes, Acks, Nacks, Connects, Failures uint64
 	// LastError is the last stream error or rejection ("" if none).
 	LastError string
+	// NacksInARow counts the snapshots rejected since the last one
+	// accepted (or since New): above 0, the node serves an older snapshot
+	// than the control plane's latest and does not follow its health
+	// changes until it accepts one again. LastNack is the last
+	// rejection's error and LastNackAt when it was sent; they are kept
+	// after an ACK, for the record.
+	NacksInARow uint64
+	LastNack    string
+	LastNackAt  time.Time
 }
 
 // Client is a gfe's connection to the control plane: it keeps one snapshot
@@ -198,8 +216,11 @@ type Client struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
-	connected string
-	lastErr   string
+	connected   string
+	lastErr     string
+	nacksInARow uint64
+	lastNack    string
+	lastNackAt  time.Time
 }
 
 // New checks cfg and returns a Client that is not yet connected; Run
@@ -251,13 +272,16 @@ func (c *Client) Status() Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := Status{
-		Connected: c.connected,
-		Pushes:    c.pushes.Load(),
-		Acks:      c.acks.Load(),
-		Nacks:     c.nacks.Load(),
-		Connects:  c.connects.Load(),
-		Failures:  c.failures.Load(),
-		LastError: c.lastErr,
+		Connected:   c.connected,
+		Pushes:      c.pushes.Load(),
+		Acks:        c.acks.Load(),
+		Nacks:       c.nacks.Load(),
+		Connects:    c.connects.Load(),
+		Failures:    c.failures.Load(),
+		LastError:   c.lastErr,
+		NacksInARow: c.nacksInARow,
+		LastNack:    c.lastNack,
+		LastNackAt:  c.lastNackAt,
 	}
 	if cur := c.cur.Load(); cur != nil {
 		s.Version = cur.Version
@@ -316,7 +340,7 @@ func (c *Client) session(ctx context.Context, addr string) (healthy bool, err er
 		return false, fmt.Errorf("open stream to %s: %w", addr, err)
 	}
 	hello := &pb.SnapshotRequest{
-		Node:        &pb.Node{Id: c.cfg.Node, Site: c.cfg.Site, BuildVersion: c.cfg.BuildVersion},
+		Node:        &pb.Node{Id: c.cfg.Node, Site: c.cfg.Site, BuildVersion: c.cfg.BuildVersion, ConfigFields: c.cfg.Fields},
 		VersionInfo: c.version(),
 	}
 	if err := stream.Send(hello); err != nil {
@@ -351,6 +375,7 @@ func (c *Client) handle(m *pb.Snapshot) *pb.SnapshotRequest {
 		// Same content as what is live (a replica that did not skip the
 		// push on reconnect): nothing to apply.
 		c.acks.Add(1)
+		c.setNacked(nil)
 		return &pb.SnapshotRequest{VersionInfo: cur.Version, ResponseNonce: m.GetNonce()}
 	}
 	snap, err := snapshot.FromProto(m)
@@ -365,6 +390,7 @@ func (c *Client) handle(m *pb.Snapshot) *pb.SnapshotRequest {
 	if err != nil {
 		c.nacks.Add(1)
 		c.setLastErr(err)
+		c.setNacked(err)
 		c.log.Warn().Err(err).Str("version", m.GetVersion()).Str("serving", c.version()).
 			Msg("rejected snapshot (NACK); keeping the last good one")
 		return &pb.SnapshotRequest{
@@ -379,6 +405,13 @@ func (c *Client) handle(m *pb.Snapshot) *pb.SnapshotRequest {
 	default:
 	}
 	c.acks.Add(1)
+	c.setNacked(nil)
+	if len(snap.UnknownFields) > 0 {
+		// Once per snapshot: a push of the same version is not applied
+		// again (above).
+		c.log.Warn().Str("version", snap.Version).Strs("unknown_fields", snap.UnknownFields).
+			Msg("snapshot applied without the fields this build does not know (a newer control plane); upgrade this gfe to honour them")
+	}
 	c.log.Info().Str("version", snap.Version).Str("control_plane", snap.ControlPlane).Msg("snapshot applied")
 	return &pb.SnapshotRequest{VersionInfo: snap.Version, ResponseNonce: m.GetNonce()}
 }
@@ -395,6 +428,18 @@ func (c *Client) setConnected(addr string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.connected = addr
+}
+
+// setNacked records an answer: a NACK with err, or an ACK (nil).
+func (c *Client) setNacked(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err == nil {
+		c.nacksInARow = 0
+		return
+	}
+	c.nacksInARow++
+	c.lastNack, c.lastNackAt = err.Error(), c.clock.Now()
 }
 
 func (c *Client) setLastErr(err error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/mtls"
 	"github.com/spillway-lb/spillway/internal/snapshot"
@@ -248,6 +250,9 @@ func TestClientAcksAndNacks(t *testing.T) {
 	if hello.GetNode().GetId() != "gfe-1" || hello.GetNode().GetSite() != "paris" || hello.GetVersionInfo() != "" || hello.GetResponseNonce() != "" {
 		t.Fatalf("hello = %v, want node gfe-1 at paris serving nothing", hello)
 	}
+	if got, want := hello.GetNode().GetConfigFields(), config.Fields(); !slices.Equal(got, want) {
+		t.Errorf("hello states %d config fields, want this build's %d (config.Fields)", len(got), len(want))
+	}
 	if c.Current() != nil {
 		t.Fatalf("Current() = %v before any push, want nil", c.Current())
 	}
@@ -280,11 +285,16 @@ func TestClientAcksAndNacks(t *testing.T) {
 		}(), want: `snapshot.health[1].address: "127.0.0.1:9999" is not an instance of group "g1"`},
 		{name: "no nonce", m: push("v5", "", 50, true), want: "snapshot.nonce: required"},
 	}
-	for _, tt := range tests {
+	for i, tt := range tests {
 		send(t, cp, tt.m)
 		wantNack(t, next(t, cp), "v1", tt.m.GetNonce(), tt.want)
 		if c.Current() != cur {
 			t.Fatalf("%s: Current() changed to %s, want v1 kept", tt.name, c.Current().Version)
+		}
+		// Refusals in a row are counted, so that the gfe shows it
+		// stopped following the control plane.
+		if st := c.Status(); st.NacksInARow != uint64(i+1) || !strings.Contains(st.LastNack, tt.want) || !st.LastNackAt.Equal(epoch) {
+			t.Errorf("%s: Status() = %d NACKs in a row, last %q at %v; want %d, %q at %v", tt.name, st.NacksInARow, st.LastNack, st.LastNackAt, i+1, tt.want, epoch)
 		}
 	}
 	select {
@@ -303,9 +313,36 @@ func TestClientAcksAndNacks(t *testing.T) {
 	wantAck(t, next(t, cp), "v6", "7")
 	st := c.Status()
 	want := Status{Connected: "passthrough:///cp-a", Version: "v6", Pushes: 7, Acks: 3, Nacks: 4, Connects: 1,
-		LastError: "snapshot.nonce: required"}
+		LastError: "snapshot.nonce: required", NacksInARow: 0, LastNack: "snapshot.nonce: required", LastNackAt: epoch}
 	if st != want {
 		t.Errorf("Status() = %+v, want %+v", st, want)
+	}
+}
+
+// TestClientAcksFieldsOfANewerRelease: a snapshot from a control plane
+// one release ahead, with configuration fields this build does not know,
+// is ACKed and applied — its health followed — with the fields named in
+// Current's UnknownFields; it is not refused as an operator file would be.
+func TestClientAcksFieldsOfANewerRelease(t *testing.T) {
+	n := newNetwork(t)
+	cp, _ := n.serve("cp-a")
+	c := startClient(t, n, clock.NewFake(epoch), nil, "cp-a")
+	next(t, cp) // hello
+	for i, healthy := range []bool{false, true} {
+		m := push(fmt.Sprintf("v%d", i+1), fmt.Sprint(i+1), 100, healthy)
+		m.ConfigYaml = append(m.ConfigYaml, "  - service: web\n    host: a.example\n    mirror: {service: web, fraction: 0.1}\n"...)
+		send(t, cp, m)
+		wantAck(t, next(t, cp), m.GetVersion(), m.GetNonce())
+		cur := c.Current()
+		if cur.Version != m.GetVersion() || cur.Healthy("127.0.0.1:9002") != healthy {
+			t.Errorf("Current() = %s with 9002 healthy %v, want %s with %v", cur.Version, cur.Healthy("127.0.0.1:9002"), m.GetVersion(), healthy)
+		}
+		if want := []string{"routes[1].mirror"}; !slices.Equal(cur.UnknownFields, want) {
+			t.Errorf("UnknownFields = %q, want %q", cur.UnknownFields, want)
+		}
+	}
+	if st := c.Status(); st.Acks != 2 || st.Nacks != 0 || st.NacksInARow != 0 {
+		t.Errorf("Status() = %+v, want 2 ACKs and no NACK", st)
 	}
 }
 

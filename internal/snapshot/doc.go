@@ -4,7 +4,9 @@
 // (proto/spillway/v1.Snapshot) in one function, FromProto.
 //
 // The flow is: operator YAML → config.Load (control plane) → canonical YAML
-// and health verdicts in a pb.Snapshot → FromProto (gfe) → Snapshot → the
+// (the fields the operator set that the receiving gfe reads,
+// config.MarshalFor) and health verdicts in a pb.Snapshot → FromProto (gfe,
+// config.ParseSnapshot: unknown fields ignored and named) → Snapshot → the
 // gfe's routing table. Health has one shape from here on: Healthy(addr).
 //
 // Package snapshot does no I/O.

@@ -20,8 +20,14 @@ type Snapshot struct {
 	// Version identifies the content; equal versions mean equal content,
 	// whichever control plane sent them.
 	Version string
-	// Config is the operator configuration, parsed with config.Parse.
+	// Config is the operator configuration, parsed with
+	// config.ParseSnapshot.
 	Config *config.Config
+	// UnknownFields are the paths of the fields of the pushed
+	// configuration that this build does not know (a control plane of a
+	// newer release): left out of Config, which holds everything else.
+	// Nil when there are none, and for FromConfig.
+	UnknownFields []string
 	// Health maps instance address (unique across the configuration) to its
 	// health. An instance of Config missing from Health is not healthy (the
 	// control plane has not checked it yet).
@@ -99,8 +105,10 @@ func FromConfig(version string, cfg *config.Config, unhealthy ...string) *Snapsh
 // returned, joined, each naming its field path ("snapshot.health[2].group:
 // ..."); configuration problems keep their *config.FieldError (naming the
 // config source and field path) inside, so config.FieldErrors and
-// errors.Is(err, config.ErrInvalid) work on the result. The nonce is not
-// looked at: it belongs to the stream, not the content.
+// errors.Is(err, config.ErrInvalid) work on the result. A configuration
+// field this build does not know is not a problem (tolerant on the wire):
+// it is left out and named in UnknownFields. The nonce is not looked at:
+// it belongs to the stream, not the content.
 func FromProto(m *pb.Snapshot) (*Snapshot, error) {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -111,16 +119,17 @@ func FromProto(m *pb.Snapshot) (*Snapshot, error) {
 	if source == "" {
 		source = "snapshot"
 	}
-	cfg, err := config.Parse(m.GetConfigYaml(), source)
+	cfg, unknown, err := config.ParseSnapshot(m.GetConfigYaml(), source)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("snapshot.config_yaml: %w", err))
 	}
 	s := &Snapshot{
-		Version:      m.GetVersion(),
-		Config:       cfg,
-		Health:       make(map[string]InstanceHealth, len(m.GetHealth())),
-		Source:       m.GetConfigSource(),
-		ControlPlane: m.GetControlPlaneId(),
+		Version:       m.GetVersion(),
+		Config:        cfg,
+		UnknownFields: unknown,
+		Health:        make(map[string]InstanceHealth, len(m.GetHealth())),
+		Source:        m.GetConfigSource(),
+		ControlPlane:  m.GetControlPlaneId(),
 	}
 	if ts := m.GetGeneratedAt(); ts != nil {
 		s.GeneratedAt = ts.AsTime()

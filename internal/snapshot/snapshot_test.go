@@ -131,6 +131,32 @@ func FuzzFromProto(f *testing.F) {
 	})
 }
 
+// TestFromProtoToleratesFieldsOfANewerRelease: a control plane one release
+// ahead sends fields this gfe does not know; the snapshot is accepted (so
+// the gfe ACKs it and follows its health) with those fields named, where
+// an operator's file with the same fields is refused.
+func TestFromProtoToleratesFieldsOfANewerRelease(t *testing.T) {
+	m := push("v2", "1", 100, false)
+	m.ConfigYaml = []byte(strings.Replace(string(m.ConfigYaml), "        max_rate_per_instance: 100\n",
+		"        max_rate_per_instance: 100\n        warmup: 30s\n", 1) + "tracing: {sample: 0.5}\n")
+	got, err := FromProto(m)
+	if err != nil {
+		t.Fatalf("FromProto(fields of a newer release) = %v, want it accepted", err)
+	}
+	if want := []string{"services[0].backends[0].warmup", "tracing"}; !slices.Equal(got.UnknownFields, want) {
+		t.Errorf("UnknownFields = %q, want %q", got.UnknownFields, want)
+	}
+	if got.Healthy("127.0.0.1:9002") || !got.Healthy("127.0.0.1:9001") || got.Config.Services[0].Backends[0].MaxRatePerInstance != 100 {
+		t.Errorf("FromProto applied %+v, want 9001 healthy, 9002 not, rate 100", got.Health)
+	}
+	if _, err := config.Parse(m.ConfigYaml, "operator.yaml"); err == nil {
+		t.Error("config.Parse accepted the unknown fields; an operator's file must stay strict")
+	}
+	if plain, err := FromProto(push("v1", "1", 100, false)); err != nil || plain.UnknownFields != nil {
+		t.Errorf("FromProto(known fields) = %v, %v; want no unknown field", plain.UnknownFields, err)
+	}
+}
+
 func TestFromConfig(t *testing.T) {
 	full, err := FromProto(push("v1", "1", 100, false))
 	if err != nil {
