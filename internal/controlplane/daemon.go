@@ -113,6 +113,7 @@ func New(cfg Config, opts Options) (d *Daemon, err error) {
 		return nil, fmt.Errorf("controlplane: initial config: %w", err)
 	}
 	d.svc = newService(cfg.NodeName, d.hub, opts.Clock, opts.Logger, d.m)
+	reg.MustRegister(newGFECollector(d.svc.Nodes))
 	if d.autoscaler != nil {
 		d.svc.capacity = d.autoscaler.ctrl
 	}
@@ -388,6 +389,10 @@ type statusPage struct {
 	OwnedGroups     []string         `json:"owned_groups"`
 	Health          []InstanceHealth `json:"health"`
 	GFEs            []NodeStatus     `json:"gfes"`
+	// LaggingGFEs names the connected gfes that refuse the current
+	// snapshot (NodeStatus.Lagging), for an operator's first look during
+	// a rollout; GFEs has each one's error.
+	LaggingGFEs []string `json:"lagging_gfes"`
 	// QuotaStore is where quota counters live: "memory" or "redis".
 	QuotaStore string `json:"quota_store"`
 	// Quota is every configured consumer's standing per metric in the
@@ -410,8 +415,14 @@ func (d *Daemon) serveStatus(w http.ResponseWriter, r *http.Request) {
 		ControlPlanes:  members,
 		OwnedGroups:    owned,
 		GFEs:           d.svc.Nodes(),
+		LaggingGFEs:    []string{},
 		QuotaStore:     d.quota.storeName,
 		Quota:          d.quota.Status(r.Context(), d.quota.clock.Now()),
+	}
+	for _, n := range p.GFEs {
+		if n.Lagging && n.Streams > 0 {
+			p.LaggingGFEs = append(p.LaggingGFEs, n.ID)
+		}
 	}
 	if d.autoscaler != nil {
 		p.Autoscaler = d.autoscaler.ctrl.Status()

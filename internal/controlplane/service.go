@@ -26,10 +26,20 @@ import (
 // NodeStatus is what the control plane knows about one gfe's snapshot
 // stream(s), keyed by Node.id.
 type NodeStatus struct {
-	// ID, Site and BuildVersion come from the stream's first request.
+	// ID, Site and BuildVersion (the gfe's release and revision) come from
+	// the stream's first request.
 	ID           string `json:"id"`
 	Site         string `json:"site"`
 	BuildVersion string `json:"build_version,omitempty"`
+	// DeclaredFields is how many configuration fields the gfe said it
+	// reads (Node.config_fields); 0 for a gfe of 0.1.0 or earlier, which
+	// states none and is sent only 0.1.0's fields (config.BaselineFields).
+	DeclaredFields int `json:"declared_fields"`
+	// Dropped lists the fields the served configuration sets that the
+	// gfe cannot read, so that its snapshots are sent without them
+	// (config.MarshalFor): settings that gfe does not honour until it is
+	// upgraded. Empty when it reads everything the configuration sets.
+	Dropped []string `json:"dropped_fields,omitempty"`
 	// Streams is the number of open streams from this node (normally 0 or
 	// 1; a reconnect may overlap the old stream for a moment).
 	Streams int `json:"streams"`
@@ -44,6 +54,14 @@ type NodeStatus struct {
 	// Acks and Nacks count the node's answers to pushes.
 	Acks  uint64 `json:"acks"`
 	Nacks uint64 `json:"nacks"`
+	// NacksInARow counts the node's NACKs since it last accepted a
+	// snapshot (or announced the current one on connecting).
+	NacksInARow uint64 `json:"nacks_in_a_row"`
+	// Lagging is true while NacksInARow > 0: the node refused the latest
+	// snapshot pushed to it and serves an older one (Acked), so health
+	// changes no longer reach it. A refused snapshot is not pushed again
+	// until the content changes, so one refusal is enough to lag.
+	Lagging bool `json:"lagging"`
 	// LastNack is the node's last rejection, nil if none.
 	LastNack *Nack `json:"last_nack,omitempty"`
 }
@@ -82,6 +100,8 @@ type service struct {
 	// capacity answers RequestCapacity; nil without an autoscaler. Set
 	// once by New before serving.
 	capacity capacityDemander
+	// forms are the configuration's forms for gfes of earlier releases.
+	forms wireForms
 
 	closeOnce sync.Once
 
@@ -131,6 +151,7 @@ func (s *service) Nodes() []NodeStatus {
 
 func copyNode(n *NodeStatus) NodeStatus {
 	c := *n
+	c.Dropped = slices.Clone(n.Dropped)
 	if n.LastNack != nil {
 		nk := *n.LastNack
 		c.LastNack = &nk
@@ -166,7 +187,8 @@ func (s *service) StreamSnapshots(stream pb.ControlPlane_StreamSnapshotsServer) 
 		return status.Error(codes.InvalidArgument, joinErrors(errs))
 	}
 	id := n.GetId()
-	log := s.log.With().Str("gfe", id).Str("site", n.GetSite()).Logger()
+	log := s.log.With().Str("gfe", id).Str("site", n.GetSite()).Str("build", n.GetBuildVersion()).Logger()
+	schema, declared := readerSchema(n)
 	s.connect(n)
 	defer s.disconnect(id)
 	// Secrets go only to clients whose certificate the mutual TLS
@@ -174,7 +196,11 @@ func (s *service) StreamSnapshots(stream pb.ControlPlane_StreamSnapshotsServer) 
 	// stream is authenticated, so every one gets the redacted form.
 	withSecrets := mtls.Authenticated(ctx)
 	log.Info().Str("serving", first.GetVersionInfo()).Strs("peer_identities", mtls.PeerIdentities(ctx)).
-		Bool("secrets", withSecrets).Msg("gfe connected")
+		Bool("secrets", withSecrets).Int("declared_fields", len(n.GetConfigFields())).Bool("reads_every_field", schema == nil).
+		Msg("gfe connected")
+	if !declared {
+		log.Info().Msg("gfe states no configuration schema (0.1.0 or earlier): sending it only 0.1.0's fields")
+	}
 
 	reqs := make(chan *pb.SnapshotRequest)
 	recvErr := make(chan error, 1)
@@ -185,26 +211,44 @@ func (s *service) StreamSnapshots(stream pb.ControlPlane_StreamSnapshotsServer) 
 		nonce     string // of the latest push
 		pushedVer string // of the latest push, or the version the gfe announced
 		announced = first.GetVersionInfo()
+		dropped   []string // of the latest push
 	)
 	for {
 		st, changed := s.hub.Load()
-		if st != nil && st.Ready && st.Version != pushedVer {
-			if pushedVer == "" && announced == st.Version {
+		var form *wireForm
+		var ver string
+		if st != nil && st.Ready {
+			form = s.forms.form(st.Config, schema)
+			ver = st.versionAs(form)
+		}
+		if form != nil && ver != pushedVer {
+			if !slices.Equal(form.dropped, dropped) {
+				dropped = form.dropped
+				if len(dropped) > 0 {
+					log.Warn().Strs("fields", dropped).Str("config", st.Config.Version).
+						Msg("the configuration sets fields this gfe cannot read: sending it the snapshot without them; upgrade the gfe to honour them")
+				}
+			}
+			s.record(id, func(ns *NodeStatus) { ns.Dropped = form.dropped })
+			if pushedVer == "" && announced == ver {
 				// The gfe already serves this content (from this or
 				// another replica): no push needed.
-				pushedVer = st.Version
-				s.record(id, func(ns *NodeStatus) { ns.Acked, ns.AckedAt = announced, s.clock.Now() })
+				pushedVer = ver
+				s.record(id, func(ns *NodeStatus) {
+					ns.Acked, ns.AckedAt = announced, s.clock.Now()
+					ns.NacksInARow, ns.Lagging = 0, false
+				})
 			} else {
 				seq++
 				nonce = strconv.FormatUint(seq, 10)
-				if err := stream.Send(st.snapshot(nonce, s.self, withSecrets)); err != nil {
+				if err := stream.Send(st.snapshot(form, nonce, s.self, withSecrets)); err != nil {
 					log.Info().Err(err).Msg("gfe stream ended while pushing")
 					return nil
 				}
-				pushedVer = st.Version
+				pushedVer = ver
 				s.m.pushes.Inc()
-				s.record(id, func(ns *NodeStatus) { ns.Pushed = st.Version })
-				log.Debug().Str("version", st.Version).Str("nonce", nonce).Msg("snapshot pushed")
+				s.record(id, func(ns *NodeStatus) { ns.Pushed = ver })
+				log.Debug().Str("version", ver).Str("nonce", nonce).Msg("snapshot pushed")
 			}
 		}
 		select {
@@ -266,16 +310,27 @@ func (s *service) answer(log zerolog.Logger, id string, req *pb.SnapshotRequest,
 	if d := req.GetErrorDetail(); d != nil {
 		s.m.nacks.Inc()
 		nk := &Nack{Version: pushed, Serving: req.GetVersionInfo(), Code: codes.Code(d.GetCode()), Error: d.GetMessage(), At: now}
-		s.record(id, func(ns *NodeStatus) { ns.Nacks++; ns.LastNack = nk })
+		var inARow uint64
+		s.record(id, func(ns *NodeStatus) {
+			ns.Nacks++
+			ns.NacksInARow++
+			ns.Lagging, ns.LastNack = true, nk
+			inARow = ns.NacksInARow
+		})
 		log.Warn().Str("version", pushed).Str("serving", nk.Serving).Str("code", nk.Code.String()).
-			Str("error", nk.Error).Msg("gfe rejected snapshot (NACK)")
+			Str("error", nk.Error).Uint64("nacks_in_a_row", inARow).
+			Msg("gfe rejected snapshot (NACK): it keeps serving an older one and no longer follows health changes")
 		return
 	}
 	s.m.acks.Inc()
 	if v := req.GetVersionInfo(); v != pushed {
 		log.Warn().Str("acked", v).Str("pushed", pushed).Msg("ACK names a version other than the one pushed")
 	}
-	s.record(id, func(ns *NodeStatus) { ns.Acks++; ns.Acked, ns.AckedAt = req.GetVersionInfo(), now })
+	s.record(id, func(ns *NodeStatus) {
+		ns.Acks++
+		ns.Acked, ns.AckedAt = req.GetVersionInfo(), now
+		ns.NacksInARow, ns.Lagging = 0, false
+	})
 	log.Debug().Str("version", req.GetVersionInfo()).Msg("snapshot acknowledged")
 }
 
@@ -288,7 +343,7 @@ func (s *service) connect(n *pb.Node) {
 		ns = &NodeStatus{ID: n.GetId()}
 		s.nodes[n.GetId()] = ns
 	}
-	ns.Site, ns.BuildVersion = n.GetSite(), n.GetBuildVersion()
+	ns.Site, ns.BuildVersion, ns.DeclaredFields = n.GetSite(), n.GetBuildVersion(), len(n.GetConfigFields())
 	ns.Streams++
 	ns.ConnectedAt = s.clock.Now()
 }

@@ -61,6 +61,8 @@ type State struct {
 	// pbHealth is Health as proto messages, built once and shared
 	// (read-only) by every push of this State.
 	pbHealth []*pb.InstanceHealth
+	// healthHash is Version's second part.
+	healthHash string
 }
 
 // newState builds a State; it computes Version and the proto form.
@@ -79,27 +81,43 @@ func newState(cfg *LoadedConfig, hs []InstanceHealth, ready bool, at time.Time) 
 		}
 		pbh[i] = m
 	}
+	hh := hex.EncodeToString(h.Sum(nil))[:8]
 	return &State{
-		Config:   cfg,
-		Health:   hs,
-		Version:  cfg.Hash + "-" + hex.EncodeToString(h.Sum(nil))[:8],
-		Ready:    ready,
-		At:       at,
-		pbHealth: pbh,
+		Config:     cfg,
+		Health:     hs,
+		Version:    cfg.Hash + "-" + hh,
+		Ready:      ready,
+		At:         at,
+		pbHealth:   pbh,
+		healthHash: hh,
 	}
 }
 
-// snapshot returns the proto Snapshot of s with nonce, for one push. It
-// carries the configuration's secrets only when withSecrets is true (the
-// stream is authenticated by mutual TLS); otherwise they are redacted. It
-// shares s's read-only bytes and health messages.
-func (s *State) snapshot(nonce, node string, withSecrets bool) *pb.Snapshot {
-	yaml := s.Config.RedactedYAML
+// versionAs is the Version of s as a gfe sent the configuration's form f
+// sees it: Version itself for the canonical form, else the same health
+// part after f's own hash, so that two replicas sending the same form send
+// the same version and a form's version changes with health as Version
+// does.
+func (s *State) versionAs(f *wireForm) string {
+	if f.hash == s.Config.Hash {
+		return s.Version
+	}
+	return f.hash + "-" + s.healthHash
+}
+
+// snapshot returns the proto Snapshot of s with nonce, for one push to a
+// gfe sent the configuration's form f (canonicalForm for one that reads
+// every field). It carries the configuration's secrets only when
+// withSecrets is true (the stream is authenticated by mutual TLS);
+// otherwise they are redacted. It shares s's and f's read-only bytes and
+// health messages.
+func (s *State) snapshot(f *wireForm, nonce, node string, withSecrets bool) *pb.Snapshot {
+	yaml := f.redacted
 	if withSecrets {
-		yaml = s.Config.YAML
+		yaml = f.yaml
 	}
 	return &pb.Snapshot{
-		Version:        s.Version,
+		Version:        s.versionAs(f),
 		Nonce:          nonce,
 		ConfigYaml:     yaml,
 		ConfigSource:   s.Config.Source,

@@ -1,0 +1,95 @@
+package controlplane
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"sync"
+
+	"github.com/spillway-lb/spillway/config"
+	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
+)
+
+// wireForm is the configuration as one kind of gfe is sent it: the
+// canonical YAML, or (for a gfe of an earlier release that reads fewer
+// fields) that YAML without the fields the gfe does not read.
+type wireForm struct {
+	// yaml and redacted are the forms with and without secrets
+	// (LoadedConfig.YAML and RedactedYAML). Read-only.
+	yaml, redacted []byte
+	// hash identifies yaml as LoadedConfig.Hash does the canonical form.
+	hash string
+	// dropped are the paths of the fields the configuration sets that
+	// this form leaves out (config.MarshalFor): settings the gfe cannot
+	// honour. Nil for the canonical form. Read-only.
+	dropped []string
+}
+
+// canonicalForm is cfg's form for a gfe that reads every field.
+func canonicalForm(cfg *LoadedConfig) *wireForm {
+	return &wireForm{yaml: cfg.YAML, redacted: cfg.RedactedYAML, hash: cfg.Hash}
+}
+
+// readerSchema returns the schema of the gfe n to marshal for: nil when it
+// reads every field this build has (the canonical form serves it), the
+// fields it states (Node.config_fields), or, for a gfe that states none (a
+// release before the field existed, 0.1.0 or earlier),
+// config.BaselineFields. declared reports whether the gfe stated them.
+func readerSchema(n *pb.Node) (schema *config.FieldSet, declared bool) {
+	fs := config.BaselineFields()
+	if f := n.GetConfigFields(); len(f) > 0 {
+		fs, declared = config.NewFieldSet(f), true
+	}
+	if fs.Covers() {
+		return nil, declared
+	}
+	return fs, declared
+}
+
+// wireForms makes and keeps the forms of the configuration being served
+// for the schemas of the gfes connected (one per distinct schema), so that
+// a push to a gfe of an earlier release costs a marshal only when the
+// configuration changes. Safe for concurrent use.
+type wireForms struct {
+	mu sync.Mutex
+	// Guarded by mu.
+	cfg *LoadedConfig        // the configuration of the forms in by
+	by  map[string]*wireForm // by config.FieldSet.Key
+}
+
+// form returns cfg's form for schema (nil: the canonical form). A form
+// that drops nothing is the canonical form: the same bytes, hash and
+// version. If marshalling fails (it cannot for a valid configuration) the
+// canonical form is returned, which the gfe may refuse, visibly.
+func (w *wireForms) form(cfg *LoadedConfig, schema *config.FieldSet) *wireForm {
+	if schema == nil {
+		return canonicalForm(cfg)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cfg != cfg {
+		w.cfg, w.by = cfg, map[string]*wireForm{}
+	}
+	if f, ok := w.by[schema.Key()]; ok {
+		return f
+	}
+	f := marshalForm(cfg, schema)
+	w.by[schema.Key()] = f
+	return f
+}
+
+// marshalForm makes cfg's form for schema.
+func marshalForm(cfg *LoadedConfig, schema *config.FieldSet) *wireForm {
+	yaml, dropped, err := config.MarshalFor(cfg.Config, schema)
+	if err != nil || len(dropped) == 0 {
+		return canonicalForm(cfg)
+	}
+	redacted := yaml
+	if !bytes.Equal(cfg.RedactedYAML, cfg.YAML) {
+		if redacted, _, err = config.MarshalFor(config.Redact(cfg.Config), schema); err != nil {
+			return canonicalForm(cfg)
+		}
+	}
+	sum := sha256.Sum256(yaml)
+	return &wireForm{yaml: yaml, redacted: redacted, hash: hex.EncodeToString(sum[:])[:12], dropped: dropped}
+}
