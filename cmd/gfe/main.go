@@ -146,7 +146,18 @@ func run(args []string) error {
 		}
 		return nil
 	}
-	e, err := gfe.New(ecfg, gfe.Options{Logger: log, Gossip: node, Quota: quota, Capacity: capacity})
+	cps := daemonflags.List(v.GetString("controlplanes"))
+	// The stream's state, for /status, /readyz and metrics.
+	var stream func() cpclient.Status
+	if len(cps) > 0 {
+		stream = func() cpclient.Status {
+			if c := cpc.Load(); c != nil {
+				return c.Status()
+			}
+			return cpclient.Status{}
+		}
+	}
+	e, err := gfe.New(ecfg, gfe.Options{Logger: log, Gossip: node, Quota: quota, Capacity: capacity, Stream: stream})
 	if err != nil {
 		return err
 	}
@@ -161,7 +172,6 @@ func run(args []string) error {
 			return err
 		}
 	}
-	cps := daemonflags.List(v.GetString("controlplanes"))
 	if len(cps) == 0 && v.GetString("config") == "" {
 		return errors.New("need --controlplanes or --config (or both)")
 	}

@@ -27,11 +27,14 @@ func (d *Daemon) adminHandler() (http.Handler, error) {
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		// The detail (refused snapshots) is in the body whatever the
+		// code; see stream.go for why it does not change the code.
+		detail := d.readyDetail()
 		if !d.Ready() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			http.Error(w, strings.TrimSuffix("not ready\n"+detail, "\n"), http.StatusServiceUnavailable)
 			return
 		}
-		w.Write([]byte("ready\n"))
+		w.Write([]byte("ready\n" + detail))
 	})
 	statuspage.Mount(mux)
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
@@ -87,9 +90,12 @@ func siteStatus(site waterfall.Site, p *waterfall.Plan) status.SiteStatus {
 
 // Status returns the node's current state. Safe to call from any goroutine.
 func (d *Daemon) Status() status.Status {
-	st := status.Status{Node: d.cfg.Node, Version: version.Get(), Site: d.cfg.Site, Ready: d.Ready(), RTTms: d.rtt.Snapshot()}
+	st := status.Status{Node: d.cfg.Node, Version: version.Get(), Site: d.cfg.Site, Ready: d.Ready(), RTTms: d.rtt.Snapshot(), ControlPlane: d.streamStatus()}
 	if snap := d.gossip.Snapshot(); snap != nil {
 		st.Members = snap.Members
+	}
+	if cur := d.Snapshot(); cur != nil {
+		st.UnknownFields = cur.UnknownFields
 	}
 	t := d.table.Load()
 	if t == nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/internal/cpclient"
 	"github.com/spillway-lb/spillway/internal/fdlimit"
 	"github.com/spillway-lb/spillway/internal/gfe/httpproxy"
 	"github.com/spillway-lb/spillway/internal/gfe/listeners"
@@ -243,6 +244,11 @@ type Options struct {
 	// pending queue (pb.ControlPlaneClient implements it), or nil when
 	// none is (nothing is asked then). Nil: nothing is ever asked.
 	Capacity func() pending.Requester
+	// Stream returns the state of the snapshot stream from the control
+	// planes (cpclient.Client.Status), shown on /status and /readyz and in
+	// the spillway_gfe_snapshot_* metrics. Nil: the node has no control
+	// plane (a local config file only).
+	Stream func() cpclient.Status
 }
 
 // Daemon is one running gfe: it wires the planner loop (a routing.Builder
@@ -255,6 +261,7 @@ type Daemon struct {
 	log     zerolog.Logger
 	clk     clock.Clock
 	gossip  Gossip
+	stream  func() cpclient.Status // nil without a control plane
 	quota   *quotaclient.Enforcer
 	reg     *prometheus.Registry
 	metrics *metrics
@@ -321,6 +328,7 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 		log:     opts.Logger.With().Str("component", "gfe").Str("site", cfg.Site).Logger(),
 		clk:     clock.OrReal(opts.Clock),
 		gossip:  opts.Gossip,
+		stream:  opts.Stream,
 		reg:     opts.Registry,
 		kick:    make(chan struct{}, 1),
 	}
@@ -334,6 +342,7 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 		d.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	}
 	d.metrics = newMetrics(d.reg, d.Table)
+	d.reg.MustRegister(snapshotCollectors(d.Snapshot, d.stream)...)
 	if d.limits, err = fdlimit.Raise(); err != nil {
 		d.log.Warn().Err(err).Msg("cannot read RLIMIT_NOFILE: no fd budget for client connections")
 	} else {

@@ -26,6 +26,36 @@ type Status struct {
 	RTTms         map[string]float64 `json:"rtt_ms"`
 	Members       []string           `json:"gossip_members"`
 	Services      []ServiceStatus    `json:"services"`
+	// ControlPlane is the state of the snapshot stream from the control
+	// planes; nil for a gfe that serves a local config file only.
+	ControlPlane *StreamStatus `json:"control_plane,omitempty"`
+	// UnknownFields are the configuration fields of the snapshot being
+	// served that this build does not know (a control plane of a newer
+	// release): applied without them.
+	UnknownFields []string `json:"snapshot_unknown_fields,omitempty"`
+}
+
+// StreamStatus is the gfe's side of its snapshot stream (cpclient.Status).
+type StreamStatus struct {
+	// Connected is the control plane whose stream is open, "" while none
+	// is.
+	Connected string `json:"connected"`
+	// Serving is the version of the snapshot being served.
+	Serving string `json:"serving"`
+	// Pushes, Acks and Nacks count snapshots received, accepted and
+	// refused since start.
+	Pushes uint64 `json:"pushes"`
+	Acks   uint64 `json:"acks"`
+	Nacks  uint64 `json:"nacks"`
+	// NacksInARow counts the snapshots refused since the last accepted
+	// one; Refusing is NacksInARow > 0: the gfe serves an older snapshot
+	// than the control plane's and does not follow its health changes.
+	NacksInARow uint64 `json:"nacks_in_a_row"`
+	Refusing    bool   `json:"refusing"`
+	// LastNack is the last refusal's error and LastNackAt its time (kept
+	// after the gfe accepts a snapshot again).
+	LastNack   string     `json:"last_nack,omitempty"`
+	LastNackAt *time.Time `json:"last_nack_at,omitempty"`
 }
 
 // ServiceStatus is one service in Status.
