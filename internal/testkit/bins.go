@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -59,17 +58,9 @@ func runWithBinaries(m *testing.M, bins *map[string]string, names []string) int 
 // timing (queueing, probes, convergence) stops meaning what the tests
 // assert. It waits for the lock and returns its release.
 func LockDeployments() (func(), error) {
-	path := filepath.Join(os.TempDir(), "spillway-deployment-tests.lock")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
+	unlock, err := lockFile(filepath.Join(os.TempDir(), "spillway-deployment-tests.lock"))
 	if err != nil {
-		return nil, fmt.Errorf("deployment test lock %s: %w", path, err)
+		return nil, fmt.Errorf("deployment test lock: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("deployment test lock %s: %w", path, err)
-	}
-	return func() {
-		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		f.Close()
-	}, nil
+	return unlock, nil
 }
