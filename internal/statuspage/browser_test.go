@@ -31,13 +31,19 @@ const gfeDoc = `{"node": "` + `\u003cimg src=x onerror=\"window.pwned=1\"\u003e`
    {"name": "nyc", "demand_rps": 200, "rtt_ms": {"us-east": 8}, "flows": [{"region": "us-east", "load_rps": 200, "share": 1, "reason": "nearest"}]}],
   "groups": [{"name": "eu-west-b-web", "region": "eu-west", "zone": "eu-west-b", "instances": 4, "healthy": 3, "in_flight": 7,
    "backends": [{"address": "127.0.0.1:1", "in_flight": 7, "max_concurrency": 0, "ejected": true}]}],
-  "decisions": {"nearest": 10, "spill_health": 3}}]}`
+  "decisions": {"nearest": 10, "spill_health": 3}}],
+ "control_plane": {"connected": "cp-1:7000", "serving": "v1", "pushes": 4, "acks": 1, "nacks": 3, "nacks_in_a_row": 3, "refusing": true,
+  "last_nack": "snapshot.config_yaml: cp.yaml: listeners[0].fast_path: unknown field"},
+ "snapshot_unknown_fields": ["tracing"]}`
 
 // cpDoc is a control plane's /status with a quota section, as issue #15
 // leaves room for.
 const cpDoc = `{"node": "cp-1", "ready": true, "control_planes": ["cp-1"], "owned_groups": ["g1"],
  "health": [{"group": "g1", "address": "127.0.0.1:1", "status": "healthy"}, {"group": "g1", "address": "127.0.0.1:2", "status": "unhealthy", "detail": "` + `\u003cb\u003eboom\u003c/b\u003e` + `"}],
- "gfes": [{"id": "gfe-1", "site": "lon", "streams": 1, "acks": 2, "nacks": 0}],
+ "gfes": [{"id": "gfe-1", "site": "lon", "build_version": "v0.2.0 (rev 0cc1780a12b4)", "streams": 1, "acks": 2, "nacks": 0, "nacks_in_a_row": 0},
+  {"id": "gfe-2", "site": "lon", "build_version": "(devel) (rev 9b376d3fdc2e)", "streams": 1, "acks": 1, "nacks": 2, "nacks_in_a_row": 2, "lagging": true,
+   "dropped_fields": ["listeners[0].zero_rtt"], "last_nack": {"version": "abc-1", "error": "cp.yaml: listeners[0].fast_path: unknown field"}}],
+ "lagging_gfes": ["gfe-2"],
  "quota": [{"consumer": "project:alpha", "metric": "requests", "limit": 600, "used": 42}]}`
 
 // TestPageInBrowser loads the page over fake /status documents in a real
@@ -106,6 +112,13 @@ func TestPageInBrowser(t *testing.T) {
 	if got := eval(`String(document.querySelectorAll('section[data-section="quota"]').length)`); got != "0" {
 		t.Errorf("%s quota sections without quota in /status, want 0", got)
 	}
+	// A gfe refusing snapshots says so first, in red, with the error.
+	if got := eval(`[document.querySelector('main > section').className, document.querySelector('section.stream [data-state]').textContent,
+		getComputedStyle(document.querySelector('section.stream [data-state]')).backgroundColor,
+		document.querySelector('section.stream [data-last-nack]').textContent, document.querySelector('section.stream [data-unknown]').textContent].join(' | ')`); got !=
+		"card stream alarm | refusing snapshots: 3 in a row | rgb(209, 56, 61) | snapshot.config_yaml: cp.yaml: listeners[0].fast_path: unknown field | applied without 1 fields this build does not know (a newer control plane): tracing" {
+		t.Errorf("stream card = %q, want it first, red, refusing 3 in a row with the error and the ignored field", got)
+	}
 
 	// A control plane's document: health and quota, and live: no reload.
 	if err := chromedp.Do(ctx, chromedp.Evaluate[chromedp.Void](`window.mark = 1`)); err != nil {
@@ -122,6 +135,17 @@ func TestPageInBrowser(t *testing.T) {
 	}
 	if got := eval(`[...document.querySelectorAll('section.groups td.detail')].map(e => e.textContent).join('|')`); got != "|<b>boom</b>" {
 		t.Errorf("detail = %q, want the markup shown as text", got)
+	}
+	// Which gfe runs which release, and the lagging one named in red at
+	// the top.
+	if got := eval(`[...document.querySelectorAll('section.gfes tbody tr')].map(r => [r.dataset.gfe, r.className, r.querySelector('.build').textContent,
+		r.querySelector('.inarow').textContent, r.querySelector('.dropped').textContent].join(' ')).join('; ')`); got !=
+		"gfe-1  v0.2.0 (rev 0cc1780a12b4) 0 ; gfe-2 lagging (devel) (rev 9b376d3fdc2e) 2 listeners[0].zero_rtt" {
+		t.Errorf("gfe rows = %q", got)
+	}
+	if got := eval(`document.querySelector('main > section').className + ' | ' + document.querySelector('main > section').textContent`); got !=
+		"card alarm lagging | 1 lagging gfes refusing the current snapshot (not following health changes): gfe-2" {
+		t.Errorf("first section = %q, want the lagging gfes", got)
 	}
 	if got := eval(`String(window.mark)`); got != "1" {
 		t.Errorf("window.mark = %s after the update: the page reloaded", got)

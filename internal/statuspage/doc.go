@@ -13,7 +13,11 @@
 // daemons apart by the document's shape: a control plane's has health and
 // gfes, a gfe's services.
 //
-// On a gfe it shows, per service:
+// On a gfe it shows first its snapshot stream from the control plane, in
+// red while the gfe refuses the control plane's snapshots (it then serves
+// an older one and no longer follows health changes), with the last
+// refusal and the fields of a newer control plane it ignored; then, per
+// service:
 //
 //   - the waterfall for the gfe's site: every region in the site's RTT order
 //     (the plan row's order), with the site's share and its reason (nearest,
@@ -27,7 +31,10 @@
 //   - the decision counters.
 //
 // On a control plane it shows every instance's health by group, which
-// replica checks it, and the connected gfes with their acks and nacks.
+// replica checks it, and the connected gfes with their build (release),
+// acks and nacks, NACKs in a row and the configured fields each cannot
+// read; the gfes refusing the current snapshot (lagging) are named in red
+// at the top.
 // Sections that other parts of Spillway add to /status later (autoscaler,
 // quota: a top-level or per-service "autoscaler" or "quota" key) are drawn
 // as generic tables when present and not at all when absent.

@@ -240,8 +240,36 @@ function renderDecisions(svc) {
         el('td', { class: 'num' }, String(num(svc.failures)))))));
 }
 
+// renderStream draws the gfe's snapshot stream: red while it refuses the
+// control plane's snapshots (it then serves an older one and does not
+// follow health changes), amber when the snapshot it serves came with
+// fields this build does not know.
+function renderStream(st) {
+  const cp = st.control_plane;
+  const unknown = st.snapshot_unknown_fields || [];
+  if (!cp && !unknown.length) return null;
+  const c = cp || {};
+  const state = c.refusing
+    ? el('span', { class: 'badge bad', 'data-state': 'refusing' }, 'refusing snapshots: ' + num(c.nacks_in_a_row) + ' in a row')
+    : el('span', { class: 'badge ok', 'data-state': 'following' }, 'following');
+  return el('section', { class: 'card stream' + (c.refusing ? ' alarm' : ''), 'data-refusing': c.refusing ? 'true' : 'false' },
+    el('h3', {}, 'Control plane ', cp ? state : null),
+    el('table', {}, el('tbody', {},
+      cp ? el('tr', {}, el('th', { scope: 'row' }, 'connected'), el('td', { class: 'mono' }, c.connected || 'none')) : null,
+      cp ? el('tr', {}, el('th', { scope: 'row' }, 'serving'), el('td', { class: 'mono' }, c.serving || '–')) : null,
+      cp ? el('tr', {}, el('th', { scope: 'row' }, 'snapshots'), el('td', {}, num(c.pushes) + ' pushed, ' + num(c.acks) + ' accepted, ',
+        el('span', { class: num(c.nacks) ? 'bad' : '' }, num(c.nacks) + ' refused'))) : null,
+      c.last_nack ? el('tr', {}, el('th', { scope: 'row' }, 'last refusal'),
+        el('td', { class: 'detail' + (c.refusing ? ' bad' : ''), 'data-last-nack': '' }, c.last_nack)) : null,
+      unknown.length ? el('tr', {}, el('th', { scope: 'row' }, 'ignored fields'),
+        el('td', { class: 'detail warn', 'data-unknown': unknown.length }, 'applied without ' + unknown.length +
+          ' fields this build does not know (a newer control plane): ' + unknown.join(', '))) : null)));
+}
+
 function renderGFE(st, open) {
   const out = [];
+  const stream = renderStream(st);
+  if (stream) out.push(stream);
   for (const svc of st.services || []) {
     out.push(el('h2', { 'data-service': svc.name }, 'Service ', el('span', { class: 'mono' }, svc.name),
       el('span', { class: 'sub' }, ' policy ' + svc.policy + ' '),
@@ -288,13 +316,25 @@ function renderCP(st, open) {
   }
   out.push(el('section', { class: 'card groups' }, el('h3', {}, 'Instance health'),
     el('table', {}, el('thead', {}, el('tr', {}, ['group', 'healthy', 'unhealthy', 'unknown', 'checked by', 'instances'].map((h) => el('th', {}, h)))), tbody)));
-  const gfes = el('tbody', {}, (st.gfes || []).map((g) => el('tr', { 'data-gfe': g.id },
-    el('th', { scope: 'row' }, g.id), el('td', {}, g.site), el('td', { class: 'num' }, String(num(g.streams))),
+  // A lagging gfe refuses the current snapshot: red, with its error; a
+  // gfe sent without fields it cannot read: amber, with the fields.
+  const gfes = el('tbody', {}, (st.gfes || []).map((g) => el('tr', { 'data-gfe': g.id, class: g.lagging ? 'lagging' : '' },
+    el('th', { scope: 'row' }, g.id), el('td', {}, g.site), el('td', { class: 'mono build' }, g.build_version || '–'),
+    el('td', { class: 'num' }, String(num(g.streams))),
     el('td', { class: 'mono' }, g.acked || ''), el('td', { class: 'num' }, String(num(g.acks))),
     el('td', { class: 'num' + (num(g.nacks) ? ' bad' : '') }, String(num(g.nacks))),
-    el('td', { class: 'detail' }, g.last_nack ? (g.last_nack.version || '') + ': ' + (g.last_nack.error || g.last_nack.message || '') : ''))));
+    el('td', { class: 'num inarow' + (num(g.nacks_in_a_row) ? ' bad' : '') }, String(num(g.nacks_in_a_row))),
+    el('td', { class: 'detail dropped' + ((g.dropped_fields || []).length ? ' warn' : '') }, (g.dropped_fields || []).join(', ')),
+    el('td', { class: 'detail' + (g.lagging ? ' bad' : '') }, g.last_nack ? (g.last_nack.version || '') + ': ' + (g.last_nack.error || g.last_nack.message || '') : ''))));
+  const lagging = st.lagging_gfes || [];
+  if (lagging.length) {
+    out.unshift(el('section', { class: 'card alarm lagging' },
+      el('h3', {}, el('span', { class: 'badge bad' }, lagging.length + ' lagging'),
+        ' gfes refusing the current snapshot (not following health changes): ', lagging.join(', '))));
+  }
   out.push(el('section', { class: 'card gfes' }, el('h3', {}, 'Connected gfes'),
-    el('table', {}, el('thead', {}, el('tr', {}, ['gfe', 'site', 'streams', 'acked version', 'acks', 'nacks', 'last nack'].map((h) => el('th', {}, h)))), gfes)));
+    el('table', {}, el('thead', {}, el('tr', {}, ['gfe', 'site', 'build', 'streams', 'acked version', 'acks', 'nacks', 'nacks in a row',
+      'fields it cannot read', 'last nack'].map((h) => el('th', {}, h)))), gfes)));
   if (st.autoscaler) out.push(genericCard('Autoscaler', st.autoscaler));
   if (st.quota) out.push(genericCard('Quota', st.quota));
   return out;
