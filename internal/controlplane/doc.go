@@ -29,14 +29,28 @@
 // stays in service. Each accepted configuration gets Version "<n>-<hash>",
 // n counting accepted configurations and hash the first 12 hex digits of the
 // SHA-256 of its canonical YAML (config.Marshal: the effective
-// configuration, after overrides and defaults, which is also what snapshots
-// carry, so a gfe parses exactly what was validated here). Rewriting the
-// file with the same effective content makes no new version.
+// configuration after overrides, only the fields that differ from their
+// defaults, which is also what snapshots carry, so a gfe parses exactly
+// what was validated here). Rewriting the file with the same effective
+// content makes no new version.
 //
 // A snapshot's version is "<config hash>-<health hash>", the health hash
 // covering each instance's (group, address, healthy). It depends on content
 // only, so replicas that agree serve the same version, and a gfe that
 // reconnects to another replica is not pushed what it already has.
+//
+// # gfes of other releases
+//
+// Each gfe states the configuration fields it reads (Node.config_fields;
+// none for a gfe of 0.1.0 or earlier, which is assumed to read
+// config.BaselineFields). A gfe that lacks a field the configuration sets
+// is sent the snapshot without it (config.MarshalFor, one form per schema,
+// wire.go), under the version "<that form's hash>-<health hash>", and its
+// NodeStatus names the fields it cannot honour (dropped_fields). A gfe
+// whose last answer was a NACK is lagging (NodeStatus.Lagging, /status
+// lagging_gfes). Both, and each gfe's build, are exported per connected
+// gfe (gfeCollector: spillway_controlplane_gfe_*). docs/design-snapshot-wire.md
+// says why the snapshot stays YAML.
 //
 // # Sharing health checks
 //

@@ -2,8 +2,12 @@
 // (proto/spillway/v1, DESIGN §5, STYLE §25): it keeps a StreamSnapshots
 // stream open to one control-plane replica, turns every pushed snapshot
 // into the domain snapshot.Snapshot (snapshot.FromProto: the configuration parsed with
-// config.Parse, and the health of its instances), hands it to the gfe's
-// validate-and-apply callback, and ACKs or NACKs it.
+// config.ParseSnapshot, which ignores and names fields of a newer release,
+// and the health of its instances), hands it to the gfe's validate-and-apply
+// callback, and ACKs or NACKs it. Its first request states the
+// configuration fields this build reads (Config.Fields), so that the
+// control plane sends only those; Status counts the NACKs in a row, which
+// the gfe shows on /readyz, /status and its metrics.
 //
 // Use:
 //
