@@ -46,10 +46,16 @@ func readerSchema(n *pb.Node) (schema *config.FieldSet, declared bool) {
 	return fs, declared
 }
 
+// maxForms bounds the forms kept for one configuration: schemas are what
+// gfes state, and a fleet runs two or three releases at a time, but a gfe
+// (or, with --insecure-plaintext, anyone) could state a new one at every
+// connection.
+const maxForms = 32
+
 // wireForms makes and keeps the forms of the configuration being served
-// for the schemas of the gfes connected (one per distinct schema), so that
-// a push to a gfe of an earlier release costs a marshal only when the
-// configuration changes. Safe for concurrent use.
+// for the schemas of the gfes connected (one per distinct schema, at most
+// maxForms), so that a push to a gfe of an earlier release costs a marshal
+// only when the configuration changes. Safe for concurrent use.
 type wireForms struct {
 	mu sync.Mutex
 	// Guarded by mu.
@@ -67,7 +73,7 @@ func (w *wireForms) form(cfg *LoadedConfig, schema *config.FieldSet) *wireForm {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.cfg != cfg {
+	if w.cfg != cfg || len(w.by) >= maxForms {
 		w.cfg, w.by = cfg, map[string]*wireForm{}
 	}
 	if f, ok := w.by[schema.Key()]; ok {

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -194,5 +195,23 @@ func TestNackedGFEIsLagging(t *testing.T) {
 	}
 	if got := gfeGauges(t, r.svc, "lagging_gfes"); got[""] != 0 {
 		t.Errorf("lagging_gfes = %v after the ACK, want 0", got)
+	}
+}
+
+// TestWireFormsAreBounded: schemas come from the gfes, so the forms kept
+// for one configuration stay at most maxForms however many schemas are
+// stated, and each form is still right.
+func TestWireFormsAreBounded(t *testing.T) {
+	cfg := loaded(t, manyGroups(1).yaml()+"listeners:\n  - {name: alt, protocol: http, port: 8081, fast_path: false}\n", "cfghash")
+	var w wireForms
+	lacking := slices.DeleteFunc(config.Fields(), func(p string) bool { return p == "listeners[].fast_path" })
+	for i := range 3 * maxForms {
+		f := w.form(cfg, config.NewFieldSet(append(slices.Clone(lacking), fmt.Sprintf("made.up[%d]", i))))
+		if !slices.Equal(f.dropped, []string{"listeners[0].fast_path"}) {
+			t.Fatalf("form %d dropped %q, want listeners[0].fast_path", i, f.dropped)
+		}
+		if n := len(w.by); n > maxForms {
+			t.Fatalf("%d forms kept after %d schemas, want at most %d", n, i+1, maxForms)
+		}
 	}
 }
