@@ -100,7 +100,7 @@ func BuildRelease(ctx context.Context, commit string, names ...string) (map[stri
 	if err != nil {
 		base = os.TempDir()
 	}
-	dir := filepath.Join(base, "spillway-releases", full+"-"+runtime.Version())
+	dir := filepath.Join(base, "spillway-releases", full+"-"+runtime.Version()+"-"+releaseRecipe)
 	bins := make(map[string]string, len(names))
 	for _, n := range names {
 		bins[n] = filepath.Join(dir, n)
@@ -165,6 +165,11 @@ func resolve(ctx context.Context, root, commit string) (string, error) {
 	}
 	return full, nil
 }
+
+// releaseRecipe names how BuildRelease builds (its flags) in the cache's
+// directory names: change it with the flags, so that binaries built the
+// old way are not taken for new ones.
+const releaseRecipe = "r1"
 
 // haveAll reports whether every path exists.
 func haveAll(paths map[string]string) bool {
