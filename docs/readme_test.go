@@ -153,13 +153,24 @@ func TestReadmeFiveMinutes(t *testing.T) {
 	cmd.Dir = ".." // the repository's root, where the guide starts
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	// A file, not a pipe: what the guide starts in the background must not
+	// hold Wait open after the script ends (it does when a step fails).
+	outFile, err := os.Create(filepath.Join(t.TempDir(), "output"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outFile.Close()
+	cmd.Stdout, cmd.Stderr = outFile, outFile
 	start := time.Now()
-	err := cmd.Run()
+	err = cmd.Run()
 	// Whatever the guide left running dies with its process group.
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	took := time.Since(start)
+	outBytes, rerr := os.ReadFile(outFile.Name())
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	out := bytes.NewBuffer(outBytes)
 	logs := func() string {
 		var b strings.Builder
 		for _, f := range []string{"controlplane.log", "gfe.log"} {
