@@ -229,7 +229,7 @@
 // that a gfe one release behind applies the rest instead of refusing the
 // whole snapshot. Fields lists the schema's field paths: a gfe states them
 // in its snapshot stream, and MarshalFor leaves out for it every field it
-// does not list (BaselineFields for a gfe of 0.1.0 or earlier, which states
+// does not list (BaselineFields for a gfe from before 0.1.0, which states
 // none and parses strictly), returning the ones the operator set so that
 // the control plane reports them. See docs/design-snapshot-wire.md.
 package config

@@ -118,13 +118,13 @@ func (s *FieldSet) Covers() bool {
 	return true
 }
 
-// baselineFields is the schema of release 0.1.0 (commit b242d36), the last
+// baselineFields is the schema of the baseline (commit b242d36, main just before 0.1.0), the last
 // whose gfes do not state theirs. Frozen: never regenerate it.
 //
-//go:embed fields-0.1.0.txt
+//go:embed fields-baseline.txt
 var baselineFields string
 
-// BaselineFields returns the schema of release 0.1.0: what a control plane
+// BaselineFields returns the schema of the baseline (b242d36): what a control plane
 // assumes of a gfe that states no schema of its own (every gfe of a
 // release before Node.config_fields existed). Those gfes parse
 // configuration strictly, so they must never be sent a field outside it.

@@ -157,13 +157,13 @@ func TestParseSnapshotToleratesUnknownFields(t *testing.T) {
 	}
 }
 
-// TestBaselineFieldsAreRelease010: the frozen schema a control plane
-// assumes of a gfe that states none is 0.1.0's, which had listeners'
+// TestBaselineFieldsAreB242d36: the frozen schema a control plane
+// assumes of a gfe that states none is the baseline's, which had listeners'
 // fast_path and instances' demoted, and every path in it is well formed.
-func TestBaselineFieldsAreRelease010(t *testing.T) {
+func TestBaselineFieldsAreB242d36(t *testing.T) {
 	b := BaselineFields()
 	if b.Len() != 134 {
-		t.Errorf("BaselineFields has %d paths, want 0.1.0's 134", b.Len())
+		t.Errorf("BaselineFields has %d paths, want the baseline's 134", b.Len())
 	}
 	for _, p := range []string{"listeners[].fast_path", "regions[].zones[].groups[].instances[].demoted", "services[].feedback.confirm_utilization", "quota.consumers[].api_key"} {
 		if !b.Has(p) {

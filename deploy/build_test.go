@@ -9,9 +9,9 @@ import (
 	"testing"
 )
 
-// TestStaticBuild: the binaries deploy/build.sh makes (the Dockerfile's
-// build step) need no dynamic loader and no shared library, so they run on
-// distroless/static or scratch and on any Linux host; and each prints the
+// TestStaticBuild: the binaries deploy/build.sh makes (the images' build
+// step) need no dynamic loader and no shared library, so they run FROM
+// scratch and on any Linux host; and each prints the
 // version and revision it was stamped with.
 func TestStaticBuild(t *testing.T) {
 	for name, bin := range bins {
@@ -51,26 +51,37 @@ func TestStaticBuild(t *testing.T) {
 	}
 }
 
-// TestDockerfileUsesBuildScript: the image is built by the script this
-// package tests (the image itself cannot be built here: no Docker engine),
-// from distroless/static as a non-root user.
-func TestDockerfileUsesBuildScript(t *testing.T) {
-	b, err := os.ReadFile("Dockerfile")
-	if err != nil {
-		t.Fatal(err)
-	}
-	df := string(b)
-	for _, want := range []string{
-		"RUN VERSION=\"$VERSION\" REVISION=\"$REVISION\" deploy/build.sh /out controlplane gfe devpki",
-		"FROM gcr.io/distroless/static-debian12:nonroot",
-		"USER nonroot:nonroot",
-		"COPY --from=build /out/ /usr/local/bin/",
-	} {
-		if !strings.Contains(df, want) {
-			t.Errorf("Dockerfile lacks %q", want)
+// TestImagesShareTheBuildStep: deploy/Dockerfile builds the image with
+// deploy/rootfs.sh, the script deploy/Containerfile's context comes from
+// (TestContainerImage builds and runs that one), and the two runtime
+// stages are the same lines: one image, two ways to build it.
+func TestImagesShareTheBuildStep(t *testing.T) {
+	read := func(name string) string {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
 		}
+		return string(b)
 	}
-	if strings.Count(df, "\nFROM ") != 2 {
-		t.Errorf("Dockerfile: want two stages (build, then runtime), got %d FROM lines", strings.Count(df, "\nFROM "))
+	df, cf := read("Dockerfile"), read("Containerfile")
+	if want := `RUN VERSION="$VERSION" REVISION="$REVISION" deploy/rootfs.sh /rootfs controlplane gfe devpki`; !strings.Contains(df, want) {
+		t.Errorf("Dockerfile lacks %q", want)
+	}
+	if n := strings.Count(df, "\nFROM "); n != 2 {
+		t.Errorf("Dockerfile: want two stages (build, then runtime), got %d FROM lines", n)
+	}
+	runtime := func(name, s string) string {
+		i := strings.Index(s, "\nFROM scratch\n")
+		if i < 0 {
+			t.Fatalf("%s has no FROM scratch stage", name)
+		}
+		return s[i:]
+	}
+	d := strings.Replace(runtime("Dockerfile", df), "COPY --from=build /rootfs/ /\n", "COPY . /\n", 1)
+	if c := runtime("Containerfile", cf); d != c {
+		t.Errorf("runtime stages differ:\nDockerfile:%s\nContainerfile:%s", d, c)
+	}
+	if !strings.Contains(cf, "USER 65532:65532\n") || strings.Count(cf, "\nFROM ") != 1 {
+		t.Errorf("Containerfile: want one stage FROM scratch as user 65532")
 	}
 }

@@ -8,8 +8,10 @@
 //     read-only sandbox; env/*.env are examples of the per-host settings
 //     they read from /etc/spillway.
 //   - mkcerts.sh makes the CA and the per-host certificates for mutual TLS.
-//   - Dockerfile builds an image with build.sh on distroless (not built by
-//     the tests: the CI machine has no Docker engine).
+//   - rootfs.sh lays out the container image's files (build.sh's binaries,
+//     a CA bundle, the user spillway 65532); Containerfile packages them
+//     FROM scratch with podman and no registry, Dockerfile runs rootfs.sh
+//     in a golang build stage for the same image.
 //
 // The file layout on a host (docs/DEPLOY.md installs it):
 //
@@ -28,8 +30,10 @@
 // define; the env files and docs/DEPLOY.md name only real flags;
 // systemd-sysusers creates the user; mkcerts.sh's certificates complete a
 // mutual-TLS handshake through internal/mtls and are refused where they must
-// be; and the daemons start from the units' command lines and env files with
-// those certificates, the gfe taking its snapshot over mutual TLS.
+// be; the daemons start from the units' command lines and env files with
+// those certificates, the gfe taking its snapshot over mutual TLS; and the
+// image, built from Containerfile with Debian's podman, runs a control
+// plane and a gfe as containers that serve a request (TestContainerImage).
 //
 // docs/DEPLOY.md's commands themselves, every sh block on the hosts it
 // names, are run by internal/lab's TestDeployGuide.

@@ -432,7 +432,7 @@ func TestBenchShippedScenarios(t *testing.T) {
 						t.Errorf("waterfall excess %v, %s %v: want waterfall within 0.1 percentage point", wf.Excess, h.ID(), h.Excess)
 					}
 					if !(wf.OverCapacity > h.OverCapacity) {
-						t.Errorf("waterfall over capacity %v, %s %v: expected waterfall higher (uniform overload); if this changed, update the test and the README", wf.OverCapacity, h.ID(), h.OverCapacity)
+						t.Errorf("waterfall over capacity %v, %s %v: expected waterfall higher (uniform overload); if this changed, update the test, BENCHMARKS.md and docs/benchmarks.md", wf.OverCapacity, h.ID(), h.OverCapacity)
 					}
 				}
 			}

@@ -193,8 +193,8 @@ func LoadScenario(path string) (*Scenario, error) {
 //	    - {at_s: 30, group: us-east-b, healthy: 4}
 //
 // All keys but zone, capacity_scaler and timeline are required; inside
-// timeline, only duration_s is (the README and Timeline's fields give every
-// key and its default). Unknown or duplicate
+// timeline, only duration_s is (docs/simulator.md and Timeline's fields give
+// every key and its default). Unknown or duplicate
 // keys, wrong types and extra YAML documents are errors. On failure it
 // returns a *ScenarioError (wrapping ErrInvalidScenario) that lists every
 // problem found, each prefixed with filename.

@@ -101,7 +101,7 @@ func TestXDSFlags(t *testing.T) {
 // it and returns ok false; otherwise it fails the test on any error.
 func configFrom(t *testing.T, args []string, wantErr string) (cfg controlplane.Config, warnings []string, ok bool) {
 	t.Helper()
-	v, err := parseFlags(args)
+	v, _, err := parseFlags(args)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@
 //
 // Usage:
 //
+//	controlplane --check-config FILE...
 //	controlplane --config configs/demo.yaml [--listen 127.0.0.1:7000]
 //	    (--tls-ca CA.pem --tls-cert CERT.pem --tls-key KEY.pem
 //	     --tls-allowed-clients '*.gfe.example' | --insecure-plaintext)
@@ -58,6 +59,11 @@
 // SIGHUP re-reads the configuration file, the secret files it names
 // (cookie_secret_file) and the gossip keyring file at once.
 //
+// --check-config loads and validates each FILE named after it (or the
+// --config file) exactly as the daemon loads its configuration, prints
+// "FILE: ok" or every problem with its file and field path, and exits 0
+// when every file passes, 1 otherwise; it starts nothing.
+//
 // --version prints the build (module version, VCS revision and time; see
 // package internal/version) and exits 0; /status shows the same.
 package main
@@ -91,19 +97,28 @@ func main() {
 		if errors.Is(err, pflag.ErrHelp) {
 			return
 		}
+		if errors.Is(err, daemonflags.ErrCheckFailed) {
+			os.Exit(1) // the problems are printed
+		}
 		fmt.Fprintln(os.Stderr, "controlplane:", err)
 		os.Exit(1)
 	}
 }
 
 func run(args []string) error {
-	v, err := parseFlags(args)
+	v, files, err := parseFlags(args)
 	if errors.Is(err, errVersion) {
 		fmt.Println(version.Line("controlplane"))
 		return nil
 	}
 	if err != nil {
 		return err
+	}
+	if v.GetBool("check-config") {
+		if len(files) == 0 && v.GetString("config") != "" {
+			files = []string{v.GetString("config")}
+		}
+		return daemonflags.CheckFiles(os.Stdout, os.Stderr, files, controlplane.CheckConfig)
 	}
 	log, err := logging.New(os.Stderr, v.GetString("log-format"), v.GetString("log-level"), "controlplane")
 	if err != nil {
@@ -157,13 +172,15 @@ func reloadOnHangup(ctx context.Context, d *controlplane.Daemon, keyFile string,
 var errVersion = errors.New("--version")
 
 // parseFlags defines the flags and binds them, with SPILLWAY_CP_* variables,
-// through viper. It returns errVersion for --version and pflag.ErrHelp for
-// --help.
-func parseFlags(args []string) (*viper.Viper, error) {
+// through viper, and returns them with the arguments left after the flags
+// (only --check-config takes any: the files). It returns errVersion for
+// --version and pflag.ErrHelp for --help.
+func parseFlags(args []string) (*viper.Viper, []string, error) {
 	d := controlplane.DefaultConfig()
 	fs := pflag.NewFlagSet("controlplane", pflag.ContinueOnError)
 	fs.Bool("version", false, "print the version and exit")
 	fs.String("config", "", "operator configuration YAML file, watched and hot-reloaded (required)")
+	fs.Bool("check-config", false, "check the files named after the flags (or --config) as the daemon would load them, print FILE: ok or every problem with its field path, exit 0 or 1; starts nothing")
 	fs.String("listen", d.ListenAddr, "gRPC listen address (ControlPlane service, gRPC health; reflection with --grpc-reflection)")
 	fs.String("tls-ca", "", "PEM bundle of the CAs that vouch for clients (gfes); mutual TLS needs --tls-ca, --tls-cert, --tls-key and --tls-allowed-clients")
 	fs.String("tls-cert", "", "PEM certificate (and chain) the gRPC listener presents; re-read at each handshake")
@@ -205,22 +222,22 @@ func parseFlags(args []string) (*viper.Viper, error) {
 	fs.String("log-format", "auto", "json, console, or auto (console on a terminal)")
 	fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if ok, _ := fs.GetBool("version"); ok {
-		return nil, errVersion
+		return nil, nil, errVersion
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	if check, _ := fs.GetBool("check-config"); fs.NArg() > 0 && !check {
+		return nil, nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	v := viper.New()
 	v.SetEnvPrefix("SPILLWAY_CP")
 	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
 	v.AutomaticEnv()
 	if err := v.BindPFlags(fs); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return v, nil
+	return v, fs.Args(), nil
 }
 
 // daemonConfig turns the flags into the daemon's Config, with warnings to

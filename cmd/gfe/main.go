@@ -17,6 +17,12 @@
 // Signals: SIGINT and SIGTERM drain and stop; SIGHUP re-reads the gossip
 // keyring file (key rotation).
 //
+// --check-config checks the flags and each FILE named after them (or the
+// --config file) as the gfe would before serving (the file: load,
+// validation, every service plannable, certificate files readable),
+// prints "flags: ok" and "FILE: ok" or every problem, and exits 0 when all
+// pass, 1 otherwise; it binds and starts nothing.
+//
 // --version prints the build (module version, VCS revision and time; see
 // package internal/version) and exits 0; /status shows the same.
 package main
@@ -28,6 +34,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/gfe/pending"
 	"github.com/spillway-lb/spillway/internal/gfe/quotaclient"
 	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
+	"io"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -59,13 +66,16 @@ func main() {
 		if errors.Is(err, pflag.ErrHelp) {
 			return
 		}
+		if errors.Is(err, daemonflags.ErrCheckFailed) {
+			os.Exit(1) // the problems are printed
+		}
 		fmt.Fprintln(os.Stderr, "gfe:", err)
 		os.Exit(1)
 	}
 }
 
 func run(args []string) error {
-	v, err := parseFlags(args)
+	v, files, err := parseFlags(args)
 	if errors.Is(err, errVersion) {
 		fmt.Println(version.Line("gfe"))
 		return nil
@@ -73,45 +83,18 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	if v.GetBool("check-config") {
+		return checkConfig(v, args, files, os.Stdout, os.Stderr)
+	}
 	log, err := logging.New(os.Stderr, v.GetString("log-format"), v.GetString("log-level"), "gfe")
 	if err != nil {
 		return err
 	}
 	log.Info().Str("version", version.Get().String()).Msg("gfe starting")
 
-	ecfg := gfe.DefaultConfig()
-	ecfg.Node = v.GetString("node")
-	ecfg.Site = v.GetString("site")
-	ecfg.Listen = v.GetString("listen")
-	ecfg.Admin = v.GetString("admin")
-	ecfg.PlanInterval = v.GetDuration("plan-interval")
-	ecfg.Damping = v.GetFloat64("damping")
-	ecfg.RTTInterval = v.GetDuration("rtt-interval")
-	ecfg.DemandSmoothing = v.GetDuration("demand-smoothing")
-	ecfg.RTTPath = v.GetString("rtt-path")
-	ecfg.DrainTimeout = v.GetDuration("drain-timeout")
-	ecfg.CertCheckInterval = v.GetDuration("cert-check-interval")
-	ecfg.AccessLog = v.GetBool("access-log")
-	ecfg.FastPath = v.GetBool("fast-path")
-	if ecfg.Poller, err = poller.ParseMode(v.GetString("poller")); err != nil {
-		return fmt.Errorf("--poller: %w", err)
-	}
-	ecfg.FDReserve = v.GetInt("fd-reserve")
-	ecfg.AdminTokenFile = v.GetString("admin-token-file")
-	ecfg.Pprof = v.GetBool("pprof")
-	ecfg.GossipBounds = routing.Bounds{
-		MaxRTT:        float64(v.GetDuration("gossip-max-rtt")) / float64(time.Millisecond),
-		MaxDemand:     v.GetFloat64("gossip-max-demand"),
-		MaxDemandRise: v.GetFloat64("gossip-max-demand-rise"),
-	}
-	if s := v.GetString("source-ip"); s != "" {
-		if ecfg.SourceIP, err = netip.ParseAddr(s); err != nil {
-			return fmt.Errorf("--source-ip: %w", err)
-		}
-	}
-	if ecfg.Node == "" {
-		host, _ := os.Hostname()
-		ecfg.Node = host + "-" + ecfg.Listen
+	ecfg, err := edgeConfig(v)
+	if err != nil {
+		return err
 	}
 
 	gcfg, warnings, err := daemonflags.Gossip(gossipSettings(v, args, ecfg.Node))
@@ -201,13 +184,106 @@ func run(args []string) error {
 	return g.Wait()
 }
 
+// edgeConfig turns the flags into the gfe's Config (not yet validated:
+// gfe.New does that).
+func edgeConfig(v *viper.Viper) (gfe.Config, error) {
+	ecfg := gfe.DefaultConfig()
+	ecfg.Node = v.GetString("node")
+	ecfg.Site = v.GetString("site")
+	ecfg.Listen = v.GetString("listen")
+	ecfg.Admin = v.GetString("admin")
+	ecfg.PlanInterval = v.GetDuration("plan-interval")
+	ecfg.Damping = v.GetFloat64("damping")
+	ecfg.RTTInterval = v.GetDuration("rtt-interval")
+	ecfg.DemandSmoothing = v.GetDuration("demand-smoothing")
+	ecfg.RTTPath = v.GetString("rtt-path")
+	ecfg.DrainTimeout = v.GetDuration("drain-timeout")
+	ecfg.CertCheckInterval = v.GetDuration("cert-check-interval")
+	ecfg.AccessLog = v.GetBool("access-log")
+	ecfg.FastPath = v.GetBool("fast-path")
+	var err error
+	if ecfg.Poller, err = poller.ParseMode(v.GetString("poller")); err != nil {
+		return ecfg, fmt.Errorf("--poller: %w", err)
+	}
+	ecfg.FDReserve = v.GetInt("fd-reserve")
+	ecfg.AdminTokenFile = v.GetString("admin-token-file")
+	ecfg.Pprof = v.GetBool("pprof")
+	ecfg.GossipBounds = routing.Bounds{
+		MaxRTT:        float64(v.GetDuration("gossip-max-rtt")) / float64(time.Millisecond),
+		MaxDemand:     v.GetFloat64("gossip-max-demand"),
+		MaxDemandRise: v.GetFloat64("gossip-max-demand-rise"),
+	}
+	if s := v.GetString("source-ip"); s != "" {
+		if ecfg.SourceIP, err = netip.ParseAddr(s); err != nil {
+			return ecfg, fmt.Errorf("--source-ip: %w", err)
+		}
+	}
+	if ecfg.Node == "" {
+		host, _ := os.Hostname()
+		ecfg.Node = host + "-" + ecfg.Listen
+	}
+	return ecfg, nil
+}
+
+// checkConfig is --check-config: it checks the flags as run does before it
+// binds anything (the gfe's settings, the gossip key, the control-plane
+// client's TLS files when --controlplanes is given; --site is not required
+// to check a file), prints "flags: ok", then checks every file as --config
+// would serve it (files, or the --config file) and prints "FILE: ok" or
+// its problems. It starts nothing.
+func checkConfig(v *viper.Viper, args, files []string, stdout, stderr io.Writer) error {
+	if err := checkFlags(v, args); err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintln(stderr, "flags:", line)
+		}
+		return daemonflags.ErrCheckFailed
+	}
+	fmt.Fprintln(stdout, "flags: ok")
+	if len(files) == 0 && v.GetString("config") != "" {
+		files = []string{v.GetString("config")}
+	}
+	if len(files) == 0 {
+		return nil
+	}
+	return daemonflags.CheckFiles(stdout, stderr, files, gfe.CheckConfigFile)
+}
+
+// checkFlags returns every problem run would find with the flags before
+// it binds a socket.
+func checkFlags(v *viper.Viper, args []string) error {
+	ecfg, err := edgeConfig(v)
+	if err != nil {
+		return err
+	}
+	if ecfg.Site == "" {
+		ecfg.Site = "check-config" // required to serve, not to check
+	}
+	if err := ecfg.Validate(); err != nil {
+		return err
+	}
+	if _, _, err := daemonflags.Gossip(gossipSettings(v, args, ecfg.Node)); err != nil {
+		return err
+	}
+	if cps := daemonflags.List(v.GetString("controlplanes")); len(cps) > 0 {
+		tls := daemonflags.ClientTLS(v.GetString("tls-ca"), v.GetString("tls-cert"), v.GetString("tls-key"),
+			v.GetString("tls-server-name"), v.GetBool("insecure-plaintext"))
+		ccfg := cpclient.DefaultConfig()
+		ccfg.Addresses, ccfg.Node, ccfg.Site, ccfg.TLS = cps, ecfg.Node, ecfg.Site, tls
+		if _, err := cpclient.New(ccfg, cpclient.Options{Logger: zerolog.Nop()}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // errVersion is parseFlags' answer to --version.
 var errVersion = errors.New("--version")
 
 // parseFlags defines the flags and binds them, with SPILLWAY_GFE_*
-// variables, through viper. It returns errVersion for --version and
-// pflag.ErrHelp for --help.
-func parseFlags(args []string) (*viper.Viper, error) {
+// variables, through viper, and returns them with the arguments after the
+// flags (the files of --check-config). It returns errVersion for --version
+// and pflag.ErrHelp for --help.
+func parseFlags(args []string) (*viper.Viper, []string, error) {
 	d := gfe.DefaultConfig()
 	fs := pflag.NewFlagSet("gfe", pflag.ContinueOnError)
 	fs.Bool("version", false, "print the version and exit")
@@ -225,6 +301,7 @@ func parseFlags(args []string) (*viper.Viper, error) {
 	fs.String("admin-token-file", "", "file holding a bearer token required on every admin page but /healthz and /readyz")
 	fs.Bool("pprof", false, "serve the Go profiler on the admin listener under /debug/pprof/ (never cmdline)")
 	fs.String("config", "", "optional local config file to serve until a control plane answers")
+	fs.Bool("check-config", false, "check the flags and the files named after them (or --config) as the gfe would before serving, print flags: ok and FILE: ok or every problem, exit 0 or 1; starts nothing")
 	daemonflags.AddGossipFlags(fs, "127.0.0.1:7946")
 	fs.Duration("plan-interval", d.PlanInterval, "how often to re-plan and publish state")
 	fs.Float64("damping", d.Damping, "fraction of the way a plan moves toward the planner's output per interval (1 = no damping)")
@@ -246,19 +323,19 @@ func parseFlags(args []string) (*viper.Viper, error) {
 	fs.String("log-format", "auto", "json, console, or auto (console on a terminal)")
 	fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if ok, _ := fs.GetBool("version"); ok {
-		return nil, errVersion
+		return nil, nil, errVersion
 	}
 	v := viper.New()
 	v.SetEnvPrefix("SPILLWAY_GFE")
 	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
 	v.AutomaticEnv()
 	if err := v.BindPFlags(fs); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return v, nil
+	return v, fs.Args(), nil
 }
 
 // newControlPlaneClient returns the client that keeps the snapshot stream

@@ -7,7 +7,7 @@ import (
 func TestParseFlagsEnvOverride(t *testing.T) {
 	t.Setenv("SPILLWAY_GFE_SITE", "lon")
 	t.Setenv("SPILLWAY_GFE_PLAN_INTERVAL", "2s")
-	v, err := parseFlags([]string{"--node", "n1"})
+	v, _, err := parseFlags([]string{"--node", "n1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,7 +20,7 @@ func TestParseFlagsEnvOverride(t *testing.T) {
 	if got := v.GetString("node"); got != "n1" {
 		t.Errorf("node = %q, want n1 from the flag", got)
 	}
-	if _, err := parseFlags([]string{"--bogus"}); err == nil {
+	if _, _, err := parseFlags([]string{"--bogus"}); err == nil {
 		t.Error("parseFlags(--bogus) succeeded, want an error")
 	}
 }

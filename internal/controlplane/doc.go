@@ -42,7 +42,7 @@
 // # gfes of other releases
 //
 // Each gfe states the configuration fields it reads (Node.config_fields;
-// none for a gfe of 0.1.0 or earlier, which is assumed to read
+// none for a gfe from before 0.1.0, which is assumed to read
 // config.BaselineFields). A gfe that lacks a field the configuration sets
 // is sent the snapshot without it (config.MarshalFor, one form per schema,
 // wire.go), under the version "<that form's hash>-<health hash>", and its

@@ -18,7 +18,7 @@ func newGFECollector(nodes func() []NodeStatus) *gfeCollector {
 	return &gfeCollector{
 		nodes: nodes,
 		info: prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "gfe_info"),
-			"Always 1 for each connected gfe, labelled with its site, its build (release and revision, as its --version prints it) and its configuration schema: declared (it states the fields it reads) or baseline (0.1.0 or earlier: sent only 0.1.0's fields).",
+			"Always 1 for each connected gfe, labelled with its site, its build (release and revision, as its --version prints it) and its configuration schema: declared (it states the fields it reads) or baseline (before 0.1.0: sent only the baseline's fields).",
 			[]string{"gfe", "site", "build_version", "schema"}, nil),
 		nacks: prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "gfe_snapshot_nacks_in_a_row"),
 			"Snapshots each connected gfe refused (NACK) since it last accepted one: above 0 it serves an older snapshot and no longer follows health changes; /status has the error.",

@@ -32,8 +32,8 @@ type NodeStatus struct {
 	Site         string `json:"site"`
 	BuildVersion string `json:"build_version,omitempty"`
 	// DeclaredFields is how many configuration fields the gfe said it
-	// reads (Node.config_fields); 0 for a gfe of 0.1.0 or earlier, which
-	// states none and is sent only 0.1.0's fields (config.BaselineFields).
+	// reads (Node.config_fields); 0 for a gfe from before 0.1.0, which
+	// states none and is sent only the baseline's fields (config.BaselineFields).
 	DeclaredFields int `json:"declared_fields"`
 	// Dropped lists the fields the served configuration sets that the
 	// gfe cannot read, so that its snapshots are sent without them
@@ -199,7 +199,7 @@ func (s *service) StreamSnapshots(stream pb.ControlPlane_StreamSnapshotsServer) 
 		Bool("secrets", withSecrets).Int("declared_fields", len(n.GetConfigFields())).Bool("reads_every_field", schema == nil).
 		Msg("gfe connected")
 	if !declared {
-		log.Info().Msg("gfe states no configuration schema (0.1.0 or earlier): sending it only 0.1.0's fields")
+		log.Info().Msg("gfe states no configuration schema (before 0.1.0): sending it only the baseline's fields")
 	}
 
 	reqs := make(chan *pb.SnapshotRequest)

@@ -33,7 +33,7 @@ func canonicalForm(cfg *LoadedConfig) *wireForm {
 // readerSchema returns the schema of the gfe n to marshal for: nil when it
 // reads every field this build has (the canonical form serves it), the
 // fields it states (Node.config_fields), or, for a gfe that states none (a
-// release before the field existed, 0.1.0 or earlier),
+// release before the field existed, before 0.1.0),
 // config.BaselineFields. declared reports whether the gfe stated them.
 func readerSchema(n *pb.Node) (schema *config.FieldSet, declared bool) {
 	fs := config.BaselineFields()

@@ -17,8 +17,8 @@ import (
 	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
 )
 
-// openAs opens a stream as gfe id stating fields (nil: none, as a gfe of
-// 0.1.0), serving version.
+// openAs opens a stream as gfe id stating fields (nil: none, as a gfe from
+// before 0.1.0), serving version.
 func (r *svcRig) openAs(t *testing.T, ctx context.Context, id, version string, fields []string) pb.ControlPlane_StreamSnapshotsClient {
 	t.Helper()
 	s, err := r.client.StreamSnapshots(ctx)
@@ -68,7 +68,7 @@ func labels(m *dto.Metric) string {
 // read. That gfe is sent the snapshot without it — YAML its strict parser
 // accepts, under a version of its own that still changes with health —
 // and /status and the metrics name the field it cannot honour. A gfe that
-// reads every field, and one that states no schema (0.1.0's, which has
+// reads every field, and one that states no schema (the baseline's, which has
 // fast_path), get the canonical snapshot.
 func TestStreamSendsAnOlderGFEOnlyWhatItReads(t *testing.T) {
 	r := newSvcRig(t)
@@ -83,9 +83,9 @@ func TestStreamSendsAnOlderGFEOnlyWhatItReads(t *testing.T) {
 		t.Errorf("gfe reading every field got\n%s\nwant the canonical\n%s", m.GetConfigYaml(), r.cfg.YAML)
 	}
 	ack(t, cur, v1.Version, "1")
-	base := r.openAs(t, ctx, "gfe-0.1.0", "", nil)
+	base := r.openAs(t, ctx, "gfe-baseline", "", nil)
 	if m := recv(t, base, v1.Version, "1"); string(m.GetConfigYaml()) != string(r.cfg.YAML) {
-		t.Errorf("gfe stating no schema got\n%s\nwant the canonical (0.1.0 reads fast_path)", m.GetConfigYaml())
+		t.Errorf("gfe stating no schema got\n%s\nwant the canonical (the baseline reads fast_path)", m.GetConfigYaml())
 	}
 	ack(t, base, v1.Version, "1")
 
@@ -110,17 +110,17 @@ func TestStreamSendsAnOlderGFEOnlyWhatItReads(t *testing.T) {
 	if want := []string{"listeners[0].fast_path"}; !slices.Equal(ns.Dropped, want) || ns.DeclaredFields != len(older) || ns.Lagging {
 		t.Errorf("older gfe's status: dropped %q, declared %d, lagging %v; want %q, %d, false", ns.Dropped, ns.DeclaredFields, ns.Lagging, want, len(older))
 	}
-	for _, id := range []string{"gfe-new", "gfe-0.1.0"} {
+	for _, id := range []string{"gfe-new", "gfe-baseline"} {
 		if n := r.waitNode(t, id, "acked", func(n NodeStatus) bool { return n.Acked == v1.Version }); len(n.Dropped) != 0 {
 			t.Errorf("%s: dropped %q, want none", id, n.Dropped)
 		}
 	}
-	if got, want := gfeGauges(t, r.svc, "gfe_dropped_fields"), map[string]float64{"gfe=gfe-0.1.0": 0, "gfe=gfe-new": 0, "gfe=gfe-old": 1}; !maps.Equal(got, want) {
+	if got, want := gfeGauges(t, r.svc, "gfe_dropped_fields"), map[string]float64{"gfe=gfe-baseline": 0, "gfe=gfe-new": 0, "gfe=gfe-old": 1}; !maps.Equal(got, want) {
 		t.Errorf("gfe_dropped_fields = %v, want %v", got, want)
 	}
 	info := gfeGauges(t, r.svc, "gfe_info")
 	for _, want := range []string{
-		"build_version=test gfe-0.1.0,gfe=gfe-0.1.0,schema=baseline,site=paris",
+		"build_version=test gfe-baseline,gfe=gfe-baseline,schema=baseline,site=paris",
 		"build_version=test gfe-old,gfe=gfe-old,schema=declared,site=paris",
 	} {
 		if info[want] != 1 {

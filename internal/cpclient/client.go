@@ -42,7 +42,7 @@ type Config struct {
 	// DefaultConfig's value), stated to the control plane in every stream
 	// request (Node.config_fields) so that it leaves out of the snapshot
 	// every field this gfe cannot read. Empty: the control plane assumes
-	// release 0.1.0's schema.
+	// release the baseline's schema.
 	Fields []string
 	// TLS authenticates both ends with mutual TLS (package mtls): the
 	// client presents its certificate and takes snapshots only from a

@@ -6,7 +6,7 @@
 //
 // It is not a production CA: keys live in memory, nothing is revoked, and
 // validity is fixed at creation. Production deployments bring their own
-// CA (see README "Control-plane TLS").
+// CA (see docs/running.md, "Control-plane TLS").
 package devpki
 
 import (

@@ -28,7 +28,7 @@ type Release struct {
 	// Commit is the release's commit as written (a hash prefix or a tag)
 	// and Revision its full hash, which its binaries report (version.Info).
 	Commit, Revision string
-	// Name is what the tests call it ("0.1.0").
+	// Name is what the tests call it ("baseline").
 	Name string
 	// Unreadable is a listener setting "key=value" this release's gfe
 	// cannot read, "" if none is given.

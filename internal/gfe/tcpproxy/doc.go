@@ -40,5 +40,4 @@
 // For the planner, a service that a tcp listener serves counts its demand
 // in open connections (smoothed over DemandSmoothing), the unit of
 // CONNECTION-mode capacity (Proxy.Demand).
-
 package tcpproxy
