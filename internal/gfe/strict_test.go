@@ -72,7 +72,8 @@ func (s *strictEdge) dial(t *testing.T, path string) net.Conn {
 
 // TestRequestHeadsAsStrictOnBothPaths: a request head the fast path
 // answers 400 — two identical Content-Lengths, obsolete line folding, a
-// bare LF, an absolute-form target naming another host than Host — is
+// bare LF, an absolute-form target naming another host than Host,
+// Content-Length with Transfer-Encoding — is
 // answered 400 on net/http's path too (an http and an https listener
 // without fast_path), and on a connection the fast path handed off to
 // net/http (after an Expect request), before any backend sees it, and its
@@ -97,6 +98,7 @@ func TestRequestHeadsAsStrictOnBothPaths(t *testing.T) {
 		{"bare LF line endings", "", "GET /lf HTTP/1.1\nHost: x\n\n", 400},
 		{"bare LF inside the head", "", "GET /lf-inside HTTP/1.1\r\nHost: x\r\nX-A: a\nSet-Cookie: b\r\n\r\n", 400},
 		{"absolute-form naming another host", "", "GET http://other.test/abs-other HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+		{"Content-Length with Transfer-Encoding", "", "POST /cl-te HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
 		{"after a handed-off request: two Content-Lengths", handedOff, "POST /dup-cl-2 HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok", 400},
 		{"after a handed-off request: folding", handedOff, "GET /fold-2 HTTP/1.1\r\nHost: x\r\nX-A: a\r\n\tb\r\n\r\n", 400},
 		{"after a handed-off request: bare LF", handedOff, "GET /lf-2 HTTP/1.1\r\nHost: x\nX-A: a\r\n\r\n", 400},
@@ -157,11 +159,11 @@ func TestRequestHeadsAsStrictOnBothPaths(t *testing.T) {
 		}
 	}
 	// net/http's refusals are counted; the fast path counts its own.
-	if n := counterValue(t, s.e.reg, "spillway_gfe_malformed_requests_total", "slow"); n != 9 {
-		t.Errorf("spillway_gfe_malformed_requests_total{listener=slow} = %v, want 9", n)
+	if n := counterValue(t, s.e.reg, "spillway_gfe_malformed_requests_total", "slow"); n != 10 {
+		t.Errorf("spillway_gfe_malformed_requests_total{listener=slow} = %v, want 10", n)
 	}
-	if n := counterValue(t, s.e.reg, "spillway_gfe_malformed_requests_total", "tls"); n != 9 {
-		t.Errorf("spillway_gfe_malformed_requests_total{listener=tls} = %v, want 9", n)
+	if n := counterValue(t, s.e.reg, "spillway_gfe_malformed_requests_total", "tls"); n != 10 {
+		t.Errorf("spillway_gfe_malformed_requests_total{listener=tls} = %v, want 10", n)
 	}
 	if n := counterValue(t, s.e.reg, "spillway_gfe_malformed_requests_total", "listen"); n != 4 {
 		t.Errorf("spillway_gfe_malformed_requests_total{listener=listen} = %v, want the 4 after a handoff", n)
