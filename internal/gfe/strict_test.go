@@ -201,12 +201,8 @@ func TestHTTP2RequestsAsStrict(t *testing.T) {
 				var out bytes.Buffer
 				fr := http2.NewFramer(&out, c)
 				fr.WriteSettings()
-				var block bytes.Buffer
-				enc := hpack.NewEncoder(&block)
-				for _, f := range append([][2]string{{":method", "GET"}, {":scheme", scheme}, {":authority", "x"}}, tc.fields...) {
-					enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-				}
-				fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndStream: true, EndHeaders: true})
+				block := headerBlock(append([][2]string{{":method", "GET"}, {":scheme", scheme}, {":authority", "x"}}, tc.fields...))
+				fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block, EndStream: true, EndHeaders: true})
 				if _, err := c.Write(out.Bytes()); err != nil {
 					t.Fatal(err)
 				}
@@ -242,4 +238,14 @@ func TestHTTP2RequestsAsStrict(t *testing.T) {
 			})
 		}
 	}
+}
+
+// headerBlock returns fields (name, value) HPACK-encoded, in order.
+func headerBlock(fields [][2]string) []byte {
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range fields {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	return block.Bytes()
 }

@@ -531,20 +531,7 @@ func newFastBench(tb testing.TB) *fastBench {
 	e := fastEdge(tb, "", back)
 	// A loopback TCP connection: writes land in the kernel's buffers, so
 	// one goroutine drives both ends without allocating.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	cc, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	sc, err := ln.Accept()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { cc.Close(); sc.Close() })
+	cc, sc := loopbackPair(tb)
 	fb := &fastBench{p: e.proxy, cc: cc, req: []byte("GET /x HTTP/1.1\r\nHost: gfe.test\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n"), buf: make([]byte, 4096)}
 	fb.fr = &FastRequest{Conn: sc, Client: bufio.NewReaderSize(sc, 64<<10), Out: bufio.NewWriter(sc),
 		Remote: netip.MustParseAddrPort("192.0.2.1:40000"), Local: netip.MustParseAddrPort("127.0.0.1:80")}

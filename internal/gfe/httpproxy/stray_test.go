@@ -119,21 +119,7 @@ func TestStrayBytesNeverReachAnotherClient(t *testing.T) {
 // BenchmarkQuiet measures the reuse rule's per-request cost alone: quiet
 // on an idle loopback connection (one recvfrom with MSG_PEEK).
 func BenchmarkQuiet(b *testing.B) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	s, err := ln.Accept()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	c, _ := loopbackPair(b)
 	bc := newBackendConn(c, nil)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -141,4 +127,25 @@ func BenchmarkQuiet(b *testing.B) {
 			b.Fatal("an idle connection is not quiet")
 		}
 	}
+}
+
+// loopbackPair returns the two ends of a new loopback TCP connection,
+// closed when the test ends.
+func loopbackPair(tb testing.TB) (client, server net.Conn) {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	server, err = ln.Accept()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { client.Close(); server.Close() })
+	return client, server
 }
