@@ -47,9 +47,9 @@
 //     response ended exactly where its framing said and nothing has
 //     arrived on it since, checked right before the request is written
 //     (the reuse rule, fastpool.go, which also says the one window no
-//     HTTP/1.1 client can close); otherwise it is closed. At most
-//     maxInterim interim (1xx) answers reach a client ahead of the final
-//     one; a backend that sends more has failed (502).
+//     HTTP/1.1 client can close); otherwise it is closed. An attempt
+//     relays at most maxInterim interim (1xx) answers ahead of its final
+//     one, on either path; a backend that sends more has failed (502).
 //   - The common path does not allocate beyond net/http's own (copy
 //     buffers are pooled; TestProxyBytesPerRequest); the fast path does
 //     not allocate at all (TestFastPathAllocs, BenchmarkFastPath).

@@ -718,9 +718,9 @@ func (p *Proxy) relay(x *fastExchange, bc *backendConn, n int) attemptErr {
 	return attemptOK
 }
 
-// maxInterim is how many interim (1xx) responses the gfe relays ahead of
-// a request's final one; one more is the backend's failure (502, or the
-// connection closed if the client has some already). A request that asks
+// maxInterim is how many interim (1xx) responses the gfe relays from an
+// attempt ahead of its final one; one more is the backend's failure (502,
+// and another attempt when retry.go allows one). A request that asks
 // to continue gets one 100 at most, and a backend sends a 103 Early Hints
 // or two besides; a bound far above that costs nothing, where none let a
 // backend keep a client reading interim answers for ever (net/http's
