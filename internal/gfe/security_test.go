@@ -274,15 +274,11 @@ func TestHTTP2RapidReset(t *testing.T) {
 	var out bytes.Buffer
 	fr := http2.NewFramer(&out, c)
 	fr.WriteSettings()
-	var block bytes.Buffer
-	enc := hpack.NewEncoder(&block)
-	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "x"}, {":path", "/reset"}} {
-		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-	}
+	block := headerBlock([][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "x"}, {":path", "/reset"}})
 	const streams = 5000
 	for i := range streams {
 		id := uint32(2*i + 1)
-		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block.Bytes(), EndStream: true, EndHeaders: true})
+		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndStream: true, EndHeaders: true})
 		fr.WriteRSTStream(id, http2.ErrCodeCancel)
 	}
 	// Write the flood in one go, and read what comes back until the gfe

@@ -103,7 +103,7 @@ func Parse(buf []byte, r *Request) (n int, v Verdict, err error) {
 		return p.reject(r, bad)
 	}
 	if why := r.requestLine(line); why != "" {
-		if why == whyPreface {
+		if why == WhyPreface {
 			r.Why = why
 			return p.pos, HandOff, nil
 		}
@@ -207,8 +207,9 @@ func Parse(buf []byte, r *Request) (n int, v Verdict, err error) {
 	return p.pos, Fast, nil
 }
 
-// whyPreface marks HTTP/2's connection preface, which is handed off.
-const whyPreface = "HTTP/2 connection preface"
+// WhyPreface is the Request.Why of HTTP/2's connection preface, which is
+// handed off (h2c with prior knowledge).
+const WhyPreface = "HTTP/2 connection preface"
 
 // parser walks buf line by line.
 type parser struct {
@@ -268,7 +269,7 @@ func (r *Request) requestLine(line []byte) string {
 		r.Minor = 0
 	case "HTTP/2.0":
 		if string(r.Method) == "PRI" && string(r.Target) == "*" {
-			return whyPreface
+			return WhyPreface
 		}
 		return "unsupported HTTP version"
 	default:

@@ -42,6 +42,14 @@
 //     not exempt a request).
 //   - Backends never see a client's X-Real-IP nor the gfe's own affinity
 //     cookie; a path with a dot segment is refused (400) before routing.
+//   - One client never gets the answer to another's request: a pooled
+//     backend connection carries another request only if its last
+//     response ended exactly where its framing said and nothing has
+//     arrived on it since, checked right before the request is written
+//     (the reuse rule, fastpool.go, which also says the one window no
+//     HTTP/1.1 client can close); otherwise it is closed. An attempt
+//     relays at most maxInterim interim (1xx) answers ahead of its final
+//     one, on either path; a backend that sends more has failed (502).
 //   - The common path does not allocate beyond net/http's own (copy
 //     buffers are pooled; TestProxyBytesPerRequest); the fast path does
 //     not allocate at all (TestFastPathAllocs, BenchmarkFastPath).

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,14 +14,12 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 	"unsafe"
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gfe/h1"
-	"github.com/spillway-lb/spillway/internal/gfe/poller"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/lb/backend"
 	"github.com/spillway-lb/spillway/lb/outlier"
@@ -295,69 +294,9 @@ func foldEqual(b []byte, s string) bool {
 	return true
 }
 
-// fastReadBuffer is the read buffer of a backend connection: a response
-// head must fit in it.
-const fastReadBuffer = 16 << 10
-
-// fastWriteBuffer is the write buffer of a backend connection.
-const fastWriteBuffer = 4 << 10
-
-// fastIdleTimeout is how long a backend connection may wait in the pool
-// (the slow path's Transport uses 90 s too).
-const fastIdleTimeout = 90 * time.Second
-
-// fastMaxIdlePerBackend bounds the idle connections kept per backend (as
-// the slow path's MaxIdleConnsPerHost).
-const fastMaxIdlePerBackend = 256
-
 // maxDiscard is the most request body the fast path reads and drops to
 // keep a connection whose request it refused; a longer body closes it.
 const maxDiscard = 256 << 10
-
-// backendConn is one raw HTTP/1.1 connection to a backend.
-type backendConn struct {
-	c         net.Conn
-	br        *bufio.Reader
-	bw        *bufio.Writer
-	resp      h1.Response
-	idleSince time.Time
-	// deadline is the deadline last set on c, read and write (zero:
-	// none). It stays while c is idle in the pool (nothing reads c there)
-	// and is replaced by the next attempt's: one timer update per request.
-	deadline time.Time
-}
-
-// setDeadline sets bc's read and write deadline to t unless it is already
-// t.
-func (bc *backendConn) setDeadline(t time.Time) {
-	if !t.Equal(bc.deadline) {
-		bc.c.SetDeadline(t)
-		bc.deadline = t
-	}
-}
-
-// staleCheckAfter is how long a pooled connection may have been idle
-// before its reuse checks that the backend has not closed it meanwhile (an
-// idle timeout of the backend's): a request with a body sent on such a
-// connection could not be sent again. net/http's Transport watches every
-// idle connection with a background read instead, which costs a goroutine
-// and a read per connection.
-const staleCheckAfter = time.Second
-
-// alive reports whether bc's backend left it open and quiet while it was
-// idle: nothing to read, not even an end of file (peek; a read with a past
-// deadline, such as the last request's left on an idle connection, would
-// not reach the socket at all).
-func (bc *backendConn) alive() bool {
-	if bc.br.Buffered() > 0 {
-		return false
-	}
-	switch peek(bc.c) {
-	case peekNothing, peekUnknown:
-		return true
-	}
-	return false
-}
 
 // ClientGone reports whether fr's client closed (or reset) its connection
 // while its request waits in the pending queue (ClientClosed). Called from
@@ -372,142 +311,6 @@ func (fr *FastRequest) ClientGone() bool { return ClientClosed(fr.Conn) }
 // never closed; over TLS a client that closes with its closing alert is
 // not noticed either, as the alert reads as data.
 func ClientClosed(c net.Conn) bool { return peek(c) == peekClosed }
-
-// peekState is what a look at a socket found.
-type peekState uint8
-
-const (
-	peekNothing peekState = iota // open, nothing to read yet
-	peekData                     // bytes waiting
-	peekClosed                   // an end of file, a reset, or the connection closed
-	peekUnknown                  // not a socket
-)
-
-// peek looks at c's socket without blocking and without consuming: one
-// recvfrom(MSG_PEEK|MSG_DONTWAIT) through RawConn.Control, so that no
-// deadline of c's plays a part. It looks through wrappers that have
-// Unwrap() net.Conn.
-func peek(c net.Conn) peekState {
-	for {
-		u, ok := c.(interface{ Unwrap() net.Conn })
-		if !ok {
-			break
-		}
-		c = u.Unwrap()
-	}
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return peekUnknown
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return peekUnknown
-	}
-	st := peekNothing
-	var b [1]byte
-	if err := rc.Control(func(fd uintptr) {
-		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		switch {
-		case err == nil && n > 0:
-			st = peekData
-		case err == nil:
-			st = peekClosed // end of file
-		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK || err == syscall.EINTR:
-		default:
-			st = peekClosed // reset, or closed under us
-		}
-	}); err != nil {
-		return peekClosed // the connection is closed
-	}
-	return st
-}
-
-// fastPool holds the idle connections to backends, by address, most
-// recently used first out. Safe for concurrent use; must not be copied.
-type fastPool struct {
-	mu     sync.Mutex
-	idle   map[string][]*backendConn // guarded by mu
-	closed bool                      // guarded by mu: put closes instead
-}
-
-// get returns an idle connection to addr, or nil.
-func (fp *fastPool) get(addr string, now time.Time) *backendConn {
-	fp.mu.Lock()
-	defer fp.mu.Unlock()
-	cs := fp.idle[addr]
-	if len(cs) == 0 {
-		return nil
-	}
-	for len(cs) > 0 {
-		bc := cs[len(cs)-1]
-		cs[len(cs)-1] = nil
-		cs = cs[:len(cs)-1]
-		if now.Sub(bc.idleSince) < fastIdleTimeout {
-			fp.idle[addr] = cs
-			return bc
-		}
-		bc.c.Close()
-	}
-	fp.idle[addr] = cs
-	return nil
-}
-
-// put returns bc, whose last exchange ended cleanly, to the pool.
-func (fp *fastPool) put(addr string, bc *backendConn, now time.Time) {
-	fp.mu.Lock()
-	defer fp.mu.Unlock()
-	if fp.closed || len(fp.idle[addr]) >= fastMaxIdlePerBackend {
-		bc.c.Close()
-		return
-	}
-	bc.idleSince = now
-	if fp.idle == nil {
-		fp.idle = map[string][]*backendConn{}
-	}
-	fp.idle[addr] = append(fp.idle[addr], bc)
-}
-
-// closeIdle closes every idle connection.
-func (fp *fastPool) closeIdle() {
-	fp.mu.Lock()
-	defer fp.mu.Unlock()
-	for addr, cs := range fp.idle {
-		for _, bc := range cs {
-			bc.c.Close()
-		}
-		delete(fp.idle, addr)
-	}
-}
-
-// dialFast opens a connection to addr, by deadline if set, and within
-// perTry (> 0) on the proxy's clock: perTryExpired says that is what
-// ended a failed dial.
-func (p *Proxy) dialFast(addr string, deadline time.Time, perTry time.Duration) (bc *backendConn, perTryExpired bool, err error) {
-	d := *p.dialer
-	if !deadline.IsZero() && (d.Deadline.IsZero() || deadline.Before(d.Deadline)) {
-		d.Deadline = deadline
-	}
-	ctx := context.Background()
-	var fired atomic.Bool
-	if perTry > 0 {
-		// On the proxy's clock, like the wait for the answer's head.
-		dctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		t := p.clk.AfterFunc(perTry, func() {
-			fired.Store(true)
-			cancel()
-		})
-		defer t.Stop()
-		ctx = dctx
-	}
-	c, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return nil, fired.Load(), err
-	}
-	pl, _ := poller.Shared() // nil, wrapping nothing, if it could not start
-	c = pl.Wrap(c)
-	return &backendConn{c: c, br: bufio.NewReaderSize(c, fastReadBuffer), bw: bufio.NewWriterSize(c, fastWriteBuffer)}, false, nil
-}
 
 // attemptErr classifies how an attempt of the fast path failed.
 type attemptErr uint8
@@ -687,12 +490,7 @@ func (p *Proxy) fastAttempt(x *fastExchange) attemptErr {
 	addr := d.pick.Backend.Addr()
 	bodyless := h.ContentLength <= 0
 	mayRedial := bodyless && fr.idempotent
-	now := x.sent // the pool's idle times are on the proxy's clock
-	bc := p.fast.get(addr, now)
-	if bc != nil && now.Sub(bc.idleSince) > staleCheckAfter && !bc.alive() {
-		bc.c.Close()
-		bc = nil
-	}
+	bc := p.fast.get(addr, x.sent) // the pool's idle times are on the proxy's clock
 	reused := bc != nil
 	var perTry time.Duration // bounds the attempt, dial included, when it may be sent again
 	if mayRedial {
@@ -727,6 +525,22 @@ func (p *Proxy) fastAttempt(x *fastExchange) attemptErr {
 		if perTry > 0 {
 			pt = &perTryTimer{c: bc.c}
 			pt.t = p.clk.AfterFunc(perTry, pt.fire)
+		}
+		if reused {
+			// The reuse rule (fastpool.go), as late as it can be: anything
+			// the backend sent since its last response closes the
+			// connection, which a new one replaces.
+			if ok, stray := bc.quiet(); !ok {
+				if pt != nil {
+					pt.stop()
+				}
+				bc.c.Close()
+				if stray {
+					p.metrics.unsolicited.WithLabelValues(d.svc.Name()).Inc()
+				}
+				bc, reused = nil, false
+				continue
+			}
 		}
 		writeRequestHead(bc.bw, fr, d, addr)
 		if !bodyless {
@@ -846,21 +660,15 @@ func readResponseHead(bc *backendConn, head bool) (int, error) {
 func (p *Proxy) relay(x *fastExchange, bc *backendConn, n int) attemptErr {
 	fr, d := x.fr, &x.d
 	h := &fr.Head
-	head := fr.isHead
-	for bc.resp.Status < 200 {
-		if bc.resp.Status == http.StatusSwitchingProtocols {
-			// Never asked for: upgrades are handed off to net/http.
-			bc.c.Close()
+	n, err := finalHead(bc, n, fr.isHead, func(buf []byte) {
+		writeResponseHead(fr.Out, buf, &bc.resp, nil, "", false, false)
+	})
+	if err != nil {
+		bc.c.Close()
+		if errors.Is(err, errInterim) {
 			return attemptBackend
 		}
-		buf, _ := bc.br.Peek(n)
-		writeResponseHead(fr.Out, buf, &bc.resp, nil, "", false, false)
-		bc.br.Discard(n)
-		var err error
-		if n, err = readResponseHead(bc, head); err != nil {
-			bc.c.Close()
-			return attemptRelay
-		}
+		return attemptRelay
 	}
 	now := p.clk.Now()
 	r := &bc.resp
@@ -893,27 +701,91 @@ func (p *Proxy) relay(x *fastExchange, bc *backendConn, n int) attemptErr {
 	}
 	writeResponseHead(fr.Out, buf, r, fr, cookie, !x.keep, h.Minor == 0 && x.keep)
 	bc.br.Discard(n)
-	backendKeep := !r.Close
-	var err error
-	switch r.Framing {
-	case h1.Length:
-		err = copyN(fr.Out, bc.br, r.ContentLength)
-	case h1.Chunked:
-		err = copyChunked(fr.Out, bc.br, !dechunk)
-	case h1.UntilClose:
-		err = copyN(fr.Out, bc.br, -1)
-		backendKeep = false
-	}
+	keep, err := copyBody(fr.Out, bc, dechunk)
 	if err != nil {
 		bc.c.Close()
 		return attemptRelay
 	}
-	if backendKeep && bc.br.Buffered() == 0 {
+	switch reuse, stray := reusable(bc, keep); {
+	case reuse:
 		p.fast.put(d.pick.Backend.Addr(), bc, p.clk.Now()) // after the body, however long
-	} else {
+	case stray:
+		bc.c.Close()
+		p.metrics.unsolicited.WithLabelValues(d.svc.Name()).Inc()
+	default:
 		bc.c.Close()
 	}
 	return attemptOK
+}
+
+// maxInterim is how many interim (1xx) responses the gfe relays from an
+// attempt ahead of its final one; one more is the backend's failure (502,
+// and another attempt when retry.go allows one). A request that asks
+// to continue gets one 100 at most, and a backend sends a 103 Early Hints
+// or two besides; a bound far above that costs nothing, where none let a
+// backend keep a client reading interim answers for ever (net/http's
+// Transport relays every one to a ReverseProxy, which set no bound).
+const maxInterim = 8
+
+// errInterim is finalHead's refusal of a backend's interim answers: a 101
+// nobody asked for (upgrades go to net/http), or more than maxInterim.
+var errInterim = errors.New("interim responses refused")
+
+// finalHead moves bc past the interim (1xx) heads at the start of its
+// buffer — the first, n bytes, already parsed into bc.resp — handing each
+// to interim, and returns the length of the final head after them, parsed
+// into bc.resp. Its errors are errInterim (wrapped), or readResponseHead's.
+func finalHead(bc *backendConn, n int, head bool, interim func(buf []byte)) (int, error) {
+	for i := 0; bc.resp.Status < 200; i++ {
+		switch {
+		case bc.resp.Status == http.StatusSwitchingProtocols:
+			return 0, fmt.Errorf("%w: 101 Switching Protocols to a request that asked for no upgrade", errInterim)
+		case i == maxInterim:
+			return 0, fmt.Errorf("%w: more than %d", errInterim, maxInterim)
+		}
+		buf, _ := bc.br.Peek(n)
+		interim(buf)
+		bc.br.Discard(n)
+		var err error
+		if n, err = readResponseHead(bc, head); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+// copyBody copies the body of the response whose head (parsed into
+// bc.resp) bc.br has just passed to w, to the end its framing says: as it
+// came, or with its chunks decoded (dechunk). keep reports whether the
+// backend keeps the connection open after it: the framing ends the body
+// and the response does not say close.
+func copyBody(w *bufio.Writer, bc *backendConn, dechunk bool) (keep bool, err error) {
+	r := &bc.resp
+	keep = !r.Close
+	switch r.Framing {
+	case h1.Length:
+		err = copyN(w, bc.br, r.ContentLength)
+	case h1.Chunked:
+		err = copyChunked(w, bc.br, !dechunk)
+	case h1.UntilClose:
+		err = copyN(w, bc.br, -1)
+		keep = false
+	}
+	return keep && err == nil, err
+}
+
+// reusable reports, for bc after copyBody, whether it may go back to the
+// pool (the first half of the reuse rule, fastpool.go): the backend keeps
+// it (keep) and nothing followed the response in its buffer. stray says
+// something did.
+func reusable(bc *backendConn, keep bool) (reuse, stray bool) {
+	if !keep {
+		return false, false
+	}
+	if bc.br.Buffered() > 0 {
+		return false, true
+	}
+	return true, false
 }
 
 // writeRequestHead writes fr's head, as the gfe forwards it to backend

@@ -19,6 +19,9 @@ type metrics struct {
 	cookies        *prometheus.CounterVec // service
 	streamsClosed  prometheus.Counter
 	clientErrors   *prometheus.CounterVec // reason
+	// unsolicited counts fast-path backend connections closed for bytes
+	// no request asked for (the reuse rule, fastpool.go).
+	unsolicited *prometheus.CounterVec // service
 }
 
 // NewPickErrors returns the counter of requests and connections for which
@@ -77,8 +80,12 @@ func newMetrics(opts Options) *metrics {
 			Name: "spillway_gfe_client_errors_total",
 			Help: "Proxied requests that failed on the client's side and never counted against a backend, by reason (bad_body 400, body_timeout 408, body_too_large 413, canceled: the client went away).",
 		}, []string{"reason"}),
+		unsolicited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spillway_gfe_backend_unsolicited_total",
+			Help: "Backend connections of the HTTP/1.1 fast path closed because the backend sent bytes no request asked for (past a response's framed end, or while the connection was idle), by service: a backend bug that would hand one client's response to another.",
+		}, []string{"service"}),
 	}
-	cs := []prometheus.Collector{m.unrouted, m.latency, m.retries, m.perTryTimeouts, m.ejections, m.cookies, m.streamsClosed, m.clientErrors}
+	cs := []prometheus.Collector{m.unrouted, m.latency, m.retries, m.perTryTimeouts, m.ejections, m.cookies, m.streamsClosed, m.clientErrors, m.unsolicited}
 	if m.pickErrors == nil {
 		m.pickErrors = NewPickErrors()
 		cs = append(cs, m.pickErrors)

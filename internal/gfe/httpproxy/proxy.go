@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/netip"
 	"strconv"
@@ -129,12 +130,20 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 		dialer = &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	}
 	tr := &http.Transport{
-		DialContext:           dialer.DialContext,
-		MaxIdleConns:          4096,
-		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: 30 * time.Second,
-		ExpectContinueTimeout: time.Second,
+		// Every response head as strict as the fast path's (strict.go).
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return newStrictResponses(c), nil
+		},
+		MaxResponseHeaderBytes: maxResponseHead,
+		MaxIdleConns:           4096,
+		MaxIdleConnsPerHost:    256,
+		IdleConnTimeout:        90 * time.Second,
+		ResponseHeaderTimeout:  30 * time.Second,
+		ExpectContinueTimeout:  time.Second,
 	}
 	p := &Proxy{
 		cfg:       cfg,
@@ -305,7 +314,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rt, svc, pk, ck := d.route, d.svc, d.pick, d.cookie
 	defer svc.Meters().Ended()
-	ph := &pickHolder{pick: pk, svc: svc, retries: rt.Retries, perTry: rt.PerTryTimeout, attempts: 1, cookie: ck, secure: r.TLS != nil}
+	ph := &pickHolder{pick: pk, svc: svc, retries: rt.Retries, perTry: rt.PerTryTimeout, attempts: 1, cookie: ck, secure: r.TLS != nil,
+		head: r.Method == http.MethodHead}
 	defer ph.cancelAttempts()
 	ph.body, _ = r.Body.(*clientbody.Body)
 	// The route timeout bounds the whole request, retries included. Streams
@@ -330,7 +340,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel = context.WithTimeout(ctx, rt.Timeout)
 	}
 	defer cancel()
-	ph.Context = ctx
+	// Under ReverseProxy's own trace, which relays interim answers: ours
+	// marks where each answer begins (strict.go) and bounds them.
+	ph.trace.GotConn, ph.trace.Got1xxResponse = ph.gotConn, ph.got1xx
+	ph.Context = httptrace.WithClientTrace(ctx, &ph.trace)
 	ph.tried[0] = pk.Backend
 	defer ph.pick.Done() // the pick of the last attempt
 	p.rp.ServeHTTP(w, r.WithContext(ph))
@@ -529,6 +542,20 @@ type pickHolder struct {
 	// when it fired (read by Err from any goroutine).
 	upgradeTimer clock.Timer
 	timedOut     atomic.Bool
+	// trace is the request's httptrace hooks (gotConn, got1xx); head says
+	// the request is a HEAD, and interim counts its interim answers (in
+	// the Transport's goroutines, an abandoned attempt's among them).
+	trace   httptrace.ClientTrace
+	head    bool
+	interim atomic.Int32
+}
+
+// gotConn is the request's httptrace GotConn: an attempt is about to be
+// written on info.Conn, whose next bytes begin its answer.
+func (h *pickHolder) gotConn(info httptrace.GotConnInfo) {
+	if c, ok := info.Conn.(*strictResponses); ok {
+		c.expect(h.head)
+	}
 }
 
 // cancelAttempts releases the per-try contexts of the request's attempts.

@@ -34,7 +34,15 @@
 //
 // An http or https listener with fast_path serves plain HTTP/1.1 on the
 // gfe's own fast path and hands everything else, bytes replayed, to its
-// net/http server (fast.go).
+// net/http server (fast.go). An https listener without it still makes
+// its TLS handshakes itself and hands every connection over.
+//
+// Whatever serves a request, its head is held to the fast path's rules
+// (h1.Parse): every HTTP/1.x connection net/http's server reads is a
+// strictRequests, which lets net/http read a head only once h1.Parse has
+// taken it and makes it answer 400 for the others (strict.go); HTTP/2
+// requests with two Content-Lengths or a Host other than :authority are
+// answered 400 by protect.
 //
 // A snapshot whose certificates cannot be loaded is rejected (NACKed) and
 // changes nothing; a certificate file that turns bad later is logged and

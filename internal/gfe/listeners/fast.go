@@ -92,6 +92,10 @@ type fastServer struct {
 	// tls, for an https listener, is the server configuration of its
 	// handshakes (ALPN h2 and http/1.1); nil for http.
 	tls *tls.Config
+	// handoffAll, for an https listener without fast_path, hands every
+	// connection to net/http once its handshake is done: the fast path
+	// serves none, and counts none.
+	handoffAll bool
 
 	wg sync.WaitGroup // the connections' goroutines
 
@@ -342,7 +346,9 @@ func (fs *fastServer) serveConn(fc *fastConn) {
 		c.SetDeadline(time.Time{})
 		fc.rd = time.Time{}
 		if tc.ConnectionState().NegotiatedProtocol == "h2" {
-			fs.handoff.Inc()
+			if !fs.handoffAll {
+				fs.handoff.Inc()
+			}
 			fs.forget(fc)
 			handedOff = true
 			fs.p.handoff(tc)
@@ -350,6 +356,12 @@ func (fs *fastServer) serveConn(fc *fastConn) {
 		}
 		state := tc.ConnectionState()
 		fc.state = &state
+		if fs.handoffAll {
+			fs.forget(fc)
+			handedOff = true
+			fs.p.handoff(&replayConn{Conn: tc, tls: fc.state})
+			return
+		}
 		c = tc
 		fr.Client.Reset(c)
 		fr.Out.Reset(c)
@@ -489,7 +501,8 @@ func (fs *fastServer) shutdown(ctx context.Context) bool {
 // replayConn is a connection handed to net/http after the fast path read
 // from it: its reads return buf first, then the connection's bytes. Over
 // TLS, net/http cannot see the handshake the fast path did (it looks for
-// a *tls.Conn); connContext and protect give its requests tls as r.TLS.
+// a *tls.Conn); handoff makes it a strictRequests carrying tls, which
+// connContext and protect give its requests as r.TLS.
 type replayConn struct {
 	net.Conn
 	buf []byte

@@ -1,12 +1,17 @@
 package listeners
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/spillway-lb/spillway/config"
 )
 
 // dispatch gives c, just accepted, to p's current generation: to its fast
@@ -21,7 +26,7 @@ func (p *port) dispatch(c net.Conn) {
 }
 
 // handoff gives c to p's current generation's server, or closes it when p
-// has none.
+// has none: an HTTP/1.x connection as a strictRequests (strict.go).
 func (p *port) handoff(c net.Conn) {
 	for {
 		g := p.cur.Load()
@@ -29,7 +34,7 @@ func (p *port) handoff(c net.Conn) {
 			c.Close()
 			return
 		}
-		if g.ln.offer(c) {
+		if g.ln.offer(strictFor(c, g.spec, p.malformed)) {
 			return
 		}
 		if p.cur.Load() == g {
@@ -144,3 +149,26 @@ func (w *limitedWriter) WriteHeader(code int) {
 }
 
 func (w *limitedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// strictFor returns c as the server of listener l is to read it: a
+// strictRequests when c speaks HTTP/1.x in the clear — an http listener's
+// connection, or one the fast path handed off (replayConn, after its TLS
+// handshake if any) — and c itself otherwise (a *tls.Conn that chose h2
+// by ALPN). It counts the heads it refuses in malformed.
+func strictFor(c net.Conn, l config.Listener, malformed prometheus.Counter) net.Conn {
+	s := &strictRequests{Conn: c, limit: l.MaxHeaderBytes + headerSlack, malformed: malformed}
+	if l.MaxHeaderBytes <= 0 {
+		s.limit = http.DefaultMaxHeaderBytes + headerSlack
+	}
+	switch c := c.(type) {
+	case *replayConn:
+		s.tls = c.tls
+		return s
+	case *tls.Conn:
+		return c
+	}
+	if l.Protocol != config.ListenerHTTP {
+		return c
+	}
+	return s
+}

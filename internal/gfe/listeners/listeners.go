@@ -31,6 +31,7 @@ type listenerMetrics struct {
 	resetClosed *prometheus.CounterVec
 	ageClosed   *prometheus.CounterVec
 	fastPath    *prometheus.CounterVec
+	malformed   *prometheus.CounterVec
 }
 
 func newListenerMetrics(reg prometheus.Registerer) *listenerMetrics {
@@ -64,8 +65,12 @@ func newListenerMetrics(reg prometheus.Registerer) *listenerMetrics {
 		Name: "spillway_gfe_fast_path_total",
 		Help: "Request heads read by the HTTP/1.1 fast path of http listeners with fast_path, by listener and verdict (fast: served on the fast path; handoff: the connection went to net/http; reject: answered 400 or 431).",
 	}, []string{"listener", "verdict"})
+	m.malformed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "spillway_gfe_malformed_requests_total",
+		Help: "Requests on connections net/http serves (listeners without fast_path, connections the fast path handed off, HTTP/2) answered 400 before any handler because net/http would have read them more leniently than the fast path: bare LF, obsolete line folding, two Content-Lengths, an absolute-form target whose host differs from Host, or an HTTP/2 Host differing from :authority; by listener.",
+	}, []string{"listener"})
 	if reg != nil {
-		reg.MustRegister(m.accepted, m.certReloads, m.bindErrors, m.fdWaits, m.resetClosed, m.ageClosed, m.fastPath)
+		reg.MustRegister(m.accepted, m.certReloads, m.bindErrors, m.fdWaits, m.resetClosed, m.ageClosed, m.fastPath, m.malformed)
 	}
 	return m
 }
@@ -187,7 +192,9 @@ type port struct {
 	ln       net.Listener
 	name     string // listener name, for logs; guarded by Manager.mu
 	accepted prometheus.Counter
-	certs    certStore // https: shared by every generation of the port
+	// malformed counts the HTTP/1.x heads strictRequests refused.
+	malformed prometheus.Counter
+	certs     certStore // https: shared by every generation of the port
 
 	// cur is the generation new connections go to. Written under
 	// Manager.mu, read by the accept loop.
@@ -398,7 +405,7 @@ func (m *Manager) openLocked(key int, l config.Listener) (*port, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listener %s: %w", l.Name, err)
 	}
-	p := &port{ln: ln, name: l.Name, accepted: m.metrics.accepted.WithLabelValues(l.Name)}
+	p := &port{ln: ln, name: l.Name, accepted: m.metrics.accepted.WithLabelValues(l.Name), malformed: m.metrics.malformed.WithLabelValues(l.Name)}
 	p.stop, p.cancel = context.WithCancel(m.hardStop)
 	m.ports[key] = p
 	if l.Protocol == config.ListenerHTTPS {
@@ -435,15 +442,22 @@ func (m *Manager) startGenerationLocked(p *port, l config.Listener) {
 		if l.FastPath {
 			if m.opts.Fast != nil {
 				g.fast = m.newFastServer(p, l)
-				if l.Protocol == config.ListenerHTTPS {
-					// The fast path does the handshakes (fast.go); the
-					// server gets *tls.Conn and serves h2 by their ALPN.
-					g.srv.TLSConfig.NextProtos = []string{"h2", "http/1.1"}
-					g.fast.tls = g.srv.TLSConfig.Clone() // net/http edits its own at Serve
-				}
 			} else {
 				m.log.Warn().Err(errNoFastHandler).Str("listener", l.Name).Send()
 			}
+		}
+		if l.Protocol == config.ListenerHTTPS {
+			if g.fast == nil {
+				// Without the fast path too the gfe does the handshakes,
+				// so that an HTTP/1.1 connection reaches net/http in the
+				// clear, for strictRequests (strict.go).
+				g.fast = m.newFastServer(p, l)
+				g.fast.handoffAll = true
+			}
+			// The fast path does the handshakes (fast.go); the server
+			// gets *tls.Conn and serves h2 by their ALPN.
+			g.srv.TLSConfig.NextProtos = []string{"h2", "http/1.1"}
+			g.fast.tls = g.srv.TLSConfig.Clone() // net/http edits its own at Serve
 		}
 	case config.ListenerTCP:
 		g.ctx, g.cancel = context.WithCancel(m.hardStop)
@@ -461,7 +475,7 @@ func (m *Manager) startGenerationLocked(p *port, l config.Listener) {
 // newServer returns the HTTP server of listener l on p.
 func (m *Manager) newServer(p *port, l config.Listener) *http.Server {
 	srv := &http.Server{
-		Handler:           limitBody(m.protect(m.opts.HTTP, l, m.metrics.resetClosed.WithLabelValues(l.Name), m.metrics.ageClosed.WithLabelValues(l.Name)), l.MaxRequestBodyBytes),
+		Handler:           limitBody(m.protect(m.opts.HTTP, l, m.metrics.resetClosed.WithLabelValues(l.Name), m.metrics.ageClosed.WithLabelValues(l.Name), m.metrics.malformed.WithLabelValues(l.Name)), l.MaxRequestBodyBytes),
 		ConnContext:       m.connContext(l),
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
 		IdleTimeout:       l.IdleTimeout,

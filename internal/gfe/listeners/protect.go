@@ -34,6 +34,13 @@ import (
 //     before any handler sees it, so the gfe cannot tell the two apart and
 //     closes after every HTTP/1.x request with a Transfer-Encoding: a
 //     chunked upload costs its client one new connection.
+//   - An HTTP/1.x request with an Upgrade field closes its connection after
+//     any answer but the 101 of an upgrade: strictRequests reads no later
+//     head of that connection (strict.go).
+//   - An HTTP/2 request with two Content-Length fields, or with a Host
+//     field that names another authority than :authority, is answered 400
+//     before the proxy sees it, as the fast path answers their HTTP/1.1
+//     forms (strictHTTP2).
 //   - HTTP/2 rapid reset (CVE-2023-44487): a connection whose client resets
 //     more than MaxEarlyResets streams before their answer ended, and more
 //     than half of all its streams, is closed. net/http bounds the handlers
@@ -58,8 +65,8 @@ type connGuard struct {
 	// never). Immutable.
 	endAt time.Time
 	aged  atomic.Bool // a request found it past endAt
-	// tls is the TLS state of a connection the fast path handshook and
-	// handed over (replayConn), nil otherwise: its requests' r.TLS.
+	// tls is the TLS state of a connection the gfe handshook and handed
+	// over (strictRequests), nil otherwise: its requests' r.TLS.
 	tls *tls.ConnectionState
 	// Accessed atomically.
 	streams atomic.Int64 // HTTP/2 requests whose handler ran
@@ -70,12 +77,12 @@ type connGuard struct {
 // connContext returns the http.Server.ConnContext of listener l: it
 // attaches a connGuard to each connection's context, with the connection's
 // own age limit drawn in [0.9, 1.1] × l.MaxConnectionAge and the TLS state
-// of a connection the fast path handshook and handed over.
+// of an HTTP/1.1 connection the gfe handshook and handed over.
 func (m *Manager) connContext(l config.Listener) func(context.Context, net.Conn) context.Context {
 	return func(ctx context.Context, c net.Conn) context.Context {
 		g := &connGuard{conn: c}
-		if rc, ok := c.(*replayConn); ok {
-			g.tls = rc.tls
+		if sc, ok := c.(*strictRequests); ok {
+			g.tls = sc.tls
 		}
 		g.endAt = m.connectionEnd(l)
 		return context.WithValue(ctx, connKey{}, g)
@@ -118,13 +125,22 @@ func (g *connGuard) close() {
 // and ends connections past their max_connection_age. resetClosed counts
 // the connections closed over their reset budget, ageClosed those ended
 // for their age.
-func (m *Manager) protect(next http.Handler, l config.Listener, resetClosed, ageClosed prometheus.Counter) http.Handler {
+func (m *Manager) protect(next http.Handler, l config.Listener, resetClosed, ageClosed, malformed prometheus.Counter) http.Handler {
 	maxResets := int64(m.cfg.MaxEarlyResets)
 	if maxResets == 0 {
 		maxResets = DefaultMaxEarlyResets
 	}
 	lim := clientbody.Limits{IdleTimeout: l.RequestBodyTimeout}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 2 && !strictHTTP2(r) {
+			malformed.Inc()
+			http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
+			return
+		}
+		if r.ProtoMajor == 1 && len(r.Header["Upgrade"]) > 0 {
+			// strictRequests reads no later head of the connection.
+			w = &closeUnlessSwitched{ResponseWriter: w}
+		}
 		if r.TLS == nil && r.ProtoMajor == 1 {
 			if g, _ := r.Context().Value(connKey{}).(*connGuard); g != nil && g.tls != nil {
 				r.TLS = g.tls // handshook by the fast path (replayConn)
@@ -165,3 +181,51 @@ func (m *Manager) protect(next http.Handler, l config.Listener, resetClosed, age
 		}
 	})
 }
+
+// strictHTTP2 reports whether HTTP/2 request r is one the fast path's
+// rules let through: at most one Content-Length (net/http's HTTP/2 server
+// uses the first and keeps both for the backend), and no Host field
+// naming another authority than :authority (RFC 9113 §8.3.1; net/http
+// routes by :authority and keeps the Host field). An HTTP/2 field cannot
+// hold a bare LF or a fold: x/net/http2 refuses a control character in a
+// value.
+func strictHTTP2(r *http.Request) bool {
+	if len(r.Header["Content-Length"]) > 1 {
+		return false
+	}
+	for _, h := range r.Header["Host"] {
+		if !strings.EqualFold(h, r.Host) {
+			return false
+		}
+	}
+	return true
+}
+
+// closeUnlessSwitched is the ResponseWriter of an HTTP/1.x request with an
+// Upgrade field: any final answer closes the connection after it. The
+// 101 of an upgrade does not come through it (ReverseProxy writes it on
+// the hijacked connection, which becomes a tunnel); strictRequests checks
+// no head after such a request, so none may follow on the connection.
+type closeUnlessSwitched struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (w *closeUnlessSwitched) WriteHeader(code int) {
+	if code >= 200 && !w.wrote {
+		w.wrote = true
+		w.Header().Set("Connection", "close")
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *closeUnlessSwitched) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap gives http.ResponseController (ReverseProxy's flushes and
+// hijack) the underlying writer.
+func (w *closeUnlessSwitched) Unwrap() http.ResponseWriter { return w.ResponseWriter }
