@@ -135,26 +135,21 @@ func TestVersions(t *testing.T) {
 	}
 }
 
-func TestNodeHash(t *testing.T) {
+func TestViewKey(t *testing.T) {
 	for _, tt := range []struct {
-		node *core.Node
+		view View
 		want string
 	}{
-		{&core.Node{Id: "a", UserAgentName: "gRPC Go", Locality: &core.Locality{Region: "nyc", Zone: "z"}}, "grpc/nyc"},
-		{&core.Node{Id: "b", UserAgentName: "envoy", Locality: &core.Locality{Region: "lon"}}, "envoy/lon"},
-		{&core.Node{Id: "c"}, "grpc/"},
-		{nil, "grpc/"},
+		{View{Kind: KindGRPC, Site: "nyc"}, "grpc/nyc"},
+		{View{Kind: KindEnvoy, Site: "lon"}, "envoy/lon"},
+		{View{Kind: KindGRPC}, "grpc/"},
+		{View{Kind: KindGRPC, Site: "nyc", Services: []string{"api", "web"}}, "grpc+api,web/nyc"},
+		// A site that looks like a scope is still a site of every service.
+		{View{Kind: KindGRPC, Site: "nyc+web"}, "grpc/nyc+web"},
 	} {
-		if got := (NodeHash{}).ID(tt.node); got != tt.want {
-			t.Errorf("ID(%v) = %q, want %q", tt.node, got, tt.want)
+		if got := tt.view.Key(); got != tt.want {
+			t.Errorf("%+v.Key() = %q, want %q", tt.view, got, tt.want)
 		}
-		kind, site, ok := parseKey(tt.want)
-		if !ok || Key(kind, site) != tt.want {
-			t.Errorf("parseKey(%q) = %q, %q, %v", tt.want, kind, site, ok)
-		}
-	}
-	if _, _, ok := parseKey("other/nyc"); ok {
-		t.Error(`parseKey("other/nyc") accepted an unknown kind`)
 	}
 }
 
