@@ -205,7 +205,7 @@ func (a *Access) Place(ids []string, claimed string) (Placement, error) {
 		}
 	}
 	if len(matching) == 0 {
-		return Placement{}, fmt.Errorf("%w: identities %q match no grant", ErrNotAllowed, ids)
+		return Placement{}, fmt.Errorf("%w: identities %q match no grant", ErrNotAllowed, uniq(ids))
 	}
 	site := claimed
 	if claimed == "" {
@@ -231,7 +231,7 @@ func (a *Access) Place(ids []string, claimed string) (Placement, error) {
 	if !placed {
 		slices.Sort(listed)
 		return Placement{}, fmt.Errorf("%w: node.locality.region %q, but identities %q are granted %s",
-			ErrSiteNotAllowed, claimed, ids, strings.Join(slices.Compact(listed), ", "))
+			ErrSiteNotAllowed, claimed, uniq(ids), strings.Join(slices.Compact(listed), ", "))
 	}
 	if all {
 		services = nil
@@ -256,4 +256,12 @@ func onlySite(gs []Grant) (string, bool) {
 		return "", false
 	}
 	return sites[0], true
+}
+
+// uniq returns ids sorted, without repeats (a certificate's DNS SAN is
+// often its CN too).
+func uniq(ids []string) []string {
+	out := slices.Clone(ids)
+	slices.Sort(out)
+	return slices.Compact(out)
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -165,9 +164,7 @@ func (g *Gate) Open() int {
 func clientOf(ctx context.Context) ([]string, string) {
 	ids := mtls.PeerIdentities(ctx)
 	if len(ids) > 0 {
-		key := slices.Clone(ids)
-		slices.Sort(key)
-		return ids, strings.Join(slices.Compact(key), ",")
+		return ids, strings.Join(uniq(ids), ",")
 	}
 	p, ok := peer.FromContext(ctx)
 	if !ok || p.Addr == nil {
