@@ -303,9 +303,11 @@ func TestBogusLRSNamesKeepGossipPublishing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dropped := x.m.xdsLRSDropped.WithLabelValues(xdsexport.DroppedUnknownCluster)
-	waitUntil(t, "every bogus name dropped", func() bool { return metricValue(t, dropped) == streams*names })
+	waitUntil(t, "every stream's report", func() bool { return len(x.lrs.Demand(clk.Now()).BySite) == streams })
 	x.step(ctx, clk.Now())
+	if got := metricValue(t, x.m.xdsLRSDropped.WithLabelValues(xdsexport.DroppedUnknownCluster)); got != streams*names {
+		t.Errorf("%v names dropped as unknown clusters, want %d", got, streams*names)
+	}
 
 	st, _, _ := g.lastPublished()
 	want := map[string]map[string]float64{"site-0": {"web": 10}, "site-1": {"web": 10}, "site-2": {"web": 10}, "site-3": {"web": 10}}

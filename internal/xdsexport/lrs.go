@@ -108,7 +108,8 @@ type LRSOptions struct {
 	Refused func(reason string)
 	// Dropped, if not nil, is called with the number of clusters of a
 	// report that were dropped and why ("unknown_cluster", "stream_cap",
-	// "total_cap"). It must be safe for concurrent use and not block.
+	// "total_cap"), before Demand shows the report. It must be safe for
+	// concurrent use, must not block and must not call LoadReports.
 	Dropped func(reason string, n int)
 }
 
@@ -287,9 +288,10 @@ func (l *LoadReports) keep(r *reporter, rate map[string]float64, now time.Time) 
 	}
 	l.entries += len(rate) - len(r.rate)
 	r.at, r.rate = now, rate
-	l.mu.Unlock()
+	// Counted before Demand can show the report.
 	l.drop(DroppedUnknownCluster, unknown)
 	l.drop(reason, over)
+	l.mu.Unlock()
 }
 
 // reportRates returns the calls/s per cluster of one report: the calls
