@@ -1,6 +1,7 @@
 package xdsexport
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -114,6 +115,51 @@ func TestEnvoyRoutes(t *testing.T) {
 	}
 	if d := cmp.Diff([]string{"api.example.com", "*.example.com", "*"}, order); d != "" {
 		t.Errorf("virtual host order (-want +got):\n%s", d)
+	}
+}
+
+// TestBuildViewSeesOnlyItsServices: a View of some services gets their
+// clusters, endpoints and listeners only; an Envoy route to another
+// service keeps its place but answers 404 itself, naming no cluster.
+func TestBuildViewSeesOnlyItsServices(t *testing.T) {
+	in := Input{Snapshot: testSnapshot(t), Plans: map[string]*waterfall.Plan{"web": testPlan()}}
+	grpcSnap, err := BuildView(in, testOpts, View{Kind: KindGRPC, Site: "nyc", Services: []string{"web"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []resource.Type{resource.ListenerType, resource.RouteType, resource.ClusterType, resource.EndpointType} {
+		if d := cmp.Diff([]string{"web"}, names(grpcSnap, typ)); d != "" {
+			t.Errorf("gRPC %s names (-want +got):\n%s", typ, d)
+		}
+	}
+	envoySnap, err := BuildView(in, testOpts, View{Kind: KindEnvoy, Site: "nyc", Services: []string{"web"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]string{"web"}, names(envoySnap, resource.ClusterType)); d != "" {
+		t.Errorf("Envoy clusters (-want +got):\n%s", d)
+	}
+	rc := envoySnap.GetResources(resource.RouteType)["spillway"].(*route.RouteConfiguration)
+	if err := rc.ValidateAll(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, vh := range rc.VirtualHosts {
+		for _, r := range vh.Routes {
+			to := r.GetRoute().GetCluster()
+			if dr := r.GetDirectResponse(); dr != nil {
+				to = fmt.Sprint(dr.GetStatus())
+			}
+			got[vh.Domains[0]] = append(got[vh.Domains[0]], r.GetMatch().GetPrefix()+" "+to)
+		}
+	}
+	want := map[string][]string{
+		"api.example.com": {"/v1/ 404", "/ 404", "/ web"},
+		"*.example.com":   {"/ 404", "/ web"},
+		"*":               {"/ web"},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("Envoy routes of a View of web (-want +got):\n%s", d)
 	}
 }
 
