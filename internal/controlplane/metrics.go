@@ -118,7 +118,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"result"}),
 		xdsDemand: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "xds_client_demand",
-			Help: "Calls per second the xDS clients served by this replica report (LRS) sending, by site and service: demand the gfes plan with their own.",
+			Help: "Calls per second the xDS clients served by this replica report (LRS) sending, by site and service, as gossiped: demand the gfes plan with their own (each site bounded by --xds-max-site-demand; only sites with a gfe).",
 		}, []string{"site", "service"}),
 		xdsUnplaced: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "xds_client_demand_unplaced",

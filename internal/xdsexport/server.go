@@ -64,6 +64,7 @@ const unplacedKey = "\x00unplaced"
 // from any.
 type Server struct {
 	// Immutable after NewServer.
+	ctx    context.Context // NewServer's: bounds the streams
 	opts   Options
 	log    zerolog.Logger // sampled: refusals can come fast
 	clk    clock.Clock
@@ -114,7 +115,7 @@ func NewServer(ctx context.Context, opts Options, log zerolog.Logger) (*Server, 
 		return nil, errors.New("xdsexport: Options.Access is required (OpenAccess without client certificates)")
 	}
 	s := &Server{
-		opts: opts, log: log.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Second}), clk: clock.OrReal(opts.Clock),
+		ctx: ctx, opts: opts, log: log.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Second}), clk: clock.OrReal(opts.Clock),
 		access: opts.Access, gate: opts.Gate,
 		base: map[string]bool{}, keys: newKeyTable(opts.Limits), streams: map[streamID]*xdsStream{},
 	}
@@ -235,7 +236,7 @@ func (s *Server) request(id streamID, n *core.Node) (*core.Node, error) {
 	st.node = &core.Node{Id: n.GetId(), UserAgentName: n.GetUserAgentName(), Locality: &core.Locality{Region: p.Site}}
 	s.nodes.Store(st.node, st.key)
 	if fresh && !s.base[st.key] && s.in != nil {
-		if err := s.setLocked(context.Background(), v); err != nil {
+		if err := s.setLocked(s.ctx, v); err != nil {
 			s.log.Error().Err(err).Str("key", st.key).Msg("xds snapshot")
 		}
 	}
@@ -322,7 +323,10 @@ func (s *Server) Update(ctx context.Context, in Input) ([]string, error) {
 }
 
 // setLocked builds v's snapshot from the last Update's Input and sets it.
-// Caller must hold s.mu; s.in must be set.
+// Caller must hold s.mu; s.in must be set. Setting a snapshot sends each
+// open watch of v its response without waiting on the watch's stream
+// (every watch's channel has room for its one response), so holding s.mu
+// here cannot deadlock with a stream waiting for s.mu in a callback.
 func (s *Server) setLocked(ctx context.Context, v View) error {
 	snap, err := BuildView(*s.in, s.opts, v)
 	if err != nil {
