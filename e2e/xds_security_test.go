@@ -100,7 +100,7 @@ func lrsLiar(t *testing.T, cc *grpc.ClientConn, region string, rate uint64) erro
 // at 10⁶ calls/s moved half of nyc's real gfe traffic to a 40 ms-farther
 // region". The control plane grants each xDS certificate its own site
 // (--xds-allowed-clients xds-nyc…=nyc,xds-lon…=lon). nyc's gfe carries
-// 100 calls/s of gRPC, all in us-east. lon's certificate:
+// 100 calls/s of gRPC, all in us-east (waited for). lon's certificate:
 //
 //   - claiming nyc is refused with PERMISSION_DENIED, on ADS and on LRS,
 //     and counted (spillway_controlplane_xds_refused_total{reason=site});
@@ -122,6 +122,16 @@ func TestXDSClientCannotClaimAnotherSite(t *testing.T) {
 		t.Fatalf("gfes at %s and %s, want nyc and lon", c.GFEs[0].Site, c.GFEs[1].Site)
 	}
 	load := startGRPCLoad(t, strings.TrimPrefix(c.GFEs[0].URL, "http://"), 100)
+	// At startup a gfe may gossip its RTT to one region before the other,
+	// and damping slows the return to the nearer one (rule 8): wait until
+	// nyc's row is all us-east before the attack.
+	err := topology.WaitFor(ctx, 20*time.Second, func() (bool, error) {
+		nyc, err := gfeRow(ctx, c, "nyc")
+		return err == nil && nyc["us-east"] >= 0.99, fmt.Errorf("nyc's row %v (error %v)", nyc, err)
+	})
+	if err != nil {
+		t.Fatalf("before the attack: %v", err)
+	}
 
 	liar := xdsConn(t, c, "lon")
 	actx, cancel := context.WithTimeout(ctx, 20*time.Second)
