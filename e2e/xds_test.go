@@ -43,7 +43,7 @@ func xdsSpec() topology.Spec {
 			{Name: "nyc", RTT: map[string]time.Duration{"us-east": 4 * ms, "eu-west": 20 * ms}},
 			{Name: "lon", RTT: map[string]time.Duration{"us-east": 20 * ms, "eu-west": 4 * ms}},
 		},
-		CPArgs: []string{"--xds-listen", "{ip}:7300", "--xds-allowed-clients", "*.xds.spillway.internal", "--xds-plan-interval", "250ms", "--xds-load-report-interval", "0"},
+		CPArgs: []string{"--xds-listen", "{ip}:7300", "--xds-allowed-clients", xdsGrants, "--xds-plan-interval", "250ms", "--xds-load-report-interval", "0"},
 		EditConfig: func(y string) string {
 			y = strings.Replace(y, "health_check: {protocol: http, path: /healthz,", "health_check: {protocol: grpc,", 1)
 			return strings.Replace(y, "    health_check:", "    feedback: {enabled: false}\n    health_check:", 1)
@@ -413,7 +413,7 @@ const xdsLRSNet = 78
 func TestXDSClientDemandIsPlanned(t *testing.T) {
 	spec := xdsSpec()
 	spec.Net = xdsLRSNet
-	spec.CPArgs = []string{"--xds-listen", "{ip}:7300", "--xds-allowed-clients", "*.xds.spillway.internal", "--xds-plan-interval", "250ms"}
+	spec.CPArgs = []string{"--xds-listen", "{ip}:7300", "--xds-allowed-clients", xdsGrants, "--xds-plan-interval", "250ms"}
 	c := startCluster(t, spec)
 	ctx := context.Background()
 	client := xdsEcho(t, c, "nyc")

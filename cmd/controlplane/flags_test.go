@@ -9,6 +9,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/controlplane"
 	"github.com/spillway-lb/spillway/internal/mtls"
 	"github.com/spillway-lb/spillway/internal/quotaredis"
+	"github.com/spillway-lb/spillway/internal/xdsexport"
 )
 
 // TestGossipKeyFlags: finding #10.1 and the gossip half of #10.8 at the
@@ -63,9 +64,18 @@ func TestXDSFlags(t *testing.T) {
 	}{
 		{name: "off by default"},
 		{name: "mTLS with an allow list", args: append(slices.Clone(tls), "--xds-listen", "127.0.0.1:7300",
-			"--xds-allowed-clients", "*.xds.example", "--xds-plan-interval", "250ms", "--xds-damping", "1", "--xds-envoy-listen", ":8443")},
+			"--xds-allowed-clients", "*.nyc.xds.example=nyc,spiffe://example/lon=lon+lon2/web+api", "--xds-plan-interval", "250ms", "--xds-damping", "1", "--xds-envoy-listen", ":8443",
+			"--xds-max-site-demand", "0.5", "--xds-max-streams", "100", "--xds-max-streams-per-client", "10", "--xds-max-snapshots", "20", "--xds-snapshot-grace", "1m")},
 		{name: "mTLS without an allow list", args: append(slices.Clone(tls), "--xds-listen", "127.0.0.1:7300"),
 			wantErr: "xds-allowed-clients: required with --xds-listen"},
+		{name: "an identity without its site", args: append(slices.Clone(tls), "--xds-listen", "127.0.0.1:7300", "--xds-allowed-clients", "a.xds.example=nyc,*.xds.example"),
+			wantErr: `xds-allowed-clients[1]: "*.xds.example" names no site: write IDENTITY=SITE`},
+		{name: "a bad site", args: append(slices.Clone(tls), "--xds-listen", "127.0.0.1:7300", "--xds-allowed-clients", "a.xds.example=ny c"),
+			wantErr: `xds-allowed-clients[0]: "a.xds.example=ny c": sites: "ny c" is not a name`},
+		{name: "an allow list in plain text", args: []string{"--insecure-plaintext", "--xds-listen", "127.0.0.1:7300", "--xds-allowed-clients", "a=nyc"},
+			wantErr: "xds-allowed-clients: cannot be combined with --insecure-plaintext"},
+		{name: "bad site demand", args: []string{"--insecure-plaintext", "--xds-listen", ":7300", "--xds-max-site-demand", "0"}, wantErr: "xds-max-site-demand: must be a finite fraction > 0"},
+		{name: "bad stream limit", args: []string{"--insecure-plaintext", "--xds-listen", ":7300", "--xds-max-streams-per-client", "0"}, wantErr: "xds-max-streams-per-client: must be > 0, got 0"},
 		{name: "plaintext", args: []string{"--insecure-plaintext", "--xds-listen", "127.0.0.1:7300"}},
 		{name: "bad listen", args: []string{"--insecure-plaintext", "--xds-listen", "7300"}, wantErr: `xds-listen: must be host:port, got "7300"`},
 		{name: "bad damping", args: []string{"--insecure-plaintext", "--xds-listen", ":7300", "--xds-damping", "0"}, wantErr: "xds-damping: must be in (0,1]"},
@@ -84,13 +94,14 @@ func TestXDSFlags(t *testing.T) {
 			}
 			if tt.name == "mTLS with an allow list" {
 				x := cfg.XDS
-				if x.Listen != "127.0.0.1:7300" || strings.Join(x.AllowedClients, ",") != "*.xds.example" ||
-					x.PlanInterval != 250*time.Millisecond || x.Damping != 1 || x.EnvoyListen != ":8443" {
+				if x.Listen != "127.0.0.1:7300" || strings.Join(x.AllowedClients, ",") != "*.nyc.xds.example=nyc,spiffe://example/lon=lon+lon2/web+api" ||
+					x.PlanInterval != 250*time.Millisecond || x.Damping != 1 || x.EnvoyListen != ":8443" || x.MaxSiteDemand != 0.5 ||
+					x.Limits != (xdsexport.Limits{MaxStreams: 100, MaxStreamsPerClient: 10, MaxKeys: 20, KeyGrace: time.Minute}) {
 					t.Errorf("XDS = %+v", x)
 				}
 			}
-			if tt.name == "off by default" && cfg.XDS.Listen != "" {
-				t.Errorf("XDS.Listen = %q, want off", cfg.XDS.Listen)
+			if tt.name == "off by default" && (cfg.XDS.Listen != "" || cfg.XDS.MaxSiteDemand != 1 || cfg.XDS.Limits != xdsexport.DefaultLimits()) {
+				t.Errorf("XDS = %+v, want off, a site demand bound of 1 and the default limits", cfg.XDS)
 			}
 		})
 	}

@@ -12,9 +12,11 @@
 //	    [--grpc-reflection] [--admin 127.0.0.1:7100] [--admin-token-file FILE]
 //	    [--pprof] [--node NAME] [--gossip-addr 127.0.0.1:7946]
 //	    [--join host:port,...] [--gossip-key-file PATH] [--gossip-insecure]
-//	    [--replicas cp-1,cp-2,...] [--xds-listen ADDR --xds-allowed-clients LIST
+//	    [--replicas cp-1,cp-2,...] [--xds-listen ADDR --xds-allowed-clients ID=SITE[+SITE][/SVC[+SVC]],...
 //	     [--xds-plan-interval 500ms] [--xds-damping 0.5] [--xds-envoy-listen 0.0.0.0:10000]
-//	     [--xds-load-report-interval 1s]]
+//	     [--xds-load-report-interval 1s] [--xds-max-site-demand 1]
+//	     [--xds-max-streams 10000] [--xds-max-streams-per-client 256]
+//	     [--xds-max-snapshots 512] [--xds-snapshot-grace 30s]]
 //	    [--autoscale-provider process|exec --autoscale-command CMD
 //	     [--autoscale-ports 9300-9399] [--autoscale-host 127.0.0.1]
 //	     [--autoscale-drain-timeout 10s] [--autoscale-exec-timeout 5m]
@@ -35,9 +37,15 @@
 //
 // With --xds-listen the control plane also serves the plan over xDS (package
 // internal/xdsexport): each Envoy or gRPC client gets its site's plan row
-// (its bootstrap's node.locality.region) as locality weights. The listener
-// uses the same CA, certificate and key as the control-plane gRPC, with
-// its own allow list, --xds-allowed-clients.
+// as locality weights. The listener uses the same CA, certificate and key
+// as the control-plane gRPC, with its own allow list,
+// --xds-allowed-clients, whose every entry grants a certificate identity
+// its sites (and, optionally, the services it sees):
+// 'xds-nyc.xds.example=nyc,*.lon.xds.example=lon/web+api'. A client's
+// bootstrap node.locality.region only picks among its sites; a claim of
+// another site is refused (PERMISSION_DENIED), so no client can add demand
+// to, or read the plan of, a site it is not granted. The --xds-max-*
+// flags bound what xDS clients can make the control plane hold.
 //
 // With --autoscale-provider the control plane runs the autoscaler of every
 // instance group with an autoscaling block (package
@@ -205,11 +213,19 @@ func parseFlags(args []string) (*viper.Viper, []string, error) {
 		"this one (this replica's name may be listed); gossip members claiming to be control planes under other "+
 		"names are ignored. Empty: this replica checks every group itself")
 	fs.String("xds-listen", "", "serve the plan over xDS (ADS) at this address, for Envoy and proxyless gRPC clients; empty: off")
-	fs.String("xds-allowed-clients", "", `comma-separated xDS client identities served (as --tls-allowed-clients; the listener presents --tls-cert)`)
+	fs.String("xds-allowed-clients", "", `comma-separated grants of the xDS clients served, each IDENTITY=SITE[+SITE...][/SERVICE[+SERVICE...]]: `+
+		`a client whose certificate has IDENTITY (as --tls-allowed-clients) is at one of the SITEs (its node.locality.region must name one, or `+
+		`none when there is one) and sees only the SERVICEs (default all); IDENTITY=* trusts the site each client claims. `+
+		`A claim of another site is refused. The listener presents --tls-cert`)
 	fs.Duration("xds-plan-interval", d.XDS.PlanInterval, "how often the xDS export re-plans from gossip and pushes changes")
 	fs.Float64("xds-damping", d.XDS.Damping, "fraction of the way the xDS plan moves toward the newest plan per interval, as the gfe's --damping (0,1]")
 	fs.String("xds-envoy-listen", d.XDS.EnvoyListen, "host:port of the listener served to Envoy clients (node.user_agent_name envoy)")
 	fs.Duration("xds-load-report-interval", d.XDS.LoadReportInterval, "how often xDS clients report their calls (LRS), which the plan counts as their site's demand; 0 = no load reporting")
+	fs.Float64("xds-max-site-demand", d.XDS.MaxSiteDemand, "bound on a site's xDS demand for a service, summed over every xDS client at the site, as a fraction of the service's declared capacity; the excess is counted and logged, not planned")
+	fs.Int("xds-max-streams", d.XDS.Limits.MaxStreams, "xDS and LRS streams open at once from all clients; more are refused (RESOURCE_EXHAUSTED)")
+	fs.Int("xds-max-streams-per-client", d.XDS.Limits.MaxStreamsPerClient, "xDS and LRS streams open at once from one client certificate identity (IP address in plain text)")
+	fs.Int("xds-max-snapshots", d.XDS.Limits.MaxKeys, "snapshots held for xDS clients (per kind, site and visible services) besides the plan's sites'; past it the one idle longest is dropped, or the stream refused")
+	fs.Duration("xds-snapshot-grace", d.XDS.Limits.KeyGrace, "how long a snapshot no xDS stream uses is kept (and rebuilt every plan interval) before it is dropped")
 	fs.String("autoscale-provider", "", "run the autoscaler of the groups with an autoscaling block: process (local processes from --autoscale-command) or exec (--autoscale-command per scale event); empty: off")
 	fs.String("autoscale-command", "", `the instance command (process: argv templates over .Name .Address .Host .Port .Group .Region .Zone .Index) or the hook (exec); a JSON array, or words split at spaces`)
 	fs.String("autoscale-ports", "", "FIRST-LAST: the ports process instances listen on")
@@ -266,6 +282,11 @@ func daemonConfig(v *viper.Viper, args []string) (controlplane.Config, []string,
 	cfg.XDS.Damping = v.GetFloat64("xds-damping")
 	cfg.XDS.EnvoyListen = v.GetString("xds-envoy-listen")
 	cfg.XDS.LoadReportInterval = v.GetDuration("xds-load-report-interval")
+	cfg.XDS.MaxSiteDemand = v.GetFloat64("xds-max-site-demand")
+	cfg.XDS.Limits.MaxStreams = v.GetInt("xds-max-streams")
+	cfg.XDS.Limits.MaxStreamsPerClient = v.GetInt("xds-max-streams-per-client")
+	cfg.XDS.Limits.MaxKeys = v.GetInt("xds-max-snapshots")
+	cfg.XDS.Limits.KeyGrace = v.GetDuration("xds-snapshot-grace")
 	as, err := autoscaleConfig(v)
 	if err != nil {
 		return cfg, nil, err

@@ -13,6 +13,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/mtls"
 	"github.com/spillway-lb/spillway/internal/quotaredis"
+	"github.com/spillway-lb/spillway/internal/xdsexport"
 	"github.com/spillway-lb/spillway/lb/health"
 )
 
@@ -132,6 +133,8 @@ func DefaultConfig() Config {
 			// The LRS interval gRPC and Envoy examples use; a report
 			// every second moves the plan within two plan intervals.
 			LoadReportInterval: time.Second,
+			MaxSiteDemand:      1, // see xdsexport.LRSConfig.MaxSiteShare
+			Limits:             xdsexport.DefaultLimits(),
 		},
 	}
 }

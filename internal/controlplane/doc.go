@@ -102,7 +102,9 @@
 //
 // With Config.XDS.Listen set, the xds component serves the plan over xDS
 // (package xdsexport) on a listener of its own, with the control plane's
-// certificate and the allow list XDS.AllowedClients. Every
+// certificate and the grants XDS.AllowedClients, which place every client
+// at a site of its certificate's (a claim of another site is refused) and
+// bound what clients can make the replica hold (XDS.Limits). Every
 // XDS.PlanInterval, and whenever a new State is stored, it runs the gfes'
 // table build (internal/gfe/routing.Builder: gossip bounds, capacity
 // factors, the planner, damping) over the served State and every gfe's
@@ -110,8 +112,10 @@
 // and hands each planned service's plan to the export, which pushes each
 // site's row to the clients at that site. Nothing is served before the
 // State is Ready. With XDS.LoadReportInterval > 0 the clients report their
-// calls over LRS (xdsexport.LoadReports); each interval the component
-// gossips them as this replica's SiteDemand, which every gfe and the
+// calls over LRS (xdsexport.LoadReports), each site's bounded to
+// XDS.MaxSiteDemand × the service's capacity; each interval the component
+// gossips them, for the sites that have a gfe and at most 4096 site and
+// service pairs, as this replica's SiteDemand, which every gfe and the
 // export itself add to the site's demand (routing.GossipPeers). The
 // replica's gossip state has several writers, the health manager
 // (groups), the export (site demand) and, once the autoscaler runs here,

@@ -27,6 +27,12 @@ type metrics struct {
 	tlsRefused       prometheus.Counter
 	xdsDemand        *prometheus.GaugeVec
 	xdsUnplaced      prometheus.Gauge
+	xdsRefused       *prometheus.CounterVec
+	xdsLRSDropped    *prometheus.CounterVec
+	xdsExcess        prometheus.Gauge
+	xdsWithheld      *prometheus.GaugeVec
+	xdsStreams       prometheus.Gauge
+	xdsKeys          prometheus.Gauge
 }
 
 // Label values.
@@ -112,16 +118,41 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"result"}),
 		xdsDemand: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "xds_client_demand",
-			Help: "Calls per second the xDS clients served by this replica report (LRS) sending, by site and service: demand the gfes plan with their own.",
+			Help: "Calls per second the xDS clients served by this replica report (LRS) sending, by site and service, as gossiped: demand the gfes plan with their own (each site bounded by --xds-max-site-demand; only sites with a gfe).",
 		}, []string{"site", "service"}),
 		xdsUnplaced: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "xds_client_demand_unplaced",
 			Help: "Calls per second reported by xDS clients without a site (node.locality.region): not planned.",
 		}),
+		xdsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "xds_refused_total",
+			Help: "xDS and LRS streams or requests refused, by reason: site (the node claims a site its certificate is not granted), bad_site, " +
+				"not_allowed, node_changed (a later request names another site), streams and client_streams (the stream limits), keys (the snapshot limit), fetch.",
+		}, []string{"reason"}),
+		xdsLRSDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "xds_lrs_dropped_total",
+			Help: "Clusters of xDS clients' load reports dropped, by reason: unknown_cluster (not a service the client may see), stream_cap, total_cap.",
+		}, []string{"reason"}),
+		xdsExcess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "xds_client_demand_excess",
+			Help: "Calls per second xDS clients report beyond the per-site bound (--xds-max-site-demand × the service's capacity), summed over sites and services: not planned.",
+		}),
+		xdsWithheld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "xds_client_demand_withheld",
+			Help: "Site and service pairs of xDS clients' demand not gossiped at the last plan, by reason: no_gfe (a site without a gfe, which no plan places), cap (past the entries gossiped).",
+		}, []string{"reason"}),
+		xdsStreams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "xds_streams",
+			Help: "Open xDS and LRS streams.",
+		}),
+		xdsKeys: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "xds_snapshots",
+			Help: "Snapshots held for xDS clients' streams (with a stream, or within the grace period) besides those of the plan's sites.",
+		}),
 	}
 	reg.MustRegister(m.configInfo, m.reloads, m.lastReloadOK, m.connected, m.pushes, m.acks, m.nacks,
 		m.checks, m.transitions, m.instances, m.ownedGroups, m.members, m.capacityRequests, m.tlsRefused, m.unvouched,
-		m.xdsDemand, m.xdsUnplaced)
+		m.xdsDemand, m.xdsUnplaced, m.xdsRefused, m.xdsLRSDropped, m.xdsExcess, m.xdsWithheld, m.xdsStreams, m.xdsKeys)
 	// Make the counters visible at 0 before the first event.
 	for _, r := range []string{resultSuccess, resultFailure} {
 		m.reloads.WithLabelValues(r)

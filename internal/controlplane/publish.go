@@ -1,6 +1,8 @@
 package controlplane
 
 import (
+	"errors"
+	"fmt"
 	"maps"
 	"sync"
 
@@ -56,7 +58,11 @@ func (p *statePublisher) SetLeases(claims map[string]uint64) error {
 
 // SetSiteDemand publishes d as the state's SiteDemand (the xDS clients'
 // demand by site and service), keeping the other parts. It does nothing
-// when d is what was last published.
+// when d is what was last published. When the state with d cannot be
+// published (gossip refuses it, say as too large), the state is published
+// without any SiteDemand instead and the error returned: a bad demand
+// never stays in the state, so the other parts (health verdicts, lease
+// renewals) keep going out.
 func (p *statePublisher) SetSiteDemand(d map[string]map[string]float64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -65,9 +71,17 @@ func (p *statePublisher) SetSiteDemand(d map[string]map[string]float64) error {
 	}
 	s := p.last
 	s.SiteDemand = d
-	p.last = s
 	_, err := p.g.Publish(s)
-	return err
+	if err == nil {
+		p.last = s
+		return nil
+	}
+	s.SiteDemand = nil
+	p.last = s
+	if _, err2 := p.g.Publish(s); err2 != nil {
+		return errors.Join(fmt.Errorf("publish the xDS clients' demand: %w", err), fmt.Errorf("publish without it: %w", err2))
+	}
+	return fmt.Errorf("publish the xDS clients' demand (published without it): %w", err)
 }
 
 // SetAutoscaled publishes the instances this replica's autoscaler runs

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net"
 	"time"
@@ -29,11 +30,17 @@ type XDSConfig struct {
 	// Listen is the address of the xDS gRPC listener (ADS, LDS, RDS, CDS,
 	// EDS). Empty (the default) turns the export off.
 	Listen string
-	// AllowedClients are the identities (DNS/URI SANs or CN, "*.suffix",
-	// "*"; see mtls.Allowed) of the xDS clients served. The listener uses
-	// the control plane's CA, certificate and key (Config.TLS) with this
-	// allow list, so that xDS clients need not pass for gfes. Required
-	// with Listen unless TLS.InsecurePlaintext.
+	// AllowedClients are the grants of the xDS clients served
+	// (xdsexport.Grant, IDENTITY=SITE[+SITE...][/SERVICE[+SERVICE...]] or
+	// IDENTITY=*): a client whose certificate has an identity (DNS/URI SAN
+	// or CN, "*.suffix", "*"; see mtls.Allowed) an entry names is at one
+	// of that entry's sites and sees its services. A client's
+	// node.locality.region only picks among them: a claim of another site
+	// is refused (xdsexport.Access.Place). The listener uses the control
+	// plane's CA, certificate and key (Config.TLS) with the identities as
+	// its allow list, so that xDS clients need not pass for gfes. Required
+	// with Listen unless TLS.InsecurePlaintext (every client then is at
+	// the site it claims).
 	AllowedClients []string
 	// PlanInterval is how often the plan is recomputed from gossip (every
 	// gfe's demand, RTTs and capacity factors) and the served state, and
@@ -50,11 +57,34 @@ type XDSConfig struct {
 	// LoadReportInterval is how often xDS clients report their load (LRS,
 	// xdsexport.LoadReports): every exported cluster names this server as
 	// its LRS server, and the calls a client issues count as demand of its
-	// site (node.locality.region), planned with the gfes' own and gossiped
-	// to them, because those calls bypass the gfes. Default 1s; 0 turns
-	// load reporting off (the plan then does not see the xDS clients'
-	// load).
+	// site, planned with the gfes' own and gossiped to them, because those
+	// calls bypass the gfes. Default 1s; 0 turns load reporting off (the
+	// plan then does not see the xDS clients' load).
 	LoadReportInterval time.Duration
+	// MaxSiteDemand bounds a site's xDS demand for a service, summed over
+	// every xDS client at the site, to this fraction of the service's
+	// declared capacity (xdsexport.LRSConfig.MaxSiteShare); the rest is
+	// counted (spillway_controlplane_xds_client_demand_excess) and logged.
+	// Default 1.
+	MaxSiteDemand float64
+	// Limits bound the xDS clients' streams, in total and per identity,
+	// and the snapshots held for them (xdsexport.Limits). Defaults: 10000
+	// streams, 256 per identity, 512 snapshots, kept 30s without a stream.
+	Limits xdsexport.Limits
+}
+
+// grants parses c.AllowedClients; bad receives one error per bad entry.
+func (c XDSConfig) grants(bad func(string, ...any)) []xdsexport.Grant {
+	var out []xdsexport.Grant
+	for i, e := range c.AllowedClients {
+		g, err := xdsexport.ParseGrant(e)
+		if err != nil {
+			bad("xds-allowed-clients[%d]: %v", i, err)
+			continue
+		}
+		out = append(out, g)
+	}
+	return out
 }
 
 // validate appends the problems of c to errs, naming each field as its
@@ -66,9 +96,13 @@ func (c XDSConfig) validate(tls mtls.ServerConfig, bad func(string, ...any)) {
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		bad("xds-listen: must be host:port, got %q", c.Listen)
 	}
-	if !tls.InsecurePlaintext && len(c.AllowedClients) == 0 {
-		bad("xds-allowed-clients: required with --xds-listen (the identities of the xDS clients served), or --insecure-plaintext")
+	switch {
+	case tls.InsecurePlaintext && len(c.AllowedClients) > 0:
+		bad("xds-allowed-clients: cannot be combined with --insecure-plaintext (there are no certificates to match)")
+	case !tls.InsecurePlaintext && len(c.AllowedClients) == 0:
+		bad("xds-allowed-clients: required with --xds-listen (IDENTITY=SITE[+SITE...][/SERVICE[+SERVICE...]] for each kind of xDS client served), or --insecure-plaintext")
 	}
+	c.grants(bad)
 	if c.PlanInterval <= 0 {
 		bad("xds-plan-interval: must be > 0, got %v", c.PlanInterval)
 	}
@@ -78,8 +112,23 @@ func (c XDSConfig) validate(tls mtls.ServerConfig, bad func(string, ...any)) {
 	if c.LoadReportInterval < 0 {
 		bad("xds-load-report-interval: must be >= 0 (0 = off), got %v", c.LoadReportInterval)
 	}
+	if !(c.MaxSiteDemand > 0) || math.IsInf(c.MaxSiteDemand, 0) {
+		bad("xds-max-site-demand: must be a finite fraction > 0 of a service's capacity, got %v", c.MaxSiteDemand)
+	}
 	if err := (xdsexport.Options{EnvoyListen: c.EnvoyListen}).Validate(); err != nil {
 		bad("xds-envoy-listen: %v", err)
+	}
+	l := c.Limits
+	for _, f := range []struct {
+		flag string
+		v    int
+	}{{"xds-max-streams", l.MaxStreams}, {"xds-max-streams-per-client", l.MaxStreamsPerClient}, {"xds-max-snapshots", l.MaxKeys}} {
+		if f.v <= 0 {
+			bad("%s: must be > 0, got %d", f.flag, f.v)
+		}
+	}
+	if l.KeyGrace <= 0 {
+		bad("xds-snapshot-grace: must be > 0, got %v", l.KeyGrace)
 	}
 }
 
@@ -105,38 +154,71 @@ type xdsExporter struct {
 	builder *routing.Builder
 	last    *State             // the State snap was made from
 	snap    *snapshot.Snapshot // last as the table build reads it
+	excess  string             // the sites and services over the demand bound, as last logged
 }
 
 // newXDSExporter binds the xDS listener with the control plane's
-// certificate and cfg.AllowedClients.
+// certificate and the identities of cfg.AllowedClients.
 func newXDSExporter(cfg Config, h *hub, pub *statePublisher, opts Options, m *metrics) (*xdsExporter, error) {
 	log := opts.Logger.With().Str("component", "xds").Logger()
+	var errs []error
+	grants := cfg.XDS.grants(func(f string, a ...any) { errs = append(errs, fmt.Errorf(f, a...)) })
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("xds: %w", err)
+	}
+	access := xdsexport.OpenAccess()
 	tls := cfg.TLS
-	tls.AllowedClients = cfg.XDS.AllowedClients
+	if !tls.InsecurePlaintext {
+		var err error
+		if access, err = xdsexport.NewAccess(grants); err != nil {
+			return nil, fmt.Errorf("xds: %w", err)
+		}
+		tls.AllowedClients = access.Identities()
+		for _, g := range access.Trusting() {
+			log.Warn().Str("grant", g.String()).Msg("xds clients of this identity are trusted with any site they claim: they can add demand to every site")
+		}
+	}
 	creds, err := mtls.ServerCredentials(tls, mtls.Options{Logger: log, Refused: func(error) { m.tlsRefused.Inc() }})
 	if err != nil {
 		return nil, fmt.Errorf("xds: %w", err)
 	}
+	refused := func(reason string) { m.xdsRefused.WithLabelValues(reason).Inc() }
+	gate := xdsexport.NewGate(cfg.XDS.Limits)
 	// The streams live as long as the exporter; Run's context ends them.
-	srv, err := xdsexport.NewServer(context.Background(), xdsexport.Options{EnvoyListen: cfg.XDS.EnvoyListen, LoadReporting: cfg.XDS.LoadReportInterval > 0}, log)
+	srv, err := xdsexport.NewServer(context.Background(), xdsexport.Options{
+		EnvoyListen: cfg.XDS.EnvoyListen, LoadReporting: cfg.XDS.LoadReportInterval > 0,
+		Access: access, Limits: cfg.XDS.Limits, Gate: gate, Clock: opts.Clock, Refused: refused,
+	}, log)
 	if err != nil {
 		return nil, fmt.Errorf("xds: %w", err)
+	}
+	var lrs *xdsexport.LoadReports
+	if cfg.XDS.LoadReportInterval > 0 {
+		lrs, err = xdsexport.NewLoadReports(
+			xdsexport.LRSConfig{Interval: cfg.XDS.LoadReportInterval, MaxSiteShare: cfg.XDS.MaxSiteDemand},
+			xdsexport.LRSOptions{Access: access, Gate: gate, Clock: opts.Clock, Logger: log, Refused: refused,
+				Dropped: func(reason string, n int) { m.xdsLRSDropped.WithLabelValues(reason).Add(float64(n)) }})
+		if err != nil {
+			return nil, fmt.Errorf("xds: %w", err)
+		}
 	}
 	lis, err := net.Listen("tcp", cfg.XDS.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("xds: listen: %w", err)
 	}
 	x := &xdsExporter{
-		cfg: cfg.XDS, node: cfg.NodeName, log: log, clk: clock.OrReal(opts.Clock), hub: h, pub: pub, srv: srv, lis: lis, m: m,
+		cfg: cfg.XDS, node: cfg.NodeName, log: log, clk: clock.OrReal(opts.Clock), hub: h, pub: pub, srv: srv, lrs: lrs, lis: lis, m: m,
 		grpcSrv: grpc.NewServer(grpc.Creds(creds),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.KeepaliveMinTime, PermitWithoutStream: true})),
 		builder: routing.NewBuilder(routing.Config{Node: cfg.NodeName, Damping: cfg.XDS.Damping, Bounds: routing.DefaultBounds()},
 			routing.Options{Clock: opts.Clock, Rand: rand.Uint64}),
 	}
+	for _, r := range []string{xdsexport.RefusedSite, xdsexport.RefusedStreams, xdsexport.RefusedClientStreams, xdsexport.RefusedKeys} {
+		m.xdsRefused.WithLabelValues(r) // visible at 0
+	}
 	srv.Register(x.grpcSrv)
-	if cfg.XDS.LoadReportInterval > 0 {
-		x.lrs = xdsexport.NewLoadReports(cfg.XDS.LoadReportInterval, opts.Clock)
-		lrsv3.RegisterLoadReportingServiceServer(x.grpcSrv, x.lrs)
+	if lrs != nil {
+		lrsv3.RegisterLoadReportingServiceServer(x.grpcSrv, lrs)
 	}
 	return x, nil
 }
@@ -180,15 +262,12 @@ func (x *xdsExporter) step(ctx context.Context, now time.Time) {
 	}
 	if st != x.last {
 		x.last, x.snap = st, st.domain()
+		if x.lrs != nil {
+			x.lrs.SetServices(capacities(x.snap.Config))
+		}
 	}
 	if x.lrs != nil {
-		// Gossiped, so that the gfes plan with it; this replica reads its
-		// own part back from its gossip view with everyone else's.
-		d, unplaced := x.lrs.Demand(now)
-		x.m.setXDSDemand(d, unplaced)
-		if err := x.pub.SetSiteDemand(d); err != nil {
-			x.log.Error().Err(err).Msg("publishing the xDS clients' demand")
-		}
+		x.publishDemand(now)
 	}
 	t, problems := x.builder.Build(routing.Input{
 		Snapshot: x.snap,
@@ -208,6 +287,9 @@ func (x *xdsExporter) step(ctx context.Context, now time.Time) {
 	if _, err := x.srv.Update(ctx, xdsexport.Input{Snapshot: x.snap, Plans: plans}); err != nil && !errors.Is(err, context.Canceled) {
 		x.log.Error().Err(err).Msg("xds update")
 	}
+	views, _ := x.srv.Held()
+	x.m.xdsKeys.Set(float64(len(views)))
+	x.m.xdsStreams.Set(float64(x.srv.Gate().Open()))
 }
 
 // domain returns s as the gfes' table build reads a snapshot: the

@@ -10,6 +10,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/xdsexport"
 	"github.com/spillway-lb/spillway/lb/health"
@@ -136,14 +137,23 @@ func TestStatePublisherKeepsParts(t *testing.T) {
 // instance each (r1 is 5 ms from nyc; see topo).
 func newTestExporter(t *testing.T) (*xdsExporter, *hub, *fakeGossip, *LoadedConfig, []InstanceHealth) {
 	t.Helper()
+	g := newFakeGossip("cp-1")
+	x, h, lc, hs := newExporterWith(t, g, nil, func(c *Config) { c.TLS.InsecurePlaintext = true })
+	return x, h, g, lc, hs
+}
+
+// newExporterWith is newTestExporter on gossip g and clock clk (nil: the
+// real clock), with the Config edited by edit (which sets its transport
+// security).
+func newExporterWith(t *testing.T, g gossiper, clk clock.Clock, edit func(*Config)) (*xdsExporter, *hub, *LoadedConfig, []InstanceHealth) {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.NodeName = "cp-1"
-	cfg.TLS.InsecurePlaintext = true
 	cfg.XDS.Listen = "127.0.0.1:0"
 	cfg.XDS.Damping = 1
+	edit(&cfg)
 	h := newHub()
-	g := newFakeGossip("cp-1")
-	x, err := newXDSExporter(cfg, h, newStatePublisher(g), Options{Logger: testLogger(t)}, newMetrics(prometheus.NewRegistry()))
+	x, err := newXDSExporter(cfg, h, newStatePublisher(g), Options{Logger: testLogger(t), Clock: clk}, newMetrics(prometheus.NewRegistry()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,5 +163,5 @@ func newTestExporter(t *testing.T) (*xdsExporter, *hub, *fakeGossip, *LoadedConf
 		{Group: "east", Address: "127.0.0.1:9001", Status: health.StatusHealthy},
 		{Group: "west", Address: "127.0.0.1:9002", Status: health.StatusHealthy},
 	}
-	return x, h, g, lc, hs
+	return x, h, lc, hs
 }

@@ -4,9 +4,15 @@
 //
 // # Model
 //
-// Every client of the export is at a site, named by its bootstrap's
-// node.locality.region (NodeHash). For each site and each service of the
-// configuration the export serves:
+// Every client of the export is at a site, which its certificate decides:
+// the operator's grants (Grant, IDENTITY=SITE[+SITE...][/SERVICE...])
+// give each certificate identity its sites and the services it sees, and
+// the node's node.locality.region only picks among them (Access.Place). A
+// node claiming a site its certificate is not granted is refused with
+// PERMISSION_DENIED, on the discovery streams and on LRS alike, and
+// counted. The clients of one kind at one site seeing the same services
+// share a snapshot (View). For each site and each service a client may
+// see the export serves:
 //
 //   - a ClusterLoadAssignment named after the service, with one locality per
 //     instance group: {region, zone, sub_zone: group}. Its
@@ -52,6 +58,16 @@
 // they issue, by site and service (Demand), which the control plane plans
 // and gossips as demand of their site (they bypass the gfes, so no gfe
 // counts it).
+//
+// # Bounds
+//
+// No client, allowed or not, can make the export hold more than Limits
+// and LRSConfig allow: streams in total and per identity (Gate),
+// snapshots for streams (Limits.MaxKeys, each dropped Limits.KeyGrace
+// after its last stream), and load-report clusters (only those naming a
+// service the client may see, per stream and in total). A site's reported
+// demand for a service, summed over its clients, is at most
+// LRSConfig.MaxSiteShare × the service's capacity.
 //
 // What the export does not do: it carries no per-request policy (session
 // affinity, retries, quota, outlier ejection): clients apply their own.

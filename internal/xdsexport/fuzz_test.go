@@ -3,27 +3,33 @@ package xdsexport
 import (
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 )
 
-// FuzzKey: every cache key of a known kind round-trips through parseKey,
-// and parseKey never accepts a key of another kind.
-func FuzzKey(f *testing.F) {
-	for _, s := range []string{"", "nyc", "a/b", "envoy/"} {
-		f.Add(true, s)
-		f.Add(false, s)
+// FuzzParseGrant: the grant parser never panics; what it accepts names an
+// identity and sites or any site, round-trips through String, and gives
+// keys that no other View shares.
+func FuzzParseGrant(f *testing.F) {
+	for _, s := range []string{"a=nyc", "*.x=nyc+lon/web", "spiffe://d/p=*", "=nyc", "a", "a=", "a=nyc/", "a=b=c", "a=n y", "CN=x=nyc"} {
+		f.Add(s, "lon")
 	}
-	f.Fuzz(func(t *testing.T, envoy bool, site string) {
-		kind := KindGRPC
-		if envoy {
-			kind = KindEnvoy
+	f.Fuzz(func(t *testing.T, s, site string) {
+		g, err := ParseGrant(s)
+		if err != nil {
+			return
 		}
-		k, s, ok := parseKey(Key(kind, site))
-		if !ok || k != kind || s != site {
-			t.Fatalf("parseKey(Key(%q, %q)) = %q, %q, %v", kind, site, k, s, ok)
+		if g.Identity == "" || (len(g.Sites) == 0) != g.AnySite {
+			t.Fatalf("ParseGrant(%q) = %+v", s, g)
 		}
-		if k, _, ok := parseKey(site); ok && k != KindGRPC && k != KindEnvoy {
-			t.Fatalf("parseKey(%q) accepted kind %q", site, k)
+		back, err := ParseGrant(g.String())
+		if err != nil || back.String() != g.String() {
+			t.Fatalf("ParseGrant(%q).String() = %q, which parses as %+v, %v", s, g.String(), back, err)
+		}
+		// Keys of Views of every service start "grpc/": a scoped one never does.
+		scoped := View{Kind: KindGRPC, Site: site, Services: g.Services}
+		if len(g.Services) > 0 && strings.HasPrefix(scoped.Key(), Key(KindGRPC, "")) {
+			t.Fatalf("view %+v has key %q, the form of a view of every service", scoped, scoped.Key())
 		}
 	})
 }

@@ -64,8 +64,8 @@ func TestReportRates(t *testing.T) {
 	}
 }
 
-// lrsClient opens an LRS stream to addr as node (site = its region) and
-// returns it after the server's first response, which it checks.
+// lrsClient opens an LRS stream to addr (plain text) as a node at site
+// and returns it after the server's first response, which it checks.
 func lrsClient(t *testing.T, addr, site string, interval time.Duration) lrsv3.LoadReportingService_StreamLoadStatsClient {
 	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -73,16 +73,7 @@ func lrsClient(t *testing.T, addr, site string, interval time.Duration) lrsv3.Lo
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	st, err := lrsv3.NewLoadReportingServiceClient(cc).StreamLoadStats(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Send(&lrsv3.LoadStatsRequest{Node: &core.Node{Id: "c-" + site, Locality: &core.Locality{Region: site}}}); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := st.Recv()
+	st, resp, err := openLRS(t, cc, &core.Node{Id: "c-" + site, Locality: &core.Locality{Region: site}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,9 +83,38 @@ func lrsClient(t *testing.T, addr, site string, interval time.Duration) lrsv3.Lo
 	return st
 }
 
+// lrsStream is openLRS that fails the test on error.
+func lrsStream(t *testing.T, cc *grpc.ClientConn, node *core.Node) lrsv3.LoadReportingService_StreamLoadStatsClient {
+	t.Helper()
+	st, _, err := openLRS(t, cc, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// openLRS opens an LRS stream on cc as node, open until the test ends,
+// and returns it with the server's first response, or the error that
+// ended it.
+func openLRS(t *testing.T, cc *grpc.ClientConn, node *core.Node) (lrsv3.LoadReportingService_StreamLoadStatsClient, *lrsv3.LoadStatsResponse, error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	st, err := lrsv3.NewLoadReportingServiceClient(cc).StreamLoadStats(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := st.Send(&lrsv3.LoadStatsRequest{Node: node}); err != nil {
+		return nil, nil, err
+	}
+	resp, err := st.Recv()
+	return st, resp, err
+}
+
 func TestLoadReportsDemand(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_000_000, 0))
-	lr := NewLoadReports(time.Second, clk)
+	lr := newLoadReports(t, LRSConfig{Interval: time.Second}, LRSOptions{Access: OpenAccess(), Clock: clk})
+	lr.SetServices(map[string]float64{"web": 1000})
 	addr := serveLRS(t, lr)
 
 	// want polls Demand until it matches: reports arrive asynchronously.
@@ -102,7 +122,8 @@ func TestLoadReportsDemand(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			d, u := lr.Demand(clk.Now())
+			got := lr.Demand(clk.Now())
+			d, u := got.BySite, got.Unplaced
 			if math.Abs(d[site]["web"]-w) < 1e-9 && math.Abs(u-unplaced) < 1e-9 {
 				return
 			}
@@ -146,7 +167,7 @@ func TestLoadReportsDemand(t *testing.T) {
 }
 
 func TestLoadReportsNeedsNode(t *testing.T) {
-	addr := serveLRS(t, NewLoadReports(time.Second, nil))
+	addr := serveLRS(t, newLoadReports(t, LRSConfig{Interval: time.Second}, LRSOptions{Access: OpenAccess()}))
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -185,6 +206,16 @@ func TestClustersNameTheLRSServer(t *testing.T) {
 			}
 		}
 	}
+}
+
+// newLoadReports is NewLoadReports that fails the test on error.
+func newLoadReports(t *testing.T, cfg LRSConfig, opts LRSOptions) *LoadReports {
+	t.Helper()
+	lr, err := NewLoadReports(cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lr
 }
 
 // serveLRS serves lr on a loopback port until the test ends and returns

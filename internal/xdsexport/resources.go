@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -28,6 +29,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
@@ -55,21 +57,44 @@ type Options struct {
 	// (lrs_server: self), so that clients report the calls they send
 	// (LoadReports) and the plan counts them.
 	LoadReporting bool
+
+	// The rest is the Server's alone (Build ignores it).
+
+	// Access places every client (Access.Place). Required by NewServer:
+	// OpenAccess for a listener without client certificates.
+	Access *Access
+	// Limits bound streams and snapshots; zero fields are the defaults.
+	Limits Limits
+	// Gate counts the streams; share it with LoadReports. Nil: a Gate of
+	// Limits of the Server's own.
+	Gate *Gate
+	// Clock times the snapshots without a stream (Limits.KeyGrace). Nil:
+	// the real clock.
+	Clock clock.Clock
+	// Refused, if not nil, is called with the reason (Refused*) of every
+	// stream or request refused (a metric). It must be safe for concurrent
+	// use and must not block.
+	Refused func(reason string)
 }
 
 func (o Options) withDefaults() Options {
 	if o.EnvoyListenerName == "" {
 		o.EnvoyListenerName = "spillway"
 	}
+	o.Limits = o.Limits.withDefaults()
 	return o
 }
 
 // Validate reports every problem with o, naming its field.
 func (o Options) Validate() error {
+	var errs []error
 	if _, _, err := splitHostPort(o.EnvoyListen); err != nil {
-		return fmt.Errorf("xds.envoy_listen: %w", err)
+		errs = append(errs, fmt.Errorf("xds.envoy_listen: %w", err))
 	}
-	return nil
+	if err := o.Limits.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 func splitHostPort(hp string) (string, uint32, error) {
@@ -110,28 +135,40 @@ func (in Input) Sites() []string {
 	return slices.Compact(out)
 }
 
-// Build returns the xDS snapshot of the clients of kind at site: every type
-// with the hash of its resources as its version.
+// Build returns the xDS snapshot of the clients of kind at site that see
+// every service: every type with the hash of its resources as its
+// version.
 func Build(in Input, opts Options, kind Kind, site string) (*cachev3.Snapshot, error) {
+	return BuildView(in, opts, View{Kind: kind, Site: site})
+}
+
+// BuildView returns the xDS snapshot of the clients of v: Build's, with
+// only the services v sees (their clusters, endpoints, listeners, and the
+// Envoy routes to them).
+func BuildView(in Input, opts Options, v View) (*cachev3.Snapshot, error) {
 	opts = opts.withDefaults()
 	var ls, rs, cs, es []types.Resource
 	cfg := in.Snapshot.Config
+	seen := Placement{Services: v.Services}
 	for i := range cfg.Services {
 		sc := &cfg.Services[i]
+		if !seen.Allows(sc.Name) {
+			continue
+		}
 		cs = append(cs, clusterOf(sc, opts.LoadReporting))
-		es = append(es, assignment(sc, Weights(sc, in.Snapshot, in.Plans[sc.Name], site), in.Snapshot))
-		if kind == KindGRPC {
+		es = append(es, assignment(sc, Weights(sc, in.Snapshot, in.Plans[sc.Name], v.Site), in.Snapshot))
+		if v.Kind == KindGRPC {
 			ls = append(ls, apiListener(sc.Name))
 			rs = append(rs, serviceRoutes(sc.Name))
 		}
 	}
-	if kind == KindEnvoy {
+	if v.Kind == KindEnvoy {
 		l, err := envoyListener(opts)
 		if err != nil {
 			return nil, err
 		}
 		ls = append(ls, l)
-		rs = append(rs, envoyRoutes(opts.EnvoyListenerName, cfg))
+		rs = append(rs, envoyRoutes(opts.EnvoyListenerName, cfg, seen.Allows))
 	}
 	snap := &cachev3.Snapshot{}
 	for _, t := range []struct {
@@ -251,8 +288,11 @@ func envoyListener(opts Options) (*listener.Listener, error) {
 // specific host patterns when a host's own routes miss the path; so each
 // virtual host lists its own routes (longest path prefix first), then
 // those of every less specific pattern that covers it, most specific
-// first.
-func envoyRoutes(name string, cfg *config.Config) *route.RouteConfiguration {
+// first. A route to a service that sees does not allow keeps its place
+// but answers 404 itself (direct_response), naming no cluster: the client
+// learns neither the service nor its endpoints, and a request its route
+// matches does not fall through to another service's route.
+func envoyRoutes(name string, cfg *config.Config, sees func(service string) bool) *route.RouteConfiguration {
 	byHost := map[string][]config.Route{}
 	var hosts []string
 	for _, r := range cfg.Routes {
@@ -286,13 +326,17 @@ func envoyRoutes(name string, cfg *config.Config) *route.RouteConfiguration {
 				continue
 			}
 			for _, r := range byHost[o] {
-				vh.Routes = append(vh.Routes, &route.Route{
+				rt := &route.Route{
 					Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: r.PathPrefix}},
 					Action: &route.Route_Route{Route: &route.RouteAction{
 						ClusterSpecifier: &route.RouteAction_Cluster{Cluster: r.Service},
 						Timeout:          durationpb.New(r.Timeout),
 					}},
-				})
+				}
+				if !sees(r.Service) {
+					rt.Action = &route.Route_DirectResponse{DirectResponse: &route.DirectResponseAction{Status: 404}}
+				}
+				vh.Routes = append(vh.Routes, rt)
 			}
 		}
 		rc.VirtualHosts = append(rc.VirtualHosts, vh)

@@ -1,6 +1,7 @@
 package xdsexport
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -117,6 +118,51 @@ func TestEnvoyRoutes(t *testing.T) {
 	}
 }
 
+// TestBuildViewSeesOnlyItsServices: a View of some services gets their
+// clusters, endpoints and listeners only; an Envoy route to another
+// service keeps its place but answers 404 itself, naming no cluster.
+func TestBuildViewSeesOnlyItsServices(t *testing.T) {
+	in := Input{Snapshot: testSnapshot(t), Plans: map[string]*waterfall.Plan{"web": testPlan()}}
+	grpcSnap, err := BuildView(in, testOpts, View{Kind: KindGRPC, Site: "nyc", Services: []string{"web"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []resource.Type{resource.ListenerType, resource.RouteType, resource.ClusterType, resource.EndpointType} {
+		if d := cmp.Diff([]string{"web"}, names(grpcSnap, typ)); d != "" {
+			t.Errorf("gRPC %s names (-want +got):\n%s", typ, d)
+		}
+	}
+	envoySnap, err := BuildView(in, testOpts, View{Kind: KindEnvoy, Site: "nyc", Services: []string{"web"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]string{"web"}, names(envoySnap, resource.ClusterType)); d != "" {
+		t.Errorf("Envoy clusters (-want +got):\n%s", d)
+	}
+	rc := envoySnap.GetResources(resource.RouteType)["spillway"].(*route.RouteConfiguration)
+	if err := rc.ValidateAll(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, vh := range rc.VirtualHosts {
+		for _, r := range vh.Routes {
+			to := r.GetRoute().GetCluster()
+			if dr := r.GetDirectResponse(); dr != nil {
+				to = fmt.Sprint(dr.GetStatus())
+			}
+			got[vh.Domains[0]] = append(got[vh.Domains[0]], r.GetMatch().GetPrefix()+" "+to)
+		}
+	}
+	want := map[string][]string{
+		"api.example.com": {"/v1/ 404", "/ 404", "/ web"},
+		"*.example.com":   {"/ 404", "/ web"},
+		"*":               {"/ web"},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("Envoy routes of a View of web (-want +got):\n%s", d)
+	}
+}
+
 // TestVersions checks that versions hash content: the same input gives
 // the same versions, and a plan change moves only the endpoints' version.
 func TestVersions(t *testing.T) {
@@ -135,26 +181,21 @@ func TestVersions(t *testing.T) {
 	}
 }
 
-func TestNodeHash(t *testing.T) {
+func TestViewKey(t *testing.T) {
 	for _, tt := range []struct {
-		node *core.Node
+		view View
 		want string
 	}{
-		{&core.Node{Id: "a", UserAgentName: "gRPC Go", Locality: &core.Locality{Region: "nyc", Zone: "z"}}, "grpc/nyc"},
-		{&core.Node{Id: "b", UserAgentName: "envoy", Locality: &core.Locality{Region: "lon"}}, "envoy/lon"},
-		{&core.Node{Id: "c"}, "grpc/"},
-		{nil, "grpc/"},
+		{View{Kind: KindGRPC, Site: "nyc"}, "grpc/nyc"},
+		{View{Kind: KindEnvoy, Site: "lon"}, "envoy/lon"},
+		{View{Kind: KindGRPC}, "grpc/"},
+		{View{Kind: KindGRPC, Site: "nyc", Services: []string{"api", "web"}}, "grpc+api,web/nyc"},
+		// A site that looks like a scope is still a site of every service.
+		{View{Kind: KindGRPC, Site: "nyc+web"}, "grpc/nyc+web"},
 	} {
-		if got := (NodeHash{}).ID(tt.node); got != tt.want {
-			t.Errorf("ID(%v) = %q, want %q", tt.node, got, tt.want)
+		if got := tt.view.Key(); got != tt.want {
+			t.Errorf("%+v.Key() = %q, want %q", tt.view, got, tt.want)
 		}
-		kind, site, ok := parseKey(tt.want)
-		if !ok || Key(kind, site) != tt.want {
-			t.Errorf("parseKey(%q) = %q, %q, %v", tt.want, kind, site, ok)
-		}
-	}
-	if _, _, ok := parseKey("other/nyc"); ok {
-		t.Error(`parseKey("other/nyc") accepted an unknown kind`)
 	}
 }
 

@@ -67,9 +67,11 @@ type acceptedDemand struct {
 	build uint64
 }
 
-// declaredCapacity returns sc's capacity with every active (not demoted)
-// instance healthy and capacity_scaler 1, in its demand unit.
-func declaredCapacity(cfg *config.Config, sc *config.Service) float64 {
+// DeclaredCapacity returns sc's capacity with every active (not demoted)
+// instance healthy and capacity_scaler 1, in its demand unit: the base of
+// Bounds.MaxDemand, and of the control plane's bound on a site's xDS
+// clients' demand.
+func DeclaredCapacity(cfg *config.Config, sc *config.Service) float64 {
 	var total float64
 	for i := range sc.Backends {
 		be := sc.Backends[i]
@@ -93,7 +95,7 @@ func (b *Builder) boundPeers(in Input, sc *config.Service, dt float64) []Peer {
 	if bd == (Bounds{}) {
 		return in.Peers
 	}
-	capacity := declaredCapacity(in.Snapshot.Config, sc)
+	capacity := DeclaredCapacity(in.Snapshot.Config, sc)
 	out := make([]Peer, len(in.Peers))
 	for i, p := range in.Peers {
 		out[i] = p
