@@ -106,13 +106,7 @@ func (g *connGuard) end(reset bool, max int64) bool {
 
 // close closes the connection's socket at once (under TLS too: a TLS
 // close_notify could block on a client that does not read).
-func (g *connGuard) close() {
-	c := g.conn
-	if tc, ok := c.(*tls.Conn); ok {
-		c = tc.NetConn()
-	}
-	c.Close()
-}
+func (g *connGuard) close() { closeSocket(g.conn) }
 
 // protect returns next with the client protections above for listener l,
 // and ends connections past their max_connection_age. resetClosed counts
