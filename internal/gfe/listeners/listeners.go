@@ -60,6 +60,20 @@ type Config struct {
 	// legitimate client cancels a few of its streams; an attacker resets
 	// nearly all of them.
 	MaxEarlyResets int
+	// MaxClientEarlyResets is the HTTP/2 reset budget of a client IP
+	// address over all its connections (resets.go): early resets of its
+	// connections that reset more than half their streams are charged to
+	// it, decaying by half every ClientResetHalfLife; past this many its
+	// HTTP/2 connections are closed, at their next stream, until the
+	// charge has decayed below half of it. It cuts a rapid reset spread
+	// over connections under MaxEarlyResets each. Zero means
+	// DefaultMaxClientEarlyResets (200), at most 1000000; negative
+	// disables it.
+	MaxClientEarlyResets int
+	// ClientResetHalfLife is how fast a client address's reset charge
+	// decays: it halves every ClientResetHalfLife. Zero means
+	// DefaultClientResetHalfLife (30s); in [1s, 1h] otherwise.
+	ClientResetHalfLife time.Duration
 	// FastPath turns on the fast path of the --listen listener
 	// (config.Listener.FastPath) while no configured listener takes its
 	// port.
@@ -111,6 +125,8 @@ type Manager struct {
 	clk     clock.Clock
 	log     zerolog.Logger
 	metrics *listenerMetrics
+	// resets is the client reset budget; nil when disabled.
+	resets  *clientResets
 	host    string // host of Config.Listen
 	defPort int    // port of Config.Listen (0: any)
 	errLog  *log.Logger
@@ -184,6 +200,12 @@ func New(cfg Config, opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen %q: %w", cfg.Listen, err)
 	}
+	if cfg.MaxClientEarlyResets > maxClientEarlyResets {
+		return nil, fmt.Errorf("listeners: MaxClientEarlyResets must be at most %d, got %d", maxClientEarlyResets, cfg.MaxClientEarlyResets)
+	}
+	if h := cfg.ClientResetHalfLife; h != 0 && (h < time.Second || h > time.Hour) {
+		return nil, fmt.Errorf("listeners: ClientResetHalfLife must be 0 (default) or in [1s, 1h], got %v", h)
+	}
 	m := &Manager{
 		cfg:     cfg,
 		opts:    opts,
@@ -194,6 +216,16 @@ func New(cfg Config, opts Options) (*Manager, error) {
 		defPort: defPort,
 		certs:   map[string]*certSet{},
 		ports:   map[int]*port{},
+	}
+	if cfg.MaxClientEarlyResets >= 0 {
+		max, half := cfg.MaxClientEarlyResets, cfg.ClientResetHalfLife
+		if max == 0 {
+			max = DefaultMaxClientEarlyResets
+		}
+		if half == 0 {
+			half = DefaultClientResetHalfLife
+		}
+		m.resets = newClientResets(max, half, m.clk)
 	}
 	m.errLog = log.New(serverLogWriter{m.log}, "", 0)
 	m.budgetLog = m.log.Sample(&zerolog.BurstSampler{Burst: 1, Period: time.Second})
@@ -420,7 +452,7 @@ func (m *Manager) startGenerationLocked(p *port, l config.Listener) {
 // newServer returns the HTTP server of listener l on p.
 func (m *Manager) newServer(p *port, l config.Listener) *http.Server {
 	srv := &http.Server{
-		Handler:           limitBody(m.protect(m.opts.HTTP, l, m.metrics.resetClosed.WithLabelValues(l.Name), m.metrics.ageClosed.WithLabelValues(l.Name)), l.MaxRequestBodyBytes),
+		Handler:           limitBody(m.protect(m.opts.HTTP, l, m.metrics.resetClosed.WithLabelValues(l.Name), m.metrics.clientResetClosed.WithLabelValues(l.Name), m.metrics.ageClosed.WithLabelValues(l.Name)), l.MaxRequestBodyBytes),
 		ConnContext:       m.connContext(l),
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
 		IdleTimeout:       l.IdleTimeout,
