@@ -251,7 +251,8 @@ const (
 	// HealthTCP is healthy when a TCP connection opens.
 	HealthTCP HealthProtocol = "tcp"
 	// HealthGRPC calls grpc.health.v1.Health/Check for GRPCService;
-	// SERVING is healthy.
+	// SERVING is healthy. It also declares the service a gRPC one: its
+	// gRPC calls over HTTP/2 are not bounded by their route's timeout.
 	HealthGRPC HealthProtocol = "grpc"
 )
 
@@ -544,7 +545,10 @@ type Route struct {
 	// the pending queue included. Default 30s; must be > 0. A request that
 	// exceeds it gets 504 (or is reset if its response has started).
 	// Long-lived streams are not bounded by it: WebSocket and other upgraded
-	// connections, and gRPC calls (which carry their own deadline).
+	// connections (after their backend's 101), and gRPC calls over HTTP/2
+	// to a gRPC service — one whose health_check.protocol is grpc — which
+	// carry their own deadline. A request that only says it is gRPC
+	// (content-type application/grpc) to any other service is bounded.
 	Timeout time.Duration `mapstructure:"timeout"`
 	// Retries is how many more times, each on another backend instance, the
 	// gfe may send a request that failed: one that never reached a backend
