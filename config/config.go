@@ -251,7 +251,8 @@ const (
 	// HealthTCP is healthy when a TCP connection opens.
 	HealthTCP HealthProtocol = "tcp"
 	// HealthGRPC calls grpc.health.v1.Health/Check for GRPCService;
-	// SERVING is healthy.
+	// SERVING is healthy. It also declares the service a gRPC one: its
+	// gRPC calls over HTTP/2 are not bounded by their route's timeout.
 	HealthGRPC HealthProtocol = "grpc"
 )
 
@@ -544,7 +545,10 @@ type Route struct {
 	// the pending queue included. Default 30s; must be > 0. A request that
 	// exceeds it gets 504 (or is reset if its response has started).
 	// Long-lived streams are not bounded by it: WebSocket and other upgraded
-	// connections, and gRPC calls (which carry their own deadline).
+	// connections (after their backend's 101), and gRPC calls over HTTP/2
+	// to a gRPC service — one whose health_check.protocol is grpc — which
+	// carry their own deadline. A request that only says it is gRPC
+	// (content-type application/grpc) to any other service is bounded.
 	Timeout time.Duration `mapstructure:"timeout"`
 	// Retries is how many more times, each on another backend instance, the
 	// gfe may send a request that failed: one that never reached a backend
@@ -631,11 +635,15 @@ type Listener struct {
 	// default 10000, in 1..1000000. http/https: must be 0.
 	MaxConnections int `mapstructure:"max_connections"`
 	// MaxConnectionsPerClient is the most connections one client IP
-	// address may hold open at once on a tcp listener; one more is closed
-	// (reset) at once and counted in
-	// spillway_gfe_tcp_refused_total{reason="client_limit"}. Clients behind
-	// one NAT share it. tcp: default 256, in 1..1000000. http/https: must
-	// be 0.
+	// address may hold open at once on the listener; one more is closed
+	// (reset) as soon as it is accepted, before it takes any of the fd
+	// budget or reaches a server, and counted in
+	// spillway_gfe_tcp_refused_total{reason="client_limit"} (tcp) or
+	// spillway_gfe_listener_refused_total{reason="client_limit"} (http,
+	// https: every connection counts, HTTP/1.1 on the fast path or
+	// net/http, h2, h2c). Clients behind one NAT share it. Default 256,
+	// in 1..1000000: one address cannot take the whole file-descriptor
+	// budget of client connections.
 	MaxConnectionsPerClient int `mapstructure:"max_connections_per_client"`
 	// MaxHeaderBytes is the largest request header block accepted, in bytes
 	// (a larger one gets 431). http/https: default 65536, in 1024..1048576.
@@ -717,12 +725,18 @@ func DefaultOutlierDetection() OutlierDetection {
 	}
 }
 
+// DefaultMaxConnectionsPerClient is the default max_connections_per_client
+// of every listener: one client address holds at most this many
+// connections to it.
+const DefaultMaxConnectionsPerClient = 256
+
 // DefaultListener returns a Listener of protocol p with the defaults of that
 // protocol. http and https (and any other p): 10s read_header_timeout, 90s
 // idle_timeout, 64 KiB max_header_bytes, unlimited body, 10s
-// request_body_timeout, the fast path on. tcp: 10m idle_timeout, 30s first_byte_timeout,
-// 10000 max_connections, 256 max_connections_per_client, and the http-only
-// fields zero. Name, Port, Service and Certificates are left empty.
+// request_body_timeout, 256 max_connections_per_client, the fast path on.
+// tcp: 10m idle_timeout, 30s first_byte_timeout, 10000 max_connections, 256
+// max_connections_per_client, and the http-only fields zero. Name, Port,
+// Service and Certificates are left empty.
 func DefaultListener(p ListenerProtocol) Listener {
 	if p == ListenerTCP {
 		return Listener{
@@ -730,16 +744,17 @@ func DefaultListener(p ListenerProtocol) Listener {
 			IdleTimeout:             10 * time.Minute,
 			FirstByteTimeout:        30 * time.Second,
 			MaxConnections:          10_000,
-			MaxConnectionsPerClient: 256,
+			MaxConnectionsPerClient: DefaultMaxConnectionsPerClient,
 		}
 	}
 	return Listener{
-		Protocol:           p,
-		ReadHeaderTimeout:  10 * time.Second,
-		IdleTimeout:        90 * time.Second,
-		MaxHeaderBytes:     64 << 10,
-		RequestBodyTimeout: 10 * time.Second,
-		FastPath:           true,
+		Protocol:                p,
+		ReadHeaderTimeout:       10 * time.Second,
+		IdleTimeout:             90 * time.Second,
+		MaxHeaderBytes:          64 << 10,
+		RequestBodyTimeout:      10 * time.Second,
+		MaxConnectionsPerClient: DefaultMaxConnectionsPerClient,
+		FastPath:                true,
 	}
 }
 

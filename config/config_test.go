@@ -487,7 +487,7 @@ func TestLoadGoodFiles(t *testing.T) {
 					{
 						Name: "plain", Protocol: ListenerHTTP, Port: 8080,
 						ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 65536,
-						RequestBodyTimeout: 10 * time.Second, FastPath: true,
+						RequestBodyTimeout: 10 * time.Second, MaxConnectionsPerClient: 256, FastPath: true,
 					},
 					{
 						Name: "public", Protocol: ListenerHTTPS, Port: 8443,
@@ -497,6 +497,7 @@ func TestLoadGoodFiles(t *testing.T) {
 						},
 						ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute,
 						MaxHeaderBytes: 1024, MaxRequestBodyBytes: 10 << 20, RequestBodyTimeout: 30 * time.Second,
+						MaxConnectionsPerClient: 256,
 					},
 					{Name: "db-l4", Protocol: ListenerTCP, Port: 5432, Service: "db", IdleTimeout: 10 * time.Minute, FirstByteTimeout: 30 * time.Second, MaxConnections: 10000, MaxConnectionsPerClient: 256},
 					{Name: "db-l4-idle", Protocol: ListenerTCP, Port: 5433, Service: "db", IdleTimeout: time.Hour, FirstByteTimeout: 30 * time.Second, MaxConnections: 10000, MaxConnectionsPerClient: 256},
@@ -808,8 +809,8 @@ func TestDefaultListener(t *testing.T) {
 		protocol ListenerProtocol
 		want     Listener
 	}{
-		{ListenerHTTP, Listener{Protocol: "http", ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 65536, RequestBodyTimeout: 10 * time.Second, FastPath: true}},
-		{ListenerHTTPS, Listener{Protocol: "https", ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 65536, RequestBodyTimeout: 10 * time.Second, FastPath: true}},
+		{ListenerHTTP, Listener{Protocol: "http", ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 65536, RequestBodyTimeout: 10 * time.Second, MaxConnectionsPerClient: 256, FastPath: true}},
+		{ListenerHTTPS, Listener{Protocol: "https", ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 65536, RequestBodyTimeout: 10 * time.Second, MaxConnectionsPerClient: 256, FastPath: true}},
 		{ListenerTCP, Listener{Protocol: "tcp", IdleTimeout: 10 * time.Minute, FirstByteTimeout: 30 * time.Second, MaxConnections: 10000, MaxConnectionsPerClient: 256}},
 	}
 	if len(tests) != len(ListenerProtocols()) {
@@ -858,6 +859,7 @@ func TestNewWithListeners(t *testing.T) {
 		"listeners[0].read_header_timeout: must be > 0, got 0s",
 		"listeners[0].idle_timeout: must be > 0, got 0s",
 		"listeners[0].max_header_bytes: must be in 1024..1048576, got 0",
+		"listeners[0].max_connections_per_client: must be in 1..1000000, got 0",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("New(bare listener) errors (-want +got):\n%s", diff)

@@ -111,7 +111,7 @@
 //	                                      #   false = everything on net/http; tcp: must be unset
 //	    first_byte_timeout: 30s           # tcp: (0, 1h], default 30s; http, https: must be unset
 //	    max_connections: 10000            # tcp: 1..1000000, default 10000; http, https: must be unset
-//	    max_connections_per_client: 256   # tcp: 1..1000000, default 256, per client IP; http, https: must be unset
+//	    max_connections_per_client: 256   # 1..1000000, default 256: connections one client IP may hold (more are reset)
 //	quota:                                # optional; no metrics = no request is charged (DESIGN.md §7)
 //	  metrics:
 //	    - name: read-requests             # required, unique; same syntax as other names

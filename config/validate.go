@@ -271,7 +271,7 @@ const (
 	// maxRequestBody bounds max_request_body_bytes: 1 TiB.
 	maxRequestBody = 1 << 40
 	// maxListenerConnections bounds a tcp listener's max_connections and
-	// max_connections_per_client.
+	// every listener's max_connections_per_client.
 	maxListenerConnections = 1_000_000
 )
 

@@ -142,9 +142,7 @@ func (v *validator) tcpListener(lp string, l *Listener) {
 	if l.MaxConnections < 1 || l.MaxConnections > maxListenerConnections {
 		v.p.add(lp+".max_connections", fmt.Sprintf("must be in 1..%d, got %d", maxListenerConnections, l.MaxConnections))
 	}
-	if l.MaxConnectionsPerClient < 1 || l.MaxConnectionsPerClient > maxListenerConnections {
-		v.p.add(lp+".max_connections_per_client", fmt.Sprintf("must be in 1..%d, got %d", maxListenerConnections, l.MaxConnectionsPerClient))
-	}
+	v.maxConnectionsPerClient(lp, l)
 	httpOnly := func(key string, set bool) {
 		if set {
 			v.p.add(lp+"."+key, "only valid with protocol http or https; protocol is tcp")
@@ -207,7 +205,15 @@ func (v *validator) httpListener(lp string, l *Listener) {
 	}
 	tcpOnly("first_byte_timeout", l.FirstByteTimeout != 0)
 	tcpOnly("max_connections", l.MaxConnections != 0)
-	tcpOnly("max_connections_per_client", l.MaxConnectionsPerClient != 0)
+	v.maxConnectionsPerClient(lp, l)
+}
+
+// maxConnectionsPerClient checks a listener's max_connections_per_client,
+// which every protocol has.
+func (v *validator) maxConnectionsPerClient(lp string, l *Listener) {
+	if l.MaxConnectionsPerClient < 1 || l.MaxConnectionsPerClient > maxListenerConnections {
+		v.p.add(lp+".max_connections_per_client", fmt.Sprintf("must be in 1..%d, got %d", maxListenerConnections, l.MaxConnectionsPerClient))
+	}
 }
 
 // serviceByName returns the first service named name, or nil.

@@ -308,7 +308,7 @@ func parseFlags(args []string) (*viper.Viper, []string, error) {
 	fs.Duration("demand-smoothing", d.DemandSmoothing, "time constant of the demand and load estimates")
 	fs.Duration("rtt-interval", d.RTTInterval, "how often to probe each region's RTT")
 	fs.String("rtt-path", d.RTTPath, "HTTP path probed for RTT")
-	fs.Duration("drain-timeout", d.DrainTimeout, "how long shutdown waits for in-flight requests")
+	fs.Duration("drain-timeout", d.DrainTimeout, "how long shutdown waits for in-flight requests before it closes them (and exits 0)")
 	fs.Duration("cert-check-interval", d.CertCheckInterval, "how often https listeners' certificate files are checked for changes")
 	fs.Bool("access-log", false, "log every request")
 	fs.Bool("fast-path", d.FastPath, "serve the --listen listener's plain HTTP/1.1 requests on the gfe's own fast path (the rest go to net/http); --fast-path=false: all on net/http; configured listeners set fast_path")

@@ -142,10 +142,17 @@ func Conn(c net.Conn, b *Budget, n int64) net.Conn {
 	if b == nil {
 		return c
 	}
-	return &budgetConn{Conn: c, release: func() { b.Release(n) }}
+	return ReleaseOnClose(c, func() { b.Release(n) })
 }
 
-// budgetConn gives its descriptors back on its first Close.
+// ReleaseOnClose returns c calling release on its first Close, for what a
+// connection holds while it is open (its descriptors, its place under a
+// per-client cap). The result has Unwrap() net.Conn.
+func ReleaseOnClose(c net.Conn, release func()) net.Conn {
+	return &budgetConn{Conn: c, release: release}
+}
+
+// budgetConn calls release (gives its descriptors back) on its first Close.
 type budgetConn struct {
 	net.Conn
 	once    sync.Once

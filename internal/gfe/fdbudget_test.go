@@ -12,9 +12,10 @@ import (
 )
 
 // TestHTTPListenerFDBudget (issue 10, finding 4): an http listener whose
-// connections have spent the fd budget stops accepting — the next client
-// waits in the kernel's backlog, counted once as a wait — and takes it as
-// soon as a connection closes, instead of accepting until EMFILE.
+// connections have spent the fd budget takes no more descriptors — the
+// wait is counted — and serves the next client with those of a connection
+// that closes (here the longest-idle one, closed for it, or c1 closing),
+// instead of accepting until EMFILE.
 func TestHTTPListenerFDBudget(t *testing.T) {
 	lim, err := fdlimit.Raise()
 	if err != nil {
@@ -58,12 +59,12 @@ func TestHTTPListenerFDBudget(t *testing.T) {
 	_, r2 := open()
 	answer(r2) // both kept alive, holding the whole budget
 	waitUntil(t, "the listener to wait for the budget", func() bool { return e.counter(t, "spillway_gfe_listener_fd_budget_waits_total") == 1 })
-	_, r3 := open() // connected by the kernel, not accepted
+	_, r3 := open() // waits for descriptors
 	if got := e.fds.Used(); got != room {
 		t.Fatalf("budget used = %d, want %d", got, room)
 	}
 	c1.Close()
-	answer(r3) // accepted once c1 gave its descriptors back
+	answer(r3) // served with c1's descriptors
 	// Full again with c2 and c3: the second wait.
 	waitUntil(t, "the second wait", func() bool { return e.counter(t, "spillway_gfe_listener_fd_budget_waits_total") == 2 })
 }

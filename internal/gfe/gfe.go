@@ -83,7 +83,8 @@ type Config struct {
 	RTTPath string
 	// DrainTimeout bounds how long shutdown waits for in-flight requests,
 	// and how long a removed or changed listener's connections may take to
-	// finish. Default 10s.
+	// finish; what is still busy then is closed (the stop still succeeds).
+	// Default 10s.
 	DrainTimeout time.Duration
 	// CertCheckInterval is how often the certificate files of https
 	// listeners are checked for changes (modification time or size) and
@@ -505,9 +506,11 @@ type component struct {
 
 // Run serves until ctx is cancelled, then drains: readiness turns false,
 // every listener stops accepting at once (new connections are refused),
-// in-flight requests get up to DrainTimeout to finish, and upgraded
-// connections (WebSockets) are closed. It returns nil after a clean drain,
-// and an error when DrainTimeout passed with requests still in flight.
+// in-flight requests get up to DrainTimeout to finish, then whatever is
+// still busy is closed (counted in spillway_gfe_drain_cut_connections_total
+// and logged), and upgraded connections (WebSockets) are closed. The drain
+// takes at most DrainTimeout and returns nil either way: a client holding
+// a request open cannot make the gfe's stop fail.
 //
 // Run binds Config.Listen (an error is returned when it cannot) and the
 // listeners of the current snapshot (a bind error is logged and
@@ -564,9 +567,16 @@ func (d *Daemon) drain(ctx context.Context, admin *http.Server) error {
 	defer cancel()
 	err := d.listeners.Shutdown(dctx)
 	d.proxy.CloseIdleConnections()
-	aerr := admin.Shutdown(dctx)
+	if aerr := admin.Shutdown(dctx); aerr != nil {
+		// An admin request outlived the drain (a long profile, a slow
+		// scrape): cut it, as the listeners cut theirs.
+		admin.Close()
+		if !errors.Is(aerr, context.DeadlineExceeded) {
+			err = errors.Join(err, fmt.Errorf("admin shutdown: %w", aerr))
+		}
+	}
 	d.log.Info().Dur("took", time.Since(start)).Msg("drained")
-	return errors.Join(err, aerr)
+	return err
 }
 
 // ListenAddr returns the bound address of Config.Listen (its real port when

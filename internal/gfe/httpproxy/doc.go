@@ -37,9 +37,11 @@
 //     detection, the backend's signals (backend.Observe) or the backend
 //     error counters; a request whose client went away before any backend
 //     answered is withdrawn from the service's demand (Meters.Withdraw).
-//   - The route timeout bounds every request but real streams: gRPC over
-//     HTTP/2, and an upgrade after its backend's 101 (a header alone does
-//     not exempt a request).
+//   - The route timeout bounds every request but real streams: a gRPC
+//     call over HTTP/2 to a gRPC service (health_check.protocol grpc), and
+//     an upgrade after its backend's 101 (a header alone does not exempt a
+//     request: content-type application/grpc to any other service is
+//     timed like any request).
 //   - Backends never see a client's X-Real-IP nor the gfe's own affinity
 //     cookie; a path with a dot segment is refused (400) before routing.
 //   - One client never gets the answer to another's request: a pooled

@@ -319,15 +319,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer ph.cancelAttempts()
 	ph.body, _ = r.Body.(*clientbody.Body)
 	// The route timeout bounds the whole request, retries included. Streams
-	// are exempt, but only real ones: a gRPC call over HTTP/2 carries its
-	// own deadline, and an upgraded connection (WebSocket) lives as long as
-	// its client keeps it — after its backend's 101, not before: an
-	// HTTP/1.1 request that only asks for an upgrade is timed until the
-	// 101 comes (its timer is on the clock, stopped by retryTransport). A
-	// client cannot switch the timeout off with a header.
+	// are exempt, but only real ones: a gRPC call over HTTP/2 to a service
+	// the config declares gRPC (grpcService) carries its own deadline, and
+	// an upgraded connection (WebSocket) lives as long as its client keeps
+	// it — after its backend's 101, not before: an HTTP/1.1 request that
+	// only asks for an upgrade is timed until the 101 comes (its timer is
+	// on the clock, stopped by retryTransport). A client cannot switch the
+	// timeout off with a header.
 	ctx, cancel := r.Context(), context.CancelFunc(noCancel)
 	switch {
-	case rt.Timeout <= 0 || (r.ProtoMajor == 2 && isGRPC(r.Header)):
+	case rt.Timeout <= 0 || (r.ProtoMajor == 2 && isGRPC(r.Header) && grpcService(svc.Config())):
 	case r.ProtoMajor == 1 && isUpgrade(r.Header):
 		uctx, ucancel := context.WithCancel(ctx) // own variables: a closure over cancel would move it to the heap for every request
 		ctx, cancel = uctx, ucancel
@@ -363,6 +364,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func noCancel() {}
+
+// grpcService reports whether service sc serves gRPC, as its config
+// declares it: its health check is a gRPC one (health_check.protocol
+// grpc). Only a gRPC call to such a service may outlive its route's
+// timeout; anything else that says it is gRPC is timed like any request.
+func grpcService(sc *config.Service) bool {
+	return sc != nil && sc.HealthCheck.Protocol == config.HealthGRPC
+}
 
 // requestView is what the steps every request takes before a backend
 // (decide) read of it, whichever path carries it: net/http's (httpView)

@@ -25,12 +25,25 @@
 //     files are read again when their modification time or size changes,
 //     checked on every reconcile and every CertCheckInterval.
 //
+// Every connection of an http or https listener is admitted first
+// (accept.go): a client address holds at most max_connections_per_client
+// of the port's connections (more are reset as they arrive), and each
+// connection holds HTTPConnFDs of the fd budget; while the budget is
+// spent, a client that waits is served with the descriptors of the
+// connection idle the longest, closed for it (idle.go).
+//
 // Every request of an http or https listener goes through the client
 // protections of protect.go first: its body becomes a clientbody.Body
 // (errors tagged as the client's, request_body_timeout), an HTTP/1.x
 // request with a Transfer-Encoding closes its connection after the answer
 // (RFC 9112 §6.1), and an HTTP/2 connection over its reset budget
-// (Config.MaxEarlyResets) is closed.
+// (Config.MaxEarlyResets), or whose client address is over its own across
+// connections (Config.MaxClientEarlyResets, resets.go), is closed.
+//
+// A drain (a listener removed or changed, or Shutdown) lets connections
+// finish within its time, then closes what is still busy and counts it
+// (spillway_gfe_drain_cut_connections_total); that is the bound working,
+// not an error.
 //
 // An http or https listener with fast_path serves plain HTTP/1.1 on the
 // gfe's own fast path and hands everything else, bytes replayed, to its

@@ -101,6 +101,7 @@ type fastServer struct {
 
 	mu       sync.Mutex
 	conns    map[*fastConn]struct{} // guarded by mu
+	idle     idleList[*fastConn]    // guarded by mu: the idle ones of conns
 	closing  bool                   // guarded by mu
 	sweeping bool                   // guarded by mu: sweep runs
 	sweeps   uint64                 // guarded by mu: sweep's rounds so far
@@ -112,7 +113,9 @@ type fastConn struct {
 	fr *httpproxy.FastRequest // its request state, for Abort
 	// Guarded by fastServer.mu.
 	idle   bool // waiting for the next request's first byte
-	closed bool // closed by the server's drain
+	closed bool // closed by the server's drain, or for a waiting client
+	// node is its place in fastServer.idle while idle.
+	node idleNode[*fastConn]
 	// serving says a request is being read or served: set by
 	// setIdle(false), from the connection's first request on (after any
 	// TLS handshake), and busySince is fastServer.sweeps at that moment.
@@ -171,6 +174,7 @@ func (fs *fastServer) serve(c net.Conn) {
 		c = pl.Wrap(c)
 	}
 	fc := &fastConn{c: c, fr: fs.getRequest(c), endAt: fs.m.connectionEnd(fs.spec)}
+	fc.node.v = fc
 	fs.mu.Lock()
 	if fs.closing {
 		fs.mu.Unlock()
@@ -196,6 +200,7 @@ func unpolled(c net.Conn) net.Conn {
 func (fs *fastServer) forget(fc *fastConn) {
 	fs.mu.Lock()
 	delete(fs.conns, fc)
+	fs.idle.remove(&fc.node)
 	fs.mu.Unlock()
 }
 
@@ -210,6 +215,11 @@ func (fs *fastServer) setIdle(fc *fastConn, idle bool) bool {
 	}
 	fc.idle = idle
 	fc.serving = !idle
+	if idle {
+		fs.idle.push(&fc.node, time.Now())
+	} else {
+		fs.idle.remove(&fc.node)
+	}
 	if !idle {
 		fc.busySince = fs.sweeps
 		if !fs.sweeping {
@@ -464,10 +474,34 @@ func (fs *fastServer) readHead(fc *fastConn) (n int, v h1.Verdict, ok bool) {
 	}
 }
 
+// oldestIdle implements idleSource.
+func (fs *fastServer) oldestIdle() (time.Time, bool) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.idle.oldest()
+}
+
+// closeOldestIdle implements idleSource. The connection is closed under
+// fs.mu, as the drain closes idle ones: its goroutine, waiting for the
+// next request's first byte, then finds it closed (setIdle).
+func (fs *fastServer) closeOldestIdle() bool {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	n := fs.idle.head
+	if n == nil {
+		return false
+	}
+	fc := n.v
+	fs.idle.remove(n)
+	fc.closed = true
+	fc.c.Close()
+	return true
+}
+
 // shutdown drains fs: idle connections close at once, busy ones after
 // their current answer; when ctx ends first the rest are closed. It
-// reports whether every connection finished in time.
-func (fs *fastServer) shutdown(ctx context.Context) bool {
+// returns how many were closed so (0: every connection finished in time).
+func (fs *fastServer) shutdown(ctx context.Context) int {
 	fs.mu.Lock()
 	fs.closing = true
 	for fc := range fs.conns {
@@ -484,10 +518,11 @@ func (fs *fastServer) shutdown(ctx context.Context) bool {
 	}()
 	select {
 	case <-done:
-		return true
+		return 0
 	case <-ctx.Done():
 	}
 	fs.mu.Lock()
+	cut := len(fs.conns)
 	for fc := range fs.conns {
 		fc.closed = true
 		fc.c.Close()
@@ -495,7 +530,7 @@ func (fs *fastServer) shutdown(ctx context.Context) bool {
 	}
 	fs.mu.Unlock()
 	<-done
-	return false
+	return cut
 }
 
 // replayConn is a connection handed to net/http after the fast path read

@@ -72,14 +72,24 @@ func fastManager(t *testing.T, fast *fakeFast, l config.Listener) (*Manager, str
 // fastManagerClock is fastManager on clock clk (nil: the real one).
 func fastManagerClock(t *testing.T, fast *fakeFast, l config.Listener, clk clock.Clock) (*Manager, string) {
 	t.Helper()
-	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("X-Proto", r.Proto)
-		if r.TLS != nil {
-			w.Header().Set("X-TLS", "yes")
-		}
-		io.WriteString(w, "slow")
-	})
+	return startManager(t, l, Options{Fast: fast, Clock: clk})
+}
+
+// startManager starts a Manager with opts (Options.HTTP, when unset, is a
+// handler answering "slow") whose --listen listener is l, on a free port
+// of 127.0.0.1, and returns it and the listener's address.
+func startManager(t *testing.T, l config.Listener, opts Options) (*Manager, string) {
+	t.Helper()
+	if opts.HTTP == nil {
+		opts.HTTP = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("X-Proto", r.Proto)
+			if r.TLS != nil {
+				w.Header().Set("X-TLS", "yes")
+			}
+			io.WriteString(w, "slow")
+		})
+	}
 	// A free port of our own: a configured listener takes the --listen
 	// socket over only at the port --listen names.
 	probe, err := net.Listen("tcp", "127.0.0.1:0")
@@ -88,8 +98,7 @@ func fastManagerClock(t *testing.T, fast *fakeFast, l config.Listener, clk clock
 	}
 	port := probe.Addr().(*net.TCPAddr).Port
 	probe.Close()
-	m, err := New(Config{Listen: fmt.Sprintf("127.0.0.1:%d", port), DrainTimeout: 5 * time.Second, CertCheckInterval: time.Hour, FastPath: true},
-		Options{HTTP: slow, Fast: fast, Clock: clk})
+	m, err := New(Config{Listen: fmt.Sprintf("127.0.0.1:%d", port), DrainTimeout: 5 * time.Second, CertCheckInterval: time.Hour, FastPath: true}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

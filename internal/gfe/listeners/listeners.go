@@ -22,59 +22,6 @@ import (
 	"github.com/spillway-lb/spillway/internal/fdlimit"
 )
 
-// listenerMetrics are the listener manager's Prometheus metrics.
-type listenerMetrics struct {
-	accepted    *prometheus.CounterVec
-	certReloads *prometheus.CounterVec
-	bindErrors  *prometheus.CounterVec
-	fdWaits     *prometheus.CounterVec
-	resetClosed *prometheus.CounterVec
-	ageClosed   *prometheus.CounterVec
-	fastPath    *prometheus.CounterVec
-	malformed   *prometheus.CounterVec
-}
-
-func newListenerMetrics(reg prometheus.Registerer) *listenerMetrics {
-	m := &listenerMetrics{
-		accepted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "spillway_gfe_listener_connections_total",
-			Help: "Client connections accepted, by listener.",
-		}, []string{"listener"}),
-		certReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "spillway_gfe_certificate_reloads_total",
-			Help: "Certificate sets loaded because their files changed, by listener and result (success, failure).",
-		}, []string{"listener", "result"}),
-		bindErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "spillway_gfe_listener_bind_errors_total",
-			Help: "Failed attempts to bind a listener's port, by listener.",
-		}, []string{"listener"}),
-		resetClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "spillway_gfe_http2_reset_budget_closes_total",
-			Help: "HTTP/2 client connections closed because their client reset too many streams before their answer (rapid reset, CVE-2023-44487), by listener.",
-		}, []string{"listener"}),
-		ageClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "spillway_gfe_connection_age_closes_total",
-			Help: "Client connections ended because they reached the listener's max_connection_age (HTTP/1.1: closed after the response; HTTP/2: GOAWAY), by listener.",
-		}, []string{"listener"}),
-	}
-	m.fdWaits = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "spillway_gfe_listener_fd_budget_waits_total",
-		Help: "Times an http or https listener stopped accepting because the file-descriptor budget of client connections was spent (it resumes when a connection closes), by listener.",
-	}, []string{"listener"})
-	m.fastPath = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "spillway_gfe_fast_path_total",
-		Help: "Request heads read by the HTTP/1.1 fast path of http listeners with fast_path, by listener and verdict (fast: served on the fast path; handoff: the connection went to net/http; reject: answered 400 or 431).",
-	}, []string{"listener", "verdict"})
-	m.malformed = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "spillway_gfe_malformed_requests_total",
-		Help: "Requests on connections net/http serves (listeners without fast_path, connections the fast path handed off, HTTP/2) answered 400 before any handler because net/http would have read them more leniently than the fast path: bare LF, obsolete line folding, two Content-Lengths, an absolute-form target whose host differs from Host, or an HTTP/2 Host differing from :authority; by listener.",
-	}, []string{"listener"})
-	if reg != nil {
-		reg.MustRegister(m.accepted, m.certReloads, m.bindErrors, m.fdWaits, m.resetClosed, m.ageClosed, m.fastPath, m.malformed)
-	}
-	return m
-}
-
 // defaultListenerName names the --listen listener in logs and metrics.
 const defaultListenerName = "listen"
 
@@ -113,6 +60,20 @@ type Config struct {
 	// legitimate client cancels a few of its streams; an attacker resets
 	// nearly all of them.
 	MaxEarlyResets int
+	// MaxClientEarlyResets is the HTTP/2 reset budget of a client IP
+	// address over all its connections (resets.go): early resets of its
+	// connections that reset more than half their streams are charged to
+	// it, decaying by half every ClientResetHalfLife; past this many its
+	// HTTP/2 connections are closed, at their next stream, until the
+	// charge has decayed below half of it. It cuts a rapid reset spread
+	// over connections under MaxEarlyResets each. Zero means
+	// DefaultMaxClientEarlyResets (200), at most 1000000; negative
+	// disables it.
+	MaxClientEarlyResets int
+	// ClientResetHalfLife is how fast a client address's reset charge
+	// decays: it halves every ClientResetHalfLife. Zero means
+	// DefaultClientResetHalfLife (30s); in [1s, 1h] otherwise.
+	ClientResetHalfLife time.Duration
 	// FastPath turns on the fast path of the --listen listener
 	// (config.Listener.FastPath) while no configured listener takes its
 	// port.
@@ -164,6 +125,8 @@ type Manager struct {
 	clk     clock.Clock
 	log     zerolog.Logger
 	metrics *listenerMetrics
+	// resets is the client reset budget; nil when disabled.
+	resets  *clientResets
 	host    string // host of Config.Listen
 	defPort int    // port of Config.Listen (0: any)
 	errLog  *log.Logger
@@ -192,9 +155,12 @@ type port struct {
 	ln       net.Listener
 	name     string // listener name, for logs; guarded by Manager.mu
 	accepted prometheus.Counter
+	certs    certStore // https: shared by every generation of the port
+	// clients counts the open http and https connections by client
+	// address, over the port's generations (accept.go).
+	clients clientConns
 	// malformed counts the HTTP/1.x heads strictRequests refused.
 	malformed prometheus.Counter
-	certs     certStore // https: shared by every generation of the port
 
 	// cur is the generation new connections go to. Written under
 	// Manager.mu, read by the accept loop.
@@ -212,6 +178,8 @@ type generation struct {
 	spec config.Listener
 	ln   *handoffListener
 	srv  *http.Server // http, https
+	// conns tracks srv's connections (idle ones, how many are open).
+	conns *httpConns
 	// fast is the fast path of an http listener with fast_path, nil
 	// otherwise.
 	fast *fastServer
@@ -234,6 +202,12 @@ func New(cfg Config, opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen %q: %w", cfg.Listen, err)
 	}
+	if cfg.MaxClientEarlyResets > maxClientEarlyResets {
+		return nil, fmt.Errorf("listeners: MaxClientEarlyResets must be at most %d, got %d", maxClientEarlyResets, cfg.MaxClientEarlyResets)
+	}
+	if h := cfg.ClientResetHalfLife; h != 0 && (h < time.Second || h > time.Hour) {
+		return nil, fmt.Errorf("listeners: ClientResetHalfLife must be 0 (default) or in [1s, 1h], got %v", h)
+	}
 	m := &Manager{
 		cfg:     cfg,
 		opts:    opts,
@@ -244,6 +218,16 @@ func New(cfg Config, opts Options) (*Manager, error) {
 		defPort: defPort,
 		certs:   map[string]*certSet{},
 		ports:   map[int]*port{},
+	}
+	if cfg.MaxClientEarlyResets >= 0 {
+		max, half := cfg.MaxClientEarlyResets, cfg.ClientResetHalfLife
+		if max == 0 {
+			max = DefaultMaxClientEarlyResets
+		}
+		if half == 0 {
+			half = DefaultClientResetHalfLife
+		}
+		m.resets = newClientResets(max, half, m.clk)
 	}
 	m.errLog = log.New(serverLogWriter{m.log}, "", 0)
 	m.budgetLog = m.log.Sample(&zerolog.BurstSampler{Burst: 1, Period: time.Second})
@@ -439,6 +423,8 @@ func (m *Manager) startGenerationLocked(p *port, l config.Listener) {
 	switch l.Protocol {
 	case config.ListenerHTTP, config.ListenerHTTPS:
 		g.srv = m.newServer(p, l)
+		g.conns = newHTTPConns()
+		g.srv.ConnState = g.conns.connState
 		if l.FastPath {
 			if m.opts.Fast != nil {
 				g.fast = m.newFastServer(p, l)
@@ -475,7 +461,7 @@ func (m *Manager) startGenerationLocked(p *port, l config.Listener) {
 // newServer returns the HTTP server of listener l on p.
 func (m *Manager) newServer(p *port, l config.Listener) *http.Server {
 	srv := &http.Server{
-		Handler:           limitBody(m.protect(m.opts.HTTP, l, m.metrics.resetClosed.WithLabelValues(l.Name), m.metrics.ageClosed.WithLabelValues(l.Name), m.metrics.malformed.WithLabelValues(l.Name)), l.MaxRequestBodyBytes),
+		Handler:           limitBody(m.protect(m.opts.HTTP, l, m.metrics.resetClosed.WithLabelValues(l.Name), m.metrics.clientResetClosed.WithLabelValues(l.Name), m.metrics.ageClosed.WithLabelValues(l.Name), m.metrics.malformed.WithLabelValues(l.Name)), l.MaxRequestBodyBytes),
 		ConnContext:       m.connContext(l),
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
 		IdleTimeout:       l.IdleTimeout,
@@ -538,22 +524,31 @@ func (m *Manager) drain(g *generation) {
 	m.drainUntil(ctx, g)
 }
 
-// drainUntil shuts g down gracefully, and forcibly when ctx ends first. It
-// reports whether every connection finished in time.
-func (m *Manager) drainUntil(ctx context.Context, g *generation) bool {
+// drainUntil shuts g down gracefully, and forcibly when ctx ends first:
+// what is still busy then is closed (its requests end, their backend
+// requests are cancelled), counted in spillway_gfe_drain_cut_connections_total.
+// It returns how many http and https connections were closed so (a tcp
+// listener's drain is the tcp proxy's, which logs its own).
+func (m *Manager) drainUntil(ctx context.Context, g *generation) int {
 	if g.srv != nil {
-		fastDone := make(chan bool, 1)
+		fastCut := make(chan int, 1)
 		if g.fast != nil {
-			go func() { fastDone <- g.fast.shutdown(ctx) }()
+			go func() { fastCut <- g.fast.shutdown(ctx) }()
 		} else {
-			fastDone <- true
+			fastCut <- 0
 		}
-		ok := true
+		cut := 0
 		if err := g.srv.Shutdown(ctx); err != nil {
+			cut = g.conns.open()
 			g.srv.Close()
-			ok = false
 		}
-		return <-fastDone && ok
+		cut += <-fastCut
+		if cut > 0 {
+			m.metrics.drainCut.WithLabelValues(g.spec.Name).Add(float64(cut))
+			m.log.Warn().Str("listener", g.spec.Name).Int("connections", cut).Dur("drain_timeout", m.cfg.DrainTimeout).
+				Msg("drain timeout passed: closed the connections still busy")
+		}
+		return cut
 	}
 	// tcp: the listener is closed; TCPServer.Serve returns once its connections
 	// are done, or when its context ends.
@@ -561,18 +556,20 @@ func (m *Manager) drainUntil(ctx context.Context, g *generation) bool {
 	defer g.cancel()
 	select {
 	case <-g.done:
-		return true
 	case <-ctx.Done():
 		g.cancel()
 		<-g.done
-		return false
 	}
+	return 0
 }
 
 // Shutdown drains every listener: sockets close at once (new connections
 // are refused), in-flight requests finish until ctx ends, then whatever is
-// left is closed, upgraded connections included. It returns an error when
-// ctx ended before every connection finished.
+// left is closed, upgraded connections included. Closing what is left is
+// the drain's bound working, not a failure: a client that holds a request
+// open (a stream, a backend that never answers) delays the shutdown by at
+// most ctx's time and does not make it fail. It returns once every
+// connection is closed, and nil.
 func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Lock()
 	m.stopping = true
@@ -589,13 +586,8 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Unlock()
 
 	var wg sync.WaitGroup
-	var late atomic.Int32
 	for _, g := range gens {
-		wg.Go(func() {
-			if !m.drainUntil(ctx, g) {
-				late.Add(1)
-			}
-		})
+		wg.Go(func() { m.drainUntil(ctx, g) })
 	}
 	wg.Wait()
 	// Hijacked (upgraded) connections are not waited for by Shutdown: end
@@ -606,71 +598,10 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	}
 	m.hardStopCancel()
 	m.wg.Wait()
-	if late.Load() > 0 {
-		return fmt.Errorf("gfe: drain timeout: %d listeners had connections left", late.Load())
-	}
 	if n > 0 {
 		m.log.Info().Int("streams", n).Msg("closed upgraded and streaming connections")
 	}
 	return nil
-}
-
-// acceptLoop accepts connections on p and hands each to p's current
-// generation until p's socket is closed. While p serves http or https, it
-// takes HTTPConnFDs of the fd budget before each Accept, waiting (not
-// accepting: new connections queue in the kernel's backlog) while the
-// budget has no room, and the connection gives them back when it closes.
-func (m *Manager) acceptLoop(p *port) {
-	defer m.wg.Done()
-	if m.opts.Serving != nil {
-		select {
-		case <-m.opts.Serving:
-		case <-p.stop.Done():
-			return
-		}
-	}
-	var backoff time.Duration
-	budget := m.opts.Budget
-	for {
-		held := false
-		if g := p.cur.Load(); budget != nil && g != nil && g.spec.Protocol != config.ListenerTCP {
-			if !budget.TryAcquire(HTTPConnFDs) {
-				name := g.spec.Name
-				m.metrics.fdWaits.WithLabelValues(name).Inc()
-				m.budgetLog.Warn().Str("listener", name).Int64("fd_budget", budget.Size()).Msg("fd budget spent: not accepting until a connection closes")
-				if err := budget.Acquire(p.stop, HTTPConnFDs); err != nil {
-					return
-				}
-			}
-			held = true
-		}
-		c, err := p.ln.Accept()
-		if err != nil {
-			if held {
-				budget.Release(HTTPConnFDs)
-			}
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// Out of file descriptors or the like: back off as net/http does.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			m.log.Warn().Err(err).Str("addr", p.ln.Addr().String()).Dur("retry_in", backoff).Msg("accept")
-			t := m.clk.NewTimer(backoff)
-			select {
-			case <-t.C():
-			case <-m.hardStop.Done():
-				t.Stop()
-				return
-			}
-			continue
-		}
-		backoff = 0
-		if held {
-			c = fdlimit.Conn(c, budget, HTTPConnFDs)
-		}
-		p.accepted.Inc()
-		p.dispatch(c)
-	}
 }
 
 // DefaultAddr returns the bound address of Config.Listen (its real port

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -48,6 +49,11 @@ import (
 //     queue of reset-before-start streams passes four times that
 //     (ENHANCE_YOUR_CALM); this budget bounds the streams that did start,
 //     each of which costs a routing decision and perhaps a backend request.
+//   - HTTP/2 rapid reset spread over connections: the early resets of a
+//     connection that resets more than half its streams are charged to its
+//     client's address too, against a decaying budget over all its
+//     connections (resets.go); an address over it has its HTTP/2
+//     connections closed at their next stream, which is not served.
 
 // DefaultMaxEarlyResets is the number of early-reset streams an HTTP/2
 // connection may have before the budget applies (Config.MaxEarlyResets).
@@ -60,7 +66,8 @@ type connKey struct{}
 // connection. Safe for concurrent use (the connection's handlers run
 // concurrently); must not be copied.
 type connGuard struct {
-	conn net.Conn
+	conn   net.Conn
+	client netip.Addr // the client's address, for its reset budget
 	// endAt is when the connection reaches its max_connection_age (zero:
 	// never). Immutable.
 	endAt time.Time
@@ -80,7 +87,7 @@ type connGuard struct {
 // of an HTTP/1.1 connection the gfe handshook and handed over.
 func (m *Manager) connContext(l config.Listener) func(context.Context, net.Conn) context.Context {
 	return func(ctx context.Context, c net.Conn) context.Context {
-		g := &connGuard{conn: c}
+		g := &connGuard{conn: c, client: clientAddr(c)}
 		if sc, ok := c.(*strictRequests); ok {
 			g.tls = sc.tls
 		}
@@ -111,21 +118,20 @@ func (g *connGuard) end(reset bool, max int64) bool {
 	return resets > max && 2*resets > streams && g.closed.CompareAndSwap(false, true)
 }
 
+// mostlyResets reports whether more than half of the connection's ended
+// streams were reset early: its resets are charged to its client.
+func (g *connGuard) mostlyResets() bool { return 2*g.resets.Load() > g.streams.Load() }
+
 // close closes the connection's socket at once (under TLS too: a TLS
 // close_notify could block on a client that does not read).
-func (g *connGuard) close() {
-	c := g.conn
-	if tc, ok := c.(*tls.Conn); ok {
-		c = tc.NetConn()
-	}
-	c.Close()
-}
+func (g *connGuard) close() { closeSocket(g.conn) }
 
 // protect returns next with the client protections above for listener l,
 // and ends connections past their max_connection_age. resetClosed counts
-// the connections closed over their reset budget, ageClosed those ended
-// for their age.
-func (m *Manager) protect(next http.Handler, l config.Listener, resetClosed, ageClosed, malformed prometheus.Counter) http.Handler {
+// the connections closed over their reset budget, clientClosed those
+// closed over their client's, ageClosed those ended for their age, and
+// malformed the HTTP/2 requests refused by strictHTTP2.
+func (m *Manager) protect(next http.Handler, l config.Listener, resetClosed, clientClosed, ageClosed, malformed prometheus.Counter) http.Handler {
 	maxResets := int64(m.cfg.MaxEarlyResets)
 	if maxResets == 0 {
 		maxResets = DefaultMaxEarlyResets
@@ -168,16 +174,25 @@ func (m *Manager) protect(next http.Handler, l config.Listener, resetClosed, age
 			}
 			w.Header().Set("Connection", "close")
 		}
-		if r.ProtoMajor != 2 || maxResets < 0 {
+		if r.ProtoMajor != 2 || maxResets < 0 || g == nil {
 			next.ServeHTTP(w, r)
 			return
 		}
+		if m.resets != nil && m.resets.blocked(g.client) {
+			// Its address is over its reset budget: not served.
+			m.closeOverClientBudget(g, l, clientClosed)
+			panic(http.ErrAbortHandler) // reset the stream; no answer
+		}
 		next.ServeHTTP(w, r)
-		if g != nil && g.end(r.Context().Err() != nil, maxResets) {
+		reset := r.Context().Err() != nil
+		switch {
+		case g.end(reset, maxResets):
 			resetClosed.Inc()
 			m.log.Warn().Str("listener", l.Name).Str("client", r.RemoteAddr).Int64("streams", g.streams.Load()).Int64("resets", g.resets.Load()).
 				Msg("closing an HTTP/2 connection over its reset budget (rapid reset)")
 			g.close()
+		case reset && m.resets != nil && g.mostlyResets() && m.resets.charge(g.client):
+			m.closeOverClientBudget(g, l, clientClosed)
 		}
 	})
 }
@@ -229,3 +244,14 @@ func (w *closeUnlessSwitched) Write(b []byte) (int, error) {
 // Unwrap gives http.ResponseController (ReverseProxy's flushes and
 // hijack) the underlying writer.
 func (w *closeUnlessSwitched) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// closeOverClientBudget closes connection g, whose client address is over
+// its reset budget, and counts it (once) in clientClosed.
+func (m *Manager) closeOverClientBudget(g *connGuard, l config.Listener, clientClosed prometheus.Counter) {
+	if g.closed.CompareAndSwap(false, true) {
+		clientClosed.Inc()
+		m.budgetLog.Warn().Str("listener", l.Name).Str("client", g.client.String()).
+			Msg("closing an HTTP/2 connection: its client address is over its reset budget across connections (rapid reset; one line a second at most)")
+	}
+	g.close()
+}

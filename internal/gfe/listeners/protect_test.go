@@ -1,6 +1,12 @@
 package listeners
 
-import "testing"
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/spillway-lb/spillway/internal/clock"
+)
 
 // TestResetBudget: a connection goes over its HTTP/2 reset budget only
 // when its early resets pass the minimum and are more than half of its
@@ -35,5 +41,43 @@ func TestResetBudget(t *testing.T) {
 				t.Errorf("over the budget at stream %d, want %d (0 = never)", got, tt.wantAt)
 			}
 		})
+	}
+}
+
+// TestClientResetBudget: an address goes over its reset budget when its
+// decaying charge passes the budget, stays over until the charge has
+// decayed below half of it (on the injected clock), and other addresses
+// are not charged.
+func TestClientResetBudget(t *testing.T) {
+	const max, half = 200, 30 * time.Second
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	cr := newClientResets(max, half, clk)
+	a, b := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
+	steps := []struct {
+		name        string
+		advance     time.Duration
+		charges     int
+		wantOver    bool // after the step
+		wantBlocked bool
+	}{
+		{"at the budget", 0, max, false, false},
+		{"one more", 0, 1, true, true},
+		{"a half-life later: 100.5, not under half", half, 0, true, true},
+		{"another half-life: 50.25, under half", half, 0, false, false},
+		{"charged again: 50.25 + 149, under the budget", 0, 149, false, false},
+		{"past it", 0, 1, true, true},
+	}
+	for _, s := range steps {
+		clk.Advance(s.advance)
+		over := cr.blocked(a)
+		for range s.charges {
+			over = cr.charge(a)
+		}
+		if over != s.wantOver || cr.blocked(a) != s.wantBlocked {
+			t.Errorf("%s: over %v, blocked %v; want %v, %v", s.name, over, cr.blocked(a), s.wantOver, s.wantBlocked)
+		}
+		if cr.blocked(b) {
+			t.Errorf("%s: another address is blocked", s.name)
+		}
 	}
 }
