@@ -22,7 +22,8 @@
 //
 // It refuses (an error wrapping ErrRefused, and the gfe answers 400):
 //
-//   - a path that does not start with '/' (asterisk or authority form);
+//   - a path that does not start with '/' (asterisk or authority form,
+//     or empty);
 //   - '\' and "%5C": some backends read it as '/';
 //   - a control character, raw or escaped ("%00", "%0A"), and a raw
 //     space;
@@ -94,15 +95,12 @@ func (e *refusal) Is(t error) bool { return t == ErrRefused }
 
 // Normalize returns escaped path p (a request target before '?') in
 // canonical form, or the reason it is refused (see the package
-// documentation). An empty p is "/" (an absolute-form target without a
-// path). It allocates only when p is not canonical already (then
+// documentation); an empty p (CONNECT's authority form) is refused. It
+// allocates only when p is not canonical already (then
 // Escaped is new) or holds an escape (then Decoded is new): for a
 // canonical path without '%', Escaped and Decoded are p itself.
 func Normalize(p string) (Path, error) {
-	if p == "" {
-		return Path{Escaped: "/", Decoded: "/"}, nil
-	}
-	if p[0] != '/' {
+	if p == "" || p[0] != '/' {
 		return Path{}, ErrNotOrigin
 	}
 	// b is the canonical form once it differs from p (copied then): a

@@ -6,6 +6,9 @@
 //
 // The answers, as the seed document maps them:
 //
+//   - a body of unknown length (chunked, or HTTP/2 without
+//     content-length) on a request a bytes metric charges: 411 Length
+//     Required, before anything is charged or read (see below);
 //   - no API key (x-api-key header, else the key query parameter) or an
 //     unknown one, and anonymous requests not allowed: 401;
 //   - the quota service said RESOURCE_EXHAUSTED, or the local budget is
@@ -18,6 +21,22 @@
 //   - anything unexpected: log and admit.
 //
 // Error bodies say what the client can act on and nothing internal.
+//
+// Requests match charges by their canonical path (lb/reqpath: the HTTP
+// proxy normalises r.URL before it asks), with the prefix rule routes use
+// (reqpath.HasPrefix: ASCII case-insensitive, segment parameters left
+// out).
+//
+// A bytes metric charges the declared Content-Length, which net/http and
+// the fast path hold a body to (a shorter one fails, a longer one is not
+// read). A body whose length is not declared is refused with 411 rather
+// than counted as it streams: admission is decided before the request is
+// forwarded, so a refused body never reaches a backend, where a body cut
+// when it passed the quota would have delivered its first part to the
+// backend and left it a truncated request to handle; the client, told
+// 411, sends Content-Length (every HTTP client can for a body it holds).
+// The cost: streaming uploads (chunked, gRPC) cannot be charged by bytes;
+// charge them by requests.
 //
 // The gfe runs one Enforcer (internal/gfe: Run's "quota" component) and
 // the HTTP proxy asks it about every routed request (httpproxy.Admitter).
@@ -68,7 +87,7 @@ type Config struct {
 // Verdict is the Enforcer's answer for one request.
 type Verdict struct {
 	// Status is 0 to admit the request, else the HTTP status to answer
-	// (401, 409 or 429).
+	// (401, 409, 411 or 429).
 	Status int
 	// RetryAfter is set with 429: when the client may try again.
 	RetryAfter time.Duration
@@ -79,6 +98,7 @@ type Verdict struct {
 // The bodies of refusals: what the client can act on, nothing internal.
 const (
 	msgNoKey     = "an API key is required (x-api-key header or key query parameter)\n"
+	msgNoLength  = "this request is charged by payload size: send its body with a Content-Length\n"
 	msgExhausted = "quota exceeded for this consumer; retry later\n"
 	msgDenied    = "this request cannot be charged to this consumer's quota\n"
 )
@@ -155,7 +175,7 @@ func New(cfg Config, clk clock.Clock, conn func() Allocator, log zerolog.Logger,
 		wake:  make(chan struct{}, 1),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "spillway", Subsystem: "gfe", Name: "quota_decisions_total",
-			Help: "Requests charged to quota, by result: admitted, exhausted (429), denied (409), unidentified (401), fail_open (admitted while the quota service fails).",
+			Help: "Requests charged to quota, by result: admitted, exhausted (429), denied (409), unidentified (401), length_required (411: a bytes charge and a body of unknown length), fail_open (admitted while the quota service fails).",
 		}, []string{"result"}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "spillway", Subsystem: "gfe", Name: "quota_calls_total",
@@ -169,7 +189,7 @@ func New(cfg Config, clk clock.Clock, conn func() Allocator, log zerolog.Logger,
 	})
 	e.leases.Store(&map[key]*lease{})
 	e.decided = map[string]prometheus.Counter{}
-	for _, r := range []string{"admitted", "exhausted", "denied", "unidentified", "fail_open"} {
+	for _, r := range []string{"admitted", "exhausted", "denied", "unidentified", "length_required", "fail_open"} {
 		e.decided[r] = e.decisions.WithLabelValues(r)
 	}
 	for _, r := range []string{"ok", "exhausted", "denied", "failed", "unexpected"} {
@@ -235,9 +255,14 @@ func (e *Enforcer) Admit(cfg *config.Config, service string, r *http.Request, no
 	defer e.observe(start)
 	charged := false
 	for i := range cfg.Quota.Charges {
-		if cfg.Quota.Charges[i].Matches(service, r.Method, r.URL.Path) {
-			charged = true
-			break
+		ch := &cfg.Quota.Charges[i]
+		if !ch.Matches(service, r.Method, r.URL.Path) {
+			continue
+		}
+		charged = true
+		if r.ContentLength < 0 && metricOf(cfg, ch.Metric).Unit == config.QuotaBytes {
+			e.decided["length_required"].Inc()
+			return Verdict{Status: http.StatusLengthRequired, Message: msgNoLength}
 		}
 	}
 	if !charged {
@@ -259,7 +284,7 @@ func (e *Enforcer) Admit(cfg *config.Config, service string, r *http.Request, no
 		}
 		cost := ch.Cost
 		if m := metricOf(cfg, ch.Metric); m.Unit == config.QuotaBytes {
-			cost *= max(0, r.ContentLength)
+			cost *= r.ContentLength // declared: a length-less body got 411 above
 		}
 		l := e.lease(cfg, key{service, project, ch.Metric})
 		if l.Waiting(now) {
