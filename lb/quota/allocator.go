@@ -3,6 +3,7 @@ package quota
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -52,6 +53,17 @@ type Request struct {
 	// Values are the amounts to charge, at most one per metric, each ≥ 0.
 	Values []MetricValue
 	Mode   Mode
+	// Returned are units of the consumer's earlier allocations in window
+	// ReturnedWindow (WindowOf) that the caller will not use, at most one
+	// per metric, each ≥ 0 and of a metric in Values: given back before
+	// Values are charged (the counter goes down by them, never below 0),
+	// so that what one caller leased ahead and does not use is the
+	// consumer's again (Lease.Next). Applied only when ReturnedWindow is
+	// the window charged (a return that crossed a window's end is
+	// dropped), not in ModeCheckOnly, and not again for a repeated
+	// operation.
+	Returned       []MetricValue
+	ReturnedWindow int64
 }
 
 // Result is the outcome of an allocation.
@@ -150,6 +162,12 @@ func (a *Allocator) Allocate(now time.Time, r Request) (Result, error) {
 		}
 		limits[i] = l
 	}
+	if r.Mode != ModeCheckOnly && r.ReturnedWindow == w {
+		for _, v := range r.Returned {
+			k := counterKey{w, r.Consumer, v.Metric}
+			a.counts[k] = max(0, a.counts[k]-v.Value)
+		}
+	}
 	res := Result{Allocated: make([]MetricValue, len(r.Values))}
 	var asked, granted int64
 	fits := true
@@ -194,7 +212,8 @@ func (a *Allocator) Allocate(now time.Time, r Request) (Result, error) {
 
 // Validate reports the first problem with r itself, wrapping
 // ErrInvalidRequest: no consumer, an unknown mode, a negative amount, a
-// metric listed twice. Every store checks it before charging.
+// metric listed twice, a return of a metric not in Values. Every store
+// checks it before charging.
 func (r *Request) Validate() error {
 	if r.Consumer == "" {
 		return fmt.Errorf("%w: no consumer", ErrInvalidRequest)
@@ -211,6 +230,19 @@ func (r *Request) Validate() error {
 		for _, u := range r.Values[:i] {
 			if u.Metric == v.Metric {
 				return fmt.Errorf("%w: values[%d]: metric %q listed twice", ErrInvalidRequest, i, v.Metric)
+			}
+		}
+	}
+	for i, v := range r.Returned {
+		if v.Value < 0 {
+			return fmt.Errorf("%w: returned[%d] (%s): must be >= 0, got %d", ErrInvalidRequest, i, v.Metric, v.Value)
+		}
+		if !slices.ContainsFunc(r.Values, func(u MetricValue) bool { return u.Metric == v.Metric }) {
+			return fmt.Errorf("%w: returned[%d]: metric %q is not in values", ErrInvalidRequest, i, v.Metric)
+		}
+		for _, u := range r.Returned[:i] {
+			if u.Metric == v.Metric {
+				return fmt.Errorf("%w: returned[%d]: metric %q listed twice", ErrInvalidRequest, i, v.Metric)
 			}
 		}
 	}
