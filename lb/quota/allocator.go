@@ -76,6 +76,10 @@ type Result struct {
 	// next window starts.
 	Exhausted  bool
 	RetryAfter time.Duration
+	// Returned is what was given back of Request.Returned when the return
+	// applied (see Request.Returned): one entry per metric of Values, in
+	// their order, 0 for a metric without a return; nil when it did not.
+	Returned []MetricValue
 }
 
 // Limits returns the effective limit per window of metric for consumer,
@@ -162,13 +166,23 @@ func (a *Allocator) Allocate(now time.Time, r Request) (Result, error) {
 		}
 		limits[i] = l
 	}
-	if r.Mode != ModeCheckOnly && r.ReturnedWindow == w {
+	var returned []MetricValue
+	if r.Mode != ModeCheckOnly && r.ReturnedWindow == w && len(r.Returned) > 0 {
 		for _, v := range r.Returned {
 			k := counterKey{w, r.Consumer, v.Metric}
 			a.counts[k] = max(0, a.counts[k]-v.Value)
 		}
+		returned = make([]MetricValue, len(r.Values))
+		for i, v := range r.Values {
+			returned[i].Metric = v.Metric
+			for _, u := range r.Returned {
+				if u.Metric == v.Metric {
+					returned[i].Value = u.Value
+				}
+			}
+		}
 	}
-	res := Result{Allocated: make([]MetricValue, len(r.Values))}
+	res := Result{Allocated: make([]MetricValue, len(r.Values)), Returned: returned}
 	var asked, granted int64
 	fits := true
 	for i, v := range r.Values {

@@ -453,9 +453,36 @@ func (l *Lease) Granted(now time.Time, granted int64, exhausted bool, retryAfter
 	l.calling.Store(false)
 }
 
+// NotTaken reports that the service did not take back n of the units the
+// call made by the last true Next gave back of window w (it refused the
+// call before charging anything, or does not take returns): they are l's
+// again, if l is still in window w. Call it before Granted or Denied.
+func (l *Lease) NotTaken(now time.Time, w, n int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n <= 0 || windowOf(now) != w {
+		return
+	}
+	tag := uint64(w) & windowMask
+	for {
+		s := l.current(now)
+		if tagOfState(s) != tag {
+			return
+		}
+		// The grants first, the budget after, as in Granted.
+		g := l.grantsIn(tag)
+		l.grants.Store(packGrants(tag, g+n))
+		if l.state.CompareAndSwap(s, packState(tag, grantedOf(s), netOf(s)+n)) {
+			return
+		}
+		l.grants.Store(packGrants(tag, g))
+	}
+}
+
 // Failed reports that the call made by the last true Next or Call failed
 // (the quota service unavailable, timing out or failing): admission fails
-// open until a call succeeds. What the call gave back stays given back.
+// open until a call succeeds. What the call gave back stays given back:
+// the service may have taken it before it failed.
 func (l *Lease) Failed() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
