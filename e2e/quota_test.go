@@ -251,8 +251,10 @@ func TestQuotaExactLimitEndToEnd(t *testing.T) {
 		switch {
 		case resp.StatusCode == http.StatusOK:
 			admitted++
-		case resp.StatusCode == http.StatusTooManyRequests && refusedAt == 0:
-			refusedAt, retryAfter = i, resp.Header.Get("Retry-After")
+		case resp.StatusCode == http.StatusTooManyRequests:
+			if refusedAt == 0 {
+				refusedAt, retryAfter = i, resp.Header.Get("Retry-After")
+			}
 		default:
 			t.Fatalf("request %d: %d", i, resp.StatusCode)
 		}

@@ -47,8 +47,10 @@ func TestEnforcerExactLimit(t *testing.T) {
 		switch {
 		case v.Status == 0:
 			admitted++
-		case v.Status == http.StatusTooManyRequests && refusedAt == 0:
-			refusedAt, retry = i, v.RetryAfter
+		case v.Status == http.StatusTooManyRequests:
+			if refusedAt == 0 {
+				refusedAt, retry = i, v.RetryAfter
+			}
 		default:
 			t.Fatalf("request %d: %+v", i, v)
 		}
