@@ -287,7 +287,9 @@ func envoyRoutes(name string, cfg *config.Config) *route.RouteConfiguration {
 			}
 			for _, r := range byHost[o] {
 				vh.Routes = append(vh.Routes, &route.Route{
-					Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: r.PathPrefix}},
+					// As the gfe matches prefixes (lb/reqpath.HasPrefix):
+					// ASCII case-insensitively.
+					Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: r.PathPrefix}, CaseSensitive: wrapperspb.Bool(false)},
 					Action: &route.Route_Route{Route: &route.RouteAction{
 						ClusterSpecifier: &route.RouteAction_Cluster{Cluster: r.Service},
 						Timeout:          durationpb.New(r.Timeout),
