@@ -1,11 +1,9 @@
 package e2e
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -95,7 +93,7 @@ func TestQuotaPathBypassEndToEnd(t *testing.T) {
 		t.Errorf("the backends served %d of the refused requests, want 0", n)
 	}
 
-	code, body := rawExchange(t, addr, "GET //api/secret HTTP/1.1\r\nHost: x\r\nX-Api-Key: acme-key-0001\r\nConnection: close\r\n\r\n")
+	code, body := rawExchange(t, addr, "GET //api/secret HTTP/1.1\r\nHost: x\r\nX-Api-Key: acme-key-0001\r\nConnection: close\r\n\r\n", true)
 	var reply testbackend.Reply
 	if err := json.Unmarshal(body, &reply); code != http.StatusOK || err != nil || reply.Path != "/api/secret" {
 		t.Errorf("GET //api/secret with a key: %d %q, want 200 from a backend that got /api/secret", code, body)
@@ -127,24 +125,4 @@ func TestQuotaPathBypassEndToEnd(t *testing.T) {
 	if got := metricValue(t, gf.Admin+"/metrics", "spillway_gfe_quota_decisions_total", "result=length_required"); got != 24 {
 		t.Errorf("length_required decisions: %v, want 24", got)
 	}
-}
-
-// rawExchange writes req on a new connection to addr and returns the
-// answer's status and body (0 and nil when none came).
-func rawExchange(t *testing.T, addr, req string) (int, []byte) {
-	t.Helper()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	go io.WriteString(conn, req)
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		return 0, nil
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, body
 }

@@ -409,11 +409,21 @@ func rawH2CStatus(t *testing.T, addr string, kb int) int {
 		b = b[len(chunk):]
 		fr.WriteContinuation(1, len(b) == 0, chunk)
 	}
+	return h2cStatus(t, fr, "h2c GET /")
+}
+
+// h2cStatus reads frames from fr until the answer's HEADERS on stream 1
+// and returns its :status, acknowledging the server's SETTINGS; a reset
+// of the stream, or a GOAWAY other than a graceful one (NO_ERROR: a
+// refusal with Connection: close sends one, then its answer), fails the
+// test. what names the request in failures.
+func h2cStatus(t *testing.T, fr *http2.Framer, what string) int {
+	t.Helper()
 	dec := hpack.NewDecoder(4096, nil)
 	for {
 		f, err := fr.ReadFrame()
 		if err != nil {
-			t.Fatalf("reading the h2c answer: %v", err)
+			t.Fatalf("%s: reading the answer: %v", what, err)
 		}
 		switch f := f.(type) {
 		case *http2.SettingsFrame:
@@ -432,9 +442,11 @@ func rawH2CStatus(t *testing.T, addr string, kb int) int {
 				}
 			}
 		case *http2.RSTStreamFrame:
-			t.Fatalf("stream reset: %v", f.ErrCode)
+			t.Fatalf("%s: stream reset: %v", what, f.ErrCode)
 		case *http2.GoAwayFrame:
-			t.Fatalf("connection closed: %v", f.ErrCode)
+			if f.ErrCode != http2.ErrCodeNo {
+				t.Fatalf("%s: connection closed: %v", what, f.ErrCode)
+			}
 		}
 	}
 }

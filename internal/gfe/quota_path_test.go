@@ -205,38 +205,7 @@ func h2cSend(t *testing.T, addr, method, target string, hdr [][2]string, body []
 		fr.WriteData(1, n == len(body), body[:n])
 		body = body[n:]
 	}
-	dec := hpack.NewDecoder(4096, nil)
-	for {
-		f, err := fr.ReadFrame()
-		if err != nil {
-			t.Fatalf("h2c %s %s: reading the answer: %v", method, target, err)
-		}
-		switch f := f.(type) {
-		case *http2.SettingsFrame:
-			if !f.IsAck() {
-				fr.WriteSettingsAck()
-			}
-		case *http2.HeadersFrame:
-			fields, err := dec.DecodeFull(f.HeaderBlockFragment())
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, hf := range fields {
-				if hf.Name == ":status" {
-					code, _ := strconv.Atoi(hf.Value)
-					return code
-				}
-			}
-		case *http2.RSTStreamFrame:
-			t.Fatalf("h2c %s %s: stream reset (%v) before an answer", method, target, f.ErrCode)
-		case *http2.GoAwayFrame:
-			// A refusal with Connection: close sends a graceful GOAWAY
-			// (NO_ERROR), and then its answer.
-			if f.ErrCode != http2.ErrCodeNo {
-				t.Fatalf("h2c %s %s: GOAWAY (%v) before an answer", method, target, f.ErrCode)
-			}
-		}
-	}
+	return h2cStatus(t, fr, "h2c "+method+" "+target)
 }
 
 // TestQuotaPathBypasses (second review, items 6 and 16): the paths that
