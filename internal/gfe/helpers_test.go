@@ -379,22 +379,7 @@ func rawRequest(t *testing.T, addr, raw string) int {
 // returns the response's status.
 func rawH2CStatus(t *testing.T, addr string, kb int) int {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(lnTestTimeout))
-	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
-		t.Fatal(err)
-	}
-	fr := http2.NewFramer(c, c)
-	fr.WriteSettings()
-	var block bytes.Buffer
-	enc := hpack.NewEncoder(&block)
-	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "x"}, {":path", "/"}} {
-		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-	}
+	fr, block, enc := h2cOpen(t, addr, "GET", "x", "/")
 	for i := range kb {
 		enc.WriteField(hpack.HeaderField{Name: fmt.Sprintf("x-pad-%d", i), Value: strings.Repeat("a", 1000), Sensitive: true})
 	}
@@ -410,6 +395,31 @@ func rawH2CStatus(t *testing.T, addr string, kb int) int {
 		fr.WriteContinuation(1, len(b) == 0, chunk)
 	}
 	return h2cStatus(t, fr, "h2c GET /")
+}
+
+// h2cOpen opens an h2c connection to addr (closed when the test ends),
+// sends the preface and SETTINGS, and returns its framer and a header
+// block holding the pseudo-header fields of a request of method, authority
+// and path, for more fields to be added with enc.
+func h2cOpen(t *testing.T, addr, method, authority, path string) (fr *http2.Framer, block *bytes.Buffer, enc *hpack.Encoder) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(lnTestTimeout))
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr = http2.NewFramer(c, c)
+	fr.WriteSettings()
+	block = new(bytes.Buffer)
+	enc = hpack.NewEncoder(block)
+	for _, f := range [][2]string{{":method", method}, {":scheme", "http"}, {":authority", authority}, {":path", path}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	return fr, block, enc
 }
 
 // h2cStatus reads frames from fr until the answer's HEADERS on stream 1

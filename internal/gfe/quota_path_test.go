@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -177,22 +176,7 @@ func h1Send(t *testing.T, addr, method, target string, hdr [][2]string, body []b
 // content-length only when !chunked (an HTTP/2 body of unknown length).
 func h2cSend(t *testing.T, addr, method, target string, hdr [][2]string, body []byte, chunked bool) int {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(lnTestTimeout))
-	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
-		t.Fatal(err)
-	}
-	fr := http2.NewFramer(c, c)
-	fr.WriteSettings()
-	var block bytes.Buffer
-	enc := hpack.NewEncoder(&block)
-	for _, f := range [][2]string{{":method", method}, {":scheme", "http"}, {":authority", "gfe.test"}, {":path", target}} {
-		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-	}
+	fr, block, enc := h2cOpen(t, addr, method, "gfe.test", target)
 	for _, f := range hdr {
 		enc.WriteField(hpack.HeaderField{Name: strings.ToLower(f[0]), Value: f[1]})
 	}
