@@ -29,9 +29,10 @@ import (
 //   - the last call failed (the service is unavailable, timing out or
 //     failing): admit, charging nothing (fail open) until a call succeeds;
 //   - the budget covers the cost: admit and take it from the budget;
-//   - the service said the window is full (RESOURCE_EXHAUSTED, or a grant
-//     smaller than the ask): refuse until the window's end (the
-//     RetryAfter it gave);
+//   - the service said the window is exhausted (RESOURCE_EXHAUSTED):
+//     refuse until the window's end (the RetryAfter it gave), or until a
+//     later call finds room again; after a grant smaller than the ask
+//     (the window was full), refuse until the next call may be made;
 //   - otherwise admit, to be charged by the next call, as long as this
 //     gfe's admissions in the window stay within the limit; refuse beyond
 //     it until the window's end.
@@ -411,8 +412,8 @@ func (l *Lease) giveBack(now time.Time, n int64) int64 {
 // Call, at now: granted units (what is owed is paid first, the rest is
 // budget), and whether the service said the window is exhausted, with its
 // RetryAfter. Knowing the limit, a grant smaller than the ask also says
-// the window is full (until its end), and a whole grant that it has room
-// again.
+// the window was full (nothing beyond the budget until the next call may
+// be made), and a whole grant that it has room again.
 func (l *Lease) Granted(now time.Time, granted int64, exhausted bool, retryAfter time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -424,7 +425,11 @@ func (l *Lease) Granted(now time.Time, granted int64, exhausted bool, retryAfter
 		// yet the new budget is one decided just after this answer.
 		l.exhausted.Store(nanos(now.Add(retryAfter)))
 	case known && granted < l.asked:
-		l.exhausted.Store(nanos(WindowEnd(windowOf(now))))
+		// The window was full when the service answered: nothing beyond
+		// the budget until the next call may ask again (other gfes may
+		// give back meanwhile; a full window then answers it
+		// RESOURCE_EXHAUSTED).
+		l.exhausted.Store(l.lastCall.Load() + int64(l.interval()))
 	case known && l.asked > 0:
 		l.exhausted.Store(0)
 	}

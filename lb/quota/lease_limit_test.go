@@ -239,3 +239,38 @@ func TestLeaseBurstAtThreeGFEs(t *testing.T) {
 	}
 	t.Logf("burst at three gfes: admitted %v", admitted)
 }
+
+// TestLeaseSparseAtTwoGFEs: a consumer far below its limit (60 a minute)
+// whose requests alternate between two gfes is refused only while the
+// other gfe holds the window's lease and before it gave it back: every 2 s
+// (each gfe's lease given back before the other's next request), never;
+// every 500 ms, once: the second gfe's first call is told the window is
+// exhausted (the first gfe still holds it), and its next request is
+// refused; the call that request makes finds the units given back.
+func TestLeaseSparseAtTwoGFEs(t *testing.T) {
+	for _, tt := range []struct {
+		every   time.Duration
+		refused int
+	}{
+		{2 * time.Second, 0},
+		{500 * time.Millisecond, 1},
+	} {
+		s := newGFESim(t, 2, 60)
+		sent, refused := 0, 0
+		for s.now.Before(t0.Add(Window - time.Second)) {
+			s.step(func(now time.Time) {
+				if now.Sub(t0)%tt.every != 0 || sent == 30 {
+					return
+				}
+				if ok, _ := s.leases[sent%2].Admit(now, 1); !ok {
+					refused++
+				}
+				sent++
+			})
+		}
+		if refused != tt.refused {
+			t.Errorf("a request every %v, alternating: %d of %d refused, want %d", tt.every, refused, sent, tt.refused)
+		}
+		t.Logf("a request every %v, alternating: %d of %d refused, %d charged, %d calls", tt.every, refused, sent, s.alloc.Used(s.now, "acme", "calls"), s.calls)
+	}
+}
