@@ -57,11 +57,11 @@ import (
 // in during the first call's round trip) and when its demand more than
 // doubled within an Interval just as the window filled. Under steady
 // overload, 0.98 to 1.02 of the limit (TestLeaseAccuracyLeasingAhead).
-// The other side: at the start of a window, the first gfe to call leases
-// the rest of the window, and the consumer's other gfes refuse it until
-// that gfe gives back what it does not use, at its next call (an
-// Interval), and they call again (an Interval after their refused call):
-// up to two Intervals of refusals there, at the start of each window.
+// The other side: the first gfe to call in a window leases the rest of
+// it, and another gfe of the consumer told meanwhile that the window is
+// exhausted refuses it until a call of its own (made on its next refused
+// request, at most one an Interval) finds what the first gave back at its
+// next call: up to about two Intervals (TestLeaseSparseAtTwoGFEs).
 //
 // # Not knowing the limit
 //
