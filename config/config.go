@@ -535,7 +535,12 @@ type Route struct {
 	Host string `mapstructure:"host"`
 	// PathPrefix the request path must start with (plain string prefix:
 	// "/api" matches "/api", "/api/v1" and "/apiary"; write "/api/" to
-	// match only below /api/). Must start with "/". Default "/".
+	// match only below /api/). Must start with "/". Default "/". It
+	// matches the request's canonical path, decoded (lb/reqpath: slashes
+	// merged, dot segments and backslashes refused), ASCII
+	// case-insensitively ("/api/" matches "/API/x"), with segment
+	// parameters left out ("/api/" matches "/api;v=1/x"); a prefix that
+	// can match no canonical path (with '\', "//" or ';') is refused.
 	PathPrefix string `mapstructure:"path_prefix"`
 	// Service is the name of the backend service. Required; must name a
 	// service under services.

@@ -85,7 +85,8 @@
 //	      max_ejection_percent: 50        # 0..100 of each instance group at once
 //	routes:                               # required, at least one
 //	  - host: "*"                         # exact host, "*.example.com", or "*"
-//	    path_prefix: /                    # plain string prefix, starts with "/"
+//	    path_prefix: /                    # plain string prefix, starts with "/"; matches the decoded
+//	                                      # canonical path (lb/reqpath), ASCII case-insensitively
 //	    service: web                      # must name a service
 //	    timeout: 30s                      # > 0; whole request, retries and queueing included
 //	    retries: 1                        # 0..5; on another instance, only when safe:
@@ -115,12 +116,13 @@
 //	quota:                                # optional; no metrics = no request is charged (DESIGN.md §7)
 //	  metrics:
 //	    - name: read-requests             # required, unique; same syntax as other names
-//	      unit: requests                  # requests (default) | bytes (request payload bytes)
+//	      unit: requests                  # requests (default) | bytes (request payload bytes; a body
+//	                                      # without a declared length is refused 411)
 //	      default_limit: 600              # required, per consumer per minute, 0..1e12
 //	  charges:                            # a request charges every entry it matches
 //	    - service: web                    # required, a service
 //	      method: POST                    # optional, upper case; default every method
-//	      path_prefix: /api/              # default "/"
+//	      path_prefix: /api/              # default "/"; matched as a route's path_prefix
 //	      metric: read-requests           # required, a metric
 //	      cost: 1                         # per request (requests) or per byte (bytes), 1..1e6, default 1
 //	  consumers:                          # API key (x-api-key header, else the key query parameter) → project

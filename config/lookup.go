@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"slices"
 	"strings"
+
+	"github.com/spillway-lb/spillway/lb/reqpath"
 )
 
 // GroupRef is an instance group together with the zone and region that hold
@@ -147,7 +149,9 @@ func (s *Service) Backend(group string) (*Backend, bool) {
 // carry a port, which is ignored, as is case and a trailing dot.
 //
 // A route matches when its host pattern matches host and path starts with its
-// path_prefix. Among matching routes, Route picks by host first, then by path:
+// path_prefix, by lb/reqpath's rule (ASCII case-insensitive, segment
+// parameters left out); path is the request's decoded canonical path
+// (reqpath.Path.Decoded). Among matching routes, Route picks by host first, then by path:
 //
 //  1. an exact host beats a wildcard, a longer wildcard suffix beats a shorter
 //     one ("*.api.example.com" before "*.example.com"), and "*" comes last;
@@ -181,7 +185,7 @@ func (c *Config) Route(host, path string) (*Route, bool) {
 // prefix path has.
 func matchPrefix(rs []*Route, path string) *Route {
 	for _, r := range rs {
-		if strings.HasPrefix(path, r.PathPrefix) {
+		if reqpath.HasPrefix(path, r.PathPrefix) {
 			return r
 		}
 	}

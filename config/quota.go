@@ -1,9 +1,8 @@
 package config
 
 import (
-	"strings"
-
 	"github.com/spillway-lb/spillway/lb/quota"
+	"github.com/spillway-lb/spillway/lb/reqpath"
 )
 
 // Quota is per-consumer quota (DESIGN.md §7): named metrics with a default
@@ -49,7 +48,11 @@ const (
 	// charge's cost.
 	QuotaRequests QuotaUnit = "requests"
 	// QuotaBytes counts request payload bytes: each matching request
-	// charges its Content-Length times its charge's cost.
+	// charges its Content-Length times its charge's cost. A matching
+	// request with a body of unknown length (chunked, or HTTP/2 without
+	// content-length) is refused with 411 Length Required before any of
+	// it is read: the charge is decided, and refused, before a byte
+	// reaches a backend.
 	QuotaBytes QuotaUnit = "bytes"
 )
 
@@ -73,7 +76,8 @@ type QuotaCharge struct {
 	// (upper case, e.g. "POST"). Default: every method.
 	Method string `mapstructure:"method"`
 	// PathPrefix limits the charge to request paths starting with it
-	// (plain string prefix, as Route.PathPrefix). Default "/".
+	// (plain string prefix, matched as Route.PathPrefix is: ASCII
+	// case-insensitive, segment parameters left out). Default "/".
 	PathPrefix string `mapstructure:"path_prefix"`
 	// Metric charged. Required; must name a metric.
 	Metric string `mapstructure:"metric"`
@@ -164,9 +168,12 @@ func (c *Config) QuotaProject(apiKey string) (string, bool) {
 }
 
 // Matches reports whether a request of service, method and path is
-// charged by ch.
+// charged by ch. path is the request's decoded canonical path
+// (reqpath.Path.Decoded); the prefix matches it as a route's does
+// (reqpath.HasPrefix: ASCII case-insensitive, segment parameters left
+// out).
 func (ch *QuotaCharge) Matches(service, method, path string) bool {
-	return ch.Service == service && (ch.Method == "" || ch.Method == method) && strings.HasPrefix(path, ch.PathPrefix)
+	return ch.Service == service && (ch.Method == "" || ch.Method == method) && reqpath.HasPrefix(path, ch.PathPrefix)
 }
 
 // QuotaCharges returns the charges a request of service, method and path

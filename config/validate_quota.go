@@ -50,6 +50,8 @@ func (v *validator) quota() {
 		}
 		if !strings.HasPrefix(ch.PathPrefix, "/") || strings.ContainsFunc(ch.PathPrefix, badPathRune) {
 			v.p.add(cp+".path_prefix", fmt.Sprintf("must start with \"/\" and contain no spaces, control characters, '?' or '#', got %q", ch.PathPrefix))
+		} else if why := unmatchablePrefix(ch.PathPrefix); why != "" {
+			v.p.add(cp+".path_prefix", fmt.Sprintf("can match no request path: %s, got %q", why, ch.PathPrefix))
 		}
 		metric(cp+".metric", ch.Metric)
 		if ch.Cost < 1 || ch.Cost > maxQuotaCost {

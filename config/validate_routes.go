@@ -13,6 +13,21 @@ func badPathRune(r rune) bool {
 	return r <= ' ' || r == 0x7f || r == '?' || r == '#'
 }
 
+// unmatchablePrefix says why a path prefix can match no canonical request
+// path (lb/reqpath: slashes are merged, backslashes refused, and segment
+// parameters left out of matching), or "" when it can.
+func unmatchablePrefix(p string) string {
+	switch {
+	case strings.Contains(p, `\`):
+		return "it holds a backslash, which the gfe refuses in request paths"
+	case strings.Contains(p, "//"):
+		return `it holds "//", which the gfe merges into "/" in request paths`
+	case strings.Contains(p, ";"):
+		return `it holds ";", which starts segment parameters, left out of matching`
+	}
+	return ""
+}
+
 // routes checks every route.
 func (v *validator) routes() {
 	if len(v.c.Routes) == 0 {
@@ -29,6 +44,9 @@ func (v *validator) routes() {
 		prefixOK := strings.HasPrefix(r.PathPrefix, "/") && !strings.ContainsFunc(r.PathPrefix, badPathRune)
 		if !prefixOK {
 			v.p.add(rp+".path_prefix", fmt.Sprintf("must start with \"/\" and contain no spaces, control characters, '?' or '#', got %q", r.PathPrefix))
+		} else if why := unmatchablePrefix(r.PathPrefix); why != "" {
+			v.p.add(rp+".path_prefix", fmt.Sprintf("can match no request path: %s, got %q", why, r.PathPrefix))
+			prefixOK = false
 		}
 		switch _, known := v.serviceNames[r.Service]; {
 		case r.Service == "":
@@ -47,7 +65,9 @@ func (v *validator) routes() {
 			v.p.add(rp+".per_try_timeout", fmt.Sprintf("must be in 0..timeout (%v; 0 = off), got %v", r.Timeout, r.PerTryTimeout))
 		}
 		if hostOK && prefixOK {
-			key := [2]string{strings.ToLower(r.Host), r.PathPrefix}
+			// Prefixes match case-insensitively: "/API/" and "/api/" are
+			// one route.
+			key := [2]string{strings.ToLower(r.Host), strings.ToLower(r.PathPrefix)}
 			if first, dup := seen[key]; dup {
 				v.p.add(rp, fmt.Sprintf("duplicate route for host %q and path_prefix %q (first at %s)", r.Host, r.PathPrefix, first))
 			} else {

@@ -564,6 +564,15 @@ func TestListenerLimits(t *testing.T) {
 // of the answer (0 for none).
 func rawStatus(t *testing.T, addr, req string) int {
 	t.Helper()
+	code, _ := rawExchange(t, addr, req, false)
+	return code
+}
+
+// rawExchange writes req on a new connection to addr and returns the
+// answer's status, and its body when body is set (0 and nil when no
+// answer came).
+func rawExchange(t *testing.T, addr, req string, body bool) (int, []byte) {
+	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -573,10 +582,14 @@ func rawStatus(t *testing.T, addr, req string) int {
 	go io.WriteString(conn, req) // the gfe may answer before reading it all
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
-		return 0
+		return 0, nil
 	}
-	resp.Body.Close()
-	return resp.StatusCode
+	defer resp.Body.Close()
+	if !body {
+		return resp.StatusCode, nil
+	}
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
 }
 
 // TestSIGTERMDrain sends SIGTERM to a gfe with requests in flight: they all

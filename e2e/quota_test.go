@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -203,5 +205,92 @@ func TestQuotaSharedAcrossReplicas(t *testing.T) {
 		if st.QuotaStore != "redis" || len(st.Quota) != 1 || st.Quota[0].Used != 30 || st.Quota[0].Limit != 30 || st.Quota[0].Source != "default" {
 			t.Errorf("cp-%d /status: store %q, quota %+v; want redis, greedy calls 30 used of 30 (default)", k+1, st.QuotaStore, st.Quota)
 		}
+	}
+}
+
+// quotaExactNet is the 127.N.0.0/16 of TestQuotaExactLimitEndToEnd.
+const quotaExactNet = 92
+
+// TestQuotaExactLimitEndToEnd (second security review, item 13) on real
+// processes: a consumer limited to 60 a minute sends 61 requests back to
+// back in one window; exactly 60 are admitted and the 61st gets 429 with a
+// Retry-After of the rest of the minute, and the control plane charged 60.
+// (A gfe refused the 4th: its first grant covered twice the demand of one
+// round trip, and it asked again only a second later.)
+func TestQuotaExactLimitEndToEnd(t *testing.T) {
+	spec := topology.Spec{
+		Net:     quotaExactNet,
+		Regions: []topology.Region{{Name: "us-east", Zones: []string{"b"}, Instances: 2, Rate: 1000}},
+		Sites:   []topology.Site{{Name: "nyc", RTT: map[string]time.Duration{"us-east": time.Millisecond}}},
+		EditConfig: func(yaml string) string {
+			return yaml + `quota:
+  metrics: [{name: calls, default_limit: 60}]
+  charges: [{service: web, path_prefix: /api/, metric: calls}]
+  consumers: [{api_key: burst-key-0001, project: burst}]
+`
+		},
+	}
+	c := startCluster(t, spec)
+	gf := c.GFE("nyc")
+	// One window for the 61 requests (well under a second): start with at
+	// least 5 s of it left.
+	if left := time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)); left < 5*time.Second {
+		time.Sleep(left + 200*time.Millisecond)
+	}
+	window := time.Now().Truncate(time.Minute)
+	admitted, refusedAt, retryAfter := 0, 0, ""
+	for i := 1; i <= 61; i++ {
+		req, _ := http.NewRequest(http.MethodGet, gf.URL+"/api/x", nil)
+		req.Header.Set("x-api-key", "burst-key-0001")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		switch {
+		case resp.StatusCode == http.StatusOK:
+			admitted++
+		case resp.StatusCode == http.StatusTooManyRequests:
+			if refusedAt == 0 {
+				refusedAt, retryAfter = i, resp.Header.Get("Retry-After")
+			}
+		default:
+			t.Fatalf("request %d: %d", i, resp.StatusCode)
+		}
+	}
+	if time.Now().Truncate(time.Minute) != window {
+		t.Fatal("the window turned during the test")
+	}
+	left := time.Until(window.Add(time.Minute))
+	t.Logf("61 requests at 60/min: %d admitted, first 429 at request %d (Retry-After %s s, %v of the window left)", admitted, refusedAt, retryAfter, left.Round(time.Second))
+	if admitted != 60 || refusedAt != 61 {
+		t.Errorf("%d admitted, first 429 at request %d; want 60 admitted and the 61st refused", admitted, refusedAt)
+	}
+	if n, err := strconv.Atoi(retryAfter); err != nil || time.Duration(n)*time.Second < left || time.Duration(n-2)*time.Second > left {
+		t.Errorf("the 61st: Retry-After %q, want the rest of the minute (%v)", retryAfter, left.Round(time.Second))
+	}
+	err := topology.WaitFor(context.Background(), 10*time.Second, func() (bool, error) {
+		resp, err := http.Get("http://" + spec.ControlPlaneIP(0) + ":7100/status")
+		if err != nil {
+			return false, err
+		}
+		defer resp.Body.Close()
+		var st struct {
+			Quota []struct {
+				Consumer string
+				Used     int64
+			} `json:"quota"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+			return false, err
+		}
+		if len(st.Quota) != 1 || st.Quota[0].Used != 60 {
+			return false, fmt.Errorf("control plane /status quota %+v, want burst 60 used", st.Quota)
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Error(err)
 	}
 }

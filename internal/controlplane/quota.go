@@ -176,6 +176,10 @@ func (q *quotaService) AllocateQuota(ctx context.Context, req *pb.AllocateQuotaR
 	for _, v := range req.GetValues() {
 		r.Values = append(r.Values, quota.MetricValue{Metric: v.GetMetric(), Value: v.GetValue()})
 	}
+	for _, v := range req.GetReturned() {
+		r.Returned = append(r.Returned, quota.MetricValue{Metric: v.GetMetric(), Value: v.GetValue()})
+	}
+	r.ReturnedWindow = req.GetReturnedWindow()
 	res, err := q.store.Allocate(ctx, q.clock.Now(), r)
 	switch {
 	case errors.Is(err, quota.ErrInvalidRequest):
@@ -198,6 +202,9 @@ func (q *quotaService) AllocateQuota(ctx context.Context, req *pb.AllocateQuotaR
 	out := &pb.AllocateQuotaResponse{OperationId: req.GetOperationId(), ConfigVersion: st.Config.Hash}
 	for _, v := range res.Allocated {
 		out.Allocated = append(out.Allocated, &pb.QuotaMetricValue{Metric: v.Metric, Value: v.Value})
+	}
+	for _, v := range res.Returned {
+		out.Returned = append(out.Returned, &pb.QuotaMetricValue{Metric: v.Metric, Value: v.Value})
 	}
 	return out, nil
 }
@@ -223,8 +230,11 @@ type QuotaStatus struct {
 	Limit  int64  `json:"limit"`
 	Source string `json:"source"`
 	// Used is what was charged in the current window (all replicas', with
-	// Redis): what the gfes have leased, which runs ahead of the requests
-	// they admitted by up to a second or two of each one's traffic. -1
+	// Redis): what the gfes admitted and have leased ahead, less what they
+	// gave back. A gfe's first call of a window leases the rest of the
+	// window, and its next call, an Interval later, gives back what it
+	// holds beyond twice its demand: after that, Used runs ahead of the
+	// requests admitted by up to two seconds of each gfe's traffic. -1
 	// when the store did not answer.
 	Used int64 `json:"used"`
 }

@@ -379,22 +379,7 @@ func rawRequest(t *testing.T, addr, raw string) int {
 // returns the response's status.
 func rawH2CStatus(t *testing.T, addr string, kb int) int {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(lnTestTimeout))
-	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
-		t.Fatal(err)
-	}
-	fr := http2.NewFramer(c, c)
-	fr.WriteSettings()
-	var block bytes.Buffer
-	enc := hpack.NewEncoder(&block)
-	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "x"}, {":path", "/"}} {
-		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-	}
+	fr, block, enc := h2cOpen(t, addr, "GET", "x", "/")
 	for i := range kb {
 		enc.WriteField(hpack.HeaderField{Name: fmt.Sprintf("x-pad-%d", i), Value: strings.Repeat("a", 1000), Sensitive: true})
 	}
@@ -409,11 +394,46 @@ func rawH2CStatus(t *testing.T, addr string, kb int) int {
 		b = b[len(chunk):]
 		fr.WriteContinuation(1, len(b) == 0, chunk)
 	}
+	return h2cStatus(t, fr, "h2c GET /")
+}
+
+// h2cOpen opens an h2c connection to addr (closed when the test ends),
+// sends the preface and SETTINGS, and returns its framer and a header
+// block holding the pseudo-header fields of a request of method, authority
+// and path, for more fields to be added with enc.
+func h2cOpen(t *testing.T, addr, method, authority, path string) (fr *http2.Framer, block *bytes.Buffer, enc *hpack.Encoder) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(lnTestTimeout))
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr = http2.NewFramer(c, c)
+	fr.WriteSettings()
+	block = new(bytes.Buffer)
+	enc = hpack.NewEncoder(block)
+	for _, f := range [][2]string{{":method", method}, {":scheme", "http"}, {":authority", authority}, {":path", path}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	return fr, block, enc
+}
+
+// h2cStatus reads frames from fr until the answer's HEADERS on stream 1
+// and returns its :status, acknowledging the server's SETTINGS; a reset
+// of the stream, or a GOAWAY other than a graceful one (NO_ERROR: a
+// refusal with Connection: close sends one, then its answer), fails the
+// test. what names the request in failures.
+func h2cStatus(t *testing.T, fr *http2.Framer, what string) int {
+	t.Helper()
 	dec := hpack.NewDecoder(4096, nil)
 	for {
 		f, err := fr.ReadFrame()
 		if err != nil {
-			t.Fatalf("reading the h2c answer: %v", err)
+			t.Fatalf("%s: reading the answer: %v", what, err)
 		}
 		switch f := f.(type) {
 		case *http2.SettingsFrame:
@@ -432,9 +452,11 @@ func rawH2CStatus(t *testing.T, addr string, kb int) int {
 				}
 			}
 		case *http2.RSTStreamFrame:
-			t.Fatalf("stream reset: %v", f.ErrCode)
+			t.Fatalf("%s: stream reset: %v", what, f.ErrCode)
 		case *http2.GoAwayFrame:
-			t.Fatalf("connection closed: %v", f.ErrCode)
+			if f.ErrCode != http2.ErrCodeNo {
+				t.Fatalf("%s: connection closed: %v", what, f.ErrCode)
+			}
 		}
 	}
 }

@@ -332,12 +332,16 @@ func (s *Store) Close() error { return s.client.Close() }
 //	ARGV[3]     when counters expire (Unix seconds)
 //	ARGV[4]     how long an operation's result is kept (seconds)
 //	ARGV[4+i]   amount of metric i; ARGV[4+n+i] its limit;
-//	            ARGV[4+2n+i] its name
+//	            ARGV[4+2n+i] its name; ARGV[4+3n+i] the units of it
+//	            given back first
+//	ARGV[5+4n]  1 when the request gives units back (its returned window
+//	            is this one, and the mode is not CHECK_ONLY), else 0
 //
-// It returns "E M1 A1 .. Mn An": E 1 when exhausted, Ai what was (or, in
-// CHECK_ONLY, would be) charged of metric Mi — for a repeated operation,
-// its first answer, whatever it asked then. Metric names are configured
-// names, which have no spaces.
+// It returns "E M1 A1 .. Mn An", followed by " + B1 .. Bn" when units were
+// given back: E 1 when exhausted, Ai what was (or, in CHECK_ONLY, would
+// be) charged of metric Mi, Bi what was given back of it — for a repeated
+// operation, its first answer, whatever it asked then. Metric names are
+// configured names, which have no spaces and no '+'.
 var allocateScript = redis.NewScript(`
 local n = tonumber(ARGV[2])
 local op = KEYS[n+1]
@@ -346,6 +350,21 @@ if op then
   if prev then return prev end
 end
 local mode = tonumber(ARGV[1])
+local giving = ARGV[5+4*n] == '1'
+if giving then
+  for i = 1, n do
+    local back = tonumber(ARGV[4+3*n+i])
+    if back > 0 then
+      local cur = tonumber(redis.call('GET', KEYS[i]) or '0')
+      if cur > 0 then
+        local left = cur - back
+        if left < 0 then left = 0 end
+        redis.call('SET', KEYS[i], left)
+        redis.call('EXPIREAT', KEYS[i], ARGV[3])
+      end
+    end
+  end
+end
 local fits, asked, granted = true, 0, 0
 local alloc = {}
 for i = 1, n do
@@ -369,6 +388,10 @@ elseif not fits then
 end
 local out = tostring(exhausted)
 for i = 1, n do out = out .. ' ' .. ARGV[4+2*n+i] .. ' ' .. string.format('%d', alloc[i]) end
+if giving then
+  out = out .. ' +'
+  for i = 1, n do out = out .. ' ' .. ARGV[4+3*n+i] end
+end
 if mode ~= 2 then
   for i = 1, n do
     if alloc[i] > 0 then
@@ -401,7 +424,7 @@ func (s *Store) Allocate(ctx context.Context, now time.Time, r quota.Request) (q
 	}
 	n := len(r.Values)
 	keys := make([]string, 0, n+1)
-	args := make([]any, 4, 4+3*n)
+	args := make([]any, 4, 4+4*n)
 	w := quota.WindowOf(now)
 	args[0], args[1] = int(r.Mode), n
 	args[2] = quota.WindowEnd(w + 1).Unix()
@@ -420,6 +443,21 @@ func (s *Store) Allocate(ctx context.Context, now time.Time, r quota.Request) (q
 	for _, v := range r.Values {
 		args = append(args, v.Metric)
 	}
+	giving := r.Mode != quota.ModeCheckOnly && r.ReturnedWindow == w && len(r.Returned) > 0
+	for _, v := range r.Values {
+		var back int64
+		for _, u := range r.Returned {
+			if giving && u.Metric == v.Metric {
+				back = u.Value
+			}
+		}
+		args = append(args, back)
+	}
+	if giving {
+		args = append(args, 1)
+	} else {
+		args = append(args, 0)
+	}
 	if r.OperationID != "" {
 		keys = append(keys, opKey(r.Consumer, r.OperationID))
 	}
@@ -429,9 +467,15 @@ func (s *Store) Allocate(ctx context.Context, now time.Time, r quota.Request) (q
 	if err != nil {
 		return quota.Result{}, err
 	}
-	res, err := parseResult(out)
+	res, back, err := parseResult(out)
 	if err != nil {
 		return quota.Result{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if back != nil {
+		res.Returned = make([]quota.MetricValue, len(back))
+		for i, b := range back {
+			res.Returned[i] = quota.MetricValue{Metric: res.Allocated[i].Metric, Value: b}
+		}
 	}
 	if res.Exhausted {
 		res.RetryAfter = quota.RetryAfter(w, now)
@@ -439,21 +483,38 @@ func (s *Store) Allocate(ctx context.Context, now time.Time, r quota.Request) (q
 	return res, nil
 }
 
-// parseResult parses the script's answer "E M1 A1 .. Mn An".
-func parseResult(out string) (quota.Result, error) {
-	f := strings.Fields(out)
+// parseResult parses the script's answer "E M1 A1 .. Mn An [+ B1 .. Bn]",
+// returning the Bi (nil without them) by metric index.
+func parseResult(out string) (quota.Result, []int64, error) {
+	head, tail, giving := strings.Cut(out, " +")
+	f := strings.Fields(head)
 	if len(f)%2 != 1 || (f[0] != "0" && f[0] != "1") {
-		return quota.Result{}, fmt.Errorf("script answered %q", out)
+		return quota.Result{}, nil, fmt.Errorf("script answered %q", out)
 	}
 	res := quota.Result{Exhausted: f[0] == "1", Allocated: make([]quota.MetricValue, 0, len(f)/2)}
 	for i := 1; i < len(f); i += 2 {
 		a, err := strconv.ParseInt(f[i+1], 10, 64)
 		if err != nil || a < 0 {
-			return quota.Result{}, fmt.Errorf("script answered %q: amount %q", out, f[i+1])
+			return quota.Result{}, nil, fmt.Errorf("script answered %q: amount %q", out, f[i+1])
 		}
 		res.Allocated = append(res.Allocated, quota.MetricValue{Metric: f[i], Value: a})
 	}
-	return res, nil
+	if !giving {
+		return res, nil, nil
+	}
+	bf := strings.Fields(tail)
+	if len(bf) != len(res.Allocated) {
+		return quota.Result{}, nil, fmt.Errorf("script answered %q: %d amounts given back for %d metrics", out, len(bf), len(res.Allocated))
+	}
+	back := make([]int64, len(bf))
+	for i, b := range bf {
+		v, err := strconv.ParseInt(b, 10, 64)
+		if err != nil || v < 0 {
+			return quota.Result{}, nil, fmt.Errorf("script answered %q: amount given back %q", out, b)
+		}
+		back[i] = v
+	}
+	return res, back, nil
 }
 
 // Used returns what consumer has been charged of metric in the window of

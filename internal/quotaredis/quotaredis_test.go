@@ -47,9 +47,10 @@ func newStore(t *testing.T, cfg Config, reg prometheus.Registerer) *Store {
 
 // TestStoreMatchesAllocator: 3,000 random allocations (seeded: two
 // consumers, two metrics, the three modes, reused operation ids, amounts
-// up to past the limits, over two consecutive windows) get from the Redis
-// script exactly what lb/quota's in-memory Allocator answers, and leave
-// the same counts.
+// up to past the limits, units given back in the window charged or the
+// one before, over two consecutive windows) get from the Redis script
+// exactly what lb/quota's in-memory Allocator answers, and leave the same
+// counts.
 func TestStoreMatchesAllocator(t *testing.T) {
 	r := testkit.StartRedis(t, "")
 	s := newStore(t, Config{Addr: r.Addr, Timeout: time.Second}, nil)
@@ -70,6 +71,12 @@ func TestStoreMatchesAllocator(t *testing.T) {
 		}
 		if rng.IntN(2) == 0 {
 			req.Values = append(req.Values, quota.MetricValue{Metric: "bytes", Value: rng.Int64N(300)})
+		}
+		for _, v := range req.Values {
+			if rng.IntN(3) == 0 {
+				req.Returned = append(req.Returned, quota.MetricValue{Metric: v.Metric, Value: rng.Int64N(v.Value*3 + 4)})
+				req.ReturnedWindow = quota.WindowOf(now) - rng.Int64N(2)
+			}
 		}
 		want, werr := mem.Allocate(now, req)
 		got, gerr := s.Allocate(ctx, now, req)
@@ -233,22 +240,32 @@ func waitAllocates(t *testing.T, s *Store, what string, d time.Duration) {
 }
 
 // FuzzParseResult: the script's answer is parsed without panicking, and a
-// parsed result has one non-negative value per metric named.
+// parsed result has one non-negative value per metric named, and as many
+// non-negative amounts given back when it gives any.
 func FuzzParseResult(f *testing.F) {
-	for _, s := range []string{"0 calls 1 bytes 2", "1 calls 0", "0", "", "2 a 1", "0 a x", "0 a", "0 a -1"} {
+	for _, s := range []string{"0 calls 1 bytes 2", "1 calls 0", "0", "", "2 a 1", "0 a x", "0 a", "0 a -1", "0 calls 1 + 3", "0 a 1 b 2 + 0 5", "0 a 1 + ", "0 a 1 + -1"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		res, err := parseResult(s)
+		res, back, err := parseResult(s)
 		if err != nil {
 			return
 		}
-		if want := len(strings.Fields(s)) / 2; len(res.Allocated) != want {
+		head, _, _ := strings.Cut(s, " +")
+		if want := len(strings.Fields(head)) / 2; len(res.Allocated) != want {
 			t.Errorf("parseResult(%q) = %d values, want %d", s, len(res.Allocated), want)
+		}
+		if back != nil && len(back) != len(res.Allocated) {
+			t.Errorf("parseResult(%q) = %d given back for %d values", s, len(back), len(res.Allocated))
 		}
 		for _, v := range res.Allocated {
 			if v.Value < 0 {
 				t.Errorf("parseResult(%q): negative %v", s, v)
+			}
+		}
+		for _, b := range back {
+			if b < 0 {
+				t.Errorf("parseResult(%q): negative amount given back %d", s, b)
 			}
 		}
 	})

@@ -327,7 +327,9 @@ func envoyRoutes(name string, cfg *config.Config, sees func(service string) bool
 			}
 			for _, r := range byHost[o] {
 				rt := &route.Route{
-					Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: r.PathPrefix}},
+					// As the gfe matches prefixes (lb/reqpath.HasPrefix):
+					// ASCII case-insensitively.
+					Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: r.PathPrefix}, CaseSensitive: wrapperspb.Bool(false)},
 					Action: &route.Route_Route{Route: &route.RouteAction{
 						ClusterSpecifier: &route.RouteAction_Cluster{Cluster: r.Service},
 						Timeout:          durationpb.New(r.Timeout),

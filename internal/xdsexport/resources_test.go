@@ -103,6 +103,9 @@ func TestEnvoyRoutes(t *testing.T) {
 		order = append(order, vh.Domains[0])
 		for _, r := range vh.Routes {
 			got[vh.Domains[0]] = append(got[vh.Domains[0]], r.GetMatch().GetPrefix()+" "+r.GetRoute().GetCluster())
+			if cs := r.GetMatch().GetCaseSensitive(); cs == nil || cs.GetValue() {
+				t.Errorf("%s route %s: case_sensitive %v, want false (the gfe matches prefixes case-insensitively)", vh.Domains[0], r.GetMatch().GetPrefix(), cs)
+			}
 		}
 	}
 	want := map[string][]string{

@@ -3,6 +3,7 @@ package quota
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -52,6 +53,17 @@ type Request struct {
 	// Values are the amounts to charge, at most one per metric, each ≥ 0.
 	Values []MetricValue
 	Mode   Mode
+	// Returned are units of the consumer's earlier allocations in window
+	// ReturnedWindow (WindowOf) that the caller will not use, at most one
+	// per metric, each ≥ 0 and of a metric in Values: given back before
+	// Values are charged (the counter goes down by them, never below 0),
+	// so that what one caller leased ahead and does not use is the
+	// consumer's again (Lease.Next). Applied only when ReturnedWindow is
+	// the window charged (a return that crossed a window's end is
+	// dropped), not in ModeCheckOnly, and not again for a repeated
+	// operation.
+	Returned       []MetricValue
+	ReturnedWindow int64
 }
 
 // Result is the outcome of an allocation.
@@ -64,6 +76,10 @@ type Result struct {
 	// next window starts.
 	Exhausted  bool
 	RetryAfter time.Duration
+	// Returned is what was given back of Request.Returned when the return
+	// applied (see Request.Returned): one entry per metric of Values, in
+	// their order, 0 for a metric without a return; nil when it did not.
+	Returned []MetricValue
 }
 
 // Limits returns the effective limit per window of metric for consumer,
@@ -150,7 +166,23 @@ func (a *Allocator) Allocate(now time.Time, r Request) (Result, error) {
 		}
 		limits[i] = l
 	}
-	res := Result{Allocated: make([]MetricValue, len(r.Values))}
+	var returned []MetricValue
+	if r.Mode != ModeCheckOnly && r.ReturnedWindow == w && len(r.Returned) > 0 {
+		for _, v := range r.Returned {
+			k := counterKey{w, r.Consumer, v.Metric}
+			a.counts[k] = max(0, a.counts[k]-v.Value)
+		}
+		returned = make([]MetricValue, len(r.Values))
+		for i, v := range r.Values {
+			returned[i].Metric = v.Metric
+			for _, u := range r.Returned {
+				if u.Metric == v.Metric {
+					returned[i].Value = u.Value
+				}
+			}
+		}
+	}
+	res := Result{Allocated: make([]MetricValue, len(r.Values)), Returned: returned}
 	var asked, granted int64
 	fits := true
 	for i, v := range r.Values {
@@ -194,7 +226,8 @@ func (a *Allocator) Allocate(now time.Time, r Request) (Result, error) {
 
 // Validate reports the first problem with r itself, wrapping
 // ErrInvalidRequest: no consumer, an unknown mode, a negative amount, a
-// metric listed twice. Every store checks it before charging.
+// metric listed twice, a return of a metric not in Values. Every store
+// checks it before charging.
 func (r *Request) Validate() error {
 	if r.Consumer == "" {
 		return fmt.Errorf("%w: no consumer", ErrInvalidRequest)
@@ -211,6 +244,19 @@ func (r *Request) Validate() error {
 		for _, u := range r.Values[:i] {
 			if u.Metric == v.Metric {
 				return fmt.Errorf("%w: values[%d]: metric %q listed twice", ErrInvalidRequest, i, v.Metric)
+			}
+		}
+	}
+	for i, v := range r.Returned {
+		if v.Value < 0 {
+			return fmt.Errorf("%w: returned[%d] (%s): must be >= 0, got %d", ErrInvalidRequest, i, v.Metric, v.Value)
+		}
+		if !slices.ContainsFunc(r.Values, func(u MetricValue) bool { return u.Metric == v.Metric }) {
+			return fmt.Errorf("%w: returned[%d]: metric %q is not in values", ErrInvalidRequest, i, v.Metric)
+		}
+		for _, u := range r.Returned[:i] {
+			if u.Metric == v.Metric {
+				return fmt.Errorf("%w: returned[%d]: metric %q listed twice", ErrInvalidRequest, i, v.Metric)
 			}
 		}
 	}

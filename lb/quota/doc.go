@@ -48,7 +48,10 @@
 //     would have allocated.
 //
 // An Exhausted result carries RetryAfter, the time until the next window
-// starts. An operation id seen before in the current or the previous window
+// starts. A request may give units back (Returned): what the caller was
+// charged in the current window and will not use is taken off the
+// counter before the request is charged, so a caller that leases ahead
+// does not hold it against the consumer's other callers. An operation id seen before in the current or the previous window
 // gets the result it got then, and is not charged again: a client that
 // retries an allocation whose answer it lost is charged once. Requests with
 // an empty operation id are never deduplicated.
@@ -56,16 +59,21 @@
 // # Admission at the gfe
 //
 // Lease is a gfe's side of one (service, consumer, metric): it admits from
-// a budget the quota service granted, gives a little credit at the start
-// of a window, refuses when the budget is spent, fails open when the
-// service fails, and says when (at most once per Interval) and for how much
-// to ask again. With three gfes, one Allocator and every consumer offered
-// ten times its limit, every window admits between 0.98 and 1.02 of the
-// limit (TestLeaseAccuracy). A Lease admits without a lock: its budget,
-// credit, grant and window are one atomic word, taken by compare-and-swap,
-// so no request ever waits for another (or for the once-a-second call);
-// concurrent admissions take exactly what the Lease has to give
-// (TestLeaseConcurrent, TestLeaseConcurrentGrants).
+// a budget the quota service granted, refuses when the consumer's limit is
+// used, fails open when the service fails, and says when (at most once per
+// Interval) and for how much to ask again, and what to give back. Knowing
+// the limit (SetLimit), a consumer is never refused before its limit is
+// used: at one gfe, exactly the limit is admitted in every window, at any
+// rate (TestLeaseExactLimit), and the service is charged what was admitted
+// plus what is leased ahead, which is given back when unused. With three
+// gfes, one Allocator and every consumer offered ten times its limit,
+// every window admits between 0.98 and 1.02 of the limit
+// (TestLeaseAccuracy, TestLeaseAccuracyLeasingAhead). A Lease admits
+// without a lock: its budget, grant and window are one atomic word, taken
+// by compare-and-swap, so no request ever waits for another (or for the
+// once-a-second call); concurrent admissions take exactly what the Lease
+// has to give (TestLeaseConcurrent, TestLeaseConcurrentGrants,
+// TestLeaseConcurrentLimit).
 //
 // Memory: counters and operation ids of windows older than the previous one
 // are dropped as time moves on, so an Allocator holds at most two windows of

@@ -201,6 +201,9 @@ func TestAllocateErrors(t *testing.T) {
 		{Request{Consumer: "acme", Values: []MetricValue{{"requests", 1}, {"requests", 2}}}, ErrInvalidRequest, `values[1]: metric "requests" listed twice`},
 		{Request{Consumer: "acme", Mode: 7}, ErrInvalidRequest, "unknown mode Mode(7)"},
 		{Request{Consumer: "acme", Values: []MetricValue{{"requests", 1}, {"calls", 1}}}, ErrUnknownMetric, `unknown metric "calls" (consumer "acme")`},
+		{Request{Consumer: "acme", Values: []MetricValue{{"requests", 1}}, Returned: []MetricValue{{"requests", -1}}}, ErrInvalidRequest, "returned[0] (requests): must be >= 0, got -1"},
+		{Request{Consumer: "acme", Values: []MetricValue{{"requests", 1}}, Returned: []MetricValue{{"bytes", 1}}}, ErrInvalidRequest, `returned[0]: metric "bytes" is not in values`},
+		{Request{Consumer: "acme", Values: []MetricValue{{"requests", 1}}, Returned: []MetricValue{{"requests", 1}, {"requests", 1}}}, ErrInvalidRequest, `returned[1]: metric "requests" listed twice`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.msg, func(t *testing.T) {
@@ -213,6 +216,50 @@ func TestAllocateErrors(t *testing.T) {
 				t.Errorf("a failed allocation charged %d", used)
 			}
 		})
+	}
+}
+
+// TestAllocateReturns: units given back lower the window's counter (never
+// below zero) before the request is charged; a return of another window,
+// in CHECK_ONLY, or of a repeated operation is not applied.
+func TestAllocateReturns(t *testing.T) {
+	w := WindowOf(t0)
+	back := func(mode Mode, id string, ask, ret, window int64) Request {
+		return Request{OperationID: id, Consumer: "acme", Mode: mode, Values: []MetricValue{{"requests", ask}},
+			Returned: []MetricValue{{"requests", ret}}, ReturnedWindow: window}
+	}
+	for _, tt := range []struct {
+		name     string
+		r        Request
+		want     int64 // allocated
+		wantUsed int64
+	}{
+		{"given back, then charged", back(ModeNormal, "", 4, 6, w), 4, 8},
+		{"more than was charged: to zero", back(ModeBestEffort, "", 0, 50, w), 0, 0},
+		{"room made by the return", back(ModeNormal, "", 10, 10, w), 10, 10},
+		{"another window's: dropped", back(ModeBestEffort, "", 5, 10, w-1), 0, 10},
+		{"check only: not applied", back(ModeCheckOnly, "", 0, 10, w), 0, 10},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a := NewAllocator(limits)
+			if _, err := a.Allocate(t0, req(ModeNormal, "", 10, 0)); err != nil {
+				t.Fatal(err)
+			}
+			res, err := a.Allocate(t0.Add(time.Second), tt.r)
+			if err != nil || res.Allocated[0].Value != tt.want {
+				t.Fatalf("Allocate = %+v, %v; want %d allocated", res, err, tt.want)
+			}
+			if used := a.Used(t0, "acme", "requests"); used != tt.wantUsed {
+				t.Errorf("used %d, want %d", used, tt.wantUsed)
+			}
+		})
+	}
+	a := NewAllocator(limits)
+	a.Allocate(t0, req(ModeNormal, "", 10, 0))
+	a.Allocate(t0, back(ModeBestEffort, "op-1", 0, 4, w))
+	a.Allocate(t0, back(ModeBestEffort, "op-1", 0, 4, w)) // a retry: not given back again
+	if used := a.Used(t0, "acme", "requests"); used != 6 {
+		t.Errorf("a repeated operation's return: used %d, want 6", used)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/lb/backend"
 	"github.com/spillway-lb/spillway/lb/outlier"
+	"github.com/spillway-lb/spillway/lb/reqpath"
 )
 
 // The fast path (issue #14). The listener reads HTTP/1.x request heads
@@ -99,6 +101,15 @@ type FastRequest struct {
 	// starts: Head's slices point into Client's buffer, which reading the
 	// body overwrites.
 	isHead, idempotent bool
+	// path is the request's canonical path (lb/reqpath), set when
+	// ServeFast starts; pathLen is the length of Head.Target's path (what
+	// precedes '?'), and rewrite says path.Escaped differs from it, so the
+	// backend gets path.Escaped and the query. path's strings may point
+	// into Client's buffer (a canonical target is used as it is): valid
+	// while Head is.
+	path    reqpath.Path
+	pathLen int
+	rewrite bool
 
 	mu      sync.Mutex
 	backend net.Conn // guarded by mu: the backend connection in use
@@ -245,12 +256,12 @@ func (fr *FastRequest) cookie(name string) string {
 }
 
 // quotaRequest implements requestView: the Admitter reads the method, the
-// path and query, X-Api-Key and the length. It allocates.
+// canonical path and the query, X-Api-Key and the length. It allocates.
 func (fr *FastRequest) quotaRequest() *http.Request {
 	h := &fr.Head
-	u, err := url.ParseRequestURI(string(h.Target))
-	if err != nil {
-		u = &url.URL{Path: "/"}
+	u := &url.URL{Path: strings.Clone(fr.path.Decoded), RawPath: strings.Clone(fr.path.Escaped)}
+	if fr.pathLen < len(h.Target) {
+		u.RawQuery = string(h.Target[fr.pathLen+1:])
 	}
 	r := &http.Request{Method: string(h.Method), URL: u, Host: string(h.Host), Header: http.Header{},
 		ContentLength: max(h.ContentLength, 0), RemoteAddr: fr.Remote.String(), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: h.Minor}
@@ -366,16 +377,17 @@ func (p *Proxy) ServeFast(fr *FastRequest) (keep bool) {
 	if i := bytes.IndexByte(target, '?'); i >= 0 {
 		target = target[:i]
 	}
-	path := unsafeString(target)
-	if bytes.IndexByte(target, '%') >= 0 {
-		var err error
-		if path, err = url.PathUnescape(path); err != nil {
-			return p.fastRefuse(fr, refusal{status: http.StatusBadRequest, msg: http.StatusText(http.StatusBadRequest), close: true})
-		}
+	// The one canonical path, as on net/http's path (ServeHTTP): routed,
+	// charged and forwarded, or refused.
+	cp, perr := reqpath.Normalize(unsafeString(target))
+	if perr != nil {
+		return p.fastRefuse(fr, p.pathRefused(perr))
 	}
+	fr.path, fr.pathLen, fr.rewrite = cp, len(target), cp.Escaped != unsafeString(target)
+	path := cp.Decoded
 	var method, logPath string
 	if p.cfg.AccessLog {
-		method, logPath = string(h.Method), string([]byte(path))
+		method, logPath = string(h.Method), strings.Clone(path)
 	}
 	k := routing.Flow{Src: unmap(fr.Remote), Dst: unmap(fr.Local)}
 	dec, no := p.decide(context.Background(), fr, unsafeString(h.Host), path, unsafeString(h.Method), k, start)
@@ -794,7 +806,12 @@ func writeRequestHead(w *bufio.Writer, fr *FastRequest, d *decision, addr string
 	h := &fr.Head
 	w.Write(h.Method)
 	w.WriteByte(' ')
-	w.Write(h.Target)
+	if fr.rewrite {
+		w.WriteString(fr.path.Escaped)
+		w.Write(h.Target[fr.pathLen:])
+	} else {
+		w.Write(h.Target)
+	}
 	w.WriteString(" HTTP/1.1\r\n")
 	strip := ""
 	if a := d.svc.Affinity(); a != nil && a.Type() == config.AffinityGeneratedCookie {

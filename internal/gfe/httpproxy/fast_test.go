@@ -19,6 +19,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
 	"github.com/spillway-lb/spillway/internal/gfe/h1"
 	"github.com/spillway-lb/spillway/internal/gfe/poller"
+	"github.com/spillway-lb/spillway/lb/reqpath"
 )
 
 // viaFast makes do send its requests through the fast path (ServeFast)
@@ -492,7 +493,7 @@ func TestFastPathRefusals(t *testing.T) {
 	b := newRawBackend(t, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
 	e := fastEdge(t, "", b.addr())
 	got := exchange(t, e, "GET /a/../b HTTP/1.1\r\nHost: h\r\n\r\n")
-	if want := "HTTP/1.1 400 Bad Request\r\n"; !strings.HasPrefix(got, want) || !strings.Contains(got, "Connection: close\r\n") || !strings.HasSuffix(got, msgBadPath+"\n") {
+	if want := "HTTP/1.1 400 Bad Request\r\n"; !strings.HasPrefix(got, want) || !strings.Contains(got, "Connection: close\r\n") || !strings.HasSuffix(got, "gfe: "+reqpath.ErrDotSegment.Error()+"\n") {
 		t.Errorf("dot segment: got %q", got)
 	}
 	got = exchange(t, e, "GET /%2e%2e/b HTTP/1.1\r\nHost: h\r\n\r\n")

@@ -3,7 +3,6 @@ package httpproxy
 import (
 	"context"
 	"errors"
-	"github.com/spillway-lb/spillway/internal/gfe/quotaclient"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -11,7 +10,6 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,10 +21,12 @@ import (
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gfe/clientbody"
 	"github.com/spillway-lb/spillway/internal/gfe/pending"
+	"github.com/spillway-lb/spillway/internal/gfe/quotaclient"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/lb/affinity"
 	"github.com/spillway-lb/spillway/lb/backend"
 	"github.com/spillway-lb/spillway/lb/outlier"
+	"github.com/spillway-lb/spillway/lb/reqpath"
 )
 
 // Planner is what the proxy needs of the gfe's planner. Its methods are
@@ -281,7 +281,6 @@ const (
 	msgNoBackend  = "gfe: no healthy backend"
 	msgAllBusy    = "gfe: every backend is at its concurrency limit"
 	msgDrained    = "gfe: the service is drained; retry later"
-	msgBadPath    = "gfe: request path has a dot segment (. or ..)"
 	msgClientGone = "gfe: client closed request"
 	msgNoneFreed  = "gfe: no instance became free within the pending wait"
 )
@@ -307,7 +306,20 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// no backend to bother (rapid reset, CVE-2023-44487).
 		return
 	}
-	d, no := p.decide(r.Context(), (*httpView)(r), r.Host, r.URL.Path, r.Method, flowOf(r), start)
+	// The one canonical path (lb/reqpath) is what the route and the quota
+	// charges match and what the backend receives, or the request is
+	// refused: r is replaced by a copy with the canonical URL when its
+	// path was not canonical.
+	esc := r.URL.EscapedPath()
+	cp, err := reqpath.Normalize(esc)
+	if err != nil {
+		p.pathRefused(err).write(w)
+		return
+	}
+	if cp.Escaped != esc {
+		r = withPath(r, cp)
+	}
+	d, no := p.decide(r.Context(), (*httpView)(r), r.Host, cp.Decoded, r.Method, flowOf(r), start)
 	if no.status != 0 {
 		no.write(w)
 		return
@@ -432,10 +444,31 @@ type decision struct {
 	cookie routing.Cookie
 }
 
-// decide takes a request, read through v, for host and (decoded) path from
-// client flow k at now through the steps both the net/http path and the
-// fast path take before a backend: the live table, the dot-segment check,
-// the route, quota admission, and the pick by session affinity or the
+// withPath returns a shallow copy of r whose URL has path cp (the copy's
+// own URL; the query and the rest kept).
+func withPath(r *http.Request, cp reqpath.Path) *http.Request {
+	r2 := new(http.Request)
+	*r2 = *r
+	u := *r.URL
+	u.Path, u.RawPath = cp.Decoded, cp.Escaped
+	r2.URL = &u
+	return r2
+}
+
+// pathRefused counts and returns the answer to a request whose path
+// lb/reqpath refused with err: 400 with the reason, and the connection
+// closed (only an attack sends such a path: clients resolve dot segments
+// and send one slash).
+func (p *Proxy) pathRefused(err error) refusal {
+	p.metrics.unrouted.WithLabelValues("", "400").Inc()
+	return refusal{status: http.StatusBadRequest, msg: "gfe: " + err.Error(), close: true}
+}
+
+// decide takes a request, read through v, for host and path (the request's
+// canonical path, decoded: reqpath.Path.Decoded, which the quota Admitter
+// finds in the request too) from client flow k at now through the steps
+// both the net/http path and the fast path take before a backend: the
+// live table, the route, quota admission, and the pick by session affinity or the
 // service's policy, waiting in the pending queue (await) when the service
 // has an autoscaled group and no backend is free or some of its requests
 // already wait; ctx is the client's, which ends a wait. It counts what it
@@ -448,12 +481,6 @@ func (p *Proxy) decide(ctx context.Context, v requestView, host, path, method st
 	t := p.planner.Table()
 	if t == nil {
 		return decision{}, refusal{status: http.StatusServiceUnavailable, msg: msgNoConfig}
-	}
-	if hasDotSegment(path) {
-		// Routes match path prefixes: "/a/../../etc/passwd" would match a
-		// route for "/a/" and reach a backend that resolves it elsewhere.
-		p.metrics.unrouted.WithLabelValues("", "400").Inc()
-		return decision{}, refusal{status: http.StatusBadRequest, msg: msgBadPath, close: true}
 	}
 	rt, ok := t.Config.Route(host, path)
 	if !ok {
@@ -596,22 +623,6 @@ func (h *pickHolder) Err() error {
 // reason than the route timeout: its client went away.
 func (h *pickHolder) clientGone() bool {
 	return h.Err() != nil && !errors.Is(h.Err(), context.DeadlineExceeded)
-}
-
-// hasDotSegment reports whether path p (decoded: "%2e%2e" counts) has a
-// "." or ".." segment. Such paths are refused with 400 before routing:
-// clients resolve dot segments before sending (RFC 3986 §5.2.4; browsers
-// and curl do), so only an attack sends them, and the prefix a route
-// matched would not be the path a backend serves. It does not allocate.
-func hasDotSegment(p string) bool {
-	for p != "" {
-		var seg string
-		seg, p, _ = strings.Cut(p, "/")
-		if seg == "." || seg == ".." {
-			return true
-		}
-	}
-	return false
 }
 
 // report records the result of the current attempt with outlier detection

@@ -2,10 +2,18 @@
 // §7): it decides on the request path, from local state only, whether a
 // request is admitted, and asks the control plane's Quota service for more
 // in the background, at most once per second per (service, project,
-// metric) — lb/quota.Lease does the arithmetic.
+// metric) — lb/quota.Lease does the arithmetic. Every lease knows its
+// consumer's limit (from the configuration), so a consumer is never
+// refused before its limit is used: a consumer alone on this gfe is
+// admitted exactly its limit in every window, at any rate; what a lease
+// holds ahead and does not use is given back to the service at its next
+// call (AllocateQuotaRequest.returned).
 //
 // The answers, as the seed document maps them:
 //
+//   - a body of unknown length (chunked, or HTTP/2 without
+//     content-length) on a request a bytes metric charges: 411 Length
+//     Required, before anything is charged or read (see below);
 //   - no API key (x-api-key header, else the key query parameter) or an
 //     unknown one, and anonymous requests not allowed: 401;
 //   - the quota service said RESOURCE_EXHAUSTED, or the local budget is
@@ -18,6 +26,22 @@
 //   - anything unexpected: log and admit.
 //
 // Error bodies say what the client can act on and nothing internal.
+//
+// Requests match charges by their canonical path (lb/reqpath: the HTTP
+// proxy normalises r.URL before it asks), with the prefix rule routes use
+// (reqpath.HasPrefix: ASCII case-insensitive, segment parameters left
+// out).
+//
+// A bytes metric charges the declared Content-Length, which net/http and
+// the fast path hold a body to (a shorter one fails, a longer one is not
+// read). A body whose length is not declared is refused with 411 rather
+// than counted as it streams: admission is decided before the request is
+// forwarded, so a refused body never reaches a backend, where a body cut
+// when it passed the quota would have delivered its first part to the
+// backend and left it a truncated request to handle; the client, told
+// 411, sends Content-Length (every HTTP client can for a body it holds).
+// The cost: streaming uploads (chunked, gRPC) cannot be charged by bytes;
+// charge them by requests.
 //
 // The gfe runs one Enforcer (internal/gfe: Run's "quota" component) and
 // the HTTP proxy asks it about every routed request (httpproxy.Admitter).
@@ -68,7 +92,7 @@ type Config struct {
 // Verdict is the Enforcer's answer for one request.
 type Verdict struct {
 	// Status is 0 to admit the request, else the HTTP status to answer
-	// (401, 409 or 429).
+	// (401, 409, 411 or 429).
 	Status int
 	// RetryAfter is set with 429: when the client may try again.
 	RetryAfter time.Duration
@@ -79,6 +103,7 @@ type Verdict struct {
 // The bodies of refusals: what the client can act on, nothing internal.
 const (
 	msgNoKey     = "an API key is required (x-api-key header or key query parameter)\n"
+	msgNoLength  = "this request is charged by payload size: send its body with a Content-Length\n"
 	msgExhausted = "quota exceeded for this consumer; retry later\n"
 	msgDenied    = "this request cannot be charged to this consumer's quota\n"
 )
@@ -134,6 +159,21 @@ type key struct{ service, project, metric string }
 type lease struct {
 	key key
 	quota.Lease
+	// cfg is the configuration the Lease's limit was read from: a
+	// request under another one sets it again.
+	cfg atomic.Pointer[config.Config]
+}
+
+// limitFrom gives l the consumer's limit in cfg, unless it has it from cfg
+// already (one pointer comparison on the request path).
+func (l *lease) limitFrom(cfg *config.Config) {
+	if l.cfg.Load() == cfg {
+		return
+	}
+	if limit, _, ok := cfg.QuotaLimit(l.key.project, l.key.metric); ok {
+		l.SetLimit(limit)
+	}
+	l.cfg.Store(cfg)
 }
 
 // New returns an Enforcer that calls the Quota service over conn (nil, or
@@ -155,7 +195,7 @@ func New(cfg Config, clk clock.Clock, conn func() Allocator, log zerolog.Logger,
 		wake:  make(chan struct{}, 1),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "spillway", Subsystem: "gfe", Name: "quota_decisions_total",
-			Help: "Requests charged to quota, by result: admitted, exhausted (429), denied (409), unidentified (401), fail_open (admitted while the quota service fails).",
+			Help: "Requests charged to quota, by result: admitted, exhausted (429), denied (409), unidentified (401), length_required (411: a bytes charge and a body of unknown length), fail_open (admitted while the quota service fails).",
 		}, []string{"result"}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "spillway", Subsystem: "gfe", Name: "quota_calls_total",
@@ -169,7 +209,7 @@ func New(cfg Config, clk clock.Clock, conn func() Allocator, log zerolog.Logger,
 	})
 	e.leases.Store(&map[key]*lease{})
 	e.decided = map[string]prometheus.Counter{}
-	for _, r := range []string{"admitted", "exhausted", "denied", "unidentified", "fail_open"} {
+	for _, r := range []string{"admitted", "exhausted", "denied", "unidentified", "length_required", "fail_open"} {
 		e.decided[r] = e.decisions.WithLabelValues(r)
 	}
 	for _, r := range []string{"ok", "exhausted", "denied", "failed", "unexpected"} {
@@ -235,9 +275,14 @@ func (e *Enforcer) Admit(cfg *config.Config, service string, r *http.Request, no
 	defer e.observe(start)
 	charged := false
 	for i := range cfg.Quota.Charges {
-		if cfg.Quota.Charges[i].Matches(service, r.Method, r.URL.Path) {
-			charged = true
-			break
+		ch := &cfg.Quota.Charges[i]
+		if !ch.Matches(service, r.Method, r.URL.Path) {
+			continue
+		}
+		charged = true
+		if r.ContentLength < 0 && metricOf(cfg, ch.Metric).Unit == config.QuotaBytes {
+			e.decided["length_required"].Inc()
+			return Verdict{Status: http.StatusLengthRequired, Message: msgNoLength}
 		}
 	}
 	if !charged {
@@ -259,9 +304,10 @@ func (e *Enforcer) Admit(cfg *config.Config, service string, r *http.Request, no
 		}
 		cost := ch.Cost
 		if m := metricOf(cfg, ch.Metric); m.Unit == config.QuotaBytes {
-			cost *= max(0, r.ContentLength)
+			cost *= r.ContentLength // declared: a length-less body got 411 above
 		}
 		l := e.lease(cfg, key{service, project, ch.Metric})
+		l.limitFrom(cfg)
 		if l.Waiting(now) {
 			e.wakeRun()
 		}
@@ -308,11 +354,11 @@ func metricOf(cfg *config.Config, name string) config.QuotaMetric {
 	return config.QuotaMetric{}
 }
 
-// lease returns k's lease, made with 0.5% of its limit as credit, and at
-// least 1: a consumer's first request of a window never waits for a round
-// trip (for limits under 200 this may admit one request per gfe and window
-// beyond the limit, when the window is already exhausted by the time that
-// request is charged).
+// lease returns k's lease. Its limit comes from the request's
+// configuration (lease.limitFrom), so a consumer's requests before the
+// window's first grant are admitted up to the limit, never waiting for a
+// round trip; Credit (0.5% of the limit, at least 1) applies only to a
+// metric the configuration does not know, which validation refuses.
 func (e *Enforcer) lease(cfg *config.Config, k key) *lease {
 	if l := (*e.leases.Load())[k]; l != nil {
 		return l
@@ -353,11 +399,11 @@ func (e *Enforcer) Run(ctx context.Context) error {
 func (e *Enforcer) callAll(ctx context.Context, now time.Time) {
 	type due struct {
 		l   *lease
-		ask int64
+		ask quota.Ask
 	}
 	var calls []due
 	for _, l := range *e.leases.Load() {
-		if ask, ok := l.Call(now); ok {
+		if ask, ok := l.Next(now); ok {
 			calls = append(calls, due{l, ask})
 		}
 	}
@@ -366,8 +412,9 @@ func (e *Enforcer) callAll(ctx context.Context, now time.Time) {
 	}
 }
 
-// call asks for ask units for l and applies the answer.
-func (e *Enforcer) call(ctx context.Context, l *lease, ask int64) {
+// call asks for ask.Units for l, giving back ask.Return, and applies the
+// answer.
+func (e *Enforcer) call(ctx context.Context, l *lease, ask quota.Ask) {
 	var c Allocator
 	if e.conn != nil {
 		c = e.conn()
@@ -376,33 +423,57 @@ func (e *Enforcer) call(ctx context.Context, l *lease, ask int64) {
 	err := errNoControlPlane
 	if c != nil {
 		cctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
-		resp, err = c.AllocateQuota(cctx, &pb.AllocateQuotaRequest{
+		req := &pb.AllocateQuotaRequest{
 			Method:   l.key.service,
 			Consumer: l.key.project,
-			Values:   []*pb.QuotaMetricValue{{Metric: l.key.metric, Value: ask}},
+			Values:   []*pb.QuotaMetricValue{{Metric: l.key.metric, Value: ask.Units}},
 			Mode:     pb.QuotaMode_QUOTA_MODE_BEST_EFFORT,
-		})
+		}
+		if ask.Return > 0 {
+			req.Returned = []*pb.QuotaMetricValue{{Metric: l.key.metric, Value: ask.Return}}
+			req.ReturnedWindow = ask.Window
+		}
+		resp, err = c.AllocateQuota(cctx, req)
 		cancel()
 	}
 	now := e.clk.Now()
 	switch code := status.Code(err); {
 	case err == nil:
-		var granted int64
+		var granted, taken int64
 		for _, v := range resp.GetAllocated() {
 			if v.GetMetric() == l.key.metric {
 				granted += v.GetValue()
 			}
 		}
+		for _, v := range resp.GetReturned() {
+			if v.GetMetric() == l.key.metric {
+				taken += v.GetValue()
+			}
+		}
 		e.calls.WithLabelValues("ok").Inc()
+		// A service that does not take returns leaves the units ours.
+		l.NotTaken(now, ask.Window, ask.Return-taken)
 		l.Granted(now, granted, false, 0)
 	case code == codes.ResourceExhausted:
+		// The service takes returns before it charges: given back.
 		e.calls.WithLabelValues("exhausted").Inc()
 		l.Granted(now, 0, true, retryAfter(err, now))
 	case code == codes.InvalidArgument || code == codes.FailedPrecondition || code == codes.PermissionDenied || code == codes.NotFound:
+		// Refused before anything was charged or given back.
 		e.calls.WithLabelValues("denied").Inc()
+		l.NotTaken(now, ask.Window, ask.Return)
 		l.Denied()
 		e.logFailure(now, l.key, err, "quota call refused; its requests get 409 until a call succeeds")
-	case code == codes.Unavailable || code == codes.DeadlineExceeded || code == codes.Internal || code == codes.Canceled || err == errNoControlPlane:
+	case err == errNoControlPlane:
+		// Never sent.
+		e.calls.WithLabelValues("failed").Inc()
+		l.NotTaken(now, ask.Window, ask.Return)
+		l.Failed()
+		e.logFailure(now, l.key, err, "quota service failing; admitting (fail open)")
+	case code == codes.Unavailable || code == codes.DeadlineExceeded || code == codes.Internal || code == codes.Canceled:
+		// What was given back stays given back: the service may have
+		// taken it before the call failed (a timeout), and keeping it
+		// twice would admit beyond the limit.
 		e.calls.WithLabelValues("failed").Inc()
 		l.Failed()
 		e.logFailure(now, l.key, err, "quota service failing; admitting (fail open)")

@@ -52,7 +52,11 @@ func (s *server) AllocateQuota(_ context.Context, in *pb.AllocateQuotaRequest, _
 		return nil, s.err
 	}
 	v := in.GetValues()[0]
-	res, err := s.alloc.Allocate(s.clk.Now(), quota.Request{Consumer: in.GetConsumer(), Mode: quota.ModeBestEffort, Values: []quota.MetricValue{{Metric: v.GetMetric(), Value: v.GetValue()}}})
+	r := quota.Request{Consumer: in.GetConsumer(), Mode: quota.ModeBestEffort, Values: []quota.MetricValue{{Metric: v.GetMetric(), Value: v.GetValue()}}, ReturnedWindow: in.GetReturnedWindow()}
+	for _, b := range in.GetReturned() {
+		r.Returned = append(r.Returned, quota.MetricValue{Metric: b.GetMetric(), Value: b.GetValue()})
+	}
+	res, err := s.alloc.Allocate(s.clk.Now(), r)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -60,7 +64,11 @@ func (s *server) AllocateQuota(_ context.Context, in *pb.AllocateQuotaRequest, _
 		st, _ := status.New(codes.ResourceExhausted, "exhausted").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(res.RetryAfter)})
 		return nil, st.Err()
 	}
-	return &pb.AllocateQuotaResponse{Allocated: []*pb.QuotaMetricValue{{Metric: v.GetMetric(), Value: res.Allocated[0].Value}}}, nil
+	out := &pb.AllocateQuotaResponse{Allocated: []*pb.QuotaMetricValue{{Metric: v.GetMetric(), Value: res.Allocated[0].Value}}}
+	for _, b := range res.Returned {
+		out.Returned = append(out.Returned, &pb.QuotaMetricValue{Metric: b.Metric, Value: b.Value})
+	}
+	return out, nil
 }
 
 func setup(t *testing.T) (*Enforcer, *config.Config, *server, *clock.Fake) {
@@ -85,8 +93,9 @@ func request(path, key string) *http.Request {
 }
 
 // TestEnforcer: the mapping of the seed, end to end through the Enforcer:
-// 401 without a key, admission on credit then on granted budget, 429 with
-// the service's Retry-After once the window is exhausted, and the counts.
+// 401 without a key, admission before the first grant (up to the limit,
+// never waiting for a call) then on granted budget, 429 with a Retry-After
+// once the window's limit is used, and the counts.
 func TestEnforcer(t *testing.T) {
 	e, cfg, srv, clk := setup(t)
 	if v := e.Admit(cfg, "web", request("/other", ""), clk.Now()); v.Status != 0 {
@@ -98,18 +107,20 @@ func TestEnforcer(t *testing.T) {
 	if v := e.Admit(cfg, "web", request("/api/x?key=nope-nope-nope", ""), clk.Now()); v.Status != http.StatusUnauthorized {
 		t.Errorf("unknown key: %+v, want 401", v)
 	}
-	// Credit: 0.5% of 600 = 3, before the first grant.
+	// Before the first grant: all 10, within the limit of 600 (a lease
+	// that did not know the limit admitted 3 on credit and refused the
+	// 4th).
 	admitted := 0
 	for range 10 {
 		if e.Admit(cfg, "web", request("/api/x?key=acme-key-0001", ""), clk.Now()).Status == 0 {
 			admitted++
 		}
 	}
-	if admitted != 3 || srv.n != 0 {
-		t.Fatalf("before a grant: admitted %d, %d calls; want 3 on credit and no call on the request path", admitted, srv.n)
+	if admitted != 10 || srv.n != 0 {
+		t.Fatalf("before a grant: admitted %d, %d calls; want all 10 and no call on the request path", admitted, srv.n)
 	}
-	// Each second: one call, asking owed + 2 × demand; 600 a minute in all.
-	total := 3
+	// Each second: at most one call; 600 a minute in all.
+	total := 10
 	for range 59 {
 		clk.Advance(time.Second)
 		e.callAll(context.Background(), clk.Now())
@@ -127,8 +138,8 @@ func TestEnforcer(t *testing.T) {
 			}
 		}
 	}
-	if total < 588 || total > 612 {
-		t.Errorf("admitted %d in a window of 600, want within 2%%", total)
+	if total != 600 {
+		t.Errorf("admitted %d in a window of 600, want exactly 600", total)
 	}
 	if srv.n > 60 {
 		t.Errorf("%d calls in 59 s, want at most one a second", srv.n)
@@ -289,9 +300,9 @@ func tenConsumers(tb testing.TB) *config.Config {
 // Enforcer (run it with -race: Admit takes no lock) are admitted exactly
 // what the leases have to give. Ten consumers' leases are created by the
 // racing requests themselves, once each: every consumer gets exactly its
-// credit (0.5% of 600 = 3) before the first grant. After one call each,
-// every consumer gets exactly the rest of its limit (597), and not one
-// request more: 600 a window, over 12,800 requests a consumer.
+// limit (600) before the first grant, the call pays for it, and not one
+// request more is admitted after: 600 a window, over 1,280 requests a
+// consumer each round.
 func TestEnforcerConcurrent(t *testing.T) {
 	e, _, srv, clk := setup(t)
 	cfg := tenConsumers(t)
@@ -335,13 +346,13 @@ func TestEnforcerConcurrent(t *testing.T) {
 			}
 		}
 	}
-	want("before a grant", round(), 3)
+	want("before a grant", round(), 600)
 	if n := len(*e.leases.Load()); n != len(keys) {
 		t.Errorf("%d leases, want one per consumer (%d)", n, len(keys))
 	}
 	clk.Advance(time.Second)
 	e.callAll(context.Background(), clk.Now())
-	want("after a grant", round(), 597)
+	want("after a grant", round(), 0)
 	if srv.n != len(keys) {
 		t.Errorf("%d calls, want one per consumer (%d)", srv.n, len(keys))
 	}

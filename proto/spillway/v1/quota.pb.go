@@ -149,10 +149,22 @@ type AllocateQuotaRequest struct {
 	// (or "anonymous").
 	Consumer string `protobuf:"bytes,3,opt,name=consumer,proto3" json:"consumer,omitempty"`
 	// The amounts to charge, at most one per metric, each >= 0.
-	Values        []*QuotaMetricValue `protobuf:"bytes,4,rep,name=values,proto3" json:"values,omitempty"`
-	Mode          QuotaMode           `protobuf:"varint,5,opt,name=mode,proto3,enum=spillway.v1.QuotaMode" json:"mode,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Values []*QuotaMetricValue `protobuf:"bytes,4,rep,name=values,proto3" json:"values,omitempty"`
+	Mode   QuotaMode           `protobuf:"varint,5,opt,name=mode,proto3,enum=spillway.v1.QuotaMode" json:"mode,omitempty"`
+	// Units of the consumer's earlier allocations in window returned_window
+	// that the caller will not use, at most one per metric, each >= 0 and of
+	// a metric in values: given back before values are charged (the counter
+	// goes down by them, never below zero), so that what a caller leased
+	// ahead and does not use is the consumer's again. Applied only when
+	// returned_window is the window charged now (a return that crossed the
+	// window's end is dropped), never in QUOTA_MODE_CHECK_ONLY, and not again
+	// for a retried operation.
+	Returned []*QuotaMetricValue `protobuf:"bytes,6,rep,name=returned,proto3" json:"returned,omitempty"`
+	// The window of the returned units, in Unix minutes (the Unix time
+	// divided by 60, rounded down).
+	ReturnedWindow int64 `protobuf:"varint,7,opt,name=returned_window,json=returnedWindow,proto3" json:"returned_window,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AllocateQuotaRequest) Reset() {
@@ -220,6 +232,20 @@ func (x *AllocateQuotaRequest) GetMode() QuotaMode {
 	return QuotaMode_QUOTA_MODE_UNSPECIFIED
 }
 
+func (x *AllocateQuotaRequest) GetReturned() []*QuotaMetricValue {
+	if x != nil {
+		return x.Returned
+	}
+	return nil
+}
+
+func (x *AllocateQuotaRequest) GetReturnedWindow() int64 {
+	if x != nil {
+		return x.ReturnedWindow
+	}
+	return 0
+}
+
 type AllocateQuotaResponse struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	OperationId string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
@@ -228,6 +254,11 @@ type AllocateQuotaResponse struct {
 	Allocated []*QuotaMetricValue `protobuf:"bytes,2,rep,name=allocated,proto3" json:"allocated,omitempty"`
 	// The configuration version whose limits applied.
 	ConfigVersion string `protobuf:"bytes,3,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
+	// What was given back of the request's returned: all of it, when the
+	// return applied; empty when it did not (another window's, CHECK_ONLY,
+	// or a service that does not take returns), and the caller then still
+	// holds those units.
+	Returned      []*QuotaMetricValue `protobuf:"bytes,4,rep,name=returned,proto3" json:"returned,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -283,6 +314,13 @@ func (x *AllocateQuotaResponse) GetConfigVersion() string {
 	return ""
 }
 
+func (x *AllocateQuotaResponse) GetReturned() []*QuotaMetricValue {
+	if x != nil {
+		return x.Returned
+	}
+	return nil
+}
+
 var File_spillway_v1_quota_proto protoreflect.FileDescriptor
 
 const file_spillway_v1_quota_proto_rawDesc = "" +
@@ -290,17 +328,20 @@ const file_spillway_v1_quota_proto_rawDesc = "" +
 	"\x17spillway/v1/quota.proto\x12\vspillway.v1\"@\n" +
 	"\x10QuotaMetricValue\x12\x16\n" +
 	"\x06metric\x18\x01 \x01(\tR\x06metric\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value\"\xd0\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value\"\xb4\x02\n" +
 	"\x14AllocateQuotaRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x1a\n" +
 	"\bconsumer\x18\x03 \x01(\tR\bconsumer\x125\n" +
 	"\x06values\x18\x04 \x03(\v2\x1d.spillway.v1.QuotaMetricValueR\x06values\x12*\n" +
-	"\x04mode\x18\x05 \x01(\x0e2\x16.spillway.v1.QuotaModeR\x04mode\"\x9e\x01\n" +
+	"\x04mode\x18\x05 \x01(\x0e2\x16.spillway.v1.QuotaModeR\x04mode\x129\n" +
+	"\breturned\x18\x06 \x03(\v2\x1d.spillway.v1.QuotaMetricValueR\breturned\x12'\n" +
+	"\x0freturned_window\x18\a \x01(\x03R\x0ereturnedWindow\"\xd9\x01\n" +
 	"\x15AllocateQuotaResponse\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12;\n" +
 	"\tallocated\x18\x02 \x03(\v2\x1d.spillway.v1.QuotaMetricValueR\tallocated\x12%\n" +
-	"\x0econfig_version\x18\x03 \x01(\tR\rconfigVersion*u\n" +
+	"\x0econfig_version\x18\x03 \x01(\tR\rconfigVersion\x129\n" +
+	"\breturned\x18\x04 \x03(\v2\x1d.spillway.v1.QuotaMetricValueR\breturned*u\n" +
 	"\tQuotaMode\x12\x1a\n" +
 	"\x16QUOTA_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11QUOTA_MODE_NORMAL\x10\x01\x12\x1a\n" +
@@ -332,14 +373,16 @@ var file_spillway_v1_quota_proto_goTypes = []any{
 var file_spillway_v1_quota_proto_depIdxs = []int32{
 	1, // 0: spillway.v1.AllocateQuotaRequest.values:type_name -> spillway.v1.QuotaMetricValue
 	0, // 1: spillway.v1.AllocateQuotaRequest.mode:type_name -> spillway.v1.QuotaMode
-	1, // 2: spillway.v1.AllocateQuotaResponse.allocated:type_name -> spillway.v1.QuotaMetricValue
-	2, // 3: spillway.v1.Quota.AllocateQuota:input_type -> spillway.v1.AllocateQuotaRequest
-	3, // 4: spillway.v1.Quota.AllocateQuota:output_type -> spillway.v1.AllocateQuotaResponse
-	4, // [4:5] is the sub-list for method output_type
-	3, // [3:4] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	1, // 2: spillway.v1.AllocateQuotaRequest.returned:type_name -> spillway.v1.QuotaMetricValue
+	1, // 3: spillway.v1.AllocateQuotaResponse.allocated:type_name -> spillway.v1.QuotaMetricValue
+	1, // 4: spillway.v1.AllocateQuotaResponse.returned:type_name -> spillway.v1.QuotaMetricValue
+	2, // 5: spillway.v1.Quota.AllocateQuota:input_type -> spillway.v1.AllocateQuotaRequest
+	3, // 6: spillway.v1.Quota.AllocateQuota:output_type -> spillway.v1.AllocateQuotaResponse
+	6, // [6:7] is the sub-list for method output_type
+	5, // [5:6] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_spillway_v1_quota_proto_init() }
