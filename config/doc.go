@@ -233,5 +233,5 @@
 // in its snapshot stream, and MarshalFor leaves out for it every field it
 // does not list (BaselineFields for a gfe from before 0.1.0, which states
 // none and parses strictly), returning the ones the operator set so that
-// the control plane reports them. See docs/design-snapshot-wire.md.
+// the control plane reports them. See docs/design.md ("Snapshot wire format").
 package config

@@ -49,7 +49,7 @@
 // NodeStatus names the fields it cannot honour (dropped_fields). A gfe
 // whose last answer was a NACK is lagging (NodeStatus.Lagging, /status
 // lagging_gfes). Both, and each gfe's build, are exported per connected
-// gfe (gfeCollector: spillway_controlplane_gfe_*). docs/design-snapshot-wire.md
+// gfe (gfeCollector: spillway_controlplane_gfe_*). docs/design.md ("Snapshot wire format")
 // says why the snapshot stays YAML.
 //
 // # Sharing health checks
