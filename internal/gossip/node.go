@@ -2,9 +2,12 @@ package gossip
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +39,16 @@ type Options struct {
 	// Rand returns uniform random numbers for join backoff jitter; nil
 	// means math/rand/v2.Uint64. It is only called from Run's goroutine.
 	Rand func() uint64
+	// Sealer, when set, seals every state this node publishes with the
+	// key of a certificate that names the node (see seal.go). Nil: states
+	// go out unsealed, and nodes that verify seals refuse them unless they
+	// accept unsealed states.
+	Sealer Sealer
+	// Verifier, when set, makes this node believe only states whose seal
+	// it verifies (and, with Config.AcceptUnsealed, states without one);
+	// the others are refused, counted in Stats and logged. Nil: seals are
+	// not checked and every valid state is believed, as key holders alike.
+	Verifier Verifier
 }
 
 // Snapshot is one node's view of the cluster at an instant. A Snapshot is
@@ -51,6 +64,25 @@ type Snapshot struct {
 	// States maps node name to that node's newest state, for alive members
 	// that have published (self included once Publish was called).
 	States map[string]NodeState
+
+	// wire holds the JSON that push/pull sends for a state of States, when
+	// it is not what encoding the NodeState gives (a seal, fields this
+	// version does not know).
+	wire map[string][]byte
+}
+
+// Unsealed returns the names of the states in s that are not Sealed,
+// sorted: none but self's on a node that verifies seals and does not
+// accept unsealed states.
+func (s *Snapshot) Unsealed() []string {
+	var out []string
+	for name, st := range s.States {
+		if !st.Sealed {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Stats are counters since New. They only increase.
@@ -81,6 +113,17 @@ type Stats struct {
 	Repairs, RepairErrors uint64
 	// Departures counts members that memberlist reported dead or left.
 	Departures uint64
+	// The states refused for their seal (see seal.go), by reason:
+	// Unsealed (no seal, where one is required, or for a node whose held
+	// state is sealed), BadSeals (a seal that does not verify),
+	// UnknownCerts (a certificate fingerprint not seen yet) and StaleSeals
+	// (older than Config.SealMaxAge). Zero without a Verifier.
+	Unsealed, BadSeals, UnknownCerts, StaleSeals uint64
+}
+
+// Refused returns the seal refusals by reason, keyed as RefusalReasons.
+func (s Stats) Refused() map[string]uint64 {
+	return map[string]uint64{"unsealed": s.Unsealed, "bad_seal": s.BadSeals, "unknown_certificate": s.UnknownCerts, "stale_seal": s.StaleSeals}
 }
 
 // Node is this process's member of the gossip cluster. It publishes this
@@ -132,26 +175,41 @@ type Node struct {
 	// onVerdict, when set (by tests, before Run), is called after each
 	// received message is classified.
 	onVerdict func(NodeState, verdict)
+	// onRefused, when set (by tests, before Run), is called with each
+	// state refused for its seal and the reason (RefusalReasons).
+	onRefused func(NodeState, string)
+	// sealer and verifier are Options.Sealer and Options.Verifier; certs
+	// the chains verified so far, by fingerprint.
+	sealer   Sealer
+	verifier Verifier
+	certs    certCache
+	// refusalLog logs refused states, at most a few a minute (the
+	// counters have them all).
+	refusalLog zerolog.Logger
 
 	// Accessed atomically.
 	started atomic.Bool
 	// advertise is memberlist's advertise address, set once by Run.
-	advertise  atomic.Pointer[string]
-	crashed    atomic.Bool // skip Leave on shutdown (tests simulate a crash)
-	ml         atomic.Pointer[memberlist.Memberlist]
-	snap       atomic.Pointer[Snapshot]
-	ppCache    atomic.Pointer[encodedView]
-	received   atomic.Uint64
-	accepted   atomic.Uint64
-	stale      atomic.Uint64
-	invalid    atomic.Uint64
-	relayed    atomic.Uint64
-	pushPull   atomic.Uint64
-	sent       atomic.Uint64
-	sendErrs   atomic.Uint64
-	repairs    atomic.Uint64
-	repairErrs atomic.Uint64
-	departures atomic.Uint64
+	advertise    atomic.Pointer[string]
+	crashed      atomic.Bool // skip Leave on shutdown (tests simulate a crash)
+	ml           atomic.Pointer[memberlist.Memberlist]
+	snap         atomic.Pointer[Snapshot]
+	ppCache      atomic.Pointer[encodedView]
+	received     atomic.Uint64
+	accepted     atomic.Uint64
+	stale        atomic.Uint64
+	invalid      atomic.Uint64
+	relayed      atomic.Uint64
+	pushPull     atomic.Uint64
+	sent         atomic.Uint64
+	sendErrs     atomic.Uint64
+	repairs      atomic.Uint64
+	repairErrs   atomic.Uint64
+	departures   atomic.Uint64
+	unsealed     atomic.Uint64
+	badSeals     atomic.Uint64
+	unknownCerts atomic.Uint64
+	staleSeals   atomic.Uint64
 
 	// Guarded by mu.
 	mu  sync.Mutex
@@ -159,15 +217,18 @@ type Node struct {
 	// version is the last version this node used (or the floor raised by a
 	// refutation); the next Publish uses a higher one.
 	version uint64
-	// own is the last published state and ownFrame its encoding (nil
-	// before the first Publish).
-	own      *NodeState
-	ownFrame []byte
-	seq      uint64
-	// The sender's outbox: fanout asks to send ownFrame to every member,
-	// greet to the listed members only (those that joined since).
-	fanout bool
-	greet  map[string]struct{}
+	// own is the last published state (nil before the first Publish)
+	// and enc its encodings.
+	own *NodeState
+	enc ownEncoding
+	seq uint64
+	// The sender's outbox: fanout asks to send the state to every member
+	// (with its seal's chain when fullFanout: the certificate changed),
+	// greet to the listed members (those that joined since), with the
+	// chain.
+	fanout     bool
+	fullFanout bool
+	greet      map[string]struct{}
 	// repaired maps a node to the state version for which repairGaps
 	// last joined it.
 	repaired map[string]uint64
@@ -211,7 +272,10 @@ func New(cfg Config, opts Options) (*Node, error) {
 		tab:      newTable(cfg.Name, cfg.StateTTL),
 		addrs:    make(map[string]memberlist.Node),
 		repaired: make(map[string]uint64),
+		sealer:   opts.Sealer,
+		verifier: opts.Verifier,
 	}
+	n.refusalLog = n.log.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Minute})
 	if n.rand == nil {
 		n.rand = rand.Uint64
 	}
@@ -248,6 +312,14 @@ func (n *Node) Run(ctx context.Context) error {
 	n.stampAddr(addr)
 	close(n.ready)
 	n.log.Info().Str("addr", addr).Bool("encrypted", n.keyring != nil).Msg("gossip started")
+	switch {
+	case n.verifier == nil:
+		n.log.Warn().Bool("sealed", n.sealer != nil).
+			Msg("gossip states are believed without seals (no TLS CA to verify them): every key holder can publish under any node's name")
+	case n.cfg.AcceptUnsealed:
+		n.log.Warn().Bool("sealed", n.sealer != nil).
+			Msg("gossip accepts unsealed states (accept_unsealed, for a rolling upgrade): a key holder can publish under any name whose states were never sealed")
+	}
 	if n.keyring == nil && !IsLoopback(n.cfg.BindAddr) {
 		n.log.Error().Str("bind_addr", n.cfg.BindAddr).
 			Msg("GOSSIP IS NEITHER ENCRYPTED NOR AUTHENTICATED (insecure mode): anyone who reaches this port can join " +
@@ -286,6 +358,7 @@ func (n *Node) Run(ctx context.Context) error {
 			}
 		case <-repair.C():
 			n.repairGaps()
+			n.refreshSeal()
 		}
 	}
 }
@@ -349,12 +422,36 @@ func (n *Node) stampAddr(addr string) {
 	s := *n.own
 	s.Addr = addr
 	s.Version = max(n.version+1, unixNanos(n.clock.Now()))
-	frame, stored, err := encodeOwn(s)
+	enc, err := n.encodeOwn(s)
 	if err != nil {
 		n.log.Error().Err(err).Msg("re-encoding own state")
 		return
 	}
-	n.setOwnLocked(stored, frame, n.clock.Now())
+	n.setOwnLocked(enc, n.clock.Now())
+}
+
+// refreshSeal re-publishes this node's sealed state under a new version
+// once it is a third of Config.SealMaxAge old, so that the state every
+// member holds, and hands a joiner, is always fresh enough to be believed:
+// receivers refuse sealed states older than SealMaxAge (replays).
+func (n *Node) refreshSeal() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.own == nil || !n.own.Sealed || n.cfg.SealMaxAge <= 0 {
+		return
+	}
+	now := n.clock.Now()
+	if due := n.version + uint64(n.cfg.SealMaxAge/3); unixNanos(now) < due {
+		return
+	}
+	s := *n.own
+	s.Version = max(n.version+1, unixNanos(now))
+	enc, err := n.encodeOwn(s)
+	if err != nil {
+		n.log.Error().Err(err).Msg("re-encoding own state")
+		return
+	}
+	n.setOwnLocked(enc, now)
 }
 
 // joinWithBackoff joins seeds, retrying until one answers or ctx ends.
@@ -456,32 +553,35 @@ func (n *Node) Publish(s NodeState) (uint64, error) {
 	defer n.mu.Unlock()
 	now := n.clock.Now()
 	s.Version = max(n.version+1, unixNanos(now))
-	frame, stored, err := encodeOwn(s)
+	enc, err := n.encodeOwn(s)
 	if err != nil {
 		return 0, fmt.Errorf("gossip: publish: %w", err)
 	}
-	n.setOwnLocked(stored, frame, now)
+	n.setOwnLocked(enc, now)
 	return s.Version, nil
 }
 
-// setOwnLocked makes stored (encoded as frame) this node's state: visible,
-// queued for gossip if it fits a packet, and sent to every member by the
-// sender. Caller must hold n.mu.
-func (n *Node) setOwnLocked(stored NodeState, frame []byte, now time.Time) {
-	if len(frame)+1 > n.budget && (n.ownFrame == nil || len(n.ownFrame)+1 <= n.budget) {
-		n.log.Warn().Int("bytes", len(frame)).Int("packet_budget", n.budget).
+// setOwnLocked makes enc this node's state: visible, queued for gossip if
+// it fits a packet, and sent to every member by the sender. Caller must
+// hold n.mu.
+func (n *Node) setOwnLocked(enc ownEncoding, now time.Time) {
+	if len(enc.lean)+1 > n.budget && (n.enc.lean == nil || len(n.enc.lean)+1 <= n.budget) {
+		n.log.Warn().Int("bytes", len(enc.lean)).Int("packet_budget", n.budget).
 			Msg("state too large for a gossip packet; sending it to each member over TCP")
+	}
+	stored := enc.stored
+	if enc.stored.Sealed && enc.cert != n.enc.cert {
+		n.fullFanout = true // receivers do not know this certificate yet
 	}
 	n.version = stored.Version
 	n.own = &stored
-	n.ownFrame = frame
-	n.tab.setSelf(stored, now)
+	n.enc = enc
+	n.tab.setSelfWire(stored, enc.wire, now)
 	n.rebuildLocked()
-	if len(frame)+1 <= n.budget {
-		n.queue.QueueBroadcast(&broadcast{name: stored.Node, msg: withRoute(routeGossip, frame)})
+	if len(enc.lean)+1 <= n.budget {
+		n.queue.QueueBroadcast(&broadcast{name: stored.Node, msg: withRoute(routeGossip, enc.lean)})
 	}
 	n.fanout = true
-	n.greet = nil
 	n.signalSender()
 }
 
@@ -494,9 +594,13 @@ func (n *Node) signalSender() {
 }
 
 // sendLoop is the sender: it delivers this node's state straight to members
-// (all of them after a Publish, the new ones after a join), outside
-// memberlist's callbacks. It returns when ctx ends.
+// (all of them after a Publish, the new ones after a join, these with the
+// seal's chain), outside memberlist's callbacks. It returns when ctx ends.
 func (n *Node) sendLoop(ctx context.Context, ml *memberlist.Memberlist) {
+	type target struct {
+		m   memberlist.Node
+		msg []byte
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -504,26 +608,28 @@ func (n *Node) sendLoop(ctx context.Context, ml *memberlist.Memberlist) {
 		case <-n.wake:
 		}
 		n.mu.Lock()
-		frame, all, greet := n.ownFrame, n.fanout, n.greet
-		n.fanout, n.greet = false, nil
-		var targets []memberlist.Node
-		if frame != nil {
+		enc, all, full, greet := n.enc, n.fanout, n.fullFanout, n.greet
+		n.fanout, n.fullFanout, n.greet = false, false, nil
+		var targets []target
+		if enc.lean != nil {
+			lean, chained := withRoute(routeDirect, enc.lean), withRoute(routeDirect, enc.full)
+			if full {
+				lean = chained
+			}
 			for name, m := range n.addrs {
-				if _, ok := greet[name]; all || ok {
-					targets = append(targets, m)
+				if _, ok := greet[name]; ok {
+					targets = append(targets, target{m, chained})
+				} else if all {
+					targets = append(targets, target{m, lean})
 				}
 			}
 		}
 		n.mu.Unlock()
-		if len(targets) == 0 {
-			continue
-		}
-		msg := withRoute(routeDirect, frame)
 		for i := range targets {
 			if ctx.Err() != nil {
 				return
 			}
-			n.sendTo(ml, &targets[i], msg)
+			n.sendTo(ml, &targets[i].m, targets[i].msg)
 		}
 	}
 }
@@ -545,19 +651,62 @@ func (n *Node) sendTo(ml *memberlist.Memberlist, m *memberlist.Node, msg []byte)
 	n.sent.Add(1)
 }
 
-// encodeOwn encodes s and decodes it back, so that the state this node
-// stores is exactly what the others decode (and shares no maps with the
-// caller's).
-func encodeOwn(s NodeState) ([]byte, NodeState, error) {
-	frame, err := encodeFrame(s)
+// ownEncoding is this node's state in every form it is sent in.
+type ownEncoding struct {
+	// stored is the state as the others decode it (Sealed when sealed).
+	stored NodeState
+	// lean is its frame for direct sends and gossip: with the seal, but
+	// without the certificate chain. full is the frame with the chain,
+	// for members that may not know the certificate; wire is full's JSON,
+	// for push/pull. For an unsealed state all three are the same JSON.
+	lean, full, wire []byte
+	// cert is the seal's certificate fingerprint (zero when unsealed).
+	cert [sha256.Size]byte
+}
+
+// encodeOwn encodes s, seals it when this node has a Sealer, and decodes
+// it back, so that the state this node stores is exactly what the others
+// decode (and shares no maps with the caller's). A state the Sealer fails
+// to seal goes out unsealed, logged: peers that verify seals refuse it,
+// and count it, rather than this node stopping to publish.
+func (n *Node) encodeOwn(s NodeState) (ownEncoding, error) {
+	body, err := json.Marshal(s)
 	if err != nil {
-		return nil, NodeState{}, err
+		return ownEncoding{}, fmt.Errorf("gossip: encode: %w", err)
 	}
-	var stored NodeState
-	if err := decodeFrame(frame, &stored); err != nil {
-		return nil, NodeState{}, err
+	var enc ownEncoding
+	if err := json.Unmarshal(body, &enc.stored); err != nil {
+		return ownEncoding{}, fmt.Errorf("gossip: encode: %w", err)
 	}
-	return frame, stored, nil
+	enc.wire = body
+	if n.sealer != nil {
+		if chain, sig, err := n.sealer.Seal(sealedMessage(body)); err != nil || len(chain) == 0 {
+			n.refusalLog.Error().Err(err).Msg("sealing this node's state failed; publishing it unsealed, which peers that verify seals refuse")
+		} else {
+			enc.cert = sha256.Sum256(chain[0])
+			lean, err := spliceSeal(body, sealWire{Cert: enc.cert[:], Sig: sig})
+			if err != nil {
+				return ownEncoding{}, err
+			}
+			full, err := spliceSeal(body, sealWire{Cert: enc.cert[:], Sig: sig, Chain: chain})
+			if err != nil {
+				return ownEncoding{}, err
+			}
+			if enc.full, err = encodeJSONFrame(full); err != nil {
+				return ownEncoding{}, err
+			}
+			if enc.lean, err = encodeJSONFrame(lean); err != nil {
+				return ownEncoding{}, err
+			}
+			enc.wire, enc.stored.Sealed = full, true
+			return enc, nil
+		}
+	}
+	if enc.lean, err = encodeJSONFrame(body); err != nil {
+		return ownEncoding{}, err
+	}
+	enc.full = enc.lean
+	return enc, nil
 }
 
 func unixNanos(t time.Time) uint64 {
@@ -607,5 +756,10 @@ func (n *Node) Stats() Stats {
 		Repairs:      n.repairs.Load(),
 		RepairErrors: n.repairErrs.Load(),
 		Departures:   n.departures.Load(),
+
+		Unsealed:     n.unsealed.Load(),
+		BadSeals:     n.badSeals.Load(),
+		UnknownCerts: n.unknownCerts.Load(),
+		StaleSeals:   n.staleSeals.Load(),
 	}
 }
