@@ -122,7 +122,15 @@ func run(args []string) error {
 		log.Warn().Msg(w)
 	}
 
-	node, err := gossip.New(gcfg, gossip.Options{Logger: log})
+	// With TLS files the gfe seals its gossip states with its certificate
+	// and believes only states sealed by a certificate that names their
+	// node (mtls.GossipSeals).
+	sealer, verifier, err := mtls.GossipSeals(mtls.Files{CA: v.GetString("tls-ca"), Cert: v.GetString("tls-cert"), Key: v.GetString("tls-key")},
+		v.GetString("gossip-ca"), ecfg.Node, log.With().Str("component", "gossip").Logger())
+	if err != nil {
+		return err
+	}
+	node, err := gossip.New(gcfg, gossip.Options{Logger: log, Sealer: sealer, Verifier: verifier})
 	if err != nil {
 		return err
 	}
@@ -270,5 +278,6 @@ func gossipSettings(v *viper.Viper, args []string, node string) daemonflags.Goss
 		Name: node, Addr: v.GetString("gossip-addr"), Join: v.GetString("join"),
 		KeyFile: v.GetString("gossip-key-file"), Key: v.GetString("gossip-key"),
 		KeyOnCommandLine: daemonflags.OnCommandLine(args, "gossip-key"), Insecure: v.GetBool("gossip-insecure"),
+		AcceptUnsealed: v.GetBool("gossip-accept-unsealed"),
 	}
 }

@@ -63,6 +63,15 @@ type Config struct {
 	// Gossip configures this replica's memberlist node. Name is overridden
 	// with NodeName. Default gossip.DefaultConfig().
 	Gossip gossip.Config
+	// GossipCA is the CA bundle whose certificates may seal gossip states
+	// (--gossip-ca; default TLS.CA). With TLS this replica seals its
+	// states with its certificate's key (which must name NodeName) and
+	// believes another node's state only if it is sealed by a certificate
+	// this bundle vouches for that names that node (mtls.GossipSeals), so
+	// a gossip-key holder cannot publish a replica's facts (health
+	// verdicts, leases, autoscaled instances) under a listed replica's
+	// name. Gossip.AcceptUnsealed relaxes it for rolling upgrades.
+	GossipCA string
 	// Replicas are the node names of the control-plane replicas that share
 	// health checks with this one (flag --replicas; listing NodeName too is
 	// harmless, so every replica may share one list). Health checks are

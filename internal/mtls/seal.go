@@ -36,6 +36,17 @@ func NamesNode(ids []string, node string) bool {
 	return node != "" && slices.ContainsFunc(ids, func(id string) bool { return strings.EqualFold(id, node) })
 }
 
+// Sealer and Verifier are the method sets of gossip.Sealer and
+// gossip.Verifier, which GossipSealer and GossipVerifier implement.
+type (
+	Sealer interface {
+		Seal(msg []byte) (chain [][]byte, sig []byte, err error)
+	}
+	Verifier interface {
+		Verify(node string, chain [][]byte, msg, sig []byte) error
+	}
+)
+
 // GossipSealer signs gossip states with a node's TLS key (gossip.Sealer).
 // Safe for concurrent use.
 type GossipSealer struct {
@@ -217,4 +228,36 @@ func (v *GossipVerifier) chain(chain [][]byte) (verifiedChain, error) {
 	v.chains[fp] = vc
 	v.mu.Unlock()
 	return vc, nil
+}
+
+// GossipSeals returns the gossip sealer and verifier of a daemon named node
+// from its TLS files, for gossip.Options: the verifier checks seals against
+// ca (the daemon's --gossip-ca; empty means files.CA), the sealer signs
+// with files' certificate and key. Without TLS files (plain text) it
+// returns neither: gossip then believes every key holder alike. A
+// certificate that does not name node gives no sealer (logged at error
+// level: peers that verify seals refuse this node's states) but still a
+// verifier; an unusable CA bundle is an error. Absent ones are nil
+// interfaces, ready for gossip.Options.
+func GossipSeals(files Files, ca, node string, log zerolog.Logger) (Sealer, Verifier, error) {
+	if ca == "" {
+		ca = files.CA
+	}
+	if ca == "" {
+		return nil, nil, nil
+	}
+	v, err := NewGossipVerifier(ca, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	if files.Cert == "" && files.Key == "" {
+		log.Error().Str("node", node).Msg("no TLS certificate: this node's gossip states go out unsealed, and peers that verify seals refuse them")
+		return nil, v, nil
+	}
+	s, err := NewGossipSealer(files, node, log)
+	if err != nil {
+		log.Error().Err(err).Msg("this node's gossip states go out unsealed, and peers that verify seals refuse them")
+		return nil, v, nil
+	}
+	return s, v, nil
 }
