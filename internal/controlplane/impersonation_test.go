@@ -119,10 +119,11 @@ func TestImpersonatedReplicaIsRefused(t *testing.T) {
 				}
 				return in, statusOf(st, addr) == "healthy"
 			}
-			// Decided: cp-a refused the impostor's state, or serves its
-			// instance; and checked cp-b's.
-			advanceUntil(t, clk, 500*time.Millisecond, "cp-b's instance healthy and the impostor refused or served", func() bool {
-				_, real := served(realAddr)
+			// Decided: cp-a refused the impostor's state or serves its
+			// instance, next to cp-b's; then one of the two is checked
+			// healthy.
+			waitUntil(t, "the impostor refused or served, and cp-b's instance served", func() bool {
+				real, _ := served(realAddr)
 				in, _ := served(rogueAddr)
 				var refused uint64
 				for _, n := range a.d.node.Stats().Refused() {
@@ -130,9 +131,16 @@ func TestImpersonatedReplicaIsRefused(t *testing.T) {
 				}
 				return real && (refused > 0 || in)
 			})
-			clk.Advance(3 * time.Second) // the impostor's instance would be checked by now
+			advanceUntil(t, clk, 500*time.Millisecond, "an autoscaled instance healthy", func() bool {
+				_, real := served(realAddr)
+				_, rogue := served(rogueAddr)
+				return real || rogue
+			})
 			if in, healthy := served(rogueAddr); in || healthy {
 				t.Errorf("cp-a serves the impostor's instance %s (healthy %v), want it unknown", rogueAddr, healthy)
+			}
+			if _, healthy := served(realAddr); !healthy {
+				t.Errorf("cp-b's instance %s is not healthy", realAddr)
 			}
 			if members, _ := a.d.Ownership(); !slices.Equal(members, []string{"cp-a", "cp-b"}) {
 				t.Errorf("health checks shared among %v, want cp-a and cp-b", members)
