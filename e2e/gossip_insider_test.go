@@ -49,14 +49,17 @@ func TestGossipInsiderImpersonatesAbsentReplica(t *testing.T) {
 	})
 	instance := st.Instances[0].Address
 
-	// The impostor's backend: answers health checks, counts the rest.
-	var stolen atomic.Int64
+	// The impostor's backend: answers and counts health checks and the
+	// rest apart.
+	var stolen, checked atomic.Int64
 	lis, err := net.Listen("tcp", fmt.Sprintf("127.%d.201.1:0", gossipInsiderNet))
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/healthz" {
+		if r.URL.Path == "/healthz" {
+			checked.Add(1)
+		} else {
 			stolen.Add(1)
 		}
 		fmt.Fprintln(w, "ok")
@@ -96,12 +99,12 @@ func TestGossipInsiderImpersonatesAbsentReplica(t *testing.T) {
 			Leases:     map[string]uint64{group: math.MaxUint64 - 1},
 			Autoscaled: map[string][]gossip.AutoscaledInstance{group: {{Address: rogueAddr}}},
 		})
-		// Decided: cp-1 refused the impostor's state, or acted on it
-		// (lost the lease).
+		// Decided: cp-1 refused the impostor's state, or acted on it (lost
+		// the lease, or health-checks the impostor's instance).
 		deadline := time.Now().Add(30 * time.Second)
-		for refused(cpAdmin, "spillway_controlplane_gossip_refused_states_total") == cpRefused && autoscalerStatus(t, c, group).Acting {
+		for refused(cpAdmin, "spillway_controlplane_gossip_refused_states_total") == cpRefused && autoscalerStatus(t, c, group).Acting && checked.Load() == 0 {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: cp-1 neither refused the impostor's state nor lost the lease in 30s", rogue.name)
+				t.Fatalf("%s: cp-1 neither refused the impostor's state nor acted on it in 30s", rogue.name)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
