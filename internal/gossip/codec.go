@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // Wire format. A message (one NodeState, sent directly or by gossip) is a
@@ -89,18 +90,27 @@ func encodeFrame(v any) ([]byte, error) {
 	return encodeJSONFrame(js)
 }
 
+// writers reuses DEFLATE writers: a new one allocates and clears about a
+// megabyte, which cost milliseconds per published state, far more than
+// compressing it. BestSpeed: states are small and published often; the
+// ratio on JSON is close to the default level's.
+var writers = sync.Pool{New: func() any {
+	w, err := flate.NewWriter(nil, flate.BestSpeed)
+	if err != nil {
+		panic(err) // only for an invalid level
+	}
+	return w
+}}
+
 // encodeJSONFrame returns the frame carrying the JSON document js.
 func encodeJSONFrame(js []byte) ([]byte, error) {
 	if len(js) > compressAbove {
 		var buf bytes.Buffer
 		buf.Grow(len(js)/2 + 16)
 		buf.WriteByte(codecDeflateJSON)
-		// BestSpeed: states are small and published often; the ratio on
-		// JSON is close to the default level's.
-		w, err := flate.NewWriter(&buf, flate.BestSpeed)
-		if err != nil {
-			return nil, fmt.Errorf("gossip: encode: %w", err)
-		}
+		w := writers.Get().(*flate.Writer)
+		defer writers.Put(w)
+		w.Reset(&buf)
 		if _, err := w.Write(js); err != nil {
 			return nil, fmt.Errorf("gossip: encode: %w", err)
 		}

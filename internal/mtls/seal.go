@@ -51,8 +51,50 @@ type (
 // Safe for concurrent use.
 type GossipSealer struct {
 	// Immutable after NewGossipSealer.
-	l    *loader
+	m    *recentMaterial
 	node string
+
+	mu sync.Mutex
+	// Guarded by mu: the leaf of the material last used, parsed.
+	leafOf *material
+	leaf   *x509.Certificate
+}
+
+// recentMaterial is a loader read at most once per reloadEvery: seals are
+// made and checked many times a second, handshakes are not. Safe for
+// concurrent use.
+type recentMaterial struct {
+	l   *loader
+	now func() time.Time
+
+	mu sync.Mutex
+	// Guarded by mu.
+	m  *material
+	at time.Time
+}
+
+// reloadEvery is how often seals re-read their files: a rotated
+// certificate or CA bundle is in use within a second.
+const reloadEvery = time.Second
+
+func newRecentMaterial(files Files, log zerolog.Logger) (*recentMaterial, error) {
+	l, err := newLoader(files, log)
+	if err != nil {
+		return nil, err
+	}
+	return &recentMaterial{l: l, now: time.Now}, nil
+}
+
+// get returns the files' material, re-read if it is older than
+// reloadEvery (or the last good one).
+func (r *recentMaterial) get() *material {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now := r.now(); r.m == nil || now.Sub(r.at) >= reloadEvery {
+		r.m, _ = r.l.load() // never nil: newLoader succeeded
+		r.at = now
+	}
+	return r.m
 }
 
 // NewGossipSealer returns the sealer of node from files (CA, certificate
@@ -63,11 +105,11 @@ func NewGossipSealer(files Files, node string, log zerolog.Logger) (*GossipSeale
 	if err := errors.Join(files.validate()...); err != nil {
 		return nil, fmt.Errorf("gossip seals: %w", err)
 	}
-	l, err := newLoader(files, log)
+	m, err := newRecentMaterial(files, log)
 	if err != nil {
 		return nil, fmt.Errorf("gossip seals: %w", err)
 	}
-	s := &GossipSealer{l: l, node: node}
+	s := &GossipSealer{m: m, node: node}
 	if _, _, err := s.Seal(nil); err != nil {
 		return nil, err
 	}
@@ -79,18 +121,19 @@ func NewGossipSealer(files Files, node string, log zerolog.Logger) (*GossipSeale
 // v1.5 with SHA-256, or Ed25519, as x509.Certificate.CheckSignature checks
 // them. It fails if the current certificate does not name the node.
 func (s *GossipSealer) Seal(msg []byte) (chain [][]byte, sig []byte, err error) {
-	m, _ := s.l.load() // never nil: newLoader succeeded
-	leaf, err := x509.ParseCertificate(m.cert.Certificate[0])
+	m := s.m.get()
+	files := s.m.l.files
+	leaf, err := s.leafFor(m)
 	if err != nil {
-		return nil, nil, fmt.Errorf("gossip seals: %s: %w", s.l.files.Cert, err)
+		return nil, nil, fmt.Errorf("gossip seals: %s: %w", files.Cert, err)
 	}
 	if ids := Identities(leaf); !NamesNode(ids, s.node) {
 		return nil, nil, fmt.Errorf("gossip seals: certificate %s names %q, not this node %q: peers would refuse its gossip states; "+
-			"issue it with the node name as CN or SAN", s.l.files.Cert, ids, s.node)
+			"issue it with the node name as CN or SAN", files.Cert, ids, s.node)
 	}
 	signer, ok := m.cert.PrivateKey.(crypto.Signer)
 	if !ok {
-		return nil, nil, fmt.Errorf("gossip seals: %s: the key cannot sign", s.l.files.Key)
+		return nil, nil, fmt.Errorf("gossip seals: %s: the key cannot sign", files.Key)
 	}
 	switch signer.Public().(type) {
 	case *ecdsa.PublicKey, *rsa.PublicKey:
@@ -99,12 +142,26 @@ func (s *GossipSealer) Seal(msg []byte) (chain [][]byte, sig []byte, err error) 
 	case ed25519.PublicKey:
 		sig, err = signer.Sign(rand.Reader, msg, crypto.Hash(0))
 	default:
-		return nil, nil, fmt.Errorf("gossip seals: %s: unsupported key type %T", s.l.files.Key, signer.Public())
+		return nil, nil, fmt.Errorf("gossip seals: %s: unsupported key type %T", files.Key, signer.Public())
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("gossip seals: sign: %w", err)
 	}
 	return m.cert.Certificate, sig, nil
+}
+
+// leafFor returns m's leaf certificate, parsed once per material.
+func (s *GossipSealer) leafFor(m *material) (*x509.Certificate, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.leafOf != m {
+		leaf, err := x509.ParseCertificate(m.cert.Certificate[0])
+		if err != nil {
+			return nil, err
+		}
+		s.leafOf, s.leaf = m, leaf
+	}
+	return s.leaf, nil
 }
 
 // sealAlgorithm is the x509 algorithm GossipSealer signs with for pub.
@@ -123,10 +180,11 @@ func sealAlgorithm(pub any) (x509.SignatureAlgorithm, error) {
 // GossipVerifier checks gossip seals against a CA bundle
 // (gossip.Verifier). A chain that verified is remembered for a minute
 // (and while the bundle's bytes do not change), so that a state costs one
-// signature check. Safe for concurrent use.
+// signature check; the bundle is re-read at most once a second. Safe for
+// concurrent use.
 type GossipVerifier struct {
 	// Immutable after NewGossipVerifier.
-	l   *loader
+	m   *recentMaterial
 	now func() time.Time
 
 	mu sync.Mutex
@@ -156,11 +214,11 @@ func NewGossipVerifier(ca string, log zerolog.Logger) (*GossipVerifier, error) {
 	if ca == "" {
 		return nil, errors.New("gossip seals: a CA bundle is required")
 	}
-	l, err := newLoader(Files{CA: ca}, log)
+	m, err := newRecentMaterial(Files{CA: ca}, log)
 	if err != nil {
 		return nil, fmt.Errorf("gossip seals: %w", err)
 	}
-	return &GossipVerifier{l: l, now: time.Now, chains: map[[sha256.Size]byte]verifiedChain{}}, nil
+	return &GossipVerifier{m: m, now: time.Now, chains: map[[sha256.Size]byte]verifiedChain{}}, nil
 }
 
 // Verify returns nil if chain verifies to the CA bundle now, its leaf names
@@ -190,7 +248,7 @@ func (v *GossipVerifier) Verify(node string, chain [][]byte, msg, sig []byte) er
 // chain returns the verified leaf of chain, from memory when it verified
 // less than chainRecheck ago against the current bundle.
 func (v *GossipVerifier) chain(chain [][]byte) (verifiedChain, error) {
-	m, _ := v.l.load() // never nil: newLoader succeeded
+	m := v.m.get()
 	now := v.now()
 	fp := sha256.Sum256(chain[0])
 	v.mu.Lock()
