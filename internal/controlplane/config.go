@@ -79,6 +79,9 @@ type Config struct {
 	// gossiped verdicts are served: a gossip member that claims to be a
 	// control plane under any other name is ignored (and logged), so it
 	// can neither take over health checks nor mark backends unhealthy.
+	// With TLS a state under a listed name counts only when sealed by that
+	// replica's own certificate (GossipCA), so neither can a gossip-key
+	// holder that joins under the name of a listed replica that is down.
 	// Default empty: this replica checks every group itself.
 	Replicas []string
 	// ReloadDebounce is how long the config file must stay quiet after a
