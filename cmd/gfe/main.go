@@ -124,9 +124,13 @@ func run(args []string) error {
 
 	// With TLS files the gfe seals its gossip states with its certificate
 	// and believes only states sealed by a certificate that names their
-	// node (mtls.GossipSeals).
-	sealer, verifier, err := mtls.GossipSeals(mtls.Files{CA: v.GetString("tls-ca"), Cert: v.GetString("tls-cert"), Key: v.GetString("tls-key")},
-		v.GetString("gossip-ca"), ecfg.Node, log.With().Str("component", "gossip").Logger())
+	// node (mtls.GossipSeals). Incomplete TLS flags are the control-plane
+	// client's to report.
+	files := mtls.Files{CA: v.GetString("tls-ca"), Cert: v.GetString("tls-cert"), Key: v.GetString("tls-key")}
+	if files.CA == "" || files.Cert == "" || files.Key == "" || v.GetBool("insecure-plaintext") {
+		files = mtls.Files{}
+	}
+	sealer, verifier, err := mtls.GossipSeals(files, v.GetString("gossip-ca"), ecfg.Node, log.With().Str("component", "gossip").Logger())
 	if err != nil {
 		return err
 	}

@@ -293,9 +293,9 @@ func (v *GossipVerifier) chain(chain [][]byte) (verifiedChain, error) {
 // ca (the daemon's --gossip-ca; empty means files.CA), the sealer signs
 // with files' certificate and key. Without TLS files (plain text) it
 // returns neither: gossip then believes every key holder alike. A
-// certificate that does not name node gives no sealer (logged at error
-// level: peers that verify seals refuse this node's states) but still a
-// verifier; an unusable CA bundle is an error. Absent ones are nil
+// certificate that does not name node gives no sealer (logged as a
+// warning: peers that verify seals refuse this node's states, and say so)
+// but still a verifier; an unusable CA bundle is an error. Absent ones are nil
 // interfaces, ready for gossip.Options.
 func GossipSeals(files Files, ca, node string, log zerolog.Logger) (Sealer, Verifier, error) {
 	if ca == "" {
@@ -309,12 +309,12 @@ func GossipSeals(files Files, ca, node string, log zerolog.Logger) (Sealer, Veri
 		return nil, nil, err
 	}
 	if files.Cert == "" && files.Key == "" {
-		log.Error().Str("node", node).Msg("no TLS certificate: this node's gossip states go out unsealed, and peers that verify seals refuse them")
+		log.Warn().Str("node", node).Msg("no TLS certificate: this node's gossip states go out unsealed, and peers that verify seals refuse them")
 		return nil, v, nil
 	}
 	s, err := NewGossipSealer(files, node, log)
 	if err != nil {
-		log.Error().Err(err).Msg("this node's gossip states go out unsealed, and peers that verify seals refuse them")
+		log.Warn().Err(err).Msg("this node's gossip states go out unsealed, and peers that verify seals refuse them")
 		return nil, v, nil
 	}
 	return s, v, nil
