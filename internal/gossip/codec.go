@@ -189,15 +189,20 @@ type wireState struct {
 // state are decoded from its signed body, so that they are exactly what its
 // signature covers.
 func decodeStateJSON(js []byte) (wireState, error) {
-	var w struct {
-		NodeState
-		Seal *json.RawMessage `json:"seal"`
-	}
-	if err := json.Unmarshal(js, &w); err != nil {
+	// Two decodes rather than NodeState embedded in one struct, so that
+	// the seal is found whatever NodeState's own JSON decoding becomes.
+	var st NodeState
+	if err := json.Unmarshal(js, &st); err != nil {
 		return wireState{}, fmt.Errorf("%w: %w", errMalformed, err)
 	}
-	ws := wireState{state: w.NodeState, wire: js}
-	if w.Seal != nil {
+	var seal struct {
+		Seal json.RawMessage `json:"seal"`
+	}
+	if err := json.Unmarshal(js, &seal); err != nil {
+		return wireState{}, fmt.Errorf("%w: %w", errMalformed, err)
+	}
+	ws := wireState{state: st, wire: js}
+	if seal.Seal != nil {
 		body, sw, err := splitSeal(js)
 		if err == nil {
 			var s NodeState
