@@ -102,8 +102,14 @@ func TestImpersonatedReplicaIsRefused(t *testing.T) {
 				c.TLS = mtls.ServerConfig{Files: pki.files("cp-a"), AllowedClients: []string{"*"}}
 			})
 			startGossipMember(t, "cp-c", a.d.GossipAddr(), tt.opts(pki), impersonatedFacts(rogueAddr, math.MaxUint64-1))
+			// The real cp-b: its verdicts on both groups (whichever it owns
+			// of the checks), its instance and its lease.
 			startGossipMember(t, "cp-b", a.d.GossipAddr(), pki.seals("cp-b", "cp-b"), gossip.NodeState{
-				Kind:       gossip.KindControlPlane,
+				Kind: gossip.KindControlPlane,
+				Groups: []gossip.GroupState{
+					{Group: "g00", Region: "r1", Zone: "z-g00", Instances: 2, Healthy: 2, HealthyInstances: []string{"127.0.0.1:20000", "127.0.0.1:20001"}},
+					{Group: "auto", Region: "r2", Zone: "z-auto", Instances: 1, Healthy: 1, HealthyInstances: []string{realAddr}},
+				},
 				Leases:     map[string]uint64{"auto": 2},
 				Autoscaled: map[string][]gossip.AutoscaledInstance{"auto": {{Address: realAddr}}},
 			})
@@ -131,10 +137,11 @@ func TestImpersonatedReplicaIsRefused(t *testing.T) {
 				}
 				return real && (refused > 0 || in)
 			})
-			advanceUntil(t, clk, 500*time.Millisecond, "an autoscaled instance healthy", func() bool {
+			advanceUntil(t, clk, 500*time.Millisecond, "an autoscaled instance and g00 decided", func() bool {
 				_, real := served(realAddr)
 				_, rogue := served(rogueAddr)
-				return real || rogue
+				st, _ := a.d.State()
+				return (real || rogue) && statusOf(st, "127.0.0.1:20000") != "unknown" && statusOf(st, "127.0.0.1:20001") != "unknown"
 			})
 			if in, healthy := served(rogueAddr); in || healthy {
 				t.Errorf("cp-a serves the impostor's instance %s (healthy %v), want it unknown", rogueAddr, healthy)
