@@ -130,14 +130,32 @@ func randomKey(t *testing.T) string {
 // stops when the test ends.
 func startProbe(ctx context.Context, t *testing.T, name string, keys []string, seed string) *gossip.Node {
 	t.Helper()
+	return startGossipNode(ctx, t, probeConfig(name, fmt.Sprintf("127.%d.200.1", gossipNet), keys, seed), gossip.Options{}, nil)
+}
+
+// probeConfig is the gossip configuration of an in-process node named name
+// on addr (a kernel-picked port) with keys, joining seed.
+func probeConfig(name, addr string, keys []string, seed string) gossip.Config {
 	cfg := gossip.DefaultConfig()
-	cfg.Name, cfg.BindPort, cfg.Keys = name, 0, keys
-	cfg.BindAddr = fmt.Sprintf("127.%d.200.1", gossipNet)
+	cfg.Name, cfg.BindAddr, cfg.BindPort, cfg.Keys = name, addr, 0, keys
 	cfg.UDPBufferSize = 8192
 	cfg.Seeds = []string{seed}
-	n, err := gossip.New(cfg, gossip.Options{})
+	return cfg
+}
+
+// startGossipNode runs an in-process gossip node with cfg and opts that
+// publishes s first (when not nil), until the test ends, and returns it
+// once it listens.
+func startGossipNode(ctx context.Context, t *testing.T, cfg gossip.Config, opts gossip.Options, s *gossip.NodeState) *gossip.Node {
+	t.Helper()
+	n, err := gossip.New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if s != nil {
+		if _, err := n.Publish(*s); err != nil {
+			t.Fatal(err)
+		}
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -145,7 +163,7 @@ func startProbe(ctx context.Context, t *testing.T, name string, keys []string, s
 	t.Cleanup(func() {
 		stop()
 		if err := <-done; err != nil {
-			t.Errorf("%s: %v", name, err)
+			t.Errorf("%s: %v", cfg.Name, err)
 		}
 	})
 	<-n.Ready()

@@ -304,12 +304,14 @@ func daemonConfig(v *viper.Viper, args []string) (controlplane.Config, []string,
 		Name: cfg.NodeName, Addr: v.GetString("gossip-addr"), Join: v.GetString("join"),
 		KeyFile: v.GetString("gossip-key-file"), Key: v.GetString("gossip-key"),
 		KeyOnCommandLine: daemonflags.OnCommandLine(args, "gossip-key"), Insecure: v.GetBool("gossip-insecure"),
+		AcceptUnsealed: v.GetBool("gossip-accept-unsealed"),
 	})
 	if err != nil {
 		return cfg, nil, err
 	}
 	cfg.Gossip = g
 	cfg.Replicas = daemonflags.List(v.GetString("replicas"))
+	cfg.GossipCA = v.GetString("gossip-ca")
 	if err := cfg.Validate(); err != nil {
 		return cfg, nil, err
 	}

@@ -105,7 +105,19 @@ func run(args []string) error {
 		log.Warn().Msg(w)
 	}
 
-	node, err := gossip.New(gcfg, gossip.Options{Logger: log})
+	// With TLS files the gfe seals its gossip states with its certificate
+	// and believes only states sealed by a certificate that names their
+	// node (mtls.GossipSeals). Incomplete TLS flags are the control-plane
+	// client's to report.
+	tlsFiles := mtls.Files{CA: v.GetString("tls-ca"), Cert: v.GetString("tls-cert"), Key: v.GetString("tls-key")}
+	if tlsFiles.CA == "" || tlsFiles.Cert == "" || tlsFiles.Key == "" || v.GetBool("insecure-plaintext") {
+		tlsFiles = mtls.Files{}
+	}
+	sealer, verifier, err := mtls.GossipSeals(tlsFiles, v.GetString("gossip-ca"), ecfg.Node, log.With().Str("component", "gossip").Logger())
+	if err != nil {
+		return err
+	}
+	node, err := gossip.New(gcfg, gossip.Options{Logger: log, Sealer: sealer, Verifier: verifier})
 	if err != nil {
 		return err
 	}
@@ -357,5 +369,6 @@ func gossipSettings(v *viper.Viper, args []string, node string) daemonflags.Goss
 		Name: node, Addr: v.GetString("gossip-addr"), Join: v.GetString("join"),
 		KeyFile: v.GetString("gossip-key-file"), Key: v.GetString("gossip-key"),
 		KeyOnCommandLine: daemonflags.OnCommandLine(args, "gossip-key"), Insecure: v.GetBool("gossip-insecure"),
+		AcceptUnsealed: v.GetBool("gossip-accept-unsealed"),
 	}
 }

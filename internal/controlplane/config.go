@@ -64,6 +64,15 @@ type Config struct {
 	// Gossip configures this replica's memberlist node. Name is overridden
 	// with NodeName. Default gossip.DefaultConfig().
 	Gossip gossip.Config
+	// GossipCA is the CA bundle whose certificates may seal gossip states
+	// (--gossip-ca; default TLS.CA). With TLS this replica seals its
+	// states with its certificate's key (which must name NodeName) and
+	// believes another node's state only if it is sealed by a certificate
+	// this bundle vouches for that names that node (mtls.GossipSeals), so
+	// a gossip-key holder cannot publish a replica's facts (health
+	// verdicts, leases, autoscaled instances) under a listed replica's
+	// name. Gossip.AcceptUnsealed relaxes it for rolling upgrades.
+	GossipCA string
 	// Replicas are the node names of the control-plane replicas that share
 	// health checks with this one (flag --replicas; listing NodeName too is
 	// harmless, so every replica may share one list). Health checks are
@@ -71,6 +80,9 @@ type Config struct {
 	// gossiped verdicts are served: a gossip member that claims to be a
 	// control plane under any other name is ignored (and logged), so it
 	// can neither take over health checks nor mark backends unhealthy.
+	// With TLS a state under a listed name counts only when sealed by that
+	// replica's own certificate (GossipCA), so neither can a gossip-key
+	// holder that joins under the name of a listed replica that is down.
 	// Default empty: this replica checks every group itself.
 	Replicas []string
 	// ReloadDebounce is how long the config file must stay quiet after a

@@ -86,10 +86,17 @@ func New(cfg Config, opts Options) (d *Daemon, err error) {
 	gcfg.Name = cfg.NodeName
 	// Gossip keeps the real clock and its own randomness: memberlist's
 	// timers are real anyway, and its Rand is called from its own goroutine.
-	d.node, err = gossip.New(gcfg, gossip.Options{Logger: opts.Logger})
+	// With TLS files the replica seals its states and believes only
+	// sealed ones (see GossipCA).
+	sealer, verifier, err := mtls.GossipSeals(cfg.TLS.Files, cfg.GossipCA, cfg.NodeName, opts.Logger.With().Str("component", "gossip").Logger())
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: %w", err)
 	}
+	d.node, err = gossip.New(gcfg, gossip.Options{Logger: opts.Logger, Sealer: sealer, Verifier: verifier})
+	if err != nil {
+		return nil, fmt.Errorf("controlplane: %w", err)
+	}
+	reg.MustRegister(d.node.Collector("spillway_controlplane"))
 	d.pub = newStatePublisher(d.node)
 	d.health = newHealthManager(cfg.NodeName, cfg.Replicas, d.pub, d.hub, opts, d.m)
 	appliers := []applier{

@@ -56,7 +56,9 @@
 //
 // Every instance group is checked by one replica: the Maglev owner
 // (lb/hashing) of the group's name among the alive control planes seen in
-// gossip (members whose state has kind controlplane, self included). Each
+// gossip (members listed in Config.Replicas whose state has kind
+// controlplane and, with TLS, is sealed by their own certificate; self
+// included). Each
 // replica runs lb/health Checkers for its groups only, with each service's
 // health_check settings (an instance used by several services is healthy
 // only if every service's check passes), and gossips a GroupState per

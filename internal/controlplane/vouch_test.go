@@ -43,34 +43,8 @@ func TestUnvouchedControlPlanesIgnored(t *testing.T) {
 	for _, g := range tp.groups {
 		lie.Groups = append(lie.Groups, gossip.GroupState{Group: g.name, Region: "r1", Instances: len(g.addrs), Healthy: 0})
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 12)
-	t.Cleanup(func() {
-		cancel()
-		for range 12 {
-			if err := <-done; err != nil {
-				t.Errorf("fake replica: %v", err)
-			}
-		}
-	})
 	for i := range 12 {
-		cfg := gossip.DefaultConfig()
-		cfg.Name = fmt.Sprintf("cp-evil-%02d", i)
-		cfg.BindPort = 0
-		cfg.Seeds = []string{a.d.GossipAddr()}
-		cfg.UDPBufferSize = 8192
-		cfg.LeaveTimeout = 200 * time.Millisecond
-		// The fakes never probe anyone during the test, so that none
-		// leaves a probe goroutine behind (goleak).
-		cfg.ProbeInterval, cfg.ProbeTimeout = time.Hour, time.Second
-		n, err := gossip.New(cfg, gossip.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := n.Publish(lie); err != nil {
-			t.Fatal(err)
-		}
-		go func() { done <- n.Run(ctx) }()
+		startGossipMember(t, fmt.Sprintf("cp-evil-%02d", i), a.d.GossipAddr(), gossip.Options{}, lie)
 	}
 	waitUntil(t, "cp-a's gossip holds the twelve fake replicas' states", func() bool {
 		return len(a.d.node.Snapshot().States) == 13
@@ -91,4 +65,37 @@ func TestUnvouchedControlPlanesIgnored(t *testing.T) {
 	if !allHealthy(st) {
 		t.Errorf("after 3s of checks the served health changed:\n%s", describeState(st))
 	}
+}
+
+// startGossipMember runs a gossip node named name (same protocol, real
+// memberlist on loopback) that joins seed and publishes s, until the test
+// ends.
+func startGossipMember(t *testing.T, name, seed string, opts gossip.Options, s gossip.NodeState) *gossip.Node {
+	t.Helper()
+	cfg := gossip.DefaultConfig()
+	cfg.Name = name
+	cfg.BindPort = 0
+	cfg.Seeds = []string{seed}
+	cfg.UDPBufferSize = 8192
+	cfg.LeaveTimeout = 200 * time.Millisecond
+	// The members never probe anyone during the test, so that none leaves
+	// a probe goroutine behind (goleak).
+	cfg.ProbeInterval, cfg.ProbeTimeout = time.Hour, time.Second
+	n, err := gossip.New(cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Publish(s); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("gossip member %s: %v", name, err)
+		}
+	})
+	return n
 }

@@ -42,7 +42,8 @@ const GossipKeyEnv = "SPILLWAY_GOSSIP_KEY"
 
 // AddGossipFlags defines on fs the gossip flags both daemons share:
 // --gossip-addr, --join, --gossip-key-file, --gossip-key (discouraged:
-// command lines are visible to every local user) and --gossip-insecure.
+// command lines are visible to every local user), --gossip-insecure,
+// --gossip-ca and --gossip-accept-unsealed (seals, see mtls.GossipSeals).
 func AddGossipFlags(fs *pflag.FlagSet, defaultAddr string) {
 	fs.String("gossip-addr", defaultAddr, "gossip bind address (UDP and TCP); port 0 picks one. "+
 		"Beyond loopback a key is required (or --gossip-insecure)")
@@ -53,6 +54,10 @@ func AddGossipFlags(fs *pflag.FlagSet, defaultAddr string) {
 		"use --gossip-key-file or "+GossipKeyEnv)
 	fs.Bool("gossip-insecure", false, "allow unencrypted, unauthenticated gossip on a non-loopback address (anyone "+
 		"who reaches the port can join and publish state)")
+	fs.String("gossip-ca", "", "PEM bundle of the CAs whose certificates may seal gossip states (default --tls-ca): "+
+		"a state is believed only if sealed by a certificate that names its node")
+	fs.Bool("gossip-accept-unsealed", false, "also believe gossip states without a seal, counted and logged: only while "+
+		"members of a version that does not seal remain (rolling upgrade)")
 }
 
 // GossipSettings are the gossip flag values of a daemon.
@@ -69,6 +74,9 @@ type GossipSettings struct {
 	KeyOnCommandLine bool
 	// Insecure is --gossip-insecure (gossip.Config.Insecure).
 	Insecure bool
+	// AcceptUnsealed is --gossip-accept-unsealed
+	// (gossip.Config.AcceptUnsealed).
+	AcceptUnsealed bool
 	// Getenv reads GossipKeyEnv; nil means os.Getenv.
 	Getenv func(string) string
 }
@@ -94,6 +102,7 @@ func Gossip(s GossipSettings) (gossip.Config, []string, error) {
 	c.Seeds = List(s.Join)
 	c.UDPBufferSize = 8192
 	c.Insecure = s.Insecure
+	c.AcceptUnsealed = s.AcceptUnsealed
 
 	getenv := s.Getenv
 	if getenv == nil {

@@ -344,6 +344,11 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 	}
 	d.metrics = newMetrics(d.reg, d.Table)
 	d.reg.MustRegister(snapshotCollectors(d.Snapshot, d.stream)...)
+	if c, ok := opts.Gossip.(interface {
+		Collector(prefix string) prometheus.Collector
+	}); ok {
+		d.reg.MustRegister(c.Collector("spillway_gfe")) // *gossip.Node: seal refusals
+	}
 	if d.limits, err = fdlimit.Raise(); err != nil {
 		d.log.Warn().Err(err).Msg("cannot read RLIMIT_NOFILE: no fd budget for client connections")
 	} else {

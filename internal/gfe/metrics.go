@@ -63,10 +63,10 @@ func newMetrics(reg prometheus.Registerer, table func() *routing.Table) *metrics
 		}, []string{"service", "region", "group", "signal"}),
 		gossipClamped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spillway_gfe_gossip_clamped_total",
-			Help: "Values other gfes gossiped that the plan clamped to the plausibility bounds (--gossip-max-*), by field: rtt, demand (above the cap), demand_rise (rising too fast).",
+			Help: "Values other gfes gossiped that the plan clamped to the plausibility bounds (--gossip-max-*), by field: rtt, demand (above the cap), demand_rise (rising too fast), site_demand (a site's gfes together above either).",
 		}, []string{"field"}),
 	}
-	for _, f := range []string{routing.ClampRTT, routing.ClampDemand, routing.ClampDemandRise} {
+	for _, f := range []string{routing.ClampRTT, routing.ClampDemand, routing.ClampDemandRise, routing.ClampSiteDemand} {
 		m.gossipClamped.WithLabelValues(f) // visible at 0
 	}
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{

@@ -100,7 +100,13 @@ func newCluster(t testing.TB) *cluster {
 // Publish), runs it and waits until it listens.
 func (c *cluster) start(cfg Config, setup func(*Node)) *Node {
 	c.t.Helper()
-	n, err := New(cfg, Options{Logger: testLogger(c.t)})
+	return c.startOpts(cfg, Options{Logger: testLogger(c.t)}, setup)
+}
+
+// startOpts is start with the Node's Options.
+func (c *cluster) startOpts(cfg Config, opts Options, setup func(*Node)) *Node {
+	c.t.Helper()
+	n, err := New(cfg, opts)
 	if err != nil {
 		c.t.Fatalf("New(%s): %v", cfg.Name, err)
 	}

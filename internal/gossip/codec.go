@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // Wire format. A message (one NodeState, sent directly or by gossip) is a
@@ -73,22 +74,43 @@ type stateList struct {
 	States []NodeState `json:"states"`
 }
 
+// rawStateList is stateList with each state's JSON as it travels (seals and
+// fields this version does not know included), which is how a Node builds
+// and reads push/pull payloads.
+type rawStateList struct {
+	States []json.RawMessage `json:"states"`
+}
+
 // encodeFrame returns the frame carrying v.
 func encodeFrame(v any) ([]byte, error) {
 	js, err := json.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("gossip: encode: %w", err)
 	}
+	return encodeJSONFrame(js)
+}
+
+// writers reuses DEFLATE writers: a new one allocates and clears about a
+// megabyte, which cost milliseconds per published state, far more than
+// compressing it. BestSpeed: states are small and published often; the
+// ratio on JSON is close to the default level's.
+var writers = sync.Pool{New: func() any {
+	w, err := flate.NewWriter(nil, flate.BestSpeed)
+	if err != nil {
+		panic(err) // only for an invalid level
+	}
+	return w
+}}
+
+// encodeJSONFrame returns the frame carrying the JSON document js.
+func encodeJSONFrame(js []byte) ([]byte, error) {
 	if len(js) > compressAbove {
 		var buf bytes.Buffer
 		buf.Grow(len(js)/2 + 16)
 		buf.WriteByte(codecDeflateJSON)
-		// BestSpeed: states are small and published often; the ratio on
-		// JSON is close to the default level's.
-		w, err := flate.NewWriter(&buf, flate.BestSpeed)
-		if err != nil {
-			return nil, fmt.Errorf("gossip: encode: %w", err)
-		}
+		w := writers.Get().(*flate.Writer)
+		defer writers.Put(w)
+		w.Reset(&buf)
 		if _, err := w.Write(js); err != nil {
 			return nil, fmt.Errorf("gossip: encode: %w", err)
 		}
@@ -105,31 +127,40 @@ func encodeFrame(v any) ([]byte, error) {
 	return out, nil
 }
 
-// decodeFrame decodes a frame into v. It reads b only during the call.
-func decodeFrame(b []byte, v any) error {
+// frameJSON returns the JSON document of a frame. The result may share b's
+// memory (raw frames), so it is only valid as long as b is.
+func frameJSON(b []byte) ([]byte, error) {
 	if len(b) == 0 {
-		return fmt.Errorf("%w: empty", errMalformed)
+		return nil, fmt.Errorf("%w: empty", errMalformed)
 	}
-	js := b[1:]
 	switch b[0] {
 	case codecJSON:
+		return b[1:], nil
 	case codecDeflateJSON:
 		// A bytes.Reader is an io.ByteReader, so flate reads no byte past
 		// the end of its stream: what is left after it is trailing garbage.
 		in := bytes.NewReader(b[1:])
 		out, err := io.ReadAll(io.LimitReader(flate.NewReader(in), maxDecodedBytes+1))
 		if err != nil {
-			return fmt.Errorf("%w: inflate: %w", errMalformed, err)
+			return nil, fmt.Errorf("%w: inflate: %w", errMalformed, err)
 		}
 		if len(out) > maxDecodedBytes {
-			return fmt.Errorf("%w: inflates to more than %d bytes", errMalformed, maxDecodedBytes)
+			return nil, fmt.Errorf("%w: inflates to more than %d bytes", errMalformed, maxDecodedBytes)
 		}
 		if in.Len() > 0 {
-			return fmt.Errorf("%w: %d bytes after the compressed stream", errMalformed, in.Len())
+			return nil, fmt.Errorf("%w: %d bytes after the compressed stream", errMalformed, in.Len())
 		}
-		js = out
+		return out, nil
 	default:
-		return fmt.Errorf("%w: unknown codec %d", errMalformed, b[0])
+		return nil, fmt.Errorf("%w: unknown codec %d", errMalformed, b[0])
+	}
+}
+
+// decodeFrame decodes a frame into v. It reads b only during the call.
+func decodeFrame(b []byte, v any) error {
+	js, err := frameJSON(b)
+	if err != nil {
+		return err
 	}
 	if err := json.Unmarshal(js, v); err != nil {
 		return fmt.Errorf("%w: %w", errMalformed, err)
@@ -137,34 +168,100 @@ func decodeFrame(b []byte, v any) error {
 	return nil
 }
 
-// decodeState decodes and validates one received state.
-func decodeState(b []byte) (NodeState, error) {
-	var s NodeState
-	if err := decodeFrame(b, &s); err != nil {
-		return NodeState{}, err
-	}
-	if err := s.validateRemote(); err != nil {
-		return NodeState{}, err
-	}
-	return s, nil
+// wireState is one received state with what its seal needs.
+type wireState struct {
+	// state is the decoded state (Sealed is false until a Node verified
+	// the seal).
+	state NodeState
+	// wire is the state's JSON as received, owned by the wireState.
+	wire []byte
+	// body and seal are the signed JSON and the seal of a sealed state;
+	// nil when the state has no seal member.
+	body []byte
+	seal *sealWire
+	// sealErr says why a seal member could not be split off (the state
+	// is then refused as bad_seal).
+	sealErr error
 }
 
-// decodeStates decodes a push/pull payload. It returns the valid states and
-// one error per invalid one (joined), so one bad entry does not hide the
-// others.
-func decodeStates(b []byte) ([]NodeState, error) {
-	var l stateList
+// decodeStateJSON decodes and validates the JSON of one state, which it
+// keeps (the caller must not change js afterwards). The fields of a sealed
+// state are decoded from its signed body, so that they are exactly what its
+// signature covers.
+func decodeStateJSON(js []byte) (wireState, error) {
+	// Two decodes rather than NodeState embedded in one struct, so that
+	// the seal is found whatever NodeState's own JSON decoding becomes.
+	var st NodeState
+	if err := json.Unmarshal(js, &st); err != nil {
+		return wireState{}, fmt.Errorf("%w: %w", errMalformed, err)
+	}
+	var seal struct {
+		Seal json.RawMessage `json:"seal"`
+	}
+	if err := json.Unmarshal(js, &seal); err != nil {
+		return wireState{}, fmt.Errorf("%w: %w", errMalformed, err)
+	}
+	ws := wireState{state: st, wire: js}
+	if seal.Seal != nil {
+		body, sw, err := splitSeal(js)
+		if err == nil {
+			var s NodeState
+			if err = json.Unmarshal(body, &s); err == nil {
+				ws.state, ws.body, ws.seal = s, body, &sw
+			}
+		}
+		ws.sealErr = err
+	}
+	ws.state.Sealed = false
+	if err := ws.state.validateRemote(); err != nil {
+		return wireState{}, fmt.Errorf("node %q: %w", ws.state.Node, err)
+	}
+	return ws, nil
+}
+
+// decodeWireState decodes and validates one received state. It reads b
+// only during the call.
+func decodeWireState(b []byte) (wireState, error) {
+	js, err := frameJSON(b)
+	if err != nil {
+		return wireState{}, err
+	}
+	return decodeStateJSON(bytes.Clone(js))
+}
+
+// decodeWireStates decodes a push/pull payload. It returns the valid states
+// and one error per invalid one (joined), so one bad entry does not hide
+// the others. It reads b only during the call.
+func decodeWireStates(b []byte) ([]wireState, error) {
+	var l rawStateList
 	if err := decodeFrame(b, &l); err != nil {
 		return nil, err
 	}
-	valid := l.States[:0]
+	valid := make([]wireState, 0, len(l.States))
 	var errs []error
-	for i := range l.States {
-		if err := l.States[i].validateRemote(); err != nil {
-			errs = append(errs, fmt.Errorf("states[%d] (node %q): %w", i, l.States[i].Node, err))
+	for i, raw := range l.States {
+		ws, err := decodeStateJSON(raw) // Unmarshal copied raw out of b
+		if err != nil {
+			errs = append(errs, fmt.Errorf("states[%d]: %w", i, err))
 			continue
 		}
-		valid = append(valid, l.States[i])
+		valid = append(valid, ws)
 	}
 	return valid, errors.Join(errs...)
+}
+
+// decodeState decodes and validates one received state.
+func decodeState(b []byte) (NodeState, error) {
+	ws, err := decodeWireState(b)
+	return ws.state, err
+}
+
+// decodeStates is decodeWireStates without the wire forms.
+func decodeStates(b []byte) ([]NodeState, error) {
+	ws, err := decodeWireStates(b)
+	var out []NodeState
+	for _, w := range ws {
+		out = append(out, w.state)
+	}
+	return out, err
 }

@@ -145,6 +145,21 @@ type Config struct {
 	// exceed the time a departed node's messages can still circulate
 	// (failure detection plus PushPullInterval).
 	StateTTL time.Duration `mapstructure:"state_ttl"`
+
+	// AcceptUnsealed makes a node with a Verifier (Options.Verifier)
+	// believe states without a seal too, counted and logged, so that
+	// members of a version that does not seal keep counting during a
+	// rolling upgrade. A node whose held state is sealed is never replaced
+	// by an unsealed one. Default false: unsealed states are refused.
+	AcceptUnsealed bool `mapstructure:"accept_unsealed"`
+	// SealMaxAge is the oldest sealed state a node with a Verifier
+	// believes: a state's Version is its publisher's clock (Unix
+	// nanoseconds) at publish, and a sealed node re-publishes its state at
+	// least every SealMaxAge/3, so an older one is a replay (or its
+	// publisher's clock is behind by more than about 2/3 SealMaxAge).
+	// Default 1m; at most StateTTL, so that a departed node's last state is
+	// remembered for as long as a replay of it could be believed.
+	SealMaxAge time.Duration `mapstructure:"seal_max_age"`
 }
 
 // DefaultConfig returns the defaults documented on each Config field. Name
@@ -168,6 +183,7 @@ func DefaultConfig() Config {
 		RejoinInterval:      30 * time.Second, // as serf's reconnect interval
 		LeaveTimeout:        time.Second,
 		StateTTL:            2 * time.Minute,
+		SealMaxAge:          time.Minute,
 	}
 }
 
@@ -214,6 +230,9 @@ func (c Config) Validate() error {
 	positive("tcp_timeout", c.TCPTimeout)
 	positive("join_backoff_min", c.JoinBackoffMin)
 	positive("state_ttl", c.StateTTL)
+	if c.SealMaxAge <= 0 || (c.StateTTL > 0 && c.SealMaxAge > c.StateTTL) {
+		bad("gossip.seal_max_age: must be in (0, state_ttl=%v], got %v", c.StateTTL, c.SealMaxAge)
+	}
 	if c.ProbeTimeout >= c.ProbeInterval && c.ProbeTimeout > 0 && c.ProbeInterval > 0 {
 		bad("gossip.probe_timeout: must be < probe_interval (%v), got %v", c.ProbeInterval, c.ProbeTimeout)
 	}

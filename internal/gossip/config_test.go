@@ -55,6 +55,12 @@ func TestConfigValidate(t *testing.T) {
 			"gossip.leave_timeout: must be >= 0, got -1s",
 			"gossip.state_ttl: must be > 0, got 0s",
 		}},
+		// A replay of a departed node's sealed state must be stale by the
+		// time the node's last state is forgotten.
+		{name: "seal max age above the state ttl", mutate: func(c *Config) { c.SealMaxAge = 3 * time.Minute },
+			wantErr: []string{"gossip.seal_max_age: must be in (0, state_ttl=2m0s], got 3m0s"}},
+		{name: "seal max age zero", mutate: func(c *Config) { c.SealMaxAge = 0 },
+			wantErr: []string{"gossip.seal_max_age: must be in (0, state_ttl=2m0s], got 0s"}},
 		{name: "key not base64", mutate: func(c *Config) { c.SecretKey = "not base64!" },
 			wantErr: []string{"gossip.secret_key: not valid base64"}},
 		{name: "key of the wrong size", mutate: func(c *Config) { c.SecretKey = "c2hvcnQ=" },

@@ -51,7 +51,13 @@
 // and publish any state, so Config.Validate refuses a non-loopback BindAddr
 // without a key unless Config.Insecure is set. Node.SetKeys replaces the
 // keyring of a running node, which lets a cluster rotate its key without
-// downtime (TestKeyRotation). Key holders are trusted alike: states are not
-// signed per node, so consumers bound what they believe (the gfe's
-// routing.Bounds, the control plane's list of replicas).
+// downtime (TestKeyRotation). The key proves membership, not identity:
+// every gfe host holds it. Seals (seal.go: Options.Sealer and
+// Options.Verifier) give states per-node identities: a node that verifies
+// seals believes a state only if it is signed by the key of a certificate
+// that its CA bundle vouches for and that names the state's node, so a key
+// holder can publish only under the names of its own certificates
+// (TestImpersonatedReplicaRefused). Consumers still bound what one honest
+// name may say (the gfe's routing.Bounds, the control plane's list of
+// replicas).
 package gossip

@@ -8,8 +8,21 @@ import (
 // them over from the network once decrypted: a state message (route byte
 // and frame, NotifyMsg) and a push/pull payload (MergeRemoteState). Any
 // input must either be counted invalid or leave only valid states in the
-// view, and never panic; the node's own state is never replaced.
+// view, and never panic; the node's own state is never replaced. The node
+// verifies seals, so every state it believes but its own is Sealed; the
+// seeds include sealed states, with and without their chain.
 func FuzzHandleMessage(f *testing.F) {
+	pki := newSealPKI(f)
+	sealer, verifier := pki.sealer("self"), pki.verifier()
+	for _, s := range []NodeState{gfeState(), cpState()} {
+		pub := pki.sealedNode(s.Node, nil, nil)
+		if _, err := pub.Publish(s); err != nil {
+			f.Fatal(err)
+		}
+		f.Add(withRoute(routeDirect, pub.enc.full))
+		f.Add(withRoute(routeGossip, pub.enc.lean))
+		f.Add(pub.localView())
+	}
 	for _, s := range []NodeState{gfeState(), cpState(), bigGFEState(4, 4)} {
 		frame, err := encodeFrame(s)
 		if err != nil {
@@ -31,7 +44,7 @@ func FuzzHandleMessage(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		cfg := DefaultConfig()
 		cfg.Name = "self"
-		n, err := New(cfg, Options{})
+		n, err := New(cfg, Options{Sealer: sealer, Verifier: verifier})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,6 +69,9 @@ func FuzzHandleMessage(f *testing.F) {
 			}
 			if err := s.validateRemote(); err != nil && name != "self" {
 				t.Fatalf("an invalid state got into the view: %v", err)
+			}
+			if !s.Sealed {
+				t.Fatalf("an unsealed state got into the view: %+v", s)
 			}
 		}
 		if s := n.Snapshot().States["self"]; s.Site != "home" {

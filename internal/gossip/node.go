@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,16 @@ type Options struct {
 	// Rand returns uniform random numbers for join backoff jitter; nil
 	// means math/rand/v2.Uint64. It is only called from Run's goroutine.
 	Rand func() uint64
+	// Sealer, when set, seals every state this node publishes with the
+	// key of a certificate that names the node (see seal.go). Nil: states
+	// go out unsealed, and nodes that verify seals refuse them unless they
+	// accept unsealed states.
+	Sealer Sealer
+	// Verifier, when set, makes this node believe only states whose seal
+	// it verifies (and, with Config.AcceptUnsealed, states without one);
+	// the others are refused, counted in Stats and logged. Nil: seals are
+	// not checked and every valid state is believed, as key holders alike.
+	Verifier Verifier
 }
 
 // Snapshot is one node's view of the cluster at an instant. A Snapshot is
@@ -51,6 +62,25 @@ type Snapshot struct {
 	// States maps node name to that node's newest state, for alive members
 	// that have published (self included once Publish was called).
 	States map[string]NodeState
+
+	// wire holds the JSON that push/pull sends for a state of States, when
+	// it is not what encoding the NodeState gives (a seal, fields this
+	// version does not know).
+	wire map[string][]byte
+}
+
+// Unsealed returns the names of the states in s that are not Sealed,
+// sorted: none but self's on a node that verifies seals and does not
+// accept unsealed states.
+func (s *Snapshot) Unsealed() []string {
+	var out []string
+	for name, st := range s.States {
+		if !st.Sealed {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Stats are counters since New. They only increase.
@@ -81,6 +111,17 @@ type Stats struct {
 	Repairs, RepairErrors uint64
 	// Departures counts members that memberlist reported dead or left.
 	Departures uint64
+	// The states refused for their seal (see seal.go), by reason:
+	// Unsealed (no seal, where one is required, or for a node whose held
+	// state is sealed), BadSeals (a seal that does not verify),
+	// UnknownCerts (a certificate fingerprint not seen yet) and StaleSeals
+	// (older than Config.SealMaxAge). Zero without a Verifier.
+	Unsealed, BadSeals, UnknownCerts, StaleSeals uint64
+}
+
+// Refused returns the seal refusals by reason, keyed as RefusalReasons.
+func (s Stats) Refused() map[string]uint64 {
+	return map[string]uint64{"unsealed": s.Unsealed, "bad_seal": s.BadSeals, "unknown_certificate": s.UnknownCerts, "stale_seal": s.StaleSeals}
 }
 
 // Node is this process's member of the gossip cluster. It publishes this
@@ -132,26 +173,41 @@ type Node struct {
 	// onVerdict, when set (by tests, before Run), is called after each
 	// received message is classified.
 	onVerdict func(NodeState, verdict)
+	// onRefused, when set (by tests, before Run), is called with each
+	// state refused for its seal and the reason (RefusalReasons).
+	onRefused func(NodeState, string)
+	// sealer and verifier are Options.Sealer and Options.Verifier; certs
+	// the chains verified so far, by fingerprint.
+	sealer   Sealer
+	verifier Verifier
+	certs    certCache
+	// refusalLog logs refused states, at most a few a minute (the
+	// counters have them all).
+	refusalLog zerolog.Logger
 
 	// Accessed atomically.
 	started atomic.Bool
 	// advertise is memberlist's advertise address, set once by Run.
-	advertise  atomic.Pointer[string]
-	crashed    atomic.Bool // skip Leave on shutdown (tests simulate a crash)
-	ml         atomic.Pointer[memberlist.Memberlist]
-	snap       atomic.Pointer[Snapshot]
-	ppCache    atomic.Pointer[encodedView]
-	received   atomic.Uint64
-	accepted   atomic.Uint64
-	stale      atomic.Uint64
-	invalid    atomic.Uint64
-	relayed    atomic.Uint64
-	pushPull   atomic.Uint64
-	sent       atomic.Uint64
-	sendErrs   atomic.Uint64
-	repairs    atomic.Uint64
-	repairErrs atomic.Uint64
-	departures atomic.Uint64
+	advertise    atomic.Pointer[string]
+	crashed      atomic.Bool // skip Leave on shutdown (tests simulate a crash)
+	ml           atomic.Pointer[memberlist.Memberlist]
+	snap         atomic.Pointer[Snapshot]
+	ppCache      atomic.Pointer[encodedView]
+	received     atomic.Uint64
+	accepted     atomic.Uint64
+	stale        atomic.Uint64
+	invalid      atomic.Uint64
+	relayed      atomic.Uint64
+	pushPull     atomic.Uint64
+	sent         atomic.Uint64
+	sendErrs     atomic.Uint64
+	repairs      atomic.Uint64
+	repairErrs   atomic.Uint64
+	departures   atomic.Uint64
+	unsealed     atomic.Uint64
+	badSeals     atomic.Uint64
+	unknownCerts atomic.Uint64
+	staleSeals   atomic.Uint64
 
 	// Guarded by mu.
 	mu  sync.Mutex
@@ -159,15 +215,18 @@ type Node struct {
 	// version is the last version this node used (or the floor raised by a
 	// refutation); the next Publish uses a higher one.
 	version uint64
-	// own is the last published state and ownFrame its encoding (nil
-	// before the first Publish).
-	own      *NodeState
-	ownFrame []byte
-	seq      uint64
-	// The sender's outbox: fanout asks to send ownFrame to every member,
-	// greet to the listed members only (those that joined since).
-	fanout bool
-	greet  map[string]struct{}
+	// own is the last published state (nil before the first Publish)
+	// and enc its encodings.
+	own *NodeState
+	enc ownEncoding
+	seq uint64
+	// The sender's outbox: fanout asks to send the state to every member
+	// (with its seal's chain when fullFanout: the certificate changed),
+	// greet to the listed members (those that joined since), with the
+	// chain.
+	fanout     bool
+	fullFanout bool
+	greet      map[string]struct{}
 	// repaired maps a node to the state version for which repairGaps
 	// last joined it.
 	repaired map[string]uint64
@@ -211,7 +270,10 @@ func New(cfg Config, opts Options) (*Node, error) {
 		tab:      newTable(cfg.Name, cfg.StateTTL),
 		addrs:    make(map[string]memberlist.Node),
 		repaired: make(map[string]uint64),
+		sealer:   opts.Sealer,
+		verifier: opts.Verifier,
 	}
+	n.refusalLog = n.log.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Minute})
 	if n.rand == nil {
 		n.rand = rand.Uint64
 	}
@@ -248,6 +310,14 @@ func (n *Node) Run(ctx context.Context) error {
 	n.stampAddr(addr)
 	close(n.ready)
 	n.log.Info().Str("addr", addr).Bool("encrypted", n.keyring != nil).Msg("gossip started")
+	switch {
+	case n.verifier == nil:
+		n.log.Warn().Bool("sealed", n.sealer != nil).
+			Msg("gossip states are believed without seals (no TLS CA to verify them): every key holder can publish under any node's name")
+	case n.cfg.AcceptUnsealed:
+		n.log.Warn().Bool("sealed", n.sealer != nil).
+			Msg("gossip accepts unsealed states (accept_unsealed, for a rolling upgrade): a key holder can publish under any name whose states were never sealed")
+	}
 	if n.keyring == nil && !IsLoopback(n.cfg.BindAddr) {
 		n.log.Error().Str("bind_addr", n.cfg.BindAddr).
 			Msg("GOSSIP IS NEITHER ENCRYPTED NOR AUTHENTICATED (insecure mode): anyone who reaches this port can join " +
@@ -286,6 +356,7 @@ func (n *Node) Run(ctx context.Context) error {
 			}
 		case <-repair.C():
 			n.repairGaps()
+			n.refreshSeal()
 		}
 	}
 }
@@ -336,25 +407,6 @@ func (n *Node) repairGaps() {
 		n.mu.Unlock()
 		n.log.Info().Str("node", g.node).Msg("joined a node known only from its state")
 	}
-}
-
-// stampAddr re-publishes a state published before Run with the node's
-// gossip address, which other nodes use to repair membership gaps.
-func (n *Node) stampAddr(addr string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.own == nil || n.own.Addr == addr {
-		return
-	}
-	s := *n.own
-	s.Addr = addr
-	s.Version = max(n.version+1, unixNanos(n.clock.Now()))
-	frame, stored, err := encodeOwn(s)
-	if err != nil {
-		n.log.Error().Err(err).Msg("re-encoding own state")
-		return
-	}
-	n.setOwnLocked(stored, frame, n.clock.Now())
 }
 
 // joinWithBackoff joins seeds, retrying until one answers or ctx ends.
@@ -431,142 +483,6 @@ func (n *Node) Addr() string {
 	return ""
 }
 
-// Publish makes s this node's state: it sets s.Node to Config.Name and
-// s.Version to a version higher than any this node used, stores it (so
-// States includes it at once), and hands it to the sender and to gossip. It
-// returns the version assigned. Publish does no I/O and does not wait for
-// delivery; publishing again before the last state went out sends only the
-// newer one.
-//
-// Publish copies s; the caller may reuse its maps. It returns an error
-// wrapping ErrInvalidState, and publishes nothing, if a field is invalid.
-//
-// A state whose encoding does not fit a UDP packet (about
-// Config.UDPBufferSize - 50 bytes after compression) is sent to each member
-// over TCP and is not gossiped; that costs one TCP connection per member
-// per Publish, so keep states small or raise UDPBufferSize.
-func (n *Node) Publish(s NodeState) (uint64, error) {
-	s.Node = n.cfg.Name
-	s.Version = 0
-	s.Addr = n.Addr()
-	if err := s.validate(); err != nil {
-		return 0, fmt.Errorf("gossip: publish: %w", err)
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	now := n.clock.Now()
-	s.Version = max(n.version+1, unixNanos(now))
-	frame, stored, err := encodeOwn(s)
-	if err != nil {
-		return 0, fmt.Errorf("gossip: publish: %w", err)
-	}
-	n.setOwnLocked(stored, frame, now)
-	return s.Version, nil
-}
-
-// setOwnLocked makes stored (encoded as frame) this node's state: visible,
-// queued for gossip if it fits a packet, and sent to every member by the
-// sender. Caller must hold n.mu.
-func (n *Node) setOwnLocked(stored NodeState, frame []byte, now time.Time) {
-	if len(frame)+1 > n.budget && (n.ownFrame == nil || len(n.ownFrame)+1 <= n.budget) {
-		n.log.Warn().Int("bytes", len(frame)).Int("packet_budget", n.budget).
-			Msg("state too large for a gossip packet; sending it to each member over TCP")
-	}
-	n.version = stored.Version
-	n.own = &stored
-	n.ownFrame = frame
-	n.tab.setSelf(stored, now)
-	n.rebuildLocked()
-	if len(frame)+1 <= n.budget {
-		n.queue.QueueBroadcast(&broadcast{name: stored.Node, msg: withRoute(routeGossip, frame)})
-	}
-	n.fanout = true
-	n.greet = nil
-	n.signalSender()
-}
-
-// signalSender wakes the sender without blocking.
-func (n *Node) signalSender() {
-	select {
-	case n.wake <- struct{}{}:
-	default:
-	}
-}
-
-// sendLoop is the sender: it delivers this node's state straight to members
-// (all of them after a Publish, the new ones after a join), outside
-// memberlist's callbacks. It returns when ctx ends.
-func (n *Node) sendLoop(ctx context.Context, ml *memberlist.Memberlist) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-n.wake:
-		}
-		n.mu.Lock()
-		frame, all, greet := n.ownFrame, n.fanout, n.greet
-		n.fanout, n.greet = false, nil
-		var targets []memberlist.Node
-		if frame != nil {
-			for name, m := range n.addrs {
-				if _, ok := greet[name]; all || ok {
-					targets = append(targets, m)
-				}
-			}
-		}
-		n.mu.Unlock()
-		if len(targets) == 0 {
-			continue
-		}
-		msg := withRoute(routeDirect, frame)
-		for i := range targets {
-			if ctx.Err() != nil {
-				return
-			}
-			n.sendTo(ml, &targets[i], msg)
-		}
-	}
-}
-
-// sendTo sends msg to one member: one UDP packet, or a TCP message when it
-// does not fit (which may block up to TCPTimeout).
-func (n *Node) sendTo(ml *memberlist.Memberlist, m *memberlist.Node, msg []byte) {
-	var err error
-	if len(msg) <= n.budget {
-		err = ml.SendBestEffort(m, msg)
-	} else {
-		err = ml.SendReliable(m, msg)
-	}
-	if err != nil {
-		n.sendErrs.Add(1)
-		n.log.Debug().Err(err).Str("member", m.Name).Msg("direct send failed")
-		return
-	}
-	n.sent.Add(1)
-}
-
-// encodeOwn encodes s and decodes it back, so that the state this node
-// stores is exactly what the others decode (and shares no maps with the
-// caller's).
-func encodeOwn(s NodeState) ([]byte, NodeState, error) {
-	frame, err := encodeFrame(s)
-	if err != nil {
-		return nil, NodeState{}, err
-	}
-	var stored NodeState
-	if err := decodeFrame(frame, &stored); err != nil {
-		return nil, NodeState{}, err
-	}
-	return frame, stored, nil
-}
-
-func unixNanos(t time.Time) uint64 {
-	if ns := t.UnixNano(); ns > 0 {
-		return uint64(ns)
-	}
-	return 0
-}
-
 // Snapshot returns the current view. It never blocks on the network and
 // does not copy: the returned Snapshot is shared and immutable.
 func (n *Node) Snapshot() *Snapshot { return n.snap.Load() }
@@ -607,5 +523,10 @@ func (n *Node) Stats() Stats {
 		Repairs:      n.repairs.Load(),
 		RepairErrors: n.repairErrs.Load(),
 		Departures:   n.departures.Load(),
+
+		Unsealed:     n.unsealed.Load(),
+		BadSeals:     n.badSeals.Load(),
+		UnknownCerts: n.unknownCerts.Load(),
+		StaleSeals:   n.staleSeals.Load(),
 	}
 }

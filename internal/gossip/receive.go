@@ -2,8 +2,13 @@ package gossip
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"math"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -12,7 +17,7 @@ import (
 // hold n.mu.
 func (n *Node) rebuildLocked() {
 	n.seq++
-	n.snap.Store(&Snapshot{Seq: n.seq, Members: n.tab.memberNames(), States: n.tab.visible()})
+	n.snap.Store(&Snapshot{Seq: n.seq, Members: n.tab.memberNames(), States: n.tab.visible(), wire: n.tab.visibleWires()})
 	select {
 	case n.changes <- struct{}{}:
 	default:
@@ -24,50 +29,156 @@ func (n *Node) rebuildLocked() {
 func (n *Node) handleMessage(b []byte) {
 	n.received.Add(1)
 	route, frame, err := splitRoute(b)
-	var s NodeState
+	var ws wireState
 	if err == nil {
-		s, err = decodeState(frame)
+		ws, err = decodeWireState(frame)
 	}
 	if err != nil {
 		n.invalid.Add(1)
 		n.log.Warn().Err(err).Int("bytes", len(b)).Msg("dropped invalid state message")
 		return
 	}
-	v := n.offer([]NodeState{s})[0]
+	admitted := n.admit([]wireState{ws})
+	if len(admitted) == 0 {
+		return
+	}
+	v := n.offer(admitted)[0]
 	if route == routeGossip && (v == verdictHidden || v == verdictVisible) {
 		if len(b) <= n.budget {
-			n.queue.QueueBroadcast(&broadcast{name: s.Node, msg: bytes.Clone(b)})
+			n.queue.QueueBroadcast(&broadcast{name: ws.state.Node, msg: bytes.Clone(b)})
 			n.relayed.Add(1)
 		}
 	}
 	if n.onVerdict != nil {
-		n.onVerdict(s, v)
+		n.onVerdict(admitted[0].state, v)
 	}
 }
 
 // handlePushPull merges the full view another node sent over TCP.
 func (n *Node) handlePushPull(buf []byte) {
 	n.pushPull.Add(1)
-	states, err := decodeStates(buf)
+	states, err := decodeWireStates(buf)
 	if err != nil {
 		n.invalid.Add(1)
 		n.log.Warn().Err(err).Int("bytes", len(buf)).Msg("dropped invalid states in push/pull")
 	}
-	if len(states) > 0 {
+	if states = n.admit(states); len(states) > 0 {
 		n.offer(states)
 	}
 }
 
+// admit returns the received states this node believes, as far as their
+// seals go (see seal.go): sealed ones whose seal verifies, marked Sealed
+// and with the chain in their wire form, and unsealed ones when this node
+// verifies no seals or accepts unsealed states. Every other state is
+// counted and logged. States that would be stale anyway are passed on
+// unverified (offer drops them), so an old state costs no signature check.
+// Not called with n.mu held: verifying takes tens of microseconds.
+func (n *Node) admit(states []wireState) []wireState {
+	if n.verifier == nil {
+		return states // seals ignored: the wire forms still carry them on
+	}
+	now := n.clock.Now()
+	out := states[:0]
+	for _, ws := range states {
+		n.mu.Lock()
+		known := n.tab.known(ws.state.Node, ws.state.Version) ||
+			(ws.state.Node == n.cfg.Name && ws.state.Version <= n.version)
+		n.mu.Unlock()
+		if known {
+			out = append(out, ws) // stale, or an echo of ours: offer counts it
+			continue
+		}
+		switch v, err := n.checkSeal(&ws, now); v {
+		case sealOK:
+			out = append(out, ws)
+		case sealNone:
+			if n.cfg.AcceptUnsealed {
+				out = append(out, ws)
+				continue
+			}
+			n.refused(ws.state, "unsealed")
+			n.unsealed.Add(1)
+			n.refusalLog.Warn().Str("from", ws.state.Node).Str("kind", string(ws.state.Kind)).Str("reason", "unsealed").
+				Msg("refused a gossip state without a seal: its publisher cannot prove it is the node it names (an older version, a node without a TLS certificate, or an impostor)")
+		case sealBad:
+			n.refused(ws.state, "bad_seal")
+			n.badSeals.Add(1)
+			n.refusalLog.Warn().Err(err).Str("from", ws.state.Node).Str("kind", string(ws.state.Kind)).Str("reason", "bad_seal").
+				Msg("refused a gossip state whose seal does not verify: a forgery, or a certificate the trusted roots do not vouch for or that does not name the node")
+		case sealUnknownCert:
+			n.refused(ws.state, "unknown_certificate")
+			n.unknownCerts.Add(1)
+			n.log.Debug().Str("from", ws.state.Node).Str("reason", "unknown_certificate").
+				Msg("refused a gossip state sealed by a certificate not seen yet; the next push/pull brings it")
+		case sealStale:
+			n.refused(ws.state, "stale_seal")
+			n.staleSeals.Add(1)
+			n.refusalLog.Warn().Str("from", ws.state.Node).Time("published", time.Unix(0, int64(ws.state.Version))).
+				Dur("max_age", n.cfg.SealMaxAge).Str("reason", "stale_seal").
+				Msg("refused a sealed gossip state older than the seal's max age: a replay, or a publisher whose clock is behind")
+		}
+	}
+	return out
+}
+
+// refused calls the onRefused test hook.
+func (n *Node) refused(s NodeState, reason string) {
+	if n.onRefused != nil {
+		n.onRefused(s, reason)
+	}
+}
+
+// checkSeal verifies ws's seal at now. On sealOK it marks the state Sealed
+// and gives it a wire form with the chain.
+func (n *Node) checkSeal(ws *wireState, now time.Time) (sealVerdict, error) {
+	if ws.sealErr != nil {
+		return sealBad, ws.sealErr
+	}
+	if ws.seal == nil {
+		return sealNone, nil
+	}
+	if maxAge := n.cfg.SealMaxAge; maxAge > 0 {
+		if floor := now.Add(-maxAge).UnixNano(); floor > 0 && ws.state.Version < uint64(floor) {
+			return sealStale, nil
+		}
+	}
+	chain := ws.seal.Chain
+	if len(chain) == 0 {
+		if chain = n.certs.get(ws.seal.Cert); chain == nil {
+			return sealUnknownCert, nil
+		}
+	} else if fp := sha256.Sum256(chain[0]); !bytes.Equal(fp[:], ws.seal.Cert) {
+		return sealBad, errors.New("the seal's cert is not the SHA-256 of its chain's leaf")
+	}
+	if err := n.verifier.Verify(ws.state.Node, chain, sealedMessage(ws.body), ws.seal.Sig); err != nil {
+		return sealBad, err
+	}
+	n.certs.put(ws.seal.Cert, chain)
+	if len(ws.seal.Chain) == 0 {
+		full := *ws.seal
+		full.Chain = chain
+		wire, err := spliceSeal(ws.body, full)
+		if err != nil {
+			return sealBad, err
+		}
+		ws.wire = wire
+	}
+	ws.state.Sealed = true
+	return sealOK, nil
+}
+
 // offer applies received states, updates the view and counters, and
 // refutes a state that claims this node's name with a higher version.
-func (n *Node) offer(states []NodeState) []verdict {
+func (n *Node) offer(states []wireState) []verdict {
 	verdicts := make([]verdict, len(states))
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	now := n.clock.Now()
 	changed := false
-	for i, s := range states {
-		v := n.tab.apply(s, now)
+	for i, ws := range states {
+		s := ws.state
+		v := n.tab.applyWire(s, ws.wire, now)
 		verdicts[i] = v
 		switch v {
 		case verdictVisible:
@@ -77,9 +188,17 @@ func (n *Node) offer(states []NodeState) []verdict {
 			n.accepted.Add(1)
 		case verdictStale:
 			n.stale.Add(1)
+		case verdictUnsealed:
+			n.refused(s, "unsealed")
+			n.unsealed.Add(1)
+			n.refusalLog.Warn().Str("from", s.Node).Str("reason", "unsealed").
+				Msg("refused an unsealed gossip state for a node whose states are sealed")
 		case verdictSelf:
 			n.stale.Add(1)
-			if s.Version > n.version {
+			// Only our own key can make a sealed state under our name (a
+			// previous incarnation): anything else claiming it is not
+			// worth raising our version for.
+			if s.Version > n.version && s.Version < math.MaxUint64 && (n.sealer == nil || s.Sealed) {
 				n.refuteLocked(s.Version)
 			}
 		}
@@ -103,29 +222,43 @@ func (n *Node) refuteLocked(theirs uint64) {
 	}
 	s := *n.own
 	s.Version = n.version + 1
-	frame, stored, err := encodeOwn(s)
+	enc, err := n.encodeOwn(s)
 	if err != nil {
 		n.log.Error().Err(err).Msg("re-encoding own state")
 		return
 	}
-	n.setOwnLocked(stored, frame, n.clock.Now())
+	n.setOwnLocked(enc, n.clock.Now())
 }
 
 // localView is the push/pull payload: every visible state, sorted by node
-// name, encoded once per Snapshot.
+// name, in the form it travels in (seals and their chains included),
+// encoded once per Snapshot.
 func (n *Node) localView() []byte {
 	snap := n.snap.Load()
 	if c := n.ppCache.Load(); c != nil && c.seq == snap.Seq {
 		return c.buf
 	}
-	l := stateList{States: make([]NodeState, 0, len(snap.States))}
-	for _, s := range snap.States {
-		l.States = append(l.States, s)
+	names := make([]string, 0, len(snap.States))
+	for name := range snap.States {
+		names = append(names, name)
 	}
-	sort.Slice(l.States, func(i, j int) bool { return l.States[i].Node < l.States[j].Node })
+	sort.Strings(names)
+	l := rawStateList{States: make([]json.RawMessage, 0, len(names))}
+	for _, name := range names {
+		raw := snap.wire[name]
+		if raw == nil {
+			var err error
+			if raw, err = json.Marshal(snap.States[name]); err != nil {
+				// Cannot happen: every stored state was decoded from JSON.
+				n.log.Error().Err(err).Str("state", name).Msg("encoding push/pull state")
+				continue
+			}
+		}
+		l.States = append(l.States, raw)
+	}
 	buf, err := encodeFrame(l)
 	if err != nil {
-		// Cannot happen: every stored state was decoded from JSON.
+		// Cannot happen: every raw form was decoded as JSON.
 		n.log.Error().Err(err).Msg("encoding push/pull state")
 		return nil
 	}
@@ -146,12 +279,12 @@ func (n *Node) memberJoined(node *memberlist.Node) {
 	if n.tab.join(name, n.clock.Now()) {
 		n.rebuildLocked()
 		n.log.Info().Str("member", name).Msg("member joined")
-		if !n.fanout {
-			if n.greet == nil {
-				n.greet = make(map[string]struct{})
-			}
-			n.greet[name] = struct{}{}
+		// Greeted even when a fanout is due: the greeting carries the
+		// seal's chain, which a member that just joined may not know.
+		if n.greet == nil {
+			n.greet = make(map[string]struct{})
 		}
+		n.greet[name] = struct{}{}
 		n.signalSender()
 	}
 }

@@ -53,6 +53,13 @@ type NodeState struct {
 	// increasing across a restart of the same node name as long as the
 	// clock did not step back by more than the time since the last publish.
 	Version uint64 `json:"version"`
+	// Sealed says the state carried a seal this node verified: it was
+	// signed with the key of a certificate the trusted roots vouch for and
+	// that names Node (see seal.go). Set by the receiving Node, never sent;
+	// this node's own state is Sealed when it has a Sealer. With a
+	// Verifier and without Config.AcceptUnsealed every state a Snapshot
+	// holds, but this node's own, is Sealed.
+	Sealed bool `json:"-"`
 
 	// Demand maps backend service name to the demand arriving at this gfe
 	// for that service, in demand units per second (requests/s), smoothed

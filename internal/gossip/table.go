@@ -22,6 +22,11 @@ const (
 	// verdictSelf: a state that claims to be this node's (an echo of our
 	// own broadcast, or one from a previous incarnation). Never stored.
 	verdictSelf
+	// verdictUnsealed: an unsealed state for a node whose held state is
+	// sealed. Dropped: with Config.AcceptUnsealed, unsealed states are
+	// believed only for nodes that never proved an identity, so a key
+	// holder cannot replace a sealed node's state with its own.
+	verdictUnsealed
 )
 
 func (v verdict) String() string {
@@ -34,6 +39,8 @@ func (v verdict) String() string {
 		return "visible"
 	case verdictSelf:
 		return "self"
+	case verdictUnsealed:
+		return "unsealed"
 	}
 	return "unknown"
 }
@@ -46,7 +53,9 @@ func (v verdict) String() string {
 //   - visible() holds exactly the newest state received for each node that is
 //     currently a member (self is always a member);
 //   - a state is stored only if its Version is higher than the one held for
-//     that node, so a stale broadcast or push/pull never rolls a node back;
+//     that node, so a stale broadcast or push/pull never rolls a node back
+//     (or, at the same Version, if it is sealed and the held one is not);
+//   - an unsealed state never replaces a sealed one;
 //   - when a member leaves, its state is hidden, not forgotten: its in-flight
 //     broadcasts cannot bring an older version back, and if the node returns
 //     (a false failure detection, a healed partition) its last state is
@@ -69,7 +78,9 @@ type table struct {
 // it was stored or its node left, whichever is later.
 type held struct {
 	state NodeState
-	at    time.Time
+	// wire is the state's JSON as push/pull sends it (nil: encode state).
+	wire []byte
+	at   time.Time
 	// departed is set while the node is not a member because memberlist
 	// reported it dead or left (rather than not reported it yet).
 	departed bool
@@ -87,25 +98,51 @@ func newTable(self string, ttl time.Duration) *table {
 // apply offers a received state to the table. s must be valid
 // (NodeState.validateRemote) and is stored as is, so the caller must not
 // change it afterwards.
-func (t *table) apply(s NodeState, now time.Time) verdict {
+func (t *table) apply(s NodeState, now time.Time) verdict { return t.applyWire(s, nil, now) }
+
+// applyWire is apply for a state whose JSON as it travels is wire (nil:
+// encode s when it is sent on), which the table keeps.
+func (t *table) applyWire(s NodeState, wire []byte, now time.Time) verdict {
 	if s.Node == t.self {
 		return verdictSelf
 	}
 	t.prune(now)
 	h, ok := t.states[s.Node]
-	if ok && s.Version <= h.state.Version {
-		return verdictStale
+	if ok {
+		if t.stale(h, s.Version, s.Sealed) {
+			return verdictStale
+		}
+		if h.state.Sealed && !s.Sealed {
+			return verdictUnsealed
+		}
 	}
-	t.states[s.Node] = held{state: s, at: now, departed: h.departed}
+	t.states[s.Node] = held{state: s, wire: wire, at: now, departed: h.departed}
 	if _, ok := t.members[s.Node]; ok {
 		return verdictVisible
 	}
 	return verdictHidden
 }
 
+// stale reports whether a state of version v (sealed or not) is no news
+// next to h.
+func (t *table) stale(h held, v uint64, sealed bool) bool {
+	return v < h.state.Version || (v == h.state.Version && (h.state.Sealed || !sealed))
+}
+
+// known reports whether a state of another node with version v would be
+// stale even if sealed: what a receiver checks before it spends a
+// signature verification.
+func (t *table) known(node string, v uint64) bool {
+	h, ok := t.states[node]
+	return node != t.self && ok && t.stale(h, v, true)
+}
+
 // setSelf stores this node's own state. The caller guarantees it is newer.
-func (t *table) setSelf(s NodeState, now time.Time) {
-	t.states[t.self] = held{state: s, at: now}
+func (t *table) setSelf(s NodeState, now time.Time) { t.setSelfWire(s, nil, now) }
+
+// setSelfWire is setSelf with the state's JSON as push/pull sends it.
+func (t *table) setSelfWire(s NodeState, wire []byte, now time.Time) {
+	t.states[t.self] = held{state: s, wire: wire, at: now}
 }
 
 // join records that memberlist reports node alive. It returns false if node
@@ -178,6 +215,18 @@ func (t *table) visible() map[string]NodeState {
 	for node := range t.members {
 		if h, ok := t.states[node]; ok {
 			out[node] = h.state
+		}
+	}
+	return out
+}
+
+// visibleWires returns the JSON forms held for the states visible() returns
+// (only those that have one).
+func (t *table) visibleWires() map[string][]byte {
+	out := make(map[string][]byte, len(t.members))
+	for node := range t.members {
+		if h, ok := t.states[node]; ok && h.wire != nil {
+			out[node] = h.wire
 		}
 	}
 	return out

@@ -69,6 +69,13 @@
 //     higher name) runs, and when it stops (Run returns). A pending claim
 //     is dropped for the same reasons.
 //
+// Claims count only from the replicas the medium vouches for: in gossip,
+// the states sealed by the listed replicas' own certificates (package
+// internal/gossip, seal.go), so no other gossip-key holder can claim a
+// lease. A claim whose term is above MaxTerm is ignored (and logged): no
+// real sequence of holders reaches it, and believing one would make every
+// later term overflow.
+//
 // So when a holder dies, the survivors agree on one new candidate as soon
 // as memberlist drops the dead one (about 2.5s on a LAN) and that
 // candidate claims the lease TTL after it last saw the dead holder's

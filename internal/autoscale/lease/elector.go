@@ -75,6 +75,9 @@ type Elector struct {
 	changed chan struct{} // closed and replaced when held changes
 	// published is the last claim set handed to the medium.
 	published map[string]uint64
+	// implausible maps member and lease to the implausible term last
+	// logged, so that a standing claim is logged once.
+	implausible map[string]uint64
 }
 
 // New returns an Elector that has not started; Run starts it. The startup
@@ -102,9 +105,10 @@ func New(cfg Config, m Medium, opts Options) (*Elector, error) {
 	clk := clock.OrReal(opts.Clock)
 	return &Elector{
 		cfg: cfg, medium: m, clock: clk,
-		logger:  opts.Logger.With().Str("component", "lease").Logger(),
-		table:   newTable(cfg.Self, cfg.TTL, cfg.RenewEvery, clk.Now()),
-		changed: make(chan struct{}),
+		logger:      opts.Logger.With().Str("component", "lease").Logger(),
+		table:       newTable(cfg.Self, cfg.TTL, cfg.RenewEvery, clk.Now()),
+		changed:     make(chan struct{}),
+		implausible: map[string]uint64{},
 	}, nil
 }
 
@@ -172,7 +176,13 @@ func (e *Elector) step(renew bool) {
 	v := e.medium.View()
 	e.mu.Lock()
 	now := e.clock.Now()
-	e.table.observe(v, now)
+	var newlyIgnored []Implausible
+	for _, c := range e.table.observe(v, now) {
+		if key := c.Member + "\x00" + c.Lease; e.implausible[key] != c.Term {
+			e.implausible[key] = c.Term
+			newlyIgnored = append(newlyIgnored, c)
+		}
+	}
 	acquired, released, err := e.table.decide(e.names, v.Members, now)
 	if err != nil {
 		e.mu.Unlock()
@@ -187,6 +197,10 @@ func (e *Elector) step(renew bool) {
 	}
 	e.mu.Unlock()
 
+	for _, c := range newlyIgnored {
+		e.logger.Warn().Str("lease", c.Lease).Str("holder", c.Member).Uint64("term", c.Term).Uint64("max_term", MaxTerm).
+			Msg("ignored a lease claim with an implausible term")
+	}
 	// A release took effect above (Holds says no before anyone can see
 	// the claim gone); a new claim goes out with this publish and is held
 	// RenewEvery later.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -317,6 +318,10 @@ func TestTableConflict(t *testing.T) {
 		{name: "their term higher", mine: 2, theirs: 3, wantHeld: false},
 		{name: "my term higher", mine: 3, theirs: 2, wantHeld: true},
 		{name: "same term, the higher name stays", mine: 2, theirs: 2, wantHeld: self > other},
+		// A term no holder change could reach (a forged or buggy claim)
+		// is ignored rather than let win and overflow the next term.
+		{name: "their term implausible", mine: 2, theirs: math.MaxUint64 - 1, wantHeld: true},
+		{name: "their term at the bound", mine: 2, theirs: MaxTerm, wantHeld: false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -331,6 +336,9 @@ func TestTableConflict(t *testing.T) {
 			}
 			if _, held := tb.held()[lease]; held != tt.wantHeld || (len(released) == 1) == tt.wantHeld {
 				t.Errorf("held %v, released %v; want held %v", held, released, tt.wantHeld)
+			}
+			if tt.theirs > MaxTerm && tb.terms[lease] != tt.mine {
+				t.Errorf("highest term seen %d after an implausible claim, want mine (%d)", tb.terms[lease], tt.mine)
 			}
 		})
 	}

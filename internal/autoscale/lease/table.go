@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spillway-lb/spillway/lb/hashing"
@@ -73,9 +74,22 @@ func newTable(self string, ttl, settle time.Duration, started time.Time) *table 
 	}
 }
 
+// MaxTerm is the highest term a claim may carry to count. Terms grow by
+// one per change of holder, so a real one never comes near it (a change
+// every second for eight million years); a claim above it is a bug or a
+// forgery, and believing it would make every later term overflow.
+const MaxTerm = 1 << 48
+
+// Implausible is a claim observe ignored: its term is above MaxTerm.
+type Implausible struct {
+	Member, Lease string
+	Term          uint64
+}
+
 // observe takes in a view at now: it notes which members renewed (showed
-// a newer version), what they claim, and which claims were dropped.
-func (t *table) observe(v View, now time.Time) {
+// a newer version), what they claim, and which claims were dropped. It
+// returns the claims it ignored (Implausible), sorted.
+func (t *table) observe(v View, now time.Time) (ignored []Implausible) {
 	for m, ver := range v.Versions {
 		if m == t.self {
 			continue
@@ -90,6 +104,10 @@ func (t *table) observe(v View, now time.Time) {
 		}
 		renewed := t.versionAt[m]
 		for name, term := range claims {
+			if term > MaxTerm {
+				ignored = append(ignored, Implausible{Member: m, Lease: name, Term: term})
+				continue
+			}
 			t.terms[name] = max(t.terms[name], term)
 			s, ok := t.seen[name]
 			// The newest claim wins: a higher term, or the same holder's
@@ -108,10 +126,14 @@ func (t *table) observe(v View, now time.Time) {
 		alive[m] = true
 	}
 	for name, s := range t.seen {
-		if _, claims := v.Claims[s.holder][name]; alive[s.holder] && !claims {
+		if term, claims := v.Claims[s.holder][name]; alive[s.holder] && (!claims || term > MaxTerm) {
 			delete(t.seen, name)
 		}
 	}
+	slices.SortFunc(ignored, func(a, b Implausible) int {
+		return strings.Compare(a.Member+"\x00"+a.Lease, b.Member+"\x00"+b.Lease)
+	})
+	return ignored
 }
 
 // decide applies the rules to every lease in names at now, given the

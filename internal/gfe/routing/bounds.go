@@ -1,6 +1,11 @@
 package routing
 
-import "github.com/spillway-lb/spillway/config"
+import (
+	"math"
+	"sort"
+
+	"github.com/spillway-lb/spillway/config"
+)
 
 // Bounds are the plausibility limits on what other gfes gossip (DESIGN.md
 // §9): gossip is authenticated, but one buggy or compromised member must
@@ -16,15 +21,18 @@ type Bounds struct {
 	MaxRTT float64
 	// MaxDemand bounds a peer's demand for a service to MaxDemand times
 	// the service's declared capacity (every instance of every group
-	// healthy, capacity_scaler ignored). 0: no cap.
+	// healthy, capacity_scaler ignored), and so does it bound the peers of
+	// one site together: their demand is scaled down alike until its sum
+	// is within the bound, so that N members at a site (sybils, if any
+	// could pass for gfes) count no more than one. 0: no cap.
 	MaxDemand float64
 	// MaxDemandRise bounds how fast a peer's demand for a service may
 	// rise: by at most MaxDemandRise times the service's declared capacity
 	// per second since the previous build. A peer (node) seen for the
 	// first time counts 0 in that build, so a new member's demand ramps up
 	// over MaxDemand/MaxDemandRise seconds at worst (and so does every
-	// peer's when this gfe starts). Decreases are never limited. 0: no
-	// limit.
+	// peer's when this gfe starts). The peers of one site together rise
+	// no faster either. Decreases are never limited. 0: no limit.
 	MaxDemandRise float64
 }
 
@@ -40,8 +48,9 @@ func DefaultBounds() Bounds {
 type Clamp struct {
 	// Node is the peer that gossiped it.
 	Node string
-	// Field is "rtt", "demand" (above MaxDemand) or "demand_rise" (faster
-	// than MaxDemandRise).
+	// Field is "rtt", "demand" (above MaxDemand), "demand_rise" (faster
+	// than MaxDemandRise) or "site_demand" (a site's peers together above
+	// either; Node is then "site:" and the site's name).
 	Field string
 	// Key is the region (rtt) or service (demand) the value is for.
 	Key string
@@ -54,10 +63,18 @@ const (
 	ClampRTT        = "rtt"
 	ClampDemand     = "demand"
 	ClampDemandRise = "demand_rise"
+	ClampSiteDemand = "site_demand"
 )
 
-// peerDemandKey names one peer's demand for one service.
-type peerDemandKey struct{ node, service string }
+// sitePrefix starts the Node of a site's Clamps.
+const sitePrefix = "site:"
+
+// peerDemandKey names one peer's demand for one service, or with site set
+// the demand of one site's peers (node is then the site).
+type peerDemandKey struct {
+	node, service string
+	site          bool
+}
 
 // acceptedDemand is the last demand taken from a peer for a service.
 type acceptedDemand struct {
@@ -116,6 +133,66 @@ func (b *Builder) boundPeers(in Input, sc *config.Service, dt float64) []Peer {
 			}
 		}
 	}
+	if capacity > 0 && (bd.MaxDemand > 0 || bd.MaxDemandRise > 0) {
+		b.boundSites(out, sc.Name, capacity, dt)
+	}
+	return out
+}
+
+// boundSites scales down, in place, the demand for svc of the peers of
+// each site whose sum is above MaxDemand times capacity or rose faster than
+// MaxDemandRise times capacity per second since the previous build (a site
+// seen for the first time is only capped: its peers each start from 0),
+// recording one clamp per site. peers holds copies whose Demand maps it
+// may replace, not change.
+func (b *Builder) boundSites(peers []Peer, svc string, capacity, dt float64) {
+	bd := b.cfg.Bounds
+	totals := map[string]float64{}
+	for _, p := range peers {
+		if p.Node != b.cfg.Node && p.Site != "" {
+			totals[p.Site] += p.Demand[svc]
+		}
+	}
+	for _, site := range sortedSites(totals) {
+		total := totals[site]
+		limit := math.Inf(1)
+		if bd.MaxDemand > 0 {
+			limit = bd.MaxDemand * capacity
+		}
+		key := peerDemandKey{node: site, service: svc, site: true}
+		prev, known := b.peerDemand[key]
+		if bd.MaxDemandRise > 0 && known {
+			limit = math.Min(limit, prev.value+bd.MaxDemandRise*capacity*dt)
+		}
+		used := math.Min(total, limit)
+		b.peerDemand[key] = acceptedDemand{value: used, build: b.builds}
+		if used >= total {
+			continue
+		}
+		b.clamped(Clamp{Node: sitePrefix + site, Field: ClampSiteDemand, Key: svc, Reported: total, Used: used})
+		scale := used / total
+		for i, p := range peers {
+			if p.Node == b.cfg.Node || p.Site != site || p.Demand[svc] == 0 {
+				continue
+			}
+			m := make(map[string]float64, len(p.Demand))
+			for k, v := range p.Demand {
+				m[k] = v
+			}
+			m[svc] = p.Demand[svc] * scale
+			peers[i].Demand = m
+		}
+	}
+}
+
+// sortedSites returns m's keys in order, so that clamps come out the same
+// way every build.
+func sortedSites(m map[string]float64) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
 	return out
 }
 
@@ -166,7 +243,7 @@ func (b *Builder) boundDemand(p Peer, svc string, capacity, dt float64) (float64
 			b.clamped(Clamp{Node: p.Node, Field: ClampDemand, Key: svc, Reported: reported, Used: used})
 		}
 	}
-	key := peerDemandKey{p.Node, svc}
+	key := peerDemandKey{node: p.Node, service: svc}
 	if bd.MaxDemandRise > 0 {
 		// A peer seen for the first time starts from 0, which is not
 		// reported: it happens to every peer when this gfe starts.

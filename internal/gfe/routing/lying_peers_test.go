@@ -41,6 +41,8 @@ type planRig struct {
 	b   *routing.Builder
 	cs  *snapshot.Snapshot
 	now time.Time
+	// last is the table of the last step.
+	last *routing.Table
 }
 
 func newPlanRig(t *testing.T, bounds routing.Bounds) *planRig {
@@ -61,6 +63,7 @@ func (r *planRig) step(peers []routing.Peer) (shares map[string]float64, maxUtil
 	if len(problems) > 0 {
 		r.t.Fatalf("Build problems: %v", problems)
 	}
+	r.last = tbl
 	plan := tbl.Services["web"].Plan()
 	if plan == nil {
 		r.t.Fatal("no plan")
@@ -185,6 +188,68 @@ func TestAbsurdDemandIsBounded(t *testing.T) {
 			}
 			if !capped || !risen {
 				t.Errorf("clamps reported: cap %v, rise %v; want both", capped, risen)
+			}
+		})
+	}
+}
+
+// siteDemand returns the demand of site in the last step's world for web.
+func (r *planRig) siteDemand(site string) float64 {
+	for _, s := range r.last.Services["web"].World().Sites {
+		if s.Name == site {
+			return s.Demand
+		}
+	}
+	return 0
+}
+
+// TestSybilDemandIsBoundedPerSite replays the sybil half of the
+// gossip-insider finding: ten fake gfes at lon each gossip demand 1e9 for
+// web (declared capacity 6000). Each alone is capped at 2·6000, so lon
+// counted 10·12000 + 500 = 20x the capacity and every region was planned at
+// about 63x. The peers of one site together now count at most 2·6000: lon's
+// demand in every plan is at most 12000, no region goes above (12000 + 500
+// + 300)/1900 ≈ 6.7x (what one liar alone can do), the first plan is
+// unchanged (new peers count 0), and each build reports lon's clamp.
+func TestSybilDemandIsBoundedPerSite(t *testing.T) {
+	const declared, planned = 6000.0, 1900.0
+	siteBound := 2 * declared
+	utilBound := (siteBound + 500 + 300) / planned
+	for _, n := range []int{1, 2, 10} {
+		t.Run(fmt.Sprintf("%d sybils", n), func(t *testing.T) {
+			r := newPlanRig(t, routing.DefaultBounds())
+			_, beforeUtil := r.settle(honest)
+			r.b.TakeClamps()
+			peers := append([]routing.Peer{}, honest...)
+			for i := range n {
+				peers = append(peers, routing.Peer{Node: fmt.Sprintf("gfe-lon-sybil-%d", i), Site: "lon",
+					Demand: map[string]float64{"web": 1e9}, RTT: map[string]float64{"us-east": 80, "eu-west": 5, "asia-east": 250}})
+			}
+			if _, util := r.step(peers); math.Abs(util-beforeUtil) > 1e-9 {
+				t.Errorf("first plan with the sybils: max utilization %.3g, want unchanged %.3g", util, beforeUtil)
+			}
+			maxLon, maxUtil := 0.0, 0.0
+			for range 20 {
+				_, util := r.step(peers)
+				maxLon, maxUtil = math.Max(maxLon, r.siteDemand("lon")), math.Max(maxUtil, util)
+			}
+			if maxLon > siteBound+1e-6 || maxUtil > utilBound+1e-9 {
+				t.Errorf("with %d sybils lon's demand reached %.0f and a region %.3gx its capacity; want at most %.0f and %.3g", n, maxLon, maxUtil, siteBound, utilBound)
+			}
+			if maxLon < siteBound-1e-6 {
+				t.Errorf("lon's demand settled at %.0f, want the bound %.0f (the liars still count as much as is plausible)", maxLon, siteBound)
+			}
+			sites := 0
+			for _, c := range r.b.TakeClamps() {
+				if c.Field == routing.ClampSiteDemand {
+					sites++
+					if c.Node != "site:lon" || c.Key != "web" || c.Used > siteBound+1e-6 {
+						t.Errorf("unexpected site clamp %+v", c)
+					}
+				}
+			}
+			if sites == 0 {
+				t.Error("no site clamp reported, want lon's (its honest gfe and the sybils together are above the bound)")
 			}
 		})
 	}
