@@ -328,6 +328,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer ph.upgradeTimer.Stop()
 	default:
 		ctx, cancel = context.WithTimeout(ctx, rt.Timeout)
+		if ph.body != nil {
+			// A route timeout that passes while the gfe waits for the
+			// client's body is the client's: 408 at the timeout.
+			defer ph.body.WatchRoute(ctx)()
+		}
 	}
 	defer cancel()
 	ph.Context = ctx
