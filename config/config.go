@@ -297,7 +297,17 @@ type Service struct {
 	// capacity (DESIGN §3 rule 8; lb/capacity). Defaults as in
 	// DefaultFeedback.
 	Feedback Feedback `mapstructure:"feedback"`
+	// MaxPendingRequests is the most requests of this service that wait
+	// at once in a gfe's pending queue (a service with an autoscaled
+	// group), in 1..1000000. Default DefaultMaxPendingRequests (1000):
+	// 100 requests/s through a 10 s cold start. A request beyond it is
+	// answered 429 at once, with the Retry-After of a wait that ran out.
+	// The gfe also bounds its whole queue (gfe --pending-max).
+	MaxPendingRequests int `mapstructure:"max_pending_requests"`
 }
+
+// DefaultMaxPendingRequests is Service.MaxPendingRequests's default.
+const DefaultMaxPendingRequests = 1000
 
 // Feedback configures the local signals of a service (lb/capacity): what
 // counts as overload, how far a group's effective capacity shrinks and how
@@ -701,6 +711,8 @@ func DefaultService() Service {
 		OutlierDetection:  DefaultOutlierDetection(),
 		TargetUtilization: 0.95,
 		Feedback:          DefaultFeedback(),
+
+		MaxPendingRequests: DefaultMaxPendingRequests,
 	}
 }
 

@@ -273,6 +273,9 @@ const (
 	// maxListenerConnections bounds a tcp listener's max_connections and
 	// max_connections_per_client.
 	maxListenerConnections = 1_000_000
+	// maxPendingRequests bounds a service's max_pending_requests: a
+	// million waiting requests are tens of GiB of a gfe's memory.
+	maxPendingRequests = 1_000_000
 )
 
 // atMost adds a problem at path when d is above max.

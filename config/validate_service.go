@@ -77,6 +77,9 @@ func (v *validator) service(sp string, s *Service) {
 		v.p.add(sp+".target_utilization", fmt.Sprintf("must be in (0, 1], got %v", t))
 	}
 	v.feedback(sp+".feedback", s.Feedback)
+	if n := s.MaxPendingRequests; n < 1 || n > maxPendingRequests {
+		v.p.add(sp+".max_pending_requests", fmt.Sprintf("must be in 1..%d, got %d", maxPendingRequests, n))
+	}
 }
 
 // feedback checks a feedback section.

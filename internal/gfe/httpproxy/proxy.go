@@ -275,6 +275,7 @@ const (
 	msgBadPath    = "gfe: request path has a dot segment (. or ..)"
 	msgClientGone = "gfe: client closed request"
 	msgNoneFreed  = "gfe: no instance became free within the pending wait"
+	msgQueueFull  = "gfe: too many requests are waiting for this service"
 )
 
 // statusClientClosed answers a request whose client went away before its
