@@ -30,8 +30,12 @@ func TestLowerBounds(t *testing.T) {
 		want    string // the error of bad
 	}{
 		{"health_check.interval",
-			func(c *Config) { web(c).HealthCheck.Interval, web(c).HealthCheck.Timeout = 100*time.Millisecond, 50*time.Millisecond },
-			func(c *Config) { web(c).HealthCheck.Interval, web(c).HealthCheck.Timeout = 99*time.Millisecond, 50*time.Millisecond },
+			func(c *Config) {
+				web(c).HealthCheck.Interval, web(c).HealthCheck.Timeout = 100*time.Millisecond, 50*time.Millisecond
+			},
+			func(c *Config) {
+				web(c).HealthCheck.Interval, web(c).HealthCheck.Timeout = 99*time.Millisecond, 50*time.Millisecond
+			},
 			"services[0].health_check.interval: must be at least 100ms (at most ten probes a second per instance), got 99ms"},
 		{"health_check.timeout",
 			func(c *Config) { web(c).HealthCheck.Timeout = 50 * time.Millisecond },
