@@ -61,8 +61,9 @@ func resetFlood(t *testing.T, addr, path string, streams int, resetAfter time.Du
 // security review end to end: an autoscaled group at zero behind a real
 // gfe and control plane; for 5 s a client opens 50 h2c streams per
 // connection, 10 connections a second, and resets each stream 10 ms after
-// opening it (under the reset budget). Every one of them waits in the
-// gfe's pending queue and is canceled there; none asks for capacity
+// opening it (under the reset budget). They wait in the gfe's pending
+// queue (at least half of them get there before their reset) and are
+// canceled there; none asks for capacity
 // (spillway_gfe_capacity_requests_total stays 0), and the group stays at
 // zero instances. (Before the fix the same flood took the group from 0 to
 // 3 instances.) One real request afterwards still scales it from zero.
