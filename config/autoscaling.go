@@ -52,11 +52,11 @@ type Autoscaling struct {
 	ColdStart time.Duration `mapstructure:"cold_start"`
 
 	// CPUWindow is the window the CPU driver averages cores in use over,
-	// in (0, 1h]. Default 1m.
+	// in [1s, 1h]. Default 1m.
 	CPUWindow time.Duration `mapstructure:"cpu_window"`
 	// ConcurrencyWindow is the short window of the concurrency driver
 	// (which takes the larger of the short and the long average) and the
-	// window of the ACT driver, in (0, 1h]. Default 1m. It is also how
+	// window of the ACT driver, in [1s, 1h]. Default 1m. It is also how
 	// long a group must receive no request before it may scale to zero.
 	ConcurrencyWindow time.Duration `mapstructure:"concurrency_window"`
 	// ConcurrencyLongWindow is the long window of the concurrency driver,
@@ -82,7 +82,7 @@ type Autoscaling struct {
 	// of instances is stopped, in [0, 1]. Default 0.1.
 	DemotedIdleUtilization float64 `mapstructure:"demoted_idle_utilization"`
 	// DemotedIdleWindow is the window that utilization is measured over,
-	// in (0, 1h]. Default 1m.
+	// in [1s, 1h]. Default 1m.
 	DemotedIdleWindow time.Duration `mapstructure:"demoted_idle_window"`
 	// DemotedKeepFraction is the share of instances demoted at once that
 	// form the second set, kept until IdleTimeout, in [0, 1]. Default 0.5
@@ -95,7 +95,7 @@ type Autoscaling struct {
 	// MinPendingWait and PendingWaitColdStarts give the longest a request
 	// waits in the pending queue: max(min_pending_wait,
 	// pending_wait_cold_starts × cold_start) (10s and 3.5 by default, so
-	// 35s with the default cold start). min_pending_wait in (0, 1h],
+	// 35s with the default cold start). min_pending_wait in [100ms, 1h],
 	// pending_wait_cold_starts in [0, 100].
 	MinPendingWait        time.Duration `mapstructure:"min_pending_wait"`
 	PendingWaitColdStarts float64       `mapstructure:"pending_wait_cold_starts"`
@@ -227,24 +227,27 @@ func (v *validator) autoscaling(ap string, a Autoscaling) {
 	v.floatIn(at("demoted_idle_utilization"), a.DemotedIdleUtilization, 0, 1, true, true)
 	v.floatIn(at("demoted_keep_fraction"), a.DemotedKeepFraction, 0, 1, true, true)
 	v.floatIn(at("pending_wait_cold_starts"), a.PendingWaitColdStarts, 0, maxColdStartFactor, true, true)
+	const window = "the controller samples once a second"
 	for _, d := range []struct {
-		key string
-		val time.Duration
-		max time.Duration
+		key      string
+		val      time.Duration
+		min, max time.Duration // min 0: any positive value
+		why      string        // of min
 	}{
-		{"cold_start", a.ColdStart, maxShortTimeout},
-		{"cpu_window", a.CPUWindow, maxShortTimeout},
-		{"concurrency_window", a.ConcurrencyWindow, maxShortTimeout},
-		{"concurrency_long_window", a.ConcurrencyLongWindow, maxLongTimeout},
-		{"act_interval", a.ACTInterval, time.Minute},
-		{"demoted_idle_window", a.DemotedIdleWindow, maxShortTimeout},
-		{"idle_timeout", a.IdleTimeout, maxLongTimeout},
-		{"min_pending_wait", a.MinPendingWait, maxShortTimeout},
+		{"cold_start", a.ColdStart, 0, maxShortTimeout, ""},
+		{"cpu_window", a.CPUWindow, minAutoscaleWindow, maxShortTimeout, window},
+		{"concurrency_window", a.ConcurrencyWindow, minAutoscaleWindow, maxShortTimeout, window + ", and a group idle that long scales to zero"},
+		{"concurrency_long_window", a.ConcurrencyLongWindow, 0, maxLongTimeout, ""},
+		{"act_interval", a.ACTInterval, 0, time.Minute, ""},
+		{"demoted_idle_window", a.DemotedIdleWindow, minAutoscaleWindow, maxShortTimeout, window},
+		{"idle_timeout", a.IdleTimeout, 0, maxLongTimeout, ""},
+		{"min_pending_wait", a.MinPendingWait, minPendingWait, maxShortTimeout, "a shorter wait never asks for an instance"},
 	} {
 		if d.val <= 0 {
 			v.p.add(at(d.key), fmt.Sprintf("must be > 0, got %v", d.val))
 			continue
 		}
+		v.atLeast(at(d.key), d.val, d.min, d.why)
 		v.atMost(at(d.key), d.val, d.max)
 	}
 	if a.ConcurrencyLongWindow > 0 && a.ConcurrencyWindow > 0 && a.ConcurrencyLongWindow < a.ConcurrencyWindow {

@@ -298,7 +298,17 @@ type Service struct {
 	// capacity (DESIGN §3 rule 8; lb/capacity). Defaults as in
 	// DefaultFeedback.
 	Feedback Feedback `mapstructure:"feedback"`
+	// MaxPendingRequests is the most requests of this service that wait
+	// at once in a gfe's pending queue (a service with an autoscaled
+	// group), in 1..1000000. Default DefaultMaxPendingRequests (1000):
+	// 100 requests/s through a 10 s cold start. A request beyond it is
+	// answered 429 at once, with the Retry-After of a wait that ran out.
+	// The gfe also bounds its whole queue (gfe --pending-max).
+	MaxPendingRequests int `mapstructure:"max_pending_requests"`
 }
+
+// DefaultMaxPendingRequests is Service.MaxPendingRequests's default.
+const DefaultMaxPendingRequests = 1000
 
 // Feedback configures the local signals of a service (lb/capacity): what
 // counts as overload, how far a group's effective capacity shrinks and how
@@ -313,7 +323,7 @@ type Feedback struct {
 	RejectFraction float64 `mapstructure:"reject_fraction"`
 	// QueueDelay is how far a group's mean latency must rise above its
 	// baseline (the lowest in the last minute) to count as queueing.
-	// Default 40ms; must be > 0.
+	// Default 40ms; in [1ms, 1m].
 	QueueDelay time.Duration `mapstructure:"queue_delay"`
 	// Decrease is the fraction of its load an overloaded group keeps, in
 	// (0, 1). Default 0.95 (less when the signal asks for more).
@@ -497,10 +507,11 @@ type HealthCheck struct {
 	// Default "": the server's overall health. Ignored by other protocols.
 	GRPCService string `mapstructure:"grpc_service"`
 	// Interval between two checks of one instance, as a duration string
-	// ("5s"). Default 5s; must be > 0. Lower detects failures sooner at the
-	// cost of probe load.
+	// ("5s"). Default 5s; in [100ms, 1h]. Lower detects failures sooner at
+	// the cost of probe load.
 	Interval time.Duration `mapstructure:"interval"`
-	// Timeout of one check. Default 1s; must be > 0 and < Interval.
+	// Timeout of one check. Default 1s; at least 50ms and < Interval:
+	// shorter checks fail on healthy instances.
 	Timeout time.Duration `mapstructure:"timeout"`
 	// HealthyThreshold is the number of consecutive passes that make an
 	// unhealthy instance healthy. Default 2; must be >= 1.
@@ -547,7 +558,7 @@ type Route struct {
 	Service string `mapstructure:"service"`
 	// Timeout bounds a whole request through this route, from the moment the
 	// gfe has its headers to the end of the response, retries and time in
-	// the pending queue included. Default 30s; must be > 0. A request that
+	// the pending queue included. Default 30s; in [10ms, 24h]. A request that
 	// exceeds it gets 504 (or is reset if its response has started).
 	// Long-lived streams are not bounded by it: WebSocket and other upgraded
 	// connections (after their backend's 101), and gRPC calls over HTTP/2
@@ -569,7 +580,8 @@ type Route struct {
 	// past the site's plan row if it must, as after a refused connection
 	// (a backend host that vanished with requests in flight takes every
 	// zone on it). Default 0: attempts are bounded only by Timeout, which
-	// bounds all attempts together. At most Timeout.
+	// bounds all attempts together. At least 10ms when set, at most
+	// Timeout.
 	PerTryTimeout time.Duration `mapstructure:"per_try_timeout"`
 }
 
@@ -714,6 +726,8 @@ func DefaultService() Service {
 		OutlierDetection:  DefaultOutlierDetection(),
 		TargetUtilization: 0.95,
 		Feedback:          DefaultFeedback(),
+
+		MaxPendingRequests: DefaultMaxPendingRequests,
 	}
 }
 

@@ -28,8 +28,8 @@
 //	              cpu_target: 0.6                # [0.1, 0.95]
 //	              concurrency_target: 0.6        # [0.1, 0.95]; also the ACT driver's
 //	              cold_start: 10s                # (0, 1h]; estimated start-to-ready time
-//	              cpu_window: 1m                 # (0, 1h]; the CPU driver's average
-//	              concurrency_window: 1m         # (0, 1h]; concurrency and ACT average;
+//	              cpu_window: 1m                 # [1s, 1h]; the CPU driver's average
+//	              concurrency_window: 1m         # [1s, 1h]; concurrency and ACT average;
 //	                                             #   no request for this long ⇒ may scale to zero
 //	              concurrency_long_window: 10m   # concurrency_window..24h; driver takes the max
 //	              act_interval: 1s               # (0, 1m]; ACT limit −1 when CPU over it >
@@ -37,10 +37,10 @@
 //	              act_low_cpu: 0.7               #   (0, act_high_cpu) for an interval
 //	              tolerance: 0.1                 # [0, 0.5]; hold band, relative (54–66% at 60%)
 //	              demoted_idle_utilization: 0.1  # [0, 1]; a demoted set under it over
-//	              demoted_idle_window: 1m        #   (0, 1h] this window is stopped
+//	              demoted_idle_window: 1m        #   [1s, 1h] this window is stopped
 //	              demoted_keep_fraction: 0.5     # [0, 1]; share of a demotion kept until
 //	              idle_timeout: 15m              #   (0, 24h] of serving nothing
-//	              min_pending_wait: 10s          # (0, 1h]; a pending request waits at most max(this,
+//	              min_pending_wait: 10s          # [100ms, 1h]; a pending request waits at most max(this,
 //	              pending_wait_cold_starts: 3.5  #   [0, 100] × cold_start); at max_instances then 429
 //	services:                             # required, at least one
 //	  - name: web                         # unique
@@ -69,8 +69,8 @@
 //	      path: /healthz                  # http, https
 //	      port: 0                         # 0 = the instance's port
 //	      grpc_service: ""                # grpc only
-//	      interval: 5s                    # > 0
-//	      timeout: 1s                     # > 0 and < interval
+//	      interval: 5s                    # [100ms, 1h]
+//	      timeout: 1s                     # ≥ 50ms and < interval
 //	      healthy_threshold: 2            # ≥ 1 consecutive passes
 //	      unhealthy_threshold: 3          # ≥ 1 consecutive failures
 //	      jitter: 0.1                     # [0,1)
@@ -83,15 +83,16 @@
 //	      base_ejection_time: 30s         # > 0; the n-th ejection lasts n × base ...
 //	      max_ejection_time: 300s         # ... up to this; ≥ base_ejection_time
 //	      max_ejection_percent: 50        # 0..100 of each instance group at once
+//	    max_pending_requests: 1000        # 1..1000000 waiting at once in a gfe's pending queue; beyond: 429
 //	routes:                               # required, at least one
 //	  - host: "*"                         # exact host, "*.example.com", or "*"
 //	    path_prefix: /                    # plain string prefix, starts with "/"; matches the decoded
 //	                                      # canonical path (lb/reqpath), ASCII case-insensitively
 //	    service: web                      # must name a service
-//	    timeout: 30s                      # > 0; whole request, retries and queueing included
+//	    timeout: 30s                      # [10ms, 24h]; whole request, retries and queueing included
 //	    retries: 1                        # 0..5; on another instance, only when safe:
 //	                                      # never reached a backend, or idempotent and no response byte yet
-//	    per_try_timeout: 0s               # 0..timeout, 0 = off; an idempotent bodiless attempt without headers by then is retried
+//	    per_try_timeout: 0s               # 0 = off, or 10ms..timeout; an idempotent bodiless attempt without headers by then is retried
 //	                                      # (like a refused connection: in another region first, past the plan row if it must)
 //	listeners:                            # optional; none = the gfe serves only --listen (http)
 //	  - name: public                      # required, unique; same syntax as other names
@@ -159,6 +160,16 @@
 // autoscaling block's instances at most 10000, its CPUs per instance at most
 // 1000, its windows and cold start at most 1h (the long concurrency window
 // and idle timeout 24h, act_interval 1m).
+//
+// The durations whose tiny values empty the plan or keep a group from
+// scaling have a lower bound too: health_check.interval at least 100ms
+// and its timeout at least 50ms (below, healthy backends flap); a route's
+// timeout and a set per_try_timeout at least 10ms (below, every request
+// times out against its backend and outlier detection ejects them all);
+// feedback.queue_delay at least 1ms; autoscaling cpu_window,
+// concurrency_window and demoted_idle_window at least 1s (the
+// controller's tick), and min_pending_wait at least 100ms (a shorter wait
+// never asks for an instance).
 // Durations are strings as time.ParseDuration reads them ("5s", "1m30s"); a
 // bare number is rejected rather than read as nanoseconds. Keys are
 // case-insensitive (viper lower-cases them). A key with no value ("spill:")

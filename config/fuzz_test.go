@@ -34,6 +34,11 @@ func FuzzParse(f *testing.F) {
 		"listeners: [{name: a, protocol: http, port: 1, max_header_bytes: 9223372036854775807, idle_timeout: 2562047h}]",
 		"listeners: [{name: a, protocol: tcp, port: 1, service: db, max_connections: 0, max_connections_per_client: 1000001, first_byte_timeout: 2h}]",
 		"regions: [{name: r, zones: [{name: z, groups: [{name: g, instances: [{address: '1.2.3.4:1', max_concurrency: 9223372036854775807}]}]}]}]",
+		// The lower bounds of the second security review.
+		"services: [{name: web, health_check: {interval: 1ms, timeout: 500us}, feedback: {queue_delay: 1ns}, max_pending_requests: 0}]",
+		"routes: [{service: web, timeout: 1ms, per_try_timeout: 1ns}]",
+		"regions: [{name: r, zones: [{name: z, groups: [{name: g, autoscaling: {max_instances: 2, concurrency_window: 1ns, min_pending_wait: 1ms}}]}]}]",
+		"services: [{name: web, session_affinity: {type: generated_cookie, cookie_name: s, cookie_secret_file: /proc/self/environ}}]",
 		// Autoscaled groups that start empty, and demoted instances.
 		"regions: [{name: r, zones: [{name: z, groups: [{name: g, instances: [], autoscaling: {max_instances: 2}}]}]}]",
 		"regions: [{name: r, zones: [{name: z, groups: [{name: g, autoscaling: {max_instances: 2}}, {name: h, instances: [{address: '1.2.3.4:1', demoted: true}]}]}]}]",

@@ -273,7 +273,60 @@ const (
 	// maxListenerConnections bounds a tcp listener's max_connections and
 	// every listener's max_connections_per_client.
 	maxListenerConnections = 1_000_000
+	// maxPendingRequests bounds a service's max_pending_requests: a
+	// million waiting requests are tens of GiB of a gfe's memory.
+	maxPendingRequests = 1_000_000
 )
+
+// Lower bounds of the durations whose tiny values empty the plan or stop a
+// group from scaling (the second security review). Each is far below any
+// deployment's value and at or below the fastest the project's own tests
+// and demo use (health checks every 200 ms with a 100 ms timeout, 100 ms
+// route timeouts, 300 ms pending waits, 3 s autoscaling windows).
+const (
+	// minHealthInterval bounds health_check.interval: each control plane
+	// probes an instance at most ten times a second, and the probes' own
+	// scheduling delay on a busy control plane (milliseconds) stays a
+	// small part of the interval. At 1 ms every backend flapped and the
+	// plan emptied.
+	minHealthInterval = 100 * time.Millisecond
+	// minHealthTimeout bounds health_check.timeout (which is also below
+	// interval): a connect and one request with room for a control plane
+	// briefly starved of CPU (a container's CPU quota is enforced in
+	// 100 ms periods; a throttled one stalls tens of ms). Below it healthy
+	// instances fail their checks.
+	minHealthTimeout = 50 * time.Millisecond
+	// minRouteTimeout bounds routes[].timeout and a set per_try_timeout:
+	// every request through a shorter one is a 504 or a per-try timeout,
+	// counted against its backend until outlier detection ejects them
+	// all.
+	minRouteTimeout = 10 * time.Millisecond
+	// minQueueDelay bounds feedback.queue_delay: a healthy group's mean
+	// latency moves by about a millisecond between samples (scheduling,
+	// GC); below it that noise reads as queueing and every group is
+	// planned at its min_factor.
+	minQueueDelay = time.Millisecond
+	// minAutoscaleWindow bounds autoscaling cpu_window,
+	// concurrency_window and demoted_idle_window: the controller samples
+	// once a tick (1 s by default), so a shorter window averages one
+	// sample at most; and concurrency_window is also how long a group
+	// must get no request before it may scale to zero, so a tiny one
+	// drops a group to zero between two requests.
+	minAutoscaleWindow = time.Second
+	// minPendingWait bounds autoscaling.min_pending_wait: a request must
+	// wait long enough to settle in the pending queue (100 ms, or half
+	// its wait) and ask for an instance; one that never waits that long
+	// never asks, and a group at zero would stay there.
+	minPendingWait = 100 * time.Millisecond
+)
+
+// atLeast adds a problem at path when d is positive and below min (d ≤ 0
+// has its own message).
+func (v *validator) atLeast(path string, d, min time.Duration, why string) {
+	if d > 0 && d < min {
+		v.p.add(path, fmt.Sprintf("must be at least %v (%s), got %v", min, why, d))
+	}
+}
 
 // atMost adds a problem at path when d is above max.
 func (v *validator) atMost(path string, d, max time.Duration) {

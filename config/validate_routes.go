@@ -57,12 +57,15 @@ func (v *validator) routes() {
 		if r.Timeout <= 0 {
 			v.p.add(rp+".timeout", fmt.Sprintf("must be > 0, got %v", r.Timeout))
 		}
+		v.atLeast(rp+".timeout", r.Timeout, minRouteTimeout, "every request would time out against its backend")
 		v.atMost(rp+".timeout", r.Timeout, maxLongTimeout)
 		if r.Retries < 0 || r.Retries > maxRetries {
 			v.p.add(rp+".retries", fmt.Sprintf("must be in 0..%d (0 = never retry), got %d", maxRetries, r.Retries))
 		}
 		if r.PerTryTimeout < 0 || r.Timeout > 0 && r.PerTryTimeout > r.Timeout {
 			v.p.add(rp+".per_try_timeout", fmt.Sprintf("must be in 0..timeout (%v; 0 = off), got %v", r.Timeout, r.PerTryTimeout))
+		} else {
+			v.atLeast(rp+".per_try_timeout", r.PerTryTimeout, minRouteTimeout, "0 = off; every attempt would time out against its backend")
 		}
 		if hostOK && prefixOK {
 			// Prefixes match case-insensitively: "/API/" and "/api/" are

@@ -77,6 +77,9 @@ func (v *validator) service(sp string, s *Service) {
 		v.p.add(sp+".target_utilization", fmt.Sprintf("must be in (0, 1], got %v", t))
 	}
 	v.feedback(sp+".feedback", s.Feedback)
+	if n := s.MaxPendingRequests; n < 1 || n > maxPendingRequests {
+		v.p.add(sp+".max_pending_requests", fmt.Sprintf("must be in 1..%d, got %d", maxPendingRequests, n))
+	}
 }
 
 // feedback checks a feedback section.
@@ -102,6 +105,7 @@ func (v *validator) feedback(fp string, f Feedback) {
 	if f.QueueDelay <= 0 {
 		v.p.add(fp+".queue_delay", fmt.Sprintf("must be > 0, got %v", f.QueueDelay))
 	}
+	v.atLeast(fp+".queue_delay", f.QueueDelay, minQueueDelay, "latency noise would read as queueing")
 	v.atMost(fp+".queue_delay", f.QueueDelay, maxQueueDelay)
 	if f.Hold < 0 {
 		v.p.add(fp+".hold", fmt.Sprintf("must be >= 0, got %v", f.Hold))
@@ -274,10 +278,13 @@ func (v *validator) healthCheck(hp string, h HealthCheck) {
 	if h.Interval <= 0 {
 		v.p.add(hp+".interval", fmt.Sprintf("must be > 0, got %v", h.Interval))
 	}
+	v.atLeast(hp+".interval", h.Interval, minHealthInterval, "at most ten probes a second per instance")
 	v.atMost(hp+".interval", h.Interval, maxShortTimeout)
 	switch {
 	case h.Timeout <= 0:
 		v.p.add(hp+".timeout", fmt.Sprintf("must be > 0, got %v", h.Timeout))
+	case h.Timeout < minHealthTimeout:
+		v.atLeast(hp+".timeout", h.Timeout, minHealthTimeout, "healthy instances fail shorter checks")
 	case h.Interval > 0 && h.Timeout >= h.Interval:
 		v.p.add(hp+".timeout", fmt.Sprintf("must be less than interval (%v), got %v", h.Interval, h.Timeout))
 	}

@@ -45,7 +45,9 @@
 // (internal/gfe/pending, run as the "pending" component and kicked by every
 // new table) for at most the largest autoscaling.MaxPendingWait() of those
 // groups, then gets 429 (httpproxy/await.go says what waits and what does
-// not). While requests wait, the node asks the control plane for capacity
+// not); a service's line holds at most its max_pending_requests and the
+// queue at most Config.PendingMax, beyond which a request gets that 429 at
+// once. While requests wait, the node asks the control plane for capacity
 // (RequestCapacity over the snapshot stream's connection, Options.Capacity)
 // for the group capacityTarget names: the service's autoscaled group in
 // the region with the lowest RTT, at most once per CapacityInterval and
@@ -55,6 +57,10 @@
 // PlanInterval plus one at the step), requests/s (requests that ended at
 // the group's backends between the last two builds) and requests pending
 // now; a group without any is left out, and readers take absence as zero.
+// Both the capacity requests and the pending load count only the requests
+// that have waited pending.Config.Settle (100ms) with their client there
+// (pending.Queue.Lines): a client that opens requests and resets them at
+// once scales nothing.
 //
 // # Metrics of the pending queue
 //
@@ -63,6 +69,8 @@
 //	                                                              result served, rejected (429), canceled (client left)
 //	spillway_gfe_capacity_requests_total{service,group,result}  counter: RequestCapacity calls;
 //	                                                              result granted, refused, error
+//	spillway_gfe_pending_full_total{service,bound}              counter: requests refused at once, their
+//	                                                              line (service) or the queue (total) full
 //
 // /status shows each service's pending depth (services[].pending). A
 // request that was rejected from the queue is also counted in

@@ -128,6 +128,12 @@ type Config struct {
 	// (RequestCapacity) for one service and group while its requests wait.
 	// Default 1s.
 	CapacityInterval time.Duration
+	// PendingMax bounds the requests waiting in the pending queue, all
+	// services together (each service's line is bounded by its
+	// max_pending_requests too); a request beyond it is answered 429 at
+	// once. Default pending.DefaultMaxWaiting (10000), in
+	// 1..pending.MaxMaxWaiting.
+	PendingMax int
 }
 
 // adminMaxConns caps the admin listener's open connections (they come from
@@ -154,8 +160,9 @@ func DefaultConfig() Config {
 
 		CertCheckInterval: 10 * time.Second,
 		GossipBounds:      routing.DefaultBounds(),
-		PendingPoll:       5 * time.Millisecond,
+		PendingPoll:       pending.DefaultPoll,
 		CapacityInterval:  time.Second,
+		PendingMax:        pending.DefaultMaxWaiting,
 	}
 }
 
@@ -188,6 +195,9 @@ func (c Config) Validate() error {
 	}
 	if c.PendingPoll <= 0 {
 		errs = append(errs, fmt.Errorf("gfe.pending_poll: must be > 0, got %v", c.PendingPoll))
+	}
+	if c.PendingMax < 1 || c.PendingMax > pending.MaxMaxWaiting {
+		errs = append(errs, fmt.Errorf("gfe.pending_max: must be in 1..%d, got %d", pending.MaxMaxWaiting, c.PendingMax))
 	}
 	if c.CapacityInterval <= 0 {
 		errs = append(errs, fmt.Errorf("gfe.capacity_interval: must be > 0, got %v", c.CapacityInterval))
@@ -379,7 +389,7 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 	d.quota = quotaclient.New(quotaclient.Config{}, d.clk, opts.Quota, d.log, d.reg)
 	asker := pending.NewAsker(pending.AskConfig{Node: cfg.Node, Site: cfg.Site, Interval: cfg.CapacityInterval},
 		pending.AskOptions{Clock: d.clk, Logger: d.log, Client: opts.Capacity, Target: d.capacityTarget, Registry: d.reg})
-	d.pending = pending.New(pending.Config{Poll: cfg.PendingPoll}, pending.Options{Clock: d.clk, Registry: d.reg, Asker: asker})
+	d.pending = pending.New(pending.Config{Poll: cfg.PendingPoll, MaxWaiting: cfg.PendingMax}, pending.Options{Clock: d.clk, Registry: d.reg, Asker: asker})
 	pl, err := poller.Shared() // taken now, before clients can hold every descriptor
 	if err != nil {
 		d.log.Warn().Err(err).Msg("no epoll poller: the fast path's sockets wait in Go's poller alone")

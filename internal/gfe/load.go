@@ -54,8 +54,9 @@ func (d *Daemon) sampleLoad(cs *snapshot.Snapshot) {
 // instance group of cs since the last call (gossip.NodeState.Load):
 // in flight, the mean of the samples; requests/s, from the requests that
 // ended at the group's backends between the last two builds
-// (routing.Builder.Ended); pending, the requests waiting now for the
-// services whose capacity requests name the group (capacityTarget). Groups
+// (routing.Builder.Ended); pending, the requests waiting now, settled
+// (pending.Queue.Lines), for the services whose capacity requests name the
+// group (capacityTarget). Groups
 // spilled, the site's demand the plan sends past the group (spilled); groups
 // with all four zero are left out: readers take absence as zero. Called
 // from the planner goroutine after the step's Build.

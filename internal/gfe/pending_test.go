@@ -87,6 +87,13 @@ func (r *recordingCP) requests() []*pb.CapacityRequest {
 // backend b with a pending wait of wait, asking cp for capacity.
 func pendingEdge(t *testing.T, b *httpBackend, cp *recordingCP, wait time.Duration) (*runningEdge, *clock.Fake, *fakeGossip, *prometheus.Registry) {
 	t.Helper()
+	return pendingEdgeWith(t, b, cp, wait, nil)
+}
+
+// pendingEdgeWith is pendingEdge with edit, when set, applied to the
+// config it serves.
+func pendingEdgeWith(t *testing.T, b *httpBackend, cp *recordingCP, wait time.Duration, edit func(*config.Config)) (*runningEdge, *clock.Fake, *fakeGossip, *prometheus.Registry) {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Node, cfg.Site = "gfe-nyc", "nyc"
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
@@ -98,7 +105,11 @@ func pendingEdge(t *testing.T, b *httpBackend, cp *recordingCP, wait time.Durati
 	if err != nil {
 		t.Fatal(err)
 	}
-	return runEdge(t, e, autoscaledConfig(t, b.addr(), wait)), clk, g, reg
+	c := autoscaledConfig(t, b.addr(), wait)
+	if edit != nil {
+		edit(c)
+	}
+	return runEdge(t, e, c), clk, g, reg
 }
 
 type answer struct {
@@ -499,6 +510,10 @@ func TestConfigValidatePending(t *testing.T) {
 		{name: "no poll", edit: func(c *Config) { c.PendingPoll = 0 }, wantErr: "gfe.pending_poll: must be > 0, got 0s"},
 		{name: "negative capacity interval", edit: func(c *Config) { c.CapacityInterval = -time.Second },
 			wantErr: "gfe.capacity_interval: must be > 0, got -1s"},
+		{name: "pending max at its bound", edit: func(c *Config) { c.PendingMax = pending.MaxMaxWaiting }},
+		{name: "no pending max", edit: func(c *Config) { c.PendingMax = 0 }, wantErr: "gfe.pending_max: must be in 1..10000000, got 0"},
+		{name: "pending max past its bound", edit: func(c *Config) { c.PendingMax = pending.MaxMaxWaiting + 1 },
+			wantErr: "gfe.pending_max: must be in 1..10000000, got 10000001"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -20,12 +20,25 @@
 //   - The idle timeout runs only while a Read waits for the client: a
 //     backend that reads the body slowly (back-pressure) never makes the
 //     client's pause look long. It is timed on the injected clock.
-//   - Waiting reports whether a Read is waiting for the client now, so that
-//     a route timeout that passes while the gfe waits for the client's body
-//     is the client's failure too.
+//   - A route timeout that passes while the gfe is busy with the client's
+//     body is the client's failure too (a 408 Error, ErrRouteTimeout):
+//     when it passes during a Read that waits for the client, or less than
+//     BetweenReads after a Read returned part of a body not yet read to
+//     its end (the gfe was handing that part on, and would have come
+//     back for more). WatchRoute ties a Body to its request's route
+//     context: at the timeout the Read waiting then is interrupted, and
+//     every later Read fails at once, so that the answer comes at the
+//     route timeout and not at the client's next byte (net/http's
+//     Transport does not return from a canceled RoundTrip while its
+//     writer is in a Read of the body). A body read to its end, or one
+//     the backend stopped taking (the gfe blocked writing it for longer
+//     than BetweenReads), is not the client's: the timeout is then the
+//     backend's.
+//   - Waiting reports whether a Read is waiting for the client now.
 package clientbody
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -59,6 +72,18 @@ func (e *Error) Unwrap() error { return e.Err }
 // for Limits.IdleTimeout while the gfe waited for one.
 var ErrIdle = errors.New("client paused its request body longer than the idle timeout")
 
+// ErrRouteTimeout is the Err of the 408 Error of a body still being sent
+// when the route timeout passed (RouteTimedOut).
+var ErrRouteTimeout = errors.New("route timeout passed while the gfe waited for the client's request body")
+
+// BetweenReads is how long after a Read of the client's body returned the
+// gfe still counts as busy with that body (a route timeout then is the
+// client's). Handing a chunk to a backend that takes it costs
+// microseconds, then the transport reads again; 20 ms leaves room for a
+// loaded machine's scheduling, and a backend that holds a write up longer
+// than that is the one that makes the request slow.
+const BetweenReads = 20 * time.Millisecond
+
 // Limits bound a request body.
 type Limits struct {
 	// IdleTimeout is the longest the gfe waits for the next byte of a body
@@ -77,7 +102,19 @@ type Body struct {
 	idle  time.Duration
 	timer clock.Timer // fires expire; armed only while a Read waits
 
-	waiting atomic.Bool
+	// routeAt is when the route timeout passes (zero: none); set by
+	// WatchRoute before the body is forwarded.
+	routeAt time.Time
+
+	// Accessed atomically. waiting is set while a Read waits for the
+	// client; routeDone once RouteTimedOut was called; eof once a Read
+	// returned io.EOF; lastRead is when the last Read returned (Unix
+	// nanoseconds on the real clock, as the route timeout's context
+	// deadline is; 0 before the first).
+	waiting   atomic.Bool
+	routeDone atomic.Bool
+	eof       atomic.Bool
+	lastRead  atomic.Int64
 	// failed is the first *Error Read returned: a read error of the
 	// client's connection also cancels the request's context, so the
 	// forwarding may fail with context.Canceled instead of it.
@@ -85,8 +122,9 @@ type Body struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
-	expired bool // the timer fired during the current Read
-	closed  bool
+	expired  bool // the idle timer fired during the current Read
+	routeHit bool // RouteTimedOut interrupted the current Read
+	closed   bool
 }
 
 // aLongTimeAgo is a read deadline in the past: it makes a blocked read
@@ -98,9 +136,8 @@ var aLongTimeAgo = time.Unix(1, 0)
 // that waited too long (http.ResponseController.SetReadDeadline, HTTP/1.x
 // and HTTP/2). The caller sets r.Body to the result.
 func Wrap(w http.ResponseWriter, r *http.Request, lim Limits, clk clock.Clock) *Body {
-	b := &Body{rc: r.Body, idle: lim.IdleTimeout}
+	b := &Body{rc: r.Body, idle: lim.IdleTimeout, ctl: http.NewResponseController(w)}
 	if b.idle > 0 {
-		b.ctl = http.NewResponseController(w)
 		b.timer = clock.OrReal(clk).AfterFunc(b.idle, b.expire)
 		b.timer.Stop()
 	}
@@ -118,33 +155,82 @@ func (b *Body) expire() {
 	b.ctl.SetReadDeadline(aLongTimeAgo)
 }
 
+// WatchRoute ties b to ctx, the context of its request that the route
+// timeout ends (context.WithTimeout): when ctx ends past its deadline,
+// RouteTimedOut is called. It returns the function that stops watching
+// (context.AfterFunc's stop), to be called when the request ends. It must
+// be called at most once, before the body is forwarded.
+func (b *Body) WatchRoute(ctx context.Context) (stop func() bool) {
+	b.routeAt, _ = ctx.Deadline()
+	return context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			b.RouteTimedOut()
+		}
+	})
+}
+
+// RouteTimedOut says that the request's route timeout passed: a Read
+// waiting for the client now is interrupted, and every later Read fails at
+// once, with a 408 Error (ErrRouteTimeout). Safe to call from any
+// goroutine, more than once; it does nothing after Close.
+func (b *Body) RouteTimedOut() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// routeDone before waiting is looked at, and Read sets waiting before
+	// it looks at routeDone: a Read either sees routeDone or is seen
+	// waiting here.
+	b.routeDone.Store(true)
+	if b.closed || !b.waiting.Load() {
+		return
+	}
+	b.routeHit = true
+	b.ctl.SetReadDeadline(aLongTimeAgo)
+}
+
 // Read reads the client's body; see the package doc for its errors.
 func (b *Body) Read(p []byte) (int, error) {
+	b.waiting.Store(true)
+	if b.routeDone.Load() {
+		b.waiting.Store(false)
+		return 0, b.fail(&Error{Status: http.StatusRequestTimeout, Err: ErrRouteTimeout})
+	}
 	if b.timer != nil {
-		b.waiting.Store(true)
 		b.timer.Reset(b.idle)
 	}
 	n, err := b.rc.Read(p)
-	expired := false
-	if b.timer != nil {
-		b.mu.Lock()
-		b.timer.Stop()
-		b.waiting.Store(false)
-		expired, b.expired = b.expired, false
-		if expired && err == nil {
-			// The timer fired as data came in: the pause was not too long
-			// after all, but the deadline is set. Clear it.
-			b.ctl.SetReadDeadline(time.Time{})
-			expired = false
-		}
-		b.mu.Unlock()
+	b.lastRead.Store(time.Now().UnixNano())
+	if err == io.EOF {
+		b.eof.Store(true)
 	}
+	b.mu.Lock()
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	b.waiting.Store(false)
+	expired, routeHit := b.expired, b.routeHit
+	b.expired, b.routeHit = false, false
+	if expired && err == nil && !routeHit {
+		// The idle timer fired as data came in: the pause was not too
+		// long after all, but the deadline is set. Clear it. (After the
+		// route timeout it stays: the next Read fails anyway.)
+		b.ctl.SetReadDeadline(time.Time{})
+		expired = false
+	}
+	b.mu.Unlock()
 	if err == nil || err == io.EOF {
 		return n, err
 	}
-	ce := classify(err, expired)
+	if routeHit {
+		return n, b.fail(&Error{Status: http.StatusRequestTimeout, Err: errors.Join(ErrRouteTimeout, err)})
+	}
+	return n, b.fail(classify(err, expired))
+}
+
+// fail records ce as the body's failure unless one came first, and
+// returns ce.
+func (b *Body) fail(ce *Error) *Error {
 	b.failed.CompareAndSwap(nil, ce)
-	return n, ce
+	return ce
 }
 
 // classify returns the *Error of a failed read of a client's body; expired
@@ -166,12 +252,12 @@ func classify(err error, expired bool) *Error {
 
 // Close stops the idle timer and closes the body.
 func (b *Body) Close() error {
+	b.mu.Lock()
+	b.closed = true
 	if b.timer != nil {
-		b.mu.Lock()
-		b.closed = true
 		b.timer.Stop()
-		b.mu.Unlock()
 	}
+	b.mu.Unlock()
 	return b.rc.Close()
 }
 
@@ -181,9 +267,11 @@ func (b *Body) Waiting() bool { return b.waiting.Load() }
 // Tag returns the *Error of a forwarding that failed with err: the one a
 // Read of the client's body reported (in err, or earlier: the read error
 // may have cancelled the request, and err be that), or, when deadline (the
-// route timeout passed) and b is waiting for the client's body, a 408 —
-// the gfe was waiting for the client, not for the backend. Otherwise it
-// returns nil. b may be nil.
+// route timeout passed) while the gfe was busy with the client's body (a
+// Read waiting now, or one that returned less than BetweenReads before the
+// route timeout of WatchRoute, the body not at its end), a 408 — the gfe
+// was waiting for the client, not for the backend. Otherwise it returns
+// nil. b may be nil.
 func (b *Body) Tag(err error, deadline bool) *Error {
 	var ce *Error
 	if errors.As(err, &ce) {
@@ -195,8 +283,18 @@ func (b *Body) Tag(err error, deadline bool) *Error {
 	if ce := b.failed.Load(); ce != nil {
 		return ce
 	}
-	if deadline && b.Waiting() {
-		return &Error{Status: http.StatusRequestTimeout, Err: errors.Join(ErrIdle, err)}
+	if deadline && (b.Waiting() || b.justRead()) {
+		return &Error{Status: http.StatusRequestTimeout, Err: errors.Join(ErrRouteTimeout, err)}
 	}
 	return nil
+}
+
+// justRead reports whether a Read of a body not at its end returned less
+// than BetweenReads before the route timeout (or after it).
+func (b *Body) justRead() bool {
+	last := b.lastRead.Load()
+	if b.routeAt.IsZero() || last == 0 || b.eof.Load() {
+		return false
+	}
+	return b.routeAt.UnixNano()-last < int64(BetweenReads)
 }

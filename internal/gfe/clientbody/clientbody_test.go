@@ -1,6 +1,7 @@
 package clientbody
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -99,5 +100,78 @@ func TestIdleTimerRunsOnlyWhileWaiting(t *testing.T) {
 	}
 	if b.Waiting() {
 		t.Error("Waiting after the Read returned")
+	}
+}
+
+// countingReader serves s and counts its Reads.
+type countingReader struct {
+	s     *strings.Reader
+	reads int
+}
+
+func (r *countingReader) Read(p []byte) (int, error) {
+	r.reads++
+	return r.s.Read(p)
+}
+
+// TestRouteTimeoutIsTheClients: a route timeout that passes while the gfe
+// is busy with the client's body is a 408 of the client's; one that
+// passes once the body is read to its end, or long after the gfe last
+// read it, is not.
+func TestRouteTimeoutIsTheClients(t *testing.T) {
+	t.Run("a Read after the timeout fails at once", func(t *testing.T) {
+		cr := &countingReader{s: strings.NewReader("0123456789")}
+		r := httptest.NewRequest("POST", "/", io.NopCloser(cr))
+		b := Wrap(httptest.NewRecorder(), r, Limits{}, nil)
+		if n, err := b.Read(make([]byte, 4)); n != 4 || err != nil {
+			t.Fatalf("first Read = %d, %v", n, err)
+		}
+		b.RouteTimedOut()
+		_, err := b.Read(make([]byte, 4))
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Status != http.StatusRequestTimeout || !errors.Is(err, ErrRouteTimeout) {
+			t.Fatalf("Read after RouteTimedOut = %v, want a 408 *Error wrapping ErrRouteTimeout", err)
+		}
+		if cr.reads != 1 {
+			t.Errorf("the client's body was read %d times, want 1 (none after the timeout)", cr.reads)
+		}
+		if got := b.Tag(context.DeadlineExceeded, true); got != ce {
+			t.Errorf("Tag(deadline) = %v, want the Read's %v", got, ce)
+		}
+	})
+
+	tests := []struct {
+		name     string
+		body     string
+		readAll  bool          // read the body to its end
+		routeIn  time.Duration // the route deadline, from just before the Read
+		want408  bool
+		deadline bool // Tag's deadline argument
+	}{
+		{name: "deadline just after a Read, body not at its end", body: "0123456789", routeIn: BetweenReads / 4, want408: true, deadline: true},
+		{name: "deadline before the Read returned", body: "0123456789", routeIn: -time.Second, want408: true, deadline: true},
+		{name: "deadline long after the last Read: the backend held it", body: "0123456789", routeIn: time.Hour, deadline: true},
+		{name: "body read to its end", body: "0123456789", readAll: true, routeIn: BetweenReads / 4, deadline: true},
+		{name: "no deadline", body: "0123456789", routeIn: BetweenReads / 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest("POST", "/", io.NopCloser(strings.NewReader(tt.body)))
+			b := Wrap(httptest.NewRecorder(), r, Limits{}, nil)
+			ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(tt.routeIn))
+			defer cancel()
+			defer b.WatchRoute(ctx)()
+			if tt.readAll {
+				if _, err := io.ReadAll(b); err != nil {
+					t.Fatal(err)
+				}
+			} else if _, err := b.Read(make([]byte, 4)); err != nil {
+				t.Fatal(err)
+			}
+			ce := b.Tag(context.DeadlineExceeded, tt.deadline)
+			if got := ce != nil && ce.Status == http.StatusRequestTimeout && errors.Is(ce, ErrRouteTimeout); got != tt.want408 || (ce != nil) != tt.want408 {
+				t.Errorf("Tag(deadline %v) = %v, want a 408 of the route timeout: %v", tt.deadline, ce, tt.want408)
+			}
+		})
 	}
 }

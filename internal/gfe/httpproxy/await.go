@@ -18,6 +18,12 @@ package httpproxy
 // the request already holds a slot's worth of waiting), and tcp
 // listeners' connections.
 //
+// The queue is bounded: a request that finds its service's line at the
+// service's max_pending_requests, or the gfe's queue at its PendingMax,
+// does not wait; it is answered at once as a wait that reached its
+// deadline is, 429 with the same Retry-After (msgQueueFull), and counted
+// in spillway_gfe_pending_full_total.
+//
 // The deadline is arrival + the largest autoscaling.MaxPendingWait() of
 // the service's autoscaled groups (max(min_pending_wait,
 // pending_wait_cold_starts × cold_start)), and never later than arrival +
@@ -114,7 +120,9 @@ func (p *Proxy) await(ctx context.Context, t *routing.Table, rt *config.Route, s
 		gone = fr.ClientGone
 	}
 	m := svc.Meters()
-	switch p.pending.Wait(ctx, pending.Ticket{Service: name, Since: start, Deadline: deadline, Try: try, Gone: gone, Count: &m.Pending}) {
+	result := p.pending.Wait(ctx, pending.Ticket{Service: name, Since: start, Deadline: deadline, Try: try, Gone: gone, Count: &m.Pending,
+		Limit: svc.Config().MaxPendingRequests})
+	switch result {
 	case pending.Served:
 		got.svc.Meters().Decisions[got.pick.Reason].Add(1)
 		return got, refusal{}
@@ -131,8 +139,11 @@ func (p *Proxy) await(ctx context.Context, t *routing.Table, rt *config.Route, s
 	if no.status == http.StatusServiceUnavailable && last == routing.ErrDrained {
 		return decision{}, no // drained while it waited
 	}
-	secs := max(1, int((cold+time.Second-1)/time.Second))
-	return decision{}, refusal{status: http.StatusTooManyRequests, msg: msgNoneFreed, retryAfter: strconv.Itoa(secs)}
+	secs := strconv.Itoa(max(1, int((cold+time.Second-1)/time.Second)))
+	if result == pending.Full {
+		return decision{}, refusal{status: http.StatusTooManyRequests, msg: msgQueueFull, retryAfter: secs}
+	}
+	return decision{}, refusal{status: http.StatusTooManyRequests, msg: msgNoneFreed, retryAfter: secs}
 }
 
 // pickWith picks a backend of svc at now: by session affinity with areq

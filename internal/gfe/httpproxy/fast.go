@@ -612,7 +612,11 @@ func (pt *perTryTimer) stop() bool {
 }
 
 // sendBody copies the request's body from the client to bc. A read error
-// is the client's (400, 408); a write error the backend's.
+// is the client's (400, 408); a write error the backend's. The route
+// timeout bounds the reads too (the client connection's read deadline,
+// while the body is read): one that passes while the gfe waits for the
+// client's body is the client's, 408, as on the slow path
+// (clientbody.RouteTimedOut).
 func (p *Proxy) sendBody(x *fastExchange, bc *backendConn) attemptErr {
 	fr := x.fr
 	if !x.headGone {
@@ -622,6 +626,13 @@ func (p *Proxy) sendBody(x *fastExchange, bc *backendConn) attemptErr {
 	x.bodyRead = true
 	if err := bc.bw.Flush(); err != nil {
 		return attemptBackend
+	}
+	if !x.deadline.IsZero() {
+		// Registered before endBody's defer, so run after it: once the
+		// body timer can no longer move the deadline, the listener's
+		// "no deadline while serving a body" is put back.
+		fr.Conn.SetReadDeadline(x.deadline)
+		defer fr.Conn.SetReadDeadline(time.Time{})
 	}
 	if fr.BodyTimeout > 0 {
 		p.startBody(fr)

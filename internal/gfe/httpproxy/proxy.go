@@ -283,6 +283,7 @@ const (
 	msgDrained    = "gfe: the service is drained; retry later"
 	msgClientGone = "gfe: client closed request"
 	msgNoneFreed  = "gfe: no instance became free within the pending wait"
+	msgQueueFull  = "gfe: too many requests are waiting for this service"
 )
 
 // statusClientClosed answers a request whose client went away before its
@@ -351,6 +352,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer ph.upgradeTimer.Stop()
 	default:
 		ctx, cancel = context.WithTimeout(ctx, rt.Timeout)
+		if ph.body != nil {
+			// A route timeout that passes while the gfe waits for the
+			// client's body is the client's: 408 at the timeout.
+			defer ph.body.WatchRoute(ctx)()
+		}
 	}
 	defer cancel()
 	// Under ReverseProxy's own trace, which relays interim answers: ours

@@ -27,6 +27,21 @@
 // every request of every service; polling costs nothing while nobody
 // waits, and a freed slot is found at most Poll late.
 //
+// Only requests that really wait ask for capacity. A request counts as
+// demand (Lines, which feeds the Asker and the pending load the gfe
+// gossips to the autoscaler) once it has waited Config.Settle (100ms, or
+// half its wait if shorter) with its client still there, and stops
+// counting the moment it is canceled: a client that opens requests and
+// resets them (HTTP/2 HEADERS then RST_STREAM) never asks for an
+// instance (TestCanceledWaitersAskNoCapacity), as it is not the planner's
+// demand either.
+//
+// The lines are bounded: a service's line holds at most Ticket.Limit (its
+// max_pending_requests, 1000 by default) and the queue at most
+// Config.MaxWaiting (10000); a request beyond either is refused at once
+// (Full; the proxy answers 429 with the Retry-After of a wait that ran
+// out) and never waits (TestFull).
+//
 // An Asker turns the lines into RequestCapacity calls (proto
 // CapacityRequest): per (service, group) at most one call in flight and at
 // most one per AskConfig.Interval (1s), for the group its Target function
@@ -65,6 +80,7 @@
 //
 //	spillway_gfe_pending_requests{service}               gauge: requests waiting now
 //	spillway_gfe_pending_wait_seconds{service,result}    histogram: served, rejected, canceled
+//	spillway_gfe_pending_full_total{service,bound}       requests refused, the line (service) or the queue (total) full
 //	spillway_gfe_capacity_requests_total{service,group,result}  granted, refused, error
 //
 // # Example
@@ -75,6 +91,6 @@
 // freed slot and the second is Served after about the first's remaining
 // time. Had the first held the slot for a second, the second would have
 // been Rejected at 300ms and answered 429. Meanwhile the Asker asked once
-// (within the first round) for 1 + ceil(1/1) = 2 instances, reason
-// QUEUEING.
+// (in the first round after the second settled, 100ms after it arrived)
+// for 1 + ceil(1/1) = 2 instances, reason QUEUEING.
 package pending

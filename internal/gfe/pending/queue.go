@@ -23,6 +23,10 @@ const (
 	Rejected
 	// Canceled: the waiter's context ended first (its client went away).
 	Canceled
+	// Full: the request never waited — its service's line held
+	// Ticket.Limit waiters, or the queue Config.MaxWaiting (the proxy
+	// answers 429, as for Rejected).
+	Full
 )
 
 // String returns the result's metric label.
@@ -34,6 +38,8 @@ func (r Result) String() string {
 		return "rejected"
 	case Canceled:
 		return "canceled"
+	case Full:
+		return "full"
 	}
 	return "unknown"
 }
@@ -45,10 +51,44 @@ type Config struct {
 	// freed slot is found at most Poll late; lower costs more picks per
 	// second while requests wait, and nothing while none does.
 	Poll time.Duration
+	// Settle is how long a request must have waited before it counts as
+	// demand for capacity (Lines: the Asker's requests and the pending
+	// load the gfe gossips), or half its wait if that is shorter. Default
+	// DefaultSettle (100ms). A client that goes away sooner — an HTTP/2
+	// stream opened and reset at once — never asks for an instance;
+	// lower asks sooner, at the cost of counting such clients.
+	Settle time.Duration
+	// MaxWaiting bounds the requests waiting in every line together; a
+	// request beyond it does not wait (Full). Default DefaultMaxWaiting.
+	// Each waiting request holds its goroutine, its request and its
+	// connection's buffers, some tens of KiB; lower refuses a burst
+	// sooner.
+	MaxWaiting int
 }
 
+// The queue's defaults.
+const (
+	// DefaultPoll is Config.Poll's default.
+	DefaultPoll = 5 * time.Millisecond
+	// DefaultSettle is Config.Settle's default: GoneEvery, the longest a
+	// fast-path client that went away may go unnoticed, and a small part
+	// of any cold start (seconds), which a request from zero waits for
+	// anyway.
+	DefaultSettle = GoneEvery
+	// DefaultMaxWaiting is Config.MaxWaiting's default: ten lines at
+	// their default bound (config.DefaultMaxPendingRequests), about
+	// 300 MiB at 30 KiB a waiting request.
+	DefaultMaxWaiting = 10000
+	// MaxMaxWaiting is the largest MaxWaiting a gfe accepts
+	// (gfe.Config.Validate): ten million waiting requests are hundreds of
+	// GiB.
+	MaxMaxWaiting = 10_000_000
+)
+
 // DefaultConfig returns the queue's defaults.
-func DefaultConfig() Config { return Config{Poll: 5 * time.Millisecond} }
+func DefaultConfig() Config {
+	return Config{Poll: DefaultPoll, Settle: DefaultSettle, MaxWaiting: DefaultMaxWaiting}
+}
 
 // Options are the queue's dependencies.
 type Options struct {
@@ -85,6 +125,10 @@ type Ticket struct {
 	// request of the service to the queue behind it instead of letting it
 	// take a freed slot first.
 	Count *atomic.Int64
+	// Limit, when > 0, is the most requests the service's line holds
+	// (its max_pending_requests): a request that finds it full does not
+	// wait (Full).
+	Limit int
 }
 
 // GoneEvery is how often the queue asks a waiter that it does not try
@@ -94,8 +138,11 @@ const GoneEvery = 100 * time.Millisecond
 // waiter is a Ticket in its line.
 type waiter struct {
 	Ticket
-	// asked is when Gone was last asked (queue goroutine only).
-	asked time.Time
+	// asked is when Gone was last asked; settled is set once it has
+	// waited its settle time with its client there (it counts in Lines
+	// from then on). Both under Queue.mu.
+	asked   time.Time
+	settled bool
 	// done is closed once result is set; both under Queue.mu.
 	done   chan struct{}
 	result Result
@@ -118,8 +165,10 @@ type Queue struct {
 	waiting atomic.Int64
 
 	mu sync.Mutex
-	// Guarded by mu.
-	lines map[string][]*waiter
+	// Guarded by mu. settled counts, by service, the waiters of its line
+	// that have settled (no entry for none).
+	lines   map[string][]*waiter
+	settled map[string]int
 	// stopped is set when Run returns: Wait rejects at once from then on,
 	// since no round would ever end a wait.
 	stopped bool
@@ -127,8 +176,15 @@ type Queue struct {
 
 // New returns a Queue.
 func New(cfg Config, opts Options) *Queue {
+	def := DefaultConfig()
 	if cfg.Poll <= 0 {
-		cfg.Poll = DefaultConfig().Poll
+		cfg.Poll = def.Poll
+	}
+	if cfg.Settle <= 0 {
+		cfg.Settle = def.Settle
+	}
+	if cfg.MaxWaiting <= 0 {
+		cfg.MaxWaiting = def.MaxWaiting
 	}
 	return &Queue{
 		cfg:     cfg,
@@ -137,6 +193,7 @@ func New(cfg Config, opts Options) *Queue {
 		metrics: newMetrics(opts.Registry),
 		kick:    make(chan struct{}, 1),
 		lines:   map[string][]*waiter{},
+		settled: map[string]int{},
 	}
 }
 
@@ -153,12 +210,20 @@ func (q *Queue) Kick() {
 // queue's rounds (Run, or Step) get it a backend (Served), its Deadline
 // passes (Rejected), or ctx ends first (Canceled). A deadline already past is
 // rejected by the next round, which joining kicks; once Run has returned,
-// Wait returns Rejected at once. Once Wait returns Served,
+// Wait returns Rejected at once. A request that finds its line at
+// t.Limit waiters, or the queue at Config.MaxWaiting, returns Full at
+// once, without waiting or being counted as waiting, and is counted in
+// spillway_gfe_pending_full_total. Once Wait returns Served,
 // what t.Try wrote is visible to the caller; after any other result Try
 // is not called again.
 func (q *Queue) Wait(ctx context.Context, t Ticket) Result {
 	w := &waiter{Ticket: t, done: make(chan struct{})}
 	q.mu.Lock()
+	if bound := q.fullLocked(t); bound != "" {
+		q.mu.Unlock()
+		q.metrics.full.WithLabelValues(t.Service, bound).Inc()
+		return Full
+	}
 	q.joinLocked(w)
 	if q.stopped {
 		q.resolveLocked(w, Rejected, q.clk.Now())
@@ -183,6 +248,19 @@ func (q *Queue) Wait(ctx context.Context, t Ticket) Result {
 	return w.result
 }
 
+// fullLocked returns the bound that t's joining would pass: "service"
+// (its line holds t.Limit waiters), "total" (the queue holds MaxWaiting),
+// or "" when it may wait. Caller must hold q.mu.
+func (q *Queue) fullLocked(t Ticket) string {
+	switch {
+	case t.Limit > 0 && len(q.lines[t.Service]) >= t.Limit:
+		return "service"
+	case q.waiting.Load() >= int64(q.cfg.MaxWaiting):
+		return "total"
+	}
+	return ""
+}
+
 // joinLocked counts w in. Caller must hold q.mu.
 func (q *Queue) joinLocked(w *waiter) {
 	q.waiting.Add(1)
@@ -196,6 +274,11 @@ func (q *Queue) joinLocked(w *waiter) {
 // longer be in its line. Caller must hold q.mu.
 func (q *Queue) resolveLocked(w *waiter, r Result, now time.Time) {
 	w.result = r
+	if w.settled {
+		if q.settled[w.Service]--; q.settled[w.Service] <= 0 {
+			delete(q.settled, w.Service)
+		}
+	}
 	q.waiting.Add(-1)
 	if w.Count != nil {
 		w.Count.Add(-1)
@@ -225,9 +308,11 @@ func (q *Queue) removeLocked(w *waiter) {
 // the waiters' Try until one fails: those whose Try succeeded are Served,
 // and no waiter is tried in a round where one ahead of it in its line
 // failed. A waiter whose client is gone (Ticket.Gone, asked before each
-// Try and every GoneEvery) is Canceled instead, and the next one is tried.
-// Then every waiter still waiting whose Deadline is not after now is
-// Rejected. Called by Run, and by tests.
+// Try, every GoneEvery, and when it settles) is Canceled instead, and the
+// next one is tried. Then every waiter still waiting whose Deadline is not
+// after now is Rejected, and every other one that has waited its settle
+// time (Config.Settle, or half its wait if shorter) settles: it counts in
+// Lines from then on. Called by Run, and by tests.
 func (q *Queue) Step(now time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -235,7 +320,8 @@ func (q *Queue) Step(now time.Time) {
 		keep := l[:0]
 		blocked := false
 		for _, w := range l {
-			if w.Gone != nil && (!blocked || now.Sub(w.asked) >= GoneEvery) {
+			settles := !w.settled && now.Sub(w.Since) >= min(q.cfg.Settle, w.Deadline.Sub(w.Since)/2)
+			if w.Gone != nil && (!blocked || settles || now.Sub(w.asked) >= GoneEvery) {
 				w.asked = now
 				if w.Gone() {
 					q.resolveLocked(w, Canceled, now)
@@ -251,6 +337,10 @@ func (q *Queue) Step(now time.Time) {
 				q.resolveLocked(w, Rejected, now)
 				continue
 			}
+			if settles {
+				w.settled = true
+				q.settled[name]++
+			}
 			keep = append(keep, w)
 		}
 		clear(l[len(keep):])
@@ -262,23 +352,36 @@ func (q *Queue) Step(now time.Time) {
 	}
 }
 
-// Line is what waits for one service.
+// Line is the demand for capacity of one service's waiting requests.
 type Line struct {
 	Service string
-	// Waiting is how many requests wait; Oldest how long the first of them
-	// has waited.
+	// Waiting is how many of its requests wait and have settled; Oldest
+	// how long the first of them has waited.
 	Waiting int
 	Oldest  time.Duration
 }
 
-// Lines returns, at now, every service with requests waiting, in no
-// particular order.
+// Lines returns, at now, every service with settled requests waiting, in
+// no particular order: only the requests that have waited their settle
+// time (Config.Settle) with their client still there when last asked,
+// and only while they wait. A request canceled before it settled is never
+// in Lines, and one canceled later leaves them at once: neither the
+// Asker's requests nor the gossiped pending load count a request whose
+// client did not wait (an HTTP/2 stream opened and reset at once), so
+// that such requests cannot scale a group.
 func (q *Queue) Lines(now time.Time) []Line {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	out := make([]Line, 0, len(q.lines))
-	for name, l := range q.lines {
-		out = append(out, Line{Service: name, Waiting: len(l), Oldest: now.Sub(l[0].Since)})
+	out := make([]Line, 0, len(q.settled))
+	for name, n := range q.settled {
+		line := Line{Service: name, Waiting: n}
+		for _, w := range q.lines[name] {
+			if w.settled { // the first settled, almost always the head
+				line.Oldest = now.Sub(w.Since)
+				break
+			}
+		}
+		out = append(out, line)
 	}
 	return out
 }
@@ -338,6 +441,7 @@ func (q *Queue) stop() error {
 type metrics struct {
 	depth *prometheus.GaugeVec
 	wait  *prometheus.HistogramVec
+	full  *prometheus.CounterVec
 }
 
 // waitBuckets are the buckets of the wait histogram, in seconds: a wait
@@ -356,9 +460,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "How long requests waited in the pending queue, by service and result (served, rejected with 429, canceled by the client).",
 			Buckets: waitBuckets,
 		}, []string{"service", "result"}),
+		full: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spillway_gfe_pending_full_total",
+			Help: "Requests that found the pending queue full and did not wait (answered 429), by service and bound (service: its max_pending_requests; total: the gfe's).",
+		}, []string{"service", "bound"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.depth, m.wait)
+		reg.MustRegister(m.depth, m.wait, m.full)
 	}
 	return m
 }
