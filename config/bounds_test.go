@@ -50,8 +50,8 @@ func parseBounds(t *testing.T, mutate func(*Config)) error {
 	return c.Validate()
 }
 
-// TestBounds: every numeric field has an upper bound (finding 7 of issue
-// 10): the bound itself is accepted, one step above is rejected with an
+// TestBounds: every numeric field has an upper bound (finding 7 of the
+// first security review, SECURITY.md): the bound itself is accepted, one step above is rejected with an
 // error naming the file and the field path.
 func TestBounds(t *testing.T) {
 	web := func(c *Config) *Service { return &c.Services[0] }
@@ -227,7 +227,7 @@ func instances(n int) []Instance {
 	return out
 }
 
-// TestBoundsAttackValues: the values of issue 10 finding 7, as an attacker
+// TestBoundsAttackValues: the values of the first security review, finding 7 (SECURITY.md), as an attacker
 // (or a typo) writes them in a file, are rejected by Parse with the file
 // and the field path.
 func TestBoundsAttackValues(t *testing.T) {

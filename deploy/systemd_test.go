@@ -83,7 +83,7 @@ func TestUnitsVerify(t *testing.T) {
 	}
 }
 
-// TestUnitsHardening: the directives DESIGN §9 and issue #11 ask for are
+// TestUnitsHardening: the directives docs/design.md §9 and docs/lab.md ask for are
 // there with the values the deployment relies on.
 func TestUnitsHardening(t *testing.T) {
 	common := map[string]string{

@@ -23,7 +23,7 @@ import (
 // mtlsNet is the 127.N.0.0/16 of TestControlPlaneMutualTLSEndToEnd.
 const mtlsNet = 57
 
-// TestControlPlaneMutualTLSEndToEnd replays finding 2 of issue #10 on a
+// TestControlPlaneMutualTLSEndToEnd replays finding 2 of the first security review (SECURITY.md) on a
 // deployment started as documented (mutual TLS on by default): an attacker
 // on the network who dials the control plane without a certificate, or
 // with a genuine certificate of an identity that is not a gfe, gets no

@@ -19,7 +19,7 @@ import (
 // quotaNet is the 127.N.0.0/16 of TestQuotaEndToEnd.
 const quotaNet = 59
 
-// TestQuotaEndToEnd (issue #13) on real processes: a control plane serving
+// TestQuotaEndToEnd (docs/design.md §7) on real processes: a control plane serving
 // AllocateQuota and a gfe admitting from its leases. A greedy consumer
 // (limit 30 a minute) sending 120 requests gets about 30 of them through
 // and 429s with Retry-After for the rest; a polite consumer's requests, one
@@ -117,7 +117,7 @@ func TestQuotaEndToEnd(t *testing.T) {
 // quotaRedisNet is the 127.N.0.0/16 of TestQuotaSharedAcrossReplicas.
 const quotaRedisNet = 60
 
-// TestQuotaSharedAcrossReplicas (issue #13 item 5) on real processes: two
+// TestQuotaSharedAcrossReplicas (docs/design.md §7: counters in Redis with several replicas) on real processes: two
 // control planes keeping quota counters in one real redis-server, and two
 // gfes, each pinned to its own control plane. A greedy consumer (limit 30
 // a minute) sending 120 requests over 6 s through both gfes at once gets

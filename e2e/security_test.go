@@ -16,7 +16,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/topology"
 )
 
-// TestRouteTimeoutCannotBeSwitchedOff (issue #10, finding 6): a client
+// TestRouteTimeoutCannotBeSwitchedOff (the first security review, finding 6: SECURITY.md): a client
 // cannot switch the route timeout off with an Upgrade header or
 // content-type application/grpc over HTTP/1.1: against backends that hold
 // every request, both get 504 at the route timeout (1 s), and a SIGTERM

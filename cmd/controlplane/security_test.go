@@ -103,7 +103,7 @@ func startTLS(t *testing.T, p *testPKI, extra ...string) (*proc.Proc, string, st
 	return cp, grpcAddr, admin
 }
 
-// TestAttackerGetsNoConfig replays finding 2 of issue #10 against the real
+// TestAttackerGetsNoConfig replays finding 2 of the first security review (SECURITY.md) against the real
 // binary: dialling the control plane without credentials returned the
 // whole configuration with session_affinity.cookie_secret. Now a client
 // without a certificate, with one from another CA, or with a valid one of

@@ -1,4 +1,4 @@
-// Command quotabench measures issue #13's quota targets on a real
+// Command quotabench measures the quota targets (docs/design.md §7; BENCHMARKS.md §6) on a real
 // deployment on loopback — three gfes, two control planes, one
 // redis-server — and exits non-zero when one is missed (see
 // internal/quotabench): accuracy over a whole minute window for 100

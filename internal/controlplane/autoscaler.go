@@ -17,7 +17,7 @@ import (
 )
 
 // AutoscaleConfig runs the autoscaler of the instance groups that have an
-// autoscaling block (issue #12; package internal/autoscale/controller). It
+// autoscaling block (docs/design.md §6; package internal/autoscale/controller). It
 // is off unless Provider is set: RequestCapacity then refuses, and
 // autoscaled groups keep their file instances only.
 type AutoscaleConfig struct {

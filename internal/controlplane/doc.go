@@ -1,4 +1,4 @@
-// Package controlplane is the control-plane daemon of Spillway (DESIGN §5):
+// Package controlplane is the control-plane daemon of Spillway (docs/design.md §5):
 // it serves the operator configuration and the health of every backend
 // instance to the gfes, over the ControlPlane gRPC service of
 // proto/spillway/v1. cmd/controlplane only turns flags into a Config and runs

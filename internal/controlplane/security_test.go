@@ -37,7 +37,7 @@ func firstPush(t *testing.T, addr string, creds credentials.TransportCredentials
 	return testkit.FirstPush(t, addr, creds, defaultTestTimeout)
 }
 
-// TestSecretsOnlyOverMutualTLS reproduces finding 2 of issue #10: an
+// TestSecretsOnlyOverMutualTLS reproduces finding 2 of the first security review (SECURITY.md): an
 // attacker who dialled the control plane without credentials got the whole
 // configuration, cookie secret included, and could forge affinity cookies.
 // Under mutual TLS a client without a certificate, with a certificate from
@@ -161,7 +161,7 @@ func advanceReady(t *testing.T, r *daemonRig) {
 	waitState(t, r.d.State, "ready", func(st *State) bool { return st.Ready })
 }
 
-// TestAdminPagesShowNoSecret reproduces finding 8 of issue #10 on the
+// TestAdminPagesShowNoSecret reproduces finding 8 of the first security review (SECURITY.md) on the
 // control plane's admin listener: /debug/pprof/cmdline printed the command
 // line (and its --gossip-key). pprof is mounted only when asked for and
 // never serves cmdline; no page shows the cookie secret; with an admin

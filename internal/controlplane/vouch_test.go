@@ -12,7 +12,7 @@ import (
 	"github.com/spillway-lb/spillway/lb/health"
 )
 
-// TestUnvouchedControlPlanesIgnored replays finding #10.1(a): a process
+// TestUnvouchedControlPlanesIgnored replays finding 1(a) of the first security review (SECURITY.md): a process
 // joins the gossip cluster (same protocol, real memberlist on loopback) as
 // twelve control-plane replicas that report every instance of every group
 // unhealthy. The replica's --replicas list does not name them, so it keeps

@@ -14,7 +14,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/topology"
 )
 
-// The autoscaler phase (issue #12, DESIGN row 7) runs on a deployment of
+// The autoscaler phase (docs/design.md §6, the waterfall as the buffer of §3 rule 7) runs on a deployment of
 // its own: the site nyc in front of us-east, autoscaled (1 to 4 instances
 // of 40 req/s, a 2s cold start), and eu-west, two fixed instances, the
 // buffer. nyc offers more than one instance takes: the plan spills the

@@ -33,7 +33,7 @@ func (s *syncBuffer) count(substr string) int {
 }
 
 // TestClampedGossipIsCountedAndLogged: a peer gossiping demand 1e9 and an
-// RTT of a day is clamped every plan (finding #10.1c); every clamp counts
+// RTT of a day is clamped every plan (the first security review, finding 1c); every clamp counts
 // in spillway_gfe_gossip_clamped_total{field}, and the log gets one line a
 // minute, not one per plan.
 func TestClampedGossipIsCountedAndLogged(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/snapshot"
 )
 
-// TestUnplannableSnapshotIsRefused (issue 10, finding 7): a snapshot whose
+// TestUnplannableSnapshotIsRefused (the first security review, finding 7: SECURITY.md): a snapshot whose
 // capacities are not finite — max_rate_per_instance 1e308 on two
 // instances, which a config from before the validation bounds, or one that
 // slipped past them, can carry — is refused by ApplySnapshot (the

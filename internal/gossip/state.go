@@ -71,7 +71,7 @@ type NodeState struct {
 	// Capacity maps backend service name and instance group name to this
 	// gfe's effective-capacity factor of the group, in (0, 1]: the share of
 	// the group's planned capacity that its own requests' signals leave it
-	// (DESIGN.md §3 rule 8, lb/capacity). A group not listed is at 1. Every
+	// (docs/design.md §3 rule 8, lb/capacity). A group not listed is at 1. Every
 	// gfe plans a group with the lowest factor any gfe publishes.
 	Capacity map[string]map[string]float64 `json:"capacity,omitempty"`
 	// Load maps instance group name to this gfe's load on the group: what
@@ -129,7 +129,7 @@ type GroupLoad struct {
 	// the one its services' capacity requests name (in the services'
 	// demand units; requests/s in RATE mode): load the group would take
 	// if it had the capacity. The autoscaler counts it as concurrency
-	// (DESIGN row 7: the waterfall is the buffer while a region scales
+	// (docs/design.md §6 and §3 rule 7: the waterfall is the buffer while a region scales
 	// up).
 	Spilled float64 `json:"spilled,omitempty"`
 }

@@ -1,4 +1,4 @@
-// Package quotabench measures issue #13's quota targets on a real
+// Package quotabench measures the quota targets (docs/design.md §7; BENCHMARKS.md §6) on a real
 // deployment (cmd/quotabench): three gfes at three sites, two control
 // planes keeping their counters in one real redis-server, each gfe pinned
 // to one control plane (gfe 1 and 3 to cp-1, gfe 2 to cp-2), all on

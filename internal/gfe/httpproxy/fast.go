@@ -27,7 +27,7 @@ import (
 	"github.com/spillway-lb/spillway/lb/reqpath"
 )
 
-// The fast path (issue #14). The listener reads HTTP/1.x request heads
+// The fast path (docs/design.md §4, docs/listeners.md). The listener reads HTTP/1.x request heads
 // itself (h1.Parse) and gives the plain ones — no body or a Content-Length
 // body, no upgrade, no Expect — to ServeFast, which forwards them without
 // net/http: the same steps before a backend as ServeHTTP (decide: route,

@@ -345,7 +345,7 @@ func newSilentBackend(t *testing.T) *testBackend {
 	return b
 }
 
-// TestPerTryTimeout (issue #11: a backend host that vanished with requests
+// TestPerTryTimeout (docs/design.md §4 retries; seen in the lab, docs/lab.md: a backend host that vanished with requests
 // in flight): a GET whose backend sends no headers within the route's
 // per_try_timeout is abandoned there, counted as that backend's timeout,
 // and answered by another instance; a POST is not bounded per try (it may
@@ -403,7 +403,7 @@ func TestPerTryTimeout(t *testing.T) {
 	}
 }
 
-// TestRetryLeavesUnreachableRegion (issue #11: both us-east zones live on
+// TestRetryLeavesUnreachableRegion (docs/design.md §4 retries; seen in the lab, docs/lab.md: both us-east zones live on
 // one backend host whose link went down): at site nyc, whose idle waterfall
 // plan row is us-east only, a GET whose us-east backend is unreachable is
 // retried in eu-west, the site's next region, not in us-east's other zone;

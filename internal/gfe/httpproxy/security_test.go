@@ -17,7 +17,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/snapshot"
 )
 
-// The security tests of the request path (issue #10): each replays an
+// The security tests of the request path (the first security review, SECURITY.md): each replays an
 // attack as a client would send it.
 
 // securityTestTimeout bounds every blocking wait; it is a guard against a

@@ -18,7 +18,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/gfe/poller"
 )
 
-// The split at accept (issue #14). An http or https listener with
+// The split at accept (docs/design.md §4, docs/listeners.md). An http or https listener with
 // fast_path reads each connection's request heads itself and parses them
 // with h1.Parse. An https listener's connections are handshaken here first
 // (the live certificates, as net/http would): ALPN h2 goes to net/http's

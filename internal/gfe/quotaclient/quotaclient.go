@@ -1,5 +1,5 @@
-// Package quotaclient is the gfe's side of per-consumer quota (DESIGN.md
-// §7): it decides on the request path, from local state only, whether a
+// Package quotaclient is the gfe's side of per-consumer quota
+// (docs/design.md §7): it decides on the request path, from local state only, whether a
 // request is admitted, and asks the control plane's Quota service for more
 // in the background, at most once per second per (service, project,
 // metric) — lb/quota.Lease does the arithmetic. Every lease knows its
@@ -9,7 +9,7 @@
 // holds ahead and does not use is given back to the service at its next
 // call (AllocateQuotaRequest.returned).
 //
-// The answers, as the seed document maps them:
+// The answers, as docs/design.md §7 maps them:
 //
 //   - a body of unknown length (chunked, or HTTP/2 without
 //     content-length) on a request a bytes metric charges: 411 Length

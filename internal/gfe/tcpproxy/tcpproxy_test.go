@@ -368,7 +368,7 @@ func TestTCPProxyIdleTimeout(t *testing.T) {
 	}
 }
 
-// TestTCPProxyDefaultIdleTimeout (issue 10, finding 4): a tcp listener
+// TestTCPProxyDefaultIdleTimeout (the first security review, finding 4): a tcp listener
 // that sets no idle_timeout still closes a connection idle for the
 // default 10 minutes, and counts it.
 func TestTCPProxyDefaultIdleTimeout(t *testing.T) {
@@ -457,7 +457,7 @@ func dialFrom(t *testing.T, addr, ip string) *gfetest.TCPClient {
 	return &gfetest.TCPClient{C: c, R: r, Backend: strings.TrimSpace(strings.TrimPrefix(line, "hello "))}
 }
 
-// TestTCPProxyClientCap (issue 10, finding 4): one client address opening
+// TestTCPProxyClientCap (the first security review, finding 4): one client address opening
 // more connections than max_connections_per_client gets the extra ones
 // closed at once and counted; the backend never sees them; another client
 // address is not affected; a closed connection frees its place.
