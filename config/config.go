@@ -44,7 +44,8 @@ type Config struct {
 }
 
 // Region is a geographic region: the unit the waterfall planner fills and
-// spills (docs/design.md §3). Its zeros are not defaults: every field is required.
+// spills (docs/design.md §3). Its zeros are not defaults: every field is
+// required.
 type Region struct {
 	// Name identifies the region in gossip, RTT vectors and metrics, e.g.
 	// "us-east". Required, unique, lower-case [a-z0-9._-], at most 63 bytes.
@@ -54,7 +55,8 @@ type Region struct {
 }
 
 // Zone is a failure domain inside a region. Inside a region, traffic is split
-// over the zones' groups in proportion to their capacity (docs/design.md §3 rule 2).
+// over the zones' groups in proportion to their capacity (docs/design.md §3
+// rule 2).
 type Zone struct {
 	// Name of the zone, e.g. "us-east-b". Required, unique across the file
 	// (not only within its region), same syntax as Region.Name.
@@ -87,10 +89,10 @@ type Instance struct {
 	// brackets, "[::1]:9101"). The host is an IP address or a DNS name;
 	// the port is 1..65535. Required, unique across the file.
 	Address string `mapstructure:"address"`
-	// MaxConcurrency is the most requests this instance may have in flight
-	// at once (Cloud Run concurrency, docs/design.md §4). Requests beyond it wait in
-	// the gfe's pending queue. Default 0, which means unlimited; at most
-	// 1000000; negative is invalid.
+	// MaxConcurrency is the most requests this instance may have in flight at
+	// once (Cloud Run concurrency, docs/design.md §4). Requests beyond it
+	// wait in the gfe's pending queue. Default 0, which means unlimited; at
+	// most 1000000; negative is invalid.
 	MaxConcurrency int `mapstructure:"max_concurrency"`
 	// Demoted marks an instance the group keeps for overflow only. The
 	// autoscaler sets it, in the configuration the control plane serves,
@@ -121,8 +123,8 @@ type Policy string
 
 // The load-balancing policies.
 const (
-	// PolicyWaterfall is Waterfall by Region (docs/design.md §3): nearest region
-	// first, spill by capacity. The default.
+	// PolicyWaterfall is Waterfall by Region (docs/design.md §3): nearest
+	// region first, spill by capacity. The default.
 	PolicyWaterfall Policy = "waterfall"
 	// PolicyMinRTT plans regions under the same constraints as waterfall
 	// (capacity, preemptive spill, uniform overload, zones split by
@@ -197,9 +199,9 @@ func ParseHashScope(s string) (HashScope, error) {
 	return sc, nil
 }
 
-// BalancingMode says what a backend's capacity counts (docs/design.md §2), and so
-// in which unit a gfe measures demand: the planner compares the two, so
-// they are always in the same unit (Backend.Capacity, Concurrent).
+// BalancingMode says what a backend's capacity counts (docs/design.md §2),
+// and so in which unit a gfe measures demand: the planner compares the two,
+// so they are always in the same unit (Backend.Capacity, Concurrent).
 type BalancingMode string
 
 // The balancing modes.
@@ -222,9 +224,9 @@ const (
 // second.
 func (m BalancingMode) Concurrent() bool { return m == ModeConnection }
 
-// AffinityType is the kind of session affinity of a service (docs/design.md §4). It
-// is lb/affinity's Mode, which defines the modes and their behaviour; the
-// names below spell them for the schema.
+// AffinityType is the kind of session affinity of a service (docs/design.md
+// §4). It is lb/affinity's Mode, which defines the modes and their behaviour;
+// the names below spell them for the schema.
 type AffinityType = affinity.Mode
 
 // The session affinity types (see affinity.Mode's constants).
@@ -279,8 +281,8 @@ type Service struct {
 	// HealthCheck is the active health check of this service's instances.
 	// Defaults as in DefaultHealthCheck.
 	HealthCheck HealthCheck `mapstructure:"health_check"`
-	// Spill tunes preemptive spill out of unhealthy regions (docs/design.md §3 rule 5).
-	// Defaults as in DefaultSpill.
+	// Spill tunes preemptive spill out of unhealthy regions (docs/design.md
+	// §3 rule 5). Defaults as in DefaultSpill.
 	Spill Spill `mapstructure:"spill"`
 	// OutlierDetection ejects instances that fail real requests (passive
 	// health checking, next to the active HealthCheck). Defaults as in
@@ -483,8 +485,9 @@ type SessionAffinity struct {
 }
 
 // HealthCheck configures active health checking of a service's instances
-// (docs/design.md §5). An instance turns healthy after HealthyThreshold consecutive
-// passes and unhealthy after UnhealthyThreshold consecutive failures.
+// (docs/design.md §5). An instance turns healthy after HealthyThreshold
+// consecutive passes and unhealthy after UnhealthyThreshold consecutive
+// failures.
 type HealthCheck struct {
 	// Protocol of the check: http (default), https, tcp or grpc.
 	Protocol HealthProtocol `mapstructure:"protocol"`
@@ -514,9 +517,9 @@ type HealthCheck struct {
 	Jitter float64 `mapstructure:"jitter"`
 }
 
-// Spill tunes preemptive spill (docs/design.md §3 rule 5): a region whose healthy
-// fraction h is below Threshold keeps at most min(1, Slope·h) of the demand
-// that reaches it, and the rest spills to the next-nearest region.
+// Spill tunes preemptive spill (docs/design.md §3 rule 5): a region whose
+// healthy fraction h is below Threshold keeps at most min(1, Slope·h) of the
+// demand that reaches it, and the rest spills to the next-nearest region.
 type Spill struct {
 	// Threshold is the healthy fraction below which a region spills
 	// preemptively, in [0,1]. Default 0.5. 0 disables preemptive spill.
@@ -679,16 +682,16 @@ type Listener struct {
 	// before. http/https: default 0, which means never; at most 24h.
 	// tcp: must be 0.
 	MaxConnectionAge time.Duration `mapstructure:"max_connection_age"`
-	// FastPath serves plain HTTP/1.1 requests of an http or https listener
-	// on the gfe's own HTTP/1.1 fast path (docs/design.md §4, docs/listeners.md; internal/gfe/h1 and
-	// httpproxy.ServeFast) instead of net/http's server: a connection's
-	// request heads are read and parsed strictly by the gfe (https: after
-	// the gfe's own TLS handshake, when ALPN chose http/1.1 or nothing),
-	// and anything the fast path does not take (HTTP/2, h2c, upgrades and
-	// WebSocket, Expect, CONNECT, chunked request bodies, ...) is handed to
-	// net/http with the bytes already read, so it is served as without
-	// the fast path. http/https: default true (false turns it off). tcp:
-	// must be false.
+	// FastPath serves plain HTTP/1.1 requests of an http or https listener on
+	// the gfe's own HTTP/1.1 fast path (docs/design.md §4, docs/listeners.md;
+	// internal/gfe/h1 and httpproxy.ServeFast) instead of net/http's server:
+	// a connection's request heads are read and parsed strictly by the gfe
+	// (https: after the gfe's own TLS handshake, when ALPN chose http/1.1 or
+	// nothing), and anything the fast path does not take (HTTP/2, h2c,
+	// upgrades and WebSocket, Expect, CONNECT, chunked request bodies, ...)
+	// is handed to net/http with the bytes already read, so it is served as
+	// without the fast path. http/https: default true (false turns it off).
+	// tcp: must be false.
 	FastPath bool `mapstructure:"fast_path"`
 }
 
@@ -788,8 +791,8 @@ func DefaultHealthCheck() HealthCheck {
 	}
 }
 
-// DefaultSpill returns the preemptive spill of docs/design.md §3 rule 5: below half
-// healthy, keep 2h of the demand.
+// DefaultSpill returns the preemptive spill of docs/design.md §3 rule 5:
+// below half healthy, keep 2h of the demand.
 func DefaultSpill() Spill {
 	return Spill{Threshold: 0.5, Slope: 2}
 }

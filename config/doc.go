@@ -1,8 +1,8 @@
 // Package config is Spillway's operator configuration: the YAML schema that
 // describes regions, zones, instance groups and their instances, the backend
 // services that use those groups, the routes that lead to the services and
-// the listeners a gfe serves them on (docs/design.md §2, §4, §5), with its loader and
-// validator.
+// the listeners a gfe serves them on (docs/design.md §2, §4, §5), with its
+// loader and validator.
 //
 // # Schema
 //
@@ -147,22 +147,22 @@
 // # Bounds
 //
 // Every number has an upper bound, so that nothing derived from a valid
-// config overflows (the first security review, finding 7: SECURITY.md): rates (max_rate_per_instance,
-// max_rate, utilization_rate_per_instance) at most 1e9 requests/s; backend
-// connection limits at most 1e9; at most 10000 instances per group and a
-// max_concurrency of at most 1e6 (so a group's capacity is at most 1e13
-// and the planner's totals stay finite); route timeouts, idle timeouts
-// and ejection times at most 24h; health check intervals, feedback hold and
-// recover_delay, read_header_timeout and first_byte_timeout at most 1h;
-// queue_delay at most 1m; thresholds at most 100; outlier triggers at
-// most 10000; spill.slope at most 1000; cookie_ttl at most 400 days; an
-// autoscaling block's instances at most 10000, its CPUs per instance at most
-// 1000, its windows and cold start at most 1h (the long concurrency window
-// and idle timeout 24h, act_interval 1m).
-// Durations are strings as time.ParseDuration reads them ("5s", "1m30s"); a
-// bare number is rejected rather than read as nanoseconds. Keys are
-// case-insensitive (viper lower-cases them). A key with no value ("spill:")
-// is the same as an absent key.
+// config overflows (the first security review, finding 7: SECURITY.md): rates
+// (max_rate_per_instance, max_rate, utilization_rate_per_instance) at most
+// 1e9 requests/s; backend connection limits at most 1e9; at most 10000
+// instances per group and a max_concurrency of at most 1e6 (so a group's
+// capacity is at most 1e13 and the planner's totals stay finite); route
+// timeouts, idle timeouts and ejection times at most 24h; health check
+// intervals, feedback hold and recover_delay, read_header_timeout and
+// first_byte_timeout at most 1h; queue_delay at most 1m; thresholds at most
+// 100; outlier triggers at most 10000; spill.slope at most 1000; cookie_ttl
+// at most 400 days; an autoscaling block's instances at most 10000, its CPUs
+// per instance at most 1000, its windows and cold start at most 1h (the long
+// concurrency window and idle timeout 24h, act_interval 1m). Durations are
+// strings as time.ParseDuration reads them ("5s", "1m30s"); a bare number is
+// rejected rather than read as nanoseconds. Keys are case-insensitive (viper
+// lower-cases them). A key with no value ("spill:") is the same as an absent
+// key.
 //
 // # Loading
 //
@@ -207,18 +207,17 @@
 //
 // # Demoted instances and empty groups
 //
-// An instance with demoted: true is kept for overflow only (docs/design.md §6): the
-// autoscaler sets it, in the configuration the control plane serves to the
-// gfes, on the instances it scaled down and will stop; an operator may set
-// it for a warm standby. A demoted instance counts for nothing in its
-// group's capacity (Group.ActiveInstances: a group of 3 healthy instances
-// of which 1 is demoted plans the capacity of 2), and a gfe sends it a
-// request only when every healthy non-demoted instance of the group is at
-// its concurrency limit. A group with an autoscaling block
-// (max_instances ≥ 1) may have no instances at all: it scales from zero,
-// has capacity 0 until the control plane adds the instances it starts,
-// and the planner gives its share to the other groups. Every other group
-// needs at least one instance.
+// An instance with demoted: true is kept for overflow only (docs/design.md
+// §6): the autoscaler sets it, in the configuration the control plane serves
+// to the gfes, on the instances it scaled down and will stop; an operator may
+// set it for a warm standby. A demoted instance counts for nothing in its
+// group's capacity (Group.ActiveInstances: a group of 3 healthy instances of
+// which 1 is demoted plans the capacity of 2), and a gfe sends it a request
+// only when every healthy non-demoted instance of the group is at its
+// concurrency limit. A group with an autoscaling block (max_instances ≥ 1)
+// may have no instances at all: it scales from zero, has capacity 0 until the
+// control plane adds the instances it starts, and the planner gives its share
+// to the other groups. Every other group needs at least one instance.
 //
 // # Strict for the operator, tolerant on the wire
 //

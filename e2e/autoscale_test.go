@@ -240,12 +240,12 @@ func post(t *testing.T, url string) {
 	}
 }
 
-// TestAutoscaleWaterfallBuffer is the autoscaling buffer (docs/design.md §3 rule 7, §6) end to end, on the demo's
-// autoscaler deployment (demo.AutoscaleSpec): nyc offers 60 req/s to
-// us-east's one instance of 40 req/s; the plan spills the rest to eu-west,
-// the autoscaler counts the spill as demand and starts instances, and the
-// load returns to us-east as they turn healthy; without load the group
-// returns to min_instances.
+// TestAutoscaleWaterfallBuffer is the autoscaling buffer (docs/design.md §3
+// rule 7, §6) end to end, on the demo's autoscaler deployment
+// (demo.AutoscaleSpec): nyc offers 60 req/s to us-east's one instance of 40
+// req/s; the plan spills the rest to eu-west, the autoscaler counts the spill
+// as demand and starts instances, and the load returns to us-east as they
+// turn healthy; without load the group returns to min_instances.
 func TestAutoscaleWaterfallBuffer(t *testing.T) {
 	c := startCluster(t, demo.AutoscaleSpec(65))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

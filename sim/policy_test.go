@@ -274,8 +274,8 @@ sites:
 }
 
 // TestShippedScenariosWaterfall pins what each scenario in configs/scenarios
-// is meant to show under Waterfall (numbers worked out from docs/design.md §3 in
-// each file's header comment).
+// is meant to show under Waterfall (numbers worked out from docs/design.md §3
+// in each file's header comment).
 func TestShippedScenariosWaterfall(t *testing.T) {
 	tests := []struct {
 		file        string

@@ -22,11 +22,11 @@
 //
 // (or start from DefaultConfig and set Addresses, Node and Site).
 //
-// Static stability (docs/design.md §4): the client never drops the last snapshot it
-// accepted. A rejected push, a broken stream, or every control plane being
-// down leaves Current as it was, so the gfe keeps serving; Run retries the
-// replicas in turn with exponential backoff and jitter, and the first push
-// from one that answers is applied.
+// Static stability (docs/design.md §4): the client never drops the last
+// snapshot it accepted. A rejected push, a broken stream, or every control
+// plane being down leaves Current as it was, so the gfe keeps serving; Run
+// retries the replicas in turn with exponential backoff and jitter, and the
+// first push from one that answers is applied.
 //
 // Threading: Apply runs on Run's goroutine, one snapshot at a time, in
 // arrival order; Current, Changes and Status may be called from anywhere.

@@ -20,7 +20,8 @@ type property struct {
 	check func(o *oracle, p *Plan, rng *rand.Rand) error
 }
 
-// properties are (a)–(g) of docs/design.md §3, plus the Plan's documented shape.
+// properties are (a)–(g) of docs/design.md §3, plus the Plan's documented
+// shape.
 var properties = []property{
 	{"(a) demand fits ⇒ no region above capacity", propCapacity},
 	{"(b) no farther region while a nearer one has room", propWaterfall},

@@ -4,11 +4,11 @@
 // request with httputil.ReverseProxy over HTTP/1.1, h2c for gRPC, or an
 // upgraded tunnel for WebSockets.
 //
-// Plain HTTP/1.1 requests that the listeners' fast path takes (docs/design.md §4, docs/listeners.md)
-// come to ServeFast instead (fast.go): the same steps before a backend
-// (decide, shared with ServeHTTP), then raw pooled connections to the
-// backend and strict response framing, with the guarantees below; fast.go
-// lists the few differences.
+// Plain HTTP/1.1 requests that the listeners' fast path takes (docs/design.md
+// §4, docs/listeners.md) come to ServeFast instead (fast.go): the same steps
+// before a backend (decide, shared with ServeHTTP), then raw pooled
+// connections to the backend and strict response framing, with the guarantees
+// below; fast.go lists the few differences.
 //
 // The proxy needs two things of the gfe, behind the Planner interface: the
 // live table (routing.Table, loaded once per request) and a way to wake the
