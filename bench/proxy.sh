@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# bench/proxy.sh — the data-plane benchmark (DESIGN §8): gfe, HAProxy and
+# bench/proxy.sh — the data-plane benchmark (docs/design.md §8): gfe, HAProxy and
 # nginx in front of the same origin, one worker on one core each, driven by
 # the same wrk settings, plus wrk straight at the origin as the limit and a
 # stock httputil.ReverseProxy (bench/stdproxy, "stdlib") as Go's yardstick.
 # "gfe" is the gfe on net/http alone (--fast-path=false, the slow path);
-# "gfe-fast" the same binary with its HTTP/1.1 fast path (issue #14; the
+# "gfe-fast" the same binary with its HTTP/1.1 fast path (docs/design.md §4; the
 # default).
 #
 #   bench/proxy.sh                      # 5 rounds × 10 s per target, ~9 minutes

@@ -11,7 +11,7 @@ import (
 	"github.com/spillway-lb/spillway/lb/autoscale"
 )
 
-// Autoscaling is an instance group's autoscaler (DESIGN.md §6, Cloud Run's
+// Autoscaling is an instance group's autoscaler (docs/design.md §6, Cloud Run's
 // rules; lb/autoscale implements them). It is on when MaxInstances ≥ 1. An
 // absent block is the zero Autoscaling (off); a present one has its absent
 // keys filled from DefaultAutoscaling, and must set max_instances unless
@@ -86,7 +86,7 @@ type Autoscaling struct {
 	DemotedIdleWindow time.Duration `mapstructure:"demoted_idle_window"`
 	// DemotedKeepFraction is the share of instances demoted at once that
 	// form the second set, kept until IdleTimeout, in [0, 1]. Default 0.5
-	// (the seeds name two sets without sizes; this is our choice). The
+	// (docs/design.md §6 names two sets without sizes; this is our choice). The
 	// first set is stopped by DemotedIdleUtilization.
 	DemotedKeepFraction float64 `mapstructure:"demoted_keep_fraction"`
 	// IdleTimeout is how long a kept demoted instance runs without
@@ -101,8 +101,8 @@ type Autoscaling struct {
 	PendingWaitColdStarts float64       `mapstructure:"pending_wait_cold_starts"`
 }
 
-// DefaultAutoscaling returns the autoscaling defaults of DESIGN.md §6 and
-// the Cloud Run documentation (the seeds): 60% targets, 1-minute CPU and
+// DefaultAutoscaling returns the autoscaling defaults of docs/design.md §6 and
+// the Cloud Run documentation: 60% targets, 1-minute CPU and
 // concurrency windows and a 10-minute long concurrency window, a 1-second
 // ACT interval at 90%/70% CPU, a ±10% hold band, demoted sets stopped
 // under 10% over 1 minute or after a 15-minute idle timeout, and a pending

@@ -50,9 +50,9 @@ func parseBounds(t *testing.T, mutate func(*Config)) error {
 	return c.Validate()
 }
 
-// TestBounds: every numeric field has an upper bound (finding 7 of issue
-// 10): the bound itself is accepted, one step above is rejected with an
-// error naming the file and the field path.
+// TestBounds: every numeric field has an upper bound (finding 7 of the first
+// security review, SECURITY.md): the bound itself is accepted, one step above
+// is rejected with an error naming the file and the field path.
 func TestBounds(t *testing.T) {
 	web := func(c *Config) *Service { return &c.Services[0] }
 	db := func(c *Config) *Service { return &c.Services[1] }
@@ -227,9 +227,9 @@ func instances(n int) []Instance {
 	return out
 }
 
-// TestBoundsAttackValues: the values of issue 10 finding 7, as an attacker
-// (or a typo) writes them in a file, are rejected by Parse with the file
-// and the field path.
+// TestBoundsAttackValues: the values of the first security review, finding 7
+// (SECURITY.md), as an attacker (or a typo) writes them in a file, are
+// rejected by Parse with the file and the field path.
 func TestBoundsAttackValues(t *testing.T) {
 	for _, tc := range []struct{ old, new, want string }{
 		{"max_rate_per_instance: 10", "max_rate_per_instance: 1e308",

@@ -44,7 +44,8 @@ type Config struct {
 }
 
 // Region is a geographic region: the unit the waterfall planner fills and
-// spills (DESIGN §3). Its zeros are not defaults: every field is required.
+// spills (docs/design.md §3). Its zeros are not defaults: every field is
+// required.
 type Region struct {
 	// Name identifies the region in gossip, RTT vectors and metrics, e.g.
 	// "us-east". Required, unique, lower-case [a-z0-9._-], at most 63 bytes.
@@ -54,7 +55,8 @@ type Region struct {
 }
 
 // Zone is a failure domain inside a region. Inside a region, traffic is split
-// over the zones' groups in proportion to their capacity (DESIGN §3 rule 2).
+// over the zones' groups in proportion to their capacity (docs/design.md §3
+// rule 2).
 type Zone struct {
 	// Name of the zone, e.g. "us-east-b". Required, unique across the file
 	// (not only within its region), same syntax as Region.Name.
@@ -76,7 +78,7 @@ type Group struct {
 	// empty group has capacity 0: the planner gives its share to the
 	// other groups. Addresses are unique across the file.
 	Instances []Instance `mapstructure:"instances"`
-	// Autoscaling is the group's autoscaler (DESIGN.md §6). Optional: off
+	// Autoscaling is the group's autoscaler (docs/design.md §6). Optional: off
 	// unless max_instances is set. Defaults as in DefaultAutoscaling.
 	Autoscaling Autoscaling `mapstructure:"autoscaling"`
 }
@@ -87,14 +89,14 @@ type Instance struct {
 	// brackets, "[::1]:9101"). The host is an IP address or a DNS name;
 	// the port is 1..65535. Required, unique across the file.
 	Address string `mapstructure:"address"`
-	// MaxConcurrency is the most requests this instance may have in flight
-	// at once (Cloud Run concurrency, DESIGN §4). Requests beyond it wait in
-	// the gfe's pending queue. Default 0, which means unlimited; at most
-	// 1000000; negative is invalid.
+	// MaxConcurrency is the most requests this instance may have in flight at
+	// once (Cloud Run concurrency, docs/design.md §4). Requests beyond it
+	// wait in the gfe's pending queue. Default 0, which means unlimited; at
+	// most 1000000; negative is invalid.
 	MaxConcurrency int `mapstructure:"max_concurrency"`
 	// Demoted marks an instance the group keeps for overflow only. The
 	// autoscaler sets it, in the configuration the control plane serves,
-	// on the instances it scaled down before it stops them (DESIGN §6);
+	// on the instances it scaled down before it stops them (docs/design.md §6);
 	// an operator may set it too, for a warm standby. A demoted instance
 	// gets a request only when every healthy non-demoted instance of its
 	// group is at its concurrency limit (configured or soft), and it
@@ -116,13 +118,13 @@ func (g *Group) ActiveInstances() int {
 }
 
 // Policy is a backend service's load-balancing policy: how a gfe picks a
-// backend for a request (DESIGN §4).
+// backend for a request (docs/design.md §4).
 type Policy string
 
 // The load-balancing policies.
 const (
-	// PolicyWaterfall is Waterfall by Region (DESIGN §3): nearest region
-	// first, spill by capacity. The default.
+	// PolicyWaterfall is Waterfall by Region (docs/design.md §3): nearest
+	// region first, spill by capacity. The default.
 	PolicyWaterfall Policy = "waterfall"
 	// PolicyMinRTT plans regions under the same constraints as waterfall
 	// (capacity, preemptive spill, uniform overload, zones split by
@@ -197,9 +199,9 @@ func ParseHashScope(s string) (HashScope, error) {
 	return sc, nil
 }
 
-// BalancingMode says what a backend's capacity counts (DESIGN §2), and so
-// in which unit a gfe measures demand: the planner compares the two, so
-// they are always in the same unit (Backend.Capacity, Concurrent).
+// BalancingMode says what a backend's capacity counts (docs/design.md §2),
+// and so in which unit a gfe measures demand: the planner compares the two,
+// so they are always in the same unit (Backend.Capacity, Concurrent).
 type BalancingMode string
 
 // The balancing modes.
@@ -222,9 +224,9 @@ const (
 // second.
 func (m BalancingMode) Concurrent() bool { return m == ModeConnection }
 
-// AffinityType is the kind of session affinity of a service (DESIGN §4). It
-// is lb/affinity's Mode, which defines the modes and their behaviour; the
-// names below spell them for the schema.
+// AffinityType is the kind of session affinity of a service (docs/design.md
+// §4). It is lb/affinity's Mode, which defines the modes and their behaviour;
+// the names below spell them for the schema.
 type AffinityType = affinity.Mode
 
 // The session affinity types (see affinity.Mode's constants).
@@ -256,7 +258,7 @@ const (
 	HealthGRPC HealthProtocol = "grpc"
 )
 
-// Service is a backend service: what a route points at (DESIGN §2).
+// Service is a backend service: what a route points at (docs/design.md §2).
 type Service struct {
 	// Name of the service, e.g. "web". Required, unique, same syntax as
 	// Region.Name.
@@ -279,8 +281,8 @@ type Service struct {
 	// HealthCheck is the active health check of this service's instances.
 	// Defaults as in DefaultHealthCheck.
 	HealthCheck HealthCheck `mapstructure:"health_check"`
-	// Spill tunes preemptive spill out of unhealthy regions (DESIGN §3 rule 5).
-	// Defaults as in DefaultSpill.
+	// Spill tunes preemptive spill out of unhealthy regions (docs/design.md
+	// §3 rule 5). Defaults as in DefaultSpill.
 	Spill Spill `mapstructure:"spill"`
 	// OutlierDetection ejects instances that fail real requests (passive
 	// health checking, next to the active HealthCheck). Defaults as in
@@ -295,7 +297,7 @@ type Service struct {
 	// the global capacity.
 	TargetUtilization float64 `mapstructure:"target_utilization"`
 	// Feedback tunes how a gfe's own requests shrink a group's effective
-	// capacity (DESIGN §3 rule 8; lb/capacity). Defaults as in
+	// capacity (docs/design.md §3 rule 8; lb/capacity). Defaults as in
 	// DefaultFeedback.
 	Feedback Feedback `mapstructure:"feedback"`
 	// MaxPendingRequests is the most requests of this service that wait
@@ -493,8 +495,9 @@ type SessionAffinity struct {
 }
 
 // HealthCheck configures active health checking of a service's instances
-// (DESIGN §5). An instance turns healthy after HealthyThreshold consecutive
-// passes and unhealthy after UnhealthyThreshold consecutive failures.
+// (docs/design.md §5). An instance turns healthy after HealthyThreshold
+// consecutive passes and unhealthy after UnhealthyThreshold consecutive
+// failures.
 type HealthCheck struct {
 	// Protocol of the check: http (default), https, tcp or grpc.
 	Protocol HealthProtocol `mapstructure:"protocol"`
@@ -525,9 +528,9 @@ type HealthCheck struct {
 	Jitter float64 `mapstructure:"jitter"`
 }
 
-// Spill tunes preemptive spill (DESIGN §3 rule 5): a region whose healthy
-// fraction h is below Threshold keeps at most min(1, Slope·h) of the demand
-// that reaches it, and the rest spills to the next-nearest region.
+// Spill tunes preemptive spill (docs/design.md §3 rule 5): a region whose
+// healthy fraction h is below Threshold keeps at most min(1, Slope·h) of the
+// demand that reaches it, and the rest spills to the next-nearest region.
 type Spill struct {
 	// Threshold is the healthy fraction below which a region spills
 	// preemptively, in [0,1]. Default 0.5. 0 disables preemptive spill.
@@ -691,16 +694,16 @@ type Listener struct {
 	// before. http/https: default 0, which means never; at most 24h.
 	// tcp: must be 0.
 	MaxConnectionAge time.Duration `mapstructure:"max_connection_age"`
-	// FastPath serves plain HTTP/1.1 requests of an http or https listener
-	// on the gfe's own HTTP/1.1 fast path (issue #14; internal/gfe/h1 and
-	// httpproxy.ServeFast) instead of net/http's server: a connection's
-	// request heads are read and parsed strictly by the gfe (https: after
-	// the gfe's own TLS handshake, when ALPN chose http/1.1 or nothing),
-	// and anything the fast path does not take (HTTP/2, h2c, upgrades and
-	// WebSocket, Expect, CONNECT, chunked request bodies, ...) is handed to
-	// net/http with the bytes already read, so it is served as without
-	// the fast path. http/https: default true (false turns it off). tcp:
-	// must be false.
+	// FastPath serves plain HTTP/1.1 requests of an http or https listener on
+	// the gfe's own HTTP/1.1 fast path (docs/design.md §4, docs/listeners.md;
+	// internal/gfe/h1 and httpproxy.ServeFast) instead of net/http's server:
+	// a connection's request heads are read and parsed strictly by the gfe
+	// (https: after the gfe's own TLS handshake, when ALPN chose http/1.1 or
+	// nothing), and anything the fast path does not take (HTTP/2, h2c,
+	// upgrades and WebSocket, Expect, CONNECT, chunked request bodies, ...)
+	// is handed to net/http with the bytes already read, so it is served as
+	// without the fast path. http/https: default true (false turns it off).
+	// tcp: must be false.
 	FastPath bool `mapstructure:"fast_path"`
 }
 
@@ -802,8 +805,8 @@ func DefaultHealthCheck() HealthCheck {
 	}
 }
 
-// DefaultSpill returns the preemptive spill of DESIGN §3 rule 5: below half
-// healthy, keep 2h of the demand.
+// DefaultSpill returns the preemptive spill of docs/design.md §3 rule 5:
+// below half healthy, keep 2h of the demand.
 func DefaultSpill() Spill {
 	return Spill{Threshold: 0.5, Slope: 2}
 }

@@ -1,8 +1,8 @@
 // Package config is Spillway's operator configuration: the YAML schema that
 // describes regions, zones, instance groups and their instances, the backend
 // services that use those groups, the routes that lead to the services and
-// the listeners a gfe serves them on (DESIGN §2, §4, §5), with its loader and
-// validator.
+// the listeners a gfe serves them on (docs/design.md §2, §4, §5), with its
+// loader and validator.
 //
 // # Schema
 //
@@ -19,7 +19,7 @@
 //	              - address: 127.0.0.1:9101   # host:port, unique
 //	                max_concurrency: 0        # in-flight limit; 0 = unlimited
 //	                demoted: false            # true: overflow only, not in capacity (see below)
-//	            autoscaling:                     # optional (DESIGN §6); absent = off; present: absent keys default as shown
+//	            autoscaling:                     # optional (docs/design.md §6); absent = off; present: absent keys default as shown
 //	              max_instances: 0               # required to turn it on: 1..10000
 //	              min_instances: 0               # 0..max_instances; 0 = scale to zero without requests
 //	              initial_instances: 0           # min..max; 0 = min_instances
@@ -74,7 +74,7 @@
 //	      healthy_threshold: 2            # ≥ 1 consecutive passes
 //	      unhealthy_threshold: 3          # ≥ 1 consecutive failures
 //	      jitter: 0.1                     # [0,1)
-//	    spill:                            # preemptive spill, DESIGN §3 rule 5
+//	    spill:                            # preemptive spill, docs/design.md §3 rule 5
 //	      threshold: 0.5                  # [0,1]; below it a region keeps min(1, slope·h)
 //	      slope: 2                        # > 0
 //	    outlier_detection:                # passive health: eject instances failing real requests
@@ -114,7 +114,7 @@
 //	    first_byte_timeout: 30s           # tcp: (0, 1h], default 30s; http, https: must be unset
 //	    max_connections: 10000            # tcp: 1..1000000, default 10000; http, https: must be unset
 //	    max_connections_per_client: 256   # 1..1000000, default 256: connections one client IP may hold (more are reset)
-//	quota:                                # optional; no metrics = no request is charged (DESIGN.md §7)
+//	quota:                                # optional; no metrics = no request is charged (docs/design.md §7)
 //	  metrics:
 //	    - name: read-requests             # required, unique; same syntax as other names
 //	      unit: requests                  # requests (default) | bytes (request payload bytes; a body
@@ -148,7 +148,7 @@
 // # Bounds
 //
 // Every number has an upper bound, so that nothing derived from a valid
-// config overflows (issue 10, finding 7): rates (max_rate_per_instance,
+// config overflows (the first security review, finding 7: SECURITY.md): rates (max_rate_per_instance,
 // max_rate, utilization_rate_per_instance) at most 1e9 requests/s; backend
 // connection limits at most 1e9; at most 10000 instances per group and a
 // max_concurrency of at most 1e6 (so a group's capacity is at most 1e13
@@ -218,18 +218,17 @@
 //
 // # Demoted instances and empty groups
 //
-// An instance with demoted: true is kept for overflow only (DESIGN §6): the
-// autoscaler sets it, in the configuration the control plane serves to the
-// gfes, on the instances it scaled down and will stop; an operator may set
-// it for a warm standby. A demoted instance counts for nothing in its
-// group's capacity (Group.ActiveInstances: a group of 3 healthy instances
-// of which 1 is demoted plans the capacity of 2), and a gfe sends it a
-// request only when every healthy non-demoted instance of the group is at
-// its concurrency limit. A group with an autoscaling block
-// (max_instances ≥ 1) may have no instances at all: it scales from zero,
-// has capacity 0 until the control plane adds the instances it starts,
-// and the planner gives its share to the other groups. Every other group
-// needs at least one instance.
+// An instance with demoted: true is kept for overflow only (docs/design.md
+// §6): the autoscaler sets it, in the configuration the control plane serves
+// to the gfes, on the instances it scaled down and will stop; an operator may
+// set it for a warm standby. A demoted instance counts for nothing in its
+// group's capacity (Group.ActiveInstances: a group of 3 healthy instances of
+// which 1 is demoted plans the capacity of 2), and a gfe sends it a request
+// only when every healthy non-demoted instance of the group is at its
+// concurrency limit. A group with an autoscaling block (max_instances ≥ 1)
+// may have no instances at all: it scales from zero, has capacity 0 until the
+// control plane adds the instances it starts, and the planner gives its share
+// to the other groups. Every other group needs at least one instance.
 //
 // # Strict for the operator, tolerant on the wire
 //

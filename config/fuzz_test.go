@@ -26,7 +26,8 @@ func FuzzParse(f *testing.F) {
 		"listeners: [{name: a, protocol: tcp, port: 1, max_request_body_bytes: 9223372036854775807}]",
 		"listeners: [{protocol: https, certificates: [~, {cert_file: 1}]}, 7]",
 		"routes: [{retries: 1e3, timeout: 1ns}]\nservices: [{outlier_detection: {max_ejection_time: -1s}}]",
-		// The upper bounds of issue 10 finding 7.
+		// The upper bounds of the first security review, finding 7
+		// (SECURITY.md).
 		"services: [{name: web, backends: [{group: g, max_rate_per_instance: 1e308}]}]",
 		"services: [{name: web, backends: [{group: g, max_rate: 1e9, max_connections: 9223372036854775807}]}]",
 		"services: [{name: web, spill: {slope: 1e308}, session_affinity: {cookie_ttl: 2562047h}}]",

@@ -213,7 +213,7 @@ func requestHost(h string) string {
 
 // Capacity returns the serving capacity of a backend whose group has
 // instances instances, healthy of which pass health checks, under the
-// service's balancing mode (DESIGN §2):
+// service's balancing mode (docs/design.md §2):
 //
 //   - a per-instance limit L: healthy × L,
 //   - a group limit G: G × healthy / instances,

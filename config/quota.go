@@ -5,7 +5,7 @@ import (
 	"github.com/spillway-lb/spillway/lb/reqpath"
 )
 
-// Quota is per-consumer quota (DESIGN.md §7): named metrics with a default
+// Quota is per-consumer quota (docs/design.md §7): named metrics with a default
 // limit per consumer per minute, what each request charges, the consumers
 // and their API keys, and overrides. The zero value has no metrics: no
 // request is charged.

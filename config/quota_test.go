@@ -9,7 +9,7 @@ import (
 	"github.com/spillway-lb/spillway/lb/quota"
 )
 
-// TestQuotaLookups: the effective limit of every case of DESIGN.md §7 as
+// TestQuotaLookups: the effective limit of every case of docs/design.md §7 as
 // configured in quota.good.yaml, the project of an API key, and the charges
 // a request matches.
 func TestQuotaLookups(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 )
 
 // This file is the configuration as it travels from a control plane to a
-// gfe (DESIGN.md §5, docs/design.md ("Snapshot wire format")): strict for the
+// gfe (docs/design.md §5, "Snapshot wire format"): strict for the
 // operator, tolerant on the wire. A file an operator writes is parsed by
 // Load and Parse, which refuse an unknown field with its path. What a
 // control plane sends is parsed by ParseSnapshot, which ignores a field it

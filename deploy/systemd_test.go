@@ -83,8 +83,8 @@ func TestUnitsVerify(t *testing.T) {
 	}
 }
 
-// TestUnitsHardening: the directives DESIGN §9 and issue #11 ask for are
-// there with the values the deployment relies on.
+// TestUnitsHardening: the directives docs/design.md §9 and docs/lab.md ask
+// for are there with the values the deployment relies on.
 func TestUnitsHardening(t *testing.T) {
 	common := map[string]string{
 		"User":                    "spillway",

@@ -139,7 +139,7 @@ func TestSlug(t *testing.T) {
 		"`services[].feedback`":                                                    "servicesfeedback",
 		"The gfe's pending queue and capacity requests":                            "the-gfes-pending-queue-and-capacity-requests",
 		"In front of your own backend in five minutes":                             "in-front-of-your-own-backend-in-five-minutes",
-		"Security notes: bounds (issue 10, findings 4 and 7)":                      "security-notes-bounds-issue-10-findings-4-and-7",
+		"Security notes: bounds (first security review, findings 4 and 7)":         "security-notes-bounds-first-security-review-findings-4-and-7",
 		"Finding 2 — the control-plane gRPC API had no TLS and handed out secrets": "finding-2--the-control-plane-grpc-api-had-no-tls-and-handed-out-secrets",
 	} {
 		if got := slug(h); got != want {

@@ -109,7 +109,7 @@ func (l *closedLoop) wait() map[int]int {
 }
 
 // TestAutoscaleZeroToNToZero scales a real group from 0 to 3 and back to
-// 0 under a load step (issue #12): the first request waits in the gfe's
+// 0 under a load step (docs/design.md §6): the first request waits in the gfe's
 // pending queue through a cold start; a step of 24 clients brings the
 // group to max_instances; with every slot held, requests beyond them get
 // 429 after the pending wait; as the load falls the surplus is demoted and
@@ -240,12 +240,12 @@ func post(t *testing.T, url string) {
 	}
 }
 
-// TestAutoscaleWaterfallBuffer is DESIGN row 7 end to end, on the demo's
-// autoscaler deployment (demo.AutoscaleSpec): nyc offers 60 req/s to
-// us-east's one instance of 40 req/s; the plan spills the rest to eu-west,
-// the autoscaler counts the spill as demand and starts instances, and the
-// load returns to us-east as they turn healthy; without load the group
-// returns to min_instances.
+// TestAutoscaleWaterfallBuffer is the autoscaling buffer (docs/design.md §3
+// rule 7, §6) end to end, on the demo's autoscaler deployment
+// (demo.AutoscaleSpec): nyc offers 60 req/s to us-east's one instance of 40
+// req/s; the plan spills the rest to eu-west, the autoscaler counts the spill
+// as demand and starts instances, and the load returns to us-east as they
+// turn healthy; without load the group returns to min_instances.
 func TestAutoscaleWaterfallBuffer(t *testing.T) {
 	c := startCluster(t, demo.AutoscaleSpec(65))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -18,10 +18,10 @@ import (
 	"github.com/spillway-lb/spillway/internal/proc"
 )
 
-// The fd budget deployment (issue 10, finding 4): one gfe at 127.77.0.1
-// started with a file limit of fdLimit, serving from a local config an
-// http service and a tcp service whose backends are the test's own
-// loopback servers.
+// The fd budget deployment (the first security review, finding 4:
+// SECURITY.md): one gfe at 127.77.0.1 started with a file limit of fdLimit,
+// serving from a local config an http service and a tcp service whose
+// backends are the test's own loopback servers.
 const (
 	fdHost  = "127.77.0.1"
 	fdLimit = 256
@@ -42,10 +42,10 @@ func freeTCPPort(t *testing.T, host string) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// TestFDFloodKeepsAdmin (issue 10, finding 4): with a low RLIMIT_NOFILE,
-// one client flooding the gfe's tcp and http listeners with idle
-// connections gets the ones beyond the fd budget refused (tcp, counted in
-// spillway_gfe_tcp_refused_total{reason="fd_budget"}) or left waiting in
+// TestFDFloodKeepsAdmin (the first security review, finding 4): with a low
+// RLIMIT_NOFILE, one client flooding the gfe's tcp and http listeners with
+// idle connections gets the ones beyond the fd budget refused (tcp, counted
+// in spillway_gfe_tcp_refused_total{reason="fd_budget"}) or left waiting in
 // the backlog (http), and the admin listener still answers /status. Before
 // the fix the gfe ran out of descriptors and the admin listener failed with
 // EMFILE.

@@ -16,7 +16,7 @@ import (
 // and checks, through every gfe's /status, that the gfe whose requests
 // meet it shrinks the group's effective capacity with the right signal,
 // that gossip brings the other gfes to the same factor, and that the
-// overloaded site's plan then spills (DESIGN.md §3 rule 8):
+// overloaded site's plan then spills (docs/design.md §3 rule 8):
 //
 //   - the service runs in UTILIZATION mode (max_utilization 0.8 of 40
 //     req/s per instance), us-east really serves 20 req/s per instance and

@@ -21,13 +21,13 @@ import (
 const gossipNet = 58
 
 // TestGossipAuthenticatedAndKeyRotation runs the documented deployment (a
-// control plane and three gfes, gossip keyed from a file) and checks
-// finding #10.1 end to end: a member without the key cannot join; the key
-// is rotated in the three steps of the security notes (install the new
-// key, make it primary, remove the old one), each applied to every process
-// by SIGHUP, without any member ever being dropped; afterwards a node with
-// the new key joins and hears every member, and one with only the old key
-// cannot join.
+// control plane and three gfes, gossip keyed from a file) and checks finding
+// 1 of the first security review (SECURITY.md) end to end: a member without
+// the key cannot join; the key is rotated in the three steps of the security
+// notes (install the new key, make it primary, remove the old one), each
+// applied to every process by SIGHUP, without any member ever being dropped;
+// afterwards a node with the new key joins and hears every member, and one
+// with only the old key cannot join.
 func TestGossipAuthenticatedAndKeyRotation(t *testing.T) {
 	c := startCluster(t, threeSites(gossipNet))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*convergeTimeout)

@@ -32,8 +32,8 @@ func startCluster(t *testing.T, spec topology.Spec) *topology.Cluster {
 	t.Helper()
 	if os.Getenv("SPILLWAY_E2E_FAST_PATH") == "0" {
 		// Every http and https listener on net/http alone, without the
-		// HTTP/1.1 fast path (issue #14; on by default): the protocol
-		// tests must pass with it on and off.
+		// HTTP/1.1 fast path (docs/design.md §4, docs/listeners.md; on by
+		// default): the protocol tests must pass with it on and off.
 		spec.NoFastPath = true
 	}
 	if m := os.Getenv("SPILLWAY_E2E_POLLER"); m != "" {

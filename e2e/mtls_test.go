@@ -23,14 +23,14 @@ import (
 // mtlsNet is the 127.N.0.0/16 of TestControlPlaneMutualTLSEndToEnd.
 const mtlsNet = 57
 
-// TestControlPlaneMutualTLSEndToEnd replays finding 2 of issue #10 on a
-// deployment started as documented (mutual TLS on by default): an attacker
-// on the network who dials the control plane without a certificate, or
-// with a genuine certificate of an identity that is not a gfe, gets no
-// snapshot (so neither the configuration nor its cookie secret), while the
-// gfe serves. Then every certificate is rotated and the control plane
-// restarted; the gfe, never restarted, reconnects with its new certificate
-// and applies the next configuration.
+// TestControlPlaneMutualTLSEndToEnd replays finding 2 of the first security
+// review (SECURITY.md) on a deployment started as documented (mutual TLS on
+// by default): an attacker on the network who dials the control plane without
+// a certificate, or with a genuine certificate of an identity that is not a
+// gfe, gets no snapshot (so neither the configuration nor its cookie secret),
+// while the gfe serves. Then every certificate is rotated and the control
+// plane restarted; the gfe, never restarted, reconnects with its new
+// certificate and applies the next configuration.
 func TestControlPlaneMutualTLSEndToEnd(t *testing.T) {
 	spec := topology.Spec{
 		Net:     mtlsNet,

@@ -16,12 +16,12 @@ import (
 	"github.com/spillway-lb/spillway/internal/topology"
 )
 
-// TestRouteTimeoutCannotBeSwitchedOff (issue #10, finding 6): a client
-// cannot switch the route timeout off with an Upgrade header or
-// content-type application/grpc over HTTP/1.1: against backends that hold
-// every request, both get 504 at the route timeout (1 s), and a SIGTERM
-// with such requests in flight drains cleanly — the gfe exits 0 as soon as
-// they end, not after the whole drain timeout (10 s) with status 1.
+// TestRouteTimeoutCannotBeSwitchedOff (the first security review, finding 6:
+// SECURITY.md): a client cannot switch the route timeout off with an Upgrade
+// header or content-type application/grpc over HTTP/1.1: against backends
+// that hold every request, both get 504 at the route timeout (1 s), and a
+// SIGTERM with such requests in flight drains cleanly — the gfe exits 0 as
+// soon as they end, not after the whole drain timeout (10 s) with status 1.
 func TestRouteTimeoutCannotBeSwitchedOff(t *testing.T) {
 	spec := protoSpec(63)
 	spec.GFEArgs = append(spec.GFEArgs, "--drain-timeout", "10s")

@@ -45,9 +45,9 @@ func routedShare(r *loadgen.Result, region string) float64 {
 
 func within(got, want, tol float64) bool { return math.Abs(got-want) <= tol }
 
-// TestWaterfallEndToEnd runs the waterfall through the seed's situations on
-// one deployment: under capacity, one region overloaded, a region more than
-// half unhealthy, global overload, and recovery.
+// TestWaterfallEndToEnd runs the waterfall through the situations of
+// docs/design.md §3 on one deployment: under capacity, one region overloaded,
+// a region more than half unhealthy, global overload, and recovery.
 func TestWaterfallEndToEnd(t *testing.T) {
 	c := startCluster(t, threeSites(20))
 	measure := 4 * time.Second

@@ -14,8 +14,9 @@ import (
 )
 
 // This file is `lbsim autoscale-bench`: lb/autoscale's Cloud Run rules
-// against Knative's KPA (lb/autoscale/kpa) on step, ramp and spike loads
-// with a 20s cold start (issue 12's Targets).
+// against Knative's KPA (lb/autoscale/kpa) on step, ramp and spike loads with
+// a 20s cold start (the autoscaler's targets: docs/design.md §6,
+// BENCHMARKS.md §7).
 //
 // The queueing model, in fixed steps of AutoscaleModel.Step (100ms):
 //

@@ -188,7 +188,7 @@ const (
 //     instance accepts it. A request's latency is the
 //     RTT from its site to the instance's region plus its time at the
 //     instance (wait behind the backlog, queueing and service).
-//  4. With Timeline.Feedback (the default), the closed loop (DESIGN.md §3
+//  4. With Timeline.Feedback (the default), the closed loop (docs/design.md §3
 //     rule 8): each site's gfe is told what its own requests of the step
 //     ended in, instance by instance, on the counters its next build reads
 //     (backend.Backend.Observe and ObserveLoad, as the gfe's proxy

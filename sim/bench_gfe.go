@@ -30,7 +30,7 @@ import (
 //     with started instances a zone holding that one group (the scenario's
 //     zones are informational; in the planner too);
 //   - a group lists exactly its started instances, so that its healthy
-//     fraction (DESIGN.md §3 rule 5) is healthy/started; instance j of group
+//     fraction (docs/design.md §3 rule 5) is healthy/started; instance j of group
 //     g is slot first[g]+j, at address slotAddr;
 //   - the service's backend of a group has max_rate_per_instance = its
 //     rate_per_instance and capacity_scaler = its current scaler (a rate of

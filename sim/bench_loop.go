@@ -8,7 +8,7 @@ import (
 	"github.com/spillway-lb/spillway/lb/backend"
 )
 
-// The closed loop in simulation (DESIGN.md §3 rule 8, lb/capacity), run by
+// The closed loop in simulation (docs/design.md §3 rule 8, lb/capacity), run by
 // the gfe's own code. After every step's traffic has been placed and
 // queued, each site's gfe is told what its own requests to each instance
 // ended in, through the counters the proxy feeds in the gfe

@@ -260,7 +260,7 @@ timeline:
 }
 
 // TestBenchDamping: demand steps from 50 to 150 at t = 2 and back to 50 at
-// t = 5. The spill away from the full X is not damped (DESIGN.md §3 rule
+// t = 5. The spill away from the full X is not damped (docs/design.md §3 rule
 // 8): X's share drops to its planned 95 of 150 at once. The return is:
 // damped by 0.5 a step, X's share goes from 19/30 halfway to 1 each step,
 // 49/60, 109/120, 229/240. The gfe plans with the true demand (no demand
@@ -381,7 +381,7 @@ timeline:
 //
 // Global overload: lower p99 and fewer errors against all six, but NOT
 // fewer requests served over capacity: demand exceeds capacity by 20%, and
-// waterfall (DESIGN.md §3 rule 6) deliberately runs every region at the
+// waterfall (docs/design.md §3 rule 6) deliberately runs every region at the
 // same 120%, so every backend it uses is over capacity once the overload
 // is reached, while hashing leaves some backends below capacity and
 // overloads others further (which is where its errors come from). What

@@ -17,7 +17,7 @@
 // demand reaches each instance group in steady state:
 //
 //   - waterfall: the plan of lb/waterfall.Compute with its DefaultConfig
-//     (DESIGN.md §3); each flow carries the planner's reason ("nearest",
+//     (docs/design.md §3); each flow carries the planner's reason ("nearest",
 //     "spill_capacity", "spill_health", "overload").
 //   - min_rtt: the plan of lb/waterfall.ComputeMinRTT with the same
 //     DefaultConfig: least total RTT under the same constraints, with the

@@ -54,7 +54,7 @@ var errLPInfeasible = errors.New("lp: no assignment fits the capacities")
 //	Σ_s x[s,r] + u[r] = λ·capacity[r]        (no region above λ·capacity)
 //
 // with λ = max(1, D/C) (D the demand of sites that reach some capacity, C
-// the capacity of regions such a site reaches), as in DESIGN.md §3 rule 6,
+// the capacity of regions such a site reaches), as in docs/design.md §3 rule 6,
 // and cost RTT on x and 0 on u. Demands and capacities are divided by D so
 // that the solver works on numbers near 1.
 //

@@ -113,7 +113,7 @@ func TestExpectedFlowsBaselines(t *testing.T) {
 	}
 }
 
-// TestExpectedFlowsWaterfall checks the worked numbers of DESIGN.md §3 on
+// TestExpectedFlowsWaterfall checks the worked numbers of docs/design.md §3 on
 // small worlds. It needs the real lb/waterfall planner.
 func TestExpectedFlowsWaterfall(t *testing.T) {
 	const twoRegions = `
@@ -274,8 +274,8 @@ sites:
 }
 
 // TestShippedScenariosWaterfall pins what each scenario in configs/scenarios
-// is meant to show under Waterfall (numbers worked out from DESIGN.md §3 in
-// each file's header comment).
+// is meant to show under Waterfall (numbers worked out from docs/design.md §3
+// in each file's header comment).
 func TestShippedScenariosWaterfall(t *testing.T) {
 	tests := []struct {
 		file        string

@@ -39,7 +39,7 @@ type Timeline struct {
 	// towards the planner's newest output each step (waterfall.Damp).
 	// Default 0.5, the gfe's default. 1 disables damping.
 	Damping float64
-	// Feedback turns the gfes' closed loop on (DESIGN.md §3 rule 8; the
+	// Feedback turns the gfes' closed loop on (docs/design.md §3 rule 8; the
 	// service's feedback.enabled in their config). Default true. On, each
 	// gfe counts what its own requests ended in on every instance (served
 	// and how fast, refused by a full queue, failed at an instance that is

@@ -12,10 +12,11 @@ import (
 	"github.com/spillway-lb/spillway/internal/xdsexport"
 )
 
-// TestGossipKeyFlags: finding #10.1 and the gossip half of #10.8 at the
-// command line. A gossip address beyond loopback without a key is refused
-// with an error that says what to set; --gossip-insecure starts with a
-// warning; a key on the command line starts with a warning.
+// TestGossipKeyFlags: finding 1 of the first security review (SECURITY.md)
+// and the gossip half of finding 8 at the command line. A gossip address
+// beyond loopback without a key is refused with an error that says what to
+// set; --gossip-insecure starts with a warning; a key on the command line
+// starts with a warning.
 func TestGossipKeyFlags(t *testing.T) {
 	const key = "MDEyMzQ1Njc4OWFiY2RlZg=="
 	t.Setenv("SPILLWAY_GOSSIP_KEY", "")

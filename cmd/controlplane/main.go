@@ -1,7 +1,8 @@
-// Command controlplane is Spillway's control plane (DESIGN §5): it loads the
-// operator configuration (YAML, hot-reloaded), health-checks the backends
-// (sharing the checks with the other replicas over gossip), and streams
-// versioned snapshots of configuration and health to every gfe over gRPC.
+// Command controlplane is Spillway's control plane (docs/design.md §5): it
+// loads the operator configuration (YAML, hot-reloaded), health-checks the
+// backends (sharing the checks with the other replicas over gossip), and
+// streams versioned snapshots of configuration and health to every gfe over
+// gRPC.
 //
 // Usage:
 //

@@ -103,16 +103,16 @@ func startTLS(t *testing.T, p *testPKI, extra ...string) (*proc.Proc, string, st
 	return cp, grpcAddr, admin
 }
 
-// TestAttackerGetsNoConfig replays finding 2 of issue #10 against the real
-// binary: dialling the control plane without credentials returned the
-// whole configuration with session_affinity.cookie_secret. Now a client
-// without a certificate, with one from another CA, or with a valid one of
-// an identity not allowed is refused; the allowed gfe gets the secret.
-// (That a cookie signed without the secret is ignored is checked by
-// lb/affinity TestCookieIgnored and e2e TestSessionAffinityEndToEnd.)
-// Then every certificate is replaced under the running daemon: the open
-// stream keeps receiving pushes and new connections succeed, with no
-// restart.
+// TestAttackerGetsNoConfig replays finding 2 of the first security review
+// (SECURITY.md) against the real binary: dialling the control plane without
+// credentials returned the whole configuration with
+// session_affinity.cookie_secret. Now a client without a certificate, with
+// one from another CA, or with a valid one of an identity not allowed is
+// refused; the allowed gfe gets the secret. (That a cookie signed without the
+// secret is ignored is checked by lb/affinity TestCookieIgnored and e2e
+// TestSessionAffinityEndToEnd.) Then every certificate is replaced under the
+// running daemon: the open stream keeps receiving pushes and new connections
+// succeed, with no restart.
 func TestAttackerGetsNoConfig(t *testing.T) {
 	p := newTestPKI(t, t.TempDir())
 	_, addr, admin := startTLS(t, p)

@@ -1,7 +1,7 @@
-// Command quotabench measures issue #13's quota targets on a real
-// deployment on loopback — three gfes, two control planes, one
-// redis-server — and exits non-zero when one is missed (see
-// internal/quotabench): accuracy over a whole minute window for 100
+// Command quotabench measures the quota targets (docs/design.md §7;
+// BENCHMARKS.md §6) on a real deployment on loopback — three gfes, two
+// control planes, one redis-server — and exits non-zero when one is missed
+// (see internal/quotabench): accuracy over a whole minute window for 100
 // consumers offered ten times their limit, then Redis and control planes
 // stalled and killed under that load, then 1% injected errors. About 3
 // minutes.

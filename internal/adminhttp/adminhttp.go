@@ -2,7 +2,7 @@
 // optional bearer token in front of every page but the liveness and
 // readiness probes, and the pprof handlers, which are mounted only when
 // asked for and never include /debug/pprof/cmdline (a command line can
-// carry secrets; DESIGN §9).
+// carry secrets; docs/design.md §9).
 package adminhttp
 
 import (

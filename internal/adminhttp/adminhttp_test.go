@@ -110,8 +110,9 @@ func TestGuardRefusesBadTokenFiles(t *testing.T) {
 	}
 }
 
-// TestPprofHasNoCmdline reproduces finding 8 of issue #10: a secret passed
-// on the command line must not be readable on the admin listener.
+// TestPprofHasNoCmdline reproduces finding 8 of the first security review
+// (SECURITY.md): a secret passed on the command line must not be readable on
+// the admin listener.
 func TestPprofHasNoCmdline(t *testing.T) {
 	const secret = "c2VjcmV0LWdvc3NpcC1rZXktMTIzNDU2Nzg5MA=="
 	old := os.Args

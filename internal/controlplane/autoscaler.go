@@ -17,9 +17,10 @@ import (
 )
 
 // AutoscaleConfig runs the autoscaler of the instance groups that have an
-// autoscaling block (issue #12; package internal/autoscale/controller). It
-// is off unless Provider is set: RequestCapacity then refuses, and
-// autoscaled groups keep their file instances only.
+// autoscaling block (docs/design.md §6; package
+// internal/autoscale/controller). It is off unless Provider is set:
+// RequestCapacity then refuses, and autoscaled groups keep their file
+// instances only.
 type AutoscaleConfig struct {
 	// Provider is how instances are started and stopped: "process" (local
 	// processes from Command, internal/autoscale/provider.Process) or

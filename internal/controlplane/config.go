@@ -108,7 +108,7 @@ type Config struct {
 	// QuotaErrorRate is the fraction of AllocateQuota calls the quota
 	// service fails on purpose with UNAVAILABLE, before charging anything,
 	// so that the gfes' fail-open path stays exercised in production
-	// (DESIGN.md §7). Default 0; in [0, 0.5].
+	// (docs/design.md §7). Default 0; in [0, 0.5].
 	QuotaErrorRate float64
 	// QuotaRedis is where quota counters are shared with the other
 	// replicas (package quotaredis; flags --quota-redis,

@@ -1,6 +1,6 @@
-// Package controlplane is the control-plane daemon of Spillway (DESIGN §5):
-// it serves the operator configuration and the health of every backend
-// instance to the gfes, over the ControlPlane gRPC service of
+// Package controlplane is the control-plane daemon of Spillway
+// (docs/design.md §5): it serves the operator configuration and the health of
+// every backend instance to the gfes, over the ControlPlane gRPC service of
 // proto/spillway/v1. cmd/controlplane only turns flags into a Config and runs
 // the Daemon's Components.
 //
@@ -41,16 +41,16 @@
 //
 // # gfes of other releases
 //
-// Each gfe states the configuration fields it reads (Node.config_fields;
-// none for a gfe from before 0.1.0, which is assumed to read
-// config.BaselineFields). A gfe that lacks a field the configuration sets
-// is sent the snapshot without it (config.MarshalFor, one form per schema,
+// Each gfe states the configuration fields it reads (Node.config_fields; none
+// for a gfe from before 0.1.0, which is assumed to read
+// config.BaselineFields). A gfe that lacks a field the configuration sets is
+// sent the snapshot without it (config.MarshalFor, one form per schema,
 // wire.go), under the version "<that form's hash>-<health hash>", and its
-// NodeStatus names the fields it cannot honour (dropped_fields). A gfe
-// whose last answer was a NACK is lagging (NodeStatus.Lagging, /status
-// lagging_gfes). Both, and each gfe's build, are exported per connected
-// gfe (gfeCollector: spillway_controlplane_gfe_*). docs/design.md ("Snapshot wire format")
-// says why the snapshot stays YAML.
+// NodeStatus names the fields it cannot honour (dropped_fields). A gfe whose
+// last answer was a NACK is lagging (NodeStatus.Lagging, /status
+// lagging_gfes). Both, and each gfe's build, are exported per connected gfe
+// (gfeCollector: spillway_controlplane_gfe_*). docs/design.md ("Snapshot wire
+// format") says why the snapshot stays YAML.
 //
 // # Sharing health checks
 //

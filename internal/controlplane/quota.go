@@ -24,7 +24,7 @@ import (
 )
 
 // quotaService implements the Quota gRPC service (proto/spillway/v1/
-// quota.proto, DESIGN.md §7) over a quotaStore, with the limits of the
+// quota.proto, docs/design.md §7) over a quotaStore, with the limits of the
 // configuration the hub serves now, so a reload applies to the next
 // allocation. With ErrorRate > 0 it fails that fraction of the allocations
 // with UNAVAILABLE on purpose, before charging anything, so that the

@@ -22,10 +22,10 @@ import (
 
 // TestAllocateQuotaRedisTLSAndPassword: a replica keeps its counters in a
 // real redis-server that serves only mutual TLS and requires a password
-// (issue #13's open items): AllocateQuota charges there, counting right;
-// then the password is changed in Redis and in the file, the replica's
-// connections are dropped, and without a restart the replica charges
-// again — after at most a few UNAVAILABLE answers (callers fail open).
+// (docs/design.md §7, docs/quota.md): AllocateQuota charges there, counting
+// right; then the password is changed in Redis and in the file, the replica's
+// connections are dropped, and without a restart the replica charges again —
+// after at most a few UNAVAILABLE answers (callers fail open).
 func TestAllocateQuotaRedisTLSAndPassword(t *testing.T) {
 	dir := t.TempDir()
 	ca, err := devpki.NewCA("redis CA", time.Hour)

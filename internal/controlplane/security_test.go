@@ -37,15 +37,15 @@ func firstPush(t *testing.T, addr string, creds credentials.TransportCredentials
 	return testkit.FirstPush(t, addr, creds, defaultTestTimeout)
 }
 
-// TestSecretsOnlyOverMutualTLS reproduces finding 2 of issue #10: an
-// attacker who dialled the control plane without credentials got the whole
-// configuration, cookie secret included, and could forge affinity cookies.
-// Under mutual TLS a client without a certificate, with a certificate from
-// another CA, or with a valid certificate of an identity that is not
-// allowed gets nothing; an allowed gfe gets the configuration with the
-// secret. A control plane in --insecure-plaintext mode serves the
-// configuration with the secret redacted, which a gfe rejects naming the
-// withheld field.
+// TestSecretsOnlyOverMutualTLS reproduces finding 2 of the first security
+// review (SECURITY.md): an attacker who dialled the control plane without
+// credentials got the whole configuration, cookie secret included, and could
+// forge affinity cookies. Under mutual TLS a client without a certificate,
+// with a certificate from another CA, or with a valid certificate of an
+// identity that is not allowed gets nothing; an allowed gfe gets the
+// configuration with the secret. A control plane in --insecure-plaintext mode
+// serves the configuration with the secret redacted, which a gfe rejects
+// naming the withheld field.
 func TestSecretsOnlyOverMutualTLS(t *testing.T) {
 	dir := t.TempDir()
 	ca, err := devpki.NewCA("cp test CA", time.Hour)
@@ -161,11 +161,11 @@ func advanceReady(t *testing.T, r *daemonRig) {
 	waitState(t, r.d.State, "ready", func(st *State) bool { return st.Ready })
 }
 
-// TestAdminPagesShowNoSecret reproduces finding 8 of issue #10 on the
-// control plane's admin listener: /debug/pprof/cmdline printed the command
-// line (and its --gossip-key). pprof is mounted only when asked for and
-// never serves cmdline; no page shows the cookie secret; with an admin
-// token every page but the probes needs it.
+// TestAdminPagesShowNoSecret reproduces finding 8 of the first security
+// review (SECURITY.md) on the control plane's admin listener:
+// /debug/pprof/cmdline printed the command line (and its --gossip-key). pprof
+// is mounted only when asked for and never serves cmdline; no page shows the
+// cookie secret; with an admin token every page but the probes needs it.
 func TestAdminPagesShowNoSecret(t *testing.T) {
 	dir := t.TempDir()
 	path := writeFile(t, dir, "cp.yaml", secretYAML())

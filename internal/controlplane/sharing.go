@@ -20,7 +20,8 @@ import (
 // in snap that replicas vouches for (Config.Replicas), self always included
 // (a replica counts itself before its own state is visible). A member that
 // merely claims to be a control plane is not one: any gossip member could
-// claim that, and with it take over health checks (finding #10.1a).
+// claim that, and with it take over health checks (the first security review,
+// finding 1a).
 func controlPlanes(snap *gossip.Snapshot, self string, replicas map[string]bool) []string {
 	out := []string{self}
 	if snap != nil {

@@ -12,13 +12,13 @@ import (
 	"github.com/spillway-lb/spillway/lb/health"
 )
 
-// TestUnvouchedControlPlanesIgnored replays finding #10.1(a): a process
-// joins the gossip cluster (same protocol, real memberlist on loopback) as
-// twelve control-plane replicas that report every instance of every group
-// unhealthy. The replica's --replicas list does not name them, so it keeps
-// checking every group itself and serves every healthy instance healthy.
-// Without the list the twelve took about 12/13 of the groups and marked
-// their healthy instances unhealthy.
+// TestUnvouchedControlPlanesIgnored replays finding 1(a) of the first
+// security review (SECURITY.md): a process joins the gossip cluster (same
+// protocol, real memberlist on loopback) as twelve control-plane replicas
+// that report every instance of every group unhealthy. The replica's
+// --replicas list does not name them, so it keeps checking every group itself
+// and serves every healthy instance healthy. Without the list the twelve took
+// about 12/13 of the groups and marked their healthy instances unhealthy.
 func TestUnvouchedControlPlanesIgnored(t *testing.T) {
 	tp := manyGroups(20)
 	clk := clock.NewFake(epoch)

@@ -1,5 +1,5 @@
 // Package cpclient is the gfe's side of the control-plane protocol
-// (proto/spillway/v1, DESIGN §5, STYLE §25): it keeps a StreamSnapshots
+// (proto/spillway/v1, docs/design.md §5, STYLE §25): it keeps a StreamSnapshots
 // stream open to one control-plane replica, turns every pushed snapshot
 // into the domain snapshot.Snapshot (snapshot.FromProto: the configuration parsed with
 // config.ParseSnapshot, which ignores and names fields of a newer release,
@@ -22,11 +22,11 @@
 //
 // (or start from DefaultConfig and set Addresses, Node and Site).
 //
-// Static stability (DESIGN §4): the client never drops the last snapshot it
-// accepted. A rejected push, a broken stream, or every control plane being
-// down leaves Current as it was, so the gfe keeps serving; Run retries the
-// replicas in turn with exponential backoff and jitter, and the first push
-// from one that answers is applied.
+// Static stability (docs/design.md §4): the client never drops the last
+// snapshot it accepted. A rejected push, a broken stream, or every control
+// plane being down leaves Current as it was, so the gfe keeps serving; Run
+// retries the replicas in turn with exponential backoff and jitter, and the
+// first push from one that answers is applied.
 //
 // Threading: Apply runs on Run's goroutine, one snapshot at a time, in
 // arrival order; Current, Changes and Status may be called from anywhere.

@@ -13,12 +13,12 @@ import (
 	"github.com/spillway-lb/spillway/internal/snapshot"
 )
 
-// TestSnapshotsOnlyFromAuthenticatedControlPlane reproduces the last part
-// of finding 2 of issue #10 (gfes apply snapshots from whoever answers):
-// an impostor at the control plane's address — in clear text, with a
-// certificate from another CA, or with a genuine certificate issued to
-// another name — never gets a request, let alone a snapshot applied; the
-// genuine control plane's push is applied.
+// TestSnapshotsOnlyFromAuthenticatedControlPlane reproduces the last part of
+// finding 2 of the first security review, SECURITY.md (gfes apply snapshots
+// from whoever answers): an impostor at the control plane's address — in
+// clear text, with a certificate from another CA, or with a genuine
+// certificate issued to another name — never gets a request, let alone a
+// snapshot applied; the genuine control plane's push is applied.
 func TestSnapshotsOnlyFromAuthenticatedControlPlane(t *testing.T) {
 	dir := t.TempDir()
 	ca, err := devpki.NewCA("spillway test CA", time.Hour)

@@ -51,10 +51,10 @@ const (
 	key2 = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA="
 )
 
-// TestGossipKeys: finding #10.1 and the gossip half of #10.8. Beyond
-// loopback a daemon refuses to start without a key unless told
-// --gossip-insecure; the key comes from a file or the environment, and a
-// key on the command line draws a warning.
+// TestGossipKeys: finding 1 of the first security review (SECURITY.md) and
+// the gossip half of finding 8. Beyond loopback a daemon refuses to start
+// without a key unless told --gossip-insecure; the key comes from a file or
+// the environment, and a key on the command line draws a warning.
 func TestGossipKeys(t *testing.T) {
 	dir := t.TempDir()
 	ring := filepath.Join(dir, "ring")

@@ -14,16 +14,16 @@ import (
 	"github.com/spillway-lb/spillway/internal/topology"
 )
 
-// The autoscaler phase (issue #12, DESIGN row 7) runs on a deployment of
-// its own: the site nyc in front of us-east, autoscaled (1 to 4 instances
-// of 40 req/s, a 2s cold start), and eu-west, two fixed instances, the
-// buffer. nyc offers more than one instance takes: the plan spills the
-// rest to eu-west, the gfe reports the spill, the autoscaler counts it as
-// demand and starts instances, and nyc's traffic comes back to us-east as
-// they turn healthy; when the load stops, the group returns to its one
-// instance. (A group at zero leaves it through the pending queue, which a
-// region with a buffer never fills: the e2e test TestAutoscaleZeroToNToZero
-// shows that path.)
+// The autoscaler phase (docs/design.md §6, the waterfall as the buffer of §3
+// rule 7) runs on a deployment of its own: the site nyc in front of us-east,
+// autoscaled (1 to 4 instances of 40 req/s, a 2s cold start), and eu-west,
+// two fixed instances, the buffer. nyc offers more than one instance takes:
+// the plan spills the rest to eu-west, the gfe reports the spill, the
+// autoscaler counts it as demand and starts instances, and nyc's traffic
+// comes back to us-east as they turn healthy; when the load stops, the group
+// returns to its one instance. (A group at zero leaves it through the pending
+// queue, which a region with a buffer never fills: the e2e test
+// TestAutoscaleZeroToNToZero shows that path.)
 
 // AutoscaleGroup is the autoscaled group of the phase.
 const AutoscaleGroup = "us-east-b-web"

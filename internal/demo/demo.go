@@ -119,7 +119,7 @@ func RoutedRPS(results []SiteResult, measure time.Duration) map[string]float64 {
 
 // RegionPlan is what the first gfe's /status says about one region: the
 // planned load over the declared capacity of its healthy instances, the
-// capacity local signals leave it (DESIGN.md §3 rule 8) and the signals
+// capacity local signals leave it (docs/design.md §3 rule 8) and the signals
 // that shrank it.
 type RegionPlan struct {
 	Utilization float64

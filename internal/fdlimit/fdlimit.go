@@ -1,10 +1,10 @@
-// Package fdlimit keeps a gfe from running out of file descriptors (issue
-// 10, finding 4): it reads the process's RLIMIT_NOFILE (raising the soft
-// limit to the hard one, as most servers do) and turns it into a Budget of
-// descriptors that proxied client connections may use, leaving a reserve
-// for everything else the process needs to keep working — the admin
-// listener (/status, /metrics), gossip, the control-plane stream, RTT
-// probes, log files.
+// Package fdlimit keeps a gfe from running out of file descriptors (the first
+// security review, finding 4: SECURITY.md): it reads the process's
+// RLIMIT_NOFILE (raising the soft limit to the hard one, as most servers do)
+// and turns it into a Budget of descriptors that proxied client connections
+// may use, leaving a reserve for everything else the process needs to keep
+// working — the admin listener (/status, /metrics), gossip, the control-plane
+// stream, RTT probes, log files.
 //
 // Client connections take from the budget when they are accepted and give
 // back when they close: a tcp listener refuses (resets) a connection the

@@ -11,9 +11,9 @@ import (
 	"github.com/spillway-lb/spillway/internal/clock"
 )
 
-// TestAdminPprofAndToken reproduces finding 8 of issue #10 on the gfe's
-// admin listener: pprof only when asked for and never cmdline; with an
-// admin token every page but the probes needs it.
+// TestAdminPprofAndToken reproduces finding 8 of the first security review
+// (SECURITY.md) on the gfe's admin listener: pprof only when asked for and
+// never cmdline; with an admin token every page but the probes needs it.
 func TestAdminPprofAndToken(t *testing.T) {
 	tokenFile := filepath.Join(t.TempDir(), "admin.token")
 	const token = "gfe-admin-token-0123456789"

@@ -32,10 +32,10 @@ func (s *syncBuffer) count(substr string) int {
 	return strings.Count(s.b.String(), substr)
 }
 
-// TestClampedGossipIsCountedAndLogged: a peer gossiping demand 1e9 and an
-// RTT of a day is clamped every plan (finding #10.1c); every clamp counts
-// in spillway_gfe_gossip_clamped_total{field}, and the log gets one line a
-// minute, not one per plan.
+// TestClampedGossipIsCountedAndLogged: a peer gossiping demand 1e9 and an RTT
+// of a day is clamped every plan (the first security review, finding 1c);
+// every clamp counts in spillway_gfe_gossip_clamped_total{field}, and the log
+// gets one line a minute, not one per plan.
 func TestClampedGossipIsCountedAndLogged(t *testing.T) {
 	g := &fakeGossip{node: "gfe-nyc", states: map[string]gossip.NodeState{}}
 	clk := clock.NewFake(time.Unix(1_000_000, 0))

@@ -1,7 +1,7 @@
 // Package gfe is the gfe daemon: Spillway's edge node. It takes client
 // requests and connections, matches a route, and sends each to a backend
 // chosen by the route's service policy — Waterfall by Region by default
-// (DESIGN.md §3, §4).
+// (docs/design.md §3, §4).
 //
 // The daemon only wires its parts together (like internal/controlplane's
 // Daemon); each part is its own package behind a narrow interface:
@@ -11,7 +11,7 @@
 //	tcpproxy    the TCP proxy of tcp listeners
 //	listeners   the client-facing sockets, TLS certificates and their reload
 //	rtt         the RTT prober
-//	pending     the pending queue and the capacity requests (issue #12)
+//	pending     the pending queue and the capacity requests (docs/design.md §4, §6)
 //	status      the /status document's types
 //
 // # Model

@@ -11,11 +11,11 @@ import (
 	"github.com/spillway-lb/spillway/internal/gfe/listeners"
 )
 
-// TestHTTPListenerFDBudget (issue 10, finding 4): an http listener whose
-// connections have spent the fd budget takes no more descriptors — the
-// wait is counted — and serves the next client with those of a connection
-// that closes (here the longest-idle one, closed for it, or c1 closing),
-// instead of accepting until EMFILE.
+// TestHTTPListenerFDBudget (the first security review, finding 4:
+// SECURITY.md): an http listener whose connections have spent the fd budget
+// takes no more descriptors — the wait is counted — and serves the next
+// client with those of a connection that closes (here the longest-idle one,
+// closed for it, or c1 closing), instead of accepting until EMFILE.
 func TestHTTPListenerFDBudget(t *testing.T) {
 	lim, err := fdlimit.Raise()
 	if err != nil {

@@ -51,7 +51,7 @@ func newMetrics(reg prometheus.Registerer, table func() *routing.Table) *metrics
 		}, []string{"service", "region", "group"}),
 		effective: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "spillway_gfe_group_effective_capacity",
-			Help: "Declared capacity times the effective-capacity factor the plan used (local signals, DESIGN.md §3 rule 8), before target_utilization.",
+			Help: "Declared capacity times the effective-capacity factor the plan used (local signals, docs/design.md §3 rule 8), before target_utilization.",
 		}, []string{"service", "region", "group"}),
 		factor: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "spillway_gfe_group_capacity_factor",

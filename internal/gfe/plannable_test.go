@@ -12,13 +12,13 @@ import (
 	"github.com/spillway-lb/spillway/internal/snapshot"
 )
 
-// TestUnplannableSnapshotIsRefused (issue 10, finding 7): a snapshot whose
-// capacities are not finite — max_rate_per_instance 1e308 on two
-// instances, which a config from before the validation bounds, or one that
-// slipped past them, can carry — is refused by ApplySnapshot (the
-// control-plane client NACKs with its error), and the gfe keeps routing by
-// the previous snapshot and its plan. Before the fix the snapshot was
-// accepted and every later plan of the service failed.
+// TestUnplannableSnapshotIsRefused (the first security review, finding 7:
+// SECURITY.md): a snapshot whose capacities are not finite —
+// max_rate_per_instance 1e308 on two instances, which a config from before
+// the validation bounds, or one that slipped past them, can carry — is
+// refused by ApplySnapshot (the control-plane client NACKs with its error),
+// and the gfe keeps routing by the previous snapshot and its plan. Before the
+// fix the snapshot was accepted and every later plan of the service failed.
 func TestUnplannableSnapshotIsRefused(t *testing.T) {
 	g := &fakeGossip{node: "gfe-nyc", states: map[string]gossip.NodeState{}}
 	e, clk, configFor := twoRegionEdge(t, g)

@@ -27,9 +27,10 @@ import (
 	"github.com/spillway-lb/spillway/internal/testbackend/echopb"
 )
 
-// The security tests of the client-facing request path (issue #10,
-// findings 3, 5 and 10): each attack is sent as an attacker would, over a
-// real listener of a real gfe on loopback, to real backends.
+// The security tests of the client-facing request path (the first security
+// review, findings 3, 5 and 10: SECURITY.md): each attack is sent as an
+// attacker would, over a real listener of a real gfe on loopback, to real
+// backends.
 
 // pathBackend is an HTTP/1.1 and h2c backend that counts the requests it
 // got by path; it reads every request body to its end and answers 200

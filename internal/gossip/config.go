@@ -65,7 +65,7 @@ type Config struct {
 	Keys []string `mapstructure:"keys"`
 	// Insecure allows running without a key while BindAddr is not a
 	// loopback address, where anyone who reaches the port can join the
-	// cluster and publish any state (DESIGN.md §9). Default false: such a
+	// cluster and publish any state (docs/design.md §9). Default false: such a
 	// Config is invalid. A node bound to loopback may run without a key
 	// either way (only local processes reach it). Run logs an error-level
 	// warning when it runs unencrypted beyond loopback.

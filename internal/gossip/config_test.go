@@ -65,7 +65,8 @@ func TestConfigValidate(t *testing.T) {
 			wantErr: []string{"gossip.secret_key: not valid base64"}},
 		{name: "key of the wrong size", mutate: func(c *Config) { c.SecretKey = "c2hvcnQ=" },
 			wantErr: []string{"gossip.secret_key: must decode to 16, 24 or 32 bytes, got 5"}},
-		// Finding #10.1: gossip beyond loopback must be authenticated.
+		// Finding 1 of the first security review (SECURITY.md): gossip beyond
+		// loopback must be authenticated.
 		{name: "all interfaces without a key", mutate: func(c *Config) { c.BindAddr = "0.0.0.0" },
 			wantErr: []string{`gossip.secret_key: required when gossip.bind_addr ("0.0.0.0") is not a loopback address`}},
 		{name: "host address without a key", mutate: func(c *Config) { c.BindAddr = "10.0.0.5" },

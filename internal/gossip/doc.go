@@ -1,5 +1,5 @@
 // Package gossip shares live state between Spillway nodes over
-// hashicorp/memberlist (DESIGN.md §5 "Gossip"; it feeds the planner's
+// hashicorp/memberlist (docs/design.md §5 "Gossip"; it feeds the planner's
 // inputs, §3).
 //
 // Model. Every node (gfe or control plane) owns one NodeState and publishes

@@ -9,7 +9,7 @@ import (
 	"sync"
 )
 
-// Seals give gossip states per-node identities (DESIGN.md §9: every value
+// Seals give gossip states per-node identities (docs/design.md §9: every value
 // one process takes from another is authenticated). The gossip key only
 // proves that a member belongs to the cluster, and every gfe host holds it,
 // so without seals any key holder can publish under any node's name. A

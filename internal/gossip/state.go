@@ -71,8 +71,8 @@ type NodeState struct {
 	// Capacity maps backend service name and instance group name to this
 	// gfe's effective-capacity factor of the group, in (0, 1]: the share of
 	// the group's planned capacity that its own requests' signals leave it
-	// (DESIGN.md §3 rule 8, lb/capacity). A group not listed is at 1. Every
-	// gfe plans a group with the lowest factor any gfe publishes.
+	// (docs/design.md §3 rule 8, lb/capacity). A group not listed is at 1.
+	// Every gfe plans a group with the lowest factor any gfe publishes.
 	Capacity map[string]map[string]float64 `json:"capacity,omitempty"`
 	// Load maps instance group name to this gfe's load on the group: what
 	// the autoscaler samples (summed over the gfes). Only KindGFE. A gfe
@@ -124,13 +124,12 @@ type GroupLoad struct {
 	// queue for the group at publish time (requests): those of the
 	// services whose capacity requests name the group.
 	Pending float64 `json:"pending"`
-	// Spilled is the demand of this gfe's site that the plan sends past
-	// the group, to regions farther than the group's, while the group is
-	// the one its services' capacity requests name (in the services'
-	// demand units; requests/s in RATE mode): load the group would take
-	// if it had the capacity. The autoscaler counts it as concurrency
-	// (DESIGN row 7: the waterfall is the buffer while a region scales
-	// up).
+	// Spilled is the demand of this gfe's site that the plan sends past the
+	// group, to regions farther than the group's, while the group is the one
+	// its services' capacity requests name (in the services' demand units;
+	// requests/s in RATE mode): load the group would take if it had the
+	// capacity. The autoscaler counts it as concurrency (docs/design.md §6
+	// and §3 rule 7: the waterfall is the buffer while a region scales up).
 	Spilled float64 `json:"spilled,omitempty"`
 }
 

@@ -1,8 +1,8 @@
-// Package mtls authenticates the control plane's gRPC connections with
-// mutual TLS (DESIGN §9): the control plane proves itself to gfes with a
+// Package mtls authenticates the control plane's gRPC connections with mutual
+// TLS (docs/design.md §9): the control plane proves itself to gfes with a
 // certificate their CA file vouches for, under the name they expect, and
-// serves only clients whose certificate the same kind of CA file vouches
-// for and whose identity is on an allow list.
+// serves only clients whose certificate the same kind of CA file vouches for
+// and whose identity is on an allow list.
 //
 // # Model
 //

@@ -1,8 +1,8 @@
-// Package quotabench measures issue #13's quota targets on a real
-// deployment (cmd/quotabench): three gfes at three sites, two control
-// planes keeping their counters in one real redis-server, each gfe pinned
-// to one control plane (gfe 1 and 3 to cp-1, gfe 2 to cp-2), all on
-// loopback as separate processes.
+// Package quotabench measures the quota targets (docs/design.md §7;
+// BENCHMARKS.md §6) on a real deployment (cmd/quotabench): three gfes at
+// three sites, two control planes keeping their counters in one real
+// redis-server, each gfe pinned to one control plane (gfe 1 and 3 to cp-1,
+// gfe 2 to cp-2), all on loopback as separate processes.
 //
 // Accuracy: 100 consumers (Consumers) are offered ten times their limit
 // from all three gfes at once, from the moment the deployment is up to the

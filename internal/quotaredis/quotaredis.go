@@ -1,5 +1,5 @@
 // Package quotaredis keeps quota counters in Redis, so that every
-// control-plane replica charges the same counters (DESIGN.md §7: "with
+// control-plane replica charges the same counters (docs/design.md §7: "with
 // several control planes, in Redis"). Store does exactly what lb/quota's
 // in-memory Allocator does — the same modes, the same fixed Unix-minute
 // windows, an operation id charged once — in one Lua script per

@@ -1,6 +1,6 @@
-// Package realbench is the real benchmark (DESIGN.md §8): it starts a whole
-// Spillway deployment on loopback — one control plane, gfes at sites nyc,
-// lon and tokyo, test backends in regions us-east, eu-west and asia-east
+// Package realbench is the real benchmark (docs/design.md §8): it starts a
+// whole Spillway deployment on loopback — one control plane, gfes at sites
+// nyc, lon and tokyo, test backends in regions us-east, eu-west and asia-east
 // that emulate each site's RTT in user space (Deployment) — drives every
 // policy in turn with an open-loop load from many client addresses, and
 // computes from the measured traffic the table `lbsim bench` computes from

@@ -36,8 +36,8 @@ const gfeDoc = `{"node": "` + `\u003cimg src=x onerror=\"window.pwned=1\"\u003e`
   "last_nack": "snapshot.config_yaml: cp.yaml: listeners[0].fast_path: unknown field"},
  "snapshot_unknown_fields": ["tracing"]}`
 
-// cpDoc is a control plane's /status with a quota section, as issue #15
-// leaves room for.
+// cpDoc is a control plane's /status with a quota section, as the status
+// page (docs/design.md §4, §7) leaves room for.
 const cpDoc = `{"node": "cp-1", "ready": true, "control_planes": ["cp-1"], "owned_groups": ["g1"],
  "health": [{"group": "g1", "address": "127.0.0.1:1", "status": "healthy"}, {"group": "g1", "address": "127.0.0.1:2", "status": "unhealthy", "detail": "` + `\u003cb\u003eboom\u003c/b\u003e` + `"}],
  "gfes": [{"id": "gfe-1", "site": "lon", "build_version": "v0.2.0 (rev 0cc1780a12b4)", "streams": 1, "acks": 2, "nacks": 0, "nacks_in_a_row": 0},

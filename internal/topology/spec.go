@@ -50,9 +50,10 @@ type Spec struct {
 	// GFEArgs are extra flags for every gfe.
 	GFEArgs []string
 	// NoFastPath serves every gfe's http and https listeners with net/http
-	// alone, without the HTTP/1.1 fast path (issue #14; on by default):
-	// --fast-path=false for the --listen listener, and fast_path: false on
-	// every http and https listener of the written config (WithFastPath).
+	// alone, without the HTTP/1.1 fast path (docs/design.md §4,
+	// docs/listeners.md; on by default): --fast-path=false for the --listen
+	// listener, and fast_path: false on every http and https listener of the
+	// written config (WithFastPath).
 	NoFastPath bool
 	// CPArgs are extra flags for every control plane (each may hold
 	// "{ip}", replaced by the control plane's own address).
@@ -80,7 +81,7 @@ type Spec struct {
 	Autoscale *AutoscaleSpec
 }
 
-// AutoscaleSpec autoscales the groups of region Region (issue #12). Its
+// AutoscaleSpec autoscales the groups of region Region (docs/design.md §6). Its
 // groups get the autoscaling block Block, and the region may have zero
 // Instances: the control planes start them (testbackend processes, one
 // instance each, at the region's backend address, ports 9500 on), each
@@ -225,9 +226,10 @@ type Cluster struct {
 	Redis *redisserver.Server
 
 	// GossipKeyFile is the gossip keyring file every daemon reads
-	// (--gossip-key-file): one random AES-256 key, written by Start, so
-	// that the deployment's gossip is authenticated as every documented
-	// deployment's is (DESIGN.md §9). Rewrite it and send SIGHUP to rotate.
+	// (--gossip-key-file): one random AES-256 key, written by Start, so that
+	// the deployment's gossip is authenticated as every documented
+	// deployment's is (docs/design.md §9). Rewrite it and send SIGHUP to
+	// rotate.
 	GossipKeyFile string
 
 	opts    Options

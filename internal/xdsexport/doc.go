@@ -1,6 +1,7 @@
 // Package xdsexport turns Spillway's waterfall plan into xDS resources, so
 // that Envoy fleets and proxyless gRPC clients (google.golang.org/grpc/xds)
-// send their requests where the gfes of their site would (issue #15 part 2).
+// send their requests where the gfes of their site would (docs/design.md §5,
+// docs/xds.md).
 //
 // # Model
 //

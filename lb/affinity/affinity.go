@@ -11,8 +11,8 @@ import (
 	"github.com/spillway-lb/spillway/lb/hashing"
 )
 
-// Mode is a session affinity mode (DESIGN.md §4). The names are those of the
-// configuration file.
+// Mode is a session affinity mode (docs/design.md §4). The names are those of
+// the configuration file.
 type Mode string
 
 // The session affinity modes.

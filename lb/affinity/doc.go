@@ -1,6 +1,6 @@
 // Package affinity implements session affinity for a backend service
-// (DESIGN.md §4): keeping a client's requests on one backend for as long as
-// that backend is available.
+// (docs/design.md §4): keeping a client's requests on one backend for as long
+// as that backend is available.
 //
 // The package is pure: no I/O, no clock (Pick takes now), no package state,
 // and no net/http (the caller copies the one cookie or header value the mode

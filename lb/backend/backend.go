@@ -56,7 +56,7 @@ func (b *Backend) SetMaxConcurrency(n int64) { b.limit.Store(max(n, 0)) }
 // caller derives from what it measures rather than from configuration:
 // the gfe's closed loop sets it so that requests beyond what an instance
 // serves without queueing spill to the next group instead of waiting
-// (DESIGN.md §3 rule 8). Full and TryAcquire honour the lower of the two
+// (docs/design.md §3 rule 8). Full and TryAcquire honour the lower of the two
 // limits; MaxConcurrency reports the configured one only.
 func (b *Backend) SetSoftLimit(n int64) { b.soft.Store(max(n, 0)) }
 
@@ -139,7 +139,7 @@ const (
 )
 
 // Signals are what requests to a backend ended in over some time: the
-// local signals of DESIGN.md §3 rule 8, which lb/capacity turns into a
+// local signals of docs/design.md §3 rule 8, which lb/capacity turns into a
 // group's effective capacity.
 type Signals struct {
 	// Answered counts answers, rejections included; Rejected the

@@ -1,7 +1,7 @@
 // Package backend holds what every Spillway policy needs to send a request
 // to one backend of a set: the Backend with its in-flight counter and
 // concurrency limit, round robin, least request, and the choice inside one
-// group that the waterfall Picker makes (DESIGN.md §3 rule 3, §4). Each is
+// group that the waterfall Picker makes (docs/design.md §3 rule 3, §4). Each is
 // written once here; lb/waterfall's Picker and the gfe's baseline policies
 // (internal/gfe/routing) import them.
 //

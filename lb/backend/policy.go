@@ -6,8 +6,8 @@ import (
 )
 
 // Policy is how requests are spread over the backends of one group
-// (DESIGN.md §3 rule 3): the in-group choice of the waterfall Picker, made by
-// Acquire.
+// (docs/design.md §3 rule 3): the in-group choice of the waterfall Picker,
+// made by Acquire.
 type Policy uint8
 
 const (

@@ -7,7 +7,7 @@ import (
 )
 
 // RoundRobin hands out the indexes 0, 1, …, n−1 in turn: the round_robin
-// baseline of DESIGN.md §4, and the cursor of PolicyRoundRobin inside a
+// baseline of docs/design.md §4, and the cursor of PolicyRoundRobin inside a
 // group (Policy.Acquire). It is safe for concurrent use (the cursor is an
 // atomic counter, so concurrent callers each get the next index) and never
 // blocks. The zero value starts at index 0; use NewRoundRobin to start
@@ -72,7 +72,7 @@ func scan(n, start int, ok func(i int) bool) (int, bool) {
 // LeastRequest picks the less loaded of two distinct random candidates
 // ("power of two choices", Mitzenmacher 2001; the algorithm of Envoy's
 // LEAST_REQUEST policy with choice_count 2): the least_request baseline of
-// DESIGN.md §4 (PolicyLeastRequest draws its two candidates the same way).
+// docs/design.md §4 (PolicyLeastRequest draws its two candidates the same way).
 // Two random choices avoid the herd behaviour of always picking the global
 // minimum from stale counts, and need only two reads per pick. A
 // LeastRequest is immutable; its safety for concurrent use is that

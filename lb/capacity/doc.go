@@ -1,6 +1,6 @@
 // Package capacity turns what a gfe's own requests tell it about an
 // instance group into the group's effective capacity: the closed loop of
-// DESIGN.md §3 rule 8.
+// docs/design.md §3 rule 8.
 //
 // # Model
 //

@@ -1,8 +1,8 @@
 // Package hashing holds the consistent-hashing baselines that Spillway's
-// waterfall is compared against (DESIGN.md §4): 2-, 3- and 5-tuple flow keys
-// hashed over a Maglev lookup table. Hashing looks at neither capacity nor
-// region: that is the point of a baseline. The other baselines, round robin
-// and least request (power of two choices), are in lb/backend with the
+// waterfall is compared against (docs/design.md §4): 2-, 3- and 5-tuple flow
+// keys hashed over a Maglev lookup table. Hashing looks at neither capacity
+// nor region: that is the point of a baseline. The other baselines, round
+// robin and least request (power of two choices), are in lb/backend with the
 // Backend they pick.
 //
 // The package is pure: no I/O, no clock, no package state. Everything on the

@@ -53,7 +53,7 @@ func String(s string) uint64 {
 	return avalanche(h)
 }
 
-// Key2 returns the 2-tuple flow key of DESIGN.md §4: source IP and
+// Key2 returns the 2-tuple flow key of docs/design.md §4: source IP and
 // destination IP. IPv4 and IPv4-mapped IPv6 forms of an address give the same
 // key; zones are ignored; the zero Addr hashes as all zeroes. Key2 does not
 // allocate.

@@ -1,5 +1,5 @@
 // Package health decides whether backends are healthy from active probes
-// (DESIGN.md §5, STYLE.md §15).
+// (docs/design.md §5, STYLE.md §15).
 //
 // The package has three layers:
 //

@@ -1,7 +1,7 @@
 // Package loadreport reads the load reports that backends attach to their
 // answers the ORCA way (Open Request Cost Aggregation), one of the local
 // signals with which a gfe tightens a group's effective capacity before
-// gossip catches up (DESIGN.md §3, rule 8). It is pure: no I/O, clock or
+// gossip catches up (docs/design.md §3, rule 8). It is pure: no I/O, clock or
 // global state.
 //
 // # Where reports come from

@@ -1,6 +1,6 @@
 // Package outlier is passive outlier detection for the edge proxy
-// (DESIGN.md §4): backends that fail requests in a row are ejected, taken
-// out of the set the proxy picks from, for a time that grows with each
+// (docs/design.md §4): backends that fail requests in a row are ejected,
+// taken out of the set the proxy picks from, for a time that grows with each
 // ejection, and never more than a configured share of a group at once.
 // Envoy's outlier detection is the model
 // (https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/upstream/outlier):

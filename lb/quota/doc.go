@@ -1,4 +1,4 @@
-// Package quota holds Spillway's per-consumer quota rules (DESIGN.md §7,
+// Package quota holds Spillway's per-consumer quota rules (docs/design.md §7,
 // Service Control semantics): which limit applies to a consumer, and how an
 // allocation is charged against it. It does no I/O and reads no clock: every
 // call takes the time, so the control plane's quota service and the tests

@@ -132,12 +132,13 @@ func TestLeaseNewWindowAsksForItsOwnDemand(t *testing.T) {
 	}
 }
 
-// TestLeaseAccuracy is the accuracy target of issue #13 on the pure parts:
-// 3 gfes, one Allocator, consumers with limits of 60 to 6,000 a minute,
-// each offered 10× its limit spread evenly over the gfes, every gfe calling
-// at most once a second with the answer one 10 ms tick later, and giving
-// 0.5% of the limit (rounded down) on credit at the start of a window. Every
-// consumer is admitted between 0.98 and 1.02 of its limit in every window.
+// TestLeaseAccuracy is the accuracy target of quota (docs/design.md §7;
+// BENCHMARKS.md §6) on the pure parts: 3 gfes, one Allocator, consumers with
+// limits of 60 to 6,000 a minute, each offered 10× its limit spread evenly
+// over the gfes, every gfe calling at most once a second with the answer one
+// 10 ms tick later, and giving 0.5% of the limit (rounded down) on credit at
+// the start of a window. Every consumer is admitted between 0.98 and 1.02 of
+// its limit in every window.
 func TestLeaseAccuracy(t *testing.T) { leaseAccuracy(t, false) }
 
 // TestLeaseAccuracyLeasingAhead is TestLeaseAccuracy with Leases that know

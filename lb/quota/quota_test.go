@@ -9,7 +9,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// The four cases of the effective limit, one named test each (DESIGN.md §7).
+// The four cases of the effective limit, one named test each (docs/design.md
+// §7).
 
 func TestEffectiveLimitNoOverride(t *testing.T) {
 	if l, src := EffectiveLimit(100, Override{}, Override{}); l != 100 || src != SourceDefault {

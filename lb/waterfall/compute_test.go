@@ -11,8 +11,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// TestComputeScenarios runs the situations of DESIGN.md §3 and the seed
-// document, one named case each, with exact numbers.
+// TestComputeScenarios runs the situations of docs/design.md §3 (its rules
+// and properties), one named case each, with exact numbers.
 func TestComputeScenarios(t *testing.T) {
 	tests := []struct {
 		name        string

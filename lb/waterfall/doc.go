@@ -1,5 +1,5 @@
 // Package waterfall is Spillway's Waterfall-by-Region planner and the picker
-// that turns its plan into backend choices (DESIGN.md §3).
+// that turns its plan into backend choices (docs/design.md §3).
 //
 // # Model
 //
@@ -49,8 +49,9 @@
 //
 // # Guarantees
 //
-// These are the rules of DESIGN.md §3 as properties of every Plan; the tests
-// check each of them over thousands of random Worlds (property_test.go).
+// These are the rules of docs/design.md §3 as properties of every Plan; the
+// tests check each of them over thousands of random Worlds
+// (property_test.go).
 //
 //   - Nearest first (rule 1): a site whose nearest region still has room in
 //     the plan sends all its demand there, unless that region is unhealthy.

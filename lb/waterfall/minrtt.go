@@ -11,7 +11,7 @@ import "math"
 // (80, a 20 ms, b 100 ms), Compute sends x→a 80, y→a 20, y→b 60 (mean RTT
 // 45 ms); ComputeMinRTT sends y→a 80, x→a 20, x→b 60 (mean 15.4 ms).
 //
-// The constraints, and how they map to the rules of DESIGN.md §3:
+// The constraints, and how they map to the rules of docs/design.md §3:
 //
 //   - Capacity and uniform overload (rules 4, 6): region r takes at most
 //     λ·capacity(r), λ as in Compute (Plan.Lambda). When every site with

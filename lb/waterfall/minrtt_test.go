@@ -384,7 +384,7 @@ func TestComputeMinRTTEqualsComputeWhenNearestFits(t *testing.T) {
 	}
 }
 
-// minRTTProperties are the guarantees of DESIGN.md §3 that min_rtt keeps
+// minRTTProperties are the guarantees of docs/design.md §3 that min_rtt keeps
 // ((b) and (e) are the waterfall's order, which min_rtt trades for RTT),
 // the Plan's shape, and min_rtt's own: the keep bound and never doing worse
 // than the waterfall when the waterfall respects min_rtt's constraints.

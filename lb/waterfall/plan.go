@@ -21,7 +21,7 @@ const (
 	residueEps = 1e-10
 )
 
-// Compute returns the Waterfall-by-Region plan for w (DESIGN.md §3, rules
+// Compute returns the Waterfall-by-Region plan for w (docs/design.md §3, rules
 // 1–6); see the package documentation for the algorithm and its guarantees.
 //
 // Compute is pure and deterministic: it reads only its arguments, changes

@@ -14,13 +14,14 @@ import (
 // propertyWorlds is how many random worlds TestProperties checks per run.
 const propertyWorlds = 2000
 
-// property is one guarantee of DESIGN.md §3 checked on a computed plan.
+// property is one guarantee of docs/design.md §3 checked on a computed plan.
 type property struct {
 	name  string
 	check func(o *oracle, p *Plan, rng *rand.Rand) error
 }
 
-// properties are (a)–(g) of DESIGN.md §3, plus the Plan's documented shape.
+// properties are (a)–(g) of docs/design.md §3, plus the Plan's documented
+// shape.
 var properties = []property{
 	{"(a) demand fits ⇒ no region above capacity", propCapacity},
 	{"(b) no farther region while a nearer one has room", propWaterfall},

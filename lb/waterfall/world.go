@@ -65,7 +65,7 @@ type Config struct {
 	SpillSlope float64
 }
 
-// DefaultConfig returns the planner settings of DESIGN.md §3.
+// DefaultConfig returns the planner settings of docs/design.md §3.
 func DefaultConfig() Config {
 	return Config{SpillThreshold: 0.5, SpillSlope: 2}
 }

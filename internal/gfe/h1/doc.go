@@ -1,5 +1,6 @@
-// Package h1 parses HTTP/1.1 request heads for the gfe's fast path (issue
-// #14), as strictly as HAProxy and without allocating.
+// Package h1 parses HTTP/1.1 request heads for the gfe's fast path
+// (docs/design.md §4, docs/listeners.md), as strictly as HAProxy and without
+// allocating.
 //
 // Parse reads one request head (request line and header fields, up to the
 // empty line) from a byte slice and says what the gfe must do with it:

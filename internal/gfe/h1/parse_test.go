@@ -156,9 +156,10 @@ func TestIncomplete(t *testing.T) {
 	}
 }
 
-// FuzzParseAgainstNetHTTP is the differential fuzz target of issue #14:
-// whatever bytes the fuzzer finds, a head the fast path takes must be one
-// net/http's server reads with the same meaning.
+// FuzzParseAgainstNetHTTP is the differential fuzz target of the fast path
+// (docs/design.md §4, docs/listeners.md): whatever bytes the fuzzer finds, a
+// head the fast path takes must be one net/http's server reads with the same
+// meaning.
 func FuzzParseAgainstNetHTTP(f *testing.F) {
 	for _, tc := range smuggling {
 		f.Add([]byte(tc.head))

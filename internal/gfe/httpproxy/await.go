@@ -1,6 +1,6 @@
 package httpproxy
 
-// The pending queue (DESIGN.md §4 and §6, issue #12): what waits and what
+// The pending queue (docs/design.md §4 and §6): what waits and what
 // does not.
 //
 // A request waits in the queue (internal/gfe/pending) when the proxy has

@@ -4,11 +4,11 @@
 // request with httputil.ReverseProxy over HTTP/1.1, h2c for gRPC, or an
 // upgraded tunnel for WebSockets.
 //
-// Plain HTTP/1.1 requests that the listeners' fast path takes (issue #14)
-// come to ServeFast instead (fast.go): the same steps before a backend
-// (decide, shared with ServeHTTP), then raw pooled connections to the
-// backend and strict response framing, with the guarantees below; fast.go
-// lists the few differences.
+// Plain HTTP/1.1 requests that the listeners' fast path takes (docs/design.md
+// §4, docs/listeners.md) come to ServeFast instead (fast.go): the same steps
+// before a backend (decide, shared with ServeHTTP), then raw pooled
+// connections to the backend and strict response framing, with the guarantees
+// below; fast.go lists the few differences.
 //
 // The proxy needs two things of the gfe, behind the Planner interface: the
 // live table (routing.Table, loaded once per request) and a way to wake the
@@ -30,7 +30,7 @@
 //     autoscaled group answers neither busy nor no backend at once: the
 //     request waits for a slot, and only a wait that reaches the pending
 //     deadline is a 429, with Retry-After (await.go).
-//   - A client cannot hurt a backend (issue #10): a failure of the
+//   - A client cannot hurt a backend (docs/design.md §9): a failure of the
 //     client's body (clientbody.Error: malformed, cut short, too large or
 //     stalled, or still awaited at the route timeout) is answered 400, 408
 //     or 413 with the connection closed, and never reported to outlier

@@ -27,14 +27,15 @@ import (
 	"github.com/spillway-lb/spillway/lb/reqpath"
 )
 
-// The fast path (issue #14). The listener reads HTTP/1.x request heads
-// itself (h1.Parse) and gives the plain ones — no body or a Content-Length
-// body, no upgrade, no Expect — to ServeFast, which forwards them without
-// net/http: the same steps before a backend as ServeHTTP (decide: route,
-// quota, pick by affinity or policy), then the request over a pooled raw
-// kept-alive connection to the backend (fastPool), and the response
-// streamed back with strict framing (h1.ParseResponse: Content-Length,
-// chunked with trailers, until close; none for HEAD, 1xx, 204 and 304).
+// The fast path (docs/design.md §4, docs/listeners.md). The listener reads
+// HTTP/1.x request heads itself (h1.Parse) and gives the plain ones — no body
+// or a Content-Length body, no upgrade, no Expect — to ServeFast, which
+// forwards them without net/http: the same steps before a backend as
+// ServeHTTP (decide: route, quota, pick by affinity or policy), then the
+// request over a pooled raw kept-alive connection to the backend (fastPool),
+// and the response streamed back with strict framing (h1.ParseResponse:
+// Content-Length, chunked with trailers, until close; none for HEAD, 1xx, 204
+// and 304).
 //
 // It keeps the slow path's semantics: X-Forwarded-For (the client's
 // address alone), X-Forwarded-Host and X-Forwarded-Proto set by the gfe,

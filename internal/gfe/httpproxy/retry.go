@@ -13,7 +13,7 @@ import (
 	"github.com/spillway-lb/spillway/lb/outlier"
 )
 
-// Retries (DESIGN.md §4; config.Route.Retries).
+// Retries (docs/design.md §4; config.Route.Retries).
 //
 // httputil.ReverseProxy sends a request once, so the proxy's Transport is a
 // retryTransport: it sends each attempt through the proxy's attempt

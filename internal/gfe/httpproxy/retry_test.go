@@ -345,11 +345,12 @@ func newSilentBackend(t *testing.T) *testBackend {
 	return b
 }
 
-// TestPerTryTimeout (issue #11: a backend host that vanished with requests
-// in flight): a GET whose backend sends no headers within the route's
-// per_try_timeout is abandoned there, counted as that backend's timeout,
-// and answered by another instance; a POST is not bounded per try (it may
-// not be sent again) and runs into the route timeout instead.
+// TestPerTryTimeout (docs/design.md §4 retries; seen in the lab, docs/lab.md:
+// a backend host that vanished with requests in flight): a GET whose backend
+// sends no headers within the route's per_try_timeout is abandoned there,
+// counted as that backend's timeout, and answered by another instance; a POST
+// is not bounded per try (it may not be sent again) and runs into the route
+// timeout instead.
 func TestPerTryTimeout(t *testing.T) {
 	silent := newSilentBackend(t)
 	fast := newTestBackend(t, "fast")
@@ -403,15 +404,16 @@ func TestPerTryTimeout(t *testing.T) {
 	}
 }
 
-// TestRetryLeavesUnreachableRegion (issue #11: both us-east zones live on
-// one backend host whose link went down): at site nyc, whose idle waterfall
-// plan row is us-east only, a GET whose us-east backend is unreachable is
-// retried in eu-west, the site's next region, not in us-east's other zone;
-// with the route's one retry, every request is answered by eu-west. Three
-// ways a backend is unreachable: no response headers within per_try_timeout
-// (a host that vanished with the request in flight), a connection that
-// does not complete within per_try_timeout (a host whose link is down
-// drops the SYNs), and a refused connection.
+// TestRetryLeavesUnreachableRegion (docs/design.md §4 retries; seen in the
+// lab, docs/lab.md: both us-east zones live on one backend host whose link
+// went down): at site nyc, whose idle waterfall plan row is us-east only, a
+// GET whose us-east backend is unreachable is retried in eu-west, the site's
+// next region, not in us-east's other zone; with the route's one retry, every
+// request is answered by eu-west. Three ways a backend is unreachable: no
+// response headers within per_try_timeout (a host that vanished with the
+// request in flight), a connection that does not complete within
+// per_try_timeout (a host whose link is down drops the SYNs), and a refused
+// connection.
 func TestRetryLeavesUnreachableRegion(t *testing.T) {
 	const requests = 4
 	t.Run("per-try timeout", func(t *testing.T) {

@@ -17,8 +17,8 @@ import (
 	"github.com/spillway-lb/spillway/internal/snapshot"
 )
 
-// The security tests of the request path (issue #10): each replays an
-// attack as a client would send it.
+// The security tests of the request path (the first security review,
+// SECURITY.md): each replays an attack as a client would send it.
 
 // securityTestTimeout bounds every blocking wait; it is a guard against a
 // hang (the failure of an unfixed gfe), never a delay the tests rely on.

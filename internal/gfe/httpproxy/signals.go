@@ -9,7 +9,7 @@ import (
 	"github.com/spillway-lb/spillway/lb/loadreport"
 )
 
-// Local signals (DESIGN.md §3 rule 8; lb/capacity). Every attempt that a
+// Local signals (docs/design.md §3 rule 8; lb/capacity). Every attempt that a
 // backend answered counts on the backend as OutcomeRejected when the
 // answer refuses the request for capacity, OutcomeOK (with the time to
 // the response headers) otherwise; an attempt without an answer counts as

@@ -20,8 +20,8 @@ import (
 // become a tunnel to the backend after its 101.
 //
 // Long-lived streams — gRPC calls and upgraded connections — are tracked by
-// backend address. Connection persistence (DESIGN §4): a stream keeps its
-// backend for its whole life; it is never moved, but when its backend
+// backend address. Connection persistence (docs/design.md §4): a stream keeps
+// its backend for its whole life; it is never moved, but when its backend
 // becomes unavailable (unhealthy, or gone from the config) the gfe ends it —
 // it cancels a gRPC call (the client sees its stream reset) and closes a
 // WebSocket's connection — so that the client reconnects and is routed

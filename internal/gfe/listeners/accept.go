@@ -12,7 +12,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/fdlimit"
 )
 
-// Admission of the connections of http and https listeners (DESIGN.md §9:
+// Admission of the connections of http and https listeners (docs/design.md §9:
 // clients cannot hurt backends, nor each other). Every connection an http
 // or https port accepts — whatever it turns out to speak: HTTP/1.1 on the
 // fast path or on net/http, h2 over TLS, h2c — is admitted here before any

@@ -18,11 +18,12 @@ import (
 	"github.com/spillway-lb/spillway/internal/gfe/poller"
 )
 
-// The split at accept (issue #14). An http or https listener with
-// fast_path reads each connection's request heads itself and parses them
-// with h1.Parse. An https listener's connections are handshaken here first
-// (the live certificates, as net/http would): ALPN h2 goes to net/http's
-// server at once as the *tls.Conn it is, http/1.1 or no ALPN stays.
+// The split at accept (docs/design.md §4, docs/listeners.md). An http or
+// https listener with fast_path reads each connection's request heads itself
+// and parses them with h1.Parse. An https listener's connections are
+// handshaken here first (the live certificates, as net/http would): ALPN h2
+// goes to net/http's server at once as the *tls.Conn it is, http/1.1 or no
+// ALPN stays.
 //
 //   - Fast: the request goes to Options.Fast (httpproxy.ServeFast), and
 //     the connection stays with the fast path for its next request.

@@ -17,7 +17,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/gfe/clientbody"
 )
 
-// Client protections of http and https listeners (DESIGN.md §9: clients
+// Client protections of http and https listeners (docs/design.md §9: clients
 // cannot hurt backends), applied to every request before the proxy sees
 // it:
 //

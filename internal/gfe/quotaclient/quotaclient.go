@@ -1,15 +1,14 @@
-// Package quotaclient is the gfe's side of per-consumer quota (DESIGN.md
+// Package quotaclient is the gfe's side of per-consumer quota (docs/design.md
 // §7): it decides on the request path, from local state only, whether a
-// request is admitted, and asks the control plane's Quota service for more
-// in the background, at most once per second per (service, project,
-// metric) — lb/quota.Lease does the arithmetic. Every lease knows its
-// consumer's limit (from the configuration), so a consumer is never
-// refused before its limit is used: a consumer alone on this gfe is
-// admitted exactly its limit in every window, at any rate; what a lease
-// holds ahead and does not use is given back to the service at its next
-// call (AllocateQuotaRequest.returned).
+// request is admitted, and asks the control plane's Quota service for more in
+// the background, at most once per second per (service, project, metric) —
+// lb/quota.Lease does the arithmetic. Every lease knows its consumer's limit
+// (from the configuration), so a consumer is never refused before its limit
+// is used: a consumer alone on this gfe is admitted exactly its limit in
+// every window, at any rate; what a lease holds ahead and does not use is
+// given back to the service at its next call (AllocateQuotaRequest.returned).
 //
-// The answers, as the seed document maps them:
+// The answers, as docs/design.md §7 maps them:
 //
 //   - a body of unknown length (chunked, or HTTP/2 without
 //     content-length) on a request a bytes metric charges: 411 Length

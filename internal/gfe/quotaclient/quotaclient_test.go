@@ -92,10 +92,10 @@ func request(path, key string) *http.Request {
 	return r
 }
 
-// TestEnforcer: the mapping of the seed, end to end through the Enforcer:
-// 401 without a key, admission before the first grant (up to the limit,
-// never waiting for a call) then on granted budget, 429 with a Retry-After
-// once the window's limit is used, and the counts.
+// TestEnforcer: the mapping of docs/design.md §7, end to end through the
+// Enforcer: 401 without a key, admission before the first grant (up to the
+// limit, never waiting for a call) then on granted budget, 429 with a
+// Retry-After once the window's limit is used, and the counts.
 func TestEnforcer(t *testing.T) {
 	e, cfg, srv, clk := setup(t)
 	if v := e.Admit(cfg, "web", request("/other", ""), clk.Now()); v.Status != 0 {

@@ -1,5 +1,5 @@
 // Package rtt measures a gfe's round trip to every region, the distance the
-// planner orders regions by (DESIGN.md §3 rule 1).
+// planner orders regions by (docs/design.md §3 rule 1).
 //
 // A Prober probes one instance per region every Interval, from the gfe's
 // source address, in the protocol the instance speaks: the protocol of the

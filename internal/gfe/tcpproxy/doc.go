@@ -1,4 +1,4 @@
-// Package tcpproxy is the gfe's TCP proxy (DESIGN.md §4): a tcp listener
+// Package tcpproxy is the gfe's TCP proxy (docs/design.md §4): a tcp listener
 // terminates each client TCP connection, picks one backend of its
 // CONNECTION-mode service with the service's routing table entry, opens its
 // own connection to it from the gfe's SourceIP and copies bytes both ways
@@ -22,7 +22,7 @@
 //     write half is closed and the opposite direction goes on; the
 //     connection ends when both directions have. A read or write error on
 //     either side closes both.
-//   - Limits (issue 10, finding 4). A connection that would exceed the
+//   - Limits (the first security review, finding 4: SECURITY.md). A connection that would exceed the
 //     listener's MaxConnections, its client IP address's
 //     MaxConnectionsPerClient, or the process's fd budget (Options.Budget,
 //     ConnFDs per connection) is reset as it arrives, before any backend

@@ -368,9 +368,9 @@ func TestTCPProxyIdleTimeout(t *testing.T) {
 	}
 }
 
-// TestTCPProxyDefaultIdleTimeout (issue 10, finding 4): a tcp listener
-// that sets no idle_timeout still closes a connection idle for the
-// default 10 minutes, and counts it.
+// TestTCPProxyDefaultIdleTimeout (the first security review, finding 4): a
+// tcp listener that sets no idle_timeout still closes a connection idle for
+// the default 10 minutes, and counts it.
 func TestTCPProxyDefaultIdleTimeout(t *testing.T) {
 	gfetest.CheckLeaks(t)
 	e1 := gfetest.NewEchoBackend(t, "e1")
@@ -457,10 +457,10 @@ func dialFrom(t *testing.T, addr, ip string) *gfetest.TCPClient {
 	return &gfetest.TCPClient{C: c, R: r, Backend: strings.TrimSpace(strings.TrimPrefix(line, "hello "))}
 }
 
-// TestTCPProxyClientCap (issue 10, finding 4): one client address opening
-// more connections than max_connections_per_client gets the extra ones
-// closed at once and counted; the backend never sees them; another client
-// address is not affected; a closed connection frees its place.
+// TestTCPProxyClientCap (the first security review, finding 4): one client
+// address opening more connections than max_connections_per_client gets the
+// extra ones closed at once and counted; the backend never sees them; another
+// client address is not affected; a closed connection frees its place.
 func TestTCPProxyClientCap(t *testing.T) {
 	gfetest.CheckLeaks(t)
 	e1 := gfetest.NewEchoBackend(t, "e1")

@@ -1,4 +1,4 @@
-// Control-plane API of Spillway (DESIGN.md §5, STYLE.md §25).
+// Control-plane API of Spillway (docs/design.md §5, STYLE.md §25).
 //
 // The control plane owns the operator configuration (configs/*.yaml) and
 // the active health state of every backend instance. It feeds every edge node
@@ -99,7 +99,7 @@ type Node struct {
 	// Unique id of the gfe process, the same name it uses in memberlist gossip
 	// (for example "gfe-us-east-1"). Required.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// Site where the gfe runs (DESIGN.md §2), for example "nyc". Required.
+	// Site where the gfe runs (docs/design.md §2), for example "nyc". Required.
 	Site string `protobuf:"bytes,2,opt,name=site,proto3" json:"site,omitempty"`
 	// Build version of the gfe binary (its release and revision, as
 	// --version prints it), shown per gfe on the control plane's /status so

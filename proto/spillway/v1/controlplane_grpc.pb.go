@@ -1,4 +1,4 @@
-// Control-plane API of Spillway (DESIGN.md §5, STYLE.md §25).
+// Control-plane API of Spillway (docs/design.md §5, STYLE.md §25).
 //
 // The control plane owns the operator configuration (configs/*.yaml) and
 // the active health state of every backend instance. It feeds every edge node
@@ -67,7 +67,7 @@ type ControlPlaneClient interface {
 	StreamSnapshots(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SnapshotRequest, Snapshot], error)
 	// RequestCapacity asks for more serving capacity for one instance group,
 	// for example when a request found no free instance (on-demand scaling,
-	// DESIGN.md §6) or the gfe's pending queue overflows. The autoscaler
+	// docs/design.md §6) or the gfe's pending queue overflows. The autoscaler
 	// decides; the answer says whether the request was accepted, not that the
 	// instances are already serving (they appear in a later Snapshot).
 	RequestCapacity(ctx context.Context, in *CapacityRequest, opts ...grpc.CallOption) (*CapacityResponse, error)
@@ -150,7 +150,7 @@ type ControlPlaneServer interface {
 	StreamSnapshots(grpc.BidiStreamingServer[SnapshotRequest, Snapshot]) error
 	// RequestCapacity asks for more serving capacity for one instance group,
 	// for example when a request found no free instance (on-demand scaling,
-	// DESIGN.md §6) or the gfe's pending queue overflows. The autoscaler
+	// docs/design.md §6) or the gfe's pending queue overflows. The autoscaler
 	// decides; the answer says whether the request was accepted, not that the
 	// instances are already serving (they appear in a later Snapshot).
 	RequestCapacity(context.Context, *CapacityRequest) (*CapacityResponse, error)

@@ -1,4 +1,4 @@
-// Quota API of Spillway (DESIGN.md §7): per-consumer quota with Service
+// Quota API of Spillway (docs/design.md §7): per-consumer quota with Service
 // Control's AllocateQuota semantics, served by the control plane.
 //
 // Regenerate the Go code with proto/generate.sh after editing this file.
