@@ -226,7 +226,7 @@ func joinNames[T ~string](names []T) string {
 	return strings.Join(s, ", ")
 }
 
-// Upper bounds of numeric fields (finding 7 of issue 10). They keep every
+// Upper bounds of numeric fields (the first security review, finding 7: SECURITY.md). They keep every
 // figure derived from a config in range: a group's capacity is at most
 // MaxInstances × MaxRate = 1e13, so a sum over any config that fits in
 // memory stays finite; durations stay far from time.Duration's overflow when

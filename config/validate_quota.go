@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// Bounds of the quota section (finding 7 of issue 10: every figure stays
+// Bounds of the quota section (the first security review, finding 7: every figure stays
 // far from overflow when summed over a window).
 const (
 	// maxQuotaLimit bounds a limit per minute: 1e12 units.

@@ -7,7 +7,7 @@
 // forwarding fails too, and without this package the proxy could not tell
 // such a failure from one of the backend's: it answered 502 or 504 and
 // counted it against the backend, so that twenty bad requests ejected a
-// healthy backend (issue #10, finding 3). Body tags every read error as an
+// healthy backend (the first security review, finding 3). Body tags every read error as an
 // *Error, the client's; the proxy answers it with the Error's status
 // (400, 408 or 413) and never counts it against a backend.
 //

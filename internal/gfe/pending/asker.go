@@ -145,7 +145,7 @@ func NewAsker(cfg AskConfig, opts AskOptions) *Asker {
 // no healthy instance, QUEUEING otherwise.
 func (a *Asker) Request(l Line, t Target) *pb.CapacityRequest {
 	per := max(t.MaxConcurrency, 1)
-	// Waiting for a starting instance beats starting another (the seeds'
+	// Waiting for a starting instance beats starting another (docs/design.md §6's
 	// rule): only the requests its slots cannot take ask for more.
 	need := max(l.Waiting-t.Starting*per, 0)
 	want := max(t.Instances+(need+per-1)/per, 1)

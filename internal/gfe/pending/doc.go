@@ -1,5 +1,5 @@
-// Package pending is the gfe's pending queue (DESIGN.md §4 and §6, issue
-// #12): a request of an autoscaled service that finds no free backend
+// Package pending is the gfe's pending queue (docs/design.md §4 and §6):
+// a request of an autoscaled service that finds no free backend
 // waits here for a slot to free or an instance to start, instead of
 // failing at once, and while requests wait the gfe asks the control
 // plane for capacity.
