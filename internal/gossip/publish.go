@@ -203,6 +203,9 @@ func (n *Node) encodeOwn(s NodeState) (ownEncoding, error) {
 	if err != nil {
 		return ownEncoding{}, fmt.Errorf("gossip: encode: %w", err)
 	}
+	if err := fitsReceivers(body); err != nil {
+		return ownEncoding{}, err
+	}
 	var enc ownEncoding
 	if err := json.Unmarshal(body, &enc.stored); err != nil {
 		return ownEncoding{}, fmt.Errorf("gossip: encode: %w", err)
@@ -221,6 +224,9 @@ func (n *Node) encodeOwn(s NodeState) (ownEncoding, error) {
 			if err != nil {
 				return ownEncoding{}, err
 			}
+			if err := fitsReceivers(full); err != nil {
+				return ownEncoding{}, err
+			}
 			if enc.full, err = encodeJSONFrame(full); err != nil {
 				return ownEncoding{}, err
 			}
@@ -236,6 +242,18 @@ func (n *Node) encodeOwn(s NodeState) (ownEncoding, error) {
 	}
 	enc.full = enc.lean
 	return enc, nil
+}
+
+// fitsReceivers refuses a state whose JSON is larger than any receiver
+// decodes (maxDecodedBytes): published, every peer would refuse it, and
+// with it whatever else the state carries (a replica's health verdicts and
+// lease renewals). Refused here, the caller keeps its last state and can
+// publish a smaller one.
+func fitsReceivers(json []byte) error {
+	if len(json) > maxDecodedBytes {
+		return fmt.Errorf("gossip: encode: %w: the state inflates to more than %d bytes (%d)", errMalformed, maxDecodedBytes, len(json))
+	}
+	return nil
 }
 
 func unixNanos(t time.Time) uint64 {
