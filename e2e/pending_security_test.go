@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -21,10 +22,13 @@ const pendingSecurityNet = 85
 // resetFlood opens an h2c connection to the gfe at addr, opens streams
 // requests (GET path), resets each resetAfter later, and closes the
 // connection: the attack of the second security review on the pending
-// queue, under the gfe's reset budget (at most 100 resets a connection).
-func resetFlood(t *testing.T, addr, path string, streams int, resetAfter time.Duration) {
+// queue, under the gfe's reset budgets: at most 100 resets a connection,
+// and from source address src, so that connections from distinct
+// addresses also stay under the per-address budget (200).
+func resetFlood(t *testing.T, src netip.Addr, addr, path string, streams int, resetAfter time.Duration) {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
+	d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))}
+	c, err := d.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +65,8 @@ func resetFlood(t *testing.T, addr, path string, streams int, resetAfter time.Du
 // security review end to end: an autoscaled group at zero behind a real
 // gfe and control plane; for 5 s a client opens 50 h2c streams per
 // connection, 10 connections a second, and resets each stream 10 ms after
-// opening it (under the reset budget). They wait in the gfe's pending
+// opening it (under the reset budgets: each connection from a source
+// address of its own, 127.85.250.N). They wait in the gfe's pending
 // queue (at least half of them get there before their reset) and are
 // canceled there; none asks for capacity
 // (spillway_gfe_capacity_requests_total stays 0), and the group stays at
@@ -81,12 +86,14 @@ func TestResetStreamsDoNotScaleFromZero(t *testing.T) {
 	conns := 0
 	for time.Now().Before(end) {
 		<-tick.C
-		resetFlood(t, addr, "/flood", streams, 10*time.Millisecond)
+		src := netip.AddrFrom4([4]byte{127, pendingSecurityNet, 250, byte(1 + conns%250)})
+		resetFlood(t, src, addr, "/flood", streams, 10*time.Millisecond)
 		conns++
 	}
 	canceled := metricValue(t, gf.Admin+"/metrics", "spillway_gfe_pending_wait_seconds", "service=web", "result=canceled")
 	asked := metricValue(t, gf.Admin+"/metrics", "spillway_gfe_capacity_requests_total")
-	closes := metricValue(t, gf.Admin+"/metrics", "spillway_gfe_http2_reset_budget_closes_total")
+	closes := metricValue(t, gf.Admin+"/metrics", "spillway_gfe_http2_reset_budget_closes_total") +
+		metricValue(t, gf.Admin+"/metrics", "spillway_gfe_http2_client_reset_budget_closes_total")
 	st := autoscalerStatus(t, c, group)
 	t.Logf("%d connections × %d streams reset after 10ms: %v waits canceled, %v capacity requests, %v budget closes; group: %d instances, recommended %d",
 		conns, streams, canceled, asked, closes, len(st.Instances), st.Recommended)

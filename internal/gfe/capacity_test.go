@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -18,10 +19,13 @@ import (
 // /reset), waits until ready reports that they all wait in the pending
 // queue, resets them all (RST_STREAM CANCEL) and returns once the gfe has
 // read every reset (its answer to a PING sent after them). n stays under
-// the connection's reset budget (100).
-func resetBatch(t *testing.T, addr string, n int, ready func() bool) {
+// the connection's reset budget (100). The connection comes from source
+// address src, so that batches from distinct addresses also stay under the
+// per-address reset budget (the listener's, 200 halving every 30 s).
+func resetBatch(t *testing.T, src netip.Addr, addr string, n int, ready func() bool) {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
+	d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))}
+	c, err := d.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,8 +70,9 @@ func resetBatch(t *testing.T, addr string, n int, ready func() bool) {
 // TestResetStreamsAskNoCapacity replays the attack of the second security
 // review on a real gfe: with the only instance of an autoscaled service
 // busy, ten h2c connections each open 50 streams, let them wait in the
-// pending queue, and reset them (under the reset budget), with a second
-// of the gfe's clock between connections. None of the 500 waiters asks
+// pending queue, and reset them (under the reset budgets: each connection
+// from a loopback address of its own), with a second of the gfe's clock
+// between connections. None of the 500 waiters asks
 // for capacity: no RequestCapacity call, nothing published as pending
 // load. A request that really waits then asks, once it has waited
 // DefaultSettle, for 1 + ceil(1/1) = 2 instances. Without the settle rule
@@ -80,8 +85,9 @@ func TestResetStreamsAskNoCapacity(t *testing.T) {
 	first := holdBackend(t, e, b)
 
 	const batches, streams = 10, 50
-	for range batches {
-		resetBatch(t, addr, streams, func() bool { return e.pending.Waiting() == streams })
+	for i := range batches {
+		src := netip.AddrFrom4([4]byte{127, 0, 0, byte(10 + i)})
+		resetBatch(t, src, addr, streams, func() bool { return e.pending.Waiting() == streams })
 		waitUntil(t, "the reset streams to leave the queue", func() bool { return e.pending.Waiting() == 0 })
 		clk.Advance(time.Second) // a capacity interval, and two plan steps that publish the load
 	}
@@ -97,8 +103,10 @@ func TestResetStreamsAskNoCapacity(t *testing.T) {
 	if published != 0 {
 		t.Errorf("published pending load = %v, want 0", published)
 	}
-	if n := counterValue(t, reg, "spillway_gfe_http2_reset_budget_closes_total", ""); n != 0 {
-		t.Errorf("%v connections closed by the reset budget, want 0: the attack stays under it", n)
+	for _, m := range []string{"spillway_gfe_http2_reset_budget_closes_total", "spillway_gfe_http2_client_reset_budget_closes_total"} {
+		if n := counterValue(t, reg, m, ""); n != 0 {
+			t.Errorf("%s = %v, want 0: the attack stays under the reset budgets", m, n)
+		}
 	}
 
 	live := getAsync(e, "/live")
