@@ -33,9 +33,14 @@
 //
 // Tick applies, in order:
 //
-//  1. Idle: no request received and none in flight over ConcurrencyWindow
-//     ⇒ MinInstances (driver idle). CPU plays no part: an instance's CPU
-//     is never exactly zero, so it could neither reach nor forbid zero.
+//  1. Idle, to zero only: with MinInstances 0, no request received and
+//     none in flight over ConcurrencyWindow ⇒ 0 (driver idle). CPU plays
+//     no part: an instance's CPU is never exactly zero, so it could
+//     neither reach nor forbid zero. No traffic is the seeds' reason to go
+//     to zero and nothing else: with MinInstances ≥ 1 a quiet group is
+//     left to rules 3–5 (its 10-minute concurrency average still counts,
+//     and it shrinks by demotion), so one request after a quiet minute
+//     cannot bring back instances it never gave up (TestNoFlapWithoutLoad).
 //  2. At zero, only demand leaves it: a request (or one in flight) ⇒
 //     max(1, ceil(max n_d)) (driver demand); otherwise stay at zero.
 //  3. Hold band: if some n_d > N·(1+Tolerance) (a driver's utilization is
@@ -83,7 +88,10 @@
 //
 // # Worked example
 //
-// One CPU and 10 requests per instance, 60% targets, 10 instances
+// TestWorkedExample runs it, with ticks a minute apart so that each
+// one-minute window holds one sample (with ticks every second the same
+// fall walks down one instance at a time as the mean decays, to the same
+// 5). One CPU and 10 requests per instance, 60% targets, 10 instances
 // recommended. Over the last minute the group used 5.7 cores and had 30
 // requests in flight: cpu needs 5.7/0.6 = 9.5, concurrency 30/10/0.6 =
 // 5, act (limits at 10) 5. 9.5 lies in 10·[0.9, 1.1] = [9, 11]: hold 10
