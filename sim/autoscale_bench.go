@@ -41,7 +41,9 @@ import (
 //     has room, which is the point of the waterfall.
 //   - Cloud Run rules: once a second the autoscaler gets the second's CPU
 //     (CPUPerRequest per request in flight, 1 CPU per instance), mean
-//     concurrency and arrivals; every step the pending queue asks
+//     concurrency and arrivals; every step in which requests wait, the
+//     instances the last second's arrival rate needs at the target are
+//     started (Config.RateStarts), and then the pending queue asks
 //     Config.Pending about its last and its first request and starts
 //     instances (Autoscaler.OnDemand) while Pending says so; at max
 //     instances the oldest requests that waited MaxPendingWait fail (429).

@@ -73,7 +73,8 @@ type benchScaler interface {
 	// (the newest arrived of the queue); it may start instances and
 	// returns how many of the oldest waiting requests fail, and how many
 	// of the step's arrivals.
-	step(now time.Time, queue []batch, arrived int64, f *fleet, readySlots int) (oldest, newest int64)
+	// arrivals is every request of the step, served at once or not.
+	step(now time.Time, queue []batch, arrived, arrivals int64, f *fleet, readySlots int) (oldest, newest int64)
 }
 
 // runAutoscaleLoad simulates one autoscaler on one load, starting with
@@ -145,7 +146,7 @@ func runAutoscaleLoad(m AutoscaleModel, l AutoscaleLoad, arr []int64, cold time.
 			if len(queue) > 0 && queue[len(queue)-1].at.Equal(now) {
 				arrived = queue[len(queue)-1].n
 			}
-			oldest, newest := sc.step(now, queue, arrived, f, slots)
+			oldest, newest := sc.step(now, queue, arrived, n, f, slots)
 			row.Failed += oldest + newest
 			queue = dropOldest(queue, oldest)
 			queue = dropNewest(queue, newest)

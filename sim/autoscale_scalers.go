@@ -10,13 +10,19 @@ import (
 )
 
 // cloudRunScaler drives lb/autoscale with its defaults at the model's
-// target. With the waterfall, the spilled demand reaches it as concurrency
-// by Little's law, as the controller computes it (controller.Load).
+// target. While requests wait, on-demand starts are sized by the arrival
+// rate of the last second (Config.RateStarts) before the pending queue's
+// per-request rule. With the waterfall, the spilled demand reaches it as
+// concurrency by Little's law, as the controller computes it
+// (controller.Load).
 type cloudRunScaler struct {
 	m    AutoscaleModel
 	cold time.Duration
 	cfg  autoscale.Config
 	a    *autoscale.Autoscaler
+	// recent is the arrivals of the last 10 steps (one second), a ring.
+	recent [10]int64
+	next   int
 }
 
 func newCloudRunScaler(m AutoscaleModel, cold time.Duration, initial int) *cloudRunScaler {
@@ -38,9 +44,23 @@ func (s *cloudRunScaler) second(now time.Time, sec second, f *fleet) {
 	f.stop(d.Stopped)
 }
 
-func (s *cloudRunScaler) step(now time.Time, queue []batch, _ int64, f *fleet, readySlots int) (int64, int64) {
+func (s *cloudRunScaler) step(now time.Time, queue []batch, _, arrivals int64, f *fleet, readySlots int) (int64, int64) {
+	s.recent[s.next%len(s.recent)] = arrivals
+	s.next++
 	if len(queue) == 0 {
 		return 0, 0
+	}
+	// Requests wait: start what the arrival rate of the last second needs
+	// at the target (Config.RateStarts), for the requests that will arrive
+	// during the cold start.
+	var recent int64
+	for _, a := range s.recent {
+		recent += a
+	}
+	rate := float64(recent) / (float64(len(s.recent)) * s.m.Step.Seconds())
+	if k := s.cfg.RateStarts(rate, s.m.ServiceTime, len(f.readyAt)); k > 0 {
+		od := s.a.OnDemand(now, k)
+		f.start(now, od.Start, s.cold)
 	}
 	var rejected int64
 	// 429s: at max instances, the oldest requests that waited the most.
@@ -145,7 +165,7 @@ func (s *kpaScaler) resize(now time.Time, desired int, f *fleet) {
 	}
 }
 
-func (s *kpaScaler) step(now time.Time, queue []batch, arrived int64, f *fleet, readySlots int) (int64, int64) {
+func (s *kpaScaler) step(now time.Time, queue []batch, arrived, _ int64, f *fleet, readySlots int) (int64, int64) {
 	if len(queue) == 0 {
 		return 0, 0
 	}
