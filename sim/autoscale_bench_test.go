@@ -70,6 +70,64 @@ func TestAutoscaleBench(t *testing.T) {
 	}
 }
 
+// TestAutoscaleBenchTargets: the comparisons, where they hold, and
+// the rows BENCHMARKS.md §7 quotes (instance-seconds within 1%, the rest
+// exactly).
+func TestAutoscaleBenchTargets(t *testing.T) {
+	rs := scorecardRows()
+	for _, load := range []string{"step", "ramp", "spike", "flash", "diurnal", "sporadic"} {
+		for _, cold := range []float64{1, 25} {
+			alone, buf := scorecardRow(t, rs, load, cold, "cloudrun"), scorecardRow(t, rs, load, cold, "cloudrun+waterfall")
+			act := scorecardRow(t, rs, load, cold, "kpa+activator")
+			// The buffer never costs more than the rules alone.
+			if buf.InstanceS > alone.InstanceS {
+				t.Errorf("%s/%gs: waterfall %v instance-s > alone %v", load, cold, buf.InstanceS, alone.InstanceS)
+			}
+			// With 25s cold starts, the waterfall uses fewer
+			// instance-seconds than the KPA with its activator on every
+			// load with a rise; the rules alone do on step and ramp.
+			if cold == 25 && load != "diurnal" && load != "sporadic" && buf.InstanceS >= act.InstanceS {
+				t.Errorf("%s/25s: instance-s waterfall %v, want < kpa+activator %v", load, buf.InstanceS, act.InstanceS)
+			}
+			if cold == 25 && (load == "step" || load == "ramp") && alone.InstanceS >= act.InstanceS {
+				t.Errorf("%s/25s: instance-s alone %v, want < kpa+activator %v", load, alone.InstanceS, act.InstanceS)
+			}
+		}
+	}
+	// The rules alone: p99 no worse than the KPA's (with its activator,
+	// which fails nothing) × 1.1 on step and ramp.
+	for _, c := range []struct {
+		load string
+		cold float64
+	}{{"step", 1}, {"step", 25}, {"ramp", 1}, {"ramp", 25}} {
+		alone, act := scorecardRow(t, rs, c.load, c.cold, "cloudrun"), scorecardRow(t, rs, c.load, c.cold, "kpa+activator")
+		if alone.P99Ms > 1.1*act.P99Ms || alone.Failed != 0 {
+			t.Errorf("%s/%gs: cloudrun p99 %v ms (%d failed), want ≤ 1.1 × kpa+activator's %v", c.load, c.cold, alone.P99Ms, alone.Failed, act.P99Ms)
+		}
+	}
+	for _, want := range []AutoscaleRow{
+		{Load: "step", ColdStartS: 25, Autoscaler: "oracle", InstanceS: 6075, Peak: 17, P99Ms: 500},
+		{Load: "step", ColdStartS: 25, Autoscaler: "kpa", InstanceS: 6984, Peak: 34, P99Ms: 5500, Failed: 4120},
+		{Load: "step", ColdStartS: 25, Autoscaler: "kpa+activator", InstanceS: 13194, Peak: 100, P99Ms: 21100},
+		{Load: "step", ColdStartS: 25, Autoscaler: "cloudrun", InstanceS: 9915, Peak: 22, P99Ms: 19400},
+		{Load: "step", ColdStartS: 25, Autoscaler: "cloudrun+waterfall", InstanceS: 7720, Peak: 16, P99Ms: 540},
+		{Load: "ramp", ColdStartS: 25, Autoscaler: "kpa+activator", InstanceS: 9398, Peak: 61, P99Ms: 5200},
+		{Load: "ramp", ColdStartS: 25, Autoscaler: "cloudrun", InstanceS: 6777, Peak: 16, P99Ms: 4400},
+		{Load: "ramp", ColdStartS: 25, Autoscaler: "cloudrun+waterfall", InstanceS: 6588, Peak: 16, P99Ms: 540},
+		{Load: "step", ColdStartS: 1, Autoscaler: "kpa+activator", InstanceS: 7788, Peak: 54, P99Ms: 1900},
+		{Load: "step", ColdStartS: 1, Autoscaler: "cloudrun+waterfall", InstanceS: 8025, Peak: 17, P99Ms: 540},
+		{Load: "diurnal", ColdStartS: 25, Autoscaler: "kpa", InstanceS: 12026, Peak: 15, P99Ms: 500},
+		{Load: "diurnal", ColdStartS: 25, Autoscaler: "cloudrun+waterfall", InstanceS: 14936, Peak: 16, P99Ms: 500},
+		{Load: "sporadic", ColdStartS: 25, Autoscaler: "cloudrun+waterfall", InstanceS: 0, Peak: 0, P99Ms: 540},
+	} {
+		got := scorecardRow(t, rs, want.Load, want.ColdStartS, want.Autoscaler)
+		if math.Abs(got.InstanceS-want.InstanceS) > 0.01*want.InstanceS || got.Peak != want.Peak || got.P99Ms != want.P99Ms || got.Failed != want.Failed {
+			t.Errorf("%s/%gs/%s: instance-s %v, peak %d, p99 %v, failed %d; want %v, %d, %v, %d", want.Load, want.ColdStartS, want.Autoscaler,
+				got.InstanceS, got.Peak, got.P99Ms, got.Failed, want.InstanceS, want.Peak, want.P99Ms, want.Failed)
+		}
+	}
+}
+
 // TestOracle: the oracle's instance-seconds are the integral of the
 // need's running max over a cold start, by hand for a step.
 func TestOracle(t *testing.T) {
