@@ -55,7 +55,9 @@ func (d *Daemon) sampleLoad(cs *snapshot.Snapshot) {
 // in flight, the mean of the samples; requests/s, from the requests that
 // ended at the group's backends between the last two builds
 // (routing.Builder.Ended); pending, the requests waiting now for the
-// services whose capacity requests name the group (capacityTarget). Groups
+// services whose capacity requests name the group (capacityTarget); act,
+// the mean ACT limit of its instances when below their ceiling
+// (routing.Builder.ACTLimits). Groups
 // spilled, the site's demand the plan sends past the group (spilled); groups
 // with all four zero are left out: readers take absence as zero. Called
 // from the planner goroutine after the step's Build.
@@ -92,6 +94,11 @@ func (d *Daemon) groupLoad(cs *snapshot.Snapshot, now time.Time) map[string]goss
 			l.Spilled = v
 			out[g] = l
 		}
+	}
+	for g, v := range d.builder.ACTLimits(cs.Config) {
+		l := out[g]
+		l.ACT = v
+		out[g] = l
 	}
 	for _, line := range d.pending.Lines(now) {
 		if t, ok := d.capacityTarget(line.Service); ok {

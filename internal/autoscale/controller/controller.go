@@ -33,6 +33,10 @@ type Load struct {
 	// Spilled is the demand (requests/s) the gfes' plans send past the
 	// group to farther regions: load it would take with more capacity.
 	Spilled float64
+	// ACT is the mean adaptive concurrency limit the gfes hold on the
+	// group's instances (requests; 0: at max_concurrency_per_instance):
+	// the ACT driver's unit.
+	ACT float64
 }
 
 // Concurrency returns the load as the rules' concurrency: in flight,
@@ -456,6 +460,7 @@ func (l *loop) sample(r *groupRun, now time.Time) autoscale.Sample {
 	if l.c.opts.Load != nil {
 		ld := l.c.opts.Load(r.spec.group.Name)
 		s.Concurrency = ld.Concurrency()
+		s.ACT = ld.ACT
 		s.Requests = int64(math.Ceil(ld.Requests * elapsed))
 		if s.Requests == 0 && ld.Pending > 0 {
 			s.Requests = 1

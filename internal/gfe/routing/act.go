@@ -79,8 +79,10 @@ func (b *Builder) tuneACT(cfg *config.Config, now time.Time, sigs map[*backend.B
 }
 
 // ACTLimits returns, per autoscaled group of cfg, the mean ACT limit of
-// its tuned instances (the figure the controller's ACT driver uses); a
-// group without a tuned instance is left out.
+// its tuned instances (the figure the controller's ACT driver uses, by
+// gossip.GroupLoad.ACT); a group without a tuned instance, or whose every
+// tuned instance is at max_concurrency_per_instance, is left out (absent
+// means at the ceiling).
 func (b *Builder) ACTLimits(cfg *config.Config) map[string]float64 {
 	var out map[string]float64
 	for _, g := range cfg.Groups() {
@@ -95,7 +97,7 @@ func (b *Builder) ACTLimits(cfg *config.Config) map[string]float64 {
 				n++
 			}
 		}
-		if n > 0 {
+		if n > 0 && sum < float64(n*g.Group.Autoscaling.MaxConcurrencyPerInstance) {
 			if out == nil {
 				out = map[string]float64{}
 			}
