@@ -67,7 +67,7 @@ func (d *Daemon) step(now time.Time) {
 		d.log.Warn().Err(err).Msg("gossip publish")
 	}
 	if t != nil {
-		d.metrics.observeTable(t, d.cfg.Site, demand, d.builder.Ejected(now))
+		d.metrics.observeTable(t, d.cfg.Site, demand, d.builder.Ejected(now), d.builder.ACTLimits(t.Config))
 	}
 }
 
