@@ -134,10 +134,10 @@
 //     the load, started a minute sooner. Alone (no buffer region), with a
 //     25s cold start, it cut the p99 of the 10× step from 25.7 to 19.4 s
 //     and of the ramp from 25.4 to 4.4 s, at about the same
-//     instance-seconds (step 9906 → 9915, ramp 7556 → 6777). The
-//     scorecard's model applies it; the running gfe's capacity requests
-//     (internal/gfe/pending.Asker) are still sized by the requests
-//     waiting, not yet by the arrival rate.
+//     instance-seconds (step 9906 → 9915, ramp 7556 → 6777). In the
+//     running system each gfe's capacity requests ask for at least the
+//     count its own arrival rate needs (internal/gfe/pending.Target's
+//     RateWant), over the group's mean latency at that gfe.
 //   - The drivers given arrival rate × request time as concurrency
 //     (Little's law on the arrivals, so that demand above the ready
 //     capacity is visible): measured on top of the rate-sized starts, it
