@@ -1,70 +1,83 @@
 package sim
 
 import (
-	"fmt"
-	"io"
 	"math"
 	"slices"
-	"text/tabwriter"
 	"time"
-
-	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/lb/autoscale"
-	"github.com/spillway-lb/spillway/lb/autoscale/kpa"
 )
 
-// This file is `lbsim autoscale-bench`: lb/autoscale's Cloud Run rules
-// against Knative's KPA (lb/autoscale/kpa) on step, ramp and spike loads with
-// a 20s cold start (the autoscaler's targets: docs/design.md §6,
-// BENCHMARKS.md §7).
+// This file is `lbsim autoscale-bench`, the autoscaler scorecard: lb/autoscale's
+// Cloud Run rules, alone and with the waterfall as their buffer, against
+// Knative's KPA (lb/autoscale/kpa) and a clairvoyant oracle, on six loads and
+// two cold starts. Everything is a deterministic simulation on simulated time
+// (no wall clock, no randomness): the same binary prints the same rows on any
+// machine, however loaded.
 //
 // The queueing model, in fixed steps of AutoscaleModel.Step (100ms):
 //
-//   - Requests arrive at the load's rate (fractional arrivals carried
-//     over), join a FIFO queue, and each takes ServiceTime (0.5s) on one
-//     of an instance's MaxConcurrency (10) slots. An instance serves
-//     ColdStart (20s) after it is started and counts as running (billed)
-//     from its start. A stopped instance takes no new request; requests
-//     in flight on it finish.
-//   - A request that finds no free slot waits. Its latency is its wait
-//     plus ServiceTime; p99 is over all requests served.
-//   - Cloud Run rules: once a second the autoscaler gets the second's
-//     CPU (0.1 core per request in flight, 1 CPU per instance: CPU and
-//     concurrency agree), mean concurrency (requests in flight on
-//     instances; the waiting ones are the pending queue's) and arrivals. Every step the pending queue
-//     asks Config.Pending about its last request (it waits longest) and
-//     its first (it has the least time left), with the running slots,
-//     the starting instances and ServiceTime as the request time, and
-//     starts instances (Autoscaler.OnDemand) while Pending says so; at
-//     max instances the oldest requests that waited MaxPendingWait fail
-//     with 429.
-//   - KPA: it observes concurrency (in flight plus buffered at the
-//     activator) once a second and scales every 2s, and at once when a
-//     request waits at zero; the activator fails requests after 300s
-//     (revision timeout) or beyond 10000 buffered, with 503.
+//   - Requests arrive at the load's rate (fractional arrivals carried over;
+//     the sporadic load lists its single requests), and each takes
+//     ServiceTime (0.5s) on one of an instance's MaxConcurrency (10) slots.
+//     An instance serves ColdStart after it is started and is billed from
+//     its start. A stopped instance takes no new request.
+//   - Alone (every autoscaler but cloudrun+waterfall), a request that finds
+//     no free slot waits in one FIFO queue; latency = wait + ServiceTime.
+//   - cloudrun+waterfall: the site is at the autoscaled region and a second
+//     region, BufferRTT (40ms) away, has room for any load. Every step the
+//     gfe's planner (lb/waterfall.Compute, DESIGN.md §3) splits the site's
+//     demand (its arrivals over the last second) between the two, the local
+//     group's capacity being its ready instances' slots ÷ ServiceTime × the
+//     service's default target_utilization (0.95), with its starting
+//     instances counted as unhealthy (as the gfe sees them), so rule 5's
+//     preemptive spill applies too. A request the plan sends to the local
+//     group that finds every slot taken goes on to the buffer (the picker's
+//     fallback to the row's next group), so none waits. Served in the
+//     buffer, latency = ServiceTime + BufferRTT. The autoscaler sees what the
+//     control plane's controller sees (controller.Load.Concurrency): the
+//     requests in flight locally plus the spilled demand × the local mean
+//     latency (Little's law), the spill counting only while the local group
+//     has a ready instance (a group at zero has no RTT estimate, so the gfe
+//     reports no spill past it). The buffer's instances are not billed: it
+//     has room, which is the point of the waterfall.
+//   - Cloud Run rules: once a second the autoscaler gets the second's CPU
+//     (CPUPerRequest per request in flight, 1 CPU per instance), mean
+//     concurrency and arrivals; every step in which requests wait, the
+//     instances the last second's arrival rate needs at the target are
+//     started (Config.RateStarts), and then the pending queue asks
+//     Config.Pending about its last and its first request and starts
+//     instances (Autoscaler.OnDemand) while Pending says so; at max
+//     instances the oldest requests that waited MaxPendingWait fail (429).
+//   - KPA: see kpaScaler.
+//   - oracle: see oracleRow.
 //   - Scale-downs stop instances not yet ready first, then the newest.
 
-// AutoscaleModel is the simulation's fixed model.
+// AutoscaleModel is the scorecard's fixed model.
 type AutoscaleModel struct {
 	Step           time.Duration // simulation step
-	ServiceTime    time.Duration // per request
+	ServiceTime    time.Duration // per request: the request time of the targets
 	MaxConcurrency int           // slots per instance
 	CPUPerRequest  float64       // cores per request in flight
-	ColdStart      time.Duration // start to ready
+	Target         float64       // target utilization of the oracle and the Cloud Run rules
 	MaxInstances   int
-	Initial        int // instances at the start, ready
+	BufferRTT      time.Duration   // to the second region of cloudrun+waterfall
+	ColdStarts     []time.Duration // one set of rows per cold start
+	// TargetUtilization is the service's target_utilization: the share of
+	// the local group's slots the waterfall plans to fill.
+	TargetUtilization float64
 }
 
 // DefaultAutoscaleModel is the model of `lbsim autoscale-bench`.
 func DefaultAutoscaleModel() AutoscaleModel {
 	return AutoscaleModel{
-		Step:           100 * time.Millisecond,
-		ServiceTime:    500 * time.Millisecond,
-		MaxConcurrency: 10,
-		CPUPerRequest:  0.1,
-		ColdStart:      20 * time.Second,
-		MaxInstances:   100,
-		Initial:        2,
+		Step:              100 * time.Millisecond,
+		ServiceTime:       500 * time.Millisecond,
+		MaxConcurrency:    10,
+		CPUPerRequest:     0.1,
+		Target:            0.6,
+		MaxInstances:      100,
+		BufferRTT:         40 * time.Millisecond,
+		ColdStarts:        []time.Duration{time.Second, 25 * time.Second},
+		TargetUtilization: 0.95,
 	}
 }
 
@@ -76,13 +89,28 @@ type LoadPoint struct {
 	RPS float64
 }
 
-// AutoscaleLoad is a named load.
+// AutoscaleLoad is a named load: a piecewise-linear rate, or single
+// requests at the times Singles lists.
 type AutoscaleLoad struct {
 	Name   string
 	Points []LoadPoint // ascending At; the last one's At is the end
+	// Singles, when set, are the arrival times (seconds) of single
+	// requests; Points then only give the end.
+	Singles []float64
 	// RiseAt is when the load starts to rise (time to capacity counts
 	// from it).
 	RiseAt float64
+}
+
+func (l AutoscaleLoad) end() float64 { return l.Points[len(l.Points)-1].At }
+
+// initial returns the instances ready at 0 for every autoscaler: those the
+// rate at 0 needs at the model's target (none for single requests).
+func (l AutoscaleLoad) initial(m AutoscaleModel) int {
+	if l.Singles != nil {
+		return 0
+	}
+	return int(math.Ceil(l.rate(0)*m.ServiceTime.Seconds()/(float64(m.MaxConcurrency)*m.Target) - 1e-9))
 }
 
 // rate returns the load at t.
@@ -100,357 +128,170 @@ func (l AutoscaleLoad) rate(t float64) float64 {
 	return p[0].RPS
 }
 
-func (l AutoscaleLoad) peak() float64 {
-	m := 0.0
-	for _, p := range l.Points {
-		m = max(m, p.RPS)
+// arrivals returns the requests arriving in each step (fractional arrivals
+// carried over): the same sequence for every autoscaler.
+func (l AutoscaleLoad) arrivals(m AutoscaleModel) []int64 {
+	dt := m.Step.Seconds()
+	n := int(math.Round(l.end() / dt))
+	out := make([]int64, n)
+	if l.Singles != nil {
+		for _, t := range l.Singles {
+			if k := int(math.Round(t/dt)) - 1; k >= 0 && k < n {
+				out[k]++
+			}
+		}
+		return out
 	}
-	return m
+	var acc float64
+	for k := range out {
+		acc += l.rate(float64(k+1)*dt) * dt
+		out[k] = int64(acc + 1e-9)
+		acc -= float64(out[k])
+	}
+	return out
 }
 
-// AutoscaleLoads are the bench's loads: 20 requests/s, then
-// a step to 200 at 60s (back to 20 at 360s), a ramp from 20 to 200 over
-// 60–240s (back down over 360–540s), or a 30-second spike to 400 at 60s;
-// 600s each.
+// AutoscaleLoads are the scorecard's loads, 20 requests/s at rest unless
+// said otherwise: step to 200 (10×) at 60s, back at 360s; ramp 20 → 200
+// over 60–240s, back down over 360–540s; spike to 400 for 30s at 60s;
+// flash, the lbbench story (a crowd of 15× at once at 60s, holding two
+// minutes, fading over two more); diurnal, a day compressed into 24
+// minutes (one per hour: 20 at 04:00, 200 at 16:00, cosine in between);
+// sporadic, single requests from zero at irregular times over 25 minutes.
 func AutoscaleLoads() []AutoscaleLoad {
+	var day []LoadPoint
+	for h := 0; h <= 24; h++ {
+		day = append(day, LoadPoint{At: float64(h * 60), RPS: math.Round(20 + 90*(1-math.Cos(2*math.Pi*float64(h-4)/24)))})
+	}
 	return []AutoscaleLoad{
 		{Name: "step", RiseAt: 60, Points: []LoadPoint{{0, 20}, {60, 20}, {60, 200}, {360, 200}, {360, 20}, {600, 20}}},
 		{Name: "ramp", RiseAt: 60, Points: []LoadPoint{{0, 20}, {60, 20}, {240, 200}, {360, 200}, {540, 20}, {600, 20}}},
 		{Name: "spike", RiseAt: 60, Points: []LoadPoint{{0, 20}, {60, 20}, {60, 400}, {90, 400}, {90, 20}, {600, 20}}},
+		{Name: "flash", RiseAt: 60, Points: []LoadPoint{{0, 20}, {60, 20}, {60, 300}, {180, 300}, {300, 20}, {600, 20}}},
+		{Name: "diurnal", RiseAt: 240, Points: day},
+		{Name: "sporadic", RiseAt: 5, Points: []LoadPoint{{0, 0}, {1500, 0}},
+			Singles: []float64{5, 70, 75, 200, 420, 425, 430, 800, 1300}},
 	}
 }
 
-// AutoscaleResult is one autoscaler's figures on one load.
-type AutoscaleResult struct {
-	Load       string `json:"load"`
-	Autoscaler string `json:"autoscaler"`
-	// InstanceSeconds is the integral of instances running (starting
-	// ones included) over the run.
-	InstanceSeconds float64 `json:"instance_seconds"`
-	// PeakInstances is the most instances running at once; Needed the
-	// instances the peak load needs at this autoscaler's own target
-	// (ceil(peak concurrency / (MaxConcurrency · target))); Overshoot
-	// their difference.
-	PeakInstances int `json:"peak_instances"`
-	Needed        int `json:"needed"`
-	Overshoot     int `json:"overshoot"`
-	// TimeToCapacityS is the seconds from the rise until the ready
-	// instances' slots first hold the peak load's concurrency; -1 if never.
-	TimeToCapacityS float64 `json:"time_to_capacity_s"`
-	// UnderCapacityS is the seconds after the rise during which the ready
-	// instances' slots held less than the load's concurrency
-	// (rate × ServiceTime) at that moment.
-	UnderCapacityS float64 `json:"under_capacity_s"`
-	// Requests, Waited and Rejected count requests: all that arrived,
-	// those that found no free slot, those failed (429 for the Cloud Run
-	// rules, 503 for the KPA's activator).
-	Requests int64 `json:"requests"`
-	Waited   int64 `json:"waited"`
-	Rejected int64 `json:"rejected"`
-	// P50Ms and P99Ms are latency percentiles (wait + service) of the
-	// requests served, in milliseconds.
+// AutoscaleRow is one (load, cold start, autoscaler) of the scorecard.
+type AutoscaleRow struct {
+	Load       string  `json:"load"`
+	ColdStartS float64 `json:"cold_start_s"`
+	Autoscaler string  `json:"autoscaler"`
+	// InstanceS is the integral of the local instances running (starting
+	// ones included) over the run; OracleRatio its ratio to the oracle's.
+	InstanceS   float64 `json:"instance_s"`
+	OracleRatio float64 `json:"oracle_ratio"`
+	// Peak is the most instances running at once; Overshoot Peak ÷ the
+	// oracle's peak.
+	Peak      int     `json:"peak"`
+	Overshoot float64 `json:"overshoot"`
+	// P50Ms and P99Ms are latency percentiles of the requests served, in
+	// milliseconds: wait + ServiceTime, + BufferRTT for those the buffer
+	// served.
 	P50Ms float64 `json:"p50_ms"`
 	P99Ms float64 `json:"p99_ms"`
+	// Failed is the requests failed (429 for the rules, 503 for the KPA);
+	// Waited those that found no free slot and queued.
+	Failed int64 `json:"failed"`
+	Waited int64 `json:"waited"`
+	// Spilled is the requests the buffer region served (cloudrun+waterfall).
+	Spilled int64 `json:"spilled"`
+	// TimeToCapacityS is the seconds from the rise until the ready local
+	// slots first hold the load's peak concurrency; -1 if never.
+	TimeToCapacityS float64 `json:"time_to_capacity_s"`
+	// PostPanicDip is the minimum over the 60s after the kpa row of the
+	// same load and cold start leaves panic (its own exit for a KPA row) of
+	// ready instances ÷ the oracle's ready instances; null when that KPA
+	// never panicked.
+	PostPanicDip *float64 `json:"post_panic_dip"`
+	// ColdStartsPer1k is the instances started per 1,000 requests.
+	ColdStartsPer1k float64 `json:"cold_starts_per_1k"`
+	// BufferRTTMs and RequestMs are the model's constants the targets use.
+	BufferRTTMs float64 `json:"buffer_rtt_ms"`
+	RequestMs   float64 `json:"request_ms"`
+	// Requests is every request that arrived (the same for every row of a
+	// load).
+	Requests int64 `json:"requests"`
 }
 
-// fleet is the simulated instances: their ready times, in start order.
-type fleet struct{ readyAt []time.Time }
+// Autoscalers are the scorecard's rows per load and cold start, in order.
+var Autoscalers = []string{"oracle", "kpa", "kpa+activator", "cloudrun", "cloudrun+waterfall"}
 
-func (f *fleet) start(now time.Time, n int, cold time.Duration) {
-	for range n {
-		f.readyAt = append(f.readyAt, now.Add(cold))
-	}
-}
-
-// stop removes n instances, not-ready ones first, then the newest (both
-// at the end: instances are started in order and become ready in order).
-func (f *fleet) stop(n int) { f.readyAt = f.readyAt[:max(0, len(f.readyAt)-n)] }
-
-func (f *fleet) ready(now time.Time) int {
-	n := 0
-	for _, t := range f.readyAt {
-		if !t.After(now) {
-			n++
-		}
-	}
-	return n
-}
-
-// startingIn returns the time until each starting instance is ready.
-func (f *fleet) startingIn(now time.Time) []time.Duration {
-	var out []time.Duration
-	for _, t := range f.readyAt {
-		if t.After(now) {
-			out = append(out, t.Sub(now))
-		}
-	}
-	return out
-}
-
-// batch is requests that arrived together.
-type batch struct {
-	at time.Time
-	n  int64
-}
-
-// benchScaler is one autoscaler under test.
-type benchScaler interface {
-	// second is called at the end of every simulated second with the
-	// second's mean CPU cores, requests in flight and requests waiting,
-	// and its arrivals.
-	second(now time.Time, cpu, inFlight, waiting float64, arrivals int64, f *fleet)
-	// step is called every step with the queue; it may start instances
-	// and returns how many of the oldest waiting requests fail.
-	step(now time.Time, queue []batch, f *fleet, runningSlots int) int64
-}
-
-// RunAutoscaleBench runs every autoscaler over every load: the Cloud Run
-// rules at their 60% default ("cloudrun"), at KPA's 70% ("cloudrun@70%"),
-// at 60% with the waiting requests counted as concurrency as Knative's
-// activator counts them ("cloudrun+queue"), and the KPA ("kpa").
-func RunAutoscaleBench(m AutoscaleModel) []AutoscaleResult {
-	var out []AutoscaleResult
+// RunAutoscaleBench returns every row: per load, per cold start, the
+// autoscalers in the order of Autoscalers.
+func RunAutoscaleBench(m AutoscaleModel) []AutoscaleRow {
+	var out []AutoscaleRow
 	for _, l := range AutoscaleLoads() {
-		out = append(out,
-			runAutoscaleLoad(m, l, "cloudrun", 0.6, newCloudRunScaler(m, 0.6, false)),
-			runAutoscaleLoad(m, l, "cloudrun@70%", 0.7, newCloudRunScaler(m, 0.7, false)),
-			runAutoscaleLoad(m, l, "cloudrun+queue", 0.6, newCloudRunScaler(m, 0.6, true)),
-			runAutoscaleLoad(m, l, "kpa", 0.7, newKPAScaler(m)))
+		for _, cold := range m.ColdStarts {
+			out = append(out, runAutoscaleCase(m, l, cold)...)
+		}
 	}
 	return out
 }
 
-// cloudRunScaler drives lb/autoscale.
-type cloudRunScaler struct {
-	m         AutoscaleModel
-	cfg       autoscale.Config
-	a         *autoscale.Autoscaler
-	withQueue bool // waiting requests count as concurrency
-}
-
-func newCloudRunScaler(m AutoscaleModel, target float64, withQueue bool) *cloudRunScaler {
-	a := config.DefaultAutoscaling()
-	a.MaxInstances, a.InitialInstances = m.MaxInstances, m.Initial
-	a.MaxConcurrencyPerInstance, a.ColdStart = m.MaxConcurrency, m.ColdStart
-	a.CPUTarget, a.ConcurrencyTarget = target, target
-	cfg := a.Rules()
-	return &cloudRunScaler{m: m, cfg: cfg, a: autoscale.New(cfg, m.Initial, time.Unix(0, 0).UTC()), withQueue: withQueue}
-}
-
-func (s *cloudRunScaler) second(now time.Time, cpu, inFlight, waiting float64, arrivals int64, f *fleet) {
-	conc := inFlight
-	if s.withQueue {
-		conc += waiting
+// runAutoscaleCase runs every autoscaler on one load and cold start.
+func runAutoscaleCase(m AutoscaleModel, l AutoscaleLoad, cold time.Duration) []AutoscaleRow {
+	arr := l.arrivals(m)
+	o := newOracle(m, l, arr, cold)
+	initial := l.initial(m)
+	runs := []struct {
+		name string
+		sc   benchScaler
+		buf  bool
+	}{
+		{"kpa", newKPAScaler(m, cold, initial, false), false},
+		{"kpa+activator", newKPAScaler(m, cold, initial, true), false},
+		{"cloudrun", newCloudRunScaler(m, cold, initial), false},
+		{"cloudrun+waterfall", newCloudRunScaler(m, cold, initial), true},
 	}
-	d := s.a.Tick(now, autoscale.Sample{CPUCores: cpu, Concurrency: conc, Requests: arrivals})
-	f.start(now, d.Start, s.m.ColdStart)
-	f.stop(d.Stopped)
-}
-
-func (s *cloudRunScaler) step(now time.Time, queue []batch, f *fleet, runningSlots int) int64 {
-	if len(queue) == 0 {
-		return 0
-	}
-	var rejected int64
-	// 429s: at max instances, the oldest requests that waited the most.
-	for len(queue) > 0 {
-		d := s.cfg.Pending(autoscale.PendingRequest{Waited: now.Sub(queue[0].at), Running: len(f.readyAt)})
-		if d.Action != autoscale.Reject {
-			break
+	rows := []AutoscaleRow{o.row}
+	readies := [][]int{o.need}
+	exits := []float64{-1}
+	for _, r := range runs {
+		row, ready := runAutoscaleLoad(m, l, arr, cold, initial, o.peakConc, r.name, r.sc, r.buf)
+		rows = append(rows, row)
+		readies = append(readies, ready)
+		exit := -1.0
+		if k, ok := r.sc.(*kpaScaler); ok {
+			exit = k.panicExit
 		}
-		rejected += queue[0].n
-		queue = queue[1:]
+		exits = append(exits, exit)
 	}
-	var waiting int64
-	for _, b := range queue {
-		waiting += b.n
-	}
-	if waiting == 0 {
-		return rejected
-	}
-	// A later request waits longer, an older one has less time left: if
-	// neither the last nor the first needs an instance started, none does.
-	starting := f.startingIn(now)
-	for _, r := range []struct {
-		at    time.Time
-		ahead int64
-	}{{queue[len(queue)-1].at, waiting - 1}, {queue[0].at, 0}} {
-		for {
-			d := s.cfg.Pending(autoscale.PendingRequest{
-				Waited: now.Sub(r.at), Ahead: int(r.ahead), Running: len(f.readyAt),
-				ReadySlots: runningSlots, StartingReadyIn: starting, RequestTime: s.m.ServiceTime,
-			})
-			if d.Action != autoscale.StartInstance {
-				break
-			}
-			od := s.a.OnDemand(now, 1)
-			if od.Start == 0 && od.Promoted == 0 {
-				break
-			}
-			f.start(now, od.Start, s.m.ColdStart)
-			if od.Start > 0 {
-				starting = append(starting, s.m.ColdStart)
-			}
-		}
-	}
-	return rejected
-}
-
-// kpaScaler drives lb/autoscale/kpa with Knative's activator.
-type kpaScaler struct {
-	m     AutoscaleModel
-	a     *kpa.Autoscaler
-	ticks int
-}
-
-func newKPAScaler(m AutoscaleModel) *kpaScaler {
-	cfg := kpa.DefaultConfig(m.MaxConcurrency, m.MaxInstances)
-	return &kpaScaler{m: m, a: kpa.New(cfg, m.Initial, time.Unix(0, 0).UTC())}
-}
-
-// Activator bounds (knative/serving pkg/activator: breakerQueueDepth and
-// the default revision timeout).
-const (
-	activatorQueueDepth = 10000
-	activatorTimeout    = 300 * time.Second
-)
-
-func (s *kpaScaler) second(now time.Time, cpu, inFlight, waiting float64, arrivals int64, f *fleet) {
-	s.a.Observe(now, inFlight+waiting)
-	s.ticks++
-	if s.ticks%2 == 0 {
-		s.resize(now, s.a.Scale(now, f.ready(now), false).Desired, f)
-	}
-}
-
-func (s *kpaScaler) resize(now time.Time, desired int, f *fleet) {
-	if n := desired - len(f.readyAt); n > 0 {
-		f.start(now, n, s.m.ColdStart)
-	} else {
-		f.stop(-n)
-	}
-}
-
-func (s *kpaScaler) step(now time.Time, queue []batch, f *fleet, runningSlots int) int64 {
-	if len(queue) == 0 {
-		return 0
-	}
-	if len(f.readyAt) == 0 {
-		s.resize(now, s.a.Scale(now, 0, true).Desired, f)
-	}
-	var rejected, total int64
-	for _, b := range queue {
-		total += b.n
-	}
-	for len(queue) > 0 && (now.Sub(queue[0].at) >= activatorTimeout || total > activatorQueueDepth) {
-		drop := queue[0].n
-		if now.Sub(queue[0].at) < activatorTimeout {
-			drop = min(drop, total-activatorQueueDepth)
-		}
-		rejected += drop
-		total -= drop
-		if drop < queue[0].n {
-			break // the caller drops whole batches; rare enough to round up
-		}
-		queue = queue[1:]
-	}
-	return rejected
-}
-
-// runAutoscaleLoad simulates one autoscaler on one load.
-func runAutoscaleLoad(m AutoscaleModel, l AutoscaleLoad, name string, target float64, sc benchScaler) AutoscaleResult {
-	start := time.Unix(0, 0).UTC()
-	f := &fleet{}
-	f.start(start.Add(-m.ColdStart), m.Initial, m.ColdStart)
-	end := l.Points[len(l.Points)-1].At
+	kpaExit := exits[1]
 	dt := m.Step.Seconds()
-	svcSteps := int(math.Round(m.ServiceTime.Seconds() / dt))
-	done := make([]int64, svcSteps+1) // requests finishing k steps from now, as a ring
-	var (
-		queue                      []batch
-		inFlight, acc              float64
-		res                        = AutoscaleResult{Load: l.Name, Autoscaler: name, TimeToCapacityS: -1}
-		waits                      = map[int64]int64{} // wait in steps → requests
-		cpuSum, flightSum, waitSum float64
-		secArrivals                int64
-		stepsPerSecond             = int(math.Round(1 / dt))
-		peakConc                   = l.peak() * m.ServiceTime.Seconds()
-	)
-	res.Needed = int(math.Ceil(peakConc/(float64(m.MaxConcurrency)*target) - 1e-9))
-	for k := 0; float64(k)*dt < end; k++ {
-		now := start.Add(time.Duration(k+1) * m.Step)
-		t := float64(k+1) * dt
-		// Requests finishing now leave their slots.
-		inFlight -= float64(done[k%len(done)])
-		done[k%len(done)] = 0
-		// Arrivals.
-		acc += l.rate(t) * dt
-		if n := int64(acc); n > 0 {
-			acc -= float64(n)
-			queue = append(queue, batch{at: now, n: n})
-			res.Requests += n
-			secArrivals += n
+	for i := range rows {
+		r := &rows[i]
+		r.OracleRatio = round3(r.InstanceS / o.row.InstanceS)
+		r.Overshoot = round3(float64(r.Peak) / float64(o.row.Peak))
+		r.BufferRTTMs, r.RequestMs = float64(m.BufferRTT.Milliseconds()), float64(m.ServiceTime.Milliseconds())
+		exit := kpaExit
+		if exits[i] >= 0 {
+			exit = exits[i]
 		}
-		ready := f.ready(now)
-		slots := ready * m.MaxConcurrency
-		// Serve the queue in order.
-		for len(queue) > 0 && inFlight < float64(slots) {
-			take := min(queue[0].n, int64(float64(slots)-inFlight))
-			w := now.Sub(queue[0].at)
-			waitSteps := int64(math.Round(w.Seconds() / dt))
-			waits[waitSteps] += take
-			if waitSteps > 0 {
-				res.Waited += take
-			}
-			inFlight += float64(take)
-			done[(k+svcSteps)%len(done)] += take
-			if queue[0].n -= take; queue[0].n == 0 {
-				queue = queue[1:]
+		if exit < 0 {
+			continue
+		}
+		dip := math.Inf(1)
+		for k := int(math.Round(exit / dt)); k < len(o.need) && float64(k)*dt < exit+60; k++ {
+			if o.need[k] > 0 {
+				dip = min(dip, float64(readies[i][k])/float64(o.need[k]))
 			}
 		}
-		// Requests still queued at their arrival step waited too (counted
-		// when served); let the scaler act on the queue.
-		if r := sc.step(now, queue, f, slots); r > 0 {
-			res.Rejected += r
-			for r > 0 && len(queue) > 0 {
-				d := min(r, queue[0].n)
-				r -= d
-				if queue[0].n -= d; queue[0].n == 0 {
-					queue = queue[1:]
-				}
-			}
-		}
-		var waiting int64
-		for _, b := range queue {
-			waiting += b.n
-		}
-		cpuSum += inFlight * m.CPUPerRequest
-		flightSum += inFlight
-		waitSum += float64(waiting)
-		res.InstanceSeconds += float64(len(f.readyAt)) * dt
-		res.PeakInstances = max(res.PeakInstances, len(f.readyAt))
-		if t >= l.RiseAt && float64(f.ready(now)*m.MaxConcurrency) < l.rate(t)*m.ServiceTime.Seconds() {
-			res.UnderCapacityS += dt
-		}
-		if res.TimeToCapacityS < 0 && t >= l.RiseAt && float64(f.ready(now)*m.MaxConcurrency) >= peakConc {
-			res.TimeToCapacityS = math.Round((t-l.RiseAt)*10) / 10
-		}
-		if (k+1)%stepsPerSecond == 0 {
-			n := float64(stepsPerSecond)
-			sc.second(now, cpuSum/n, flightSum/n, waitSum/n, secArrivals, f)
-			cpuSum, flightSum, waitSum, secArrivals = 0, 0, 0, 0
+		if !math.IsInf(dip, 1) {
+			v := round3(dip)
+			r.PostPanicDip = &v
 		}
 	}
-	res.Overshoot = res.PeakInstances - res.Needed
-	res.P50Ms = math.Round(percentileSteps(waits, 0.50)*dt*1000) + float64(m.ServiceTime.Milliseconds())
-	res.P99Ms = math.Round(percentileSteps(waits, 0.99)*dt*1000) + float64(m.ServiceTime.Milliseconds())
-	res.InstanceSeconds = math.Round(res.InstanceSeconds)
-	res.UnderCapacityS = math.Round(res.UnderCapacityS*10) / 10
-	return res
+	return rows
 }
 
-// percentileSteps returns the q-quantile of a histogram of steps.
-func percentileSteps(h map[int64]int64, q float64) float64 {
+func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
+
+// percentileMs returns the q-quantile (nearest rank) of a latency
+// histogram in milliseconds.
+func percentileMs(h map[int64]int64, q float64) float64 {
 	keys := make([]int64, 0, len(h))
 	var total int64
 	for k, n := range h {
@@ -469,20 +310,4 @@ func percentileSteps(h map[int64]int64, q float64) float64 {
 		}
 	}
 	return float64(keys[len(keys)-1])
-}
-
-// WriteAutoscaleBench prints results as a table.
-func WriteAutoscaleBench(w io.Writer, rs []AutoscaleResult) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "load\tautoscaler\tinstance-s\tpeak\tneeded\tovershoot\tto capacity (s)\tunder capacity (s)\trequests\twaited\trejected\tp50 (ms)\tp99 (ms)\t")
-	for _, r := range rs {
-		ttc := "never"
-		if r.TimeToCapacityS >= 0 {
-			ttc = fmt.Sprintf("%.1f", r.TimeToCapacityS)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%d\t%d\t%+d\t%s\t%.1f\t%d\t%d\t%d\t%.0f\t%.0f\t\n",
-			r.Load, r.Autoscaler, r.InstanceSeconds, r.PeakInstances, r.Needed, r.Overshoot, ttc, r.UnderCapacityS,
-			r.Requests, r.Waited, r.Rejected, r.P50Ms, r.P99Ms)
-	}
-	return tw.Flush()
 }

@@ -65,13 +65,13 @@ func writeTicks(w io.Writer, ticks []sim.TraceTick) error {
 	return tw.Flush()
 }
 
-// runAutoscaleBench is `lbsim autoscale-bench [--json]`: the Cloud Run
-// rules against Knative's KPA on step, ramp and spike loads with a 20s
-// cold start (sim.RunAutoscaleBench; the model is in its doc).
+// runAutoscaleBench is `lbsim autoscale-bench [--json]`: the autoscaler
+// scorecard (sim.RunAutoscaleBench; the model is in its doc). --json
+// prints {"rows": [...]}.
 func runAutoscaleBench(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("lbsim autoscale-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	asJSON := fs.Bool("json", false, "print one JSON object {model, results} instead of a table")
+	asJSON := fs.Bool("json", false, `print one JSON object {"rows": [...]} instead of a table`)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: lbsim autoscale-bench [--json]")
 		fs.PrintDefaults()
@@ -79,16 +79,14 @@ func runAutoscaleBench(args []string, stdout, stderr io.Writer) int {
 	if _, code, ok := parseArgs(fs, args, stderr); !ok {
 		return code
 	}
-	m := sim.DefaultAutoscaleModel()
-	rs := sim.RunAutoscaleBench(m)
+	rs := sim.RunAutoscaleBench(sim.DefaultAutoscaleModel())
 	var err error
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		err = enc.Encode(struct {
-			Model   autoscaleModelJSON    `json:"model"`
-			Results []sim.AutoscaleResult `json:"results"`
-		}{modelJSON(m), rs})
+			Rows []sim.AutoscaleRow `json:"rows"`
+		}{rs})
 	} else {
 		err = sim.WriteAutoscaleBench(stdout, rs)
 	}
@@ -97,22 +95,4 @@ func runAutoscaleBench(args []string, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	return exitOK
-}
-
-// autoscaleModelJSON is the model in the JSON output, in seconds.
-type autoscaleModelJSON struct {
-	StepS          float64 `json:"step_s"`
-	ServiceTimeS   float64 `json:"service_time_s"`
-	MaxConcurrency int     `json:"max_concurrency"`
-	CPUPerRequest  float64 `json:"cpu_per_request"`
-	ColdStartS     float64 `json:"cold_start_s"`
-	MaxInstances   int     `json:"max_instances"`
-	Initial        int     `json:"initial_instances"`
-}
-
-func modelJSON(m sim.AutoscaleModel) autoscaleModelJSON {
-	return autoscaleModelJSON{
-		StepS: m.Step.Seconds(), ServiceTimeS: m.ServiceTime.Seconds(), MaxConcurrency: m.MaxConcurrency,
-		CPUPerRequest: m.CPUPerRequest, ColdStartS: m.ColdStart.Seconds(), MaxInstances: m.MaxInstances, Initial: m.Initial,
-	}
 }

@@ -131,27 +131,38 @@ func TestAutoscaleErrors(t *testing.T) {
 	}
 }
 
-// TestAutoscaleBenchCommand: --json prints the model and 12 results.
+// TestAutoscaleBenchCommand: --json prints {"rows": [...]}, one row per
+// (load, cold start, autoscaler), each with every key of the scorecard.
 func TestAutoscaleBenchCommand(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"autoscale-bench", "--json"}, &stdout, &stderr); code != exitOK {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
 	}
 	var out struct {
-		Model struct {
-			ColdStartS float64 `json:"cold_start_s"`
-		} `json:"model"`
-		Results []struct {
-			Load       string  `json:"load"`
-			Autoscaler string  `json:"autoscaler"`
-			P99Ms      float64 `json:"p99_ms"`
-		} `json:"results"`
+		Rows []map[string]any `json:"rows"`
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
 		t.Fatalf("stdout is not the JSON object: %v", err)
 	}
-	if out.Model.ColdStartS != 20 || len(out.Results) != 12 {
-		t.Errorf("cold start %v s, %d results, want 20, 12", out.Model.ColdStartS, len(out.Results))
+	if len(out.Rows) != 6*2*5 {
+		t.Fatalf("%d rows, want 6 loads × 2 cold starts × 5 autoscalers", len(out.Rows))
+	}
+	keys := []string{"load", "cold_start_s", "autoscaler", "instance_s", "oracle_ratio", "peak", "overshoot",
+		"p50_ms", "p99_ms", "failed", "waited", "time_to_capacity_s", "post_panic_dip", "cold_starts_per_1k",
+		"buffer_rtt_ms", "request_ms"}
+	loads := map[any]bool{}
+	for _, r := range out.Rows {
+		for _, k := range keys {
+			if _, ok := r[k]; !ok {
+				t.Errorf("row %v has no key %q", r, k)
+			}
+		}
+		loads[r["load"]] = true
+	}
+	for _, l := range []string{"step", "ramp", "spike", "flash", "diurnal", "sporadic"} {
+		if !loads[l] {
+			t.Errorf("no rows for load %q", l)
+		}
 	}
 	if code := run([]string{"autoscale-bench", "x"}, &stdout, &stderr); code != exitUsage {
 		t.Errorf("extra argument: exit %d, want %d", code, exitUsage)

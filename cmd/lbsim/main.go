@@ -24,10 +24,14 @@
 // running, the recommendation, the driver that set it and each driver's
 // count, and the demoted and stopped instances (sim.RunTrace).
 //
-// autoscale-bench runs the Cloud Run rules and Knative's KPA through step,
-// ramp and spike loads with a 20s cold start (sim.RunAutoscaleBench) and
-// prints, per load and autoscaler, instance-seconds, peak overshoot, time
-// to capacity, requests that waited and failed, and latency percentiles.
+// autoscale-bench prints the autoscaler scorecard (sim.RunAutoscaleBench):
+// an oracle, Knative's KPA with and without its activator, and the Cloud
+// Run rules alone and with the waterfall as their buffer, on step, ramp,
+// spike, flash, diurnal and sporadic loads with 1s and 25s cold starts;
+// per row instance-seconds and their ratio to the oracle, peak and
+// overshoot, latency percentiles, requests failed and waited, time to
+// capacity, the post-panic dip and cold starts per 1,000 requests. It is a
+// deterministic simulation: no wall clock, the same rows everywhere.
 //
 // Exit status: 0 on success, 1 when the plan cannot be computed, 2 for usage
 // errors and bad scenario files.
@@ -66,7 +70,7 @@ commands:
          lbsim bench --scenario FILE [--json] [--series FILE.csv] [--policies LIST] [--steps N]
   autoscale  replay an autoscale trace through the autoscaler's rules, one line per tick
          lbsim autoscale --trace FILE [--json]
-  autoscale-bench  the autoscaler's rules against Knative's KPA on step, ramp and spike loads
+  autoscale-bench  the autoscaler scorecard: oracle, KPA and the Cloud Run rules alone and with the waterfall
          lbsim autoscale-bench [--json]
 
 Run "lbsim plan -h" or "lbsim bench -h" for the flags of a command,

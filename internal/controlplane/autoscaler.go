@@ -142,12 +142,16 @@ func (a *autoscaler) Run(ctx context.Context) error {
 	return errors.Join(err, a.closeProvider(cctx))
 }
 
-// gfeLoad sums the gfes' gossiped load on group.
+// gfeLoad sums the gfes' gossiped load on group; its ACT is the mean of
+// the gfes' reported ACT limits weighted by their requests in flight (by 1
+// each when none has any), 0 when none reports one.
 func gfeLoad(snap *gossip.Snapshot, group string) controller.Load {
 	var l controller.Load
 	if snap == nil {
 		return l
 	}
+	var actSum, actW, actPlain float64
+	var actN int
 	for _, s := range snap.States {
 		if s.Kind != gossip.KindGFE {
 			continue
@@ -157,7 +161,19 @@ func gfeLoad(snap *gossip.Snapshot, group string) controller.Load {
 			l.Requests += g.Requests
 			l.Pending += g.Pending
 			l.Spilled += g.Spilled
+			if g.ACT > 0 {
+				actSum += g.ACT * g.InFlight
+				actW += g.InFlight
+				actPlain += g.ACT
+				actN++
+			}
 		}
+	}
+	switch {
+	case actW > 0:
+		l.ACT = actSum / actW
+	case actN > 0:
+		l.ACT = actPlain / float64(actN)
 	}
 	return l
 }

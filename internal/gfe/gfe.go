@@ -290,7 +290,11 @@ type Daemon struct {
 	pending *pending.Queue
 	// load accumulates the in-flight samples of each group between two
 	// publishes (planner goroutine only).
-	load      loadMeter
+	load loadMeter
+	// published is the node state of the last gossip publish (its demand
+	// and group loads), for capacityTarget's rate-sized requests; nil
+	// before the first.
+	published atomic.Pointer[gossip.NodeState]
 	listeners *listeners.Manager
 	// fds is the file-descriptor budget of client connections (nil:
 	// unlimited), from limits.

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/gfe/pending"
 	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gossip"
@@ -56,7 +57,8 @@ func (d *Daemon) sampleLoad(cs *snapshot.Snapshot) {
 // ended at the group's backends between the last two builds
 // (routing.Builder.Ended); pending, the requests waiting now, settled
 // (pending.Queue.Lines), for the services whose capacity requests name the
-// group (capacityTarget). Groups
+// group (capacityTarget); act, the mean ACT limit of its instances when
+// below their ceiling (routing.Builder.ACTLimits). Groups
 // spilled, the site's demand the plan sends past the group (spilled); groups
 // with all four zero are left out: readers take absence as zero. Called
 // from the planner goroutine after the step's Build.
@@ -94,6 +96,11 @@ func (d *Daemon) groupLoad(cs *snapshot.Snapshot, now time.Time) map[string]goss
 			out[g] = l
 		}
 	}
+	for g, v := range d.builder.ACTLimits(cs.Config) {
+		l := out[g]
+		l.ACT = v
+		out[g] = l
+	}
 	for _, line := range d.pending.Lines(now) {
 		if t, ok := d.capacityTarget(line.Service); ok {
 			l := out[t.Group]
@@ -116,7 +123,12 @@ func (d *Daemon) groupLoad(cs *snapshot.Snapshot, now time.Time) map[string]goss
 // (running or starting, healthy or not), and the healthy ones of those. False when the service has no autoscaled
 // group or there is no snapshot. Of the instances not healthy, those that
 // have never been healthy since they appeared, less than two cold starts
-// ago, count as Starting. Safe to call from any goroutine.
+// ago, count as Starting. For a RATE-mode service, RateWant is the
+// instances this gfe's demand for it needs by the arrival rate
+// (autoscale.Config.RateStarts from zero: demand × the group's mean
+// latency here, in flight ÷ requests/s, at the concurrency target), from
+// the last published state; 0 before any is known. Safe to call from any
+// goroutine.
 func (d *Daemon) capacityTarget(service string) (pending.Target, bool) {
 	cs := d.control.Load()
 	if cs == nil {
@@ -150,6 +162,13 @@ func (d *Daemon) capacityTarget(service string) (pending.Target, bool) {
 				best.Healthy++
 			case d.seen.starting(in.Address, now, 2*g.Group.Autoscaling.ColdStart):
 				best.Starting++
+			}
+		}
+		best.RateWant = 0
+		if st := d.published.Load(); st != nil && sc.BalancingMode == config.ModeRate {
+			if l := st.Load[g.Group.Name]; l.Requests > 0 && l.InFlight > 0 {
+				reqTime := time.Duration(l.InFlight / l.Requests * float64(time.Second))
+				best.RateWant = g.Group.Autoscaling.Rules().RateStarts(st.Demand[service], reqTime, 0)
 			}
 		}
 	}

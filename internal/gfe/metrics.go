@@ -23,6 +23,9 @@ type metrics struct {
 	shrunk                      *prometheus.GaugeVec
 	// gossipClamped counts gossiped values clamped by GossipBounds.
 	gossipClamped *prometheus.CounterVec
+	// actLimit is each autoscaled group's mean ACT limit, while below the
+	// ceiling.
+	actLimit *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer, table func() *routing.Table) *metrics {
@@ -45,6 +48,10 @@ func newMetrics(reg prometheus.Registerer, table func() *routing.Table) *metrics
 			Name: "spillway_gfe_outlier_ejected",
 			Help: "Backends ejected by passive outlier detection at the last plan, by service.",
 		}, []string{"service"}),
+		actLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "spillway_gfe_group_act_limit",
+			Help: "Mean adaptive concurrency limit (Adaptive Concurrency Tuning, from the CPU the instances report) of each autoscaled group's instances, while below max_concurrency_per_instance; absent at the ceiling.",
+		}, []string{"group"}),
 		declared: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "spillway_gfe_group_declared_capacity",
 			Help: "Configured capacity of each group's healthy instances, in the service's demand unit.",
@@ -76,14 +83,19 @@ func newMetrics(reg prometheus.Registerer, table func() *routing.Table) *metrics
 	})
 	buildInfo.Set(1)
 	reg.MustRegister(buildInfo)
-	reg.MustRegister(m.pickErrors, m.backendErrors, m.planShare, m.regionUtil, m.demand, m.ejected, m.declared, m.effective, m.factor, m.shrunk, m.gossipClamped, decisionsCollector{table})
+	reg.MustRegister(m.pickErrors, m.backendErrors, m.planShare, m.regionUtil, m.demand, m.ejected, m.declared, m.effective, m.factor, m.shrunk, m.gossipClamped, m.actLimit, decisionsCollector{table})
 	return m
 }
 
 // observeTable exports the plan of a freshly stored table, the demand it
 // was planned with and the ejected backends. Called from the planner
-// goroutine.
-func (m *metrics) observeTable(t *routing.Table, site string, demand map[string]float64, ejected map[string]int) {
+// goroutine. actLimits is each autoscaled group's mean ACT limit below its
+// ceiling (routing.Builder.ACTLimits).
+func (m *metrics) observeTable(t *routing.Table, site string, demand map[string]float64, ejected map[string]int, actLimits map[string]float64) {
+	m.actLimit.Reset()
+	for g, v := range actLimits {
+		m.actLimit.WithLabelValues(g).Set(v)
+	}
 	m.planShare.Reset()
 	m.regionUtil.Reset()
 	m.demand.Reset()

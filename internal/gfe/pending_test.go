@@ -393,8 +393,10 @@ routes:
 		rtt     map[string]float64
 		service string
 		after   time.Duration // since the snapshot
-		want    pending.Target
-		wantOK  bool
+		// published is the node's last published state, if any.
+		published *gossip.NodeState
+		want      pending.Target
+		wantOK    bool
 	}{
 		{name: "no RTT yet: the first autoscaled group", service: "web",
 			want: pending.Target{Group: "west", Instances: 1, Healthy: 1, MaxConcurrency: 5}, wantOK: true},
@@ -407,6 +409,12 @@ routes:
 		{name: "never healthy for two cold starts: failed, not starting", service: "web", rtt: map[string]float64{"us-east": 5, "eu-west": 80},
 			after: 20 * time.Second, // 2 × the default cold_start, 10s
 			want:  pending.Target{Group: "east", Instances: 2, Healthy: 1, MaxConcurrency: 10}, wantOK: true},
+		{name: "sized by the arrival rate: 100/s × 0.1s = 10 in flight ⇒ 10/10/0.6 ⇒ 2", service: "web", rtt: map[string]float64{"us-east": 5, "eu-west": 80},
+			published: &gossip.NodeState{Demand: map[string]float64{"web": 100}, Load: map[string]gossip.GroupLoad{"east": {InFlight: 5, Requests: 50}}},
+			want:      pending.Target{Group: "east", Instances: 2, Healthy: 1, Starting: 1, MaxConcurrency: 10, RateWant: 2}, wantOK: true},
+		{name: "no latency known: no rate-sized want", service: "web", rtt: map[string]float64{"us-east": 5, "eu-west": 80},
+			published: &gossip.NodeState{Demand: map[string]float64{"web": 100}},
+			want:      pending.Target{Group: "east", Instances: 2, Healthy: 1, Starting: 1, MaxConcurrency: 10}, wantOK: true},
 		{name: "no autoscaled group", service: "static"},
 		{name: "unknown service", service: "nope"},
 	}
@@ -421,6 +429,9 @@ routes:
 			clk.Advance(tt.after)
 			for r, ms := range tt.rtt {
 				e.rtt.Set(r, ms)
+			}
+			if tt.published != nil {
+				e.published.Store(tt.published)
 			}
 			got, ok := e.capacityTarget(tt.service)
 			if got != tt.want || ok != tt.wantOK {

@@ -66,8 +66,9 @@ func (d *Daemon) step(now time.Time) {
 	if _, err := d.gossip.Publish(st); err != nil {
 		d.log.Warn().Err(err).Msg("gossip publish")
 	}
+	d.published.Store(&st)
 	if t != nil {
-		d.metrics.observeTable(t, d.cfg.Site, demand, d.builder.Ejected(now))
+		d.metrics.observeTable(t, d.cfg.Site, demand, d.builder.Ejected(now), d.builder.ACTLimits(t.Config))
 	}
 }
 

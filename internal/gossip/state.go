@@ -131,6 +131,11 @@ type GroupLoad struct {
 	// capacity. The autoscaler counts it as concurrency (docs/design.md §6
 	// and §3 rule 7: the waterfall is the buffer while a region scales up).
 	Spilled float64 `json:"spilled,omitempty"`
+	// ACT is the mean adaptive concurrency limit (Adaptive Concurrency
+	// Tuning) this gfe holds on the group's instances, in requests, when
+	// it is below max_concurrency_per_instance; absent (0) when every
+	// instance is at its ceiling. The controller's ACT driver uses it.
+	ACT float64 `json:"act,omitempty"`
 }
 
 // AutoscaledInstance is one instance an autoscaler started.
@@ -257,7 +262,7 @@ func (s *NodeState) validate() error {
 		for _, f := range []struct {
 			name string
 			v    float64
-		}{{"in_flight", l.InFlight}, {"rps", l.Requests}, {"pending", l.Pending}, {"spilled", l.Spilled}} {
+		}{{"in_flight", l.InFlight}, {"rps", l.Requests}, {"pending", l.Pending}, {"spilled", l.Spilled}, {"act", l.ACT}} {
 			if !finiteNonNeg(f.v) {
 				bad("state.load[%q].%s: must be finite and >= 0, got %v", g, f.name, f.v)
 			}

@@ -105,6 +105,9 @@ type AutoscaleSpec struct {
 	ServiceTime time.Duration
 	// Args are extra control-plane flags (--autoscale-tick, ...).
 	Args []string
+	// BackendArgs are extra testbackend flags of the instances
+	// (--cpu-per-request, --cpus, ...).
+	BackendArgs []string
 }
 
 // AutoscalePorts is the port range of autoscaled instances.
@@ -121,6 +124,7 @@ func (s *Spec) autoscaleArgs() []string {
 		"--instance", "name={{.Name}},addr={{.Address}},region={{.Region}},zone={{.Zone}}",
 		"--max-concurrency", fmt.Sprint(a.MaxConcurrency), "--queue", "0",
 		"--service-time", a.ServiceTime.String(), "--startup-delay", a.StartupDelay.String(), "--shutdown-timeout", "2s"}
+	cmd = append(cmd, a.BackendArgs...)
 	for si, site := range s.Sites {
 		if d, ok := site.RTT[s.Regions[ri].Name]; ok {
 			cmd = append(cmd, "--delay", fmt.Sprintf("%s/24=%v", s.ip(si+1, 0), d))

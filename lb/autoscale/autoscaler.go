@@ -48,9 +48,9 @@ const (
 	// DriverDemand: a request reached a group recommended at zero
 	// (on-demand scaling, the only way up from zero).
 	DriverDemand Driver = "demand"
-	// DriverIdle: the group received no request and had none in flight
-	// over ConcurrencyWindow, so it goes to MinInstances whatever its CPU
-	// (or stays at zero).
+	// DriverIdle: a group with MinInstances 0 received no request and had
+	// none in flight over ConcurrencyWindow, so it goes to zero whatever
+	// its CPU (or stays there).
 	DriverIdle Driver = "idle"
 )
 
@@ -167,10 +167,13 @@ func (a *Autoscaler) needs(act float64) (cpu, conc, actN float64) {
 // decision. now must not go backwards. After Tick returns:
 //
 //   - Recommended is in [MinInstances, MaxInstances].
-//   - If the group was idle over ConcurrencyWindow (no request received,
-//     none in flight), Recommended = MinInstances (Driver idle): CPU never
-//     keeps a group without requests up, nor takes one with requests to
-//     zero.
+//   - If MinInstances is 0 and the group was idle over ConcurrencyWindow
+//     (no request received, none in flight), Recommended = 0 (Driver
+//     idle): CPU never keeps a group without requests up, nor takes one
+//     with requests to zero. With MinInstances ≥ 1 being idle is no rule:
+//     the drivers decide as below (a 10-minute concurrency average still
+//     asking for 3 keeps 3), so a lone request after a quiet minute cannot
+//     bring back instances the group never gave up.
 //   - If the previous recommendation was 0, Recommended stays 0 unless
 //     the sample has a request or one in flight (Driver demand, at least
 //     1): only demand scales from zero.
@@ -209,7 +212,10 @@ func (a *Autoscaler) Tick(now time.Time, s Sample) Decision {
 	}
 	n := a.recommended
 	switch {
-	case !now.Before(a.lastActive.Add(c.ConcurrencyWindow)):
+	case c.MinInstances == 0 && !now.Before(a.lastActive.Add(c.ConcurrencyWindow)):
+		// No traffic is a reason to go to zero, and only to zero: with
+		// min_instances ≥ 1 the drivers decide, with their windows, and
+		// the count falls by demotion like any other scale-down.
 		n, driver = 0, DriverIdle
 	case n == 0 && !active:
 		driver = DriverIdle
@@ -234,10 +240,7 @@ func (a *Autoscaler) Tick(now time.Time, s Sample) Decision {
 	}
 	switch {
 	case n < c.MinInstances:
-		n = c.MinInstances
-		if driver != DriverIdle {
-			driver = DriverMin
-		}
+		n, driver = c.MinInstances, DriverMin
 	case n > c.MaxInstances:
 		n, driver = c.MaxInstances, DriverMax
 	}

@@ -324,8 +324,9 @@ func TestPromoteBeforeStart(t *testing.T) {
 }
 
 // TestScaleToZeroOnlyWithoutRequests: a group with requests never goes to
-// zero, however low its CPU; a group without requests goes to
-// min_instances after a minute, however high its CPU.
+// zero, however low its CPU; a group without requests goes to zero after a
+// minute, however high its CPU, if min_instances is 0. With min_instances
+// ≥ 1 being idle is no rule: the drivers decide (CPU alone can keep it up).
 func TestScaleToZeroOnlyWithoutRequests(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
@@ -337,7 +338,8 @@ func TestScaleToZeroOnlyWithoutRequests(t *testing.T) {
 		{"requests, no CPU", 0, Sample{Requests: 1}, 1, DriverCPU},
 		{"in flight only", 0, Sample{Concurrency: 0.1}, 1, DriverConcurrency},
 		{"no requests, busy CPU", 0, Sample{CPUCores: 5}, 0, DriverIdle},
-		{"no requests, min 2", 2, Sample{CPUCores: 5}, 2, DriverIdle},
+		{"no requests, busy CPU, min 2", 2, Sample{CPUCores: 5}, 9, DriverCPU},
+		{"no requests, idle CPU, min 2", 2, Sample{CPUCores: 0.1}, 2, DriverMin},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := testConfig()
@@ -450,5 +452,94 @@ func BenchmarkTick(b *testing.B) {
 	for b.Loop() {
 		now = now.Add(time.Second)
 		a.Tick(now, Sample{CPUCores: 6, Concurrency: 60, Requests: 100})
+	}
+}
+
+// TestNoFlapWithoutLoad: with min_instances 1, a group whose load stops
+// keeps what its drivers ask for (the concurrency driver's 10-minute
+// average) and falls by demotion as that average decays; a lone request
+// after a quiet minute changes nothing. An "idle ⇒ min_instances" rule
+// gave 3 → 1 (idle) → 3 (the request, with the 10-minute average) → 2 → 1.
+func TestNoFlapWithoutLoad(t *testing.T) {
+	c := testConfig()
+	c.MinInstances = 1
+	now := t0
+	a := New(c, 1, now)
+	// 15 in flight on 10-slot instances at 60%: 2.5 ⇒ 3 (CPU agrees).
+	d := run(a, &now, 10*time.Minute, Sample{CPUCores: 1.5, Concurrency: 15, Requests: 30})
+	if d.Recommended != 3 {
+		t.Fatalf("under load: Recommended %d (%s), want 3", d.Recommended, d.Driver)
+	}
+	counts := []int{d.Recommended}
+	running := d.Running
+	step := func(s Sample) {
+		now = now.Add(time.Second)
+		d := a.Tick(now, s)
+		if d.Recommended != counts[len(counts)-1] {
+			counts = append(counts, d.Recommended)
+			if d.Recommended < counts[len(counts)-2] && d.Running+d.Stopped < running {
+				t.Errorf("t=%v: %d → %d removed instances at once (Running %d, was %d), want demotion", now.Sub(t0), counts[len(counts)-2], d.Recommended, d.Running, running)
+			}
+		}
+		running = d.Running
+	}
+	for range 90 { // a quiet minute and a half
+		step(Sample{})
+	}
+	step(Sample{Requests: 1, Concurrency: 0.05, CPUCores: 0.005}) // one request
+	for range 20 * 60 {
+		step(Sample{})
+	}
+	if want := []int{3, 2, 1}; !cmp.Equal(counts, want) {
+		t.Errorf("recommended counts without load = %v, want %v", counts, want)
+	}
+}
+
+// TestWorkedExample: the package doc's worked example, number by number.
+func TestWorkedExample(t *testing.T) {
+	c := testConfig()
+	c.MinInstances = 0
+	now := t0
+	a := New(c, 10, now)
+	tick := func(s Sample) Decision {
+		now = now.Add(time.Minute)
+		return a.Tick(now, s)
+	}
+	// 5.7 cores, 30 in flight: cpu 9.5 (in [9, 11]), concurrency 5, act 5.
+	d := tick(Sample{CPUCores: 5.7, Concurrency: 30, Requests: 600})
+	want := Decision{Recommended: 10, Driver: DriverCPU, Drivers: Drivers{CPU: 10, Concurrency: 5, ACT: 5}, Held: true, Running: 10}
+	if diff := cmp.Diff(want, d); diff != "" {
+		t.Fatalf("5.7 cores (-want +got):\n%s", diff)
+	}
+	// 3 cores, 30 in flight: every need 5 < 9 ⇒ 5; 3 + 2 demoted.
+	d = tick(Sample{CPUCores: 3, Concurrency: 30, Requests: 600})
+	want = Decision{Recommended: 5, Driver: DriverCPU, Drivers: Drivers{CPU: 5, Concurrency: 5, ACT: 5}, Demoted: 5, Running: 10}
+	if diff := cmp.Diff(want, d); diff != "" {
+		t.Fatalf("3 cores (-want +got):\n%s", diff)
+	}
+	if len(a.sets) != 2 || a.sets[0].n != 3 || a.sets[1].n != 2 || !a.sets[1].keep {
+		t.Fatalf("demoted sets %+v, want 3 (first) and 2 (second)", a.sets)
+	}
+	// A minute later the first set served nothing: its 3 stop.
+	d = tick(Sample{CPUCores: 3, Concurrency: 30, Requests: 600})
+	if d.Recommended != 5 || d.Stopped != 3 || d.Running != 7 {
+		t.Fatalf("a minute after the demotion: %+v, want Recommended 5, Stopped 3, Running 7", d)
+	}
+	// The second set's 2 stop 15 minutes after the demotion, not before.
+	for range 13 {
+		if d = tick(Sample{CPUCores: 3, Concurrency: 30, Requests: 600}); d.Stopped != 0 {
+			t.Fatalf("t=%v: second set stopped early: %+v", now.Sub(t0), d)
+		}
+	}
+	if d = tick(Sample{CPUCores: 3, Concurrency: 30, Requests: 600}); d.Stopped != 2 || d.Running != 5 {
+		t.Fatalf("15 minutes after the demotion: %+v, want Stopped 2, Running 5", d)
+	}
+
+	// With ticks every second the fall walks down to the same 5.
+	now = t0
+	b := New(c, 10, now)
+	run(b, &now, time.Minute, Sample{CPUCores: 5.7, Concurrency: 30, Requests: 10})
+	if d := run(b, &now, time.Minute, Sample{CPUCores: 3, Concurrency: 30, Requests: 10}); d.Recommended != 5 || d.Running != 10 {
+		t.Errorf("per-second ticks: %+v, want Recommended 5, Running 10", d)
 	}
 }

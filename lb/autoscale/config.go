@@ -32,7 +32,8 @@ type Config struct {
 	// and ConcurrencyLongWindow the concurrency driver's (it takes the
 	// larger average); the ACT driver averages over ConcurrencyWindow.
 	// A group that received no request and had nothing in flight over
-	// ConcurrencyWindow is idle and may scale to MinInstances.
+	// ConcurrencyWindow is idle and scales to zero if MinInstances is 0;
+	// with MinInstances ≥ 1 idleness is no rule (the drivers decide).
 	CPUWindow, ConcurrencyWindow, ConcurrencyLongWindow time.Duration
 	// ACTInterval, ACTHighCPU and ACTLowCPU are the ACT rule (see ACT).
 	ACTInterval           time.Duration

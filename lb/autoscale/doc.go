@@ -33,9 +33,14 @@
 //
 // Tick applies, in order:
 //
-//  1. Idle: no request received and none in flight over ConcurrencyWindow
-//     ⇒ MinInstances (driver idle). CPU plays no part: an instance's CPU
-//     is never exactly zero, so it could neither reach nor forbid zero.
+//  1. Idle, to zero only: with MinInstances 0, no request received and
+//     none in flight over ConcurrencyWindow ⇒ 0 (driver idle). CPU plays
+//     no part: an instance's CPU is never exactly zero, so it could
+//     neither reach nor forbid zero. No traffic is the seeds' reason to go
+//     to zero and nothing else: with MinInstances ≥ 1 a quiet group is
+//     left to rules 3–5 (its 10-minute concurrency average still counts,
+//     and it shrinks by demotion), so one request after a quiet minute
+//     cannot bring back instances it never gave up (TestNoFlapWithoutLoad).
 //  2. At zero, only demand leaves it: a request (or one in flight) ⇒
 //     max(1, ceil(max n_d)) (driver demand); otherwise stay at zero.
 //  3. Hold band: if some n_d > N·(1+Tolerance) (a driver's utilization is
@@ -83,7 +88,10 @@
 //
 // # Worked example
 //
-// One CPU and 10 requests per instance, 60% targets, 10 instances
+// TestWorkedExample runs it, with ticks a minute apart so that each
+// one-minute window holds one sample (with ticks every second the same
+// fall walks down one instance at a time as the mean decays, to the same
+// 5). One CPU and 10 requests per instance, 60% targets, 10 instances
 // recommended. Over the last minute the group used 5.7 cores and had 30
 // requests in flight: cpu needs 5.7/0.6 = 9.5, concurrency 30/10/0.6 =
 // 5, act (limits at 10) 5. 9.5 lies in 10·[0.9, 1.1] = [9, 11]: hold 10
@@ -108,4 +116,44 @@
 // running one, as the seeds order it); else an instance is started for it
 // (Autoscaler.OnDemand) if the group is below MaxInstances; at
 // MaxInstances it waits until MaxPendingWait and then fails with 429.
+//
+// # Reading the seeds
+//
+// Each of these was measured with the scorecard (`lbsim autoscale-bench`,
+// sim.RunAutoscaleBench; BENCHMARKS.md §7 has the rows) and kept only
+// where it helped.
+//
+//   - On-demand starts sized by the arrival rate (Config.RateStarts), a
+//     departure: the seeds start an instance for a request when waiting
+//     would take longer than starting one, which is right for the
+//     requests already waiting but blind to those that arrive during the
+//     cold start. So, while requests wait, the caller also starts the
+//     instances that, with the running and starting ones, hold arrival
+//     rate × request time (Little's law) at the concurrency target — the
+//     count the concurrency driver will ask for once its window has seen
+//     the load, started a minute sooner. Alone (no buffer region), with a
+//     25s cold start, it cut the p99 of the 10× step from 25.7 to 19.4 s
+//     and of the ramp from 25.4 to 4.4 s, at about the same
+//     instance-seconds (step 9906 → 9915, ramp 7556 → 6777). In the
+//     running system each gfe's capacity requests ask for at least the
+//     count its own arrival rate needs (internal/gfe/pending.Target's
+//     RateWant), over the group's mean latency at that gfe.
+//   - The drivers given arrival rate × request time as concurrency
+//     (Little's law on the arrivals, so that demand above the ready
+//     capacity is visible): measured on top of the rate-sized starts, it
+//     changed no p99 and cost up to 50% more instance-seconds on the spike
+//     (6795 → 10227); not kept. Without a buffer the waiting requests are
+//     the pending queue's to start instances for.
+//   - The spilled demand as concurrency, a reading: the demand the gfes'
+//     plans send past the group to a farther region is load the group
+//     would serve with the capacity, so the controller counts it by
+//     Little's law (controller.Load.Concurrency). That is what lets the
+//     waterfall be the buffer while the region scales up: the spill
+//     drives the count up and ends as capacity arrives, and no request
+//     waits.
+//   - Starting on the spill (rate-sized starts whenever the plan spills,
+//     as if the spill were waiting requests): it brought capacity back
+//     two to three times sooner (step, 25s: 59 → 26 s) but, with the
+//     buffer already serving every spilled request within its RTT, only
+//     added instance-seconds (spike, 25s: 4818 → 10015); not kept.
 package autoscale

@@ -1,6 +1,7 @@
 package autoscale
 
 import (
+	"bytes"
 	"testing"
 	"time"
 )
@@ -8,10 +9,14 @@ import (
 // FuzzTick: over any sequence of samples, every decision keeps the
 // invariants of Tick: Recommended in [min, max], Running = Recommended +
 // Demoted, counts never negative, a rise is promotions plus starts, and
-// a group recommended at zero leaves it only on demand.
+// a group recommended at zero leaves it only on demand, idleness takes a
+// group to zero and only with min_instances 0, and a change by a metric
+// driver goes to the drivers' largest count.
 func FuzzTick(f *testing.F) {
 	f.Add(uint8(0), uint8(5), []byte{10, 0, 200, 3, 0, 0, 0, 0, 90, 90, 1, 1})
 	f.Add(uint8(2), uint8(3), []byte{255, 255, 255, 255, 0, 0, 0, 0})
+	// Load, then quiet past the concurrency window with min_instances 1.
+	f.Add(uint8(1), uint8(2), append(bytes.Repeat([]byte{40, 60, 3, 0}, 20), make([]byte, 4*10)...))
 	f.Fuzz(func(t *testing.T, lo, hi uint8, data []byte) {
 		c := testConfig()
 		c.MinInstances, c.MaxInstances = int(lo%20), int(lo%20)+1+int(hi%50)
@@ -32,6 +37,17 @@ func FuzzTick(f *testing.F) {
 			}
 			if prev == 0 && d.Recommended > 0 && s.Requests == 0 && s.Concurrency == 0 && d.Driver != DriverMin {
 				t.Fatalf("left zero without demand: %+v after %+v", d, s)
+			}
+			if d.Driver == DriverIdle && (c.MinInstances > 0 || d.Recommended != 0) {
+				t.Fatalf("idle with min %d: %+v (no traffic is a reason for zero only)", c.MinInstances, d)
+			}
+			// Outside the override rules, a change is to the drivers'
+			// largest count, rounded up, at least 1: never from N, never
+			// by a rule of its own.
+			if d.Recommended != prev && (d.Driver == DriverCPU || d.Driver == DriverConcurrency || d.Driver == DriverACT) {
+				if want := max(1, d.Drivers.CPU, d.Drivers.Concurrency, d.Drivers.ACT); d.Recommended != want {
+					t.Fatalf("%d → %d by %s, want the drivers' max %d: %+v", prev, d.Recommended, d.Driver, want, d)
+				}
 			}
 			if d.Start > 0 && d.Start+d.Promoted != d.Recommended-prev {
 				t.Fatalf("started %d + promoted %d for a rise %d → %d", d.Start, d.Promoted, prev, d.Recommended)

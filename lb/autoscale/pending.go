@@ -1,6 +1,7 @@
 package autoscale
 
 import (
+	"math"
 	"slices"
 	"time"
 )
@@ -152,4 +153,23 @@ func (c Config) ExpectedWait(r PendingRequest) (wait time.Duration, starting, ok
 		return 0, false, false
 	}
 	return time.Duration((at + (need-served)/rate) * float64(time.Second)), len(ready) > 0, true
+}
+
+// RateStarts returns how many instances to start on demand for a group
+// whose requests wait while they arrive at rate (requests per second),
+// each holding a slot for requestTime: the instances that, with the
+// running ones (starting ones included), hold rate × requestTime requests
+// in flight (Little's law) at ConcurrencyTarget of their
+// MaxConcurrencyPerInstance slots, within MaxInstances; 0 when the running
+// ones already do, or for a rate or request time that is not positive.
+//
+// It sizes on-demand scaling for the requests that will arrive during the
+// cold start, which Pending, deciding for the requests already waiting,
+// cannot see (see the package doc's "Reading the seeds").
+func (c Config) RateStarts(rate float64, requestTime time.Duration, running int) int {
+	if !(rate > 0) || math.IsInf(rate, 1) || requestTime <= 0 {
+		return 0
+	}
+	want := ceil(rate * requestTime.Seconds() / float64(c.MaxConcurrencyPerInstance) / c.ConcurrencyTarget)
+	return max(0, min(want, c.MaxInstances)-max(0, running))
 }

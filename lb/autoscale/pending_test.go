@@ -145,3 +145,33 @@ func TestPendingUnsortedInput(t *testing.T) {
 		t.Errorf("unsorted: %+v (input now %v), sorted: %+v", got, in, want)
 	}
 }
+
+// TestRateStarts: on-demand starts sized by the arrival rate: the
+// instances that hold rate × request time at the concurrency target, less
+// those running, within max instances.
+func TestRateStarts(t *testing.T) {
+	c := testConfig() // 10 slots per instance, 60% target, max 100
+	for _, tt := range []struct {
+		name    string
+		rate    float64
+		reqTime time.Duration
+		running int
+		max     int
+		want    int
+	}{
+		{"200/s of 0.5s from 2: 100 in flight ⇒ 17", 200, 500 * time.Millisecond, 2, 100, 15},
+		{"already enough", 200, 500 * time.Millisecond, 17, 100, 0},
+		{"more than enough", 200, 500 * time.Millisecond, 30, 100, 0},
+		{"capped at max instances", 200, 500 * time.Millisecond, 2, 10, 8},
+		{"exact need rounds to itself: 12/s ⇒ 6 ⇒ 1", 12, 500 * time.Millisecond, 0, 100, 1},
+		{"no rate", 0, 500 * time.Millisecond, 0, 100, 0},
+		{"unknown request time", 200, 0, 0, 100, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c.MaxInstances = tt.max
+			if got := c.RateStarts(tt.rate, tt.reqTime, tt.running); got != tt.want {
+				t.Errorf("RateStarts(%v, %v, %d) = %d, want %d", tt.rate, tt.reqTime, tt.running, got, tt.want)
+			}
+		})
+	}
+}

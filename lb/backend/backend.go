@@ -20,10 +20,11 @@ type Backend struct {
 	inflight atomic.Int64
 	limit    atomic.Int64 // 0: unlimited
 	soft     atomic.Int64 // 0: none
+	act      atomic.Int64 // 0: none
 
 	// Pad to a 64-byte cache line so that picks on neighbouring Backends
 	// from different cores do not contend.
-	_ [24]byte
+	_ [16]byte
 
 	// signals are written as requests end, on a cache line of their own.
 	signals signalCounters
@@ -63,17 +64,32 @@ func (b *Backend) SetSoftLimit(n int64) { b.soft.Store(max(n, 0)) }
 // SoftLimit returns b's soft limit, 0 when it has none.
 func (b *Backend) SoftLimit() int64 { return b.soft.Load() }
 
-// cap returns the lower of b's positive limits, 0 when it has none.
-func (b *Backend) cap() int64 {
-	l, s := b.limit.Load(), b.soft.Load()
-	if s > 0 && (l <= 0 || s < l) {
-		return s
+// SetACTLimit sets b's adaptive concurrency limit (Adaptive Concurrency
+// Tuning, lb/autoscale.ACT; ≤ 0: none): the requests the instance takes
+// at once given the CPU it reports. Unlike the soft limit it is a limit
+// of the instance, not a preference: TryAcquire and TryAcquireHard both
+// honour it, with the configured one. Requests in flight are not
+// affected.
+func (b *Backend) SetACTLimit(n int64) { b.act.Store(max(n, 0)) }
+
+// ACTLimit returns b's adaptive concurrency limit, 0 when it has none.
+func (b *Backend) ACTLimit() int64 { return b.act.Load() }
+
+// lower returns the lower of two limits where ≤ 0 means none.
+func lower(a, b int64) int64 {
+	if b > 0 && (a <= 0 || b < a) {
+		return b
 	}
-	return l
+	return a
 }
 
-// Full reports whether b is at its concurrency limit (the lower of its
-// configured and soft limits). Health is not b's concern: unhealthy
+// cap returns the lowest of b's positive limits, 0 when it has none.
+func (b *Backend) cap() int64 {
+	return lower(lower(b.limit.Load(), b.act.Load()), b.soft.Load())
+}
+
+// Full reports whether b is at its concurrency limit (the lowest of its
+// configured, ACT and soft limits). Health is not b's concern: unhealthy
 // backends are left out of the slices callers pick from.
 func (b *Backend) Full() bool {
 	l := b.cap()
@@ -100,11 +116,11 @@ func (b *Backend) TryAcquire() bool {
 	}
 }
 
-// TryAcquireHard is TryAcquire under the configured limit only, ignoring
-// the soft limit: for a request that every backend's soft limit turned
-// away, which must still go somewhere.
+// TryAcquireHard is TryAcquire under the configured and ACT limits only,
+// ignoring the soft limit: for a request that every backend's soft limit
+// turned away, which must still go somewhere.
 func (b *Backend) TryAcquireHard() bool {
-	l := b.limit.Load()
+	l := lower(b.limit.Load(), b.act.Load())
 	if l <= 0 {
 		b.inflight.Add(1)
 		return true
@@ -154,6 +170,10 @@ type Signals struct {
 	// and Rate sums those rates (requests/s).
 	Rates int64
 	Rate  float64
+	// CPUReports counts load reports that carried the backend's CPU
+	// utilization, and CPU sums those utilizations.
+	CPUReports int64
+	CPU        float64
 }
 
 // utilizationUnit is the fixed-point unit load reports (utilizations and
@@ -164,7 +184,7 @@ const utilizationUnit = 1e6
 // padded to a cache line.
 type signalCounters struct {
 	answered, rejected, failed, latency, reports, utilization atomic.Int64
-	rates, rate                                               atomic.Int64
+	rates, rate, cpuReports, cpu                              atomic.Int64
 }
 
 // Observe counts one request that ended in o after latency (the time to
@@ -207,6 +227,18 @@ func (b *Backend) ObserveRate(rps float64) {
 	b.signals.rate.Add(int64(min(rps, 1e9) * utilizationUnit))
 }
 
+// ObserveCPU counts one load report's CPU utilization u (ORCA
+// cpu_utilization, 1 = every CPU of the instance busy; negative or NaN
+// values are ignored): what Adaptive Concurrency Tuning reads. It does not
+// allocate and is safe for concurrent use.
+func (b *Backend) ObserveCPU(u float64) {
+	if !(u >= 0) {
+		return
+	}
+	b.signals.cpuReports.Add(1)
+	b.signals.cpu.Add(int64(min(u, 1e6) * utilizationUnit))
+}
+
 // TakeSignals returns the signals counted since the previous call and
 // starts counting anew. Requests that end during the call are counted in
 // one call or the next, never lost; a sum may pair one call's latency with
@@ -222,5 +254,7 @@ func (b *Backend) TakeSignals() Signals {
 		Utilization: float64(c.utilization.Swap(0)) / utilizationUnit,
 		Rates:       c.rates.Swap(0),
 		Rate:        float64(c.rate.Swap(0)) / utilizationUnit,
+		CPUReports:  c.cpuReports.Swap(0),
+		CPU:         float64(c.cpu.Swap(0)) / utilizationUnit,
 	}
 }

@@ -149,3 +149,46 @@ func TestSoftLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestACTLimit: the ACT limit caps TryAcquire and TryAcquireHard with the
+// configured one (the lower wins), unlike the soft limit that only
+// TryAcquire honours; 0 removes it.
+func TestACTLimit(t *testing.T) {
+	for _, tt := range []struct {
+		name               string
+		limit, act, soft   int64
+		wantSoft, wantHard int
+	}{
+		{"act below configured", 10, 3, 0, 3, 3},
+		{"act above configured", 4, 8, 0, 4, 4},
+		{"no act", 5, 0, 0, 5, 5},
+		{"act with unlimited configured", 0, 2, 0, 2, 2},
+		{"soft below act: soft for TryAcquire only", 10, 6, 2, 2, 6},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, hard := range []bool{false, true} {
+				b := New("a:1", tt.limit)
+				b.SetACTLimit(tt.act)
+				b.SetSoftLimit(tt.soft)
+				n := 0
+				for n < 100 && (hard && b.TryAcquireHard() || !hard && b.TryAcquire()) {
+					n++
+				}
+				want := tt.wantSoft
+				if hard {
+					want = tt.wantHard
+				}
+				if n != want || b.Full() != (tt.wantSoft <= n) {
+					t.Errorf("hard=%v: acquired %d, want %d (Full %v)", hard, n, want, b.Full())
+				}
+			}
+		})
+	}
+	b := New("a:1", 0)
+	b.ObserveCPU(0.95)
+	b.ObserveCPU(0.85)
+	b.ObserveCPU(-1)
+	if s := b.TakeSignals(); s.CPUReports != 2 || s.CPU < 1.8-1e-6 || s.CPU > 1.8+1e-6 {
+		t.Errorf("CPU signals = %d reports, sum %v; want 2, 1.8", s.CPUReports, s.CPU)
+	}
+}

@@ -21,33 +21,6 @@ import (
 	"github.com/spillway-lb/spillway/lb/autoscale"
 )
 
-// Load is what the gfes report about one group, summed over them.
-type Load struct {
-	// InFlight is the mean requests in flight to the group's instances.
-	InFlight float64
-	// Requests is the requests per second sent to the group.
-	Requests float64
-	// Pending is the requests waiting in the gfes' pending queues for the
-	// group: demand the group's instances could not take.
-	Pending float64
-	// Spilled is the demand (requests/s) the gfes' plans send past the
-	// group to farther regions: load it would take with more capacity.
-	Spilled float64
-}
-
-// Concurrency returns the load as the rules' concurrency: in flight,
-// waiting, and the spilled demand as the requests it would keep in flight
-// here by Little's law (rate × the group's mean latency, in flight ÷
-// rate). Spilled demand counts only once the group serves requests, which
-// is when its latency is known.
-func (l Load) Concurrency() float64 {
-	c := l.InFlight + l.Pending
-	if l.Spilled > 0 && l.Requests > 0 {
-		c += l.Spilled * l.InFlight / l.Requests
-	}
-	return c
-}
-
 // Leases is the part of a lease.Elector the controller uses.
 type Leases interface {
 	// SetNames sets the leases to contend for: one per autoscaled group.
@@ -456,6 +429,7 @@ func (l *loop) sample(r *groupRun, now time.Time) autoscale.Sample {
 	if l.c.opts.Load != nil {
 		ld := l.c.opts.Load(r.spec.group.Name)
 		s.Concurrency = ld.Concurrency()
+		s.ACT = ld.ACT
 		s.Requests = int64(math.Ceil(ld.Requests * elapsed))
 		if s.Requests == 0 && ld.Pending > 0 {
 			s.Requests = 1

@@ -17,6 +17,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/autoscale/provider"
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gossip"
+	"github.com/spillway-lb/spillway/lb/autoscale"
 )
 
 // fakeProvider starts instances 10.0.0.1:1, :2, ... and records stops.
@@ -484,4 +485,24 @@ func mustParse(t *testing.T, y string) *config.Config {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// TestACTDriver: the gfes' gossiped ACT limit reaches the ACT driver: an
+// instance tuned down to 2 slots by its CPU, with 2.4 requests in flight,
+// needs 2.4 / 2 / 0.6 = 2 instances where the concurrency driver (10
+// slots) needs 1; the group scales out by the act driver, and /status
+// shows the limit.
+func TestACTDriver(t *testing.T) {
+	r := newRig(t)
+	r.tick()
+	r.c.demandNow(r, 1)
+	r.settle()
+	r.load = Load{InFlight: 2.4, Requests: 24, ACT: 2}
+	for range 12 {
+		r.tick()
+	}
+	st := r.c.Status()[0]
+	if st.Recommended != 2 || st.Driver != autoscale.DriverACT || st.Drivers.ACT != 2 || st.Drivers.Concurrency != 1 || st.ACT != 2 {
+		t.Errorf("status = %+v, want 2 recommended by act (act 2, concurrency 1), ACT 2", st)
+	}
 }

@@ -59,9 +59,13 @@
 //     instances are counted (Status.StartFailures), logged, and the next
 //     tick reconciles again.
 //
-// # Not yet
+// # ACT
 //
-// ACT: the Sample carries no per-instance ACT value (the gfes do not yet
-// report per-instance limits), so the ACT driver sees every instance at
-// max_concurrency_per_instance, as the rules' doc allows.
+// The gfes tune every instance's concurrency limit from the CPU its load
+// reports carry (Adaptive Concurrency Tuning, internal/gfe/routing) and
+// gossip each group's mean tuned limit when it is below
+// max_concurrency_per_instance (gossip.GroupLoad.ACT); Load.ACT is their
+// mean, weighted by their requests in flight, and the Sample's ACT, so the
+// ACT driver scales a group whose instances are CPU-bound out before the
+// concurrency driver sees it full.
 package controller

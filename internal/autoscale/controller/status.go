@@ -28,6 +28,9 @@ type GroupStatus struct {
 	CPUCores    float64 `json:"cpu_cores"`
 	Concurrency float64 `json:"concurrency"`
 	Requests    int64   `json:"requests"`
+	// ACT is the mean ACT limit the gfes report for the group's instances
+	// (0: at max_concurrency_per_instance), the ACT driver's unit.
+	ACT float64 `json:"act,omitempty"`
 	// StartFailures counts instances the provider failed to start;
 	// LastError is the last failure.
 	StartFailures int    `json:"start_failures"`
@@ -54,7 +57,7 @@ func (l *loop) storeStatus() {
 	for name, r := range l.runs {
 		gs := GroupStatus{Group: name, Acting: r.as != nil, Recommended: r.last.Recommended, Driver: r.last.Driver,
 			Drivers: r.last.Drivers, Launching: r.launching, CPUCores: r.sample.CPUCores,
-			Concurrency: r.sample.Concurrency, Requests: r.sample.Requests, StartFailures: r.failures, LastError: r.lastErr}
+			Concurrency: r.sample.Concurrency, Requests: r.sample.Requests, ACT: r.sample.ACT, StartFailures: r.failures, LastError: r.lastErr}
 		for _, in := range r.instances {
 			switch {
 			case in.stopping:

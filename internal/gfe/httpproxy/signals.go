@@ -51,6 +51,9 @@ func observeOutcome(b *backend.Backend, rejected bool, report string, latency ti
 	if report != "" {
 		if r, err := loadreport.Parse(report); err == nil {
 			b.ObserveLoad(r.Utilization())
+			if r.CPUUtilization > 0 {
+				b.ObserveCPU(r.CPUUtilization)
+			}
 			if r.RPSFractional > 0 {
 				b.ObserveRate(r.RPSFractional)
 			}
@@ -125,6 +128,9 @@ func (g *grpcSignals) observe() {
 	if v := tr[grpcTrailerReport]; len(v) > 0 {
 		if r, err := loadreport.Parse("BIN " + v[0]); err == nil {
 			g.b.ObserveLoad(r.Utilization())
+			if r.CPUUtilization > 0 {
+				g.b.ObserveCPU(r.CPUUtilization)
+			}
 			if r.RPSFractional > 0 {
 				g.b.ObserveRate(r.RPSFractional)
 			}

@@ -32,6 +32,12 @@ type Target struct {
 	// healthy yet, recently added): their slots will take waiting
 	// requests once they are ready.
 	Instances, Healthy, Starting int
+	// RateWant is the instances the service's arrival rate at this gfe
+	// needs (autoscale.Config.RateStarts from zero), 0 when unknown: a
+	// capacity request asks for at least that many, so that on-demand
+	// scaling is sized for the requests that arrive during the cold start
+	// too.
+	RateWant int
 	// MaxConcurrency is the group's autoscaling.max_concurrency_per_instance
 	// (requests one instance serves at once); < 1 counts as 1.
 	MaxConcurrency int
@@ -141,14 +147,14 @@ func NewAsker(cfg AskConfig, opts AskOptions) *Asker {
 // Request returns the request asking, for a line, capacity in target t:
 // wanted_instances is t's instances plus one per MaxConcurrency requests
 // waiting beyond the slots of t's starting instances (rounded up), at
-// least 1; the reason is NO_INSTANCE when t has
+// least 1, and at least t.RateWant; the reason is NO_INSTANCE when t has
 // no healthy instance, QUEUEING otherwise.
 func (a *Asker) Request(l Line, t Target) *pb.CapacityRequest {
 	per := max(t.MaxConcurrency, 1)
 	// Waiting for a starting instance beats starting another (docs/design.md §6's
 	// rule): only the requests its slots cannot take ask for more.
 	need := max(l.Waiting-t.Starting*per, 0)
-	want := max(t.Instances+(need+per-1)/per, 1)
+	want := max(t.Instances+(need+per-1)/per, 1, t.RateWant)
 	reason := pb.CapacityReason_CAPACITY_REASON_QUEUEING
 	if t.Healthy == 0 {
 		reason = pb.CapacityReason_CAPACITY_REASON_NO_INSTANCE

@@ -48,9 +48,13 @@
 // names, asking for an absolute count, so that a retried call does not
 // scale twice:
 //
-//	wanted_instances = max(1, instances + ceil(waiting / max_concurrency_per_instance))
+//	wanted_instances = max(1, instances + ceil(waiting / max_concurrency_per_instance), rate_want)
 //
-// with reason NO_INSTANCE when the group has no healthy instance, QUEUEING
+// where rate_want (Target.RateWant) is the instances the gfe's arrival rate
+// for the service needs at the concurrency target (Little's law over the
+// group's mean latency; autoscale.Config.RateStarts), so that a capacity
+// request covers the requests that arrive during the cold start too; with
+// reason NO_INSTANCE when the group has no healthy instance, QUEUEING
 // otherwise.
 //
 // # Guarantees

@@ -117,6 +117,9 @@ type Builder struct {
 	// endedDT seconds apart (0 for the first); see Ended.
 	ended   map[string]int64
 	endedDT float64
+	// acts is each autoscaled instance's Adaptive Concurrency Tuning, by
+	// address (act.go).
+	acts map[string]*actState
 }
 
 // NewBuilder returns a Builder for cfg.
@@ -177,6 +180,7 @@ func (b *Builder) Build(in Input) (*Table, []error) {
 			t.Services[sc.Name] = svc
 		}
 	}
+	b.tuneACT(cs.Config, in.Now, sigs)
 	maps.DeleteFunc(b.lastErr, func(k, _ string) bool { return !seen[k] })
 	b.forgetPeerDemand()
 	b.forget(cs.Config)

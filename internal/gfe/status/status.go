@@ -158,6 +158,10 @@ type BackendStatus struct {
 	InFlight int64  `json:"in_flight"`
 	// MaxConcurrency is the instance's concurrency limit, 0 if unlimited.
 	MaxConcurrency int64 `json:"max_concurrency"`
+	// ACTLimit is the instance's adaptive concurrency limit (Adaptive
+	// Concurrency Tuning of an autoscaled group, from the CPU it reports),
+	// absent when it has none.
+	ACTLimit int64 `json:"act_limit,omitempty"`
 	// Ejected is whether passive outlier detection has ejected it.
 	Ejected bool `json:"ejected"`
 	// Demoted is whether the instance is demoted (config.Instance.Demoted):

@@ -1,6 +1,6 @@
 // Package kpa is Knative's Pod Autoscaler (KPA) as documented, pure on an
 // injected clock: the baseline that lb/autoscale's Cloud Run rules are
-// benchmarked against (issue 12's Targets; `lbsim autoscale-bench`).
+// benchmarked against (`lbsim autoscale-bench`, the autoscaler scorecard).
 //
 // # The algorithm
 //
@@ -30,7 +30,8 @@
 //
 // Not modelled: pod sampling of large revisions, the weighted-exponential
 // window, target burst capacity (it decides whether the activator is in
-// the path, which the simulation keeps there whenever a request waits).
+// the path; the scorecard runs both cases, `kpa` without it above zero
+// and `kpa+activator` with it whenever a request waits).
 package kpa
 
 import (
