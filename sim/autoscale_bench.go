@@ -24,7 +24,7 @@ import (
 //     no free slot waits in one FIFO queue; latency = wait + ServiceTime.
 //   - cloudrun+waterfall: the site is at the autoscaled region and a second
 //     region, BufferRTT (40ms) away, has room for any load. Every step the
-//     gfe's planner (lb/waterfall.Compute, DESIGN.md §3) splits the site's
+//     gfe's planner (lb/waterfall.Compute, docs/design.md §3) splits the site's
 //     demand (its arrivals over the last second) between the two, the local
 //     group's capacity being its ready instances' slots ÷ ServiceTime × the
 //     service's default target_utilization (0.95), with its starting

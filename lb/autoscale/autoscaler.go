@@ -28,7 +28,7 @@ type Sample struct {
 // Driver names what set a recommendation.
 type Driver string
 
-// The drivers. The first three are the metric drivers of DESIGN.md §6; the
+// The drivers. The first three are the metric drivers of docs/design.md §6; the
 // others name a rule that overrode them.
 const (
 	// DriverCPU: ceil(mean cores over CPUWindow / CPUsPerInstance /

@@ -57,7 +57,7 @@ type Config struct {
 	MaxPendingWait time.Duration
 }
 
-// DefaultConfig returns the defaults of DESIGN.md §6 with the given
+// DefaultConfig returns the defaults of docs/design.md §6 with the given
 // bounds: what config.DefaultAutoscaling holds, with a 10-second cold
 // start and a 35-second pending wait.
 func DefaultConfig(minInstances, maxInstances int) Config {

@@ -1,5 +1,5 @@
 // Package autoscale is Spillway's autoscaler for instance groups: Cloud
-// Run's rules (DESIGN.md §6, the seeds 000 and 001, the newer winning) as
+// Run's rules (docs/design.md §6) as
 // pure code on an injected clock.
 //
 // # Model
@@ -36,7 +36,7 @@
 //  1. Idle, to zero only: with MinInstances 0, no request received and
 //     none in flight over ConcurrencyWindow ⇒ 0 (driver idle). CPU plays
 //     no part: an instance's CPU is never exactly zero, so it could
-//     neither reach nor forbid zero. No traffic is the seeds' reason to go
+//     neither reach nor forbid zero. No traffic is docs/design.md §6's reason to go
 //     to zero and nothing else: with MinInstances ≥ 1 a quiet group is
 //     left to rules 3–5 (its 10-minute concurrency average still counts,
 //     and it shrinks by demotion), so one request after a quiet minute
@@ -113,18 +113,18 @@
 // as many per request time after. If that wait is no longer than a cold
 // start and fits in the time left of MaxPendingWait (max(10s, 3.5 × cold
 // start)), the request waits (for a starting instance first, then a
-// running one, as the seeds order it); else an instance is started for it
+// running one, as docs/design.md §6 orders it); else an instance is started for it
 // (Autoscaler.OnDemand) if the group is below MaxInstances; at
 // MaxInstances it waits until MaxPendingWait and then fails with 429.
 //
-// # Reading the seeds
+// # Reading the rules
 //
 // Each of these was measured with the scorecard (`lbsim autoscale-bench`,
 // sim.RunAutoscaleBench; BENCHMARKS.md §7 has the rows) and kept only
 // where it helped.
 //
 //   - On-demand starts sized by the arrival rate (Config.RateStarts), a
-//     departure: the seeds start an instance for a request when waiting
+//     departure: docs/design.md §6 starts an instance for a request when waiting
 //     would take longer than starting one, which is right for the
 //     requests already waiting but blind to those that arrive during the
 //     cold start. So, while requests wait, the caller also starts the

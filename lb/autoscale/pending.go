@@ -75,7 +75,7 @@ type PendingDecision struct {
 
 // Pending decides, for a request that found no free instance, whether to
 // wait for a starting or a running instance or to start one (Cloud Run's
-// on-demand scaling, DESIGN.md §6). The request is served, in queue
+// on-demand scaling, docs/design.md §6). The request is served, in queue
 // order, when the slots that free up reach it: the ready instances free
 // ReadySlots per RequestTime, and each starting instance, once ready,
 // takes MaxConcurrencyPerInstance requests at once and as many per
@@ -165,7 +165,7 @@ func (c Config) ExpectedWait(r PendingRequest) (wait time.Duration, starting, ok
 //
 // It sizes on-demand scaling for the requests that will arrive during the
 // cold start, which Pending, deciding for the requests already waiting,
-// cannot see (see the package doc's "Reading the seeds").
+// cannot see (see the package doc's "Reading the rules").
 func (c Config) RateStarts(rate float64, requestTime time.Duration, running int) int {
 	if !(rate > 0) || math.IsInf(rate, 1) || requestTime <= 0 {
 		return 0

@@ -1,5 +1,5 @@
 // Package controller runs the autoscaler of every autoscaled instance
-// group (issue #12, DESIGN §6) inside a control-plane replica: it is the
+// group (docs/design.md §6) inside a control-plane replica: it is the
 // I/O around lb/autoscale's pure rules.
 //
 // # Loop
@@ -17,7 +17,7 @@
 //     (Options.Load: the gfes' gossiped load, summed). The demand their
 //     plans spill past the group to farther regions counts as concurrency
 //     too, by Little's law (Load.Concurrency): so the waterfall is the
-//     buffer while the region scales up (DESIGN row 7), and the spill
+//     buffer while the region scales up (docs/design.md §6), and the spill
 //     ends as capacity arrives;
 //  2. calls autoscale.Autoscaler.Tick with that Sample, and logs every
 //     decision that changes the count, with its driver and reason;

@@ -1,5 +1,5 @@
 // Package lease decides which control-plane replica runs the autoscaler of
-// each instance group (issue #12: "the autoscaler runs in one control-plane
+// each instance group (docs/design.md §6: "the autoscaler runs in one control-plane
 // replica at a time (a lease another replica takes over)"). An Elector holds
 // one lease per name (the controller names one per autoscaled group); the
 // holder of a lease is the replica that acts on its group, renews its claim

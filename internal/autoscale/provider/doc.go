@@ -1,4 +1,4 @@
-// Package provider holds the autoscaler's actuators (issue #12, DESIGN
+// Package provider holds the autoscaler's actuators (docs/design.md
 // §6): a Provider starts instances of an instance group and stops them.
 // The autoscaler's controller decides how many instances a group needs
 // (the rules of lb/autoscale); a Provider makes it so. Two implementations:

@@ -9,7 +9,7 @@ import (
 	"github.com/spillway-lb/spillway/lb/backend"
 )
 
-// Adaptive Concurrency Tuning (DESIGN.md §4 and §6, lb/autoscale.ACT): the
+// Adaptive Concurrency Tuning (docs/design.md §4 and §6, lb/autoscale.ACT): the
 // gfe tunes every instance of an autoscaled group from the CPU utilization
 // its load reports carry (ORCA cpu_utilization, backend.Signals.CPU). Once
 // per the group's act_interval (1s), at a Build, an instance whose reports

@@ -14,7 +14,7 @@ import (
 	"github.com/spillway-lb/spillway/lb/affinity"
 )
 
-// Session affinity (DESIGN.md §4, lb/affinity).
+// Session affinity (docs/design.md §4, lb/affinity).
 //
 // The Builder gives every service whose session_affinity is not none an
 // affinity.Picker over the service's scope — the healthy backends this site

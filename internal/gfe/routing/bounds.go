@@ -7,7 +7,7 @@ import (
 	"github.com/spillway-lb/spillway/config"
 )
 
-// Bounds are the plausibility limits on what other gfes gossip (DESIGN.md
+// Bounds are the plausibility limits on what other gfes gossip (docs/design.md
 // §9): gossip is authenticated, but one buggy or compromised member must
 // not be able to move every site's traffic with one absurd number. A value
 // outside the bounds is clamped to them (never dropped, so an honest but

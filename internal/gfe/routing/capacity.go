@@ -11,7 +11,7 @@ import (
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
-// The closed loop (DESIGN.md §3 rule 8). Requests count how they ended on
+// The closed loop (docs/design.md §3 rule 8). Requests count how they ended on
 // their backend (backend.Backend.Observe, ObserveLoad); every build takes
 // those counts, sums them per group into a capacity.Sample, and updates
 // the group's capacity.Estimator in the service. The world of the build

@@ -57,7 +57,7 @@
 //     logging it.
 //   - BuildWorld, and so the plan, depend only on the inputs: equal inputs
 //     give equal tables whatever the order of Peers.
-//   - What peers gossip is believed only within plausibility (DESIGN.md §9):
+//   - What peers gossip is believed only within plausibility (docs/design.md §9):
 //     a site's RTT is the median over its gfes, this gfe's own measurement
 //     breaking a tie at its own site, so one lying gfe cannot move its site
 //     (BuildWorld); with Config.Bounds a peer's RTT, demand and demand

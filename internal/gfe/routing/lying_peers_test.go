@@ -96,7 +96,7 @@ func allUSEast(shares map[string]float64) bool {
 	return math.Abs(shares["us-east"]-1) < 1e-9 && shares["eu-west"] == 0 && shares["asia-east"] == 0
 }
 
-// TestLyingGFEDoesNotMoveItsSite replays finding #10.1(b): one fake gfe
+// TestLyingGFEDoesNotMoveItsSite replays the first security review, finding 1(b): one fake gfe
 // of site nyc gossips an absurd RTT (5000 ms to us-east, nyc's nearest
 // region, or 0 ms to the far region). nyc's RTT is the median over its
 // gfes, this gfe's own measurement breaking the tie of two, so nyc keeps
@@ -134,7 +134,7 @@ func TestLyingGFEDoesNotMoveItsSite(t *testing.T) {
 	}
 }
 
-// TestAbsurdDemandIsBounded replays finding #10.1(c): a fake site gossips
+// TestAbsurdDemandIsBounded replays the first security review, finding 1(c): a fake site gossips
 // demand 1e9 req/s for a service whose declared capacity is 6000 req/s.
 // Without bounds every region went to about 175,000x its capacity in the
 // first plan. With DefaultBounds the fake counts 0 in the first plan after

@@ -9,7 +9,7 @@ import (
 	"github.com/spillway-lb/spillway/lb/outlier"
 )
 
-// Passive outlier detection (DESIGN.md §4, lb/outlier).
+// Passive outlier detection (docs/design.md §4, lb/outlier).
 //
 // Every service has one outlier.Detector, kept by the Builder across tables.
 // Its hosts are the service's healthy instances, registered in detector

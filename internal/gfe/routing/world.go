@@ -41,7 +41,7 @@ type Peer struct {
 // and one Site per edge site known from peers (plus me's), with the site's
 // total demand for svc and its RTT to each region: the median over the
 // site's gfes, me's own measurement breaking an even count at me's site
-// (siteRTT), so that one lying gfe cannot move a site (finding #10.1b). A peer with me's
+// (siteRTT), so that one lying gfe cannot move a site (the first security review, finding 1b). A peer with me's
 // node name is ignored (me is newer than what gossip carries about this
 // node). A site whose gfes have measured no RTT to any of svc's regions is
 // left out: the planner could not place its demand. BuildWorld is pure.
