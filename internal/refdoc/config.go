@@ -46,6 +46,7 @@ var units = map[string]string{
 	"services[].outlier_detection.consecutive_connect_failures":           "connection attempts",
 	"services[].outlier_detection.max_ejection_percent":                   "percent of a group's healthy instances",
 	"services[].target_utilization":                                       "fraction of capacity",
+	"services[].max_pending_requests":                                     "requests waiting at one gfe",
 	"services[].feedback.reject_fraction":                                 "fraction of requests",
 	"services[].feedback.decrease":                                        "fraction of the group's load",
 	"services[].feedback.recover_rate":                                    "fraction of capacity per second",
