@@ -72,6 +72,16 @@ func BenchmarkCompute(b *testing.B) {
 	}
 }
 
+// BenchmarkComputeReference plans the same worlds with refCompute, the
+// planner before the lazy per-site order, so that one run compares the two.
+func BenchmarkComputeReference(b *testing.B) {
+	for _, sz := range benchSizes {
+		b.Run(benchName(sz.sites, sz.regions, sz.zones), func(b *testing.B) {
+			benchPlanner(b, benchWorldOf(sz.sites, sz.regions, sz.zones), refCompute)
+		})
+	}
+}
+
 // benchPlanner times plan over w.
 func benchPlanner(b *testing.B, w World, plan func(World, Config) (*Plan, error)) {
 	cfg := DefaultConfig()

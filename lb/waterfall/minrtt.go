@@ -185,8 +185,10 @@ func newFlowNet(m *model) *flowNet {
 	f := make([]float64, 4*narcs)
 	n.u0, n.u1, n.f0, n.f1 = f[:0:narcs], f[narcs:narcs:2*narcs], f[2*narcs:3*narcs], f[3*narcs:]
 	rtt := make([]float64, ns*nr)
-	for _, p := range m.pairs {
-		rtt[int(p.site)*nr+int(p.reg)] = math.Float64frombits(p.rtt)
+	for s, site := range m.sites {
+		for i := site.r0; i < site.r1; i++ {
+			rtt[s*nr+int(m.reach[i])] = math.Float64frombits(m.rtt[i])
+		}
 	}
 	count := make([]int32, nr+1)
 	for s, site := range m.sites {

@@ -134,20 +134,27 @@ func (m *model) waterfall() ([]cell, []float64) {
 		return room[r]
 	}
 
-	// walk runs one pass over the pairs; with health set, unhealthy regions
-	// keep only their keep factor of what reaches them.
+	// walk runs one pass over the pairs of the sites still holding demand,
+	// in the global order (pairQueue); with health set, unhealthy regions
+	// keep only their keep factor of what reaches them. A site leaves the
+	// queue as soon as its demand is placed, so its farther regions are
+	// never visited.
+	q := pairQueue{m: m, cur: make([]int32, len(m.sites))}
 	walk := func(health bool) {
-		for _, p := range m.pairs {
-			w := &walkers[p.site]
-			if w.remaining() <= 0 {
-				continue
+		q.start(func(s int) bool { return walkers[s].remaining() > 0 })
+		for {
+			s, r, ok := q.next()
+			if !ok {
+				return
 			}
+			w := &walkers[s]
 			keep := 1.0
 			if health {
-				keep = m.regions[p.reg].keep
+				keep = m.regions[r].keep
 			}
-			ci := int(p.site)*nr + int(p.reg)
-			room[p.reg] -= w.step(&cells[ci], ci, roomOf(p.reg), keep, dustEps*m.sites[p.site].demand)
+			ci := s*nr + int(r)
+			room[r] -= w.step(&cells[ci], ci, roomOf(r), keep, dustEps*m.sites[s].demand)
+			q.advance(w.remaining() <= 0)
 		}
 	}
 	// Pass 1: the waterfall with preemptive spill.
