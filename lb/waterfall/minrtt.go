@@ -81,7 +81,7 @@ func ComputeMinRTT(w World, cfg Config) (*Plan, error) {
 	n := newFlowNet(m)
 	n.solve()
 	cells, unplaced := n.cells()
-	return m.plan(cells, unplaced), nil
+	return m.plan(cells, unplaced, nil), nil
 }
 
 // cost is an arc or path cost, ordered lexicographically: pen counts

@@ -1,51 +1,71 @@
 package waterfall
 
 import (
+	"math"
 	"math/bits"
 	"slices"
 )
 
 // siteOrder sorts one site's regions into its order: ascending RTT, ties by
-// region index (= name). It packs each region into one uint64, the RTT's
-// bits with the low bits replaced by the region index, sorts those words
-// with slices.Sort (no comparison callback), and re-sorts by the full RTT
-// only the runs whose RTTs agree in every bit above the index. The runs are
-// almost always of length 1, so a site of R regions costs one sort of R
-// machine words.
+// region index (= name), the order a stable sort by RTT bits gives. A site of
+// R regions costs O(R) expected: a bucket sort over R buckets spanning the
+// site's RTTs (the bucket of an RTT never decreases as the RTT grows, so the
+// buckets are in order), then an insertion sort inside each bucket, of keys
+// that pack the RTT's bits with the low bits replaced by the region index.
+// Keys equal above the index bits are then put in full RTT order. A bucket
+// of more than bucketMax regions is sorted with slices.Sort, so a site whose
+// RTTs crowd together costs O(R log R), never O(R²).
 type siteOrder struct {
-	mask uint64   // the low bits that hold the region index
-	keys []uint64 // this site's packed words
-	full []uint64 // full RTT bits by region index, for the runs
+	mask    uint64   // the low bits that hold the region index
+	regs    []int32  // this site's regions, in index order
+	full    []uint64 // full RTT bits by region index
+	keys    []uint64 // packed keys, by bucket
+	count   []int32  // bucket offsets
+	buckets []int32  // bucket of each of regs
 }
+
+// bucketMax is the largest bucket siteOrder sorts by insertion.
+const bucketMax = 24
 
 func newSiteOrder(regions int) *siteOrder {
 	mask := uint64(0)
 	if regions > 1 {
 		mask = 1<<bits.Len(uint(regions-1)) - 1
 	}
-	return &siteOrder{mask: mask, keys: make([]uint64, 0, regions), full: make([]uint64, regions)}
+	return &siteOrder{
+		mask: mask, regs: make([]int32, 0, regions), full: make([]uint64, regions),
+		keys: make([]uint64, regions), count: make([]int32, regions+1), buckets: make([]int32, regions),
+	}
 }
 
-func (o *siteOrder) reset() { o.keys = o.keys[:0] }
+func (o *siteOrder) reset() { o.regs = o.regs[:0] }
 
-// add adds region ri with RTT bits rtt.
+// add adds region ri with RTT bits rtt; regions are added in index order.
 func (o *siteOrder) add(ri int32, rtt uint64) {
-	o.keys = append(o.keys, rtt&^o.mask|uint64(ri))
+	o.regs = append(o.regs, ri)
 	o.full[ri] = rtt
 }
+
+func (o *siteOrder) key(ri int32) uint64 { return o.full[ri]&^o.mask | uint64(ri) }
 
 // appendSorted appends the regions added since reset to reach, and their
 // RTT bits to rtt, in the site's order.
 func (o *siteOrder) appendSorted(reach []int32, rtt []uint64) ([]int32, []uint64) {
-	keys := o.keys
-	slices.Sort(keys)
-	for i := 0; i < len(keys); {
+	n := len(o.regs)
+	keys := o.keys[:n]
+	if !o.bucketSort(keys) {
+		for i, ri := range o.regs {
+			keys[i] = o.key(ri)
+		}
+		slices.Sort(keys)
+	}
+	for i := 0; i < n; {
 		j := i + 1
-		for j < len(keys) && keys[j]&^o.mask == keys[i]&^o.mask {
+		for j < n && keys[j]&^o.mask == keys[i]&^o.mask {
 			j++
 		}
 		if j-i > 1 {
-			// Equal above the index bits, so sorted by index: an insertion
+			// Equal above the index bits, so in index order: an insertion
 			// sort by full RTT keeps equal RTTs in index order.
 			run := keys[i:j]
 			for a := 1; a < len(run); a++ {
@@ -66,6 +86,76 @@ func (o *siteOrder) appendSorted(reach []int32, rtt []uint64) ([]int32, []uint64
 		rtt = append(rtt, o.full[ri])
 	}
 	return reach, rtt
+}
+
+// bucketSort sorts the packed keys of o.regs into keys and reports true, or
+// reports false when the RTTs do not suit it: an RTT whose sign bit is set
+// (-0, whose bits order after every positive number) or a span that is not
+// a positive finite number.
+func (o *siteOrder) bucketSort(keys []uint64) bool {
+	n := len(o.regs)
+	if n < 2 {
+		for i, ri := range o.regs {
+			keys[i] = o.key(ri)
+		}
+		return true
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, ri := range o.regs {
+		b := o.full[ri]
+		if b>>63 != 0 {
+			return false
+		}
+		v := math.Float64frombits(b)
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	scale := float64(n) / (hi - lo)
+	if !(scale > 0) || math.IsInf(scale, 1) {
+		return false
+	}
+	count := o.count[:n+1]
+	clear(count)
+	bk := o.buckets[:n]
+	for i, ri := range o.regs {
+		// Monotone in the RTT: a subtraction, a multiplication by a
+		// positive number and a truncation each keep the order.
+		x := (math.Float64frombits(o.full[ri]) - lo) * scale
+		b := n - 1
+		if x < float64(n-1) {
+			b = int(x)
+		}
+		bk[i] = int32(b)
+		count[b+1]++
+	}
+	for b := 1; b <= n; b++ {
+		count[b] += count[b-1]
+	}
+	for i, ri := range o.regs {
+		b := bk[i]
+		keys[count[b]] = o.key(ri)
+		count[b]++
+	}
+	// count[b] is now the end of bucket b, and the start of bucket b+1.
+	begin := int32(0)
+	for b := 0; b < n; b++ {
+		end := count[b]
+		bucket := keys[begin:end]
+		if len(bucket) > bucketMax {
+			slices.Sort(bucket)
+		} else {
+			for a := 1; a < len(bucket); a++ {
+				k := bucket[a]
+				c := a
+				for c > 0 && bucket[c-1] > k {
+					bucket[c] = bucket[c-1]
+					c--
+				}
+				bucket[c] = k
+			}
+		}
+		begin = end
+	}
+	return true
 }
 
 // pairQueue is the priority queue of the waterfall's passes: one entry per

@@ -36,8 +36,8 @@ func Compute(w World, cfg Config) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	cells, unplaced := m.waterfall()
-	return m.plan(cells, unplaced), nil
+	cells, unplaced, upto := m.waterfall()
+	return m.plan(cells, unplaced, upto), nil
 }
 
 // cell is the demand one site sends to one region (or, for a site without
@@ -101,8 +101,10 @@ func (w *walker) step(c *cell, ci int, room, keep, dust float64) float64 {
 }
 
 // waterfall runs rules 4–6 over the model and returns the site×region cells
-// (index site·len(regions)+region) and each site's unplaced demand. Cells of
-// sites without demand hold their idle row (fractions summing to 1).
+// (index site·len(regions)+region), each site's unplaced demand, and where
+// its cells end: site s has cells only for its regions reach[r0:upto[s]],
+// the ones its walk visited. Cells of sites without demand hold their idle
+// row (fractions summing to 1).
 //
 // Pass 1 walks the (site, region) pairs in the global order of rule 4; each
 // site still holding demand places min(keep·remaining, room) in the region,
@@ -113,7 +115,7 @@ func (w *walker) step(c *cell, ci int, room, keep, dust float64) float64 {
 // (only when a site reaches some regions but not all) above λ·capacity in
 // the regions the site reaches, in proportion to their capacity, and
 // reports demand of sites that reach no capacity as unplaced.
-func (m *model) waterfall() ([]cell, []float64) {
+func (m *model) waterfall() ([]cell, []float64, []int32) {
 	nr := len(m.regions)
 	cells := make([]cell, len(m.sites)*nr)
 	unplaced := make([]float64, len(m.sites))
@@ -140,6 +142,10 @@ func (m *model) waterfall() ([]cell, []float64) {
 	// queue as soon as its demand is placed, so its farther regions are
 	// never visited.
 	q := pairQueue{m: m, cur: make([]int32, len(m.sites))}
+	upto := make([]int32, len(m.sites))
+	for s, site := range m.sites {
+		upto[s] = site.r0
+	}
 	walk := func(health bool) {
 		q.start(func(s int) bool { return walkers[s].remaining() > 0 })
 		for {
@@ -154,6 +160,7 @@ func (m *model) waterfall() ([]cell, []float64) {
 			}
 			ci := s*nr + int(r)
 			room[r] -= w.step(&cells[ci], ci, roomOf(r), keep, dustEps*m.sites[s].demand)
+			upto[s] = max(upto[s], q.cur[s]+1)
 			q.advance(w.remaining() <= 0)
 		}
 	}
@@ -177,6 +184,7 @@ func (m *model) waterfall() ([]cell, []float64) {
 			}
 			continue
 		}
+		upto[s] = m.sites[s].r1
 		if !m.spread(cells[s*nr:(s+1)*nr], s, rem) {
 			unplaced[s] = rem
 		}
@@ -187,6 +195,7 @@ func (m *model) waterfall() ([]cell, []float64) {
 		if site.demand > 0 {
 			continue
 		}
+		upto[s] = site.r1
 		row := cells[s*nr : (s+1)*nr]
 		w := walker{left: [...]float64{1, 0, 0}, last: -1}
 		for _, health := range []bool{true, false} {
@@ -206,7 +215,7 @@ func (m *model) waterfall() ([]cell, []float64) {
 			m.spread(row, s, rem)
 		}
 	}
-	return cells, unplaced
+	return cells, unplaced, upto
 }
 
 // spread adds amount to row (site s's cells) as Overload, over the regions s
@@ -231,8 +240,9 @@ func (m *model) spread(row []cell, s int, amount float64) bool {
 // plan turns site×region cells into a Plan: it splits each cell over the
 // region's groups in proportion to capacity (rule 2), names each flow's
 // Reason, and sums the loads. Only plan and split know how a region's share
-// becomes group flows.
-func (m *model) plan(cells []cell, unplaced []float64) *Plan {
+// becomes group flows. With upto set, site s has cells only for the regions
+// reach[r0:upto[s]]; plan reads no others.
+func (m *model) plan(cells []cell, unplaced []float64, upto []int32) *Plan {
 	nr := len(m.regions)
 	p := &Plan{
 		Regions: make([]RegionLoad, nr),
@@ -251,9 +261,15 @@ func (m *model) plan(cells []cell, unplaced []float64) *Plan {
 		names[i] = m.regions[r].name
 	}
 
+	visited := func(s int) []int32 {
+		if upto == nil {
+			return m.siteReach(s)
+		}
+		return m.reach[m.sites[s].r0:upto[s]]
+	}
 	var nflows, nidle int
 	for s, site := range m.sites {
-		for _, r := range m.siteReach(s) {
+		for _, r := range visited(s) {
 			if cells[s*nr+int(r)].total() > 0 {
 				if n := int(m.regions[r].active); site.demand > 0 {
 					nflows += n
@@ -271,7 +287,7 @@ func (m *model) plan(cells []cell, unplaced []float64) *Plan {
 	for s, site := range m.sites {
 		r0, r1 := m.sites[s].r0, m.sites[s].r1
 		p.Sites[s] = SiteLoad{Name: site.name, Demand: site.demand, Unplaced: unplaced[s], Regions: names[r0:r1:r1]}
-		for _, r := range m.siteReach(s) {
+		for _, r := range visited(s) {
 			c := &cells[s*nr+int(r)]
 			tot := c.total()
 			if tot <= 0 {

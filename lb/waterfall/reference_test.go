@@ -28,7 +28,7 @@ func refCompute(w World, cfg Config) (*Plan, error) {
 		return nil, err
 	}
 	cells, unplaced := m.refWaterfall(pairs)
-	return m.plan(cells, unplaced), nil
+	return m.plan(cells, unplaced, nil), nil
 }
 
 // refNewModel is newModel before the lazy per-site order: it sorts every
