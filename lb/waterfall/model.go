@@ -222,18 +222,27 @@ func newModel(w World, cfg Config) (*model, error) {
 	m.rtt = make([]uint64, 0, npairs)
 	reached := make([]bool, len(regs)) // reached by a site with demand
 	o := newSiteOrder(len(regs))
+	names := make([]string, len(regs))
+	for ri, r := range regs {
+		names[ri] = r.Name
+	}
+	index := newRegionIndex(names)
 	badRTT := false
 	for si, s := range sites {
 		m.sites[si] = mSite{name: s.Name, demand: s.Demand, r0: int32(len(m.reach))}
 		if len(s.RTT) > 0 {
 			o.reset()
-			for ri := range m.regions {
-				if rtt, ok := s.RTT[m.regions[ri].name]; ok {
-					badRTT = badRTT || !finite(rtt)
-					o.add(int32(ri), math.Float64bits(rtt))
-					if s.Demand > 0 {
-						reached[ri] = true
-					}
+			// The map's order does not matter: siteOrder sorts ties by
+			// region index whatever order it is given them in.
+			for name, rtt := range s.RTT {
+				ri := index.lookup(name)
+				if ri < 0 {
+					continue
+				}
+				badRTT = badRTT || !finite(rtt)
+				o.add(ri, math.Float64bits(rtt))
+				if s.Demand > 0 {
+					reached[ri] = true
 				}
 			}
 			m.reach, m.rtt = o.appendSorted(m.reach, m.rtt)

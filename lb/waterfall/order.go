@@ -17,7 +17,7 @@ import (
 // RTTs crowd together costs O(R log R), never O(R²).
 type siteOrder struct {
 	mask    uint64   // the low bits that hold the region index
-	regs    []int32  // this site's regions, in index order
+	regs    []int32  // this site's regions, as added
 	full    []uint64 // full RTT bits by region index
 	keys    []uint64 // packed keys, by bucket
 	count   []int32  // bucket offsets
@@ -40,7 +40,7 @@ func newSiteOrder(regions int) *siteOrder {
 
 func (o *siteOrder) reset() { o.regs = o.regs[:0] }
 
-// add adds region ri with RTT bits rtt; regions are added in index order.
+// add adds region ri with RTT bits rtt, in any order.
 func (o *siteOrder) add(ri int32, rtt uint64) {
 	o.regs = append(o.regs, ri)
 	o.full[ri] = rtt
@@ -239,4 +239,68 @@ func (q *pairQueue) down(i int) {
 		h[i], h[j] = h[j], h[i]
 		i = j
 	}
+}
+
+// regionIndex finds a region's index by name, so that newModel can range
+// over each site's RTT map (much cheaper than one map lookup per region):
+// an open-addressing table over a hash of the name's length and first and
+// last eight bytes. Collisions cost probes, never a wrong answer; the table
+// has no seed, so it draws no random number.
+type regionIndex struct {
+	names []string
+	slots []int32 // index+1 of the region whose name is here, 0 if empty
+	mask  uint64
+}
+
+func newRegionIndex(names []string) *regionIndex {
+	size := 4
+	for size < 2*len(names) {
+		size *= 2
+	}
+	x := &regionIndex{names: names, slots: make([]int32, size), mask: uint64(size - 1)}
+	for i, n := range names {
+		h := nameHash(n) & x.mask
+		for x.slots[h] != 0 {
+			h = (h + 1) & x.mask
+		}
+		x.slots[h] = int32(i + 1)
+	}
+	return x
+}
+
+// lookup returns the index of the region named name, or -1.
+func (x *regionIndex) lookup(name string) int32 {
+	h := nameHash(name) & x.mask
+	for {
+		v := x.slots[h]
+		if v == 0 {
+			return -1
+		}
+		if x.names[v-1] == name {
+			return v - 1
+		}
+		h = (h + 1) & x.mask
+	}
+}
+
+func nameHash(s string) uint64 {
+	var a, b uint64
+	if len(s) >= 8 {
+		a = load64(s)
+		b = load64(s[len(s)-8:])
+	} else {
+		for i := 0; i < len(s); i++ {
+			a = a<<8 | uint64(s[i])
+		}
+	}
+	h := (a*0x9E3779B97F4A7C15 ^ b*0xC2B2AE3D27D4EB4F) + uint64(len(s))
+	h ^= h >> 29
+	h *= 0xBF58476D1CE4E5B9
+	return h ^ h>>32
+}
+
+func load64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }
