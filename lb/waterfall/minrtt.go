@@ -81,7 +81,7 @@ func ComputeMinRTT(w World, cfg Config) (*Plan, error) {
 	n := newFlowNet(m)
 	n.solve()
 	cells, unplaced := n.cells()
-	return m.plan(cells, unplaced, nil), nil
+	return m.plan(m.denseRows(cells), false, unplaced), nil
 }
 
 // cost is an arc or path cost, ordered lexicographically: pen counts
@@ -644,7 +644,7 @@ func (n *flowNet) cells() ([]cell, []float64) {
 		row := cells[s*nr : (s+1)*nr]
 		m.label(row, s, 1, x)
 		if rem > dustEps {
-			m.spread(row, s, rem)
+			m.spread(s, rem, func(_ int, r int32) *cell { return &row[r] })
 		}
 	}
 	return cells, unplaced

@@ -36,8 +36,8 @@ func Compute(w World, cfg Config) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	cells, unplaced, upto := m.waterfall()
-	return m.plan(cells, unplaced, upto), nil
+	rows, unplaced := m.waterfall()
+	return m.plan(rows, true, unplaced), nil
 }
 
 // cell is the demand one site sends to one region (or, for a site without
@@ -100,10 +100,10 @@ func (w *walker) step(c *cell, ci int, room, keep, dust float64) float64 {
 	return t
 }
 
-// waterfall runs rules 4–6 over the model and returns the site×region cells
-// (index site·len(regions)+region), each site's unplaced demand, and where
-// its cells end: site s has cells only for its regions reach[r0:upto[s]],
-// the ones its walk visited. Cells of sites without demand hold their idle
+// waterfall runs rules 4–6 over the model and returns each site's cells and
+// its unplaced demand. rows[s][i] is the cell of site s's i-th region in its
+// order (siteReach); a row holds only the regions its walk visited, a
+// prefix of the site's order. Cells of sites without demand hold their idle
 // row (fractions summing to 1).
 //
 // Pass 1 walks the (site, region) pairs in the global order of rule 4; each
@@ -115,9 +115,25 @@ func (w *walker) step(c *cell, ci int, room, keep, dust float64) float64 {
 // (only when a site reaches some regions but not all) above λ·capacity in
 // the regions the site reaches, in proportion to their capacity, and
 // reports demand of sites that reach no capacity as unplaced.
-func (m *model) waterfall() ([]cell, []float64, []int32) {
+func (m *model) waterfall() ([][]cell, []float64) {
 	nr := len(m.regions)
-	cells := make([]cell, len(m.sites)*nr)
+	// Most sites stop at their first or second region: each row starts in a
+	// shared arena with room for two, and append moves the few that walk
+	// farther.
+	const rowCap = 2
+	arena := make([]cell, rowCap*len(m.sites))
+	rows := make([][]cell, len(m.sites))
+	for s := range rows {
+		rows[s] = arena[rowCap*s : rowCap*s : rowCap*(s+1)]
+	}
+	// fullRow makes site s's row as long as its order.
+	fullRow := func(s int) []cell {
+		n := int(m.sites[s].r1 - m.sites[s].r0)
+		if k := n - len(rows[s]); k > 0 {
+			rows[s] = append(rows[s], make([]cell, k)...)
+		}
+		return rows[s]
+	}
 	unplaced := make([]float64, len(m.sites))
 	room := make([]float64, nr)
 	eps := make([]float64, nr)
@@ -142,10 +158,6 @@ func (m *model) waterfall() ([]cell, []float64, []int32) {
 	// queue as soon as its demand is placed, so its farther regions are
 	// never visited.
 	q := pairQueue{m: m, cur: make([]int32, len(m.sites))}
-	upto := make([]int32, len(m.sites))
-	for s, site := range m.sites {
-		upto[s] = site.r0
-	}
 	walk := func(health bool) {
 		q.start(func(s int) bool { return walkers[s].remaining() > 0 })
 		for {
@@ -158,9 +170,11 @@ func (m *model) waterfall() ([]cell, []float64, []int32) {
 			if health {
 				keep = m.regions[r].keep
 			}
-			ci := s*nr + int(r)
-			room[r] -= w.step(&cells[ci], ci, roomOf(r), keep, dustEps*m.sites[s].demand)
-			upto[s] = max(upto[s], q.cur[s]+1)
+			i := int(q.cur[s] - m.sites[s].r0)
+			if i == len(rows[s]) {
+				rows[s] = append(rows[s], cell{})
+			}
+			room[r] -= w.step(&rows[s][i], i, roomOf(r), keep, dustEps*m.sites[s].demand)
 			q.advance(w.remaining() <= 0)
 		}
 	}
@@ -180,12 +194,12 @@ func (m *model) waterfall() ([]cell, []float64, []int32) {
 		}
 		if w.last >= 0 && rem <= residueEps*m.sites[s].demand {
 			for i, v := range w.left {
-				cells[w.last][i] += v
+				rows[s][w.last][i] += v
 			}
 			continue
 		}
-		upto[s] = m.sites[s].r1
-		if !m.spread(cells[s*nr:(s+1)*nr], s, rem) {
+		row := fullRow(s)
+		if !m.spread(s, rem, func(i int, _ int32) *cell { return &row[i] }) {
 			unplaced[s] = rem
 		}
 	}
@@ -195,11 +209,10 @@ func (m *model) waterfall() ([]cell, []float64, []int32) {
 		if site.demand > 0 {
 			continue
 		}
-		upto[s] = site.r1
-		row := cells[s*nr : (s+1)*nr]
+		row := fullRow(s)
 		w := walker{left: [...]float64{1, 0, 0}, last: -1}
 		for _, health := range []bool{true, false} {
-			for _, r := range m.siteReach(s) {
+			for i, r := range m.siteReach(s) {
 				free := 0.0
 				if roomOf(r) > 0 {
 					free = math.Inf(1) // a small demand takes no room
@@ -208,20 +221,21 @@ func (m *model) waterfall() ([]cell, []float64, []int32) {
 				if health {
 					keep = m.regions[r].keep
 				}
-				w.step(&row[r], int(r), free, keep, dustEps)
+				w.step(&row[i], i, free, keep, dustEps)
 			}
 		}
 		if rem := w.remaining(); rem > 0 {
-			m.spread(row, s, rem)
+			m.spread(s, rem, func(i int, _ int32) *cell { return &row[i] })
 		}
 	}
-	return cells, unplaced, upto
+	return rows, unplaced
 }
 
-// spread adds amount to row (site s's cells) as Overload, over the regions s
-// reaches in proportion to their capacity. It reports false, adding nothing,
-// when s reaches no capacity.
-func (m *model) spread(row []cell, s int, amount float64) bool {
+// spread adds amount to site s's cells as Overload, over the regions s
+// reaches in proportion to their capacity; at returns the cell of the site's
+// i-th region r. It reports false, adding nothing, when s reaches no
+// capacity.
+func (m *model) spread(s int, amount float64, at func(i int, r int32) *cell) bool {
 	var total float64
 	for _, r := range m.siteReach(s) {
 		total += m.regions[r].capacity
@@ -229,9 +243,9 @@ func (m *model) spread(row []cell, s int, amount float64) bool {
 	if total <= 0 {
 		return false
 	}
-	for _, r := range m.siteReach(s) {
+	for i, r := range m.siteReach(s) {
 		if c := m.regions[r].capacity; c > 0 {
-			row[r][ReasonOverload] += amount * (c / total)
+			at(i, r)[ReasonOverload] += amount * (c / total)
 		}
 	}
 	return true
@@ -240,9 +254,10 @@ func (m *model) spread(row []cell, s int, amount float64) bool {
 // plan turns site×region cells into a Plan: it splits each cell over the
 // region's groups in proportion to capacity (rule 2), names each flow's
 // Reason, and sums the loads. Only plan and split know how a region's share
-// becomes group flows. With upto set, site s has cells only for the regions
-// reach[r0:upto[s]]; plan reads no others.
-func (m *model) plan(cells []cell, unplaced []float64, upto []int32) *Plan {
+// becomes group flows. With byPos, rows[s][i] is the cell of site s's i-th
+// region in its order and a row may stop short of the site's last region;
+// without, rows[s][r] is the cell of region r (denseRows).
+func (m *model) plan(rows [][]cell, byPos bool, unplaced []float64) *Plan {
 	nr := len(m.regions)
 	p := &Plan{
 		Regions: make([]RegionLoad, nr),
@@ -261,16 +276,24 @@ func (m *model) plan(cells []cell, unplaced []float64, upto []int32) *Plan {
 		names[i] = m.regions[r].name
 	}
 
+	// visited returns the regions of site s's row.
 	visited := func(s int) []int32 {
-		if upto == nil {
+		if !byPos {
 			return m.siteReach(s)
 		}
-		return m.reach[m.sites[s].r0:upto[s]]
+		r0 := m.sites[s].r0
+		return m.reach[r0 : r0+int32(len(rows[s]))]
+	}
+	cellOf := func(s, i int, r int32) *cell {
+		if byPos {
+			return &rows[s][i]
+		}
+		return &rows[s][r]
 	}
 	var nflows, nidle int
 	for s, site := range m.sites {
-		for _, r := range visited(s) {
-			if cells[s*nr+int(r)].total() > 0 {
+		for i, r := range visited(s) {
+			if cellOf(s, i, r).total() > 0 {
 				if n := int(m.regions[r].active); site.demand > 0 {
 					nflows += n
 				} else {
@@ -287,8 +310,8 @@ func (m *model) plan(cells []cell, unplaced []float64, upto []int32) *Plan {
 	for s, site := range m.sites {
 		r0, r1 := m.sites[s].r0, m.sites[s].r1
 		p.Sites[s] = SiteLoad{Name: site.name, Demand: site.demand, Unplaced: unplaced[s], Regions: names[r0:r1:r1]}
-		for _, r := range visited(s) {
-			c := &cells[s*nr+int(r)]
+		for i, r := range visited(s) {
+			c := cellOf(s, i, r)
 			tot := c.total()
 			if tot <= 0 {
 				continue
@@ -310,6 +333,17 @@ func (m *model) plan(cells []cell, unplaced []float64, upto []int32) *Plan {
 		}
 	}
 	return p
+}
+
+// denseRows returns the rows of site×region cells (index
+// site·len(regions)+region) for plan without byPos.
+func (m *model) denseRows(cells []cell) [][]cell {
+	nr := len(m.regions)
+	rows := make([][]cell, len(m.sites))
+	for s := range rows {
+		rows[s] = cells[s*nr : (s+1)*nr]
+	}
+	return rows
 }
 
 // split calls emit for each group of region r with capacity, in name order,

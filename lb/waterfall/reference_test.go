@@ -28,7 +28,7 @@ func refCompute(w World, cfg Config) (*Plan, error) {
 		return nil, err
 	}
 	cells, unplaced := m.refWaterfall(pairs)
-	return m.plan(cells, unplaced, nil), nil
+	return m.plan(m.denseRows(cells), false, unplaced), nil
 }
 
 // refNewModel is newModel before the lazy per-site order: it sorts every
@@ -249,7 +249,7 @@ func (m *model) refWaterfall(pairs []pair) ([]cell, []float64) {
 			}
 			continue
 		}
-		if !m.spread(cells[s*nr:(s+1)*nr], s, rem) {
+		if !m.spread(s, rem, func(_ int, r int32) *cell { return &cells[s*nr+int(r)] }) {
 			unplaced[s] = rem
 		}
 	}
@@ -275,7 +275,7 @@ func (m *model) refWaterfall(pairs []pair) ([]cell, []float64) {
 			}
 		}
 		if rem := w.remaining(); rem > 0 {
-			m.spread(row, s, rem)
+			m.spread(s, rem, func(_ int, r int32) *cell { return &row[r] })
 		}
 	}
 	return cells, unplaced
