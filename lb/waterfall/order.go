@@ -17,11 +17,11 @@ import (
 // RTTs crowd together costs O(R log R), never O(R²).
 type siteOrder struct {
 	mask    uint64   // the low bits that hold the region index
-	regs    []int32  // this site's regions, as added
+	in      []uint64 // this site's packed keys, as added
 	full    []uint64 // full RTT bits by region index
-	keys    []uint64 // packed keys, by bucket
+	keys    []uint64 // packed keys, sorted
 	count   []int32  // bucket offsets
-	buckets []int32  // bucket of each of regs
+	buckets []int32  // bucket of each of in
 }
 
 // bucketMax is the largest bucket siteOrder sorts by insertion.
@@ -33,30 +33,26 @@ func newSiteOrder(regions int) *siteOrder {
 		mask = 1<<bits.Len(uint(regions-1)) - 1
 	}
 	return &siteOrder{
-		mask: mask, regs: make([]int32, 0, regions), full: make([]uint64, regions),
+		mask: mask, in: make([]uint64, 0, regions), full: make([]uint64, regions),
 		keys: make([]uint64, regions), count: make([]int32, regions+1), buckets: make([]int32, regions),
 	}
 }
 
-func (o *siteOrder) reset() { o.regs = o.regs[:0] }
+func (o *siteOrder) reset() { o.in = o.in[:0] }
 
 // add adds region ri with RTT bits rtt, in any order.
 func (o *siteOrder) add(ri int32, rtt uint64) {
-	o.regs = append(o.regs, ri)
+	o.in = append(o.in, rtt&^o.mask|uint64(ri))
 	o.full[ri] = rtt
 }
-
-func (o *siteOrder) key(ri int32) uint64 { return o.full[ri]&^o.mask | uint64(ri) }
 
 // appendSorted appends the regions added since reset to reach, and their
 // RTT bits to rtt, in the site's order.
 func (o *siteOrder) appendSorted(reach []int32, rtt []uint64) ([]int32, []uint64) {
-	n := len(o.regs)
+	n := len(o.in)
 	keys := o.keys[:n]
 	if !o.bucketSort(keys) {
-		for i, ri := range o.regs {
-			keys[i] = o.key(ri)
-		}
+		copy(keys, o.in)
 		slices.Sort(keys)
 	}
 	for i := 0; i < n; {
@@ -88,40 +84,39 @@ func (o *siteOrder) appendSorted(reach []int32, rtt []uint64) ([]int32, []uint64
 	return reach, rtt
 }
 
-// bucketSort sorts the packed keys of o.regs into keys and reports true, or
-// reports false when the RTTs do not suit it: an RTT whose sign bit is set
-// (-0, whose bits order after every positive number) or a span that is not
-// a positive finite number.
+// bucketSort sorts the packed keys o.in into keys and reports true, or
+// reports false when they do not suit it: a key whose sign bit is set (an
+// RTT of -0, whose bits order after every positive number) or a span that
+// is not a positive finite number. A packed key is a float64 too (only low
+// mantissa bits differ from the RTT), and the buckets are spans of those.
 func (o *siteOrder) bucketSort(keys []uint64) bool {
-	n := len(o.regs)
+	n := len(o.in)
 	if n < 2 {
-		for i, ri := range o.regs {
-			keys[i] = o.key(ri)
-		}
+		copy(keys, o.in)
 		return true
 	}
-	lo, hi := math.Inf(1), math.Inf(-1)
-	for _, ri := range o.regs {
-		b := o.full[ri]
-		if b>>63 != 0 {
-			return false
-		}
-		v := math.Float64frombits(b)
-		lo, hi = min(lo, v), max(hi, v)
+	lo, hi := o.in[0], o.in[0]
+	for _, k := range o.in {
+		lo, hi = min(lo, k), max(hi, k)
 	}
-	scale := float64(n) / (hi - lo)
+	if hi>>63 != 0 {
+		return false
+	}
+	flo := math.Float64frombits(lo)
+	scale := float64(n) / (math.Float64frombits(hi) - flo)
 	if !(scale > 0) || math.IsInf(scale, 1) {
 		return false
 	}
 	count := o.count[:n+1]
 	clear(count)
 	bk := o.buckets[:n]
-	for i, ri := range o.regs {
-		// Monotone in the RTT: a subtraction, a multiplication by a
+	last := float64(n - 1)
+	for i, k := range o.in {
+		// Monotone in the key: a subtraction, a multiplication by a
 		// positive number and a truncation each keep the order.
-		x := (math.Float64frombits(o.full[ri]) - lo) * scale
+		x := (math.Float64frombits(k) - flo) * scale
 		b := n - 1
-		if x < float64(n-1) {
+		if x < last {
 			b = int(x)
 		}
 		bk[i] = int32(b)
@@ -130,27 +125,29 @@ func (o *siteOrder) bucketSort(keys []uint64) bool {
 	for b := 1; b <= n; b++ {
 		count[b] += count[b-1]
 	}
-	for i, ri := range o.regs {
+	for i, k := range o.in {
 		b := bk[i]
-		keys[count[b]] = o.key(ri)
+		keys[count[b]] = k
 		count[b]++
 	}
 	// count[b] is now the end of bucket b, and the start of bucket b+1.
 	begin := int32(0)
 	for b := 0; b < n; b++ {
 		end := count[b]
-		bucket := keys[begin:end]
-		if len(bucket) > bucketMax {
-			slices.Sort(bucket)
-		} else {
-			for a := 1; a < len(bucket); a++ {
-				k := bucket[a]
-				c := a
-				for c > 0 && bucket[c-1] > k {
-					bucket[c] = bucket[c-1]
-					c--
+		if end-begin > 1 {
+			bucket := keys[begin:end]
+			if len(bucket) > bucketMax {
+				slices.Sort(bucket)
+			} else {
+				for a := 1; a < len(bucket); a++ {
+					k := bucket[a]
+					c := a
+					for c > 0 && bucket[c-1] > k {
+						bucket[c] = bucket[c-1]
+						c--
+					}
+					bucket[c] = k
 				}
-				bucket[c] = k
 			}
 		}
 		begin = end

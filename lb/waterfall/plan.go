@@ -157,7 +157,7 @@ func (m *model) waterfall() ([][]cell, []float64) {
 	// keep only their keep factor of what reaches them. A site leaves the
 	// queue as soon as its demand is placed, so its farther regions are
 	// never visited.
-	q := pairQueue{m: m, cur: make([]int32, len(m.sites))}
+	q := pairQueue{m: m, cur: make([]int32, len(m.sites)), h: make([]queued, 0, len(m.sites))}
 	walk := func(health bool) {
 		q.start(func(s int) bool { return walkers[s].remaining() > 0 })
 		for {
