@@ -34,6 +34,13 @@ func TestComputeMatchesReference(t *testing.T) {
 		world{"bench 300×100×3", benchWorldOf(300, 100, 3)},
 		world{"bench 7×1×1", benchWorldOf(7, 1, 1)},
 	)
+	// -0 is a valid RTT whose bits order after every positive number; the
+	// old sort put it last, and so must Compute.
+	negZero := benchWorldOf(6, 5, 2)
+	negZero.Sites[2].RTT["region-01"] = math.Copysign(0, -1)
+	negZero.Sites[4].RTT["region-03"] = math.Copysign(0, -1)
+	negZero.Sites[4].RTT["region-00"] = 0
+	worlds = append(worlds, world{"RTTs of -0", negZero})
 	bad := benchWorldOf(5, 4, 2)
 	bad.Sites[3].RTT["region-02"] = math.NaN()
 	bad.Sites[1].RTT["region-00"] = -1
