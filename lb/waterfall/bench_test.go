@@ -1,20 +1,26 @@
 package waterfall
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/spillway-lb/spillway/lb/backend"
 )
 
-// benchWorld is a world of 80 sites × 40 regions × 3 zones: regions and
-// sites on a ring, RTT growing with ring distance plus noise, demand at 90%
-// of capacity but uneven (so that regions spill), and every fifth region
-// with 40% of its instances healthy.
-func benchWorld() World {
-	const sites, regions, zones = 80, 40, 3
+// benchWorld is the world of BenchmarkCompute: 80 sites × 40 regions × 3
+// zones of benchWorldOf.
+func benchWorld() World { return benchWorldOf(80, 40, 3) }
+
+// benchWorldOf is a world of sites × regions × zones: regions and sites on a
+// ring, RTT growing with ring distance plus noise, demand at 90% of capacity
+// but uneven (so that regions spill), and every fifth region with 40% of its
+// instances healthy. benchWorldOf(80, 40, 3) is the world every published
+// figure of BenchmarkCompute was measured on.
+func benchWorldOf(sites, regions, zones int) World {
 	rng := rand.New(rand.NewPCG(80, 40))
 	var w World
 	var capacity float64
@@ -36,9 +42,9 @@ func benchWorld() World {
 	}
 	for s := range sites {
 		st := Site{Name: fmt.Sprintf("site-%02d", s), RTT: make(map[string]float64, regions)}
-		st.Demand = 0.9 * capacity / sites * (0.2 + 1.6*rng.Float64())
+		st.Demand = 0.9 * capacity / float64(sites) * (0.2 + 1.6*rng.Float64())
 		for r := range regions {
-			d := math.Abs(float64(s)/sites - float64(r)/regions)
+			d := math.Abs(float64(s)/float64(sites) - float64(r)/float64(regions))
 			d = math.Min(d, 1-d)
 			st.RTT[w.Regions[r].Name] = 5 + 300*d + 5*rng.Float64()
 		}
@@ -47,18 +53,84 @@ func benchWorld() World {
 	return w
 }
 
+// benchSizes are the worlds BenchmarkCompute, BenchmarkComputeReference and
+// BenchmarkSortYardstick plan: the published 80 × 40 × 3 and the planet
+// scale of 1,000 sites × 100 regions × 3 zones.
+var benchSizes = []struct{ sites, regions, zones int }{{80, 40, 3}, {1000, 100, 3}}
+
+func benchName(sites, regions, zones int) string {
+	return fmt.Sprintf("sites=%d/regions=%d/zones=%d", sites, regions, zones)
+}
+
+// BenchmarkCompute plans the worlds of benchSizes. Its first case (80 × 40
+// × 3) is the published BenchmarkCompute figure.
 func BenchmarkCompute(b *testing.B) {
-	w := benchWorld()
+	for _, sz := range benchSizes {
+		b.Run(benchName(sz.sites, sz.regions, sz.zones), func(b *testing.B) {
+			benchPlanner(b, benchWorldOf(sz.sites, sz.regions, sz.zones), Compute)
+		})
+	}
+}
+
+// BenchmarkComputeReference plans the same worlds with refCompute, the
+// planner before the lazy per-site order, so that one run compares the two.
+func BenchmarkComputeReference(b *testing.B) {
+	for _, sz := range benchSizes {
+		b.Run(benchName(sz.sites, sz.regions, sz.zones), func(b *testing.B) {
+			benchPlanner(b, benchWorldOf(sz.sites, sz.regions, sz.zones), refCompute)
+		})
+	}
+}
+
+// benchPlanner times plan over w.
+func benchPlanner(b *testing.B, w World, plan func(World, Config) (*Plan, error)) {
 	cfg := DefaultConfig()
 	b.ReportAllocs()
 	var p *Plan
 	for b.Loop() {
 		var err error
-		if p, err = Compute(w, cfg); err != nil {
+		if p, err = plan(w, cfg); err != nil {
 			b.Fatal(err)
 		}
 	}
 	reportMeanRTT(b, w, p)
+}
+
+// BenchmarkSortYardstick is the yardstick the planner is measured against:
+// sorting every (site, region) RTT pair of the same world once, by RTT,
+// ties by site and then region, with the standard library's sort. Copying
+// the pairs into the slice it sorts is timed too; reading them out of the
+// World's maps is not.
+func BenchmarkSortYardstick(b *testing.B) {
+	for _, sz := range benchSizes {
+		b.Run(benchName(sz.sites, sz.regions, sz.zones), func(b *testing.B) {
+			w := benchWorldOf(sz.sites, sz.regions, sz.zones)
+			type rttPair struct {
+				rtt       float64
+				site, reg int32
+			}
+			var pairs []rttPair
+			for si, s := range w.Sites {
+				for ri, r := range w.Regions {
+					pairs = append(pairs, rttPair{s.RTT[r.Name], int32(si), int32(ri)})
+				}
+			}
+			work := make([]rttPair, len(pairs))
+			b.ReportAllocs()
+			for b.Loop() {
+				copy(work, pairs)
+				slices.SortFunc(work, func(a, b rttPair) int {
+					if c := cmp.Compare(a.rtt, b.rtt); c != 0 {
+						return c
+					}
+					if c := cmp.Compare(a.site, b.site); c != 0 {
+						return c
+					}
+					return cmp.Compare(a.reg, b.reg)
+				})
+			}
+		})
+	}
 }
 
 // reportMeanRTT reports the demand-weighted mean RTT of p, in ms, so that

@@ -81,7 +81,7 @@ func ComputeMinRTT(w World, cfg Config) (*Plan, error) {
 	n := newFlowNet(m)
 	n.solve()
 	cells, unplaced := n.cells()
-	return m.plan(cells, unplaced), nil
+	return m.plan(m.denseRows(cells), false, unplaced), nil
 }
 
 // cost is an arc or path cost, ordered lexicographically: pen counts
@@ -185,8 +185,10 @@ func newFlowNet(m *model) *flowNet {
 	f := make([]float64, 4*narcs)
 	n.u0, n.u1, n.f0, n.f1 = f[:0:narcs], f[narcs:narcs:2*narcs], f[2*narcs:3*narcs], f[3*narcs:]
 	rtt := make([]float64, ns*nr)
-	for _, p := range m.pairs {
-		rtt[int(p.site)*nr+int(p.reg)] = math.Float64frombits(p.rtt)
+	for s, site := range m.sites {
+		for i := site.r0; i < site.r1; i++ {
+			rtt[s*nr+int(m.reach[i])] = math.Float64frombits(m.rtt[i])
+		}
 	}
 	count := make([]int32, nr+1)
 	for s, site := range m.sites {
@@ -642,7 +644,7 @@ func (n *flowNet) cells() ([]cell, []float64) {
 		row := cells[s*nr : (s+1)*nr]
 		m.label(row, s, 1, x)
 		if rem > dustEps {
-			m.spread(row, s, rem)
+			m.spread(s, rem, func(_ int, r int32) *cell { return &row[r] })
 		}
 	}
 	return cells, unplaced

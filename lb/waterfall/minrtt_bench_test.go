@@ -2,19 +2,13 @@ package waterfall
 
 import "testing"
 
-// BenchmarkComputeMinRTT plans the world of BenchmarkCompute (80 sites × 40
-// regions × 3 zones), so that `go test -bench=Compute` measures both
-// planners in one run.
+// BenchmarkComputeMinRTT plans the worlds of BenchmarkCompute (benchSizes:
+// 80 sites × 40 regions × 3 zones, and 1,000 × 100 × 3), so that
+// `go test -bench=Compute` measures both planners in one run.
 func BenchmarkComputeMinRTT(b *testing.B) {
-	w := benchWorld()
-	cfg := DefaultConfig()
-	b.ReportAllocs()
-	var p *Plan
-	for b.Loop() {
-		var err error
-		if p, err = ComputeMinRTT(w, cfg); err != nil {
-			b.Fatal(err)
-		}
+	for _, sz := range benchSizes {
+		b.Run(benchName(sz.sites, sz.regions, sz.zones), func(b *testing.B) {
+			benchPlanner(b, benchWorldOf(sz.sites, sz.regions, sz.zones), ComputeMinRTT)
+		})
 	}
-	reportMeanRTT(b, w, p)
 }

@@ -25,7 +25,12 @@ func (c Config) Validate() error {
 // of the bad value (regions[1].groups[0].healthy, sites[2].rtt["us-east"]),
 // wrapped in ErrInvalidWorld. RTT entries for regions that are not in the
 // World are ignored, not checked.
-func validate(w World) error {
+func validate(w World) error { return validateWorld(w, true) }
+
+// validateWorld is validate; with rtt false it skips the RTT values, which
+// newModel checks as it reads them (and then calls validate for the
+// messages).
+func validateWorld(w World, rtt bool) error {
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf(format, args...))
@@ -76,6 +81,9 @@ func validate(w World) error {
 		if !finite(s.Demand) {
 			bad("sites[%d].demand: must be finite and >= 0, got %v", i, s.Demand)
 		}
+		if !rtt {
+			continue
+		}
 		// Range over the map (cheaper than a lookup per region) and sort
 		// only the rare bad entries, so messages come out in a fixed order.
 		var badRTT []string
@@ -112,9 +120,10 @@ type model struct {
 	// reach holds every site's reachable regions, nearest first (ascending
 	// RTT, ties by region index = name): site s owns reach[s.r0:s.r1].
 	reach []int32
-	// pairs holds every (site, region) reachability, in the global waterfall
-	// order of rule 4: ascending RTT, ties by site name, then region name.
-	pairs []pair
+	// rtt holds the RTT to reach[i] as math.Float64bits: for finite
+	// numbers >= 0 the bits order like the numbers, and integers compare
+	// faster.
+	rtt []uint64
 	// lambda is the rule 6 overload factor, >= 1.
 	lambda float64
 }
@@ -140,22 +149,16 @@ type mSite struct {
 	r0, r1 int32
 }
 
-type pair struct {
-	// rtt is math.Float64bits of the RTT: for finite numbers >= 0 the
-	// bits order like the numbers, and integers compare faster.
-	rtt  uint64
-	site int32
-	reg  int32
-}
-
 // newModel validates cfg and w and indexes w. Its result depends only on the
 // contents of w, not on the order of its slices.
 func newModel(w World, cfg Config) (*model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if err := validate(w); err != nil {
-		return nil, err
+	// The RTT values are checked while they are read, below; an error
+	// comes from validate, so that it names every bad value in input order.
+	if validateWorld(w, false) != nil {
+		return nil, validate(w)
 	}
 	m := &model{
 		regions: make([]mRegion, len(w.Regions)),
@@ -202,48 +205,53 @@ func newModel(w World, cfg Config) (*model, error) {
 		}
 	}
 
-	// Sites by name, and every (site, region) pair the site reaches.
+	// Sites by name, each with the regions it reaches in its own order:
+	// one small sort per site rather than one sort of every pair.
 	sites := make([]*Site, len(w.Sites))
 	for i := range w.Sites {
 		sites[i] = &w.Sites[i]
 	}
 	slices.SortFunc(sites, func(a, b *Site) int { return strings.Compare(a.Name, b.Name) })
-	m.pairs = make([]pair, 0, len(sites)*len(regs))
-	reached := make([]bool, len(regs)) // reached by a site with demand
-	for si, s := range sites {
-		m.sites[si] = mSite{name: s.Name, demand: s.Demand}
-		if len(s.RTT) == 0 {
-			continue
+	npairs := 0
+	for _, s := range sites {
+		if len(s.RTT) > 0 {
+			npairs += min(len(s.RTT), len(regs))
 		}
-		for ri := range m.regions {
-			if rtt, ok := s.RTT[m.regions[ri].name]; ok {
-				m.pairs = append(m.pairs, pair{rtt: math.Float64bits(rtt), site: int32(si), reg: int32(ri)})
+	}
+	m.reach = make([]int32, 0, npairs)
+	m.rtt = make([]uint64, 0, npairs)
+	reached := make([]bool, len(regs)) // reached by a site with demand
+	o := newSiteOrder(len(regs))
+	names := make([]string, len(regs))
+	for ri, r := range regs {
+		names[ri] = r.Name
+	}
+	index := newRegionIndex(names)
+	badRTT := false
+	for si, s := range sites {
+		m.sites[si] = mSite{name: s.Name, demand: s.Demand, r0: int32(len(m.reach))}
+		if len(s.RTT) > 0 {
+			o.reset()
+			// The map's order does not matter: siteOrder sorts ties by
+			// region index whatever order it is given them in.
+			for name, rtt := range s.RTT {
+				ri := index.lookup(name)
+				if ri < 0 {
+					continue
+				}
+				badRTT = badRTT || !finite(rtt)
+				o.add(ri, math.Float64bits(rtt))
 				if s.Demand > 0 {
 					reached[ri] = true
 				}
 			}
+			m.reach, m.rtt = o.appendSorted(m.reach, m.rtt)
 		}
+		m.sites[si].r1 = int32(len(m.reach))
 	}
-	// Pairs were appended in (site, region) order; a stable sort by RTT
-	// completes the order of rule 4.
-	m.pairs = sortByRTT(m.pairs, make([]pair, len(m.pairs)))
-
-	// Per-site region order: a counting sort of pairs by site keeps each
-	// site's regions in (RTT, region name) order.
-	for _, p := range m.pairs {
-		m.sites[p.site].r1++
-	}
-	var off int32
-	for i := range m.sites {
-		n := m.sites[i].r1
-		m.sites[i].r0, m.sites[i].r1 = off, off
-		off += n
-	}
-	m.reach = make([]int32, len(m.pairs))
-	for _, p := range m.pairs {
-		s := &m.sites[p.site]
-		m.reach[s.r1] = p.reg
-		s.r1++
+	if badRTT {
+		// Name every bad value, in input order, as validate does.
+		return nil, validate(w)
 	}
 
 	// Rule 6. Sums run in name order, so λ does not depend on input order.
@@ -261,38 +269,6 @@ func newModel(w World, cfg Config) (*model, error) {
 		m.lambda = demand / capacity
 	}
 	return m, nil
-}
-
-// sortByRTT sorts ps by rtt, keeping equal keys in their order, and returns
-// the sorted slice, which is ps or tmp (len(tmp) == len(ps)). It is an LSD
-// radix sort over the key's 8 bytes that skips bytes every key shares; on
-// BenchmarkCompute it took 40% off the time of slices.SortFunc on
-// (rtt, site, region).
-func sortByRTT(ps, tmp []pair) []pair {
-	if len(ps) < 2 {
-		return ps
-	}
-	for shift := 0; shift < 64; shift += 8 {
-		var count [256]int
-		for _, p := range ps {
-			count[byte(p.rtt>>shift)]++
-		}
-		if count[byte(ps[0].rtt>>shift)] == len(ps) {
-			continue
-		}
-		sum := 0
-		for i, c := range count {
-			count[i] = sum
-			sum += c
-		}
-		for _, p := range ps {
-			b := byte(p.rtt >> shift)
-			tmp[count[b]] = p
-			count[b]++
-		}
-		ps, tmp = tmp, ps
-	}
-	return ps
 }
 
 // keepFactor is rule 5: the fraction of the demand reaching a region with

@@ -36,8 +36,8 @@ func Compute(w World, cfg Config) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	cells, unplaced := m.waterfall()
-	return m.plan(cells, unplaced), nil
+	rows, unplaced := m.waterfall()
+	return m.plan(rows, true, unplaced), nil
 }
 
 // cell is the demand one site sends to one region (or, for a site without
@@ -100,9 +100,11 @@ func (w *walker) step(c *cell, ci int, room, keep, dust float64) float64 {
 	return t
 }
 
-// waterfall runs rules 4–6 over the model and returns the site×region cells
-// (index site·len(regions)+region) and each site's unplaced demand. Cells of
-// sites without demand hold their idle row (fractions summing to 1).
+// waterfall runs rules 4–6 over the model and returns each site's cells and
+// its unplaced demand. rows[s][i] is the cell of site s's i-th region in its
+// order (siteReach); a row holds only the regions its walk visited, a
+// prefix of the site's order. Cells of sites without demand hold their idle
+// row (fractions summing to 1).
 //
 // Pass 1 walks the (site, region) pairs in the global order of rule 4; each
 // site still holding demand places min(keep·remaining, room) in the region,
@@ -113,9 +115,25 @@ func (w *walker) step(c *cell, ci int, room, keep, dust float64) float64 {
 // (only when a site reaches some regions but not all) above λ·capacity in
 // the regions the site reaches, in proportion to their capacity, and
 // reports demand of sites that reach no capacity as unplaced.
-func (m *model) waterfall() ([]cell, []float64) {
+func (m *model) waterfall() ([][]cell, []float64) {
 	nr := len(m.regions)
-	cells := make([]cell, len(m.sites)*nr)
+	// Most sites stop at their first or second region: each row starts in a
+	// shared arena with room for two, and append moves the few that walk
+	// farther.
+	const rowCap = 2
+	arena := make([]cell, rowCap*len(m.sites))
+	rows := make([][]cell, len(m.sites))
+	for s := range rows {
+		rows[s] = arena[rowCap*s : rowCap*s : rowCap*(s+1)]
+	}
+	// fullRow makes site s's row as long as its order.
+	fullRow := func(s int) []cell {
+		n := int(m.sites[s].r1 - m.sites[s].r0)
+		if k := n - len(rows[s]); k > 0 {
+			rows[s] = append(rows[s], make([]cell, k)...)
+		}
+		return rows[s]
+	}
 	unplaced := make([]float64, len(m.sites))
 	room := make([]float64, nr)
 	eps := make([]float64, nr)
@@ -134,20 +152,30 @@ func (m *model) waterfall() ([]cell, []float64) {
 		return room[r]
 	}
 
-	// walk runs one pass over the pairs; with health set, unhealthy regions
-	// keep only their keep factor of what reaches them.
+	// walk runs one pass over the pairs of the sites still holding demand,
+	// in the global order (pairQueue); with health set, unhealthy regions
+	// keep only their keep factor of what reaches them. A site leaves the
+	// queue as soon as its demand is placed, so its farther regions are
+	// never visited.
+	q := pairQueue{m: m, cur: make([]int32, len(m.sites)), h: make([]queued, 0, len(m.sites))}
 	walk := func(health bool) {
-		for _, p := range m.pairs {
-			w := &walkers[p.site]
-			if w.remaining() <= 0 {
-				continue
+		q.start(func(s int) bool { return walkers[s].remaining() > 0 })
+		for {
+			s, r, ok := q.next()
+			if !ok {
+				return
 			}
+			w := &walkers[s]
 			keep := 1.0
 			if health {
-				keep = m.regions[p.reg].keep
+				keep = m.regions[r].keep
 			}
-			ci := int(p.site)*nr + int(p.reg)
-			room[p.reg] -= w.step(&cells[ci], ci, roomOf(p.reg), keep, dustEps*m.sites[p.site].demand)
+			i := int(q.cur[s] - m.sites[s].r0)
+			if i == len(rows[s]) {
+				rows[s] = append(rows[s], cell{})
+			}
+			room[r] -= w.step(&rows[s][i], i, roomOf(r), keep, dustEps*m.sites[s].demand)
+			q.advance(w.remaining() <= 0)
 		}
 	}
 	// Pass 1: the waterfall with preemptive spill.
@@ -166,11 +194,12 @@ func (m *model) waterfall() ([]cell, []float64) {
 		}
 		if w.last >= 0 && rem <= residueEps*m.sites[s].demand {
 			for i, v := range w.left {
-				cells[w.last][i] += v
+				rows[s][w.last][i] += v
 			}
 			continue
 		}
-		if !m.spread(cells[s*nr:(s+1)*nr], s, rem) {
+		row := fullRow(s)
+		if !m.spread(s, rem, func(i int, _ int32) *cell { return &row[i] }) {
 			unplaced[s] = rem
 		}
 	}
@@ -180,10 +209,10 @@ func (m *model) waterfall() ([]cell, []float64) {
 		if site.demand > 0 {
 			continue
 		}
-		row := cells[s*nr : (s+1)*nr]
+		row := fullRow(s)
 		w := walker{left: [...]float64{1, 0, 0}, last: -1}
 		for _, health := range []bool{true, false} {
-			for _, r := range m.siteReach(s) {
+			for i, r := range m.siteReach(s) {
 				free := 0.0
 				if roomOf(r) > 0 {
 					free = math.Inf(1) // a small demand takes no room
@@ -192,20 +221,21 @@ func (m *model) waterfall() ([]cell, []float64) {
 				if health {
 					keep = m.regions[r].keep
 				}
-				w.step(&row[r], int(r), free, keep, dustEps)
+				w.step(&row[i], i, free, keep, dustEps)
 			}
 		}
 		if rem := w.remaining(); rem > 0 {
-			m.spread(row, s, rem)
+			m.spread(s, rem, func(i int, _ int32) *cell { return &row[i] })
 		}
 	}
-	return cells, unplaced
+	return rows, unplaced
 }
 
-// spread adds amount to row (site s's cells) as Overload, over the regions s
-// reaches in proportion to their capacity. It reports false, adding nothing,
-// when s reaches no capacity.
-func (m *model) spread(row []cell, s int, amount float64) bool {
+// spread adds amount to site s's cells as Overload, over the regions s
+// reaches in proportion to their capacity; at returns the cell of the site's
+// i-th region r. It reports false, adding nothing, when s reaches no
+// capacity.
+func (m *model) spread(s int, amount float64, at func(i int, r int32) *cell) bool {
 	var total float64
 	for _, r := range m.siteReach(s) {
 		total += m.regions[r].capacity
@@ -213,9 +243,9 @@ func (m *model) spread(row []cell, s int, amount float64) bool {
 	if total <= 0 {
 		return false
 	}
-	for _, r := range m.siteReach(s) {
+	for i, r := range m.siteReach(s) {
 		if c := m.regions[r].capacity; c > 0 {
-			row[r][ReasonOverload] += amount * (c / total)
+			at(i, r)[ReasonOverload] += amount * (c / total)
 		}
 	}
 	return true
@@ -224,8 +254,10 @@ func (m *model) spread(row []cell, s int, amount float64) bool {
 // plan turns site×region cells into a Plan: it splits each cell over the
 // region's groups in proportion to capacity (rule 2), names each flow's
 // Reason, and sums the loads. Only plan and split know how a region's share
-// becomes group flows.
-func (m *model) plan(cells []cell, unplaced []float64) *Plan {
+// becomes group flows. With byPos, rows[s][i] is the cell of site s's i-th
+// region in its order and a row may stop short of the site's last region;
+// without, rows[s][r] is the cell of region r (denseRows).
+func (m *model) plan(rows [][]cell, byPos bool, unplaced []float64) *Plan {
 	nr := len(m.regions)
 	p := &Plan{
 		Regions: make([]RegionLoad, nr),
@@ -244,10 +276,24 @@ func (m *model) plan(cells []cell, unplaced []float64) *Plan {
 		names[i] = m.regions[r].name
 	}
 
+	// visited returns the regions of site s's row.
+	visited := func(s int) []int32 {
+		if !byPos {
+			return m.siteReach(s)
+		}
+		r0 := m.sites[s].r0
+		return m.reach[r0 : r0+int32(len(rows[s]))]
+	}
+	cellOf := func(s, i int, r int32) *cell {
+		if byPos {
+			return &rows[s][i]
+		}
+		return &rows[s][r]
+	}
 	var nflows, nidle int
 	for s, site := range m.sites {
-		for _, r := range m.siteReach(s) {
-			if cells[s*nr+int(r)].total() > 0 {
+		for i, r := range visited(s) {
+			if cellOf(s, i, r).total() > 0 {
 				if n := int(m.regions[r].active); site.demand > 0 {
 					nflows += n
 				} else {
@@ -264,8 +310,8 @@ func (m *model) plan(cells []cell, unplaced []float64) *Plan {
 	for s, site := range m.sites {
 		r0, r1 := m.sites[s].r0, m.sites[s].r1
 		p.Sites[s] = SiteLoad{Name: site.name, Demand: site.demand, Unplaced: unplaced[s], Regions: names[r0:r1:r1]}
-		for _, r := range m.siteReach(s) {
-			c := &cells[s*nr+int(r)]
+		for i, r := range visited(s) {
+			c := cellOf(s, i, r)
 			tot := c.total()
 			if tot <= 0 {
 				continue
@@ -287,6 +333,17 @@ func (m *model) plan(cells []cell, unplaced []float64) *Plan {
 		}
 	}
 	return p
+}
+
+// denseRows returns the rows of site×region cells (index
+// site·len(regions)+region) for plan without byPos.
+func (m *model) denseRows(cells []cell) [][]cell {
+	nr := len(m.regions)
+	rows := make([][]cell, len(m.sites))
+	for s := range rows {
+		rows[s] = cells[s*nr : (s+1)*nr]
+	}
+	return rows
 }
 
 // split calls emit for each group of region r with capacity, in name order,
