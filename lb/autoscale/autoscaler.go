@@ -195,10 +195,15 @@ func (a *Autoscaler) Tick(now time.Time, s Sample) Decision {
 	if active {
 		a.lastActive = now
 	}
+	// A tuned limit lies in [1, MaxConcurrencyPerInstance] (ACT's own
+	// range); anything else — none (0), NaN or a value out of range from a
+	// gfe's gossip — is held to it, so no gossiped ACT can ask for more
+	// instances than the drivers' floor of one request per instance.
 	act := s.ACT
-	if act <= 0 {
+	if !(act > 0) || act > float64(c.MaxConcurrencyPerInstance) {
 		act = float64(c.MaxConcurrencyPerInstance)
 	}
+	act = max(act, 1)
 	nCPU, nConc, nACT := a.needs(act)
 	d := Decision{Drivers: Drivers{CPU: ceil(nCPU), Concurrency: ceil(nConc), ACT: ceil(nACT)}}
 	// Ties (within eps, so that float noise does not flip the driver from

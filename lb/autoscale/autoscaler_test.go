@@ -1,6 +1,7 @@
 package autoscale
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -111,6 +112,11 @@ func TestACTDriver(t *testing.T) {
 		{"ACT at the maximum", 0, 5, DriverCPU}, // ties: cpu first (cpu 5, concurrency 5, act 5)
 		{"ACT 5 of 10", 5, 10, DriverACT},       // 30 / 5 / 0.6
 		{"ACT 4 of 10", 4, 13, DriverACT},       // 12.5 ⇒ 13
+		// What a lying gfe may gossip is held to ACT's own range [1, 10].
+		{"ACT NaN", math.NaN(), 5, DriverCPU},
+		{"ACT +Inf", math.Inf(1), 5, DriverCPU},
+		{"ACT above the maximum", 1e9, 5, DriverCPU},
+		{"ACT below one", 1e-300, 50, DriverACT}, // as ACT 1: 30 / 1 / 0.6
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			now := t0
