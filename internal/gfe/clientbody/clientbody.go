@@ -198,9 +198,13 @@ func (b *Body) Read(p []byte) (int, error) {
 		b.timer.Reset(b.idle)
 	}
 	n, err := b.rc.Read(p)
-	b.lastRead.Store(time.Now().UnixNano())
-	if err == io.EOF {
-		b.eof.Store(true)
+	if !b.routeAt.IsZero() {
+		// Only justRead reads these, and only under a watched route
+		// timeout: an unwatched body pays no clock read per Read.
+		b.lastRead.Store(time.Now().UnixNano())
+		if err == io.EOF {
+			b.eof.Store(true)
+		}
 	}
 	b.mu.Lock()
 	if b.timer != nil {
