@@ -31,8 +31,8 @@ import (
 // name>, so a gfe's certificate names only that gfe and a control plane's
 // only that replica.
 
-// NamesNode reports whether one of ids is the node name node.
-func NamesNode(ids []string, node string) bool {
+// namesNode reports whether one of ids is the node name node.
+func namesNode(ids []string, node string) bool {
 	return node != "" && slices.ContainsFunc(ids, func(id string) bool { return strings.EqualFold(id, node) })
 }
 
@@ -127,7 +127,7 @@ func (s *GossipSealer) Seal(msg []byte) (chain [][]byte, sig []byte, err error) 
 	if err != nil {
 		return nil, nil, fmt.Errorf("gossip seals: %s: %w", files.Cert, err)
 	}
-	if ids := Identities(leaf); !NamesNode(ids, s.node) {
+	if ids := Identities(leaf); !namesNode(ids, s.node) {
 		return nil, nil, fmt.Errorf("gossip seals: certificate %s names %q, not this node %q: peers would refuse its gossip states; "+
 			"issue it with the node name as CN or SAN", files.Cert, ids, s.node)
 	}
@@ -232,7 +232,7 @@ func (v *GossipVerifier) Verify(node string, chain [][]byte, msg, sig []byte) er
 	if err != nil {
 		return err
 	}
-	if !NamesNode(vc.ids, node) {
+	if !namesNode(vc.ids, node) {
 		return fmt.Errorf("certificate %q does not name node %q", vc.ids, node)
 	}
 	algo, err := sealAlgorithm(vc.leaf.PublicKey)
