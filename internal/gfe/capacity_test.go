@@ -1,7 +1,6 @@
 package gfe
 
 import (
-	"bytes"
 	"io"
 	"net"
 	"net/http"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 
 	"github.com/spillway-lb/spillway/config"
 )
@@ -30,17 +28,10 @@ func resetBatch(t *testing.T, src netip.Addr, addr string, n int, ready func() b
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(lnTestTimeout))
-	io.WriteString(c, http2.ClientPreface)
-	fr := http2.NewFramer(c, c)
-	fr.WriteSettings()
-	var block bytes.Buffer
-	enc := hpack.NewEncoder(&block)
-	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "x"}, {":path", "/reset"}} {
-		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-	}
+	fr := h2cHandshake(c)
+	block := headerBlock([][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "x"}, {":path", "/reset"}})
 	for i := range n {
-		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: uint32(2*i + 1), BlockFragment: block.Bytes(), EndStream: true, EndHeaders: true})
+		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: uint32(2*i + 1), BlockFragment: block, EndStream: true, EndHeaders: true})
 	}
 	// The gfe's SETTINGS and our ack come first; the frames read here are
 	// its SETTINGS, its ack of ours, and nothing else while streams wait.

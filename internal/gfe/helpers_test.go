@@ -156,15 +156,7 @@ type httpBackend struct {
 func newHTTPBackend(t *testing.T, name string) *httpBackend {
 	t.Helper()
 	b := &httpBackend{name: name, release: make(chan struct{})}
-	b.srv = httptest.NewUnstartedServer(http.HandlerFunc(b.serve))
-	b.srv.Config.Protocols = new(http.Protocols)
-	b.srv.Config.Protocols.SetHTTP1(true)
-	b.srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	b.srv.Start()
-	t.Cleanup(func() {
-		b.srv.CloseClientConnections()
-		b.srv.Close()
-	})
+	b.srv = startH2CBackend(t, http.HandlerFunc(b.serve))
 	return b
 }
 
@@ -458,5 +450,88 @@ func h2cStatus(t *testing.T, fr *http2.Framer, what string) int {
 				t.Fatalf("%s: connection closed: %v", what, f.ErrCode)
 			}
 		}
+	}
+}
+
+// headerBlock returns fields (name, value) HPACK-encoded, in order.
+func headerBlock(fields [][2]string) []byte {
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range fields {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	return block.Bytes()
+}
+
+// startH2CBackend starts an unencrypted test server of h that speaks both
+// HTTP/1.1 and h2c, closed (with its client connections) when the test
+// ends.
+func startH2CBackend(t *testing.T, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	return srv
+}
+
+// h2cHandshake sets c's deadline, sends the h2c client preface and an
+// empty SETTINGS on it, and returns its framer.
+func h2cHandshake(c net.Conn) *http2.Framer {
+	c.SetDeadline(time.Now().Add(lnTestTimeout))
+	io.WriteString(c, http2.ClientPreface)
+	fr := http2.NewFramer(c, c)
+	fr.WriteSettings()
+	return fr
+}
+
+// checkBackendsSpared fails the test unless service web of e has no
+// backend ejected or in an outlier run, no failures, and no backend errors
+// counted; after says what came before, in failures.
+func checkBackendsSpared(t *testing.T, e *runningEdge, clk *clock.Fake, after string) {
+	t.Helper()
+	svc := e.Table().Services["web"]
+	for _, h := range svc.Outliers().Snapshot(clk.Now()) {
+		if h.Ejected || h.Consecutive5xx != 0 || h.ConsecutiveConnectFailures != 0 {
+			t.Errorf("%s, backend %s: ejected %v, runs of %d 5xx and %d connect failures; want none", after, h.Name, h.Ejected, h.Consecutive5xx, h.ConsecutiveConnectFailures)
+		}
+	}
+	if got := svc.Meters().Failures.Load(); got != 0 {
+		t.Errorf("service failures = %d, want 0", got)
+	}
+	if got := counterValue(t, e.reg, "spillway_gfe_backend_errors_total", ""); got != 0 {
+		t.Errorf("backend errors = %v, want 0", got)
+	}
+}
+
+// checkShareAfter sends 10 GET /after to the gfe at addr and fails the
+// test unless each of b1 and b2 got 5; what names what came before, in
+// failures.
+func checkShareAfter(t *testing.T, addr string, b1, b2 *pathBackend, what string) {
+	t.Helper()
+	cl := &http.Client{Timeout: lnTestTimeout}
+	for range 10 {
+		resp, err := cl.Get("http://" + addr + "/after")
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("GET after %s: %v %v", what, resp, err)
+		}
+		resp.Body.Close()
+	}
+	if b1.count("/after") != 5 || b2.count("/after") != 5 {
+		t.Errorf("after %s the backends got %d and %d of 10 requests, want 5 and 5", what, b1.count("/after"), b2.count("/after"))
+	}
+}
+
+// writeEastInstances writes to b the regions section of a config: one
+// region us-east, zone us-east-b, group east of instances at addrs.
+func writeEastInstances(b *strings.Builder, addrs []string) {
+	b.WriteString("regions:\n  - name: us-east\n    zones:\n      - name: us-east-b\n        groups:\n          - name: east\n            instances:\n")
+	for _, a := range addrs {
+		fmt.Fprintf(b, "              - address: %s\n", a)
 	}
 }

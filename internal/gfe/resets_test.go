@@ -1,7 +1,6 @@
 package gfe
 
 import (
-	"bytes"
 	"io"
 	"net"
 	"net/http"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gfe/listeners"
@@ -30,7 +28,7 @@ type resetBackend struct {
 func newResetBackend(t *testing.T) *resetBackend {
 	t.Helper()
 	b := &resetBackend{}
-	b.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b.srv = startH2CBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/hold" {
 			io.WriteString(w, "ok")
 			return
@@ -38,14 +36,6 @@ func newResetBackend(t *testing.T) *resetBackend {
 		b.arrived.Add(1)
 		<-r.Context().Done()
 	}))
-	b.srv.Config.Protocols = new(http.Protocols)
-	b.srv.Config.Protocols.SetHTTP1(true)
-	b.srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	b.srv.Start()
-	t.Cleanup(func() {
-		b.srv.CloseClientConnections()
-		b.srv.Close()
-	})
 	return b
 }
 
@@ -70,15 +60,8 @@ func dialResetConn(t *testing.T, addr, src string) *resetConn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	c.SetDeadline(time.Now().Add(lnTestTimeout))
-	var block bytes.Buffer
-	enc := hpack.NewEncoder(&block)
-	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "x"}, {":path", "/hold"}} {
-		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-	}
-	rc := &resetConn{c: c, fr: http2.NewFramer(c, c), block: block.Bytes(), closed: make(chan struct{})}
-	io.WriteString(c, http2.ClientPreface)
-	rc.fr.WriteSettings()
+	block := headerBlock([][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "x"}, {":path", "/hold"}})
+	rc := &resetConn{c: c, fr: h2cHandshake(c), block: block, closed: make(chan struct{})}
 	go func() {
 		defer close(rc.closed)
 		for {

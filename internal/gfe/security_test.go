@@ -45,7 +45,7 @@ type pathBackend struct {
 func newPathBackend(t *testing.T) *pathBackend {
 	t.Helper()
 	b := &pathBackend{hits: map[string]int{}}
-	b.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b.srv = startH2CBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b.all.Add(1)
 		b.mu.Lock()
 		b.hits[r.URL.Path]++
@@ -57,14 +57,6 @@ func newPathBackend(t *testing.T) *pathBackend {
 		}
 		fmt.Fprint(w, n)
 	}))
-	b.srv.Config.Protocols = new(http.Protocols)
-	b.srv.Config.Protocols.SetHTTP1(true)
-	b.srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	b.srv.Start()
-	t.Cleanup(func() {
-		b.srv.CloseClientConnections()
-		b.srv.Close()
-	})
 	return b
 }
 
@@ -81,10 +73,7 @@ func (b *pathBackend) count(path string) int {
 func outlierConfig(t *testing.T, addrs ...string) *config.Config {
 	t.Helper()
 	var b strings.Builder
-	b.WriteString("regions:\n  - name: us-east\n    zones:\n      - name: us-east-b\n        groups:\n          - name: east\n            instances:\n")
-	for _, a := range addrs {
-		fmt.Fprintf(&b, "              - address: %s\n", a)
-	}
+	writeEastInstances(&b, addrs)
 	b.WriteString(`services:
   - name: web
     policy: round_robin
@@ -172,33 +161,12 @@ func TestClientBodyFailuresSpareBackends(t *testing.T) {
 		}
 	}
 
-	svc := e.Table().Services["web"]
-	for _, h := range svc.Outliers().Snapshot(clk.Now()) {
-		if h.Ejected || h.Consecutive5xx != 0 || h.ConsecutiveConnectFailures != 0 {
-			t.Errorf("after 20 client failures, backend %s: ejected %v, runs of %d 5xx and %d connect failures; want none", h.Name, h.Ejected, h.Consecutive5xx, h.ConsecutiveConnectFailures)
-		}
-	}
-	if got := svc.Meters().Failures.Load(); got != 0 {
-		t.Errorf("service failures = %d, want 0", got)
-	}
-	if got := counterValue(t, e.reg, "spillway_gfe_backend_errors_total", ""); got != 0 {
-		t.Errorf("backend errors = %v, want 0", got)
-	}
+	checkBackendsSpared(t, e, clk, "after 20 client failures")
 	if got := counterValue(t, e.reg, "spillway_gfe_client_errors_total", "bad_body") + counterValue(t, e.reg, "spillway_gfe_client_errors_total", "body_timeout"); got != 20 {
 		t.Errorf("client errors = %v, want 20", got)
 	}
 	// Both backends still get their share.
-	cl := &http.Client{Timeout: lnTestTimeout}
-	for range 10 {
-		resp, err := cl.Get("http://" + addr + "/after")
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("GET after the attack: %v %v", resp, err)
-		}
-		resp.Body.Close()
-	}
-	if b1.count("/after") != 5 || b2.count("/after") != 5 {
-		t.Errorf("after the attack the backends got %d and %d of 10 requests, want 5 and 5", b1.count("/after"), b2.count("/after"))
-	}
+	checkShareAfter(t, addr, b1, b2, "the attack")
 }
 
 // counterValue returns the value of counter name summed over its series
@@ -363,16 +331,9 @@ func TestStalledHTTP2BodySparesBackends(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(lnTestTimeout))
-	io.WriteString(c, http2.ClientPreface)
-	fr := http2.NewFramer(c, c)
-	fr.WriteSettings()
-	var block bytes.Buffer
-	enc := hpack.NewEncoder(&block)
-	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "x"}, {":path", "/stalled"}, {"content-length", "100"}} {
-		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-	}
-	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndHeaders: true})
+	fr := h2cHandshake(c)
+	block := headerBlock([][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "x"}, {":path", "/stalled"}, {"content-length", "100"}})
+	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block, EndHeaders: true})
 	fr.WriteData(1, false, []byte("0123456789"))
 
 	status := make(chan string, 1)

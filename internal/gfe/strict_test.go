@@ -239,13 +239,3 @@ func TestHTTP2RequestsAsStrict(t *testing.T) {
 		}
 	}
 }
-
-// headerBlock returns fields (name, value) HPACK-encoded, in order.
-func headerBlock(fields [][2]string) []byte {
-	var block bytes.Buffer
-	enc := hpack.NewEncoder(&block)
-	for _, f := range fields {
-		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-	}
-	return block.Bytes()
-}

@@ -2,7 +2,6 @@ package gfe
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -36,10 +35,7 @@ const uploadRouteTimeout = time.Second
 func slowUploadConfig(t *testing.T, addrs ...string) *config.Config {
 	t.Helper()
 	var b strings.Builder
-	b.WriteString("regions:\n  - name: us-east\n    zones:\n      - name: us-east-b\n        groups:\n          - name: east\n            instances:\n")
-	for _, a := range addrs {
-		fmt.Fprintf(&b, "              - address: %s\n", a)
-	}
+	writeEastInstances(&b, addrs)
 	fmt.Fprintf(&b, `services:
   - name: web
     policy: round_robin
@@ -144,13 +140,9 @@ func trickleH2C(addr string) (string, error) {
 		return f()
 	}
 	write(func() error { return fr.WriteSettings() })
-	var block bytes.Buffer
-	enc := hpack.NewEncoder(&block)
-	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "x"}, {":path", "/upload"}, {"content-length", strconv.Itoa(trickleLen)}} {
-		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-	}
+	block := headerBlock([][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "x"}, {":path", "/upload"}, {"content-length", strconv.Itoa(trickleLen)}})
 	write(func() error {
-		return fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndHeaders: true})
+		return fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block, EndHeaders: true})
 	})
 	stop := make(chan struct{})
 	defer close(stop)
@@ -237,30 +229,9 @@ func TestSlowUploadPastRouteTimeoutSparesBackends(t *testing.T) {
 		})
 	}
 
-	svc := e.Table().Services["web"]
-	for _, h := range svc.Outliers().Snapshot(clk.Now()) {
-		if h.Ejected || h.Consecutive5xx != 0 || h.ConsecutiveConnectFailures != 0 {
-			t.Errorf("after %v slow uploads, backend %s: ejected %v, runs of %d 5xx and %d connect failures; want none", total, h.Name, h.Ejected, h.Consecutive5xx, h.ConsecutiveConnectFailures)
-		}
-	}
-	if got := svc.Meters().Failures.Load(); got != 0 {
-		t.Errorf("service failures = %d, want 0", got)
-	}
-	if got := counterValue(t, e.reg, "spillway_gfe_backend_errors_total", ""); got != 0 {
-		t.Errorf("backend errors = %v, want 0", got)
-	}
+	checkBackendsSpared(t, e, clk, fmt.Sprintf("after %v slow uploads", total))
 	if got := counterValue(t, e.reg, "spillway_gfe_client_errors_total", "body_timeout"); got != total {
 		t.Errorf("client errors body_timeout = %v, want %v", got, total)
 	}
-	cl := &http.Client{Timeout: lnTestTimeout}
-	for range 10 {
-		resp, err := cl.Get("http://" + addr + "/after")
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("GET after the slow uploads: %v %v", resp, err)
-		}
-		resp.Body.Close()
-	}
-	if b1.count("/after") != 5 || b2.count("/after") != 5 {
-		t.Errorf("after the slow uploads the backends got %d and %d of 10 requests, want 5 and 5", b1.count("/after"), b2.count("/after"))
-	}
+	checkShareAfter(t, addr, b1, b2, "the slow uploads")
 }
