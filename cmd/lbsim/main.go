@@ -4,6 +4,7 @@
 //	lbsim bench --scenario FILE [--json] [--series FILE.csv] [--policies LIST] [--steps N]
 //	lbsim autoscale --trace FILE [--json]
 //	lbsim autoscale-bench [--json]
+//	lbsim gossip --nodes N [--json]
 //
 // plan prints the steady-state flows of one policy (waterfall, min_rtt,
 // round_robin, least_request, hash2, hash3, hash5) from every site to every
@@ -32,6 +33,13 @@
 // overshoot, latency percentiles, requests failed and waited, time to
 // capacity, the post-panic dip and cold starts per 1,000 requests. It is a
 // deterministic simulation: no wall clock, the same rows everywhere.
+//
+// gossip starts N real gossip nodes in this process (package gossipbench:
+// the daemons' gossip configuration, state codec and seals, over an
+// in-memory network that counts bytes), publishes changes and kills a node,
+// and prints the spread of a change (p50, p99, p99.99), the bytes each node
+// sends per second (all, and state messages), and the time until every node
+// notices the dead one.
 //
 // Exit status: 0 on success, 1 when the plan cannot be computed, 2 for usage
 // errors and bad scenario files.
@@ -72,6 +80,8 @@ commands:
          lbsim autoscale --trace FILE [--json]
   autoscale-bench  the autoscaler scorecard: oracle, KPA and the Cloud Run rules alone and with the waterfall
          lbsim autoscale-bench [--json]
+  gossip  run N gossip nodes in this process: spread of a change, bytes per node, failure detection
+         lbsim gossip --nodes N [--json]
 
 Run "lbsim plan -h" or "lbsim bench -h" for the flags of a command,
 "lbsim --version" for the build.
@@ -92,6 +102,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runAutoscale(args[1:], stdout, stderr)
 	case "autoscale-bench":
 		return runAutoscaleBench(args[1:], stdout, stderr)
+	case "gossip":
+		return runGossip(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

@@ -24,11 +24,19 @@ func (d delegate) NotifyMsg(b []byte) { d.n.handleMessage(b) }
 
 // GetBroadcasts hands queued states (own and relayed) to a gossip round.
 func (d delegate) GetBroadcasts(overhead, limit int) [][]byte {
-	return d.n.queue.GetBroadcasts(overhead, limit)
+	out := d.n.queue.GetBroadcasts(overhead, limit)
+	for _, b := range out {
+		d.n.stateBytes.Add(uint64(len(b)))
+	}
+	return out
 }
 
 // LocalState is this node's full view, sent on join and push/pull.
-func (d delegate) LocalState(bool) []byte { return d.n.localView() }
+func (d delegate) LocalState(bool) []byte {
+	b := d.n.localView()
+	d.n.stateBytes.Add(uint64(len(b)))
+	return b
+}
 
 // MergeRemoteState merges another node's full view. memberlist merges the
 // membership first, so the sender's alive members are already known.

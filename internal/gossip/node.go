@@ -47,6 +47,12 @@ type Options struct {
 	// the others are refused, counted in Stats and logged. Nil: seals are
 	// not checked and every valid state is believed, as key holders alike.
 	Verifier Verifier
+	// Transport, when set, carries memberlist's packets and streams instead
+	// of the UDP and TCP sockets on Config.BindAddr and BindPort, which are
+	// then not bound (memberlist.Config.Transport). The gossip benchmark
+	// (package gossipbench) runs many nodes in one process over an
+	// in-memory one. Nil: real sockets, as the daemons use.
+	Transport memberlist.Transport
 }
 
 // Snapshot is one node's view of the cluster at an instant. A Snapshot is
@@ -105,6 +111,11 @@ type Stats struct {
 	// SendErrors counts direct sends that failed (the member is gone, or
 	// its TCP connection failed); gossip and push/pull still cover it.
 	SendErrors uint64
+	// StateBytes counts the bytes of this node's state messages handed to
+	// memberlist: direct sends, gossip broadcasts (own and relayed) and the
+	// push/pull payloads it served, before memberlist's framing and
+	// encryption.
+	StateBytes uint64
 	// Repairs counts membership gaps closed by joining a node known only
 	// from its state; RepairErrors the joins that failed (retried at the
 	// next repair round).
@@ -178,9 +189,10 @@ type Node struct {
 	onRefused func(NodeState, string)
 	// sealer and verifier are Options.Sealer and Options.Verifier; certs
 	// the chains verified so far, by fingerprint.
-	sealer   Sealer
-	verifier Verifier
-	certs    certCache
+	sealer    Sealer
+	verifier  Verifier
+	certs     certCache
+	transport memberlist.Transport
 	// refusalLog logs refused states, at most a few a minute (the
 	// counters have them all).
 	refusalLog zerolog.Logger
@@ -201,6 +213,7 @@ type Node struct {
 	pushPull     atomic.Uint64
 	sent         atomic.Uint64
 	sendErrs     atomic.Uint64
+	stateBytes   atomic.Uint64
 	repairs      atomic.Uint64
 	repairErrs   atomic.Uint64
 	departures   atomic.Uint64
@@ -272,6 +285,8 @@ func New(cfg Config, opts Options) (*Node, error) {
 		repaired: make(map[string]uint64),
 		sealer:   opts.Sealer,
 		verifier: opts.Verifier,
+
+		transport: opts.Transport,
 	}
 	n.refusalLog = n.log.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Minute})
 	if n.rand == nil {
@@ -300,6 +315,9 @@ func (n *Node) Run(ctx context.Context) error {
 	mc := n.cfg.memberlistConfig(n.keyring, logWriter{log: n.log})
 	mc.Delegate = delegate{n}
 	mc.Events = delegate{n}
+	if n.transport != nil {
+		mc.Transport = n.transport
+	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		return fmt.Errorf("gossip: start memberlist on %s:%d: %w", n.cfg.BindAddr, n.cfg.BindPort, err)
@@ -519,6 +537,7 @@ func (n *Node) Stats() Stats {
 		PushPulls:  n.pushPull.Load(),
 		Sent:       n.sent.Load(),
 		SendErrors: n.sendErrs.Load(),
+		StateBytes: n.stateBytes.Load(),
 
 		Repairs:      n.repairs.Load(),
 		RepairErrors: n.repairErrs.Load(),
@@ -530,3 +549,16 @@ func (n *Node) Stats() Stats {
 		StaleSeals:   n.staleSeals.Load(),
 	}
 }
+
+// StateFrameSize returns the size in bytes of this node's state as a
+// direct send or gossip carries it (the frame, with the seal but not its
+// chain), or 0 before the first Publish.
+func (n *Node) StateFrameSize() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.enc.lean)
+}
+
+// ViewSize returns the size in bytes of this node's push/pull payload:
+// every state it holds, with the seals' chains, as one frame.
+func (n *Node) ViewSize() int { return len(n.localView()) }

@@ -178,6 +178,7 @@ func (n *Node) sendTo(ml *memberlist.Memberlist, m *memberlist.Node, msg []byte)
 		return
 	}
 	n.sent.Add(1)
+	n.stateBytes.Add(uint64(len(msg)))
 }
 
 // ownEncoding is this node's state in every form it is sent in.

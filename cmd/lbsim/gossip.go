@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+
+	"github.com/spillway-lb/spillway/internal/gossip/gossipbench"
+)
+
+func runGossip(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("lbsim gossip", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	w := gossipbench.DefaultWorld()
+	var o gossipbench.Options
+	fs.IntVar(&o.Nodes, "nodes", 0, "`N` gossip nodes to run in this process (required, >= 3)")
+	fs.IntVar(&w.Services, "services", w.Services, "backend `services`: each node publishes a demand for each")
+	fs.IntVar(&w.Regions, "regions", w.Regions, "backend `regions`: each node publishes an RTT to each")
+	fs.IntVar(&w.LoadedGroups, "loaded-groups", w.LoadedGroups, "instance `groups` each node publishes its load on")
+	fs.StringVar(&o.Profile, "profile", "", "gossip timing `profile` (gossip.profile; default: what the daemons select)")
+	fs.BoolVar(&o.Unsealed, "unsealed", false, "do not seal states (daemons with TLS files seal them)")
+	fs.BoolVar(&o.Unencrypted, "unencrypted", false, "run without a gossip key (daemons beyond loopback must have one)")
+	fs.IntVar(&o.Changes, "changes", 10, "`changes` to publish, one at a time, to measure the spread")
+	fs.DurationVar(&o.PublishInterval, "publish-interval", 0, "every node also re-publishes a drifted state every `interval` during the window (0: only the changes)")
+	fs.DurationVar(&o.Window, "window", 60e9, "steady-state `window` over which bytes are counted")
+	fs.IntVar(&o.BusyCores, "busy-cores", 0, "run `k` busy loops (child processes) during the run")
+	fs.Uint64Var(&o.Seed, "seed", 1, "random `seed` of the states, publishers and victim")
+	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
+	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: lbsim gossip --nodes N [--json] [flags]")
+		fs.PrintDefaults()
+	}
+	usageErr, code, ok := parseArgs(fs, args, stderr)
+	if !ok {
+		return code
+	}
+	if o.Nodes < 3 {
+		return usageErr("--nodes: must be at least 3, got %d", o.Nodes)
+	}
+	o.World = w
+	if !*quiet {
+		o.Progress = stderr
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	res, err := gossipbench.Run(ctx, o)
+	if err != nil {
+		printErrAs(stderr, "lbsim gossip", err)
+		if res.Nodes == 0 {
+			return exitFail
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(res)
+	} else {
+		err = res.WriteTable(stdout)
+	}
+	if err != nil {
+		printErrAs(stderr, "lbsim gossip", fmt.Errorf("write output: %w", err))
+		return exitFail
+	}
+	return exitOK
+}

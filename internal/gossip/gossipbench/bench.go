@@ -1,0 +1,622 @@
+// Package gossipbench measures the gossip layer (package gossip) at scale:
+// N real memberlist nodes in one process, each a gossip.Node with the
+// daemons' own configuration (daemonflags.Gossip), state codec and seals,
+// talking over an in-memory network that counts every byte sent. It is
+// what `lbsim gossip` runs.
+//
+// Run starts the nodes (each publishing a gfe's state for a World), waits
+// until every node holds every member and every state, and then measures,
+// in a steady window:
+//   - spread: the time from Publish on one node until each other node's
+//     Snapshot holds the new version, over several changes;
+//   - bytes sent per node per second at the transport (memberlist's
+//     probes, gossip, push/pull and our direct sends, after encryption),
+//     and the part that is state messages (gossip.Stats.StateBytes);
+//   - false deaths: members declared dead while none was;
+//
+// and then kills one node (its network goes silent, as a crash would) and
+// measures the time until each other node's membership drops it.
+//
+// One process simulates all N nodes on this machine's cores, so every
+// figure is for N nodes sharing them: a real node has its own CPU, and
+// spreads and failure detection in a real deployment are no slower than
+// here (network latency aside: the in-memory network has none).
+package gossipbench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/spillway-lb/spillway/internal/daemonflags"
+	"github.com/spillway-lb/spillway/internal/devpki"
+	"github.com/spillway-lb/spillway/internal/gossip"
+	"github.com/spillway-lb/spillway/internal/mtls"
+)
+
+// Options say what to run. Zero fields take the defaults named on each.
+type Options struct {
+	// Nodes is the cluster size (required, at least 3).
+	Nodes int
+	// World is what each node's state describes. Zero: DefaultWorld.
+	World World
+	// Unsealed turns seals off. By default every node seals its states
+	// with its own certificate and verifies the others' seals, as daemons
+	// with TLS files do (mtls.GossipSeals; certificates from a throwaway
+	// CA, internal/devpki).
+	Unsealed bool
+	// Unencrypted turns the gossip key off. By default the cluster shares
+	// one AES-256 key, as any deployment beyond loopback must.
+	Unencrypted bool
+	// Profile is the gossip.Config profile; empty means what the
+	// daemons' configuration selects.
+	Profile string
+	// Changes is how many changes are published (one at a time, each at
+	// a random node) to measure the spread. Default 10.
+	Changes int
+	// PublishInterval, when > 0, makes every node publish a drifted
+	// state every PublishInterval during the window (spread evenly), the
+	// background traffic of gfes re-publishing their numbers. Zero: only
+	// the measured changes and what the gossip layer sends by itself
+	// (membership, seal refreshes, push/pull).
+	PublishInterval time.Duration
+	// Window is the steady-state window over which bytes are counted
+	// (the changes are published in it). Default 60s.
+	Window time.Duration
+	// BusyCores, when > 0, runs that many busy loops in child processes
+	// for the whole run, taking cores away from the nodes.
+	BusyCores int
+	// Timeout bounds the whole run. Default 20 minutes.
+	Timeout time.Duration
+	// Seed seeds the states and the choice of publishers and victim.
+	Seed uint64
+	// Progress, when set, receives a line per phase.
+	Progress io.Writer
+}
+
+// Result is what Run measured. Times are in seconds.
+type Result struct {
+	Nodes int `json:"nodes"`
+	// Spread quantiles over every (change, receiving node) pair.
+	SpreadP50   float64 `json:"spread_p50_s"`
+	SpreadP99   float64 `json:"spread_p99_s"`
+	SpreadP9999 float64 `json:"spread_p9999_s"`
+	SpreadMax   float64 `json:"spread_max_s"`
+	// SpreadSamples is changes × (nodes - 1); SpreadMissed the pairs
+	// that had not seen their change when the wait ended.
+	SpreadSamples int `json:"spread_samples"`
+	SpreadMissed  int `json:"spread_missed"`
+	// BytesPerNodePerS is every byte the nodes sent in the window (at
+	// the transport: packets and streams, after encryption), per node per
+	// second; StateBytesPerNodePerS the part that is our state messages
+	// (before memberlist's framing and encryption).
+	BytesPerNodePerS      float64 `json:"bytes_per_node_per_s"`
+	StateBytesPerNodePerS float64 `json:"state_bytes_per_node_per_s"`
+	// StateFrameBytes is the size of one node's state as a direct send
+	// carries it (frame, seal without chain); PushPullBytes one node's
+	// full view, as push/pull sends it.
+	StateFrameBytes int `json:"state_frame_bytes"`
+	PushPullBytes   int `json:"push_pull_bytes"`
+	// DeadDetected quantiles of the time from the kill until each other
+	// node's membership dropped the victim; DeadUndetected the nodes that
+	// still listed it when the wait ended.
+	DeadDetectedP50 float64 `json:"dead_detected_p50_s"`
+	DeadDetectedP99 float64 `json:"dead_detected_p99_s"`
+	DeadDetectedMax float64 `json:"dead_detected_max_s"`
+	DeadUndetected  int     `json:"dead_undetected"`
+	// FalseDeaths counts members declared dead or left during the window
+	// (nobody was killed); StartupFalseDeaths those while the cluster
+	// formed.
+	FalseDeaths        uint64 `json:"false_deaths"`
+	StartupFalseDeaths uint64 `json:"startup_false_deaths"`
+	// DroppedPackets counts packets lost to full receive queues.
+	DroppedPackets uint64 `json:"dropped_packets"`
+	// StartupS is the time until every node held every member and state;
+	// WindowS the steady window's length.
+	StartupS float64 `json:"startup_s"`
+	WindowS  float64 `json:"window_s"`
+
+	// What ran.
+	Sealed          bool    `json:"sealed"`
+	Encrypted       bool    `json:"encrypted"`
+	Profile         string  `json:"profile"`
+	Services        int     `json:"services"`
+	Regions         int     `json:"regions"`
+	LoadedGroups    int     `json:"loaded_groups"`
+	PublishInterval float64 `json:"publish_interval_s"`
+	BusyCores       int     `json:"busy_cores"`
+	// Config is the gossip timings the nodes ran with.
+	Config Timings `json:"config"`
+}
+
+// Timings are the gossip.Config fields that shape the figures.
+type Timings struct {
+	GossipInterval   float64 `json:"gossip_interval_s"`
+	GossipNodes      int     `json:"gossip_nodes"`
+	ProbeInterval    float64 `json:"probe_interval_s"`
+	ProbeTimeout     float64 `json:"probe_timeout_s"`
+	SuspicionMult    int     `json:"suspicion_mult"`
+	PushPullInterval float64 `json:"push_pull_interval_s"`
+	RejoinInterval   float64 `json:"rejoin_interval_s"`
+	SealMaxAge       float64 `json:"seal_max_age_s"`
+	UDPBufferSize    int     `json:"udp_buffer_size"`
+}
+
+func timings(c gossip.Config) Timings {
+	return Timings{
+		GossipInterval: c.GossipInterval.Seconds(), GossipNodes: c.GossipNodes,
+		ProbeInterval: c.ProbeInterval.Seconds(), ProbeTimeout: c.ProbeTimeout.Seconds(), SuspicionMult: c.SuspicionMult,
+		PushPullInterval: c.PushPullInterval.Seconds(), RejoinInterval: c.RejoinInterval.Seconds(),
+		SealMaxAge: c.SealMaxAge.Seconds(), UDPBufferSize: c.UDPBufferSize,
+	}
+}
+
+// member is one node of the benchmark.
+type member struct {
+	name  string
+	node  *gossip.Node
+	tr    *transport
+	state gossip.NodeState
+	done  chan error
+}
+
+// Run runs the benchmark. It returns an error if the cluster does not
+// form within the timeout; figures it could not measure completely are
+// reported as missed or undetected rather than as an error.
+func Run(ctx context.Context, o Options) (Result, error) {
+	if o.Nodes < 3 {
+		return Result{}, fmt.Errorf("gossipbench: nodes must be at least 3, got %d", o.Nodes)
+	}
+	if o.World == (World{}) {
+		o.World = DefaultWorld()
+	}
+	if err := o.World.validate(); err != nil {
+		return Result{}, err
+	}
+	o.Changes = cmpOr(o.Changes, 10)
+	o.Window = cmpOr(o.Window, time.Minute)
+	o.Timeout = cmpOr(o.Timeout, 20*time.Minute)
+	progress := func(format string, args ...any) {
+		if o.Progress != nil {
+			fmt.Fprintf(o.Progress, "gossipbench: "+format+"\n", args...)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	if o.BusyCores > 0 {
+		stop, err := busy(o.BusyCores)
+		if err != nil {
+			return Result{}, err
+		}
+		defer stop()
+	}
+	r := mrand.New(mrand.NewPCG(o.Seed, 0x9e3779b97f4a7c15))
+
+	c, err := newCluster(ctx, o, r, progress)
+	if c != nil {
+		defer c.stop()
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{
+		Nodes: o.Nodes, Sealed: !o.Unsealed, Encrypted: !o.Unencrypted, Profile: o.Profile,
+		Services: o.World.Services, Regions: o.World.Regions, LoadedGroups: o.World.LoadedGroups,
+		PublishInterval: o.PublishInterval.Seconds(), BusyCores: o.BusyCores, Config: timings(c.cfg),
+		StartupS: c.formed.Seconds(), StartupFalseDeaths: c.departures(),
+	}
+	res.StateFrameBytes, res.PushPullBytes = c.sizes()
+
+	// The steady window: background publishing, the measured changes,
+	// bytes and departures counted from its start.
+	progress("cluster of %d formed in %v; steady window of %v", o.Nodes, c.formed.Round(time.Millisecond), o.Window)
+	depBefore := c.departures()
+	sentBefore, stateBefore := c.sent()
+	start := time.Now()
+	winCtx, endWindow := context.WithTimeout(ctx, o.Window)
+	var bg sync.WaitGroup
+	if o.PublishInterval > 0 {
+		bg.Go(func() { c.background(winCtx, o.PublishInterval, mrand.New(mrand.NewPCG(o.Seed, 1))) })
+	}
+	var lats []time.Duration
+	for i := range o.Changes {
+		if winCtx.Err() != nil {
+			break
+		}
+		pub := c.members[r.IntN(len(c.members))]
+		l, missed := c.measureChange(winCtx, pub, r)
+		lats = append(lats, l...)
+		res.SpreadMissed += missed
+		progress("change %d/%d at %s: reached %d of %d nodes, slowest %v", i+1, o.Changes, pub.name,
+			len(l), len(c.members)-1, maxDur(l).Round(time.Millisecond))
+		// A pause between changes, so that each starts from a quiet
+		// cluster (and the window is not only changes).
+		select {
+		case <-winCtx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+	<-winCtx.Done()
+	endWindow()
+	bg.Wait()
+	elapsed := time.Since(start)
+	sentAfter, stateAfter := c.sent()
+	res.WindowS = elapsed.Seconds()
+	perNodeS := float64(o.Nodes) * elapsed.Seconds()
+	res.BytesPerNodePerS = float64(sentAfter-sentBefore) / perNodeS
+	res.StateBytesPerNodePerS = float64(stateAfter-stateBefore) / perNodeS
+	res.FalseDeaths = c.departures() - depBefore
+	slices.Sort(lats)
+	res.SpreadSamples = len(lats) + res.SpreadMissed
+	res.SpreadP50, res.SpreadP99 = seconds(quantile(lats, 0.5)), seconds(quantile(lats, 0.99))
+	res.SpreadP9999, res.SpreadMax = seconds(quantile(lats, 0.9999)), seconds(maxDur(lats))
+	if ctx.Err() != nil {
+		return res, fmt.Errorf("gossipbench: timed out in the steady window: %w", ctx.Err())
+	}
+
+	// Failure detection.
+	victim := c.members[1+r.IntN(len(c.members)-1)]
+	progress("killing %s", victim.name)
+	dead, undetected := c.measureDeath(ctx, victim)
+	slices.Sort(dead)
+	res.DeadUndetected = undetected
+	res.DeadDetectedP50, res.DeadDetectedP99 = seconds(quantile(dead, 0.5)), seconds(quantile(dead, 0.99))
+	res.DeadDetectedMax = seconds(maxDur(dead))
+	res.DroppedPackets = c.dropped()
+	progress("%s dropped by %d of %d nodes, slowest after %v", victim.name, len(dead), len(c.members)-1,
+		maxDur(dead).Round(time.Millisecond))
+	return res, nil
+}
+
+// cluster is the running nodes.
+type cluster struct {
+	members []*member
+	cancel  context.CancelFunc
+	cfg     gossip.Config
+	formed  time.Duration
+	dir     string
+}
+
+// newCluster starts o.Nodes nodes, each joining a random earlier one, and
+// waits until every node holds every member and state. On error the
+// returned cluster (if any) must still be stopped.
+func newCluster(ctx context.Context, o Options, r *mrand.Rand, progress func(string, ...any)) (*cluster, error) {
+	netw := newNetwork()
+	runCtx, cancel := context.WithCancel(context.Background())
+	c := &cluster{cancel: cancel}
+	var key string
+	if !o.Unencrypted {
+		k := make([]byte, 32)
+		_, _ = rand.Read(k)
+		key = base64.StdEncoding.EncodeToString(k)
+	}
+	var ca *devpki.CA
+	var caPath string
+	if !o.Unsealed {
+		var err error
+		if c.dir, err = os.MkdirTemp("", "gossipbench-"); err != nil {
+			return c, fmt.Errorf("gossipbench: %w", err)
+		}
+		if ca, err = devpki.NewCA("gossipbench", 24*time.Hour); err != nil {
+			return c, fmt.Errorf("gossipbench: CA: %w", err)
+		}
+		if caPath, err = ca.WriteCA(c.dir); err != nil {
+			return c, fmt.Errorf("gossipbench: CA: %w", err)
+		}
+	}
+	quiet := zerolog.Nop()
+	start := time.Now()
+	for i := range o.Nodes {
+		name := fmt.Sprintf("gfe-%04d", i)
+		join := ""
+		if i > 0 {
+			join = c.members[r.IntN(i)].node.Addr()
+		}
+		cfg, _, err := daemonflags.Gossip(daemonflags.GossipSettings{Name: name, Addr: "127.0.0.1:0", Join: join, Key: key})
+		if err != nil {
+			return c, fmt.Errorf("gossipbench: %s: %w", name, err)
+		}
+		if false && o.Profile != "" {
+			if _ = err; err != nil {
+				return c, fmt.Errorf("gossipbench: %w", err)
+			}
+		}
+		c.cfg = cfg
+		tr := netw.newTransport()
+		opts := gossip.Options{Logger: quiet, Transport: tr}
+		if ca != nil {
+			files, err := ca.IssueFiles(c.dir, name, devpki.Leaf{CommonName: name, Names: []string{name}})
+			if err != nil {
+				return c, fmt.Errorf("gossipbench: certificate of %s: %w", name, err)
+			}
+			s, v, err := mtls.GossipSeals(mtls.Files{CA: files.CA, Cert: files.Cert, Key: files.Key}, caPath, name, quiet)
+			if err != nil || s == nil {
+				return c, fmt.Errorf("gossipbench: seals of %s: %w", name, errors.Join(err, errors.New("no sealer")))
+			}
+			opts.Sealer, opts.Verifier = s, v
+		}
+		n, err := gossip.New(cfg, opts)
+		if err != nil {
+			return c, fmt.Errorf("gossipbench: %w", err)
+		}
+		m := &member{name: name, node: n, tr: tr, state: o.World.gfeState(i, r), done: make(chan error, 1)}
+		if _, err := n.Publish(m.state); err != nil {
+			return c, fmt.Errorf("gossipbench: %s: %w", name, err)
+		}
+		go func() { m.done <- n.Run(runCtx) }()
+		select {
+		case <-n.Ready():
+		case err := <-m.done:
+			return c, fmt.Errorf("gossipbench: %s: %w", name, err)
+		case <-ctx.Done():
+			return c, fmt.Errorf("gossipbench: starting %s: %w", name, ctx.Err())
+		}
+		c.members = append(c.members, m)
+		if (i+1)%100 == 0 {
+			progress("%d nodes started", i+1)
+		}
+	}
+	if err := c.waitFormed(ctx, progress); err != nil {
+		return c, err
+	}
+	c.formed = time.Since(start)
+	return c, nil
+}
+
+// waitFormed waits until every node lists every member and holds every
+// state.
+func (c *cluster) waitFormed(ctx context.Context, progress func(string, ...any)) error {
+	want := len(c.members)
+	last := time.Now()
+	for {
+		ready := 0
+		for _, m := range c.members {
+			if s := m.node.Snapshot(); len(s.Members) == want && len(s.States) == want {
+				ready++
+			}
+		}
+		if ready == want {
+			return nil
+		}
+		if time.Since(last) > 10*time.Second {
+			progress("%d of %d nodes hold every member and state", ready, want)
+			last = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("gossipbench: %d of %d nodes hold every member and state: %w", ready, want, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// measureChange publishes a changed state at pub and returns how long
+// each other node took to hold it, and how many had not when ctx ended.
+func (c *cluster) measureChange(ctx context.Context, pub *member, r *mrand.Rand) ([]time.Duration, int) {
+	s := pub.state.Clone()
+	svc := fmt.Sprintf("service-%02d", r.IntN(len(s.Demand)))
+	s.Demand[svc] *= 1.5 // a surge at one service
+	for _, m := range c.members {
+		drainChanges(m.node)
+	}
+	start := time.Now()
+	v, err := pub.node.Publish(s)
+	if err != nil {
+		return nil, len(c.members) - 1
+	}
+	pub.state = s
+	return c.waitAll(ctx, pub, func(snap *gossip.Snapshot) bool {
+		got, ok := snap.States[pub.name]
+		return ok && got.Version >= v
+	}, start)
+}
+
+// measureDeath kills victim and returns how long each other node took to
+// drop it from its membership, and how many had not when ctx ended.
+func (c *cluster) measureDeath(ctx context.Context, victim *member) ([]time.Duration, int) {
+	for _, m := range c.members {
+		drainChanges(m.node)
+	}
+	start := time.Now()
+	victim.tr.kill()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	return c.waitAll(ctx, victim, func(snap *gossip.Snapshot) bool {
+		_, listed := slices.BinarySearch(snap.Members, victim.name)
+		return !listed
+	}, start)
+}
+
+// waitAll waits until done holds for the Snapshot of every member but
+// except, and returns the times from start, and how many were still
+// waiting when ctx ended.
+func (c *cluster) waitAll(ctx context.Context, except *member, done func(*gossip.Snapshot) bool, start time.Time) ([]time.Duration, int) {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		lats = make([]time.Duration, 0, len(c.members))
+	)
+	for _, m := range c.members {
+		if m == except {
+			continue
+		}
+		wg.Go(func() {
+			for {
+				if done(m.node.Snapshot()) {
+					d := time.Since(start)
+					mu.Lock()
+					lats = append(lats, d)
+					mu.Unlock()
+					return
+				}
+				select {
+				case <-m.node.Changes():
+				case <-ctx.Done():
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return lats, len(c.members) - 1 - len(lats)
+}
+
+// background makes every node publish a drifted state every interval,
+// spread evenly over it, until ctx ends.
+func (c *cluster) background(ctx context.Context, interval time.Duration, r *mrand.Rand) {
+	t := time.NewTicker(max(interval/time.Duration(len(c.members)), time.Microsecond))
+	defer t.Stop()
+	for i := 0; ; i = (i + 1) % len(c.members) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		m := c.members[i]
+		s := drift(m.state, r)
+		if _, err := m.node.Publish(s); err == nil {
+			m.state = s
+		}
+	}
+}
+
+// sent returns the bytes every node sent, at the transport and as state
+// messages.
+func (c *cluster) sent() (total, state uint64) {
+	for _, m := range c.members {
+		total += m.tr.sent.Load()
+		state += m.node.Stats().StateBytes
+	}
+	return total, state
+}
+
+func (c *cluster) departures() uint64 {
+	var d uint64
+	for _, m := range c.members {
+		d += m.node.Stats().Departures
+	}
+	return d
+}
+
+func (c *cluster) dropped() uint64 {
+	var d uint64
+	for _, m := range c.members {
+		d += m.tr.dropped.Load()
+	}
+	return d
+}
+
+// sizes returns the size of node 0's state as a direct send carries it
+// and of its full view.
+func (c *cluster) sizes() (frame, view int) {
+	n := c.members[0].node
+	return n.StateFrameSize(), n.ViewSize()
+}
+
+// stop shuts every node down: the network first (so that the leave
+// messages of a thousand nodes stopping at once go nowhere), then Run.
+func (c *cluster) stop() {
+	for _, m := range c.members {
+		m.tr.kill()
+	}
+	c.cancel()
+	for _, m := range c.members {
+		<-m.done
+	}
+	if c.dir != "" {
+		_ = os.RemoveAll(c.dir)
+	}
+}
+
+// busy starts k busy loops, each its own process, and returns the function
+// that ends them.
+func busy(k int) (func(), error) {
+	var cmds []*exec.Cmd
+	stop := func() {
+		for _, cmd := range cmds {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	}
+	for range k {
+		cmd := exec.Command("sh", "-c", "while :; do :; done")
+		if err := cmd.Start(); err != nil {
+			stop()
+			return nil, fmt.Errorf("gossipbench: busy loop: %w", err)
+		}
+		cmds = append(cmds, cmd)
+	}
+	return stop, nil
+}
+
+func drainChanges(n *gossip.Node) {
+	select {
+	case <-n.Changes():
+	default:
+	}
+}
+
+// quantile returns the q-quantile (nearest rank) of sorted ds.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(ds))+0.5) - 1
+	return ds[min(max(i, 0), len(ds)-1)]
+}
+
+func maxDur(ds []time.Duration) time.Duration {
+	var m time.Duration
+	for _, d := range ds {
+		m = max(m, d)
+	}
+	return m
+}
+
+func seconds(d time.Duration) float64 { return d.Seconds() }
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// WriteTable prints r as a few aligned lines.
+func (r Result) WriteTable(w io.Writer) error {
+	sealed := "sealed"
+	if !r.Sealed {
+		sealed = "NOT sealed"
+	}
+	enc := "encrypted"
+	if !r.Encrypted {
+		enc = "NOT encrypted"
+	}
+	profile := r.Profile
+	if profile == "" {
+		profile = "daemon default"
+	}
+	_, err := fmt.Fprintf(w, `gossip: %d nodes in one process, states of %d services / %d regions / %d loaded groups, %s, %s, profile %s
+  spread of a change   p50 %.3fs  p99 %.3fs  p99.99 %.3fs  max %.3fs  (%d samples, %d missed)
+  bytes per node       %.0f B/s sent (state messages %.0f B/s) over %.0fs; a state is %d B, a full view %d B
+  dead member noticed  p50 %.2fs  p99 %.2fs  max %.2fs  (%d never)
+  false deaths         %d in the window, %d while forming (formed in %.1fs); %d packets dropped
+`, r.Nodes, r.Services, r.Regions, r.LoadedGroups, sealed, enc, profile,
+		r.SpreadP50, r.SpreadP99, r.SpreadP9999, r.SpreadMax, r.SpreadSamples, r.SpreadMissed,
+		r.BytesPerNodePerS, r.StateBytesPerNodePerS, r.WindowS, r.StateFrameBytes, r.PushPullBytes,
+		r.DeadDetectedP50, r.DeadDetectedP99, r.DeadDetectedMax, r.DeadUndetected,
+		r.FalseDeaths, r.StartupFalseDeaths, r.StartupS, r.DroppedPackets)
+	return err
+}

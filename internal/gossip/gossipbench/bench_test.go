@@ -1,0 +1,18 @@
+package gossipbench
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"testing"
+	"time"
+)
+
+func TestRunSmall(t *testing.T) {
+	res, err := Run(context.Background(), Options{Nodes: 30, Changes: 3, Window: 5 * time.Second, Progress: os.Stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.MarshalIndent(res, "", "  ")
+	t.Logf("%s", b)
+}
