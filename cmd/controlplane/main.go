@@ -305,7 +305,7 @@ func daemonConfig(v *viper.Viper, args []string) (controlplane.Config, []string,
 		Name: cfg.NodeName, Addr: v.GetString("gossip-addr"), Join: v.GetString("join"),
 		KeyFile: v.GetString("gossip-key-file"), Key: v.GetString("gossip-key"),
 		KeyOnCommandLine: daemonflags.OnCommandLine(args, "gossip-key"), Insecure: v.GetBool("gossip-insecure"),
-		AcceptUnsealed: v.GetBool("gossip-accept-unsealed"),
+		AcceptUnsealed: v.GetBool("gossip-accept-unsealed"), Profile: v.GetString("gossip-profile"),
 	})
 	if err != nil {
 		return cfg, nil, err

@@ -371,6 +371,6 @@ func gossipSettings(v *viper.Viper, args []string, node string) daemonflags.Goss
 		Name: node, Addr: v.GetString("gossip-addr"), Join: v.GetString("join"),
 		KeyFile: v.GetString("gossip-key-file"), Key: v.GetString("gossip-key"),
 		KeyOnCommandLine: daemonflags.OnCommandLine(args, "gossip-key"), Insecure: v.GetBool("gossip-insecure"),
-		AcceptUnsealed: v.GetBool("gossip-accept-unsealed"),
+		AcceptUnsealed: v.GetBool("gossip-accept-unsealed"), Profile: v.GetString("gossip-profile"),
 	}
 }

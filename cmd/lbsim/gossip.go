@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 
 	"github.com/spillway-lb/spillway/internal/gossip/gossipbench"
 )
@@ -23,6 +24,7 @@ func runGossip(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&w.LoadedGroups, "loaded-groups", w.LoadedGroups, "instance `groups` each node publishes its load on")
 	fs.StringVar(&o.Profile, "profile", "", "gossip timing `profile` (gossip.profile; default: what the daemons select)")
 	fs.BoolVar(&o.Unsealed, "unsealed", false, "do not seal states (daemons with TLS files seal them)")
+	fs.BoolVar(&o.Unverified, "unverified", false, "seal states but verify no seal: a sealed cluster's bytes without the CPU of N² signature checks in one process")
 	fs.BoolVar(&o.Unencrypted, "unencrypted", false, "run without a gossip key (daemons beyond loopback must have one)")
 	fs.IntVar(&o.Changes, "changes", 10, "`changes` to publish, one at a time, to measure the spread")
 	fs.DurationVar(&o.PublishInterval, "publish-interval", 0, "every node also re-publishes a drifted state every `interval` during the window (0: only the changes)")
@@ -31,6 +33,7 @@ func runGossip(args []string, stdout, stderr io.Writer) int {
 	fs.Uint64Var(&o.Seed, "seed", 1, "random `seed` of the states, publishers and victim")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to `file`")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: lbsim gossip --nodes N [--json] [flags]")
 		fs.PrintDefaults()
@@ -45,6 +48,19 @@ func runGossip(args []string, stdout, stderr io.Writer) int {
 	o.World = w
 	if !*quiet {
 		o.Progress = stderr
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			printErrAs(stderr, "lbsim gossip", err)
+			return exitFail
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			printErrAs(stderr, "lbsim gossip", err)
+			return exitFail
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

@@ -43,8 +43,12 @@ const GossipKeyEnv = "SPILLWAY_GOSSIP_KEY"
 // AddGossipFlags defines on fs the gossip flags both daemons share:
 // --gossip-addr, --join, --gossip-key-file, --gossip-key (discouraged:
 // command lines are visible to every local user), --gossip-insecure,
-// --gossip-ca and --gossip-accept-unsealed (seals, see mtls.GossipSeals).
+// --gossip-ca and --gossip-accept-unsealed (seals, see mtls.GossipSeals),
+// and --gossip-profile (gossip.Config.WithProfile).
 func AddGossipFlags(fs *pflag.FlagSet, defaultAddr string) {
+	fs.String("gossip-profile", gossip.ProfileLAN, "gossip timings for the cluster's size: "+gossip.ProfileLAN+" (up to a "+
+		"couple of hundred members) or "+gossip.ProfileLarge+" (hundreds to thousands: rarer full-state syncs, rejoins and "+
+		"seal refreshes, a 15m seal max age; see docs/design.md \"Gossip\"); every member should use the same")
 	fs.String("gossip-addr", defaultAddr, "gossip bind address (UDP and TCP); port 0 picks one. "+
 		"Beyond loopback a key is required (or --gossip-insecure)")
 	fs.String("join", "", "comma-separated gossip seeds (host:port)")
@@ -77,6 +81,9 @@ type GossipSettings struct {
 	// AcceptUnsealed is --gossip-accept-unsealed
 	// (gossip.Config.AcceptUnsealed).
 	AcceptUnsealed bool
+	// Profile is --gossip-profile (gossip.Config.WithProfile); empty
+	// means gossip.ProfileLAN.
+	Profile string
 	// Getenv reads GossipKeyEnv; nil means os.Getenv.
 	Getenv func(string) string
 }
@@ -103,6 +110,9 @@ func Gossip(s GossipSettings) (gossip.Config, []string, error) {
 	c.UDPBufferSize = 8192
 	c.Insecure = s.Insecure
 	c.AcceptUnsealed = s.AcceptUnsealed
+	if c, err = c.WithProfile(s.Profile); err != nil {
+		return c, nil, fmt.Errorf("--gossip-profile: %w", err)
+	}
 
 	getenv := s.Getenv
 	if getenv == nil {

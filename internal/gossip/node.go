@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -369,14 +370,53 @@ func (n *Node) Run(ctx context.Context) error {
 			<-senderDone
 			return n.stop(ml)
 		case <-rejoin:
-			if _, err := n.Join(seeds); err != nil {
-				n.log.Debug().Err(err).Msg("rejoin failed")
+			if targets := n.rejoinTargets(seeds); len(targets) > 0 {
+				if _, err := n.Join(targets); err != nil {
+					n.log.Debug().Err(err).Msg("rejoin failed")
+				}
 			}
 		case <-repair.C():
 			n.repairGaps()
 			n.refreshSeal()
 		}
 	}
+}
+
+// rejoinTargets returns the seeds a rejoin contacts: those that are not
+// the address of an alive member. Joining an alive member is one full
+// push/pull (every state, both ways) that teaches neither side anything,
+// and at a thousand members costs megabytes every RejoinInterval; a
+// partition shows as seeds that are not alive members (declared dead on
+// this side), and those are still joined. A seed given as a host name
+// rather than an IP address cannot be matched and is always joined.
+func (n *Node) rejoinTargets(seeds []string) []string {
+	n.mu.Lock()
+	alive := make(map[string]struct{}, len(n.addrs))
+	for _, m := range n.addrs {
+		alive[m.Address()] = struct{}{}
+	}
+	n.mu.Unlock()
+	var out []string
+	for _, s := range seeds {
+		if _, ok := alive[normalizeAddr(s)]; !ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// normalizeAddr returns "ip:port" in memberlist.Node.Address's form for
+// an IP literal with a port, and s unchanged otherwise.
+func normalizeAddr(s string) string {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return s
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return s
+	}
+	return net.JoinHostPort(ip.String(), port)
 }
 
 // repairEvery is how often Run looks for membership gaps; a gap is a state

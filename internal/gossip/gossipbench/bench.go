@@ -56,6 +56,14 @@ type Options struct {
 	// with TLS files do (mtls.GossipSeals; certificates from a throwaway
 	// CA, internal/devpki).
 	Unsealed bool
+	// Unverified keeps the seals on the wire but makes no node verify
+	// them (gossip.Options.Verifier nil): bytes are those of a sealed
+	// cluster, while the CPU of N² signature checks, which one process
+	// simulating every node cannot afford at a thousand nodes, is not
+	// spent. A state received without its chain is then held and
+	// re-sent without it, so push/pull payloads are somewhat smaller
+	// than a verifying cluster's.
+	Unverified bool
 	// Unencrypted turns the gossip key off. By default the cluster shares
 	// one AES-256 key, as any deployment beyond loopback must.
 	Unencrypted bool
@@ -83,6 +91,9 @@ type Options struct {
 	Seed uint64
 	// Progress, when set, receives a line per phase.
 	Progress io.Writer
+	// Log receives the nodes' logs (gossip's and memberlist's); the zero
+	// Logger discards them.
+	Log zerolog.Logger
 }
 
 // Result is what Run measured. Times are in seconds.
@@ -129,6 +140,7 @@ type Result struct {
 
 	// What ran.
 	Sealed          bool    `json:"sealed"`
+	Verified        bool    `json:"verified"`
 	Encrypted       bool    `json:"encrypted"`
 	Profile         string  `json:"profile"`
 	Services        int     `json:"services"`
@@ -211,7 +223,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return Result{}, err
 	}
 	res := Result{
-		Nodes: o.Nodes, Sealed: !o.Unsealed, Encrypted: !o.Unencrypted, Profile: o.Profile,
+		Nodes: o.Nodes, Sealed: !o.Unsealed, Verified: !o.Unsealed && !o.Unverified, Encrypted: !o.Unencrypted, Profile: o.Profile,
 		Services: o.World.Services, Regions: o.World.Regions, LoadedGroups: o.World.LoadedGroups,
 		PublishInterval: o.PublishInterval.Seconds(), BusyCores: o.BusyCores, Config: timings(c.cfg),
 		StartupS: c.formed.Seconds(), StartupFalseDeaths: c.departures(),
@@ -315,7 +327,7 @@ func newCluster(ctx context.Context, o Options, r *mrand.Rand, progress func(str
 			return c, fmt.Errorf("gossipbench: CA: %w", err)
 		}
 	}
-	quiet := zerolog.Nop()
+	quiet := o.Log
 	start := time.Now()
 	for i := range o.Nodes {
 		name := fmt.Sprintf("gfe-%04d", i)
@@ -323,14 +335,9 @@ func newCluster(ctx context.Context, o Options, r *mrand.Rand, progress func(str
 		if i > 0 {
 			join = c.members[r.IntN(i)].node.Addr()
 		}
-		cfg, _, err := daemonflags.Gossip(daemonflags.GossipSettings{Name: name, Addr: "127.0.0.1:0", Join: join, Key: key})
+		cfg, _, err := daemonflags.Gossip(daemonflags.GossipSettings{Name: name, Addr: "127.0.0.1:0", Join: join, Key: key, Profile: o.Profile})
 		if err != nil {
 			return c, fmt.Errorf("gossipbench: %s: %w", name, err)
-		}
-		if false && o.Profile != "" {
-			if _ = err; err != nil {
-				return c, fmt.Errorf("gossipbench: %w", err)
-			}
 		}
 		c.cfg = cfg
 		tr := netw.newTransport()
@@ -344,7 +351,10 @@ func newCluster(ctx context.Context, o Options, r *mrand.Rand, progress func(str
 			if err != nil || s == nil {
 				return c, fmt.Errorf("gossipbench: seals of %s: %w", name, errors.Join(err, errors.New("no sealer")))
 			}
-			opts.Sealer, opts.Verifier = s, v
+			opts.Sealer = s
+			if !o.Unverified {
+				opts.Verifier = v
+			}
 		}
 		n, err := gossip.New(cfg, opts)
 		if err != nil {
@@ -363,7 +373,11 @@ func newCluster(ctx context.Context, o Options, r *mrand.Rand, progress func(str
 			return c, fmt.Errorf("gossipbench: starting %s: %w", name, ctx.Err())
 		}
 		c.members = append(c.members, m)
-		if (i+1)%100 == 0 {
+		if (i+1)%startBatch == 0 || i+1 == o.Nodes {
+			// Let each batch join before the next starts: a thousand
+			// nodes joining at once is a storm of full-state syncs no
+			// deployment sees (gfes start a site or a few at a time).
+			c.waitMembers(ctx, 30*time.Second)
 			progress("%d nodes started", i+1)
 		}
 	}
@@ -374,23 +388,53 @@ func newCluster(ctx context.Context, o Options, r *mrand.Rand, progress func(str
 	return c, nil
 }
 
+// startBatch is how many nodes start before the benchmark waits for them
+// to join.
+const startBatch = 50
+
+// waitMembers waits up to d until every node lists every started node.
+func (c *cluster) waitMembers(ctx context.Context, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		all := true
+		for _, m := range c.members {
+			if len(m.node.Snapshot().Members) != len(c.members) {
+				all = false
+				break
+			}
+		}
+		if all {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // waitFormed waits until every node lists every member and holds every
 // state.
 func (c *cluster) waitFormed(ctx context.Context, progress func(string, ...any)) error {
 	want := len(c.members)
 	last := time.Now()
 	for {
-		ready := 0
+		ready, members, states := 0, 0, 0
+		var refused, stale uint64
 		for _, m := range c.members {
-			if s := m.node.Snapshot(); len(s.Members) == want && len(s.States) == want {
+			s := m.node.Snapshot()
+			if len(s.Members) == want && len(s.States) == want {
 				ready++
 			}
+			members += len(s.Members)
+			states += len(s.States)
+			st := m.node.Stats()
+			refused += st.UnknownCerts + st.BadSeals + st.StaleSeals + st.Unsealed
+			stale += st.Stale
 		}
 		if ready == want {
 			return nil
 		}
 		if time.Since(last) > 10*time.Second {
-			progress("%d of %d nodes hold every member and state", ready, want)
+			progress("%d of %d nodes hold every member and state (%.1f members, %.1f states each on average; %d refused, %d stale)",
+				ready, want, float64(members)/float64(want), float64(states)/float64(want), refused, stale)
 			last = time.Now()
 		}
 		select {
@@ -596,9 +640,12 @@ func cmpOr[T comparable](v, def T) T {
 
 // WriteTable prints r as a few aligned lines.
 func (r Result) WriteTable(w io.Writer) error {
-	sealed := "sealed"
-	if !r.Sealed {
+	sealed := "sealed and verified"
+	switch {
+	case !r.Sealed:
 		sealed = "NOT sealed"
+	case !r.Verified:
+		sealed = "sealed, seals NOT verified (--unverified)"
 	}
 	enc := "encrypted"
 	if !r.Encrypted {

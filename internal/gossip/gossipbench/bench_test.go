@@ -4,12 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"github.com/rs/zerolog"
 	"testing"
 	"time"
 )
 
 func TestRunSmall(t *testing.T) {
-	res, err := Run(context.Background(), Options{Nodes: 30, Changes: 3, Window: 5 * time.Second, Progress: os.Stderr})
+	res, err := Run(context.Background(), Options{Nodes: 60, Log: zerolog.New(os.Stderr).Level(zerolog.InfoLevel), Changes: 3, Window: 5 * time.Second, Progress: os.Stderr})
 	if err != nil {
 		t.Fatal(err)
 	}
