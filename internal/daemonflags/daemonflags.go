@@ -48,7 +48,7 @@ const GossipKeyEnv = "SPILLWAY_GOSSIP_KEY"
 func AddGossipFlags(fs *pflag.FlagSet, defaultAddr string) {
 	fs.String("gossip-profile", gossip.ProfileLAN, "gossip timings for the cluster's size: "+gossip.ProfileLAN+" (up to a "+
 		"couple of hundred members) or "+gossip.ProfileLarge+" (hundreds to thousands: rarer full-state syncs, rejoins and "+
-		"seal refreshes, a 15m seal max age; see docs/design.md \"Gossip\"); every member should use the same")
+		"seal refreshes, a 15m seal max age; docs/design.md §5, BENCHMARKS.md §8); every member should use the same")
 	fs.String("gossip-addr", defaultAddr, "gossip bind address (UDP and TCP); port 0 picks one. "+
 		"Beyond loopback a key is required (or --gossip-insecure)")
 	fs.String("join", "", "comma-separated gossip seeds (host:port)")
