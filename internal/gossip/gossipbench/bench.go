@@ -330,6 +330,9 @@ func newCluster(ctx context.Context, o Options, r *mrand.Rand, progress func(str
 	quiet := o.Log
 	start := time.Now()
 	for i := range o.Nodes {
+		if err := ctx.Err(); err != nil {
+			return c, fmt.Errorf("gossipbench: %d of %d nodes started: %w", i, o.Nodes, err)
+		}
 		name := fmt.Sprintf("gfe-%04d", i)
 		join := ""
 		if i > 0 {
