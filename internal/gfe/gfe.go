@@ -27,11 +27,11 @@ import (
 	"github.com/spillway-lb/spillway/internal/gfe/pending"
 	"github.com/spillway-lb/spillway/internal/gfe/poller"
 	"github.com/spillway-lb/spillway/internal/gfe/quotaclient"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gfe/rtt"
 	"github.com/spillway-lb/spillway/internal/gfe/tcpproxy"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/snapshot"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // Config is what an operator sets for one gfe. Start from DefaultConfig.

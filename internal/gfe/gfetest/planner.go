@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/spillway-lb/spillway/internal/clock"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/internal/splitmix"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // Planner stands in for the gfe's planner in the proxies' tests: it holds a
