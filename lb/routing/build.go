@@ -8,10 +8,10 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
-	"github.com/spillway-lb/spillway/internal/ewma"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/backend"
 	"github.com/spillway-lb/spillway/lb/capacity"
+	"github.com/spillway-lb/spillway/lb/ewma"
 	"github.com/spillway-lb/spillway/lb/hashing"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
