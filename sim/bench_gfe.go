@@ -188,7 +188,7 @@ func newGFEs(s *Scenario, tl *Timeline, topo *topology, p BenchPolicy) *gfes {
 		// so that a run repeats exactly.
 		g.builders = append(g.builders, routing.NewBuilder(
 			routing.Config{Node: nodeName(si), Site: st.Name, Damping: tl.Damping, HerdWindow: herdWindow(tl)},
-			routing.Options{Clock: clk, Rand: splitmix.Sequence(tl.Seed ^ uint64(si)<<32)},
+			routing.Options{Now: clk.Now, Rand: splitmix.Sequence(tl.Seed ^ uint64(si)<<32)},
 		))
 	}
 	return g
