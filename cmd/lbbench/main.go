@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 	"github.com/spillway-lb/spillway/internal/lab"
 	"github.com/spillway-lb/spillway/internal/realbench"
 )
@@ -80,7 +81,7 @@ func run(quick bool, scale, headroom float64, policyList string, asJSON bool, ne
 	cfg.Scale(scale)
 	cfg.Net = net
 	cfg.Headroom = headroom
-	ps, err := realbench.SelectPolicies(policyList)
+	ps, err := benchpolicy.Select(policyList)
 	if err != nil {
 		return fmt.Errorf("--policies: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 	"github.com/spillway-lb/spillway/internal/topology"
 	"github.com/spillway-lb/spillway/sim"
 )
@@ -38,7 +39,7 @@ func (r *Request) ok() bool { return r.Status/100 == 2 }
 
 // Measurement is what one policy's run measured.
 type Measurement struct {
-	Policy Policy
+	Policy benchpolicy.Row
 	// Requests are the requests sent in the measured part.
 	Requests []Request
 	// Dropped counts requests the load generator did not send in the
@@ -206,7 +207,7 @@ func (t *table) measured() time.Duration {
 // row computes m's line of the table. It fails on a request from an unknown
 // site, in an unknown phase, or answered by an unknown region.
 func (t *table) row(m Measurement) (Row, error) {
-	row := Row{Policy: string(m.Policy.Name), Scope: string(m.Policy.Scope), Dropped: m.Dropped}
+	row := Row{Policy: string(m.Policy.Policy), Scope: string(m.Policy.Scope), Dropped: m.Dropped}
 	if row.Scope == "" {
 		row.Scope = "-"
 	}

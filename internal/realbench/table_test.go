@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 	"github.com/spillway-lb/spillway/internal/topology"
 )
 
@@ -79,7 +80,7 @@ func TestRow(t *testing.T) {
 	}
 
 	m := Measurement{
-		Policy: Policy{Name: "hash5", Scope: "global"},
+		Policy: benchpolicy.Row{Policy: "hash5", Scope: "global"},
 		Requests: concat(
 			// Window 0 (steady): 11 arrive at a-1, over 10·1.01.
 			reqs(11, "s1", 0, 0, "127.0.1.100", 1000, 200, "a", "a-1", 10*ms),
@@ -192,7 +193,7 @@ func TestRowWindows(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			row, err := tab.row(Measurement{Policy: Policy{Name: "waterfall"}, Requests: tt.reqs})
+			row, err := tab.row(Measurement{Policy: benchpolicy.Row{Policy: "waterfall"}, Requests: tt.reqs})
 			if err != nil {
 				t.Fatal(err)
 			}
