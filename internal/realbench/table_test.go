@@ -289,18 +289,3 @@ func TestCheck(t *testing.T) {
 		})
 	}
 }
-
-func TestPercentile(t *testing.T) {
-	var s []float64
-	for i := 1; i <= 100; i++ {
-		s = append(s, float64(i))
-	}
-	for _, tt := range []struct{ p, want float64 }{{50, 50}, {99, 99}, {100, 100}, {1, 1}} {
-		if got := percentile(s, tt.p); got != tt.want {
-			t.Errorf("percentile(1..100, %v) = %v, want %v", tt.p, got, tt.want)
-		}
-	}
-	if got := percentile(nil, 50); got != 0 {
-		t.Errorf("percentile(nil) = %v, want 0", got)
-	}
-}
