@@ -13,10 +13,10 @@ import (
 
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gfe/h1"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/lb/backend"
 	"github.com/spillway-lb/spillway/lb/outlier"
 	"github.com/spillway-lb/spillway/lb/reqpath"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // The fast path (docs/design.md §4, docs/listeners.md). The listener reads
