@@ -17,6 +17,7 @@ import (
 
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/mtls"
+	"github.com/spillway-lb/spillway/internal/routinginput"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/internal/xdsexport"
 	"github.com/spillway-lb/spillway/lb/routing"
@@ -271,7 +272,7 @@ func (x *xdsExporter) step(ctx context.Context, now time.Time) {
 	}
 	t, problems := x.builder.Build(routing.Input{
 		Snapshot: x.snap,
-		Peers:    routing.GossipPeers(x.pub.Snapshot()),
+		Peers:    routinginput.Peers(x.pub.Snapshot()),
 		Self:     routing.Peer{Node: x.node},
 		Now:      now,
 	})

@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
@@ -180,37 +179,4 @@ func rttOf(rtt map[string]float64, region string) float64 {
 		return v
 	}
 	return math.Inf(1)
-}
-
-// GossipPeers returns the gfe states of snap as the table build reads
-// them (nil for a nil snap): what the gfe's planner and the control plane's
-// xDS export (internal/controlplane) both plan from. A control plane's
-// SiteDemand (the xDS clients it serves, which bypass the gfes) becomes
-// one Peer per site with that demand and no RTT (SitePeers), so that it
-// adds to the site's gfes' demand.
-func GossipPeers(snap *gossip.Snapshot) []Peer {
-	if snap == nil {
-		return nil
-	}
-	out := make([]Peer, 0, len(snap.States))
-	for name, st := range snap.States {
-		switch st.Kind {
-		case gossip.KindGFE:
-			out = append(out, Peer{Node: name, Site: st.Site, Demand: st.Demand, RTT: st.RTT, Capacity: st.Capacity})
-		case gossip.KindControlPlane:
-			out = append(out, SitePeers(name, st.SiteDemand)...)
-		}
-	}
-	return out
-}
-
-// SitePeers returns demand (by site, then service) as peers named
-// "<node>/xds/<site>": no RTT of their own, so that a site is placed by its
-// gfes' measurements and a site without a gfe is not planned.
-func SitePeers(node string, demand map[string]map[string]float64) []Peer {
-	out := make([]Peer, 0, len(demand))
-	for site, d := range demand {
-		out = append(out, Peer{Node: node + "/xds/" + site, Site: site, Demand: d})
-	}
-	return out
 }
