@@ -23,9 +23,10 @@ type Config struct {
 	// that draws it sends it one request, a probe; while that probe is in
 	// flight it costs more than any known instance, so it gets no second
 	// one. The probe's answer replaces the forgotten estimate. Default 2s:
-	// an instance that was slow gets one request per ProbeAfter while it
-	// stays slow, and its full share back at most ProbeAfter plus one
-	// answer after it recovers. Must be positive and at most one hour.
+	// an instance that was slow gets about one request per ProbeAfter
+	// while it stays slow, and its full share back at most ProbeAfter
+	// plus the latency of the probe it still holds after it recovers.
+	// Must be positive and at most one hour.
 	ProbeAfter time.Duration
 	// UtilizationWeight β says how much an ORCA utilization report ρ
 	// counts: the cost is multiplied by 1 + β·ρ/(1−ρ), ρ capped at

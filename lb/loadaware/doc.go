@@ -48,13 +48,17 @@
 //     its next draw sends it one request; its answer replaces the old
 //     estimate. A slow instance thus costs one request per ProbeAfter
 //     while it stays slow, and a recovered one is chosen on its merits
-//     ProbeAfter plus one answer after it recovers. TestSlowInstanceRecovers
-//     plays it: three instances at 10ms, one at 200ms for 5s; its share
-//     falls below 2% within a second and is back to a third within 3s of
-//     recovering, while without fading and forgetting it stays at 0.
-//   - At most one probe: an unknown instance with a request in flight
-//     costs more than any known one, so a slow or dead instance does not
-//     swallow a burst before its first answer.
+//     ProbeAfter plus the latency of the probe it still holds after it
+//     recovers. TestSlowInstanceRecovers plays it: three instances at
+//     10ms, one 20 or 500 times slower for 5s; its share falls below 2%
+//     within a second and is back to a third within 3s (20x) or 4s (500x)
+//     of recovering, while without fading and forgetting it stays at 0.
+//   - No herd: an unknown instance with a request in flight costs more
+//     than any known one, so an instance whose answers stop coming gets
+//     no more requests once ProbeAfter has passed since its last answer,
+//     although its faded estimate would make it look cheap (without this
+//     rule it draws a fifth of the traffic while 500 times slower:
+//     TestSlowInstanceRecovers' "fading alone").
 //   - Slow start: a new instance's share ramps from about MinWeight of an
 //     established one's to an equal share over the window
 //     (TestSlowStartRamp); when every instance is in the same window the

@@ -116,48 +116,64 @@ func (s *sim) share(e, from, to int) float64 {
 // TestSlowInstanceRecovers is the starvation of Traefik's leasttime
 // (an identical upstream left with 5 of 1500 requests after a few slow
 // replies, never to recover): three instances answer in 10ms; the first
-// answers in 200ms from 5s to 10s. With the defaults it loses its
-// traffic within a second of turning slow and has its third back within
-// ProbeAfter + 1s of recovering. Without fading and forgetting (Decay and
-// ProbeAfter of an hour) the same history starves it for good.
+// answers slowly from 5s to 10s. With the defaults it loses its traffic
+// within a second of turning slow and has its third back within
+// ProbeAfter plus the latency of the probe it still holds of recovering.
+// Each mechanism is needed: without fading and forgetting (Decay and
+// ProbeAfter of an hour) the same history starves it for good; with
+// fading alone (ProbeAfter of an hour) an instance 500 times slower,
+// whose answers stop coming, looks cheaper and cheaper as its estimate
+// fades and draws a herd (a fifth of the traffic while slow), then is
+// starved after it recovers.
 func TestSlowInstanceRecovers(t *testing.T) {
-	slow := func(e int, now time.Time) time.Duration {
-		if s := now.Sub(simEpoch); e == 0 && s >= 5*time.Second && s < 10*time.Second {
-			return 200 * time.Millisecond
-		}
-		return 10 * time.Millisecond
-	}
 	never := DefaultConfig()
 	never.Decay, never.ProbeAfter = time.Hour, time.Hour
+	fadeOnly := DefaultConfig()
+	fadeOnly.ProbeAfter = time.Hour
 	tests := []struct {
 		name string
 		cfg  Config
-		// wantBack: the slow instance's share over seconds 13–20 is a
-		// third within 0.08; else below 0.02.
+		slow time.Duration
+		// wantHerd: the slow instance's share over seconds 6–10 is above
+		// 0.05; else below 0.02.
+		wantHerd bool
+		// wantBack: its share over seconds 13–20 is a third within 0.08;
+		// else below 0.02.
 		wantBack bool
 	}{
-		{"defaults", DefaultConfig(), true},
-		{"no fading, no forgetting", never, false},
+		{"defaults, 20x slower", DefaultConfig(), 200 * time.Millisecond, false, true},
+		{"defaults, 500x slower", DefaultConfig(), 5 * time.Second, false, true},
+		{"no fading, no forgetting, 20x slower", never, 200 * time.Millisecond, false, false},
+		{"fading alone, 500x slower", fadeOnly, 5 * time.Second, true, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newSim(t, tt.cfg, 3, nil)
-			s.latency = slow
+			s.latency = func(e int, now time.Time) time.Duration {
+				if d := now.Sub(simEpoch); e == 0 && d >= 5*time.Second && d < 10*time.Second {
+					return tt.slow
+				}
+				return 10 * time.Millisecond
+			}
 			s.run(t, 20*time.Second, nil)
+			t.Logf("shares of instance 0 per second: %v", s.shares(0))
 			if got := s.share(0, 0, 5); got < 0.25 || got > 0.42 {
 				t.Errorf("share of instance 0 before it turned slow = %.3f, want 1/3 ± 0.08", got)
 			}
-			if got := s.share(0, 6, 10); got > 0.02 {
+			got := s.share(0, 6, 10)
+			if !tt.wantHerd && got > 0.02 {
 				t.Errorf("share of instance 0 while slow (6s–10s) = %.4f, want < 0.02", got)
 			}
-			got := s.share(0, 13, 20)
+			if tt.wantHerd && got < 0.05 {
+				t.Errorf("share of instance 0 while slow (6s–10s) = %.4f, want the herd (> 0.05) without forgetting", got)
+			}
+			got = s.share(0, 13, 20)
 			if tt.wantBack && (got < 0.25 || got > 0.42) {
 				t.Errorf("share of instance 0 from 13s (recovered at 10s) = %.3f, want 1/3 ± 0.08", got)
 			}
 			if !tt.wantBack && got > 0.02 {
-				t.Errorf("share of instance 0 from 13s = %.3f, want starvation (< 0.02) without fading", got)
+				t.Errorf("share of instance 0 from 13s = %.3f, want starvation (< 0.02) without this mechanism", got)
 			}
-			t.Logf("shares of instance 0 per second: %v", s.shares(0))
 		})
 	}
 }
