@@ -12,12 +12,12 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/internal/splitmix"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
-// The simulated gfes run the gfe's own routing (internal/gfe/routing): each
+// The simulated gfes run the gfe's own routing (lb/routing): each
 // site's gfe is a routing.Builder, and every step it builds a routing table
 // from a snapshot of what gossip has told it about the groups, the other
 // sites' demand it has heard of and its own current demand. The site's
@@ -188,7 +188,7 @@ func newGFEs(s *Scenario, tl *Timeline, topo *topology, p BenchPolicy) *gfes {
 		// so that a run repeats exactly.
 		g.builders = append(g.builders, routing.NewBuilder(
 			routing.Config{Node: nodeName(si), Site: st.Name, Damping: tl.Damping, HerdWindow: herdWindow(tl)},
-			routing.Options{Clock: clk, Rand: splitmix.Sequence(tl.Seed ^ uint64(si)<<32)},
+			routing.Options{Now: clk.Now, Rand: splitmix.Sequence(tl.Seed ^ uint64(si)<<32)},
 		))
 	}
 	return g

@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // smallWorld: site a's 400 rps fill X (x1 with 3 of 4 instances healthy, x2

@@ -6,10 +6,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/spillway-lb/spillway/internal/clock"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/health"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // autoscaledYAML has group g00 with an active and a demoted instance, and

@@ -16,10 +16,10 @@ import (
 	lrsv3 "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 
 	"github.com/spillway-lb/spillway/internal/clock"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/mtls"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/internal/xdsexport"
+	"github.com/spillway-lb/spillway/lb/routing"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
@@ -211,7 +211,7 @@ func newXDSExporter(cfg Config, h *hub, pub *statePublisher, opts Options, m *me
 		grpcSrv: grpc.NewServer(grpc.Creds(creds),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.KeepaliveMinTime, PermitWithoutStream: true})),
 		builder: routing.NewBuilder(routing.Config{Node: cfg.NodeName, Damping: cfg.XDS.Damping, Bounds: routing.DefaultBounds()},
-			routing.Options{Clock: opts.Clock, Rand: rand.Uint64}),
+			routing.Options{Now: clock.OrReal(opts.Clock).Now, Rand: rand.Uint64}),
 	}
 	for _, r := range []string{xdsexport.RefusedSite, xdsexport.RefusedStreams, xdsexport.RefusedClientStreams, xdsexport.RefusedKeys} {
 		m.xdsRefused.WithLabelValues(r) // visible at 0

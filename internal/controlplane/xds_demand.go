@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gossip"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // maxGossipedDemand bounds the site and service pairs of xDS demand one

@@ -5,8 +5,8 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/gfe/listeners"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/snapshot"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // CheckConfigFile loads the configuration file at path and checks it as a

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gossip"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // plan re-plans every PlanInterval, and at once when woken (a snapshot

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/snapshot"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // closeReason says why a proxied connection ended.

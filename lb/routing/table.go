@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/internal/ewma"
 	"github.com/spillway-lb/spillway/lb/backend"
+	"github.com/spillway-lb/spillway/lb/ewma"
 	"github.com/spillway-lb/spillway/lb/hashing"
 	"github.com/spillway-lb/spillway/lb/outlier"
 	"github.com/spillway-lb/spillway/lb/waterfall"

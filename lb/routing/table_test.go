@@ -7,8 +7,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/snapshot"
+	"github.com/spillway-lb/spillway/lb/routing"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 

@@ -9,9 +9,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/spillway-lb/spillway/internal/devpki"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/mtls"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // gossipRig runs gossip nodes over real memberlist on loopback with one

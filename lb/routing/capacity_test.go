@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/backend"
 	"github.com/spillway-lb/spillway/lb/capacity"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // TestEffectiveCapacity: a group shrinks in this gfe's own next plan when

@@ -11,9 +11,9 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/affinity"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // demotedConfig is two regions: us-east's group east with instances

@@ -9,8 +9,8 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/snapshot"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // threeRegions is the demo's shape: us-east, eu-west and asia-east, one

@@ -5,10 +5,10 @@ import (
 	"testing"
 
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/backend"
 	"github.com/spillway-lb/spillway/lb/outlier"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // TestRetryPick checks the order in which retries look for a backend.

@@ -7,9 +7,9 @@ import (
 
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/backend"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // TestHerdGuard: three sites share us-east (2 × 100 req/s, planned at 190),
@@ -46,7 +46,7 @@ func TestHerdGuard(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 			b := routing.NewBuilder(routing.Config{Node: "gfe-a", Site: "a", Damping: 1, HerdWindow: 2 * time.Second},
-				routing.Options{Clock: clk, Rand: gfetest.Rand()})
+				routing.Options{Now: clk.Now, Rand: gfetest.Rand()})
 			cs := snapshot.FromConfig("v1", gfetest.TwoRegionConfig(t, "waterfall", east, west, 100))
 			peers := []routing.Peer{
 				{Node: "gfe-b", Site: "b", Demand: map[string]float64{"web": tc.others}, RTT: map[string]float64{"us-east": 5, "eu-west": 80}},

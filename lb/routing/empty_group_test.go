@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/snapshot"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // emptyEastConfig is us-east's group east, autoscaled and without

@@ -6,8 +6,8 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/snapshot"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // actYAML is one autoscaled group of two instances of max concurrency 4

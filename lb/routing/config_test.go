@@ -8,9 +8,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/lb/affinity"
 	"github.com/spillway-lb/spillway/lb/outlier"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 const testSecret = "session-test-secret-0123456789abcdef"

@@ -7,8 +7,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gossip"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // TestGossipPeers: the table build reads the gossip states of gfes, and

@@ -7,11 +7,10 @@ import (
 	"time"
 
 	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/internal/clock"
-	"github.com/spillway-lb/spillway/internal/ewma"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/backend"
 	"github.com/spillway-lb/spillway/lb/capacity"
+	"github.com/spillway-lb/spillway/lb/ewma"
 	"github.com/spillway-lb/spillway/lb/hashing"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
@@ -52,10 +51,11 @@ const DefaultDemandSmoothing = 2 * time.Second
 
 // Options are the Builder's dependencies.
 type Options struct {
-	// Clock is what the tables' pickers read the time from (outlier
-	// ejections, cookie expiry) when a request gives none. Nil means the
-	// real clock. Build itself reads no clock: it takes Input.Now.
-	Clock clock.Clock
+	// Now returns the time the tables' pickers read (outlier ejections,
+	// cookie expiry) when a request gives none: the caller's clock
+	// (internal/clock's Now for the daemons, the simulated time for sim).
+	// Nil means time.Now. Build itself never calls it: it takes Input.Now.
+	Now func() time.Time
 	// Rand returns uniform random numbers for picks (least request, the
 	// affinity fallback, round-robin cursors' starting points). Required;
 	// it must be safe for concurrent use.
@@ -85,7 +85,7 @@ type Input struct {
 type Builder struct {
 	// Immutable after NewBuilder.
 	cfg  Config
-	clk  clock.Clock
+	now  func() time.Time
 	rand func() uint64
 
 	// Owned by the calling goroutine.
@@ -124,9 +124,12 @@ type Builder struct {
 
 // NewBuilder returns a Builder for cfg.
 func NewBuilder(cfg Config, opts Options) *Builder {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	return &Builder{
 		cfg:      cfg,
-		clk:      clock.OrReal(opts.Clock),
+		now:      opts.Now,
 		rand:     opts.Rand,
 		backends: map[string]*backend.Backend{},
 		meters:   map[string]*Meters{},
@@ -199,7 +202,7 @@ func (b *Builder) Build(in Input) (*Table, []error) {
 func (b *Builder) buildService(in Input, sc *config.Service, sigs map[*backend.Backend]backend.Signals, dt float64, report func(string, error)) *Service {
 	so := b.outliersFor(sc, report)
 	defer so.finish(in.Now)
-	svc := &Service{name: sc.Name, cfg: sc, meters: b.metersFor(sc), outliers: so.det, now: b.clk.Now}
+	svc := &Service{name: sc.Name, cfg: sc, meters: b.metersFor(sc), outliers: so.det, now: b.now}
 
 	all := b.members(in.Snapshot, sc, so)
 	svc.healthy = len(all)
