@@ -16,7 +16,10 @@
 // the Backend it is kept by its owner across snapshots. The caller
 // reports every answer (Chooser.Observe, with the time to the answer) and
 // every load report (Endpoint.ObserveUtilization), and calls
-// Endpoint.Restart when an instance comes back.
+// Endpoint.Restart when an instance comes back. A Registry does that
+// bookkeeping for the goroutine that builds snapshots: one Endpoint per
+// Backend, established at the first build, slow-starting when new or
+// back after a build without it (TestRegistry).
 //
 // # Algorithm
 //
