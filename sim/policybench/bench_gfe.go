@@ -1,6 +1,8 @@
-package sim
+package policybench
 
 import (
+	"github.com/spillway-lb/spillway/sim"
+
 	"errors"
 	"fmt"
 	"math"
@@ -12,7 +14,6 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
-	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/internal/splitmix"
 	"github.com/spillway-lb/spillway/lb/routing"
 )
@@ -71,7 +72,7 @@ func rankNames(prefix string, names []string) []string {
 
 // setRouting fills t's names and addresses for the gfes' configs, and every
 // site's RTT map under the config's region names.
-func (t *topology) setRouting(s *Scenario) {
+func (t *topology) setRouting(s *sim.Scenario) {
 	t.regionCfg = rankNames("r", t.regions)
 	t.groupCfg = rankNames("g", t.groupNames)
 	t.regionGroups = make([][]int, len(t.regions))
@@ -99,7 +100,7 @@ func (t *topology) setRouting(s *Scenario) {
 
 // config returns the gfes' configuration of the world in group states
 // groups under policy p, or nil when no group has a started instance.
-func (t *topology) config(p BenchPolicy, groups []groupState) (*config.Config, error) {
+func (t *topology) config(p BenchPolicy, groups []sim.GroupState) (*config.Config, error) {
 	svc := config.DefaultService()
 	svc.Name = benchService
 	svc.Policy = p.Policy
@@ -155,10 +156,10 @@ type gfes struct {
 	// and scaler of the groups, and the snapshot of every distinct group
 	// state, by stateKey.
 	configs map[string]*config.Config
-	snaps   map[string]*snapshot.Snapshot
+	snaps   map[string]*routing.Fleet
 	// built is the group states of the last build; baselines build again
 	// only when they change (their tables read nothing else that changes).
-	built []groupState
+	built []sim.GroupState
 	// tables holds every site's last table (for tests).
 	tables []*routing.Table
 	// counts is scratch: requests per slot while a split is summed.
@@ -168,12 +169,12 @@ type gfes struct {
 	loop *loop
 }
 
-func newGFEs(s *Scenario, tl *Timeline, topo *topology, p BenchPolicy) *gfes {
+func newGFEs(s *sim.Scenario, tl *sim.Timeline, topo *topology, p BenchPolicy) *gfes {
 	g := &gfes{
 		topo:    topo,
 		pol:     p,
 		configs: map[string]*config.Config{},
-		snaps:   map[string]*snapshot.Snapshot{},
+		snaps:   map[string]*routing.Fleet{},
 		tables:  make([]*routing.Table, len(s.Sites)),
 		counts:  make([]float64, topo.slots()),
 	}
@@ -197,7 +198,7 @@ func newGFEs(s *Scenario, tl *Timeline, topo *topology, p BenchPolicy) *gfes {
 // herdWindow is the gfes' routing.Config.HerdWindow in a run of tl: the
 // gossip delay (what the others believe of a site's demand is that old),
 // at least one step.
-func herdWindow(tl *Timeline) time.Duration {
+func herdWindow(tl *sim.Timeline) time.Duration {
 	return time.Duration(max(tl.GossipDelayS, tl.StepS) * float64(time.Second))
 }
 
@@ -206,7 +207,7 @@ func nodeName(si int) string { return "gfe-" + strconv.Itoa(si) }
 
 // stateKey returns a map key for group states; with started only, one
 // for their started counts and scalers.
-func stateKey(groups []groupState, startedOnly bool) string {
+func stateKey(groups []sim.GroupState, startedOnly bool) string {
 	b := make([]byte, 0, len(groups)*24)
 	for _, st := range groups {
 		b = strconv.AppendInt(b, int64(st.Started), 10)
@@ -221,9 +222,11 @@ func stateKey(groups []groupState, startedOnly bool) string {
 	return string(b)
 }
 
-// snapshot returns the snapshot of the world in group states groups, or
-// nil when it has no started instance.
-func (g *gfes) snapshot(groups []groupState) (*snapshot.Snapshot, error) {
+// snapshot returns the fleet (the routing build's snapshot: config and
+// instance health) of the world in group states groups, or nil when it
+// has no started instance: the simulator's one translation of its state
+// into the routing input.
+func (g *gfes) snapshot(groups []sim.GroupState) (*routing.Fleet, error) {
 	key := stateKey(groups, false)
 	if cs, ok := g.snaps[key]; ok {
 		return cs, nil
@@ -237,7 +240,7 @@ func (g *gfes) snapshot(groups []groupState) (*snapshot.Snapshot, error) {
 		}
 		g.configs[ckey] = cfg
 	}
-	var cs *snapshot.Snapshot
+	var cs *routing.Fleet
 	if cfg != nil {
 		var unhealthy []string
 		for gi, st := range groups {
@@ -245,7 +248,7 @@ func (g *gfes) snapshot(groups []groupState) (*snapshot.Snapshot, error) {
 				unhealthy = append(unhealthy, g.topo.slotAddr[g.topo.first[gi]+j])
 			}
 		}
-		cs = snapshot.FromConfig(strconv.Itoa(len(g.snaps)+1), cfg, unhealthy...)
+		cs = routing.FromConfig(strconv.Itoa(len(g.snaps)+1), cfg, unhealthy...)
 	}
 	g.snaps[key] = cs
 	return cs, nil
@@ -255,8 +258,8 @@ func (g *gfes) snapshot(groups []groupState) (*snapshot.Snapshot, error) {
 // builds: every step for a planned policy (its plan follows demand and is
 // damped step by step), and only when the view of the groups changes for
 // a baseline.
-func (g *gfes) decide(k int, tr *trace, splits [][]split, lost []float64) error {
-	seen := tr.seenGroups[k]
+func (g *gfes) decide(k int, tr *sim.Trace, splits [][]split, lost []float64) error {
+	seen := tr.SeenGroups[k]
 	planned := g.pol.Policy.IsPlanned()
 	if !planned && g.built != nil && slices.Equal(g.built, seen) {
 		return nil
@@ -275,12 +278,12 @@ func (g *gfes) decide(k int, tr *trace, splits [][]split, lost []float64) error 
 		}
 		return nil
 	}
-	now := benchEpoch.Add(time.Duration(tr.times[k] * float64(time.Second)))
+	now := benchEpoch.Add(time.Duration(tr.Times[k] * float64(time.Second)))
 	var peers []routing.Peer
 	if planned {
 		peers = make([]routing.Peer, len(g.builders))
 		for si := range peers {
-			peers[si] = g.peer(si, tr.seen[k][si])
+			peers[si] = g.peer(si, tr.Seen[k][si])
 			peers[si].Capacity = g.loop.heard(k, si)
 		}
 	}
@@ -292,7 +295,7 @@ func (g *gfes) decide(k int, tr *trace, splits [][]split, lost []float64) error 
 	for si, b := range g.builders {
 		if !shared || tbl == nil {
 			var problems []error
-			tbl, problems = b.Build(routing.Input{Snapshot: cs, Peers: peers, Self: g.peer(si, tr.heard[k][si]), Now: now})
+			tbl, problems = b.Build(routing.Input{Fleet: cs, Peers: peers, Self: g.peer(si, tr.Heard[k][si]), Now: now})
 			if len(problems) > 0 {
 				return errors.Join(problems...)
 			}
