@@ -47,7 +47,7 @@ routes:
 func TestDaemonServesEmptyAutoscaledGroup(t *testing.T) {
 	path := writeFile(t, t.TempDir(), "cp.yaml", autoscaledYAML)
 	r := startDaemon(t, "cp-a", path, nil, clock.NewFake(epoch), newWorld(), true)
-	c := r.client(t, routing.CheckPlannable)
+	c := r.client(t, func(s *snapshot.Snapshot) error { return routing.CheckPlannable(&s.Fleet) })
 	s := waitSnapshot(t, c, "both instances healthy", func(s *snapshot.Snapshot) bool {
 		return s.Healthy("127.0.0.1:20000") && s.Healthy("127.0.0.1:20001")
 	})

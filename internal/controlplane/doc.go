@@ -118,7 +118,7 @@
 // XDS.MaxSiteDemand × the service's capacity; each interval the component
 // gossips them, for the sites that have a gfe and at most 4096 site and
 // service pairs, as this replica's SiteDemand, which every gfe and the
-// export itself add to the site's demand (routing.GossipPeers). The
+// export itself add to the site's demand (routinginput.Peers). The
 // replica's gossip state has several writers, the health manager
 // (groups), the export (site demand) and, once the autoscaler runs here,
 // the lease elector (claims, through lease.GossipMedium.SetLeases):

@@ -450,7 +450,7 @@ func (d *Daemon) ApplySnapshot(cs *snapshot.Snapshot) error {
 	if cs.Config == nil {
 		return errors.New("gfe: snapshot without config")
 	}
-	if err := routing.CheckPlannable(cs); err != nil {
+	if err := routing.CheckPlannable(&cs.Fleet); err != nil {
 		return fmt.Errorf("gfe: snapshot %s cannot be planned: %w", cs.Version, err)
 	}
 	if err := d.listeners.Apply(cs.Config.Listeners); err != nil {

@@ -6,7 +6,6 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
-	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/routing"
 )
 
@@ -39,12 +38,12 @@ func TestACTTuning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs := snapshot.FromConfig("v1", c)
+	cs := routing.FromConfig("v1", c)
 	b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1}, routing.Options{Rand: gfetest.Rand()})
 	now := time.Unix(1_000_000, 0)
 	self := routing.Peer{Node: "gfe-nyc", Site: "nyc", RTT: map[string]float64{"us-east": 5}, Demand: map[string]float64{"web": 10}}
 	build := func() {
-		if _, problems := b.Build(routing.Input{Snapshot: cs, Self: self, Now: now}); len(problems) > 0 {
+		if _, problems := b.Build(routing.Input{Fleet: cs, Self: self, Now: now}); len(problems) > 0 {
 			t.Fatalf("Build: %v", problems)
 		}
 	}

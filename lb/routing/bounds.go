@@ -112,7 +112,7 @@ func (b *Builder) boundPeers(in Input, sc *config.Service, dt float64) []Peer {
 	if bd == (Bounds{}) {
 		return in.Peers
 	}
-	capacity := DeclaredCapacity(in.Snapshot.Config, sc)
+	capacity := DeclaredCapacity(in.Fleet.Config, sc)
 	out := make([]Peer, len(in.Peers))
 	for i, p := range in.Peers {
 		out[i] = p

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/backend"
 	"github.com/spillway-lb/spillway/lb/capacity"
 	"github.com/spillway-lb/spillway/lb/ewma"
@@ -60,21 +59,6 @@ type Options struct {
 	// affinity fallback, round-robin cursors' starting points). Required;
 	// it must be safe for concurrent use.
 	Rand func() uint64
-}
-
-// Input is what one table is built from.
-type Input struct {
-	// Snapshot is the configuration and instance health to route by.
-	// Required.
-	Snapshot *snapshot.Snapshot
-	// Peers are the other gfes' states from gossip.
-	Peers []Peer
-	// Self is this gfe's own view (Node, Site, RTT and Demand), which
-	// overrides whatever gossip last carried about it (gossip lags by up to
-	// one publish).
-	Self Peer
-	// Now is the time of the build (outlier ejections, expired hosts).
-	Now time.Time
 }
 
 // Builder builds routing tables. It owns everything that outlives one
@@ -153,7 +137,7 @@ func NewBuilder(cfg Config, opts Options) *Builder {
 // returned, each once until it changes or goes away, so that the caller can
 // log them without repeating itself every step.
 func (b *Builder) Build(in Input) (*Table, []error) {
-	cs := in.Snapshot
+	cs := in.Fleet
 	t := &Table{Version: cs.Version, Config: cs.Config, Services: map[string]*Service{}}
 	var problems []error
 	seen := map[string]bool{}
@@ -204,7 +188,7 @@ func (b *Builder) buildService(in Input, sc *config.Service, sigs map[*backend.B
 	defer so.finish(in.Now)
 	svc := &Service{name: sc.Name, cfg: sc, meters: b.metersFor(sc), outliers: so.det, now: b.now}
 
-	all := b.members(in.Snapshot, sc, so)
+	all := b.members(in.Fleet, sc, so)
 	svc.healthy = len(all)
 	svc.drained = allDrained(sc)
 	all = b.setPool(svc, all, in.Self.RTT, in.Now)
@@ -222,10 +206,10 @@ func (b *Builder) buildService(in Input, sc *config.Service, sigs map[*backend.B
 	in.Peers = b.boundPeers(in, sc, dt)
 	own, herd := b.updateCapacity(in, sc, sigs, dt)
 	factor := mergeFactors(sc.Name, own, in.Peers, in.Self.Node, estimatorConfig(sc).MinFactor)
-	svc.world = BuildWorld(in.Snapshot, sc, in.Peers, in.Self, factor)
+	svc.world = BuildWorld(in.Fleet, sc, in.Peers, in.Self, factor)
 	planWorld := svc.world
 	if peers, ok := b.herdPeers(in, sc, herd); ok {
-		hw := BuildWorld(in.Snapshot, sc, peers, in.Self, factor)
+		hw := BuildWorld(in.Fleet, sc, peers, in.Self, factor)
 		for _, r := range hw.Regions {
 			for i := range r.Groups {
 				r.Groups[i].Capacity *= HerdTarget
@@ -241,7 +225,7 @@ func (b *Builder) buildService(in Input, sc *config.Service, sigs map[*backend.B
 		// uniform overload of rule 6 on the configured capacities, and
 		// let no soft limit move requests away from it.
 		factor = nil
-		svc.world = BuildWorld(in.Snapshot, sc, in.Peers, in.Self, nil)
+		svc.world = BuildWorld(in.Fleet, sc, in.Peers, in.Self, nil)
 		planWorld, svc.herd = svc.world, nil
 		b.clearSoftLimits(in, sc)
 		svc.capacity = b.capacities(sc, svc.world, own, factor)
@@ -306,7 +290,7 @@ func (b *Builder) metersFor(sc *config.Service) *Meters {
 
 // members returns every healthy backend of sc, ejected or not, in config
 // order, registering each with sc's outlier detection.
-func (b *Builder) members(cs *snapshot.Snapshot, sc *config.Service, so *serviceOutliers) []Member {
+func (b *Builder) members(cs *Fleet, sc *config.Service, so *serviceOutliers) []Member {
 	var all []Member
 	for _, be := range sc.Backends {
 		ref, ok := cs.Config.Group(be.Group)

@@ -108,7 +108,7 @@ func (b *Builder) updateCapacity(in Input, sc *config.Service, sigs map[*backend
 	prev := b.prev[sc.Name]
 	ecfg := estimatorConfig(sc)
 	for _, be := range sc.Backends {
-		ref, ok := in.Snapshot.Config.Group(be.Group)
+		ref, ok := in.Fleet.Config.Group(be.Group)
 		if !ok {
 			continue
 		}
@@ -123,7 +123,7 @@ func (b *Builder) updateCapacity(in Input, sc *config.Service, sigs map[*backend
 		var responding int
 		// Demoted instances' requests count as the group's load (they
 		// serve its overflow), but not in its capacity.
-		healthy := in.Snapshot.HealthyActiveCount(ref.Group.Instances)
+		healthy := in.Fleet.HealthyActiveCount(ref.Group.Instances)
 		for _, inst := range ref.Group.Instances {
 			bk := b.backends[inst.Address]
 			if bk == nil {
@@ -316,7 +316,7 @@ func (b *Builder) setSoftLimits(in Input, sc *config.Service, caps []GroupCapaci
 		return
 	}
 	for _, g := range caps {
-		ref, ok := in.Snapshot.Config.Group(g.Group)
+		ref, ok := in.Fleet.Config.Group(g.Group)
 		if !ok {
 			continue
 		}
@@ -339,7 +339,7 @@ func (b *Builder) setSoftLimits(in Input, sc *config.Service, caps []GroupCapaci
 // clearSoftLimits removes the soft limits of service sc's instances.
 func (b *Builder) clearSoftLimits(in Input, sc *config.Service) {
 	for _, be := range sc.Backends {
-		ref, ok := in.Snapshot.Config.Group(be.Group)
+		ref, ok := in.Fleet.Config.Group(be.Group)
 		if !ok {
 			continue
 		}

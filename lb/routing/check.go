@@ -6,7 +6,6 @@ import (
 	"math"
 
 	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
@@ -23,9 +22,9 @@ import (
 // every region whose demand is the whole capacity, and checks that the
 // plan's shares are finite. Every problem is returned, joined, each naming
 // its service. CheckPlannable is pure; s must have a Config.
-func CheckPlannable(s *snapshot.Snapshot) error {
+func CheckPlannable(s *Fleet) error {
 	cfg := s.Config
-	all := snapshot.FromConfig(s.Version, cfg)
+	all := FromConfig(s.Version, cfg)
 	var errs []error
 	for i := range cfg.Services {
 		if err := checkService(all, &cfg.Services[i]); err != nil {
@@ -35,9 +34,9 @@ func CheckPlannable(s *snapshot.Snapshot) error {
 	return errors.Join(errs...)
 }
 
-// checkService is CheckPlannable for service sc of all, a snapshot in which
+// checkService is CheckPlannable for service sc of all, a fleet in which
 // every instance is healthy.
-func checkService(all *snapshot.Snapshot, sc *config.Service) error {
+func checkService(all *Fleet, sc *config.Service) error {
 	var total float64
 	rtt := map[string]float64{}
 	for bi := range sc.Backends {

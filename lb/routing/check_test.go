@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/routing"
 )
 
@@ -59,7 +58,7 @@ func TestCheckPlannable(t *testing.T) {
 			c := checkConfig(t, tc.policy, min(tc.n, 10_000), min(tc.rate, 1e9))
 			c.Services[0].Backends[0].MaxRatePerInstance = tc.rate
 			c.Services[0].Backends[1].MaxRatePerInstance = tc.rate
-			err := routing.CheckPlannable(snapshot.FromConfig("v", c))
+			err := routing.CheckPlannable(routing.FromConfig("v", c))
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("CheckPlannable = %v, want nil", err)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
-	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/affinity"
 	"github.com/spillway-lb/spillway/lb/routing"
 )
@@ -72,10 +71,10 @@ routes:
 
 // buildNYC builds the table of the gfe at site nyc (5 ms from us-east, 80
 // from eu-west) with demand 50 req/s for web.
-func buildNYC(t *testing.T, cs *snapshot.Snapshot) *routing.Table {
+func buildNYC(t *testing.T, cs *routing.Fleet) *routing.Table {
 	t.Helper()
 	b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1}, routing.Options{Rand: gfetest.Rand()})
-	tbl, problems := b.Build(routing.Input{Snapshot: cs, Self: routing.Peer{Node: "gfe-nyc", Site: "nyc", RTT: map[string]float64{"us-east": 5, "eu-west": 80}, Demand: map[string]float64{"web": 50}}, Now: time.Unix(1_000_000, 0)})
+	tbl, problems := b.Build(routing.Input{Fleet: cs, Self: routing.Peer{Node: "gfe-nyc", Site: "nyc", RTT: map[string]float64{"us-east": 5, "eu-west": 80}, Demand: map[string]float64{"web": 50}}, Now: time.Unix(1_000_000, 0)})
 	if len(problems) > 0 {
 		t.Fatalf("Build: %v", problems)
 	}
@@ -102,7 +101,7 @@ func TestDemotedCapacity(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cs := snapshot.FromConfig("v1", demotedConfig(t, "waterfall", tt.demoted...), tt.unhealthy...)
+			cs := routing.FromConfig("v1", demotedConfig(t, "waterfall", tt.demoted...), tt.unhealthy...)
 			svc := buildNYC(t, cs).Services["web"]
 			var found bool
 			for _, g := range svc.Capacity() {
@@ -135,7 +134,7 @@ func TestDemotedCapacity(t *testing.T) {
 // demoted, each taking one request: the first 2 picks take the active
 // ones, the third the demoted one, and only the fourth spills to west.
 func TestDemotedPickedLastWaterfall(t *testing.T) {
-	cs := snapshot.FromConfig("v1", demotedConfig(t, "waterfall", "127.0.0.1:3"))
+	cs := routing.FromConfig("v1", demotedConfig(t, "waterfall", "127.0.0.1:3"))
 	svc := buildNYC(t, cs).Services["web"]
 	// One at a time, the demoted instance gets nothing.
 	for i := range 100 {
@@ -189,7 +188,7 @@ func TestDemotedPickedLastWaterfall(t *testing.T) {
 func TestDemotedPickedLastBaseline(t *testing.T) {
 	for _, policy := range []string{"round_robin", "least_request", "hash2", "hash5"} {
 		t.Run(policy, func(t *testing.T) {
-			cs := snapshot.FromConfig("v1", demotedConfig(t, policy, "127.0.0.1:3"))
+			cs := routing.FromConfig("v1", demotedConfig(t, policy, "127.0.0.1:3"))
 			svc := buildNYC(t, cs).Services["web"]
 			var pool []string
 			for _, m := range svc.Pool() {
@@ -248,7 +247,7 @@ func TestDemotedPickedLastBaseline(t *testing.T) {
 // TestDemotedNearestFreeAndRetry: NearestFree and RetryPick prefer an
 // active instance to a demoted one of the same region.
 func TestDemotedNearestFreeAndRetry(t *testing.T) {
-	cs := snapshot.FromConfig("v1", demotedConfig(t, "round_robin", "127.0.0.1:1"))
+	cs := routing.FromConfig("v1", demotedConfig(t, "round_robin", "127.0.0.1:1"))
 	svc := buildNYC(t, cs).Services["web"]
 	rtt := map[string]float64{"us-east": 5, "eu-west": 80}
 	// us-east's active instances each hold a request (limit raised to 2,
@@ -292,7 +291,7 @@ func TestDemotedNearestFreeAndRetry(t *testing.T) {
 // demoted instance.
 func TestDemotedNoAffinityPin(t *testing.T) {
 	c := demotedConfigWith(t, "round_robin", "    session_affinity: {type: client_ip}\n", "127.0.0.1:3")
-	svc := buildNYC(t, snapshot.FromConfig("v1", c)).Services["web"]
+	svc := buildNYC(t, routing.FromConfig("v1", c)).Services["web"]
 	if svc.Affinity() == nil {
 		t.Fatal("no affinity")
 	}

@@ -1,10 +1,23 @@
-// Package routing builds the gfe's routing table: from a snapshot
-// (internal/snapshot: config and instance health), the other gfes' gossip (Peer) and this
-// node's own view (its site, RTT and demand), the immutable Table that every
-// request and connection picks its backend from. It is pure: no I/O, no
-// goroutines, no logger or metrics registry, and time comes in as an
-// argument (Input.Now) or through an injected clock, so that the gfe and the
-// simulator (sim) run the same routing.
+// Package routing is the routing build every program that routes shares:
+// from one typed world — a Fleet (the snapshot's services, groups,
+// instances and instance health), the other nodes' Peers (every site's
+// demand, RTT and capacity factors, from gossip) and this node's own view
+// (Self, and the signals of its Backends) at Now — the immutable Table that
+// every request and connection picks its backend from, with a plan per
+// planned service. The gfe routes by it (internal/gfe), the control
+// plane's xDS export plans by it (internal/controlplane) and the simulator
+// runs it (sim), so that the plan a simulation scores is the plan a gfe
+// serves.
+//
+// It is pure: no I/O, no goroutines, no logger or metrics registry, and it
+// imports nothing under internal/ (a test in docs/ enforces it). Time
+// comes in as an argument (Input.Now) or, for a picker a request gives no
+// time, through Options.Now. Each source of the input translates into it
+// once, next to its owner: the snapshot stream in internal/snapshot
+// (Snapshot holds a Fleet), gossip in internal/routinginput (Peers), the
+// xDS export's State in internal/controlplane, the simulator's world in
+// sim (FromConfig). The input types are in input.go, with the unit of
+// every field.
 //
 // # Model
 //
@@ -70,7 +83,7 @@
 // The gfe's planner, every PlanInterval:
 //
 //	demand := b.Demand(now) // requests/s per service, from the Meters
-//	t, problems := b.Build(routing.Input{Snapshot: cs, Peers: peers,
+//	t, problems := b.Build(routing.Input{Fleet: &cs.Fleet, Peers: routinginput.Peers(g),
 //		Self: routing.Peer{Node: node, Site: site, RTT: rtt, Demand: demand}, Now: now})
 //	table.Store(t)
 //

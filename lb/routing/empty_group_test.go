@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/routing"
 )
 
@@ -63,7 +62,7 @@ func TestEmptyAutoscaledGroup(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.policy, func(t *testing.T) {
-			cs := snapshot.FromConfig("v1", emptyEastConfig(t, tt.policy))
+			cs := routing.FromConfig("v1", emptyEastConfig(t, tt.policy))
 			if err := routing.CheckPlannable(cs); err != nil {
 				t.Fatalf("CheckPlannable: %v", err)
 			}
@@ -131,7 +130,7 @@ routes:
 			if err != nil {
 				t.Fatal(err)
 			}
-			cs := snapshot.FromConfig("v1", c)
+			cs := routing.FromConfig("v1", c)
 			if err := routing.CheckPlannable(cs); err != nil {
 				t.Fatalf("CheckPlannable: %v", err)
 			}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
-	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/backend"
 	"github.com/spillway-lb/spillway/lb/routing"
 )
@@ -47,14 +46,14 @@ func TestHerdGuard(t *testing.T) {
 			clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 			b := routing.NewBuilder(routing.Config{Node: "gfe-a", Site: "a", Damping: 1, HerdWindow: 2 * time.Second},
 				routing.Options{Now: clk.Now, Rand: gfetest.Rand()})
-			cs := snapshot.FromConfig("v1", gfetest.TwoRegionConfig(t, "waterfall", east, west, 100))
+			cs := routing.FromConfig("v1", gfetest.TwoRegionConfig(t, "waterfall", east, west, 100))
 			peers := []routing.Peer{
 				{Node: "gfe-b", Site: "b", Demand: map[string]float64{"web": tc.others}, RTT: map[string]float64{"us-east": 5, "eu-west": 80}},
 				{Node: "gfe-c", Site: "c", Demand: map[string]float64{"web": tc.others}, RTT: map[string]float64{"us-east": 6, "eu-west": 80}},
 			}
 			build := func(demand float64) *routing.Service {
 				t.Helper()
-				tbl, problems := b.Build(routing.Input{Snapshot: cs, Peers: peers, Now: clk.Now(),
+				tbl, problems := b.Build(routing.Input{Fleet: cs, Peers: peers, Now: clk.Now(),
 					Self: routing.Peer{Node: "gfe-a", Site: "a", Demand: map[string]float64{"web": demand}, RTT: map[string]float64{"us-east": 7, "eu-west": 80}}})
 				if len(problems) > 0 {
 					t.Fatal(problems)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
-	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/routing"
 )
 
@@ -39,7 +38,7 @@ var nyc = routing.Peer{Node: "gfe-nyc", Site: "nyc", Demand: map[string]float64{
 type planRig struct {
 	t   *testing.T
 	b   *routing.Builder
-	cs  *snapshot.Snapshot
+	cs  *routing.Fleet
 	now time.Time
 	// last is the table of the last step.
 	last *routing.Table
@@ -49,7 +48,7 @@ func newPlanRig(t *testing.T, bounds routing.Bounds) *planRig {
 	return &planRig{
 		t:   t,
 		b:   routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1, Bounds: bounds}, routing.Options{Rand: lcg()}),
-		cs:  snapshot.FromConfig("v1", threeRegions(t)),
+		cs:  routing.FromConfig("v1", threeRegions(t)),
 		now: time.Unix(1_000_000, 0),
 	}
 }
@@ -59,7 +58,7 @@ func newPlanRig(t *testing.T, bounds routing.Bounds) *planRig {
 func (r *planRig) step(peers []routing.Peer) (shares map[string]float64, maxUtil float64) {
 	r.t.Helper()
 	r.now = r.now.Add(500 * time.Millisecond)
-	tbl, problems := r.b.Build(routing.Input{Snapshot: r.cs, Peers: peers, Self: nyc, Now: r.now})
+	tbl, problems := r.b.Build(routing.Input{Fleet: r.cs, Peers: peers, Self: nyc, Now: r.now})
 	if len(problems) > 0 {
 		r.t.Fatalf("Build problems: %v", problems)
 	}
@@ -261,7 +260,7 @@ func TestAbsurdRTTIsBounded(t *testing.T) {
 	r := newPlanRig(t, routing.DefaultBounds())
 	odd := routing.Peer{Node: "gfe-odd", Site: "odd", RTT: map[string]float64{"us-east": 1e12, "eu-west": 20}}
 	r.step(append(append([]routing.Peer{}, honest...), odd))
-	tbl, _ := r.b.Build(routing.Input{Snapshot: r.cs, Peers: append(append([]routing.Peer{}, honest...), odd), Self: nyc, Now: r.now.Add(time.Second)})
+	tbl, _ := r.b.Build(routing.Input{Fleet: r.cs, Peers: append(append([]routing.Peer{}, honest...), odd), Self: nyc, Now: r.now.Add(time.Second)})
 	var got map[string]float64
 	for _, s := range tbl.Services["web"].World().Sites {
 		if s.Name == "odd" {
@@ -292,7 +291,7 @@ func TestTinyCapacityFactorIsBounded(t *testing.T) {
 		Capacity: map[string]map[string]float64{"web": {"us-east-b-g": 1e-9}}}
 	r.step(append(append([]routing.Peer{}, honest...), odd))
 	r.now = r.now.Add(time.Second)
-	tbl, _ := r.b.Build(routing.Input{Snapshot: r.cs, Peers: append(append([]routing.Peer{}, honest...), odd), Self: nyc, Now: r.now})
+	tbl, _ := r.b.Build(routing.Input{Fleet: r.cs, Peers: append(append([]routing.Peer{}, honest...), odd), Self: nyc, Now: r.now})
 	for _, reg := range tbl.Services["web"].World().Regions {
 		for _, g := range reg.Groups {
 			want := 2000 * 0.95

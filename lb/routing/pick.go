@@ -4,7 +4,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/backend"
 )
 
@@ -169,7 +168,7 @@ func (s *Service) NearestFree(rtt map[string]float64, exclude string, r Reason) 
 // Available reports whether backend addr may keep the connections of
 // service in cs: it is one of the service's instances and not unhealthy. A
 // nil cs (no snapshot yet) keeps everything.
-func Available(cs *snapshot.Snapshot, service, addr string) bool {
+func Available(cs *Fleet, service, addr string) bool {
 	if cs == nil {
 		return true
 	}

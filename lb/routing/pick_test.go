@@ -106,17 +106,17 @@ func TestAvailable(t *testing.T) {
 	cfg := gfetest.TCPConfig(t, "waterfall", gfetest.Instances("127.0.0.1:1", "127.0.0.1:2"), gfetest.Instances("127.0.0.1:3"), 0)
 	tests := []struct {
 		name    string
-		cs      *snapshot.Snapshot
+		cs      *routing.Fleet
 		service string
 		addr    string
 		want    bool
 	}{
 		{"no snapshot yet", nil, "db", "127.0.0.1:1", true},
-		{"healthy", snapshot.FromConfig("", cfg), "db", "127.0.0.1:3", true},
-		{"unhealthy", snapshot.FromConfig("", cfg, "127.0.0.1:1"), "db", "127.0.0.1:1", false},
-		{"another is unhealthy", snapshot.FromConfig("", cfg, "127.0.0.1:1"), "db", "127.0.0.1:2", true},
-		{"not an instance of the service", snapshot.FromConfig("", cfg), "db", "127.0.0.1:9", false},
-		{"service removed", snapshot.FromConfig("", cfg), "gone", "127.0.0.1:1", false},
+		{"healthy", routing.FromConfig("", cfg), "db", "127.0.0.1:3", true},
+		{"unhealthy", routing.FromConfig("", cfg, "127.0.0.1:1"), "db", "127.0.0.1:1", false},
+		{"another is unhealthy", routing.FromConfig("", cfg, "127.0.0.1:1"), "db", "127.0.0.1:2", true},
+		{"not an instance of the service", routing.FromConfig("", cfg), "db", "127.0.0.1:9", false},
+		{"service removed", routing.FromConfig("", cfg), "gone", "127.0.0.1:1", false},
 	}
 	for _, tt := range tests {
 		if got := routing.Available(tt.cs, tt.service, tt.addr); got != tt.want {

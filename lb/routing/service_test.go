@@ -9,7 +9,6 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
-	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/routing"
 )
 
@@ -33,9 +32,9 @@ func TestServicePicker(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cs := snapshot.FromConfig("v1", gfetest.TwoRegionConfig(t, tt.policy, east, west, 100), "127.0.0.1:3")
+			cs := routing.FromConfig("v1", gfetest.TwoRegionConfig(t, tt.policy, east, west, 100), "127.0.0.1:3")
 			b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1}, routing.Options{Rand: gfetest.Rand()})
-			tbl, problems := b.Build(routing.Input{Snapshot: cs, Self: routing.Peer{Node: "gfe-nyc", Site: "nyc", RTT: tt.rtt, Demand: map[string]float64{"web": 50}}, Now: time.Unix(1_000_000, 0)})
+			tbl, problems := b.Build(routing.Input{Fleet: cs, Self: routing.Peer{Node: "gfe-nyc", Site: "nyc", RTT: tt.rtt, Demand: map[string]float64{"web": 50}}, Now: time.Unix(1_000_000, 0)})
 			if len(problems) > 0 {
 				t.Fatalf("Build: %v", problems)
 			}
@@ -97,7 +96,7 @@ func TestDrainedGroupLeavesPool(t *testing.T) {
 				t.Fatal(err)
 			}
 			b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1}, routing.Options{Rand: gfetest.Rand()})
-			tbl, problems := b.Build(routing.Input{Snapshot: snapshot.FromConfig("v1", cfg), Self: routing.Peer{Node: "gfe-nyc", Site: "nyc", RTT: map[string]float64{"us-east": 5, "eu-west": 80}}, Now: time.Unix(1_000_000, 0)})
+			tbl, problems := b.Build(routing.Input{Fleet: routing.FromConfig("v1", cfg), Self: routing.Peer{Node: "gfe-nyc", Site: "nyc", RTT: map[string]float64{"us-east": 5, "eu-west": 80}}, Now: time.Unix(1_000_000, 0)})
 			if len(problems) > 0 {
 				t.Fatalf("Build: %v", problems)
 			}

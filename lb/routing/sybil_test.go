@@ -11,6 +11,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/devpki"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/mtls"
+	"github.com/spillway-lb/spillway/internal/routinginput"
 	"github.com/spillway-lb/spillway/lb/routing"
 )
 
@@ -121,7 +122,7 @@ func TestSybilGFEsDoNotMoveTheirSite(t *testing.T) {
 	}
 	waitGossip(t, "the honest gfes' states", func() bool { return len(self.Snapshot().States) == 3 })
 	r := newPlanRig(t, routing.DefaultBounds())
-	if shares, _ := r.settle(routing.GossipPeers(self.Snapshot())); !allUSEast(shares) {
+	if shares, _ := r.settle(routinginput.Peers(self.Snapshot())); !allUSEast(shares) {
 		t.Fatalf("before the sybils nyc sends %v, want everything to us-east", shares)
 	}
 	lonBefore := r.siteDemand("lon")
@@ -152,7 +153,7 @@ func TestSybilGFEsDoNotMoveTheirSite(t *testing.T) {
 	if got := len(snap.States); got != 3 {
 		t.Errorf("this gfe believes %d states, want 3: its own and the two honest gfes' (members %v)", got, snap.Members)
 	}
-	shares, util := r.settle(routing.GossipPeers(snap))
+	shares, util := r.settle(routinginput.Peers(snap))
 	if !allUSEast(shares) {
 		t.Errorf("with the sybils nyc sends %v, want everything to us-east", shares)
 	}

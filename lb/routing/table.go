@@ -84,9 +84,9 @@ func ErrorLabel(err error) string {
 // Table is the routing state requests read. It is built by a Builder and
 // never changed after Build returns: callers must not modify its fields.
 type Table struct {
-	// Version is the snapshot's version.
+	// Version is the Fleet's version.
 	Version string
-	// Config is the snapshot's configuration.
+	// Config is the Fleet's configuration.
 	Config *config.Config
 	// Services maps service name to its entry.
 	Services map[string]*Service

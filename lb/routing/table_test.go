@@ -27,7 +27,7 @@ func TestBuildWorld(t *testing.T) {
 	me := routing.Peer{Node: "gfe-nyc", Site: "nyc", RTT: map[string]float64{"us-east": 5, "eu-west": 80}, Demand: map[string]float64{"web": 100}}
 	// us-east's effective capacity is down to 60%; every capacity is
 	// planned at the default target utilization, 0.95.
-	got := routing.BuildWorld(snapshot.FromConfig("v1", cfg, "127.0.0.1:3"), svc, peers, me, map[string]float64{"east": 0.6})
+	got := routing.BuildWorld(routing.FromConfig("v1", cfg, "127.0.0.1:3"), svc, peers, me, map[string]float64{"east": 0.6})
 	want := waterfall.World{
 		Regions: []waterfall.Region{
 			{Name: "us-east", Groups: []waterfall.Group{{Name: "east", Zone: "us-east-b", Instances: 2, Healthy: 2, Capacity: 200 * 0.95 * 0.6}}},

@@ -6,31 +6,10 @@ import (
 	"slices"
 
 	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/internal/gossip"
-	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
-// Peer is what one gfe tells the others by gossip, as the table build
-// reads it: its site, its demand per service and its RTT per region.
-type Peer struct {
-	// Node is the gfe's gossip name.
-	Node string
-	// Site is the gfe's edge site; a peer without one is ignored.
-	Site string
-	// Demand maps service name to the gfe's smoothed demand, in the
-	// service's demand unit (requests/s; open connections or requests in
-	// flight for CONNECTION-mode services).
-	Demand map[string]float64
-	// RTT maps region name to the gfe's round trip to it, in milliseconds.
-	RTT map[string]float64
-	// Capacity maps service name and group name to the gfe's own
-	// effective-capacity factor of the group, in (0, 1) (lb/capacity); a
-	// group it does not list is at 1.
-	Capacity map[string]map[string]float64
-}
-
-// BuildWorld returns the planner input for service svc of snapshot s: one
+// BuildWorld returns the planner input for service svc of fleet s: one
 // Region per region that holds one of svc's groups, with each group's
 // healthy capacity (config.Backend.Capacity of its healthy active
 // instances, s.HealthyActiveCount, over its active ones: demoted
@@ -45,7 +24,7 @@ type Peer struct {
 // node name is ignored (me is newer than what gossip carries about this
 // node). A site whose gfes have measured no RTT to any of svc's regions is
 // left out: the planner could not place its demand. BuildWorld is pure.
-func BuildWorld(s *snapshot.Snapshot, svc *config.Service, peers []Peer, me Peer, factor map[string]float64) waterfall.World {
+func BuildWorld(s *Fleet, svc *config.Service, peers []Peer, me Peer, factor map[string]float64) waterfall.World {
 	cfg := s.Config
 	var w waterfall.World
 	regionIdx := map[string]int{}
@@ -180,37 +159,4 @@ func rttOf(rtt map[string]float64, region string) float64 {
 		return v
 	}
 	return math.Inf(1)
-}
-
-// GossipPeers returns the gfe states of snap as the table build reads
-// them (nil for a nil snap): what the gfe's planner and the control plane's
-// xDS export (internal/controlplane) both plan from. A control plane's
-// SiteDemand (the xDS clients it serves, which bypass the gfes) becomes
-// one Peer per site with that demand and no RTT (SitePeers), so that it
-// adds to the site's gfes' demand.
-func GossipPeers(snap *gossip.Snapshot) []Peer {
-	if snap == nil {
-		return nil
-	}
-	out := make([]Peer, 0, len(snap.States))
-	for name, st := range snap.States {
-		switch st.Kind {
-		case gossip.KindGFE:
-			out = append(out, Peer{Node: name, Site: st.Site, Demand: st.Demand, RTT: st.RTT, Capacity: st.Capacity})
-		case gossip.KindControlPlane:
-			out = append(out, SitePeers(name, st.SiteDemand)...)
-		}
-	}
-	return out
-}
-
-// SitePeers returns demand (by site, then service) as peers named
-// "<node>/xds/<site>": no RTT of their own, so that a site is placed by its
-// gfes' measurements and a site without a gfe is not planned.
-func SitePeers(node string, demand map[string]map[string]float64) []Peer {
-	out := make([]Peer, 0, len(demand))
-	for site, d := range demand {
-		out = append(out, Peer{Node: node + "/xds/" + site, Site: site, Demand: d})
-	}
-	return out
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/benchpolicy"
 	"github.com/spillway-lb/spillway/internal/clock"
-	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/internal/splitmix"
 	"github.com/spillway-lb/spillway/lb/routing"
 )
@@ -158,7 +157,7 @@ type gfes struct {
 	// and scaler of the groups, and the snapshot of every distinct group
 	// state, by stateKey.
 	configs map[string]*config.Config
-	snaps   map[string]*snapshot.Snapshot
+	snaps   map[string]*routing.Fleet
 	// built is the group states of the last build; baselines build again
 	// only when they change (their tables read nothing else that changes).
 	built []sim.GroupState
@@ -176,7 +175,7 @@ func newGFEs(s *sim.Scenario, tl *sim.Timeline, topo *topology, p benchpolicy.Ro
 		topo:    topo,
 		pol:     p,
 		configs: map[string]*config.Config{},
-		snaps:   map[string]*snapshot.Snapshot{},
+		snaps:   map[string]*routing.Fleet{},
 		tables:  make([]*routing.Table, len(s.Sites)),
 		counts:  make([]float64, topo.slots()),
 	}
@@ -224,9 +223,11 @@ func stateKey(groups []sim.GroupState, startedOnly bool) string {
 	return string(b)
 }
 
-// snapshot returns the snapshot of the world in group states groups, or
-// nil when it has no started instance.
-func (g *gfes) snapshot(groups []sim.GroupState) (*snapshot.Snapshot, error) {
+// snapshot returns the fleet (the routing build's snapshot: config and
+// instance health) of the world in group states groups, or nil when it
+// has no started instance: the simulator's one translation of its state
+// into the routing input.
+func (g *gfes) snapshot(groups []sim.GroupState) (*routing.Fleet, error) {
 	key := stateKey(groups, false)
 	if cs, ok := g.snaps[key]; ok {
 		return cs, nil
@@ -240,7 +241,7 @@ func (g *gfes) snapshot(groups []sim.GroupState) (*snapshot.Snapshot, error) {
 		}
 		g.configs[ckey] = cfg
 	}
-	var cs *snapshot.Snapshot
+	var cs *routing.Fleet
 	if cfg != nil {
 		var unhealthy []string
 		for gi, st := range groups {
@@ -248,7 +249,7 @@ func (g *gfes) snapshot(groups []sim.GroupState) (*snapshot.Snapshot, error) {
 				unhealthy = append(unhealthy, g.topo.slotAddr[g.topo.first[gi]+j])
 			}
 		}
-		cs = snapshot.FromConfig(strconv.Itoa(len(g.snaps)+1), cfg, unhealthy...)
+		cs = routing.FromConfig(strconv.Itoa(len(g.snaps)+1), cfg, unhealthy...)
 	}
 	g.snaps[key] = cs
 	return cs, nil
@@ -295,7 +296,7 @@ func (g *gfes) decide(k int, tr *sim.Trace, splits [][]split, lost []float64) er
 	for si, b := range g.builders {
 		if !shared || tbl == nil {
 			var problems []error
-			tbl, problems = b.Build(routing.Input{Snapshot: cs, Peers: peers, Self: g.peer(si, tr.Heard[k][si]), Now: now})
+			tbl, problems = b.Build(routing.Input{Fleet: cs, Peers: peers, Self: g.peer(si, tr.Heard[k][si]), Now: now})
 			if len(problems) > 0 {
 				return errors.Join(problems...)
 			}

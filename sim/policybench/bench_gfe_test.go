@@ -124,7 +124,7 @@ func TestBenchGlobalPoolShared(t *testing.T) {
 			}
 			var want []string
 			for si := range s.Sites {
-				tbl, problems := g.builders[si].Build(routing.Input{Snapshot: cs, Self: g.peer(si, 1), Now: benchEpoch})
+				tbl, problems := g.builders[si].Build(routing.Input{Fleet: cs, Self: g.peer(si, 1), Now: benchEpoch})
 				if len(problems) > 0 {
 					t.Fatal(problems)
 				}

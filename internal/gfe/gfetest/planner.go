@@ -86,7 +86,7 @@ func (p *Planner) Step() []error {
 	}
 	rtt := p.rttLocked()
 	p.mu.Unlock()
-	t, problems := p.Builder.Build(routing.Input{Snapshot: cs, Peers: peers, Self: routing.Peer{Node: "gfe-nyc", Site: "nyc", RTT: rtt, Demand: demand}, Now: now})
+	t, problems := p.Builder.Build(routing.Input{Fleet: &cs.Fleet, Peers: peers, Self: routing.Peer{Node: "gfe-nyc", Site: "nyc", RTT: rtt, Demand: demand}, Now: now})
 	p.table.Store(t)
 	return problems
 }

@@ -1,9 +1,12 @@
-package waterfall
+package mincostflow
 
-// The min-cost flow solver of ComputeMinRTT (minrtt.go): the network, its
-// successive shortest paths and the splitting of overloaded sets.
+// The solver: the network, its successive shortest paths and the splitting
+// of overloaded sets (doc.go says what it guarantees).
 
-import "math"
+import (
+	"math"
+	"slices"
+)
 
 // cost is an arc or path cost, ordered lexicographically: pen counts
 // demand units sent above a keep bound (always an integer), rtt is
@@ -19,11 +22,12 @@ func (a cost) minus(b cost) cost { return cost{a.pen - b.pen, a.rtt - b.rtt} }
 
 var infCost = cost{math.Inf(1), math.Inf(1)}
 
-// flowNet is the min-cost flow network of one ComputeMinRTT call. Nodes are
-// numbered sites [0, ns), regions [ns, ns+nr), sink ns+nr, in the model's
-// name order. Each (site, region with capacity) pair is an arc pair: tier 0
-// up to keep·demand at cost (0, rtt) and, for unhealthy regions, tier 1 for
-// the rest at cost (1, rtt). Each region's arc to the sink carries up to its
+// flowNet is the network of one Solve. Its code calls the sources sites and
+// the destinations regions, their supply demand and the cost rtt, after the
+// planner it was written for (lb/waterfall's min_rtt). Nodes are numbered
+// sites [0, ns), regions [ns, ns+nr), sink ns+nr, in the Problem's order.
+// Each arc of the Problem is an arc pair: tier 0 up to keep·demand at cost
+// (0, rtt) and, when keep < 1, tier 1 for the rest at cost (1, rtt). Each region's arc to the sink carries up to its
 // limit at cost 0; instead of storing that flow, a region with load above
 // its limit holds the difference as excess and one below it has room.
 //
@@ -32,7 +36,6 @@ var infCost = cost{math.Inf(1), math.Inf(1)}
 // over capacity. Everything starts in component 0 at level λ; overloaded
 // sets are split off into components of their own (split).
 type flowNet struct {
-	m      *model
 	ns, nr int
 	sink   int32
 
@@ -50,11 +53,12 @@ type flowNet struct {
 	users  [][]int32
 	listed []bool // per arc: in its region's users
 
-	demand []float64 // per site
-	arcEps []float64 // per site: residuals at most this are zero
-	limit  []float64 // per region: level·capacity
-	load   []float64 // per region
-	roomE  []float64 // per region: excess or room at most this is zero
+	demand   []float64 // per site
+	capacity []float64 // per region
+	arcEps   []float64 // per site: residuals at most this are zero
+	limit    []float64 // per region: level·capacity
+	load     []float64 // per region
+	roomE    []float64 // per region: excess or room at most this is zero
 
 	comp   []int32   // per node
 	level  []float64 // per component
@@ -69,71 +73,54 @@ type flowNet struct {
 	pos  []int32 // per node: index in heap, -1 if not in it
 }
 
-func newFlowNet(m *model) *flowNet {
-	ns, nr := len(m.sites), len(m.regions)
+// newFlowNet builds the network of p, which Solve has validated: one arc
+// pair per arc of p, in p's order.
+func newFlowNet(p Problem) *flowNet {
+	ns, nr := len(p.Supply), len(p.Capacity)
 	v := ns + nr + 1
 	n := &flowNet{
-		m: m, ns: ns, nr: nr, sink: int32(ns + nr),
-		a0:     make([]int32, ns+1),
-		demand: make([]float64, ns),
-		arcEps: make([]float64, ns),
-		limit:  make([]float64, nr),
-		load:   make([]float64, nr),
-		roomE:  make([]float64, nr),
-		comp:   make([]int32, v),
-		level:  []float64{m.lambda},
-		packed: []bool{false},
-		pot:    make([]cost, v),
-		dist:   make([]cost, v),
-		done:   make([]bool, v),
-		pred:   make([]int32, v),
-		pos:    make([]int32, v),
-		users:  make([][]int32, nr),
+		ns: ns, nr: nr, sink: int32(ns + nr),
+		a0:       make([]int32, ns+1),
+		demand:   slices.Clone(p.Supply),
+		capacity: slices.Clone(p.Capacity),
+		arcEps:   make([]float64, ns),
+		limit:    make([]float64, nr),
+		load:     make([]float64, nr),
+		roomE:    make([]float64, nr),
+		comp:     make([]int32, v),
+		level:    []float64{p.Level},
+		packed:   []bool{false},
+		pot:      make([]cost, v),
+		dist:     make([]cost, v),
+		done:     make([]bool, v),
+		pred:     make([]int32, v),
+		pos:      make([]int32, v),
+		users:    make([][]int32, nr),
 	}
-	narcs := 0
-	for s, site := range m.sites {
-		if site.demand > 0 {
-			for _, r := range m.siteReach(s) {
-				if m.regions[r].capacity > 0 {
-					narcs++
-				}
-			}
-		}
-	}
+	narcs := len(p.Arcs)
 	n.aSite = make([]int32, 0, narcs)
 	n.aReg = make([]int32, 0, narcs)
 	n.aRTT = make([]float64, 0, narcs)
 	f := make([]float64, 4*narcs)
 	n.u0, n.u1, n.f0, n.f1 = f[:0:narcs], f[narcs:narcs:2*narcs], f[2*narcs:3*narcs], f[3*narcs:]
-	rtt := make([]float64, ns*nr)
-	for s, site := range m.sites {
-		for i := site.r0; i < site.r1; i++ {
-			rtt[s*nr+int(m.reach[i])] = math.Float64frombits(m.rtt[i])
-		}
-	}
 	count := make([]int32, nr+1)
-	for s, site := range m.sites {
+	a := 0
+	for s := range ns {
 		n.a0[s] = int32(len(n.aSite))
-		n.demand[s] = site.demand
-		n.arcEps[s] = dustEps * site.demand
-		if site.demand <= 0 {
-			continue
-		}
-		for _, r := range m.siteReach(s) {
-			reg := &m.regions[r]
-			if reg.capacity <= 0 {
-				continue
-			}
-			u0 := site.demand
-			if reg.keep < 1 {
-				u0 = reg.keep * site.demand
+		demand := n.demand[s]
+		n.arcEps[s] = supplyEps * demand
+		for ; a < narcs && int(p.Arcs[a].Source) == s; a++ {
+			arc := p.Arcs[a]
+			u0 := demand
+			if arc.Keep < 1 {
+				u0 = arc.Keep * demand
 			}
 			n.aSite = append(n.aSite, int32(s))
-			n.aReg = append(n.aReg, r)
-			n.aRTT = append(n.aRTT, rtt[s*nr+int(r)])
+			n.aReg = append(n.aReg, arc.Dest)
+			n.aRTT = append(n.aRTT, arc.Cost)
 			n.u0 = append(n.u0, u0)
-			n.u1 = append(n.u1, site.demand-u0)
-			count[r+1]++
+			n.u1 = append(n.u1, demand-u0)
+			count[arc.Dest+1]++
 		}
 	}
 	n.a0[ns] = int32(len(n.aSite))
@@ -180,7 +167,7 @@ func (n *flowNet) reset(dirty []bool) {
 		if !dirty[c] {
 			continue
 		}
-		n.limit[r] = n.level[c] * n.m.regions[r].capacity
+		n.limit[r] = n.level[c] * n.capacity[r]
 		n.roomE[r] = roomEps * n.limit[r]
 		n.load[r] = 0
 		n.pot[n.ns+r] = cost{}
@@ -465,7 +452,7 @@ func (n *flowNet) split() []bool {
 		if v < n.ns {
 			p.demand += n.demand[v]
 		} else {
-			p.capacity += n.m.regions[v-n.ns].capacity
+			p.capacity += n.capacity[v-n.ns]
 		}
 	}
 	dirty := make([]bool, nc, 2*nc)

@@ -1,4 +1,4 @@
-package routing_test
+package routinginput_test
 
 import (
 	"slices"
@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/spillway-lb/spillway/internal/gossip"
+	"github.com/spillway-lb/spillway/internal/routinginput"
 	"github.com/spillway-lb/spillway/lb/routing"
 )
 
@@ -23,12 +24,12 @@ func TestGossipPeers(t *testing.T) {
 		{Node: "cp/xds/lon", Site: "lon", Demand: map[string]float64{"web": 12}},
 		{Node: "gfe-lon", Site: "lon", Demand: map[string]float64{"web": 30}, RTT: map[string]float64{"eu-west": 5}},
 	}
-	got := routing.GossipPeers(snap)
+	got := routinginput.Peers(snap)
 	slices.SortFunc(got, func(a, b routing.Peer) int { return strings.Compare(a.Node, b.Node) })
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("peers mismatch (-want +got):\n%s", d)
 	}
-	if got := routing.GossipPeers(nil); len(got) != 0 {
-		t.Errorf("GossipPeers(nil) = %v, want none", got)
+	if got := routinginput.Peers(nil); len(got) != 0 {
+		t.Errorf("Peers(nil) = %v, want none", got)
 	}
 }
