@@ -19,7 +19,7 @@
 //
 //	lbbench [--quick] [--scale F] [--headroom H] [--policies LIST] [--json] [--net N | --lab] [--bins DIR] [-v]
 //	lbbench --autoscale [--quick] [--scale F] [--autoscalers LIST] [--json] [--net N] [--bins DIR] [-v]
-//	lbbench --render FILE.json
+//	lbbench --render FILE.json   (either's --json output)
 package main
 
 import (
@@ -77,13 +77,25 @@ func main() {
 }
 
 func renderFile(path string) error {
-	f, err := os.Open(path)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	var kind struct {
+		Kind string `json:"kind"`
+	}
+	if err := json.Unmarshal(b, &kind); err != nil {
+		return fmt.Errorf("decode %s: %w", path, err)
+	}
+	if kind.Kind == realbench.AutoscaleKind {
+		var res realbench.AutoscaleResult
+		if err := json.Unmarshal(b, &res); err != nil {
+			return fmt.Errorf("decode %s: %w", path, err)
+		}
+		return res.WriteTable(os.Stdout)
+	}
 	var res realbench.Result
-	if err := json.NewDecoder(f).Decode(&res); err != nil {
+	if err := json.Unmarshal(b, &res); err != nil {
 		return fmt.Errorf("decode %s: %w", path, err)
 	}
 	return res.WriteTable(os.Stdout)

@@ -127,6 +127,10 @@ type GroupSample struct {
 	// CapacityRPS what its plan fills the group up to.
 	Healthy     int     `json:"healthy"`
 	CapacityRPS float64 `json:"capacity_rps"`
+	// Factor and Signal are the plan's effective-capacity factor for the
+	// group and the local signal that last shrank the gfe's own.
+	Factor float64 `json:"factor"`
+	Signal string  `json:"signal,omitempty"`
 	// Recommended, Active and Demoted are the control plane's.
 	Recommended int `json:"recommended"`
 	Active      int `json:"active"`
@@ -156,7 +160,7 @@ func (g *groupSampler) run(ctx context.Context, c *topology.Cluster, every time.
 			for _, svc := range st.Services {
 				for _, gr := range svc.Groups {
 					if gr.Name == autoscaleGroup {
-						s.Healthy, s.CapacityRPS, ok = gr.Healthy, gr.CapacityRPS, true
+						s.Healthy, s.CapacityRPS, s.Factor, s.Signal, ok = gr.Healthy, gr.CapacityRPS, gr.Factor, gr.Signal, true
 					}
 				}
 			}

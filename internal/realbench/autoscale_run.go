@@ -18,6 +18,8 @@ import (
 // what `lbbench --autoscale --json` prints ({"rows": [...]} with the
 // scorecard's keys, and the run's setting).
 type AutoscaleResult struct {
+	// Kind is "autoscale", which tells this JSON from Result's.
+	Kind   string         `json:"kind"`
 	Net    int            `json:"net"`
 	Config AutoscaleInfo  `json:"config"`
 	Rows   []AutoscaleRow `json:"rows"`
@@ -27,6 +29,9 @@ type AutoscaleResult struct {
 	WallS    float64 `json:"wall_s"`
 	LoadAvg  LoadAvg `json:"load_avg"`
 }
+
+// AutoscaleKind is AutoscaleResult.Kind.
+const AutoscaleKind = "autoscale"
 
 // AutoscaleInfo is the setting of a run (AutoscaleConfig) in the JSON's
 // units.
@@ -81,7 +86,7 @@ func RunAutoscale(ctx context.Context, cfg AutoscaleConfig, opts Options) (*Auto
 		opts.LoadAvgPath = "/proc/loadavg"
 	}
 	start := time.Now()
-	res := &AutoscaleResult{Net: cfg.Net, Config: cfg.info()}
+	res := &AutoscaleResult{Kind: AutoscaleKind, Net: cfg.Net, Config: cfg.info()}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() {
