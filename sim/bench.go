@@ -143,7 +143,7 @@ const (
 //     the step, at once for the site's own gfe and GossipDelayS later for
 //     the others.
 //  2. One gfe per site runs the gfe's own routing table build
-//     (internal/gfe/routing.Builder, with Timeline.Damping and the
+//     (lb/routing.Builder, with Timeline.Damping and the
 //     snapshot, peers and demand below) and splits its site's demand over
 //     instances as that table picks. Its snapshot is the delayed world as
 //     a config with one service under the row's policy (groups listing

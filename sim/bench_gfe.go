@@ -12,12 +12,11 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/clock"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
-	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/internal/splitmix"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
-// The simulated gfes run the gfe's own routing (internal/gfe/routing): each
+// The simulated gfes run the gfe's own routing (lb/routing): each
 // site's gfe is a routing.Builder, and every step it builds a routing table
 // from a snapshot of what gossip has told it about the groups, the other
 // sites' demand it has heard of and its own current demand. The site's
@@ -155,7 +154,7 @@ type gfes struct {
 	// and scaler of the groups, and the snapshot of every distinct group
 	// state, by stateKey.
 	configs map[string]*config.Config
-	snaps   map[string]*snapshot.Snapshot
+	snaps   map[string]*routing.Fleet
 	// built is the group states of the last build; baselines build again
 	// only when they change (their tables read nothing else that changes).
 	built []groupState
@@ -173,7 +172,7 @@ func newGFEs(s *Scenario, tl *Timeline, topo *topology, p BenchPolicy) *gfes {
 		topo:    topo,
 		pol:     p,
 		configs: map[string]*config.Config{},
-		snaps:   map[string]*snapshot.Snapshot{},
+		snaps:   map[string]*routing.Fleet{},
 		tables:  make([]*routing.Table, len(s.Sites)),
 		counts:  make([]float64, topo.slots()),
 	}
@@ -188,7 +187,7 @@ func newGFEs(s *Scenario, tl *Timeline, topo *topology, p BenchPolicy) *gfes {
 		// so that a run repeats exactly.
 		g.builders = append(g.builders, routing.NewBuilder(
 			routing.Config{Node: nodeName(si), Site: st.Name, Damping: tl.Damping, HerdWindow: herdWindow(tl)},
-			routing.Options{Clock: clk, Rand: splitmix.Sequence(tl.Seed ^ uint64(si)<<32)},
+			routing.Options{Now: clk.Now, Rand: splitmix.Sequence(tl.Seed ^ uint64(si)<<32)},
 		))
 	}
 	return g
@@ -221,9 +220,11 @@ func stateKey(groups []groupState, startedOnly bool) string {
 	return string(b)
 }
 
-// snapshot returns the snapshot of the world in group states groups, or
-// nil when it has no started instance.
-func (g *gfes) snapshot(groups []groupState) (*snapshot.Snapshot, error) {
+// snapshot returns the fleet (the routing build's snapshot: config and
+// instance health) of the world in group states groups, or nil when it
+// has no started instance: the simulator's one translation of its state
+// into the routing input.
+func (g *gfes) snapshot(groups []groupState) (*routing.Fleet, error) {
 	key := stateKey(groups, false)
 	if cs, ok := g.snaps[key]; ok {
 		return cs, nil
@@ -237,7 +238,7 @@ func (g *gfes) snapshot(groups []groupState) (*snapshot.Snapshot, error) {
 		}
 		g.configs[ckey] = cfg
 	}
-	var cs *snapshot.Snapshot
+	var cs *routing.Fleet
 	if cfg != nil {
 		var unhealthy []string
 		for gi, st := range groups {
@@ -245,7 +246,7 @@ func (g *gfes) snapshot(groups []groupState) (*snapshot.Snapshot, error) {
 				unhealthy = append(unhealthy, g.topo.slotAddr[g.topo.first[gi]+j])
 			}
 		}
-		cs = snapshot.FromConfig(strconv.Itoa(len(g.snaps)+1), cfg, unhealthy...)
+		cs = routing.FromConfig(strconv.Itoa(len(g.snaps)+1), cfg, unhealthy...)
 	}
 	g.snaps[key] = cs
 	return cs, nil
@@ -292,7 +293,7 @@ func (g *gfes) decide(k int, tr *trace, splits [][]split, lost []float64) error 
 	for si, b := range g.builders {
 		if !shared || tbl == nil {
 			var problems []error
-			tbl, problems = b.Build(routing.Input{Snapshot: cs, Peers: peers, Self: g.peer(si, tr.heard[k][si]), Now: now})
+			tbl, problems = b.Build(routing.Input{Fleet: cs, Peers: peers, Self: g.peer(si, tr.heard[k][si]), Now: now})
 			if len(problems) > 0 {
 				return errors.Join(problems...)
 			}

@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // smallWorld: site a's 400 rps fill X (x1 with 3 of 4 instances healthy, x2
@@ -121,7 +121,7 @@ func TestBenchGlobalPoolShared(t *testing.T) {
 			}
 			var want []string
 			for si := range s.Sites {
-				tbl, problems := g.builders[si].Build(routing.Input{Snapshot: cs, Self: g.peer(si, 1), Now: benchEpoch})
+				tbl, problems := g.builders[si].Build(routing.Input{Fleet: cs, Self: g.peer(si, 1), Now: benchEpoch})
 				if len(problems) > 0 {
 					t.Fatal(problems)
 				}

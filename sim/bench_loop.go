@@ -4,8 +4,8 @@ import (
 	"math"
 	"time"
 
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/lb/backend"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // The closed loop in simulation (docs/design.md §3 rule 8, lb/capacity), run by

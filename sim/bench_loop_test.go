@@ -10,9 +10,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/lb/backend"
 	lbcapacity "github.com/spillway-lb/spillway/lb/capacity"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // newTestRunner returns a runner of policy p over s's whole timeline, and
@@ -249,7 +249,7 @@ timeline: {duration_s: 6, gossip_delay_s: %v, events: [{at_s: 1, group: x, healt
 //     plan of step 11, before gossip. X's load reports of step 10 also
 //     show more than the plan and the gfe's own requests explain (the
 //     others' rise), so each gfe plans step 11 as if the others rose as
-//     it did (the herd guard, internal/gfe/routing/herd.go): X is back
+//     it did (the herd guard, lb/routing/herd.go): X is back
 //     under its capacity from step 11, and requests wait less. The price
 //     is X's unused capacity until gossip comes and while its factor
 //     recovers: more requests go to far Y.

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // Timeline is the optional dynamic part of a Scenario, read by `lbsim bench`

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/spillway-lb/spillway/internal/ewma"
+	"github.com/spillway-lb/spillway/lb/ewma"
 )
 
 // trace is a timeline evaluated at every step: the true state of the world
