@@ -83,10 +83,12 @@ func TestAutoscaleBenchStep(t *testing.T) {
 		t.Errorf("the load came back to us-east %.1f s after the capacity (at %.1f s), want at most %.0f s", *row.BackNearS-row.TimeToCapacityS, row.TimeToCapacityS, limit)
 	}
 	// The near group scaled for the step and no further: 100 req/s × 202
-	// ms = 20.2 in flight need 20.2 / 10 / 0.6 = 3.4, so 4 instances; one
-	// more is the band's rounding on a mean still rising.
-	if row.Peak < 4 || row.Peak > 5 {
-		t.Errorf("peak %d instances, want 4 (or 5)", row.Peak)
+	// ms = 20.2 in flight need 20.2 / 10 / 0.6 = 3.4, so 4 instances; a
+	// loaded machine that stretches the requests to 300 ms makes it 5, and
+	// the band's rounding of a mean still rising may add one. (Alone, the
+	// pending queue's capacity requests take it to max_instances, 8.)
+	if row.Peak < 4 || row.Peak > 6 {
+		t.Errorf("peak %d instances, want 4 to 6", row.Peak)
 	}
 	if len(row.Missed) != 0 {
 		t.Errorf("targets missed: %v", row.Missed)
