@@ -1,6 +1,8 @@
-package sim
+package policybench
 
 import (
+	"github.com/spillway-lb/spillway/sim"
+
 	"fmt"
 	"math"
 	"strings"
@@ -17,11 +19,11 @@ import (
 
 // newTestRunner returns a runner of policy p over s's whole timeline, and
 // its working state, as Bench sets them up.
-func newTestRunner(t *testing.T, s *Scenario, p BenchPolicy) (*runner, *stepState) {
+func newTestRunner(t *testing.T, s *sim.Scenario, p BenchPolicy) (*runner, *stepState) {
 	t.Helper()
 	tl := *s.Timeline
-	tr := s.newTrace(&tl, tl.Steps())
-	topo, err := s.newTopology(&tl, tr, []BenchPolicy{p})
+	tr := s.NewTrace(&tl, tl.Steps())
+	topo, err := newTopology(s, &tl, tr, []BenchPolicy{p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +212,7 @@ timeline: {duration_s: 6, gossip_delay_s: %v, events: [{at_s: 1, group: x, healt
 			lag := max(1, int(math.Ceil(delay)))
 			var tot benchTotals
 			var shrunk float64
-			for k := range r.tr.steps {
+			for k := range r.tr.Steps {
 				if _, err := r.step(k, &tot, st); err != nil {
 					t.Fatal(err)
 				}

@@ -1,6 +1,8 @@
-package sim
+package policybench
 
 import (
+	"github.com/spillway-lb/spillway/sim"
+
 	"errors"
 	"fmt"
 	"math"
@@ -85,7 +87,7 @@ func (p BenchPolicy) validate() error {
 	}
 	if p.Policy.IsPlanned() {
 		if p.Scope != "" {
-			return fmt.Errorf("bench policy %s: %w", p.Name, ErrScopeNotApplicable)
+			return fmt.Errorf("bench policy %s: %w", p.Name, sim.ErrScopeNotApplicable)
 		}
 		return nil
 	}
@@ -225,11 +227,11 @@ const (
 // Bench fails with ErrTooLarge for scenarios too large to simulate, and with
 // ErrOverflow when a scenario's numbers are so large that a metric does not
 // fit in a float64.
-func (s *Scenario) Bench(opts BenchOptions) (*BenchResult, error) {
+func Run(s *sim.Scenario, opts BenchOptions) (*BenchResult, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
-	tl := DefaultTimeline()
+	tl := sim.DefaultTimeline()
 	if s.Timeline != nil {
 		tl = *s.Timeline
 	}
@@ -257,8 +259,8 @@ func (s *Scenario) Bench(opts BenchOptions) (*BenchResult, error) {
 	if cells := steps * len(s.Sites); cells > maxBenchCells {
 		return nil, fmt.Errorf("%d steps × %d sites: %w", steps, len(s.Sites), ErrTooLarge)
 	}
-	tr := s.newTrace(&tl, steps)
-	topo, err := s.newTopology(&tl, tr, policies)
+	tr := s.NewTrace(&tl, steps)
+	topo, err := newTopology(s, &tl, tr, policies)
 	if err != nil {
 		return nil, err
 	}
@@ -280,8 +282,8 @@ func (s *Scenario) Bench(opts BenchOptions) (*BenchResult, error) {
 		res.Regions = append(res.Regions, r.Name)
 	}
 	for k := range steps {
-		for _, d := range tr.demand[k] {
-			res.Requests += d * tr.dt
+		for _, d := range tr.Demand[k] {
+			res.Requests += d * tr.StepS
 		}
 	}
 
@@ -293,8 +295,8 @@ func (s *Scenario) Bench(opts BenchOptions) (*BenchResult, error) {
 	for k := range lps {
 		if lps[k].ok {
 			res.LP.Steps++
-			res.LP.cost += lps[k].sol.Cost * tr.dt
-			res.LP.placed += lps[k].sol.Placed * tr.dt
+			res.LP.cost += lps[k].sol.Cost * tr.StepS
+			res.LP.placed += lps[k].sol.Placed * tr.StepS
 		} else {
 			res.LP.Unavailable++
 		}

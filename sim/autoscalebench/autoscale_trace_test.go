@@ -1,4 +1,4 @@
-package sim
+package autoscalebench
 
 import (
 	"errors"
@@ -15,7 +15,7 @@ import (
 )
 
 func TestParseTrace(t *testing.T) {
-	tr, err := LoadTrace("../configs/autoscale/step.yaml")
+	tr, err := LoadTrace("../../configs/autoscale/step.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestParseTraceErrors(t *testing.T) {
 // TestRunTraceIdleToZero: the sample trace's story, tick by tick (see the
 // comment at the top of configs/autoscale/idle-to-zero.yaml).
 func TestRunTraceIdleToZero(t *testing.T) {
-	tr, err := LoadTrace("../configs/autoscale/idle-to-zero.yaml")
+	tr, err := LoadTrace("../../configs/autoscale/idle-to-zero.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestRunTraceIdleToZero(t *testing.T) {
 // round-up, the scale-down below the band and the clamp to max, as
 // configs/autoscale/band.yaml's comment tells them.
 func TestRunTraceBand(t *testing.T) {
-	tr, err := LoadTrace("../configs/autoscale/band.yaml")
+	tr, err := LoadTrace("../../configs/autoscale/band.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestRunTraceBand(t *testing.T) {
 // [min, max], and the instance list RunTrace keeps has recommended +
 // demoted entries.
 func TestRunTraceInvariants(t *testing.T) {
-	files, _ := filepath.Glob("../configs/autoscale/*.yaml")
+	files, _ := filepath.Glob("../../configs/autoscale/*.yaml")
 	if len(files) < 3 {
 		t.Fatalf("%d sample traces, want at least 3", len(files))
 	}
@@ -181,7 +181,7 @@ func checkTicks(t *testing.T, tr *Trace, ticks []TraceTick) {
 // with FieldErrors naming the file; an accepted trace replays with one
 // consistent tick per sample.
 func FuzzParseTrace(f *testing.F) {
-	files, _ := filepath.Glob("../configs/autoscale/*.yaml")
+	files, _ := filepath.Glob("../../configs/autoscale/*.yaml")
 	for _, p := range files {
 		data, err := os.ReadFile(p)
 		if err != nil {

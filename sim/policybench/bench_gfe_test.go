@@ -1,6 +1,8 @@
-package sim
+package policybench
 
 import (
+	"github.com/spillway-lb/spillway/sim"
+
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -32,18 +34,18 @@ timeline: {duration_s: 3, damping: 0.5}
 
 // runGFEs runs policy p's gfes on s for the timeline's steps and returns
 // them with every site's split at the last step, by slot.
-func runGFEs(t *testing.T, s *Scenario, p BenchPolicy) (*gfes, *topology, *trace, []map[int]float64) {
+func runGFEs(t *testing.T, s *sim.Scenario, p BenchPolicy) (*gfes, *topology, *sim.Trace, []map[int]float64) {
 	t.Helper()
 	tl := *s.Timeline
-	tr := s.newTrace(&tl, tl.Steps())
-	topo, err := s.newTopology(&tl, tr, []BenchPolicy{p})
+	tr := s.NewTrace(&tl, tl.Steps())
+	topo, err := newTopology(s, &tl, tr, []BenchPolicy{p})
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := newGFEs(s, &tl, topo, p)
 	splits := make([][]split, len(s.Sites))
 	lost := make([]float64, len(s.Sites))
-	for k := range tr.steps {
+	for k := range tr.Steps {
 		if err := g.decide(k, tr, splits, lost); err != nil {
 			t.Fatalf("step %d: %v", k, err)
 		}
@@ -115,7 +117,7 @@ func TestBenchGlobalPoolShared(t *testing.T) {
 	for _, p := range []BenchPolicy{BaselinePolicy(config.PolicyRoundRobin, ""), BaselinePolicy(config.PolicyHash5, config.HashScopeGlobal)} {
 		t.Run(p.ID(), func(t *testing.T) {
 			g, _, tr, _ := runGFEs(t, s, p)
-			cs, err := g.snapshot(tr.seenGroups[0])
+			cs, err := g.snapshot(tr.SeenGroups[0])
 			if err != nil {
 				t.Fatal(err)
 			}

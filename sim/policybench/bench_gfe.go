@@ -1,6 +1,8 @@
-package sim
+package policybench
 
 import (
+	"github.com/spillway-lb/spillway/sim"
+
 	"errors"
 	"fmt"
 	"math"
@@ -70,7 +72,7 @@ func rankNames(prefix string, names []string) []string {
 
 // setRouting fills t's names and addresses for the gfes' configs, and every
 // site's RTT map under the config's region names.
-func (t *topology) setRouting(s *Scenario) {
+func (t *topology) setRouting(s *sim.Scenario) {
 	t.regionCfg = rankNames("r", t.regions)
 	t.groupCfg = rankNames("g", t.groupNames)
 	t.regionGroups = make([][]int, len(t.regions))
@@ -98,7 +100,7 @@ func (t *topology) setRouting(s *Scenario) {
 
 // config returns the gfes' configuration of the world in group states
 // groups under policy p, or nil when no group has a started instance.
-func (t *topology) config(p BenchPolicy, groups []groupState) (*config.Config, error) {
+func (t *topology) config(p BenchPolicy, groups []sim.GroupState) (*config.Config, error) {
 	svc := config.DefaultService()
 	svc.Name = benchService
 	svc.Policy = p.Policy
@@ -157,7 +159,7 @@ type gfes struct {
 	snaps   map[string]*routing.Fleet
 	// built is the group states of the last build; baselines build again
 	// only when they change (their tables read nothing else that changes).
-	built []groupState
+	built []sim.GroupState
 	// tables holds every site's last table (for tests).
 	tables []*routing.Table
 	// counts is scratch: requests per slot while a split is summed.
@@ -167,7 +169,7 @@ type gfes struct {
 	loop *loop
 }
 
-func newGFEs(s *Scenario, tl *Timeline, topo *topology, p BenchPolicy) *gfes {
+func newGFEs(s *sim.Scenario, tl *sim.Timeline, topo *topology, p BenchPolicy) *gfes {
 	g := &gfes{
 		topo:    topo,
 		pol:     p,
@@ -196,7 +198,7 @@ func newGFEs(s *Scenario, tl *Timeline, topo *topology, p BenchPolicy) *gfes {
 // herdWindow is the gfes' routing.Config.HerdWindow in a run of tl: the
 // gossip delay (what the others believe of a site's demand is that old),
 // at least one step.
-func herdWindow(tl *Timeline) time.Duration {
+func herdWindow(tl *sim.Timeline) time.Duration {
 	return time.Duration(max(tl.GossipDelayS, tl.StepS) * float64(time.Second))
 }
 
@@ -205,7 +207,7 @@ func nodeName(si int) string { return "gfe-" + strconv.Itoa(si) }
 
 // stateKey returns a map key for group states; with started only, one
 // for their started counts and scalers.
-func stateKey(groups []groupState, startedOnly bool) string {
+func stateKey(groups []sim.GroupState, startedOnly bool) string {
 	b := make([]byte, 0, len(groups)*24)
 	for _, st := range groups {
 		b = strconv.AppendInt(b, int64(st.Started), 10)
@@ -224,7 +226,7 @@ func stateKey(groups []groupState, startedOnly bool) string {
 // instance health) of the world in group states groups, or nil when it
 // has no started instance: the simulator's one translation of its state
 // into the routing input.
-func (g *gfes) snapshot(groups []groupState) (*routing.Fleet, error) {
+func (g *gfes) snapshot(groups []sim.GroupState) (*routing.Fleet, error) {
 	key := stateKey(groups, false)
 	if cs, ok := g.snaps[key]; ok {
 		return cs, nil
@@ -256,8 +258,8 @@ func (g *gfes) snapshot(groups []groupState) (*routing.Fleet, error) {
 // builds: every step for a planned policy (its plan follows demand and is
 // damped step by step), and only when the view of the groups changes for
 // a baseline.
-func (g *gfes) decide(k int, tr *trace, splits [][]split, lost []float64) error {
-	seen := tr.seenGroups[k]
+func (g *gfes) decide(k int, tr *sim.Trace, splits [][]split, lost []float64) error {
+	seen := tr.SeenGroups[k]
 	planned := g.pol.Policy.IsPlanned()
 	if !planned && g.built != nil && slices.Equal(g.built, seen) {
 		return nil
@@ -276,12 +278,12 @@ func (g *gfes) decide(k int, tr *trace, splits [][]split, lost []float64) error 
 		}
 		return nil
 	}
-	now := benchEpoch.Add(time.Duration(tr.times[k] * float64(time.Second)))
+	now := benchEpoch.Add(time.Duration(tr.Times[k] * float64(time.Second)))
 	var peers []routing.Peer
 	if planned {
 		peers = make([]routing.Peer, len(g.builders))
 		for si := range peers {
-			peers[si] = g.peer(si, tr.seen[k][si])
+			peers[si] = g.peer(si, tr.Seen[k][si])
 			peers[si].Capacity = g.loop.heard(k, si)
 		}
 	}
@@ -293,7 +295,7 @@ func (g *gfes) decide(k int, tr *trace, splits [][]split, lost []float64) error 
 	for si, b := range g.builders {
 		if !shared || tbl == nil {
 			var problems []error
-			tbl, problems = b.Build(routing.Input{Fleet: cs, Peers: peers, Self: g.peer(si, tr.heard[k][si]), Now: now})
+			tbl, problems = b.Build(routing.Input{Fleet: cs, Peers: peers, Self: g.peer(si, tr.Heard[k][si]), Now: now})
 			if len(problems) > 0 {
 				return errors.Join(problems...)
 			}

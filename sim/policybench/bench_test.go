@@ -1,6 +1,8 @@
-package sim
+package policybench
 
 import (
+	"github.com/spillway-lb/spillway/sim"
+
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -19,9 +21,9 @@ import (
 )
 
 // benchRow runs s with the given policies and returns the rows by ID.
-func benchRows(t *testing.T, s *Scenario, opts BenchOptions) (*BenchResult, map[string]BenchRow) {
+func benchRows(t *testing.T, s *sim.Scenario, opts BenchOptions) (*BenchResult, map[string]BenchRow) {
 	t.Helper()
-	res, err := s.Bench(opts)
+	res, err := Run(s, opts)
 	if err != nil {
 		t.Fatalf("Bench: %v", err)
 	}
@@ -227,7 +229,7 @@ regions:
 // in step 3, before gossip brings a's demand (how much less is
 // lb/capacity's to say), and at most 95 after.
 func TestBenchGossipDelay(t *testing.T) {
-	scenario := func(feedback bool) *Scenario {
+	scenario := func(feedback bool) *sim.Scenario {
 		return mustParse(t, nearFar+fmt.Sprintf(`
 sites:
   - {name: a, demand_rps: 50, rtt_ms: {X: 1, Y: 50}}
@@ -294,7 +296,7 @@ timeline:
 // demand. With the gfe's demand smoothing (default 2 s) the falls to 50
 // are followed slowly, and the swing is smaller.
 func TestBenchOscillation(t *testing.T) {
-	scenario := func(smoothing string) *Scenario {
+	scenario := func(smoothing string) *sim.Scenario {
 		return mustParse(t, nearFar+`
 sites: [{name: a, demand_rps: 150, rtt_ms: {X: 1, Y: 50}}]
 timeline:
@@ -394,7 +396,7 @@ timeline:
 func TestBenchShippedScenarios(t *testing.T) {
 	for _, file := range []string{"flash-crowd.yaml", "global-overload.yaml"} {
 		t.Run(file, func(t *testing.T) {
-			s, err := LoadScenario(filepath.Join("..", "configs", "scenarios", file))
+			s, err := sim.LoadScenario(filepath.Join("..", "..", "configs", "scenarios", file))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -448,13 +450,13 @@ func TestBenchShippedScenarios(t *testing.T) {
 // TestBenchShippedInvariants runs every shipped scenario but the large one
 // (TestBenchLargeShortened) and checks the result's invariants.
 func TestBenchShippedInvariants(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("..", "configs", "scenarios", "*.yaml"))
+	files, err := filepath.Glob(filepath.Join("..", "..", "configs", "scenarios", "*.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, file := range files {
 		t.Run(filepath.Base(file), func(t *testing.T) {
-			s, err := LoadScenario(file)
+			s, err := sim.LoadScenario(file)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -473,7 +475,7 @@ func TestBenchShippedInvariants(t *testing.T) {
 // runs, and checks its result's invariants; its first 3 steps keep the
 // test quick (BenchmarkBenchLarge runs all of it).
 func TestBenchLargeShortened(t *testing.T) {
-	s, err := LoadScenario(largeScenarioPath)
+	s, err := sim.LoadScenario(largeScenarioPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,13 +489,13 @@ func TestBenchLargeShortened(t *testing.T) {
 }
 
 func BenchmarkBenchLarge(b *testing.B) {
-	s, err := LoadScenario(largeScenarioPath)
+	s, err := sim.LoadScenario(largeScenarioPath)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := s.Bench(BenchOptions{}); err != nil {
+		if _, err := Run(s, BenchOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -502,15 +504,15 @@ func BenchmarkBenchLarge(b *testing.B) {
 // TestBenchDeterministic: the same scenario gives the same result, however
 // many policies run at once.
 func TestBenchDeterministic(t *testing.T) {
-	s, err := LoadScenario(filepath.Join("..", "configs", "scenarios", "flash-crowd.yaml"))
+	s, err := sim.LoadScenario(filepath.Join("..", "..", "configs", "scenarios", "flash-crowd.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := s.Bench(BenchOptions{Parallelism: 1, Series: true})
+	a, err := Run(s, BenchOptions{Parallelism: 1, Series: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := s.Bench(BenchOptions{Parallelism: 4, Series: true})
+	b, err := Run(s, BenchOptions{Parallelism: 4, Series: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -524,18 +526,18 @@ func TestBenchErrors(t *testing.T) {
 	wf := DefaultBenchPolicies()[0]
 	tests := []struct {
 		name    string
-		s       *Scenario
+		s       *sim.Scenario
 		opts    BenchOptions
 		wantErr error
 		wantMsg string
 	}{
 		{name: "no policies", s: s, opts: BenchOptions{Policies: []BenchPolicy{}}, wantMsg: "bench: no policies"},
 		{name: "twice", s: s, opts: BenchOptions{Policies: []BenchPolicy{wf, wf}}, wantMsg: "bench policy waterfall: listed twice"},
-		{name: "scope on a planned policy", s: s, opts: BenchOptions{Policies: []BenchPolicy{{Name: "w", Policy: config.PolicyWaterfall, Scope: config.HashScopeGlobal}}}, wantErr: ErrScopeNotApplicable},
+		{name: "scope on a planned policy", s: s, opts: BenchOptions{Policies: []BenchPolicy{{Name: "w", Policy: config.PolicyWaterfall, Scope: config.HashScopeGlobal}}}, wantErr: sim.ErrScopeNotApplicable},
 		{name: "unknown policy", s: s, opts: BenchOptions{Policies: []BenchPolicy{{Name: "x", Policy: "random"}}}, wantMsg: `bench policy x: unknown policy "random"`},
 		{name: "nearest_region without hashing", s: s, opts: BenchOptions{Policies: []BenchPolicy{BaselinePolicy(config.PolicyRoundRobin, config.HashScopeNearestRegion)}}, wantMsg: "the gfe takes a hash_scope only for hash2, hash3 and hash5"},
 		{name: "unknown scope", s: s, opts: BenchOptions{Policies: []BenchPolicy{BaselinePolicy(config.PolicyHash2, "zone")}}, wantMsg: `unknown scope "zone"`},
-		{name: "invalid scenario", s: &Scenario{}, wantErr: ErrInvalidScenario},
+		{name: "invalid scenario", s: &sim.Scenario{}, wantErr: sim.ErrInvalidScenario},
 		{name: "too many instances", s: mustParse(t, `
 regions: [{name: r, groups: [{name: g, instances: 10000, healthy: 10000, rate_per_instance: 1}, {name: h, instances: 10000, healthy: 10000, rate_per_instance: 1}, {name: i, instances: 10000, healthy: 10000, rate_per_instance: 1}]}]
 sites: [{name: s, demand_rps: 1, rtt_ms: {r: 1}}]
@@ -543,7 +545,7 @@ sites: [{name: s, demand_rps: 1, rtt_ms: {r: 1}}]
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := tt.s.Bench(tt.opts)
+			_, err := Run(tt.s, tt.opts)
 			if err == nil {
 				t.Fatal("Bench() succeeded, want an error")
 			}
@@ -583,7 +585,7 @@ sites:
 // (waterfall and round robin only, so that it does not depend on hashing).
 func TestBenchTableGolden(t *testing.T) {
 	s := mustParse(t, twoRegions)
-	res, err := s.Bench(BenchOptions{Policies: policies(t, "waterfall", "round_robin/global")})
+	res, err := Run(s, BenchOptions{Policies: policies(t, "waterfall", "round_robin/global")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -592,7 +594,7 @@ func TestBenchTableGolden(t *testing.T) {
 	if err := res.WriteTable(&buf); err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", "bench", "table.golden")
+	golden := filepath.Join("testdata", "table.golden")
 	if *update {
 		if err := os.WriteFile(golden, buf.Bytes(), 0o644); err != nil {
 			t.Fatal(err)
@@ -609,7 +611,7 @@ func TestBenchTableGolden(t *testing.T) {
 
 func TestBenchJSON(t *testing.T) {
 	s := mustParse(t, twoRegions)
-	res, err := s.Bench(BenchOptions{Policies: DefaultBenchPolicies()[:1], Series: true})
+	res, err := Run(s, BenchOptions{Policies: DefaultBenchPolicies()[:1], Series: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -635,7 +637,7 @@ func TestBenchJSON(t *testing.T) {
 	}
 	// No LP optimum (no demand): rtt_over_lp is null.
 	idle := mustParse(t, oneInstance(0, ""))
-	res, err = idle.Bench(BenchOptions{})
+	res, err = Run(idle, BenchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -647,7 +649,7 @@ func TestBenchJSON(t *testing.T) {
 
 func TestWriteSeriesCSV(t *testing.T) {
 	s := mustParse(t, twoRegions)
-	res, err := s.Bench(BenchOptions{Policies: policies(t, "waterfall", "round_robin/global"), Series: true})
+	res, err := Run(s, BenchOptions{Policies: policies(t, "waterfall", "round_robin/global"), Series: true})
 	if err != nil {
 		t.Fatal(err)
 	}

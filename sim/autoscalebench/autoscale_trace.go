@@ -1,6 +1,8 @@
-package sim
+package autoscalebench
 
 import (
+	"github.com/spillway-lb/spillway/sim"
+
 	"bytes"
 	"errors"
 	"fmt"
@@ -32,12 +34,12 @@ type TraceError struct {
 
 // Error returns one line per problem, each prefixed with the file name.
 func (e *TraceError) Error() string {
-	return (&ScenarioError{File: e.File, Problems: e.Problems}).Error()
+	return (&sim.ScenarioError{File: e.File, Problems: e.Problems}).Error()
 }
 
 // Unwrap returns ErrInvalidTrace and one *config.FieldError per problem.
 func (e *TraceError) Unwrap() []error {
-	out := (&ScenarioError{File: e.File, Problems: e.Problems}).Unwrap()
+	out := (&sim.ScenarioError{File: e.File, Problems: e.Problems}).Unwrap()
 	out[0] = ErrInvalidTrace
 	return out
 }
@@ -100,7 +102,7 @@ func ParseTrace(data []byte, filename string) (*Trace, error) {
 		if errors.Is(err, io.EOF) {
 			return fail("empty trace file")
 		}
-		return fail(yamlProblems(err)...)
+		return fail(sim.YAMLProblems(err)...)
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {

@@ -1,6 +1,8 @@
-package sim
+package policybench
 
 import (
+	"github.com/spillway-lb/spillway/sim"
+
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -67,7 +69,7 @@ type client struct {
 func (t *topology) slots() int { return len(t.slotGroup) }
 
 // newTopology builds the shared state of a Bench run over tr.
-func (s *Scenario) newTopology(tl *Timeline, tr *trace, policies []BenchPolicy) (*topology, error) {
+func newTopology(s *sim.Scenario, tl *sim.Timeline, tr *sim.Trace, policies []BenchPolicy) (*topology, error) {
 	t := &topology{groupIdx: map[string]int{}, feedback: tl.Feedback}
 	regionAt := map[string]int{}
 	for ri, r := range s.Regions {
@@ -81,9 +83,9 @@ func (s *Scenario) newTopology(tl *Timeline, tr *trace, policies []BenchPolicy) 
 		}
 	}
 	t.nslots = make([]int, len(t.groupNames))
-	for k := range tr.steps {
+	for k := range tr.Steps {
 		for g := range t.nslots {
-			t.nslots[g] = max(t.nslots[g], tr.groups[k][g].Started, tr.seenGroups[k][g].Started)
+			t.nslots[g] = max(t.nslots[g], tr.Groups[k][g].Started, tr.SeenGroups[k][g].Started)
 		}
 	}
 	total := 0
@@ -109,7 +111,7 @@ func (s *Scenario) newTopology(tl *Timeline, tr *trace, policies []BenchPolicy) 
 			reach[regionAt[name]] = true
 		}
 		var order []int
-		for _, name := range s.regionOrder(st) {
+		for _, name := range s.RegionOrder(st) {
 			order = append(order, regionAt[name])
 		}
 		nearest := -1
@@ -137,7 +139,7 @@ func (s *Scenario) newTopology(tl *Timeline, tr *trace, policies []BenchPolicy) 
 // ClientsPerSite random IPv4 addresses with ConnectionsPerClient random
 // ephemeral source ports each, client k (from 1) sending in proportion to
 // k^−ClientSkew.
-func newClients(tl *Timeline, site int) []client {
+func newClients(tl *sim.Timeline, site int) []client {
 	m := tl.Model
 	rng := rand.New(rand.NewPCG(tl.Seed, 0x636c69656e74<<16|uint64(site)))
 	cs := make([]client, m.ClientsPerSite)
@@ -163,25 +165,25 @@ func newClients(tl *Timeline, site int) []client {
 // stepLP is the LP optimum of one step; ok is false when none exists.
 type stepLP struct {
 	ok  bool
-	sol lpSolution
+	sol sim.LPSolution
 }
 
 // solveSteps solves the LP of every step over the true demand and healthy
 // capacity, reusing the previous step's solution when the inputs did not
 // change.
-func (t *topology) solveSteps(tr *trace) ([]stepLP, error) {
-	out := make([]stepLP, tr.steps)
+func (t *topology) solveSteps(tr *sim.Trace) ([]stepLP, error) {
+	out := make([]stepLP, tr.Steps)
 	var prevDemand, prevCap []float64
-	for k := range tr.steps {
-		capacity := t.regionCapacity(tr.groups[k])
-		if k > 0 && slices.Equal(prevDemand, tr.demand[k]) && slices.Equal(prevCap, capacity) {
+	for k := range tr.Steps {
+		capacity := t.regionCapacity(tr.Groups[k])
+		if k > 0 && slices.Equal(prevDemand, tr.Demand[k]) && slices.Equal(prevCap, capacity) {
 			out[k] = out[k-1]
 			continue
 		}
-		prevDemand, prevCap = tr.demand[k], capacity
-		sol, err := solveLP(lpProblem{demand: tr.demand[k], capacity: capacity, rtt: t.rtt, reach: t.reach})
+		prevDemand, prevCap = tr.Demand[k], capacity
+		sol, err := sim.SolveLP(sim.LPProblem{Demand: tr.Demand[k], Capacity: capacity, RTT: t.rtt, Reach: t.reach})
 		switch {
-		case err == errLPInfeasible:
+		case err == sim.ErrLPInfeasible:
 			out[k] = stepLP{}
 		case err != nil:
 			return nil, fmt.Errorf("step %d: %w", k, err)
@@ -200,9 +202,9 @@ type split struct {
 
 // runner runs one policy through a trace. It is used by one goroutine.
 type runner struct {
-	s      *Scenario
-	tl     *Timeline
-	tr     *trace
+	s      *sim.Scenario
+	tl     *sim.Timeline
+	tr     *sim.Trace
 	topo   *topology
 	lps    []stepLP
 	pol    BenchPolicy
@@ -219,7 +221,7 @@ type runner struct {
 	hist   *latencyHist
 }
 
-func newRunner(s *Scenario, tl *Timeline, tr *trace, topo *topology, lps []stepLP, p BenchPolicy, series bool) *runner {
+func newRunner(s *sim.Scenario, tl *sim.Timeline, tr *sim.Trace, topo *topology, lps []stepLP, p BenchPolicy, series bool) *runner {
 	return &runner{
 		s: s, tl: tl, tr: tr, topo: topo, lps: lps, pol: p, series: series,
 		gfes:    newGFEs(s, tl, topo, p),
@@ -239,7 +241,7 @@ func (r *runner) run() (BenchRow, error) {
 	}
 	var tot benchTotals
 	st := r.newStepState()
-	for k := range r.tr.steps {
+	for k := range r.tr.Steps {
 		stepRouted, err := r.step(k, &tot, st)
 		if err != nil {
 			return BenchRow{}, err
@@ -320,9 +322,9 @@ func (r *runner) newStepState() *stepState {
 // rate, from each site's demand and split. The share of a site's demand
 // that is lost (r.lost) fails.
 func (r *runner) arrive(k int, tot *benchTotals) {
-	dt := r.tr.dt
+	dt := r.tr.StepS
 	clear(r.lambda)
-	for si, d := range r.tr.demand[k] {
+	for si, d := range r.tr.Demand[k] {
 		tot.requests += d * dt
 		if d == 0 {
 			continue
@@ -339,8 +341,8 @@ func (r *runner) arrive(k int, tot *benchTotals) {
 // healthy instance serves at its rate, drops what overflows its queue and
 // sets its acceptance, wait, sojourn and over-capacity flag in st.
 func (r *runner) queue(k int, tot *benchTotals, st *stepState) {
-	t, m, dt := r.topo, r.tl.Model, r.tr.dt
-	groups := r.tr.groups[k]
+	t, m, dt := r.topo, r.tl.Model, r.tr.StepS
+	groups := r.tr.Groups[k]
 	for i := range r.lambda {
 		lam, q := r.lambda[i], r.backlog[i]
 		if lam == 0 && q == 0 {
@@ -366,7 +368,7 @@ func (r *runner) queue(k int, tot *benchTotals, st *stepState) {
 		}
 		st.wait[i], st.sojourn[i] = qs.WaitS*1000, qs.SojournS*1000
 		st.util[i] = reportedUtilization(q, lam, mu, dt, qs.WaitS)
-		c := rateCapacity(1, t.rate[g], gs.CapacityScaler) // this instance's
+		c := sim.RateCapacity(1, t.rate[g], gs.CapacityScaler) // this instance's
 		st.over[i] = lam > c*(1+overCapacityTolerance)
 		tot.excess += max(0, lam-c) * dt
 	}
@@ -395,10 +397,10 @@ func reportedUtilization(backlog, lambda, mu, dt, waitS float64) float64 {
 // tot, fills st.regionLoad and st.siteShares, and returns the requests
 // routed in the step.
 func (r *runner) flow(k int, tot *benchTotals, st *stepState) float64 {
-	t, dt := r.topo, r.tr.dt
+	t, dt := r.topo, r.tr.StepS
 	var stepRouted, stepRTT float64
 	clear(st.regionLoad)
-	for si, d := range r.tr.demand[k] {
+	for si, d := range r.tr.Demand[k] {
 		clear(st.siteShares[si])
 		if d == 0 {
 			continue
@@ -449,12 +451,12 @@ func (r *runner) serve(ok, rtt float64, slot int, tot *benchTotals, st *stepStat
 func (r *runner) oscillate(k int, tot *benchTotals, st *stepState) {
 	nreg := len(r.topo.regions)
 	var stepDemand float64
-	for si, d := range r.tr.demand[k] {
+	for si, d := range r.tr.Demand[k] {
 		if len(r.splits[si]) > 0 {
 			stepDemand += d
 		}
 	}
-	for si, d := range r.tr.demand[k] {
+	for si, d := range r.tr.Demand[k] {
 		if d == 0 || len(r.splits[si]) == 0 {
 			st.prevShares[si], st.prevDelta[si] = nil, nil // the site restarts
 			continue
@@ -488,18 +490,18 @@ func (r *runner) oscillate(k int, tot *benchTotals, st *stepState) {
 func (r *runner) seriesStep(k int, stepRouted float64, regionLoad []float64) SeriesStep {
 	shares := make([]float64, len(regionLoad))
 	for i, l := range regionLoad {
-		shares[i] = ratio(l*r.tr.dt, stepRouted)
+		shares[i] = ratio(l*r.tr.StepS, stepRouted)
 	}
-	capacity := r.topo.regionCapacity(r.tr.groups[k])
-	return SeriesStep{TS: r.tr.times[k], Shares: shares, LoadRPS: slices.Clone(regionLoad), CapacityRPS: capacity}
+	capacity := r.topo.regionCapacity(r.tr.Groups[k])
+	return SeriesStep{TS: r.tr.Times[k], Shares: shares, LoadRPS: slices.Clone(regionLoad), CapacityRPS: capacity}
 }
 
 // regionCapacity returns every region's healthy capacity in requests/s
 // with the groups in state groups.
-func (t *topology) regionCapacity(groups []groupState) []float64 {
+func (t *topology) regionCapacity(groups []sim.GroupState) []float64 {
 	capacity := make([]float64, len(t.regions))
 	for g, st := range groups {
-		capacity[t.regionOf[g]] += rateCapacity(st.Healthy, t.rate[g], st.CapacityScaler)
+		capacity[t.regionOf[g]] += sim.RateCapacity(st.Healthy, t.rate[g], st.CapacityScaler)
 	}
 	return capacity
 }
@@ -523,7 +525,7 @@ func (r *runner) summarise(row BenchRow, tot *benchTotals) (BenchRow, error) {
 	row.OscillationPP = 100 * tot.osc / 2
 	for _, v := range []float64{tot.requests, tot.routed, tot.served, tot.failed, tot.overServed, tot.excess, tot.cross, tot.rttSum, tot.latSum, tot.lpRTT, r.lpMean(), tot.osc} {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return BenchRow{}, ErrOverflow
+			return BenchRow{}, sim.ErrOverflow
 		}
 	}
 	ps := CDFProbabilities()

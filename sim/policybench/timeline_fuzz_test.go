@@ -1,6 +1,8 @@
-package sim
+package policybench
 
 import (
+	"github.com/spillway-lb/spillway/sim"
+
 	"encoding/json"
 	"errors"
 	"math"
@@ -16,7 +18,7 @@ import (
 // that encodes as JSON or reports ErrTooLarge or ErrOverflow. The seed corpus is every
 // timeline fixture and shipped scenario.
 func FuzzParseTimeline(f *testing.F) {
-	for _, pattern := range []string{"testdata/bench/*.yaml", "../configs/scenarios/*.yaml"} {
+	for _, pattern := range []string{"../testdata/bench/*.yaml", "../../configs/scenarios/*.yaml"} {
 		files, err := filepath.Glob(pattern)
 		if err != nil {
 			f.Fatal(err)
@@ -35,9 +37,9 @@ func FuzzParseTimeline(f *testing.F) {
 		"sites: [{name: s, demand_rps: 1e300, rtt_ms: {r: 1e300}}]\ntimeline: {duration_s: 2, model: {max_queue_ms: 1e-300}}\n"))
 
 	f.Fuzz(func(t *testing.T, data []byte) {
-		s, err := ParseScenario(data, "fuzz.yaml")
+		s, err := sim.ParseScenario(data, "fuzz.yaml")
 		if err != nil {
-			if !errors.Is(err, ErrInvalidScenario) {
+			if !errors.Is(err, sim.ErrInvalidScenario) {
 				t.Fatalf("ParseScenario error %v does not wrap ErrInvalidScenario", err)
 			}
 			return
@@ -45,19 +47,19 @@ func FuzzParseTimeline(f *testing.F) {
 		if err := s.Validate(); err != nil {
 			t.Fatalf("ParseScenario accepted a scenario that Validate rejects: %v", err)
 		}
-		tl := DefaultTimeline()
+		tl := sim.DefaultTimeline()
 		if s.Timeline != nil {
 			tl = *s.Timeline
 		}
 		steps := min(tl.Steps(), 50)
-		tr := s.newTrace(&tl, steps)
+		tr := s.NewTrace(&tl, steps)
 		for k := range steps {
-			for i, d := range tr.demand[k] {
-				if math.IsNaN(d) || math.IsInf(d, 0) || d < 0 || tr.seen[k][i] < 0 {
-					t.Fatalf("step %d site %d: demand %v, seen %v", k, i, d, tr.seen[k][i])
+			for i, d := range tr.Demand[k] {
+				if math.IsNaN(d) || math.IsInf(d, 0) || d < 0 || tr.Seen[k][i] < 0 {
+					t.Fatalf("step %d site %d: demand %v, seen %v", k, i, d, tr.Seen[k][i])
 				}
 			}
-			for g, st := range tr.groups[k] {
+			for g, st := range tr.Groups[k] {
 				if st.Healthy < 0 || st.Healthy > st.Started || st.Pending < 0 || !(st.CapacityScaler >= 0 && st.CapacityScaler <= 1) {
 					t.Fatalf("step %d group %d: state %+v", k, g, st)
 				}
@@ -75,8 +77,8 @@ func FuzzParseTimeline(f *testing.F) {
 		if len(s.Sites) > 8 || instances > 200 {
 			return
 		}
-		res, err := s.Bench(BenchOptions{MaxSteps: 5})
-		if errors.Is(err, ErrTooLarge) || errors.Is(err, ErrOverflow) {
+		res, err := Run(s, BenchOptions{MaxSteps: 5})
+		if errors.Is(err, ErrTooLarge) || errors.Is(err, sim.ErrOverflow) {
 			return
 		}
 		if err != nil {

@@ -1,4 +1,4 @@
-package sim
+package policybench
 
 import (
 	"encoding/csv"

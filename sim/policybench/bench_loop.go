@@ -1,6 +1,8 @@
-package sim
+package policybench
 
 import (
+	"github.com/spillway-lb/spillway/sim"
+
 	"math"
 	"time"
 
@@ -67,7 +69,7 @@ type loop struct {
 }
 
 // newLoop returns the loop state of a run of tl with sites sites.
-func newLoop(tl *Timeline, sites int) *loop {
+func newLoop(tl *sim.Timeline, sites int) *loop {
 	lag := tl.Steps()
 	if d := math.Ceil(tl.GossipDelayS/tl.StepS - 1e-9); d < float64(lag) {
 		lag = max(1, int(d))
@@ -126,9 +128,9 @@ func (r *runner) signal(k int, st *stepState) {
 	if l == nil {
 		return
 	}
-	t, dt := r.topo, r.tr.dt
-	groups := r.tr.groups[k]
-	for si, d := range r.tr.demand[k] {
+	t, dt := r.topo, r.tr.StepS
+	groups := r.tr.Groups[k]
+	for si, d := range r.tr.Demand[k] {
 		if d == 0 {
 			continue
 		}
