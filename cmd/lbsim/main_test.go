@@ -430,6 +430,10 @@ sites: [{name: s, demand_rps: 10, rtt_ms: {r: 1}}]
 				"lbsim plan: " + bad + ": regions[1].groups[0].healthy: 12 > instances 10\n",
 				"lbsim plan: " + bad + `: sites[0].rtt_ms: unknown region "eu-wst"` + "\n",
 			}},
+		{name: "gossip without nodes", args: []string{"gossip"}, wantCode: exitUsage,
+			wantStderr: []string{"--nodes: must be at least 3, got 0", "usage: lbsim gossip --nodes N"}},
+		{name: "gossip unknown profile", args: []string{"gossip", "--nodes", "3", "--profile", "huge", "--quiet"}, wantCode: exitFail,
+			wantStderr: []string{`lbsim gossip: gossipbench: gfe-0000: --gossip-profile: gossip profile "huge": must be one of [lan large]`}},
 		{name: "unservable site", args: []string{"plan", "--scenario", dark, "--policy", "round_robin"}, wantCode: exitFail,
 			wantStderr: []string{`lbsim plan: site "s", scope global: site has demand but no eligible instance in scope`}},
 	}
