@@ -47,7 +47,7 @@ const GossipKeyEnv = "SPILLWAY_GOSSIP_KEY"
 // and --gossip-profile (gossip.Config.WithProfile).
 func AddGossipFlags(fs *pflag.FlagSet, defaultAddr string) {
 	fs.String("gossip-profile", gossip.ProfileLAN, "gossip timings for the cluster's size: "+gossip.ProfileLAN+" (up to a "+
-		"couple of hundred members) or "+gossip.ProfileLarge+" (hundreds to thousands: rarer full-state syncs, rejoins and "+
+		"couple of hundred members) or "+gossip.ProfileLarge+" (hundreds to thousands: rarer full-state syncs and "+
 		"seal refreshes, a 15m seal max age; docs/design.md §5, BENCHMARKS.md §8); every member should use the same")
 	fs.String("gossip-addr", defaultAddr, "gossip bind address (UDP and TCP); port 0 picks one. "+
 		"Beyond loopback a key is required (or --gossip-insecure)")

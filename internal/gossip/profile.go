@@ -16,19 +16,21 @@ const (
 	// ProfileLarge is for hundreds to thousands of members (measured at
 	// 1,000 with `lbsim gossip --nodes 1000 --profile large`, BENCHMARKS.md
 	// §8 "Gossip at 1,000 nodes"). What a node sends by itself (without
-	// publishing) has three parts that grow with the cluster: push/pull
-	// (every state of every member, both ways), the rejoin of Seeds (one
-	// push/pull per seed), and seal refreshes (every member receives each
-	// node's state every SealMaxAge/3). At 1,000 gfes of 20 services and
-	// 40 regions a sealed full view is about 1.9 MB, so the LAN timings
-	// (push/pull every 60 s at that size, a rejoin every 30 s, a refresh
-	// every 20 s) cost several hundred kB/s per node. Large spaces them:
+	// publishing) has parts that grow with the cluster: push/pull (every
+	// state of every member, both ways) and seal refreshes (every member
+	// receives each node's state every SealMaxAge/3). At 1,000 gfes of 20
+	// services and 40 regions a sealed full view is about 1.9 MB, so the
+	// LAN timings (push/pull every 60 s at that size, a refresh every
+	// 20 s) cost about 150 kB/s per node. (Rejoins, a push/pull per seed
+	// every RejoinInterval, cost as much again before they skipped seeds
+	// that are alive members; now they cost nothing while the seeds are
+	// up, in either profile.) Large spaces the rest:
 	//   - PushPullInterval 5m, which memberlist stretches to 30m at 1,000
 	//     members: push/pull is the last-resort repair, behind the direct
-	//     send of every state to every member and its gossip;
-	//   - RejoinInterval 10m (a rejoin heals a partition that both sides
-	//     declared dead; it is skipped anyway for seeds that are alive
-	//     members);
+	//     send of every state to every member and its gossip. It is also
+	//     what brings back a member falsely declared dead that missed the
+	//     news (and so did not refute it), which therefore takes up to
+	//     that long;
 	//   - SealMaxAge 15m (a refresh every 5 minutes; the replay window of
 	//     a sealed state grows to match, docs/security/gossip.md) and
 	//     StateTTL 45m, beyond the stretched push/pull interval;
@@ -54,12 +56,11 @@ func (c Config) WithProfile(name string) (Config, error) {
 	d := DefaultConfig()
 	switch name {
 	case "", ProfileLAN:
-		c.PushPullInterval, c.RejoinInterval = d.PushPullInterval, d.RejoinInterval
+		c.PushPullInterval = d.PushPullInterval
 		c.SealMaxAge, c.StateTTL = d.SealMaxAge, d.StateTTL
 		c.StateRetransmitMult, c.ProbeTimeout = d.StateRetransmitMult, d.ProbeTimeout
 	case ProfileLarge:
 		c.PushPullInterval = 5 * time.Minute
-		c.RejoinInterval = 10 * time.Minute
 		c.SealMaxAge = 15 * time.Minute
 		c.StateTTL = 45 * time.Minute
 		c.StateRetransmitMult = 1

@@ -22,7 +22,7 @@ func TestWithProfile(t *testing.T) {
 	}{
 		{"", 10 * time.Second, 30 * time.Second, time.Minute, 2 * time.Minute, 200 * time.Millisecond, 4},
 		{ProfileLAN, 10 * time.Second, 30 * time.Second, time.Minute, 2 * time.Minute, 200 * time.Millisecond, 4},
-		{ProfileLarge, 5 * time.Minute, 10 * time.Minute, 15 * time.Minute, 45 * time.Minute, 400 * time.Millisecond, 1},
+		{ProfileLarge, 5 * time.Minute, 30 * time.Second, 15 * time.Minute, 45 * time.Minute, 400 * time.Millisecond, 1},
 	} {
 		c, err := base.WithProfile(tc.profile)
 		if err != nil {
