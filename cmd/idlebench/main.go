@@ -38,6 +38,7 @@ func main() {
 	flag.DurationVar(&o.Load, "load", 10e9, "how long the steady load is measured, with and without")
 	flag.DurationVar(&o.Window, "window", 10e9, "how long the gfe's idle CPU is measured, with and without")
 	flag.StringVar(&o.Poller, "poller", "auto", "the gfe's --poller mode: auto, on or off")
+	flag.StringVar(&o.Dir, "dir", "", "`DIR` for binaries, config and logs, kept afterwards (default: a temporary directory, removed)")
 	flag.IntVar(&o.Net, "net", 173, "second octet of the deployment's loopback addresses (127.NET.0.0/16)")
 	asJSON := flag.Bool("json", false, "print the result as JSON")
 	bins := flag.String("bins", "", "`DIR` holding prebuilt gfe, controlplane and testbackend binaries (default: build them)")

@@ -125,6 +125,11 @@ type Result struct {
 	FailedWith      int64   `json:"active_failed_with"`
 	ActiveSentEach  int64   `json:"active_sent_per_phase"`
 	HolderFirstFail string  `json:"holder_first_failure,omitempty"`
+	// Refused and Reclaimed count the connections the gfe refused
+	// (max_connections_per_client) and closed idle for a waiting client
+	// (fd budget spent) after the idle connections opened.
+	Refused   float64 `json:"gfe_refused"`
+	Reclaimed float64 `json:"gfe_idle_reclaimed"`
 }
 
 // Spec is the benchmark's deployment: one gfe (site nyc), one control
@@ -136,7 +141,9 @@ func Spec(o Options) topology.Spec {
 		Regions:     []topology.Region{{Name: "us-east", Zones: []string{"b"}, Instances: 2, Rate: 50000}},
 		Sites:       []topology.Site{{Name: "nyc", RTT: map[string]time.Duration{"us-east": time.Millisecond}}},
 		ServiceTime: 100 * time.Microsecond,
-		GFEArgs:     []string{"--poller", o.Poller},
+		// 15,000 connections at 2 descriptors each would pass the budget
+		// of a 20,000-descriptor process (BENCHMARKS.md §8).
+		GFEArgs: []string{"--poller", o.Poller, "--fd-per-http-conn", "1"},
 	}
 }
 
@@ -164,6 +171,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		defer os.RemoveAll(dir)
 		o.Dir = dir
+	} else if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, err
 	}
 	fmt.Fprintf(o.Log, "starting gfe, control plane, backend (in %s)\n", o.Dir)
 	c, err := topology.Start(ctx, Spec(o), topology.Options{Dir: o.Dir, Bins: o.Bins, Tee: o.Tee})
@@ -194,7 +203,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if r.RSSWithout, err = rssBytes(pid); err != nil {
 		return nil, err
 	}
-	g0, err := scrapeGo(client, gf.Admin)
+	g0, err := scrape(client, gf.Admin, goMetrics...)
 	if err != nil {
 		return nil, err
 	}
@@ -220,15 +229,15 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if r.RSSWith, err = rssBytes(pid); err != nil {
 		return nil, err
 	}
-	g1, err := scrapeGo(client, gf.Admin)
+	g1, err := scrape(client, gf.Admin, goMetrics...)
 	if err != nil {
 		return nil, err
 	}
 	n := float64(o.Conns)
 	r.RSSPerIdleConn = float64(r.RSSWith-r.RSSWithout) / n
-	r.HeapPerIdleConn = (g1.HeapInuse - g0.HeapInuse) / n
-	r.StackPerIdleConn = (g1.StackInuse - g0.StackInuse) / n
-	r.GoroutinesPerConn = (g1.Goroutines - g0.Goroutines) / n
+	r.HeapPerIdleConn = (g1[heapInuse] - g0[heapInuse]) / n
+	r.StackPerIdleConn = (g1[stackInuse] - g0[stackInuse]) / n
+	r.GoroutinesPerConn = (g1[goroutines] - g0[goroutines]) / n
 
 	fmt.Fprintf(o.Log, "steady load with %d idle connections: %g req/s, %v\n", o.Conns, o.Rate, o.Load)
 	with, err := load(0)
@@ -249,11 +258,29 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	r.ServedAfterIdle = again.Served
+	// What closed idle connections, if any did.
+	if m, err := scrape(client, gf.Admin, closers...); err == nil {
+		r.Refused, r.Reclaimed = m[refused]-g0[refused], m[reclaimed]-g0[reclaimed]
+	}
 	if again.Failed > 0 && r.HolderFirstFail == "" {
 		r.HolderFirstFail = again.Error
 	}
 	return r, nil
 }
+
+// The gfe's metrics Run reads.
+const (
+	goroutines = "go_goroutines"
+	heapInuse  = "go_memstats_heap_inuse_bytes"
+	stackInuse = "go_memstats_stack_inuse_bytes"
+	refused    = "spillway_gfe_listener_refused_total"
+	reclaimed  = "spillway_gfe_listener_idle_reclaimed_total"
+)
+
+var (
+	closers   = []string{refused, reclaimed}
+	goMetrics = append([]string{goroutines, heapInuse, stackInuse}, closers...)
+)
 
 // idleCPU waits settle, then returns the CPU process pid uses over
 // window, in percent of one core.
@@ -371,6 +398,9 @@ func WriteTable(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "  gfe idle CPU: %.2f%% of a core without, %.2f%% with\n", r.IdleCPUWithout, r.IdleCPUWith)
 	fmt.Fprintf(w, "  steady load %g req/s: p50 %.2f ms, p99 %.2f ms without; p50 %.2f ms, p99 %.2f ms with (p99 ×%.2f); failed %d / %d of %d\n",
 		r.Rate, r.P50Without, r.P99Without, r.P50With, r.P99With, r.P99Ratio, r.FailedWithout, r.FailedWith, r.ActiveSentEach)
+	if r.Refused+r.Reclaimed > 0 {
+		fmt.Fprintf(w, "  the gfe refused %.0f connections and closed %.0f idle ones for waiting clients\n", r.Refused, r.Reclaimed)
+	}
 	if r.HolderFirstFail != "" {
 		fmt.Fprintf(w, "  first idle-connection failure: %s\n", r.HolderFirstFail)
 	}

@@ -67,41 +67,50 @@ func parseStat(b []byte) (time.Duration, error) {
 	return time.Duration(ticks) * time.Second / clockTicks, nil
 }
 
-// goStats are the Go runtime's figures a gfe's /metrics exports.
-type goStats struct {
-	Goroutines, HeapInuse, StackInuse float64
-}
-
-// scrapeGo reads the Go collector's gauges off a gfe's admin /metrics.
-func scrapeGo(client *http.Client, admin string) (goStats, error) {
+// scrape returns the gfe's metrics named in names off its admin /metrics,
+// each summed over its labelled series. A counter without a series yet
+// reads 0; a Go runtime gauge (go_*) missing is an error.
+func scrape(client *http.Client, admin string, names ...string) (map[string]float64, error) {
 	resp, err := client.Get(admin + "/metrics")
 	if err != nil {
-		return goStats{}, fmt.Errorf("metrics of %s: %w", admin, err)
+		return nil, fmt.Errorf("metrics of %s: %w", admin, err)
 	}
 	defer resp.Body.Close()
-	var s goStats
-	want := map[string]*float64{
-		"go_goroutines":                 &s.Goroutines,
-		"go_memstats_heap_inuse_bytes":  &s.HeapInuse,
-		"go_memstats_stack_inuse_bytes": &s.StackInuse,
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
 	}
+	got := map[string]float64{}
+	seen := map[string]bool{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 1<<20)
-	found := 0
 	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), " ")
-		if p, hit := want[name]; ok && hit {
-			if *p, err = strconv.ParseFloat(val, 64); err != nil {
-				return goStats{}, fmt.Errorf("metrics of %s: %s %q: %w", admin, name, val, err)
-			}
-			found++
+		l := sc.Text()
+		sp := strings.LastIndexByte(l, ' ')
+		if sp < 0 || strings.HasPrefix(l, "#") {
+			continue
 		}
+		name := l[:sp]
+		if j := strings.IndexByte(name, '{'); j >= 0 {
+			name = name[:j]
+		}
+		if !want[name] {
+			continue
+		}
+		v, err := strconv.ParseFloat(l[sp+1:], 64)
+		if err != nil {
+			return nil, fmt.Errorf("metrics of %s: %q: %w", admin, l, err)
+		}
+		got[name] += v
+		seen[name] = true
 	}
 	if err := sc.Err(); err != nil {
-		return goStats{}, fmt.Errorf("metrics of %s: %w", admin, err)
+		return nil, fmt.Errorf("metrics of %s: %w", admin, err)
 	}
-	if found != len(want) {
-		return goStats{}, fmt.Errorf("metrics of %s: %d of the Go runtime's %d gauges", admin, found, len(want))
+	for _, n := range names {
+		if !seen[n] && strings.HasPrefix(n, "go_") {
+			return nil, fmt.Errorf("metrics of %s: no %s", admin, n)
+		}
 	}
-	return s, nil
+	return got, nil
 }

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/spillway-lb/spillway/internal/clock"
 )
 
 // Group is a set of Pollers; Wrap spreads connections over them in turn.
@@ -33,6 +35,8 @@ type Group struct {
 	switching sync.Mutex
 	stop      chan struct{}
 	done      chan struct{} // sample has returned (nil: not started)
+	// clk is the clock of read deadlines (Real but in tests).
+	clk clock.Clock
 }
 
 // NewGroup starts n Pollers (at least one) and the goroutine that turns
@@ -48,8 +52,11 @@ func NewGroup(n int) (*Group, error) {
 }
 
 // newGroup starts n Pollers, off, and no sampling.
-func newGroup(n int) (*Group, error) {
-	g := &Group{stop: make(chan struct{})}
+func newGroup(n int) (*Group, error) { return newGroupClock(n, clock.Real{}) }
+
+// newGroupClock is newGroup with deadlines read on clk.
+func newGroupClock(n int, clk clock.Clock) (*Group, error) {
+	g := &Group{stop: make(chan struct{}), clk: clk}
 	for range max(n, 1) {
 		p, err := newPoller(g)
 		if err != nil {
@@ -57,6 +64,7 @@ func newGroup(n int) (*Group, error) {
 			return nil, err
 		}
 		go p.run()
+		go p.expireLoop()
 		g.ps = append(g.ps, p)
 	}
 	return g, nil
