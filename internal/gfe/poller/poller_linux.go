@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -489,9 +490,11 @@ func (c *Conn) peekReady(fd uintptr) bool {
 	}
 	var b [1]byte
 	for {
-		_, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		if err != unix.EINTR {
-			return err != unix.EAGAIN
+		// recvfrom(2) itself: unix.Recvfrom's address buffer escapes,
+		// one allocation per call.
+		_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+		if errno != unix.EINTR {
+			return errno != unix.EAGAIN
 		}
 	}
 }

@@ -561,3 +561,67 @@ func TestEndAfterBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitReadable: WaitReadable returns once bytes come (leaving them
+// for the Read that follows), when the read deadline passes (with the
+// timeout Read would report) and when the peer closes, with the Group on
+// and off; and it allocates nothing.
+func TestWaitReadable(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		g := testGroup(t, 1)
+		g.setOn(on)
+		name := map[bool]string{true: "on", false: "off"}[on]
+		t.Run(name+"/bytes", func(t *testing.T) {
+			a, b := pair(t)
+			c := g.Wrap(b).(*Conn)
+			go a.Write([]byte("hi"))
+			if err := c.WaitReadable(); err != nil {
+				t.Fatalf("WaitReadable = %v, want nil", err)
+			}
+			var buf [4]byte
+			if n, err := c.Read(buf[:]); n != 2 || err != nil {
+				t.Fatalf("Read after WaitReadable = %d, %v; want 2, nil", n, err)
+			}
+		})
+		t.Run(name+"/deadline", func(t *testing.T) {
+			_, b := pair(t)
+			c := g.Wrap(b).(*Conn)
+			c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+			err := c.WaitReadable()
+			if on && err == nil { // the Poller's wait returns; the read reports it
+				_, err = c.Read(make([]byte, 4))
+			}
+			if !isTimeout(err) {
+				t.Fatalf("error = %v, want a timeout", err)
+			}
+		})
+		t.Run(name+"/eof", func(t *testing.T) {
+			a, b := pair(t)
+			c := g.Wrap(b).(*Conn)
+			go a.Close()
+			if err := c.WaitReadable(); err != nil {
+				t.Fatalf("WaitReadable = %v, want nil", err)
+			}
+			if _, err := c.Read(make([]byte, 4)); err != io.EOF {
+				t.Fatalf("Read = %v, want EOF", err)
+			}
+		})
+		t.Run(name+"/allocs", func(t *testing.T) {
+			a, b := pair(t)
+			c := g.Wrap(b).(*Conn)
+			buf := make([]byte, 4)
+			one := []byte("x")
+			n := testing.AllocsPerRun(100, func() {
+				go a.Write(one)
+				if err := c.WaitReadable(); err != nil {
+					t.Fatal(err)
+				}
+				c.Read(buf)
+			})
+			// The go statement above is the test's own allocation.
+			if n > 1 {
+				t.Errorf("%.1f allocations per WaitReadable and Read, want at most the test's 1", n)
+			}
+		})
+	}
+}
