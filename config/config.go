@@ -1,11 +1,7 @@
 package config
 
 import (
-	"fmt"
-	"slices"
 	"time"
-
-	"github.com/spillway-lb/spillway/lb/affinity"
 )
 
 // Config is the whole operator configuration: where backends live (Regions),
@@ -117,147 +113,6 @@ func (g *Group) ActiveInstances() int {
 	return n
 }
 
-// Policy is a backend service's load-balancing policy: how a gfe picks a
-// backend for a request (docs/design.md §4).
-type Policy string
-
-// The load-balancing policies.
-const (
-	// PolicyWaterfall is Waterfall by Region (docs/design.md §3): nearest
-	// region first, spill by capacity. The default.
-	PolicyWaterfall Policy = "waterfall"
-	// PolicyMinRTT plans regions under the same constraints as waterfall
-	// (capacity, preemptive spill, uniform overload, zones split by
-	// capacity) but takes the assignment of least total RTT
-	// (waterfall.ComputeMinRTT): a site whose next region is almost as
-	// close steps aside for one whose alternatives are far.
-	PolicyMinRTT Policy = "min_rtt"
-	// PolicyRoundRobin cycles over all healthy instances of all groups.
-	PolicyRoundRobin Policy = "round_robin"
-	// PolicyLeastRequest picks the less loaded of two random healthy
-	// instances (power of two choices).
-	PolicyLeastRequest Policy = "least_request"
-	// PolicyHash2 hashes (source IP, destination IP) onto a Maglev table.
-	PolicyHash2 Policy = "hash2"
-	// PolicyHash3 hashes (source IP, destination IP, protocol).
-	PolicyHash3 Policy = "hash3"
-	// PolicyHash5 hashes the 5-tuple: 3-tuple plus source and destination port.
-	PolicyHash5 Policy = "hash5"
-)
-
-// Policies lists every valid Policy, in documentation order.
-func Policies() []Policy {
-	return []Policy{PolicyWaterfall, PolicyMinRTT, PolicyRoundRobin, PolicyLeastRequest, PolicyHash2, PolicyHash3, PolicyHash5}
-}
-
-// ParsePolicy returns the Policy named s, or an error listing the valid
-// names (for command-line flags; config files are checked by Load).
-func ParsePolicy(s string) (Policy, error) {
-	p := Policy(s)
-	if !slices.Contains(Policies(), p) {
-		return "", fmt.Errorf("unknown policy %q (want one of %s)", s, joinNames(Policies()))
-	}
-	return p, nil
-}
-
-// IsPlanned reports whether p sends each request by a plan of regions
-// computed from RTT, capacity and health (waterfall, min_rtt), rather than
-// over a flat pool of instances. Spill applies only to these policies.
-func (p Policy) IsPlanned() bool {
-	return p == PolicyWaterfall || p == PolicyMinRTT
-}
-
-// IsHash reports whether p is one of the flow-hashing policies, the only ones
-// a HashScope applies to.
-func (p Policy) IsHash() bool {
-	return p == PolicyHash2 || p == PolicyHash3 || p == PolicyHash5
-}
-
-// HashScope says which backends a hashing policy hashes over.
-type HashScope string
-
-// The hashing scopes.
-const (
-	// HashScopeGlobal hashes over the healthy instances of every group of the
-	// service, wherever they are. The default for hash policies.
-	HashScopeGlobal HashScope = "global"
-	// HashScopeNearestRegion hashes over the healthy instances of the
-	// nearest region (by the gfe's RTT) that has any.
-	HashScopeNearestRegion HashScope = "nearest_region"
-)
-
-// HashScopes lists every valid HashScope, the default first.
-func HashScopes() []HashScope { return []HashScope{HashScopeGlobal, HashScopeNearestRegion} }
-
-// ParseHashScope returns the HashScope named s, or an error listing the
-// valid names.
-func ParseHashScope(s string) (HashScope, error) {
-	sc := HashScope(s)
-	if !slices.Contains(HashScopes(), sc) {
-		return "", fmt.Errorf("unknown scope %q (want one of %s)", s, joinNames(HashScopes()))
-	}
-	return sc, nil
-}
-
-// BalancingMode says what a backend's capacity counts (docs/design.md §2),
-// and so in which unit a gfe measures demand: the planner compares the two,
-// so they are always in the same unit (Backend.Capacity, Concurrent).
-type BalancingMode string
-
-// The balancing modes.
-const (
-	// ModeRate counts requests per second, for capacity and demand. The
-	// default.
-	ModeRate BalancingMode = "RATE"
-	// ModeConnection counts concurrent connections (L4) or in-flight
-	// requests (L7), for capacity and demand: a gfe's demand is the mean
-	// number of connections or requests it has open, not a rate.
-	ModeConnection BalancingMode = "CONNECTION"
-	// ModeUtilization limits each instance to a utilization, in (0,1], of
-	// the rate it serves at full utilization; capacity and demand are in
-	// requests per second.
-	ModeUtilization BalancingMode = "UTILIZATION"
-)
-
-// Concurrent reports whether demand and capacity under m count things open
-// at once (connections, requests in flight) rather than requests per
-// second.
-func (m BalancingMode) Concurrent() bool { return m == ModeConnection }
-
-// AffinityType is the kind of session affinity of a service (docs/design.md
-// §4). It is lb/affinity's Mode, which defines the modes and their behaviour;
-// the names below spell them for the schema.
-type AffinityType = affinity.Mode
-
-// The session affinity types (see affinity.Mode's constants).
-const (
-	AffinityNone              = affinity.ModeNone
-	AffinityClientIP          = affinity.ModeClientIP
-	AffinityClientIPProto     = affinity.ModeClientIPProto
-	AffinityClientIPPortProto = affinity.ModeClientIPPortProto
-	AffinityGeneratedCookie   = affinity.ModeGeneratedCookie
-	AffinityHTTPCookie        = affinity.ModeHTTPCookie
-	AffinityHeader            = affinity.ModeHeader
-)
-
-// HealthProtocol is the protocol of an active health check.
-type HealthProtocol string
-
-// The health check protocols.
-const (
-	// HealthHTTP sends GET Path over plain HTTP; 2xx is healthy. The default.
-	HealthHTTP HealthProtocol = "http"
-	// HealthHTTPS is HealthHTTP over TLS (certificates are not verified:
-	// backends are addressed by IP).
-	HealthHTTPS HealthProtocol = "https"
-	// HealthTCP is healthy when a TCP connection opens.
-	HealthTCP HealthProtocol = "tcp"
-	// HealthGRPC calls grpc.health.v1.Health/Check for GRPCService;
-	// SERVING is healthy. It also declares the service a gRPC one: its
-	// gRPC calls over HTTP/2 are not bounded by their route's timeout.
-	HealthGRPC HealthProtocol = "grpc"
-)
-
 // Service is a backend service: what a route points at (docs/design.md §2).
 type Service struct {
 	// Name of the service, e.g. "web". Required, unique, same syntax as
@@ -309,9 +164,6 @@ type Service struct {
 	MaxPendingRequests int `mapstructure:"max_pending_requests"`
 }
 
-// DefaultMaxPendingRequests is Service.MaxPendingRequests's default.
-const DefaultMaxPendingRequests = 1000
-
 // Feedback configures the local signals of a service (lb/capacity): what
 // counts as overload, how far a group's effective capacity shrinks and how
 // fast it comes back.
@@ -354,23 +206,6 @@ type Feedback struct {
 	// backend queues little; lb/capacity.Config); 0 believes latency and
 	// in-flight whatever the reports say.
 	ConfirmUtilization float64 `mapstructure:"confirm_utilization"`
-}
-
-// DefaultFeedback returns the default local-signal settings.
-func DefaultFeedback() Feedback {
-	return Feedback{
-		Enabled:        true,
-		RejectFraction: 0.01,
-		QueueDelay:     40 * time.Millisecond,
-		Decrease:       0.95,
-		Hold:           time.Second,
-		RecoverDelay:   2 * time.Second,
-		RecoverRate:    0.1,
-		MinFactor:      0.1,
-		MaxShrink:      0.25,
-
-		ConfirmUtilization: 0.8,
-	}
 }
 
 // OutlierDetection configures passive health checking: a gfe ejects an
@@ -588,28 +423,6 @@ type Route struct {
 	PerTryTimeout time.Duration `mapstructure:"per_try_timeout"`
 }
 
-// ListenerProtocol is what a listener speaks to clients.
-type ListenerProtocol string
-
-// The listener protocols.
-const (
-	// ListenerHTTP serves plain-text HTTP/1.1 and HTTP/2 with prior
-	// knowledge (h2c) on the same port; routes pick the service.
-	ListenerHTTP ListenerProtocol = "http"
-	// ListenerHTTPS serves TLS, offering h2 and http/1.1 by ALPN; routes
-	// pick the service.
-	ListenerHTTPS ListenerProtocol = "https"
-	// ListenerTCP is an L4 proxy: each accepted connection is spliced to one
-	// instance of the listener's Service.
-	ListenerTCP ListenerProtocol = "tcp"
-)
-
-// ListenerProtocols lists every valid ListenerProtocol, in documentation
-// order.
-func ListenerProtocols() []ListenerProtocol {
-	return []ListenerProtocol{ListenerHTTP, ListenerHTTPS, ListenerTCP}
-}
-
 // Listener is one port a gfe serves, and how. An http or https listener
 // hands requests to the routes; a tcp listener sends every connection to
 // its one Service. Fields marked "http/https" must stay zero on a tcp
@@ -714,105 +527,4 @@ type Certificate struct {
 	CertFile string `mapstructure:"cert_file"`
 	// KeyFile is the path of the PEM private key of the leaf. Required.
 	KeyFile string `mapstructure:"key_file"`
-}
-
-// DefaultService returns a Service with every default set: waterfall,
-// RATE, no affinity, DefaultHealthCheck, DefaultSpill and
-// DefaultOutlierDetection. Name and Backends are left empty.
-func DefaultService() Service {
-	return Service{
-		Policy:            PolicyWaterfall,
-		BalancingMode:     ModeRate,
-		SessionAffinity:   DefaultSessionAffinity(),
-		HealthCheck:       DefaultHealthCheck(),
-		Spill:             DefaultSpill(),
-		OutlierDetection:  DefaultOutlierDetection(),
-		TargetUtilization: 0.95,
-		Feedback:          DefaultFeedback(),
-
-		MaxPendingRequests: DefaultMaxPendingRequests,
-	}
-}
-
-// DefaultOutlierDetection returns the default outlier detection: eject after
-// 5 consecutive 5xx or 3 consecutive connect failures, for 30s growing to at
-// most 300s, never more than half of a service's instances at once.
-func DefaultOutlierDetection() OutlierDetection {
-	return OutlierDetection{
-		Consecutive5xx:             5, // Envoy's default
-		ConsecutiveConnectFailures: 3,
-		BaseEjectionTime:           30 * time.Second,
-		MaxEjectionTime:            300 * time.Second,
-		MaxEjectionPercent:         50, // keep half the fleet whatever happens
-	}
-}
-
-// DefaultMaxConnectionsPerClient is the default max_connections_per_client
-// of every listener: one client address holds at most this many
-// connections to it.
-const DefaultMaxConnectionsPerClient = 256
-
-// DefaultListener returns a Listener of protocol p with the defaults of that
-// protocol. http and https (and any other p): 10s read_header_timeout, 90s
-// idle_timeout, 64 KiB max_header_bytes, unlimited body, 10s
-// request_body_timeout, 256 max_connections_per_client, the fast path on.
-// tcp: 10m idle_timeout, 30s first_byte_timeout, 10000 max_connections, 256
-// max_connections_per_client, and the http-only fields zero. Name, Port,
-// Service and Certificates are left empty.
-func DefaultListener(p ListenerProtocol) Listener {
-	if p == ListenerTCP {
-		return Listener{
-			Protocol:                p,
-			IdleTimeout:             10 * time.Minute,
-			FirstByteTimeout:        30 * time.Second,
-			MaxConnections:          10_000,
-			MaxConnectionsPerClient: DefaultMaxConnectionsPerClient,
-		}
-	}
-	return Listener{
-		Protocol:                p,
-		ReadHeaderTimeout:       10 * time.Second,
-		IdleTimeout:             90 * time.Second,
-		MaxHeaderBytes:          64 << 10,
-		RequestBodyTimeout:      10 * time.Second,
-		MaxConnectionsPerClient: DefaultMaxConnectionsPerClient,
-		FastPath:                true,
-	}
-}
-
-// DefaultBackend returns a Backend with capacity_scaler 1 and no limit set.
-func DefaultBackend() Backend {
-	return Backend{CapacityScaler: 1}
-}
-
-// DefaultSessionAffinity returns affinity of type none.
-func DefaultSessionAffinity() SessionAffinity {
-	return SessionAffinity{Type: AffinityNone}
-}
-
-// DefaultHealthCheck returns the default health check: GET /healthz on the
-// instance's port every 5s, 1s timeout, healthy after 2 passes, unhealthy
-// after 3 failures, 10% jitter.
-func DefaultHealthCheck() HealthCheck {
-	return HealthCheck{
-		Protocol:           HealthHTTP,
-		Path:               "/healthz",
-		Interval:           5 * time.Second, // Caddy and GCP both default to 5s.
-		Timeout:            1 * time.Second, // well under a LAN probe interval
-		HealthyThreshold:   2,
-		UnhealthyThreshold: 3, // tolerate two lost probes
-		Jitter:             0.1,
-	}
-}
-
-// DefaultSpill returns the preemptive spill of docs/design.md §3 rule 5:
-// below half healthy, keep 2h of the demand.
-func DefaultSpill() Spill {
-	return Spill{Threshold: 0.5, Slope: 2}
-}
-
-// DefaultRoute returns a route matching every host and path, with no
-// service, a 30s timeout and one retry.
-func DefaultRoute() Route {
-	return Route{Host: "*", PathPrefix: "/", Timeout: 30 * time.Second, Retries: 1}
 }

@@ -42,7 +42,7 @@
 //
 // Scenario.Bench (`lbsim bench`) runs a scenario's timeline step by step
 // with one simulated gfe per site that runs the gfe's own routing: a
-// routing.Builder (internal/gfe/routing) per site builds the routing table
+// routing.Builder (lb/routing) per site builds the routing table
 // from a snapshot of the world as gossip shows it, and the site's demand
 // is split over instances as that table picks (the plan row's Picker,
 // round robin over the pool, or the table's Maglev for every synthetic

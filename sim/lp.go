@@ -11,22 +11,22 @@ import (
 	"gonum.org/v1/gonum/optimize/convex/lp"
 )
 
-// lpProblem is one step's min-RTT assignment problem: how to send every
+// LPProblem is one step's min-RTT assignment problem: how to send every
 // site's demand to regions so that the total RTT is least, with no region
 // above its capacity (scaled by λ when demand exceeds capacity).
-type lpProblem struct {
-	// demand[s] is site s's demand, requests/s.
-	demand []float64
-	// capacity[r] is region r's serving capacity, requests/s.
-	capacity []float64
-	// rtt[s][r] is the RTT from site s to region r in ms; reach[s][r] is
+type LPProblem struct {
+	// Demand[s] is site s's Demand, requests/s.
+	Demand []float64
+	// Capacity[r] is region r's serving Capacity, requests/s.
+	Capacity []float64
+	// RTT[s][r] is the RTT from site s to region r in ms; reach[s][r] is
 	// false when the site does not reach the region.
-	rtt   [][]float64
-	reach [][]bool
+	RTT   [][]float64
+	Reach [][]bool
 }
 
-// lpSolution is the optimum of an lpProblem.
-type lpSolution struct {
+// LPSolution is the optimum of an lpProblem.
+type LPSolution struct {
 	// Placed is the demand the optimum places, requests/s: every site's
 	// demand, less that of sites reaching no region with capacity.
 	Placed float64
@@ -39,12 +39,12 @@ type lpSolution struct {
 	Lambda float64
 }
 
-// errLPInfeasible is returned by solveLP when the sites' reach leaves no
+// ErrLPInfeasible is returned by solveLP when the sites' reach leaves no
 // assignment within λ·capacity (possible only when some site does not reach
 // every region).
-var errLPInfeasible = errors.New("lp: no assignment fits the capacities")
+var ErrLPInfeasible = errors.New("lp: no assignment fits the capacities")
 
-// solveLP returns the optimum of p with gonum's simplex solver (lp.Simplex).
+// SolveLP returns the optimum of p with gonum's simplex solver (lp.Simplex).
 //
 // In standard form (minimise cᵀx subject to Ax = b, x ≥ 0) the variables
 // are one flow x[s,r] per pair (s, r) where s has demand, r has capacity and
@@ -65,20 +65,20 @@ var errLPInfeasible = errors.New("lp: no assignment fits the capacities")
 // and most iterations (two orders of magnitude faster on 80 sites × 20
 // regions). Otherwise, or if that start fails numerically, the solver finds
 // its own.
-func solveLP(p lpProblem) (lpSolution, error) { return solveLPFrom(p, true) }
+func SolveLP(p LPProblem) (LPSolution, error) { return solveLPFrom(p, true) }
 
 // solveLPFrom is solveLP; warm = false always lets the solver find its own
 // starting basis (phase 1), for tests that compare both ways.
-func solveLPFrom(p lpProblem, warm bool) (lpSolution, error) {
+func solveLPFrom(p LPProblem, warm bool) (LPSolution, error) {
 	var sites, regions []int
-	regionUsed := make([]bool, len(p.capacity))
-	for s, d := range p.demand {
+	regionUsed := make([]bool, len(p.Capacity))
+	for s, d := range p.Demand {
 		if d <= 0 {
 			continue
 		}
 		reaches := false
-		for r, c := range p.capacity {
-			if c > 0 && p.reach[s][r] {
+		for r, c := range p.Capacity {
+			if c > 0 && p.Reach[s][r] {
 				reaches = true
 				regionUsed[r] = true
 			}
@@ -92,16 +92,16 @@ func solveLPFrom(p lpProblem, warm bool) (lpSolution, error) {
 			regions = append(regions, r)
 		}
 	}
-	sol := lpSolution{Flows: make([][]float64, len(p.demand)), Lambda: 1}
+	sol := LPSolution{Flows: make([][]float64, len(p.Demand)), Lambda: 1}
 	for s := range sol.Flows {
-		sol.Flows[s] = make([]float64, len(p.capacity))
+		sol.Flows[s] = make([]float64, len(p.Capacity))
 	}
 	var demand, capacity float64
 	for _, s := range sites {
-		demand += p.demand[s]
+		demand += p.Demand[s]
 	}
 	for _, r := range regions {
-		capacity += p.capacity[r]
+		capacity += p.Capacity[r]
 	}
 	if len(sites) == 0 {
 		return sol, nil
@@ -114,7 +114,7 @@ func solveLPFrom(p lpProblem, warm bool) (lpSolution, error) {
 	full := true
 	for _, s := range sites {
 		for _, r := range regions {
-			if p.reach[s][r] {
+			if p.Reach[s][r] {
 				pairs = append(pairs, pair{s, r})
 			} else {
 				full = false
@@ -130,19 +130,19 @@ func solveLPFrom(p lpProblem, warm bool) (lpSolution, error) {
 	regionRow := map[int]int{}
 	for i, s := range sites {
 		siteRow[s] = i
-		b[i] = p.demand[s] / demand
+		b[i] = p.Demand[s] / demand
 	}
 	for j, r := range regions {
 		regionRow[r] = len(sites) + j
 		// A relative hair of extra room keeps rounding from making a
 		// problem infeasible when λ scales capacity to exactly the demand.
-		b[len(sites)+j] = sol.Lambda * p.capacity[r] / demand * (1 + 1e-12)
+		b[len(sites)+j] = sol.Lambda * p.Capacity[r] / demand * (1 + 1e-12)
 		A.Set(len(sites)+j, len(pairs)+j, 1) // slack u[r]
 	}
 	for k, pr := range pairs {
 		A.Set(siteRow[pr.s], k, 1)
 		A.Set(regionRow[pr.r], k, 1)
-		c[k] = p.rtt[pr.s][pr.r]
+		c[k] = p.RTT[pr.s][pr.r]
 	}
 
 	var basis []int
@@ -151,7 +151,7 @@ func solveLPFrom(p lpProblem, warm bool) (lpSolution, error) {
 		for i, s := range sites {
 			cost[i] = make([]float64, len(regions))
 			for j, r := range regions {
-				cost[i][j] = p.rtt[s][r]
+				cost[i][j] = p.RTT[s][r]
 			}
 		}
 		basis = leastRTTBasis(b[:len(sites)], b[len(sites):], cost)
@@ -161,10 +161,10 @@ func solveLPFrom(p lpProblem, warm bool) (lpSolution, error) {
 		f, x, err = simplex(c, A, b, nil)
 	}
 	if errors.Is(err, lp.ErrInfeasible) {
-		return lpSolution{}, errLPInfeasible
+		return LPSolution{}, ErrLPInfeasible
 	}
 	if err != nil {
-		return lpSolution{}, fmt.Errorf("lp: %w", err)
+		return LPSolution{}, fmt.Errorf("lp: %w", err)
 	}
 	sol.Cost = f * demand
 	for k, pr := range pairs {

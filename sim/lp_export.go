@@ -35,7 +35,7 @@ func SolveMinRTT(demand, capacity []float64, rttMs [][]float64) (MinRTTOptimum, 
 	if len(rttMs) != len(demand) {
 		return MinRTTOptimum{}, fmt.Errorf("lp: %d RTT rows for %d sites", len(rttMs), len(demand))
 	}
-	p := lpProblem{demand: demand, capacity: capacity, rtt: make([][]float64, len(demand)), reach: make([][]bool, len(demand))}
+	p := LPProblem{Demand: demand, Capacity: capacity, RTT: make([][]float64, len(demand)), Reach: make([][]bool, len(demand))}
 	for s, d := range demand {
 		if !(d >= 0) || math.IsInf(d, 0) {
 			return MinRTTOptimum{}, fmt.Errorf("lp: demand[%d]: must be finite and >= 0, got %g", s, d)
@@ -43,15 +43,15 @@ func SolveMinRTT(demand, capacity []float64, rttMs [][]float64) (MinRTTOptimum, 
 		if len(rttMs[s]) != len(capacity) {
 			return MinRTTOptimum{}, fmt.Errorf("lp: rtt[%d]: %d regions, want %d", s, len(rttMs[s]), len(capacity))
 		}
-		p.rtt[s] = make([]float64, len(capacity))
-		p.reach[s] = make([]bool, len(capacity))
+		p.RTT[s] = make([]float64, len(capacity))
+		p.Reach[s] = make([]bool, len(capacity))
 		for r, v := range rttMs[s] {
 			if !(v >= 0) {
 				return MinRTTOptimum{}, fmt.Errorf("lp: rtt[%d][%d]: must be >= 0, got %g", s, r, v)
 			}
-			p.reach[s][r] = !math.IsInf(v, 1)
-			if p.reach[s][r] {
-				p.rtt[s][r] = v
+			p.Reach[s][r] = !math.IsInf(v, 1)
+			if p.Reach[s][r] {
+				p.RTT[s][r] = v
 			}
 		}
 	}
@@ -60,9 +60,13 @@ func SolveMinRTT(demand, capacity []float64, rttMs [][]float64) (MinRTTOptimum, 
 			return MinRTTOptimum{}, fmt.Errorf("lp: capacity[%d]: must be finite and >= 0, got %g", r, c)
 		}
 	}
-	sol, err := solveLP(p)
+	sol, err := SolveLP(p)
 	if err != nil {
 		return MinRTTOptimum{}, err
 	}
-	return MinRTTOptimum{MeanRTTMs: ratio(sol.Cost, sol.Placed), Placed: sol.Placed, Lambda: sol.Lambda, Flows: sol.Flows}, nil
+	mean := 0.0
+	if m := sol.Cost / sol.Placed; sol.Placed != 0 && !math.IsNaN(m) {
+		mean = m
+	}
+	return MinRTTOptimum{MeanRTTMs: mean, Placed: sol.Placed, Lambda: sol.Lambda, Flows: sol.Flows}, nil
 }

@@ -113,7 +113,7 @@ func (s *Scenario) baselineFlows(scope config.HashScope) ([]Flow, error) {
 			continue
 		}
 		var regions []*Region
-		for _, name := range s.regionOrder(st) {
+		for _, name := range s.RegionOrder(st) {
 			r := s.region(name)
 			if eligible(r) == 0 {
 				continue
@@ -167,9 +167,9 @@ func (s *Scenario) region(name string) *Region {
 	return nil
 }
 
-// regionOrder returns the regions reachable from st, nearest first (ties by
+// RegionOrder returns the regions reachable from st, nearest first (ties by
 // name).
-func (s *Scenario) regionOrder(st Site) []string {
+func (s *Scenario) RegionOrder(st Site) []string {
 	names := make([]string, 0, len(st.RTTms))
 	for name := range st.RTTms {
 		names = append(names, name)
@@ -202,7 +202,7 @@ const conservationTolerance = 1e-6
 func (s *Scenario) result(p config.Policy, scope config.HashScope, flows []Flow) (*Result, error) {
 	rank := map[[2]string]int{} // (site, region) → position in the site's region order
 	for _, st := range s.Sites {
-		for i, name := range s.regionOrder(st) {
+		for i, name := range s.RegionOrder(st) {
 			rank[[2]string{st.Name, name}] = i
 		}
 	}

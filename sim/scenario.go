@@ -61,13 +61,13 @@ type Group struct {
 // Capacity returns the group's serving capacity in requests/s:
 // Healthy × RatePerInstance × CapacityScaler.
 func (g Group) Capacity() float64 {
-	return rateCapacity(g.Healthy, g.RatePerInstance, g.CapacityScaler)
+	return RateCapacity(g.Healthy, g.RatePerInstance, g.CapacityScaler)
 }
 
-// rateCapacity is the RATE capacity of healthy instances of rate requests/s
+// RateCapacity is the RATE capacity of healthy instances of rate requests/s
 // each, scaled by scaler: the gfe's own formula (config.Backend.Capacity),
 // so that the simulator plans with the capacities a gfe would.
-func rateCapacity(healthy int, rate, scaler float64) float64 {
+func RateCapacity(healthy int, rate, scaler float64) float64 {
 	b := config.Backend{MaxRatePerInstance: rate, CapacityScaler: scaler}
 	return b.Capacity(config.ModeRate, healthy, healthy)
 }
@@ -209,7 +209,7 @@ func ParseScenario(data []byte, filename string) (*Scenario, error) {
 		if errors.Is(err, io.EOF) {
 			return fail("empty scenario file")
 		}
-		return fail(yamlProblems(err)...)
+		return fail(YAMLProblems(err)...)
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
@@ -249,9 +249,9 @@ var typeNames = strings.NewReplacer(
 	"string", "a string",
 )
 
-// yamlProblems turns a yaml.v3 error into problems, replacing Go type names
+// YAMLProblems turns a yaml.v3 error into problems, replacing Go type names
 // with words an operator knows.
-func yamlProblems(err error) []string {
+func YAMLProblems(err error) []string {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
 		return []string{strings.TrimPrefix(err.Error(), "yaml: ")}

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // Timeline is the optional dynamic part of a Scenario, read by `lbsim bench`
@@ -425,8 +425,8 @@ func (f *fileTimeline) timeline(issues map[string]string) *Timeline {
 	return &tl
 }
 
-// groupState is an instance group's state at one moment of a run.
-type groupState struct {
+// GroupState is an instance group's state at one moment of a run.
+type GroupState struct {
 	// Started counts instances that have finished their cold start, healthy
 	// or not; Healthy of them pass health checks. Pending instances are
 	// still cold-starting: they neither serve nor count in the planner's
@@ -458,11 +458,11 @@ func (s *Scenario) groupIndex() map[string]int {
 
 // initialGroupStates returns every group's state at the start of a run, in
 // scenario order.
-func (s *Scenario) initialGroupStates() []groupState {
-	var st []groupState
+func (s *Scenario) initialGroupStates() []GroupState {
+	var st []GroupState
 	for _, r := range s.Regions {
 		for _, g := range r.Groups {
-			st = append(st, groupState{Started: g.Instances, Healthy: g.Healthy, CapacityScaler: g.CapacityScaler})
+			st = append(st, GroupState{Started: g.Instances, Healthy: g.Healthy, CapacityScaler: g.CapacityScaler})
 		}
 	}
 	return st
@@ -527,7 +527,7 @@ func (s *Scenario) groupActions(events []int) ([]groupAction, []string) {
 // apply changes g by a, an action that groupActions accepted. A scale-up
 // with a cold start only adds pending instances; its ready action starts
 // them.
-func (g *groupState) apply(a groupAction, events []Event) {
+func (g *GroupState) apply(a groupAction, events []Event) {
 	if a.event < 0 {
 		g.Pending -= a.ready
 		g.Started += a.ready

@@ -6,58 +6,58 @@ import (
 	"slices"
 	"time"
 
-	"github.com/spillway-lb/spillway/internal/ewma"
+	"github.com/spillway-lb/spillway/lb/ewma"
 )
 
-// trace is a timeline evaluated at every step: the true state of the world
+// Trace is a timeline evaluated at every step: the true state of the world
 // and the state the gfes see, gossip delay behind. It is built once per
 // Bench and shared, read-only, by every policy's run.
-type trace struct {
-	steps int
-	dt    float64
-	// times[k] is the start of step k, k·dt.
-	times []float64
-	// demand[k][site] is the true demand of each site (scenario order) in
+type Trace struct {
+	Steps int
+	StepS float64
+	// Times[k] is the start of step k, k·dt.
+	Times []float64
+	// Demand[k][site] is the true Demand of each site (scenario order) in
 	// requests/s during step k.
-	demand [][]float64
-	// heard[k][site] is each site's demand as its own gfe estimates it at
-	// the end of step k (demandEstimates); seen[k][site] is that estimate
+	Demand [][]float64
+	// Heard[k][site] is each site's demand as its own gfe estimates it at
+	// the end of step k (demandEstimates); Seen[k][site] is that estimate
 	// as the other gfes have it, gossip delay later.
-	heard, seen [][]float64
-	// groups[k][g] is the true state of each group (scenario order) during
-	// step k; seenGroups[k][g] the state at times[k] − gossip delay.
-	groups, seenGroups [][]groupState
+	Heard, Seen [][]float64
+	// Groups[k][g] is the true state of each group (scenario order) during
+	// step k; SeenGroups[k][g] the state at times[k] − gossip delay.
+	Groups, SeenGroups [][]GroupState
 }
 
-// newTrace evaluates tl (valid for s) at the first n steps.
-func (s *Scenario) newTrace(tl *Timeline, n int) *trace {
-	tr := &trace{steps: n, dt: tl.StepS, times: make([]float64, n)}
+// NewTrace evaluates tl (valid for s) at the first n steps.
+func (s *Scenario) NewTrace(tl *Timeline, n int) *Trace {
+	tr := &Trace{Steps: n, StepS: tl.StepS, Times: make([]float64, n)}
 	seenAt := make([]float64, n)
 	for k := range n {
-		tr.times[k] = float64(k) * tl.StepS
-		seenAt[k] = max(0, tr.times[k]-tl.GossipDelayS)
+		tr.Times[k] = float64(k) * tl.StepS
+		seenAt[k] = max(0, tr.Times[k]-tl.GossipDelayS)
 	}
 	prog := s.demandPrograms(tl, tl.Steps())
-	tr.demand = make([][]float64, n)
+	tr.Demand = make([][]float64, n)
 	for k := range n {
-		tr.demand[k] = make([]float64, len(s.Sites))
+		tr.Demand[k] = make([]float64, len(s.Sites))
 		for i := range s.Sites {
-			tr.demand[k][i] = prog[i].at(tr.times[k])
+			tr.Demand[k][i] = prog[i].at(tr.Times[k])
 		}
 	}
-	tr.heard = demandEstimates(tr.demand, tl.StepS, tl.DemandSmoothingS)
-	tr.seen = make([][]float64, n)
+	tr.Heard = demandEstimates(tr.Demand, tl.StepS, tl.DemandSmoothingS)
+	tr.Seen = make([][]float64, n)
 	for k := range n {
 		// The estimate the site's gfe planned the step at seenAt[k] with,
 		// as tr.heard[k] is the one its gfe plans step k with.
 		j := int(math.Floor(seenAt[k]/tl.StepS + 1e-9))
-		tr.seen[k] = tr.heard[min(j, k)]
+		tr.Seen[k] = tr.Heard[min(j, k)]
 	}
 	withTimeline := *s
 	withTimeline.Timeline = tl
 	actions, _ := withTimeline.groupActions(nil)
-	tr.groups = groupStatesAt(s.initialGroupStates(), actions, tl.Events, tr.times)
-	tr.seenGroups = groupStatesAt(s.initialGroupStates(), actions, tl.Events, seenAt)
+	tr.Groups = groupStatesAt(s.initialGroupStates(), actions, tl.Events, tr.Times)
+	tr.SeenGroups = groupStatesAt(s.initialGroupStates(), actions, tl.Events, seenAt)
 	return tr
 }
 
@@ -90,9 +90,9 @@ func demandEstimates(demand [][]float64, stepS, smoothingS float64) [][]float64 
 // groupStatesAt applies actions (sorted by time, already checked) to init
 // and returns the states at each of times, which must be non-decreasing.
 // An action at time a applies to every time ≥ a.
-func groupStatesAt(init []groupState, actions []groupAction, events []Event, times []float64) [][]groupState {
+func groupStatesAt(init []GroupState, actions []groupAction, events []Event, times []float64) [][]GroupState {
 	state := slices.Clone(init)
-	out := make([][]groupState, len(times))
+	out := make([][]GroupState, len(times))
 	next := 0
 	for k, t := range times {
 		for next < len(actions) && actions[next].at <= t+1e-9 {

@@ -300,13 +300,13 @@ timeline:
 	}
 	times := []float64{0, 2, 3, 4, 7.9, 8, 9, 10, 11}
 	got := groupStatesAt(s.initialGroupStates(), actions, s.Timeline.Events, times)
-	ue := func(started, healthy, pending int) groupState {
-		return groupState{Started: started, Healthy: healthy, Pending: pending, CapacityScaler: 1}
+	ue := func(started, healthy, pending int) GroupState {
+		return GroupState{Started: started, Healthy: healthy, Pending: pending, CapacityScaler: 1}
 	}
-	ew := func(started, healthy int, scaler float64) groupState {
-		return groupState{Started: started, Healthy: healthy, CapacityScaler: scaler}
+	ew := func(started, healthy int, scaler float64) GroupState {
+		return GroupState{Started: started, Healthy: healthy, CapacityScaler: scaler}
 	}
-	want := [][]groupState{
+	want := [][]GroupState{
 		{ue(10, 10, 0), ew(10, 10, 1)},
 		{ue(10, 4, 0), ew(10, 10, 1)},
 		{ue(10, 4, 4), ew(10, 10, 1)},   // 4 cold-starting
@@ -334,19 +334,19 @@ timeline:
   events:
     - {at_s: 3, group: eu-west-b, healthy: 5}
 `)
-	tr := s.newTrace(s.Timeline, 5)
+	tr := s.NewTrace(s.Timeline, 5)
 	wantDemand := [][]float64{{500, 300}, {700, 300}, {700, 300}, {700, 300}, {700, 300}}
 	wantSeen := [][]float64{{500, 300}, {500, 300}, {500, 300}, {700, 300}, {700, 300}}
-	if diff := cmp.Diff(wantDemand, tr.demand); diff != "" {
+	if diff := cmp.Diff(wantDemand, tr.Demand); diff != "" {
 		t.Errorf("demand mismatch (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(wantSeen, tr.seen); diff != "" {
+	if diff := cmp.Diff(wantSeen, tr.Seen); diff != "" {
 		t.Errorf("seen demand mismatch (-want +got):\n%s", diff)
 	}
 	var healthy, seenHealthy []int
 	for k := range 5 {
-		healthy = append(healthy, tr.groups[k][1].Healthy)
-		seenHealthy = append(seenHealthy, tr.seenGroups[k][1].Healthy)
+		healthy = append(healthy, tr.Groups[k][1].Healthy)
+		seenHealthy = append(seenHealthy, tr.SeenGroups[k][1].Healthy)
 	}
 	if diff := cmp.Diff([]int{10, 10, 10, 5, 5}, healthy); diff != "" {
 		t.Errorf("eu-west-b healthy mismatch (-want +got):\n%s", diff)
@@ -396,7 +396,7 @@ timeline:
   demand:
     - {site: nyc, kind: step, at_s: 1, rps: 400}
 `)
-	tr := s.newTrace(s.Timeline, 5)
+	tr := s.NewTrace(s.Timeline, 5)
 	nyc := func(m [][]float64) []float64 {
 		var out []float64
 		for _, row := range m {
@@ -409,10 +409,10 @@ timeline:
 	for i := range wantHeard {
 		wantHeard[i] = math.Round(wantHeard[i]*100) / 100
 	}
-	if diff := cmp.Diff(wantHeard, nyc(tr.heard)); diff != "" {
+	if diff := cmp.Diff(wantHeard, nyc(tr.Heard)); diff != "" {
 		t.Errorf("nyc's own estimate mismatch (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]float64{wantHeard[0], wantHeard[0], wantHeard[0], wantHeard[1], wantHeard[2]}, nyc(tr.seen)); diff != "" {
+	if diff := cmp.Diff([]float64{wantHeard[0], wantHeard[0], wantHeard[0], wantHeard[1], wantHeard[2]}, nyc(tr.Seen)); diff != "" {
 		t.Errorf("nyc's estimate as the others see it mismatch (-want +got):\n%s", diff)
 	}
 }

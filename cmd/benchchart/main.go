@@ -14,7 +14,7 @@
 //   - cdf: one panel, the latency distribution of served requests of every
 //     policy (BenchRow.CDF) on a logarithmic axis in ms.
 //
-// The policies are sim.DefaultBenchPolicies without least_request, which
+// The policies are policybench.DefaultBenchPolicies without least_request, which
 // the simulation models exactly like round_robin; --policies picks rows by
 // ID (hash2/nearest_region) or name (hash2: both scopes), as `lbsim bench`
 // does. bench/charts.sh regenerates every chart into docs/bench/.
@@ -36,6 +36,7 @@ import (
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/svgchart"
 	"github.com/spillway-lb/spillway/sim"
+	"github.com/spillway-lb/spillway/sim/policybench"
 )
 
 const (
@@ -49,8 +50,8 @@ func main() {
 }
 
 // kinds maps each --kind to the function that builds its figure.
-func kinds() map[string]func(*sim.BenchResult) (*svgchart.Figure, error) {
-	return map[string]func(*sim.BenchResult) (*svgchart.Figure, error){
+func kinds() map[string]func(*policybench.BenchResult) (*svgchart.Figure, error) {
+	return map[string]func(*policybench.BenchResult) (*svgchart.Figure, error){
 		"shares":      sharesFigure,
 		"utilization": utilizationFigure,
 		"cdf":         cdfFigure,
@@ -104,7 +105,7 @@ func run(args []string, stderr io.Writer) int {
 		printErr(stderr, err)
 		return exitUsage
 	}
-	res, err := scen.Bench(sim.BenchOptions{Policies: policies, Series: *kind != "cdf"})
+	res, err := policybench.Run(scen, policybench.BenchOptions{Policies: policies, Series: *kind != "cdf"})
 	if err != nil {
 		printErr(stderr, err)
 		return exitFail
@@ -131,9 +132,9 @@ func run(args []string, stderr io.Writer) int {
 // the comma-separated list, in default order; for "", every default policy
 // but least_request (modelled as round_robin, so its chart would repeat
 // round_robin's).
-func selectPolicies(list string) ([]sim.BenchPolicy, error) {
-	all := sim.DefaultBenchPolicies()
-	var out []sim.BenchPolicy
+func selectPolicies(list string) ([]policybench.BenchPolicy, error) {
+	all := policybench.DefaultBenchPolicies()
+	var out []policybench.BenchPolicy
 	if list == "" {
 		for _, p := range all {
 			if p.Name != string(config.PolicyLeastRequest) {

@@ -15,6 +15,7 @@ import (
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/svgchart"
 	"github.com/spillway-lb/spillway/sim"
+	"github.com/spillway-lb/spillway/sim/policybench"
 )
 
 const flashCrowd = "../../configs/scenarios/flash-crowd.yaml"
@@ -223,7 +224,7 @@ func TestSelectPolicies(t *testing.T) {
 
 // benchFlashCrowd runs the default chart policies through flash-crowd.yaml
 // with series.
-func benchFlashCrowd(t *testing.T) *sim.BenchResult {
+func benchFlashCrowd(t *testing.T) *policybench.BenchResult {
 	t.Helper()
 	scen, err := sim.LoadScenario(flashCrowd)
 	if err != nil {
@@ -233,7 +234,7 @@ func benchFlashCrowd(t *testing.T) *sim.BenchResult {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := scen.Bench(sim.BenchOptions{Policies: pols, Series: true})
+	res, err := policybench.Run(scen, policybench.BenchOptions{Policies: pols, Series: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,8 +348,8 @@ func TestFlashCrowdFigures(t *testing.T) {
 }
 
 func TestNoSeries(t *testing.T) {
-	res := &sim.BenchResult{Regions: []string{"r"}, Steps: 1, StepS: 1, Policies: []sim.BenchRow{{Policy: "waterfall"}}}
-	for name, build := range map[string]func(*sim.BenchResult) (*svgchart.Figure, error){"shares": sharesFigure, "utilization": utilizationFigure} {
+	res := &policybench.BenchResult{Regions: []string{"r"}, Steps: 1, StepS: 1, Policies: []policybench.BenchRow{{Policy: "waterfall"}}}
+	for name, build := range map[string]func(*policybench.BenchResult) (*svgchart.Figure, error){"shares": sharesFigure, "utilization": utilizationFigure} {
 		if _, err := build(res); !errors.Is(err, errNoSeries) {
 			t.Errorf("%s without series: error %v, want errNoSeries", name, err)
 		}
@@ -356,9 +357,9 @@ func TestNoSeries(t *testing.T) {
 }
 
 func TestUtilizationSkipsNoCapacity(t *testing.T) {
-	res := &sim.BenchResult{Scenario: "s", Regions: []string{"a", "b"}, Steps: 3, StepS: 1, Policies: []sim.BenchRow{{
+	res := &policybench.BenchResult{Scenario: "s", Regions: []string{"a", "b"}, Steps: 3, StepS: 1, Policies: []policybench.BenchRow{{
 		Policy: "waterfall",
-		Series: []sim.SeriesStep{
+		Series: []policybench.SeriesStep{
 			{TS: 0, Shares: []float64{1, 0}, LoadRPS: []float64{50, 0}, CapacityRPS: []float64{100, 0}},
 			{TS: 1, Shares: []float64{1, 0}, LoadRPS: []float64{150, 0}, CapacityRPS: []float64{0, 0}},
 			{TS: 2, Shares: []float64{1, 0}, LoadRPS: []float64{80, 0}, CapacityRPS: []float64{100, 0}},
@@ -374,10 +375,10 @@ func TestUtilizationSkipsNoCapacity(t *testing.T) {
 	}
 }
 
-// cdf returns a CDF at sim.CDFProbabilities with ms(p), and its p50 and p99.
-func cdf(ms func(p float64) float64) (pts []sim.CDFPoint, p50, p99 float64) {
-	for _, p := range sim.CDFProbabilities() {
-		pts = append(pts, sim.CDFPoint{P: p, Ms: ms(p)})
+// cdf returns a CDF at policybench.CDFProbabilities with ms(p), and its p50 and p99.
+func cdf(ms func(p float64) float64) (pts []policybench.CDFPoint, p50, p99 float64) {
+	for _, p := range policybench.CDFProbabilities() {
+		pts = append(pts, policybench.CDFPoint{P: p, Ms: ms(p)})
 	}
 	return pts, ms(0.5), ms(0.99)
 }
@@ -387,13 +388,13 @@ func TestCDFFigure(t *testing.T) {
 	hCDF, h50, h99 := cdf(func(p float64) float64 { return 20 + 1000*p*p })
 	zeroCDF, z50, z99 := cdf(func(p float64) float64 { return 0 })
 	badCDF, _, _ := cdf(func(p float64) float64 { return 164.45 }) // every point at p99
-	rows := []sim.BenchRow{
+	rows := []policybench.BenchRow{
 		{Policy: "waterfall", CDF: wfCDF, P50Ms: wf50, P99Ms: wf99},
 		{Policy: "hash2", Scope: config.HashScopeGlobal, CDF: hCDF, P50Ms: h50, P99Ms: h99},
 		{Policy: "hash2", Scope: config.HashScopeNearestRegion, CDF: hCDF, P50Ms: h50, P99Ms: h99},
 		{Policy: "round_robin", Scope: config.HashScopeGlobal, CDF: zeroCDF, P50Ms: z50, P99Ms: z99}, // served nothing
 	}
-	fig, err := cdfFigure(&sim.BenchResult{Scenario: "s.yaml", Policies: rows})
+	fig, err := cdfFigure(&policybench.BenchResult{Scenario: "s.yaml", Policies: rows})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,7 +411,7 @@ func TestCDFFigure(t *testing.T) {
 	for _, s := range fig.Panels[0].Series {
 		got = append(got, style{s.Name, s.ColorKey, s.Dashed, s.Bold, len(s.X), [2]float64{s.X[0], s.Y[0]}, [2]float64{s.X[len(s.X)-1], s.Y[len(s.Y)-1]}})
 	}
-	n := len(sim.CDFProbabilities())
+	n := len(policybench.CDFProbabilities())
 	want := []style{
 		{"waterfall", "waterfall", false, true, n, [2]float64{11, 1}, [2]float64{109.9, 99.9}},
 		{"hash2/global", "hash2", false, false, n, [2]float64{20.1, 1}, [2]float64{1018.001, 99.9}},
@@ -422,17 +423,17 @@ func TestCDFFigure(t *testing.T) {
 
 	for _, tt := range []struct {
 		name    string
-		rows    []sim.BenchRow
+		rows    []policybench.BenchRow
 		wantErr string
 	}{
-		{name: "CDF contradicts P50", rows: []sim.BenchRow{{Policy: "waterfall", CDF: badCDF, P50Ms: 24.75, P99Ms: 164.45}},
+		{name: "CDF contradicts P50", rows: []policybench.BenchRow{{Policy: "waterfall", CDF: badCDF, P50Ms: 24.75, P99Ms: 164.45}},
 			wantErr: "waterfall: latency CDF inconsistent: 164.45 ms at p 0.5, but P50Ms = 24.75 ms"},
-		{name: "CDF falls", rows: []sim.BenchRow{{Policy: "waterfall", CDF: []sim.CDFPoint{{P: 0.1, Ms: 5}, {P: 0.2, Ms: 4}}}},
+		{name: "CDF falls", rows: []policybench.BenchRow{{Policy: "waterfall", CDF: []policybench.CDFPoint{{P: 0.1, Ms: 5}, {P: 0.2, Ms: 4}}}},
 			wantErr: "point 1 (p 0.2, 4 ms) after (p 0.1, 5 ms)"},
 		{name: "nothing served", rows: rows[3:], wantErr: "no policy served a request"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := cdfFigure(&sim.BenchResult{Policies: tt.rows})
+			_, err := cdfFigure(&policybench.BenchResult{Policies: tt.rows})
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("error = %v, want one containing %q", err, tt.wantErr)
 			}

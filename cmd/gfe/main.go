@@ -53,12 +53,12 @@ import (
 	"github.com/spillway-lb/spillway/internal/daemonflags"
 	"github.com/spillway-lb/spillway/internal/gfe"
 	"github.com/spillway-lb/spillway/internal/gfe/poller"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/logging"
 	"github.com/spillway-lb/spillway/internal/mtls"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/internal/version"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 func main() {

@@ -7,12 +7,12 @@ import (
 	"io"
 	"text/tabwriter"
 
-	"github.com/spillway-lb/spillway/sim"
+	"github.com/spillway-lb/spillway/sim/autoscalebench"
 )
 
 // runAutoscale is `lbsim autoscale --trace FILE [--json]`: it replays an
-// autoscale trace (sim.ParseTrace) through lb/autoscale and prints one
-// line per tick (sim.RunTrace).
+// autoscale trace (autoscalebench.ParseTrace) through lb/autoscale and prints one
+// line per tick (autoscalebench.RunTrace).
 func runAutoscale(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("lbsim autoscale", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -31,12 +31,12 @@ func runAutoscale(args []string, stdout, stderr io.Writer) int {
 	if *tracePath == "" {
 		return usageErr("--trace is required")
 	}
-	tr, err := sim.LoadTrace(*tracePath)
+	tr, err := autoscalebench.LoadTrace(*tracePath)
 	if err != nil {
 		printErrAs(stderr, "lbsim autoscale", err)
 		return exitUsage
 	}
-	ticks := sim.RunTrace(tr)
+	ticks := autoscalebench.RunTrace(tr)
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		for _, t := range ticks {
@@ -55,7 +55,7 @@ func runAutoscale(args []string, stdout, stderr io.Writer) int {
 }
 
 // writeTicks prints the ticks as a table.
-func writeTicks(w io.Writer, ticks []sim.TraceTick) error {
+func writeTicks(w io.Writer, ticks []autoscalebench.TraceTick) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "t_s\trunning\trecommended\tdriver\tcpu\tconcurrency\tact\tdemoted\tstopped\t")
 	for _, t := range ticks {
@@ -66,7 +66,7 @@ func writeTicks(w io.Writer, ticks []sim.TraceTick) error {
 }
 
 // runAutoscaleBench is `lbsim autoscale-bench [--json]`: the autoscaler
-// scorecard (sim.RunAutoscaleBench; the model is in its doc). --json
+// scorecard (autoscalebench.RunAutoscaleBench; the model is in its doc). --json
 // prints {"rows": [...]}.
 func runAutoscaleBench(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("lbsim autoscale-bench", flag.ContinueOnError)
@@ -79,16 +79,16 @@ func runAutoscaleBench(args []string, stdout, stderr io.Writer) int {
 	if _, code, ok := parseArgs(fs, args, stderr); !ok {
 		return code
 	}
-	rs := sim.RunAutoscaleBench(sim.DefaultAutoscaleModel())
+	rs := autoscalebench.RunAutoscaleBench(autoscalebench.DefaultAutoscaleModel())
 	var err error
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		err = enc.Encode(struct {
-			Rows []sim.AutoscaleRow `json:"rows"`
+			Rows []autoscalebench.AutoscaleRow `json:"rows"`
 		}{rs})
 	} else {
-		err = sim.WriteAutoscaleBench(stdout, rs)
+		err = autoscalebench.WriteAutoscaleBench(stdout, rs)
 	}
 	if err != nil {
 		printErrAs(stderr, "lbsim autoscale-bench", fmt.Errorf("write output: %w", err))

@@ -11,13 +11,14 @@ import (
 	"strings"
 
 	"github.com/spillway-lb/spillway/sim"
+	"github.com/spillway-lb/spillway/sim/policybench"
 )
 
 func runBench(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("lbsim bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var ids []string
-	for _, p := range sim.DefaultBenchPolicies() {
+	for _, p := range policybench.DefaultBenchPolicies() {
 		ids = append(ids, p.ID())
 	}
 	var (
@@ -51,7 +52,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		printCmdErr(stderr, "bench", err)
 		return exitUsage
 	}
-	res, err := scen.Bench(sim.BenchOptions{Policies: policies, MaxSteps: *steps, Series: *seriesPath != ""})
+	res, err := policybench.Run(scen, policybench.BenchOptions{Policies: policies, MaxSteps: *steps, Series: *seriesPath != ""})
 	if err != nil {
 		printCmdErr(stderr, "bench", err)
 		return exitFail
@@ -82,8 +83,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 
 // selectPolicies returns the default bench policies whose ID or name is in
 // the comma-separated list, in default order; all of them for "".
-func selectPolicies(list string) ([]sim.BenchPolicy, error) {
-	all := sim.DefaultBenchPolicies()
+func selectPolicies(list string) ([]policybench.BenchPolicy, error) {
+	all := policybench.DefaultBenchPolicies()
 	if list == "" {
 		return all, nil
 	}
@@ -108,7 +109,7 @@ func selectPolicies(list string) ([]sim.BenchPolicy, error) {
 		}
 		want[item] = true
 	}
-	var out []sim.BenchPolicy
+	var out []policybench.BenchPolicy
 	for _, p := range all {
 		if want[p.ID()] || want[p.Name] {
 			out = append(out, p)
@@ -120,7 +121,7 @@ func selectPolicies(list string) ([]sim.BenchPolicy, error) {
 	return out, nil
 }
 
-func writeSeries(path string, res *sim.BenchResult) error {
+func writeSeries(path string, res *policybench.BenchResult) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("series: %w", err)

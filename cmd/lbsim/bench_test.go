@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/spillway-lb/spillway/sim"
+	"github.com/spillway-lb/spillway/sim/policybench"
 )
 
 // benchOutput is the part of `lbsim bench --json` the tests read.
@@ -70,12 +70,12 @@ func TestBenchShippedScenarios(t *testing.T) {
 					id += "/" + p.Scope
 				}
 				ids = append(ids, id)
-				if len(p.CDF) != len(sim.CDFProbabilities()) || p.Series != nil {
-					t.Errorf("%s: %d CDF points, series %v; want %d points and no series", id, len(p.CDF), p.Series != nil, len(sim.CDFProbabilities()))
+				if len(p.CDF) != len(policybench.CDFProbabilities()) || p.Series != nil {
+					t.Errorf("%s: %d CDF points, series %v; want %d points and no series", id, len(p.CDF), p.Series != nil, len(policybench.CDFProbabilities()))
 				}
 			}
 			var want []string
-			for _, p := range sim.DefaultBenchPolicies() {
+			for _, p := range policybench.DefaultBenchPolicies() {
 				want = append(want, p.ID())
 			}
 			if diff := cmp.Diff(want, ids); diff != "" {
@@ -197,7 +197,7 @@ func TestSelectPolicies(t *testing.T) {
 		}
 		want := tt.want
 		if want == nil {
-			for _, p := range sim.DefaultBenchPolicies() {
+			for _, p := range policybench.DefaultBenchPolicies() {
 				want = append(want, p.ID())
 			}
 		}

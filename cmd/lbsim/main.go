@@ -19,12 +19,12 @@
 // oscillation.
 //
 // autoscale replays an autoscale trace (a group's autoscaling block and its
-// CPU, concurrency, requests and ACT per tick; sim.ParseTrace) through the
+// CPU, concurrency, requests and ACT per tick; autoscalebench.ParseTrace) through the
 // autoscaler's rules (lb/autoscale) and prints, per tick, the instances
 // running, the recommendation, the driver that set it and each driver's
-// count, and the demoted and stopped instances (sim.RunTrace).
+// count, and the demoted and stopped instances (autoscalebench.RunTrace).
 //
-// autoscale-bench prints the autoscaler scorecard (sim.RunAutoscaleBench):
+// autoscale-bench prints the autoscaler scorecard (autoscalebench.RunAutoscaleBench):
 // an oracle, Knative's KPA with and without its activator, and the Cloud
 // Run rules alone and with the waterfall as their buffer, on step, ramp,
 // spike, flash, diurnal and sporadic loads with 1s and 25s cold starts;

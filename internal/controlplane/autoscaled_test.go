@@ -6,10 +6,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/spillway-lb/spillway/internal/clock"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/health"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // autoscaledYAML has group g00 with an active and a demoted instance, and
@@ -47,7 +47,7 @@ routes:
 func TestDaemonServesEmptyAutoscaledGroup(t *testing.T) {
 	path := writeFile(t, t.TempDir(), "cp.yaml", autoscaledYAML)
 	r := startDaemon(t, "cp-a", path, nil, clock.NewFake(epoch), newWorld(), true)
-	c := r.client(t, routing.CheckPlannable)
+	c := r.client(t, func(s *snapshot.Snapshot) error { return routing.CheckPlannable(&s.Fleet) })
 	s := waitSnapshot(t, c, "both instances healthy", func(s *snapshot.Snapshot) bool {
 		return s.Healthy("127.0.0.1:20000") && s.Healthy("127.0.0.1:20001")
 	})

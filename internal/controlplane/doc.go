@@ -108,7 +108,7 @@
 // at a site of its certificate's (a claim of another site is refused) and
 // bound what clients can make the replica hold (XDS.Limits). Every
 // XDS.PlanInterval, and whenever a new State is stored, it runs the gfes'
-// table build (internal/gfe/routing.Builder: gossip bounds, capacity
+// table build (lb/routing.Builder: gossip bounds, capacity
 // factors, the planner, damping) over the served State and every gfe's
 // gossiped state, exactly as a gfe plans but without a site of its own,
 // and hands each planned service's plan to the export, which pushes each
@@ -118,7 +118,7 @@
 // XDS.MaxSiteDemand × the service's capacity; each interval the component
 // gossips them, for the sites that have a gfe and at most 4096 site and
 // service pairs, as this replica's SiteDemand, which every gfe and the
-// export itself add to the site's demand (routing.GossipPeers). The
+// export itself add to the site's demand (routinginput.Peers). The
 // replica's gossip state has several writers, the health manager
 // (groups), the export (site demand) and, once the autoscaler runs here,
 // the lease elector (claims, through lease.GossipMedium.SetLeases):

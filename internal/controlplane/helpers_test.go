@@ -180,11 +180,7 @@ func loaded(t testing.TB, yaml, hash string) *LoadedConfig {
 	if err != nil {
 		t.Fatalf("config.Parse: %v", err)
 	}
-	canon, err := config.Marshal(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	red, err := redactedYAML(c, canon)
+	canon, red, _, err := canonicalForms(c)
 	if err != nil {
 		t.Fatal(err)
 	}

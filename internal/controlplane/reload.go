@@ -273,29 +273,35 @@ func (r *reloader) Run(ctx context.Context) error {
 	}
 }
 
-// redactedYAML returns the canonical form of cfg with its secrets redacted,
-// or canon itself when redacting changes nothing.
 // canonicalForms returns what a LoadedConfig serves of cfg: its canonical
-// YAML (config.Marshal), that YAML with the secrets redacted, and its Hash
-// (the first 12 hex digits of the YAML's SHA-256).
+// YAML (config.Marshal), that YAML with the secrets redacted, and its Hash.
 func canonicalForms(cfg *config.Config) (canon, redacted []byte, hash string, err error) {
 	if canon, err = config.Marshal(cfg); err != nil {
 		return nil, nil, "", err
 	}
-	if redacted, err = redactedYAML(cfg, canon); err != nil {
+	if redacted, err = redactedYAML(cfg, canon, config.Marshal); err != nil {
 		return nil, nil, "", err
 	}
-	sum := sha256.Sum256(canon)
-	return canon, redacted, hex.EncodeToString(sum[:])[:12], nil
+	return canon, redacted, configHash(canon), nil
 }
 
-func redactedYAML(cfg *config.Config, canon []byte) ([]byte, error) {
-	red, err := config.Marshal(config.Redact(cfg))
+// configHash is the Hash of a configuration's YAML form: the first 12 hex
+// digits of its SHA-256.
+func configHash(yaml []byte) string {
+	sum := sha256.Sum256(yaml)
+	return hex.EncodeToString(sum[:])[:12]
+}
+
+// redactedYAML returns what marshal makes of cfg with its secrets
+// redacted, or plain (marshal's form of cfg itself) when redacting changes
+// nothing, so that a configuration without secrets is held once.
+func redactedYAML(cfg *config.Config, plain []byte, marshal func(*config.Config) ([]byte, error)) ([]byte, error) {
+	red, err := marshal(config.Redact(cfg))
 	if err != nil {
 		return nil, err
 	}
-	if bytes.Equal(red, canon) {
-		return canon, nil
+	if bytes.Equal(red, plain) {
+		return plain, nil
 	}
 	return red, nil
 }

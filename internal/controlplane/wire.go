@@ -2,8 +2,6 @@ package controlplane
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"sync"
 
 	"github.com/spillway-lb/spillway/config"
@@ -91,11 +89,14 @@ func marshalForm(cfg *LoadedConfig, schema *config.FieldSet) *wireForm {
 		return canonicalForm(cfg)
 	}
 	redacted := yaml
-	if !bytes.Equal(cfg.RedactedYAML, cfg.YAML) {
-		if redacted, _, err = config.MarshalFor(config.Redact(cfg.Config), schema); err != nil {
+	if !bytes.Equal(cfg.RedactedYAML, cfg.YAML) { // a form without secrets has none to redact
+		redacted, err = redactedYAML(cfg.Config, yaml, func(c *config.Config) ([]byte, error) {
+			y, _, err := config.MarshalFor(c, schema)
+			return y, err
+		})
+		if err != nil {
 			return canonicalForm(cfg)
 		}
 	}
-	sum := sha256.Sum256(yaml)
-	return &wireForm{yaml: yaml, redacted: redacted, hash: hex.EncodeToString(sum[:])[:12], dropped: dropped}
+	return &wireForm{yaml: yaml, redacted: redacted, hash: configHash(yaml), dropped: dropped}
 }

@@ -16,10 +16,11 @@ import (
 	lrsv3 "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 
 	"github.com/spillway-lb/spillway/internal/clock"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/mtls"
+	"github.com/spillway-lb/spillway/internal/routinginput"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/internal/xdsexport"
+	"github.com/spillway-lb/spillway/lb/routing"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
@@ -211,7 +212,7 @@ func newXDSExporter(cfg Config, h *hub, pub *statePublisher, opts Options, m *me
 		grpcSrv: grpc.NewServer(grpc.Creds(creds),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.KeepaliveMinTime, PermitWithoutStream: true})),
 		builder: routing.NewBuilder(routing.Config{Node: cfg.NodeName, Damping: cfg.XDS.Damping, Bounds: routing.DefaultBounds()},
-			routing.Options{Clock: opts.Clock, Rand: rand.Uint64}),
+			routing.Options{Now: clock.OrReal(opts.Clock).Now, Rand: rand.Uint64}),
 	}
 	for _, r := range []string{xdsexport.RefusedSite, xdsexport.RefusedStreams, xdsexport.RefusedClientStreams, xdsexport.RefusedKeys} {
 		m.xdsRefused.WithLabelValues(r) // visible at 0
@@ -270,10 +271,10 @@ func (x *xdsExporter) step(ctx context.Context, now time.Time) {
 		x.publishDemand(now)
 	}
 	t, problems := x.builder.Build(routing.Input{
-		Snapshot: x.snap,
-		Peers:    routing.GossipPeers(x.pub.Snapshot()),
-		Self:     routing.Peer{Node: x.node},
-		Now:      now,
+		Fleet: &x.snap.Fleet,
+		Peers: routinginput.Peers(x.pub.Snapshot()),
+		Self:  routing.Peer{Node: x.node},
+		Now:   now,
 	})
 	for _, err := range problems {
 		x.log.Error().Err(err).Msg("xds plan")
@@ -292,16 +293,17 @@ func (x *xdsExporter) step(ctx context.Context, now time.Time) {
 	x.m.xdsStreams.Set(float64(x.srv.Gate().Open()))
 }
 
-// domain returns s as the gfes' table build reads a snapshot: the
-// configuration and every instance's health (unknown counts as not
-// healthy, as on a gfe).
+// domain returns s as a gfe receives it: a snapshot whose routing.Fleet,
+// the configuration and every instance's health (unknown counts as not
+// healthy, as on a gfe), is the export's routing input. It is the
+// export's one translation of a State, made once per State (step).
 func (s *State) domain() *snapshot.Snapshot {
 	out := &snapshot.Snapshot{
-		Version: s.Version, Config: s.Config.Config, Source: s.Config.Source, GeneratedAt: s.At,
-		Health: make(map[string]snapshot.InstanceHealth, len(s.Health)),
+		Fleet:  routing.Fleet{Version: s.Version, Config: s.Config.Config, Health: make(map[string]routing.InstanceHealth, len(s.Health))},
+		Source: s.Config.Source, GeneratedAt: s.At,
 	}
 	for _, h := range s.Health {
-		out.Health[h.Address] = snapshot.InstanceHealth{Group: h.Group, Address: h.Address, Healthy: h.Healthy(), Since: h.Since, Detail: h.Detail}
+		out.Health[h.Address] = routing.InstanceHealth{Group: h.Group, Address: h.Address, Healthy: h.Healthy(), Since: h.Since, Detail: h.Detail}
 	}
 	return out
 }

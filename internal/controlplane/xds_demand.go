@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gossip"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // maxGossipedDemand bounds the site and service pairs of xDS demand one
@@ -41,7 +41,7 @@ func capacities(cfg *config.Config) map[string]float64 {
 
 // publishDemand gossips the xDS clients' demand at now as this replica's
 // SiteDemand: bounded per site (LoadReports), for the sites that have a
-// gfe (a site without one is not planned: routing.SitePeers), at most
+// gfe (a site without one is not planned: routinginput.Peers), at most
 // maxGossipedDemand pairs. It sets the demand metrics, and logs when the
 // sites and services over the bound change.
 func (x *xdsExporter) publishDemand(now time.Time) {

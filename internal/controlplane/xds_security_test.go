@@ -20,10 +20,10 @@ import (
 
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/devpki"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/mtls"
 	"github.com/spillway-lb/spillway/internal/xdsexport"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // xdsTLS is a CA, the control plane's certificate (127.0.0.1) and a way

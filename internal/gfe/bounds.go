@@ -3,7 +3,7 @@ package gfe
 import (
 	"time"
 
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // clampLogEvery is the least time between two log lines about clamped

@@ -5,8 +5,7 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/gfe/listeners"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
-	"github.com/spillway-lb/spillway/internal/snapshot"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // CheckConfigFile loads the configuration file at path and checks it as a
@@ -21,7 +20,7 @@ func CheckConfigFile(path string) error {
 	if err != nil {
 		return err
 	}
-	if err := routing.CheckPlannable(snapshot.FromConfig("file:"+path, c)); err != nil {
+	if err := routing.CheckPlannable(routing.FromConfig("file:"+path, c)); err != nil {
 		return fmt.Errorf("%s: cannot be planned: %w", path, err)
 	}
 	if err := listeners.CheckCertificates(c.Listeners); err != nil {

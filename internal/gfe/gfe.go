@@ -27,11 +27,11 @@ import (
 	"github.com/spillway-lb/spillway/internal/gfe/pending"
 	"github.com/spillway-lb/spillway/internal/gfe/poller"
 	"github.com/spillway-lb/spillway/internal/gfe/quotaclient"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gfe/rtt"
 	"github.com/spillway-lb/spillway/internal/gfe/tcpproxy"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/snapshot"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // Config is what an operator sets for one gfe. Start from DefaultConfig.
@@ -396,7 +396,7 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 		dialer.LocalAddr = &net.TCPAddr{IP: cfg.SourceIP.AsSlice()}
 	}
 	d.builder = routing.NewBuilder(routing.Config{Node: cfg.Node, Site: cfg.Site, Damping: cfg.Damping, DemandSmoothing: cfg.DemandSmoothing, HerdWindow: routing.DefaultHerdWindow, Bounds: cfg.GossipBounds},
-		routing.Options{Clock: d.clk, Rand: rnd})
+		routing.Options{Now: d.clk.Now, Rand: rnd})
 	d.rtt = rtt.New(rtt.Config{Path: cfg.RTTPath, Interval: cfg.RTTInterval}, rtt.Options{Clock: d.clk, Logger: d.log, Dialer: dialer})
 	d.quota = quotaclient.New(quotaclient.Config{}, d.clk, opts.Quota, d.log, d.reg)
 	asker := pending.NewAsker(pending.AskConfig{Node: cfg.Node, Site: cfg.Site, Interval: cfg.CapacityInterval},
@@ -458,7 +458,7 @@ func (d *Daemon) ApplySnapshot(cs *snapshot.Snapshot) error {
 	if cs.Config == nil {
 		return errors.New("gfe: snapshot without config")
 	}
-	if err := routing.CheckPlannable(cs); err != nil {
+	if err := routing.CheckPlannable(&cs.Fleet); err != nil {
 		return fmt.Errorf("gfe: snapshot %s cannot be planned: %w", cs.Version, err)
 	}
 	if err := d.listeners.Apply(cs.Config.Listeners); err != nil {

@@ -12,10 +12,10 @@ import (
 
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/internal/version"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // TestProxyWaterfall runs the planner and the proxy in process against real

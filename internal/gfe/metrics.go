@@ -4,9 +4,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spillway-lb/spillway/internal/gfe/httpproxy"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/version"
 	"github.com/spillway-lb/spillway/lb/capacity"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // metrics are the daemon's Prometheus metrics: the plan, the decisions and

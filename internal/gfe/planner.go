@@ -4,8 +4,9 @@ import (
 	"context"
 	"time"
 
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/gossip"
+	"github.com/spillway-lb/spillway/internal/routinginput"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // plan re-plans every PlanInterval, and at once when woken (a snapshot
@@ -45,10 +46,10 @@ func (d *Daemon) step(now time.Time) {
 	if cs != nil {
 		var problems []error
 		t, problems = d.builder.Build(routing.Input{
-			Snapshot: cs,
-			Peers:    routing.GossipPeers(d.gossip.Snapshot()),
-			Self:     routing.Peer{Node: d.cfg.Node, Site: d.cfg.Site, RTT: rtt, Demand: demand},
-			Now:      now,
+			Fleet: &cs.Fleet,
+			Peers: routinginput.Peers(d.gossip.Snapshot()),
+			Self:  routing.Peer{Node: d.cfg.Node, Site: d.cfg.Site, RTT: rtt, Demand: demand},
+			Now:   now,
 		})
 		for _, err := range problems {
 			d.log.Error().Err(err).Msg("routing table")

@@ -11,7 +11,7 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/topology"
-	"github.com/spillway-lb/spillway/sim"
+	"github.com/spillway-lb/spillway/sim/policybench"
 )
 
 // Result is a whole run: the deployment and story it measured, and one row
@@ -186,17 +186,17 @@ func (r *Result) WriteTable(w io.Writer) error {
 	return err
 }
 
-// comparison asks the question of `lbsim bench` (sim.Comparison) of the
+// comparison asks the question of `lbsim bench` (policybench.Comparison) of the
 // measured rows: does waterfall serve fewer requests over capacity, and
 // with a lower p99, than every hashing row?
-func (r *Result) comparison() (sim.Comparison, bool) {
-	br := sim.BenchResult{}
+func (r *Result) comparison() (policybench.Comparison, bool) {
+	br := policybench.BenchResult{}
 	for _, row := range r.Rows {
 		scope := config.HashScope(row.Scope)
 		if row.Scope == "-" {
 			scope = ""
 		}
-		br.Policies = append(br.Policies, sim.BenchRow{Policy: row.Policy, Scope: scope, OverCapacity: row.OverCapacity, P99Ms: row.P99Ms})
+		br.Policies = append(br.Policies, policybench.BenchRow{Policy: row.Policy, Scope: scope, OverCapacity: row.OverCapacity, P99Ms: row.P99Ms})
 	}
 	return br.Comparison()
 }

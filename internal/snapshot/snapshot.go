@@ -3,35 +3,33 @@ package snapshot
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/lb/routing"
 	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
 )
 
 // Snapshot is one validated control-plane snapshot in domain terms: the
-// parsed configuration and the health of its instances. A Snapshot is
-// immutable once made (FromProto, AllHealthy): the cpclient hands the same
-// pointer to its Apply callback and Current, the gfe plans from it, and
-// nobody modifies it (or the Config it holds, which is read-only as every
-// *config.Config).
+// routing world it carries (routing.Fleet: version, parsed configuration
+// and the health of its instances) and where it came from. A Snapshot is
+// immutable once made (FromProto, FromConfig): the cpclient hands the same
+// pointer to its Apply callback and Current, the gfe plans from its Fleet,
+// and nobody modifies it (or the Config it holds, which is read-only as
+// every *config.Config).
 type Snapshot struct {
-	// Version identifies the content; equal versions mean equal content,
-	// whichever control plane sent them.
-	Version string
-	// Config is the operator configuration, parsed with
-	// config.ParseSnapshot.
-	Config *config.Config
+	// Fleet is what the routing build reads: Version (equal versions mean
+	// equal content, whichever control plane sent them), Config (parsed
+	// with config.ParseSnapshot) and Health (by instance address; an
+	// instance missing from it is not healthy: the control plane has not
+	// checked it yet), with its Healthy, HealthyCount and
+	// HealthyActiveCount.
+	routing.Fleet
 	// UnknownFields are the paths of the fields of the pushed
 	// configuration that this build does not know (a control plane of a
 	// newer release): left out of Config, which holds everything else.
 	// Nil when there are none, and for FromConfig.
 	UnknownFields []string
-	// Health maps instance address (unique across the configuration) to its
-	// health. An instance of Config missing from Health is not healthy (the
-	// control plane has not checked it yet).
-	Health map[string]InstanceHealth
 	// Source is the configuration's name in error messages (the control
 	// plane's config file).
 	Source string
@@ -42,63 +40,13 @@ type Snapshot struct {
 	GeneratedAt time.Time
 }
 
-// InstanceHealth is the control plane's verdict on one instance.
-type InstanceHealth struct {
-	// Group and Address identify the instance, as in Config.
-	Group   string
-	Address string
-	// Healthy is true when the instance passes health checks and may take
-	// traffic.
-	Healthy bool
-	// Since is when the instance entered its current state; zero if unknown.
-	Since time.Time
-	// Detail says why it is not healthy, for operators; empty when healthy.
-	Detail string
-}
-
-// Healthy reports whether the instance at addr may take traffic: false for
-// an address the snapshot does not list. This is the only question anyone
-// downstream asks about health; the control plane's third state (unknown,
-// no verdict yet) reaches a gfe as not healthy.
-func (s *Snapshot) Healthy(addr string) bool { return s.Health[addr].Healthy }
-
-// HealthyCount returns how many of instances are Healthy.
-func (s *Snapshot) HealthyCount(instances []config.Instance) int {
-	n := 0
-	for _, in := range instances {
-		if s.Healthy(in.Address) {
-			n++
-		}
-	}
-	return n
-}
-
-// HealthyActiveCount returns how many of instances are Healthy and not
-// Demoted: the count a group's capacity is planned from
-// (config.GroupCapacity, config.Backend.Capacity with
-// config.Group.ActiveInstances as the group's size).
-func (s *Snapshot) HealthyActiveCount(instances []config.Instance) int {
-	n := 0
-	for _, in := range instances {
-		if !in.Demoted && s.Healthy(in.Address) {
-			n++
-		}
-	}
-	return n
-}
-
 // FromConfig returns a Snapshot of cfg under version in which every
-// instance is healthy but those at the addresses in unhealthy: what a gfe
-// serves from a config file of its own, with no control plane to check
-// health (and, in tests, any health one wants).
+// instance is healthy but those at the addresses in unhealthy
+// (routing.FromConfig): what a gfe serves from a config file of its own,
+// with no control plane to check health (and, in tests, any health one
+// wants).
 func FromConfig(version string, cfg *config.Config, unhealthy ...string) *Snapshot {
-	s := &Snapshot{Version: version, Config: cfg, Source: cfg.Source(), Health: map[string]InstanceHealth{}}
-	for _, g := range cfg.Groups() {
-		for _, in := range g.Group.Instances {
-			s.Health[in.Address] = InstanceHealth{Group: g.Group.Name, Address: in.Address, Healthy: !slices.Contains(unhealthy, in.Address)}
-		}
-	}
-	return s
+	return &Snapshot{Fleet: *routing.FromConfig(version, cfg, unhealthy...), Source: cfg.Source()}
 }
 
 // FromProto validates a pushed snapshot and converts it. Every problem is
@@ -124,10 +72,12 @@ func FromProto(m *pb.Snapshot) (*Snapshot, error) {
 		errs = append(errs, fmt.Errorf("snapshot.config_yaml: %w", err))
 	}
 	s := &Snapshot{
-		Version:       m.GetVersion(),
-		Config:        cfg,
+		Fleet: routing.Fleet{
+			Version: m.GetVersion(),
+			Config:  cfg,
+			Health:  make(map[string]routing.InstanceHealth, len(m.GetHealth())),
+		},
 		UnknownFields: unknown,
-		Health:        make(map[string]InstanceHealth, len(m.GetHealth())),
 		Source:        m.GetConfigSource(),
 		ControlPlane:  m.GetControlPlaneId(),
 	}
@@ -160,7 +110,7 @@ func FromProto(m *pb.Snapshot) (*Snapshot, error) {
 				continue
 			}
 		}
-		ih := InstanceHealth{Group: h.GetGroup(), Address: h.GetAddress(), Healthy: h.GetHealthy(), Detail: h.GetDetail()}
+		ih := routing.InstanceHealth{Group: h.GetGroup(), Address: h.GetAddress(), Healthy: h.GetHealthy(), Detail: h.GetDetail()}
 		if ts := h.GetSince(); ts != nil {
 			ih.Since = ts.AsTime()
 		}

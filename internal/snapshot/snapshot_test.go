@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/lb/routing"
 	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
 )
 
@@ -20,7 +21,7 @@ func TestFromProto(t *testing.T) {
 	tests := []struct {
 		name    string
 		mutate  func(*pb.Snapshot)
-		want    map[string]InstanceHealth
+		want    map[string]routing.InstanceHealth
 		wantErr []string
 	}{
 		{
@@ -28,7 +29,7 @@ func TestFromProto(t *testing.T) {
 			mutate: func(m *pb.Snapshot) {
 				m.Health[1].Since = timestamppb.New(since)
 			},
-			want: map[string]InstanceHealth{
+			want: map[string]routing.InstanceHealth{
 				"127.0.0.1:9001": {Group: "g1", Address: "127.0.0.1:9001", Healthy: true},
 				"127.0.0.1:9002": {Group: "g1", Address: "127.0.0.1:9002", Detail: "refused", Since: since},
 			},
@@ -36,7 +37,7 @@ func TestFromProto(t *testing.T) {
 		{
 			name:   "an instance left out is not listed",
 			mutate: func(m *pb.Snapshot) { m.Health = m.Health[:1] },
-			want: map[string]InstanceHealth{
+			want: map[string]routing.InstanceHealth{
 				"127.0.0.1:9001": {Group: "g1", Address: "127.0.0.1:9001", Healthy: true},
 			},
 		},
@@ -171,42 +172,5 @@ func TestFromConfig(t *testing.T) {
 	}
 	if full.Healthy("127.0.0.1:9002") || !full.Healthy("127.0.0.1:9001") {
 		t.Errorf("pushed snapshot: Healthy(9001, 9002) = %v, %v; want true, false", full.Healthy("127.0.0.1:9001"), full.Healthy("127.0.0.1:9002"))
-	}
-}
-
-// TestHealthyActiveCount: HealthyCount counts every healthy instance,
-// HealthyActiveCount only those not demoted.
-func TestHealthyActiveCount(t *testing.T) {
-	ins := []config.Instance{
-		{Address: "10.0.0.1:80"},
-		{Address: "10.0.0.2:80"},
-		{Address: "10.0.0.3:80", Demoted: true},
-		{Address: "10.0.0.4:80", Demoted: true},
-	}
-	tests := []struct {
-		name       string
-		unhealthy  []string
-		instances  []config.Instance
-		wantAll    int
-		wantActive int
-	}{
-		{"all healthy", nil, ins, 4, 2},
-		{"an active one down", []string{"10.0.0.1:80"}, ins, 3, 1},
-		{"a demoted one down", []string{"10.0.0.4:80"}, ins, 3, 2},
-		{"no instances", nil, nil, 0, 0},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := &Snapshot{Health: map[string]InstanceHealth{}}
-			for _, in := range ins {
-				s.Health[in.Address] = InstanceHealth{Address: in.Address, Healthy: !slices.Contains(tt.unhealthy, in.Address)}
-			}
-			if got := s.HealthyCount(tt.instances); got != tt.wantAll {
-				t.Errorf("HealthyCount = %d, want %d", got, tt.wantAll)
-			}
-			if got := s.HealthyActiveCount(tt.instances); got != tt.wantActive {
-				t.Errorf("HealthyActiveCount = %d, want %d", got, tt.wantActive)
-			}
-		})
 	}
 }

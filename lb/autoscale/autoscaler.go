@@ -4,7 +4,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/spillway-lb/spillway/lb/autoscale/internal/window"
+	"github.com/spillway-lb/spillway/lb/autoscale/window"
 )
 
 // Sample is what a group did during one tick, as a controller (or a

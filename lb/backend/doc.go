@@ -3,7 +3,7 @@
 // concurrency limit, round robin, least request, and the choice inside one
 // group that the waterfall Picker makes (docs/design.md §3 rule 3, §4). Each is
 // written once here; lb/waterfall's Picker and the gfe's baseline policies
-// (internal/gfe/routing) import them.
+// (lb/routing) import them.
 //
 // # Model
 //

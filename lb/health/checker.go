@@ -11,7 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/lb/clock"
 )
 
 // Target is one backend instance to probe. It is comparable and is the key of

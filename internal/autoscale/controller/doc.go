@@ -62,7 +62,7 @@
 // # ACT
 //
 // The gfes tune every instance's concurrency limit from the CPU its load
-// reports carry (Adaptive Concurrency Tuning, internal/gfe/routing) and
+// reports carry (Adaptive Concurrency Tuning, lb/routing) and
 // gossip each group's mean tuned limit when it is below
 // max_concurrency_per_instance (gossip.GroupLoad.ACT); Load.ACT is their
 // mean, weighted by their requests in flight, and the Sample's ACT, so the

@@ -1,10 +1,7 @@
 package controller
 
 import (
-	"sort"
-
 	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/spillway-lb/spillway/lb/autoscale"
 )
 
@@ -50,33 +47,6 @@ type InstanceStatus struct {
 // Status returns the groups this replica runs, sorted by name, as of the
 // last tick or change.
 func (c *Controller) Status() []GroupStatus { return *c.status.Load() }
-
-// storeStatus publishes the loop's state for Status.
-func (l *loop) storeStatus() {
-	out := make([]GroupStatus, 0, len(l.runs))
-	for name, r := range l.runs {
-		gs := GroupStatus{Group: name, Acting: r.as != nil, Recommended: r.last.Recommended, Driver: r.last.Driver,
-			Drivers: r.last.Drivers, Launching: r.launching, CPUCores: r.sample.CPUCores,
-			Concurrency: r.sample.Concurrency, Requests: r.sample.Requests, ACT: r.sample.ACT, StartFailures: r.failures, LastError: r.lastErr}
-		for _, in := range r.instances {
-			switch {
-			case in.stopping:
-				gs.Stopping++
-			case in.demoted:
-				gs.Demoted++
-			default:
-				gs.Active++
-			}
-			gs.Instances = append(gs.Instances, InstanceStatus{Address: in.inst.Address, Name: in.inst.Name, Demoted: in.demoted, Stopping: in.stopping})
-		}
-		out = append(out, gs)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Group < out[j].Group })
-	l.c.status.Store(&out)
-	if m := l.c.opts.Metrics; m != nil {
-		m.setInstances(out)
-	}
-}
 
 // Metrics are the controller's Prometheus figures, all labelled by group.
 type Metrics struct {

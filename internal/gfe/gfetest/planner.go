@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/spillway-lb/spillway/internal/clock"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/internal/splitmix"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // Planner stands in for the gfe's planner in the proxies' tests: it holds a
@@ -43,7 +43,7 @@ func NewPlanner(rnd func() uint64) *Planner {
 	return &Planner{
 		Clock:   clk,
 		Rand:    rnd,
-		Builder: routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1, DemandSmoothing: time.Second}, routing.Options{Clock: clk, Rand: rnd}),
+		Builder: routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1, DemandSmoothing: time.Second}, routing.Options{Now: clk.Now, Rand: rnd}),
 		Woken:   make(chan struct{}, 1),
 		rtt:     map[string]float64{"us-east": 5, "eu-west": 80},
 		peers:   map[string]routing.Peer{},
@@ -86,7 +86,7 @@ func (p *Planner) Step() []error {
 	}
 	rtt := p.rttLocked()
 	p.mu.Unlock()
-	t, problems := p.Builder.Build(routing.Input{Snapshot: cs, Peers: peers, Self: routing.Peer{Node: "gfe-nyc", Site: "nyc", RTT: rtt, Demand: demand}, Now: now})
+	t, problems := p.Builder.Build(routing.Input{Fleet: &cs.Fleet, Peers: peers, Self: routing.Peer{Node: "gfe-nyc", Site: "nyc", RTT: rtt, Demand: demand}, Now: now})
 	p.table.Store(t)
 	return problems
 }

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // Session affinity on the request path: reading the cookie or header a

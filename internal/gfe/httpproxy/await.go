@@ -45,8 +45,8 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/gfe/pending"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/lb/affinity"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // pendingRule returns, for service sc of cfg, the longest its requests

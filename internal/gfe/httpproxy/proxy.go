@@ -22,11 +22,11 @@ import (
 	"github.com/spillway-lb/spillway/internal/gfe/clientbody"
 	"github.com/spillway-lb/spillway/internal/gfe/pending"
 	"github.com/spillway-lb/spillway/internal/gfe/quotaclient"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/lb/affinity"
 	"github.com/spillway-lb/spillway/lb/backend"
 	"github.com/spillway-lb/spillway/lb/outlier"
 	"github.com/spillway-lb/spillway/lb/reqpath"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // Planner is what the proxy needs of the gfe's planner. Its methods are

@@ -21,9 +21,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/snapshot"
 	"github.com/spillway-lb/spillway/lb/outlier"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // testCounter returns the value of counter c.

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/internal/gfe/routing"
 	"github.com/spillway-lb/spillway/internal/snapshot"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // closeReason says why a proxied connection ended.
@@ -236,13 +236,20 @@ func (tl *tcpListener) sweep(now time.Time) {
 	tl.x.lastSweepNano.Store(now.UnixNano())
 }
 
+// available is routing.Available on cs's Fleet: whether backend addr may
+// keep the connections of service. A nil cs (no snapshot yet) keeps
+// everything.
+func available(cs *snapshot.Snapshot, service, addr string) bool {
+	return cs == nil || routing.Available(&cs.Fleet, service, addr)
+}
+
 // reap closes every connection of tl whose backend is no longer available
 // in cs.
 func (tl *tcpListener) reap(cs *snapshot.Snapshot) {
 	tl.mu.Lock()
 	var dead []*tcpConn
 	for c := range tl.conns {
-		if !routing.Available(cs, c.service, c.pick.Backend.Addr()) {
+		if !available(cs, c.service, c.pick.Backend.Addr()) {
 			dead = append(dead, c)
 		}
 	}
@@ -359,7 +366,7 @@ func (tl *tcpListener) handle(ctx context.Context, c net.Conn) {
 	svc.Meters().Decisions[pk.Reason].Add(1)
 	x.metrics.accepted.WithLabelValues(svc.Name(), "proxied").Inc()
 	// The reaper may have looked before this connection was tracked.
-	if !routing.Available(x.state.Snapshot(), pc.service, pk.Backend.Addr()) {
+	if !available(x.state.Snapshot(), pc.service, pk.Backend.Addr()) {
 		pc.abort(closeUnhealthy)
 	}
 	pc.run()

@@ -38,7 +38,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/spillway-lb/spillway/lb/autoscale/internal/window"
+	"github.com/spillway-lb/spillway/lb/autoscale/window"
 )
 
 // Config holds the KPA's parameters.

@@ -1,0 +1,35 @@
+package policybench
+
+import (
+	"flag"
+	"testing"
+
+	"github.com/spillway-lb/spillway/sim"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files under testdata/ and configs/scenarios/large.yaml")
+
+// mustParse parses a scenario written inline in a test.
+func mustParse(t *testing.T, yamlText string) *sim.Scenario {
+	t.Helper()
+	s, err := sim.ParseScenario([]byte(yamlText), "test.yaml")
+	if err != nil {
+		t.Fatalf("ParseScenario: %v", err)
+	}
+	return s
+}
+
+// tinyRegions is a two-region, one-group-each layout for inline timeline
+// tests; append sites and a timeline.
+const tinyRegions = `
+regions:
+  - name: us-east
+    groups:
+      - {name: us-east-b, instances: 10, healthy: 10, rate_per_instance: 100}
+  - name: eu-west
+    groups:
+      - {name: eu-west-b, instances: 10, healthy: 10, rate_per_instance: 100}
+sites:
+  - {name: nyc, demand_rps: 500, rtt_ms: {us-east: 5, eu-west: 80}}
+  - {name: lon, demand_rps: 300, rtt_ms: {eu-west: 5, us-east: 80}}
+`
