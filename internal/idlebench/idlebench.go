@@ -129,6 +129,9 @@ type Result struct {
 	// (max_connections_per_client) and closed idle for a waiting client
 	// (fd budget spent) after the idle connections opened.
 	Refused   float64 `json:"gfe_refused"`
+	// ActiveErrors counts the steady load's failures of both phases by
+	// kind (loadgen's transport error kinds, or "status NNN").
+	ActiveErrors map[string]int64 `json:"active_errors,omitempty"`
 	Reclaimed float64 `json:"gfe_idle_reclaimed"`
 }
 
@@ -251,6 +254,19 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		r.P99Ratio = r.P99With / r.P99Without
 	}
 	r.FailedWithout, r.FailedWith, r.ActiveSentEach = without.Failed+without.Dropped, with.Failed+with.Dropped, with.Sent
+	for _, lr := range []*loadgen.Result{without, with} {
+		for k, v := range lr.Errors {
+			addErr(r, k, v)
+		}
+		for code, v := range lr.Status {
+			if code/100 != 2 {
+				addErr(r, fmt.Sprintf("status %d", code), v)
+			}
+		}
+		if lr.Dropped > 0 {
+			addErr(r, "dropped", lr.Dropped)
+		}
+	}
 
 	fmt.Fprintf(o.Log, "one more request on every idle connection\n")
 	again, err := h.check()
@@ -281,6 +297,13 @@ var (
 	closers   = []string{refused, reclaimed}
 	goMetrics = append([]string{goroutines, heapInuse, stackInuse}, closers...)
 )
+
+func addErr(r *Result, kind string, n int64) {
+	if r.ActiveErrors == nil {
+		r.ActiveErrors = map[string]int64{}
+	}
+	r.ActiveErrors[kind] += n
+}
 
 // idleCPU waits settle, then returns the CPU process pid uses over
 // window, in percent of one core.
@@ -398,6 +421,9 @@ func WriteTable(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "  gfe idle CPU: %.2f%% of a core without, %.2f%% with\n", r.IdleCPUWithout, r.IdleCPUWith)
 	fmt.Fprintf(w, "  steady load %g req/s: p50 %.2f ms, p99 %.2f ms without; p50 %.2f ms, p99 %.2f ms with (p99 ×%.2f); failed %d / %d of %d\n",
 		r.Rate, r.P50Without, r.P99Without, r.P50With, r.P99With, r.P99Ratio, r.FailedWithout, r.FailedWith, r.ActiveSentEach)
+	if len(r.ActiveErrors) > 0 {
+		fmt.Fprintf(w, "  steady load failures: %v\n", r.ActiveErrors)
+	}
 	if r.Refused+r.Reclaimed > 0 {
 		fmt.Fprintf(w, "  the gfe refused %.0f connections and closed %.0f idle ones for waiting clients\n", r.Refused, r.Reclaimed)
 	}
