@@ -128,11 +128,11 @@ type Result struct {
 	// Refused and Reclaimed count the connections the gfe refused
 	// (max_connections_per_client) and closed idle for a waiting client
 	// (fd budget spent) after the idle connections opened.
-	Refused   float64 `json:"gfe_refused"`
+	Refused float64 `json:"gfe_refused"`
 	// ActiveErrors counts the steady load's failures of both phases by
 	// kind (loadgen's transport error kinds, or "status NNN").
 	ActiveErrors map[string]int64 `json:"active_errors,omitempty"`
-	Reclaimed float64 `json:"gfe_idle_reclaimed"`
+	Reclaimed    float64          `json:"gfe_idle_reclaimed"`
 }
 
 // Spec is the benchmark's deployment: one gfe (site nyc), one control
