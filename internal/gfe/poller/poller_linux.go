@@ -442,9 +442,9 @@ type Conn struct {
 	rc syscall.RawConn // the socket's, for WaitReadable in Go's poller
 	// readable is c.peekReady, made once (WaitReadable allocates nothing).
 	readable func(uintptr) bool
-	// drained says the last read returned less than asked; looked that
-	// WaitReadable's wait in Go's poller has begun. Read's goroutine only.
-	drained, looked bool
+	// drained says the last read returned less than asked. Read's
+	// goroutine only.
+	drained bool
 }
 
 // WaitReadable waits, holding no buffer, for what Read would wait for
@@ -458,10 +458,10 @@ type Conn struct {
 // A connection's owner that waits for a client's next request here can
 // give its read buffer back while it waits, and take one only when bytes
 // come: nginx and HAProxy hold no buffer for an idle keep-alive
-// connection, net/http's server holds its 4 KiB bufio.Reader. It costs no
-// system call Read would not make: in the Poller it is the wait Read
-// makes; in Go's poller one peek at the socket after the wake-up takes the
-// place of the read that found nothing before Read waited.
+// connection, net/http's server holds its 4 KiB bufio.Reader. In the
+// Poller it is the wait Read makes, and costs no system call; in Go's
+// poller (the Group off: the process is not busy) it peeks at the socket
+// before and after the wait, one system call more than Read.
 func (c *Conn) WaitReadable() error {
 	if !c.drained {
 		return nil
@@ -473,21 +473,15 @@ func (c *Conn) WaitReadable() error {
 			return nil
 		} // the Group turned off meanwhile: wait in Go's poller
 	}
-	c.looked = false
 	return c.rc.Read(c.readable)
 }
 
-// peekReady is WaitReadable's RawConn.Read callback. Its first call says
-// not ready without a system call: the last read drained the socket, so
-// only an arrival since then, which Go's poller reports as an edge, makes
-// it ready. Each later call peeks (a report may be stale: bytes a read
-// took already): ready when there are bytes, an end of file or an error,
-// which the next Read reports.
+// peekReady is WaitReadable's RawConn.Read callback: ready when a peek
+// finds bytes, an end of file or an error, which the next Read reports.
+// Its first call must peek too: RawConn.Read clears the readiness Go's
+// poller recorded before it calls it, so an arrival since the last read
+// shows only in the socket.
 func (c *Conn) peekReady(fd uintptr) bool {
-	if !c.looked {
-		c.looked = true
-		return false
-	}
 	var b [1]byte
 	for {
 		// recvfrom(2) itself: unix.Recvfrom's address buffer escapes,

@@ -625,3 +625,38 @@ func TestWaitReadable(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitReadableBytesAlreadyThere: bytes that came after the last read
+// drained the socket but before WaitReadable began (their readiness
+// already recorded by Go's poller, which RawConn.Read clears) end the wait
+// at once, with the Group on and off; it does not wait for an arrival that
+// has come.
+func TestWaitReadableBytesAlreadyThere(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		t.Run(map[bool]string{true: "on", false: "off"}[on], func(t *testing.T) {
+			g := testGroup(t, 1)
+			g.setOn(on)
+			a, b := pair(t)
+			c := g.Wrap(b).(*Conn)
+			buf := make([]byte, 4)
+			a.Write([]byte("x"))
+			if n, err := c.Read(buf); n != 1 || err != nil { // drained: 1 < 4
+				t.Fatalf("Read = %d, %v; want 1, nil", n, err)
+			}
+			a.Write([]byte("y"))
+			var fd int
+			c.rc.Control(func(s uintptr) { fd = int(s) })
+			waitFor(t, func() bool {
+				n, err := unix.IoctlGetInt(fd, unix.SIOCINQ)
+				return err == nil && n == 1
+			})
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if err := c.WaitReadable(); err != nil {
+				t.Fatalf("WaitReadable = %v with a byte waiting; want nil at once", err)
+			}
+			if n, err := c.Read(buf); n != 1 || err != nil || buf[0] != 'y' {
+				t.Fatalf("Read = %d, %v, %q; want 1, nil, y", n, err, buf[:n])
+			}
+		})
+	}
+}
