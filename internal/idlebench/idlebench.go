@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
@@ -60,6 +61,9 @@ type Options struct {
 	Window, Settle time.Duration
 	// Poller is the gfe's --poller mode (default auto).
 	Poller string
+	// HeapProfile, when set, is a file that receives the gfe's heap
+	// profile (its --pprof) taken with the idle connections open.
+	HeapProfile string
 	// Log receives progress lines (nil: none), Tee every process's log.
 	Log, Tee io.Writer
 }
@@ -139,7 +143,7 @@ type Result struct {
 // plane, one backend process with two instances far above the load, 1 ms
 // away.
 func Spec(o Options) topology.Spec {
-	return topology.Spec{
+	s := topology.Spec{
 		Net:         o.Net,
 		Regions:     []topology.Region{{Name: "us-east", Zones: []string{"b"}, Instances: 2, Rate: 50000}},
 		Sites:       []topology.Site{{Name: "nyc", RTT: map[string]time.Duration{"us-east": time.Millisecond}}},
@@ -148,6 +152,10 @@ func Spec(o Options) topology.Spec {
 		// of a 20,000-descriptor process (BENCHMARKS.md §8).
 		GFEArgs: []string{"--poller", o.Poller, "--fd-per-http-conn", "1"},
 	}
+	if o.HeapProfile != "" {
+		s.GFEArgs = append(s.GFEArgs, "--pprof")
+	}
+	return s
 }
 
 // Sources returns the client addresses of n idle connections, perSource
@@ -235,6 +243,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	g1, err := scrape(client, gf.Admin, goMetrics...)
 	if err != nil {
 		return nil, err
+	}
+	if o.HeapProfile != "" {
+		if err := saveProfile(client, gf.Admin+"/debug/pprof/heap", o.HeapProfile); err != nil {
+			return nil, err
+		}
 	}
 	n := float64(o.Conns)
 	r.RSSPerIdleConn = float64(r.RSSWith-r.RSSWithout) / n
@@ -333,6 +346,23 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-time.After(d):
 		return nil
 	}
+}
+
+// saveProfile writes what url answers to file.
+func saveProfile(client *http.Client, url, file string) error {
+	resp, err := client.Get(url)
+	if err != nil {
+		return fmt.Errorf("idlebench: profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("idlebench: profile: %s answered %s", url, resp.Status)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("idlebench: profile: %w", err)
+	}
+	return os.WriteFile(file, b, 0o644)
 }
 
 // hostPort returns the host:port of URL u.
