@@ -380,6 +380,16 @@ func (fs *fastServer) serveConn(fc *fastConn) {
 		fr.TLS = true
 		fc.setReadDeadline(time.Now().Add(l.ReadHeaderTimeout))
 	}
+	if fs.tls == nil {
+		// Until its first request's bytes come, too, a connection holds
+		// no request buffers (waitRequest): those of a burst of new
+		// connections are the pool's few, not one each.
+		ok := fs.waitRequest(fc)
+		fr = fc.fr
+		if !ok {
+			return
+		}
+	}
 	if !fs.setIdle(fc, false) { // its first request begins
 		return
 	}
