@@ -160,6 +160,29 @@ func checkFlow(p Problem, sol *Solution) error {
 	return nil
 }
 
+// compareLP checks sol against lpOptimum(p): where every source runs at
+// p.Level (overloaded false), the penalty and the cost must be the LP's
+// optimum to rounding; where some set runs above it, the LP must be
+// infeasible.
+func compareLP(p Problem, sol *Solution) (overloaded bool, err error) {
+	for s := range p.Supply {
+		overloaded = overloaded || sol.Level(s) > p.Level*(1+1e-9)
+	}
+	pen, cost := penaltyAndCost(p, sol)
+	lpPen, lpCost, lpErr := lpOptimum(p)
+	switch {
+	case overloaded:
+		if !errors.Is(lpErr, lp.ErrInfeasible) {
+			return true, fmt.Errorf("overloaded set, but the LP says %v (%v, %v)", lpErr, lpPen, lpCost)
+		}
+	case lpErr != nil:
+		return false, fmt.Errorf("LP: %w", lpErr)
+	case math.Abs(pen-lpPen) > 1e-6*(1+lpPen) || math.Abs(cost-lpCost) > 1e-6*max(1, lpCost):
+		return false, fmt.Errorf("(penalty, cost) = (%v, %v), LP optimum (%v, %v)", pen, cost, lpPen, lpCost)
+	}
+	return overloaded, nil
+}
+
 // TestSolve plays small hand-made problems whose optimum is known, and
 // checks each against the LP too.
 func TestSolve(t *testing.T) {
@@ -260,21 +283,12 @@ func TestSolve(t *testing.T) {
 					t.Errorf("source %d: level %v, want %v", s, got, want)
 				}
 			}
-			pen, cost := penaltyAndCost(tc.p, sol)
+			pen, _ := penaltyAndCost(tc.p, sol)
 			if math.Abs(pen-tc.pen) > 1e-9 {
 				t.Errorf("penalty %v, want %v", pen, tc.pen)
 			}
-			lpPen, lpCost, err := lpOptimum(tc.p)
-			overloaded := slices.ContainsFunc(tc.levels, func(l float64) bool { return l > tc.p.Level })
-			switch {
-			case overloaded:
-				if !errors.Is(err, lp.ErrInfeasible) {
-					t.Errorf("overloaded, but the LP says %v", err)
-				}
-			case err != nil:
-				t.Errorf("LP: %v", err)
-			case math.Abs(pen-lpPen) > 1e-6*(1+lpPen) || math.Abs(cost-lpCost) > 1e-6*max(1, lpCost):
-				t.Errorf("(penalty, cost) = (%v, %v), LP optimum (%v, %v)", pen, cost, lpPen, lpCost)
+			if _, err := compareLP(tc.p, sol); err != nil {
+				t.Error(err)
 			}
 		})
 	}
@@ -330,25 +344,14 @@ func TestSolveMatchesLP(t *testing.T) {
 			t.Errorf("seed %d: %v\n%+v", seed, err, p)
 			continue
 		}
-		over := false
-		for s := range p.Supply {
-			over = over || sol.Level(s) > p.Level*(1+1e-9)
+		over, err := compareLP(p, sol)
+		if err != nil {
+			t.Errorf("seed %d: %v\n%+v", seed, err, p)
 		}
-		pen, cost := penaltyAndCost(p, sol)
-		lpPen, lpCost, err := lpOptimum(p)
-		switch {
-		case over:
+		if over {
 			overloaded++
-			if !errors.Is(err, lp.ErrInfeasible) {
-				t.Errorf("seed %d: overloaded set, but the LP says %v (%v, %v)\n%+v", seed, err, lpPen, lpCost, p)
-			}
-		case err != nil:
-			t.Errorf("seed %d: LP: %v\n%+v", seed, err, p)
-		default:
+		} else {
 			compared++
-			if math.Abs(pen-lpPen) > 1e-6*(1+lpPen) || math.Abs(cost-lpCost) > 1e-6*max(1, lpCost) {
-				t.Errorf("seed %d: (penalty, cost) = (%v, %v), LP optimum (%v, %v)\n%+v", seed, pen, cost, lpPen, lpCost, p)
-			}
 		}
 	}
 	t.Logf("%d problems matched the LP, %d overloaded ones found infeasible by it", compared, overloaded)

@@ -346,7 +346,7 @@ type perTryTimer struct {
 
 func (pt *perTryTimer) fire() {
 	pt.fired.Store(true)
-	pt.c.SetReadDeadline(time.Unix(1, 0))
+	pt.c.SetReadDeadline(past)
 }
 
 // stop stops the timer and reports whether it fired.

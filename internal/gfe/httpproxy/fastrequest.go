@@ -100,7 +100,7 @@ func (fr *FastRequest) bodyExpired() {
 	fr.mu.Lock()
 	defer fr.mu.Unlock()
 	if fr.inBody {
-		fr.Conn.SetReadDeadline(time.Unix(1, 0))
+		fr.Conn.SetReadDeadline(past)
 	}
 }
 
@@ -127,14 +127,7 @@ func (p *Proxy) readBody(fr *FastRequest) int {
 // Abort ends the request being served at once, from any goroutine (the
 // listener's drain, when its time is up): the wait for the backend ends as
 // at a timeout. Reset clears it for the next connection.
-func (fr *FastRequest) Abort() {
-	fr.mu.Lock()
-	defer fr.mu.Unlock()
-	fr.aborted = true
-	if fr.backend != nil {
-		fr.backend.SetDeadline(time.Unix(1, 0))
-	}
-}
+func (fr *FastRequest) Abort() { fr.endWait(&fr.aborted) }
 
 // Leave says that fr's client left while its request was served (the
 // listener's sweep saw its connection closed: ClientGone). Like Abort, it
@@ -143,14 +136,23 @@ func (fr *FastRequest) Abort() {
 // a backend failure, and withdraws the request from demand when no answer
 // had begun, as the slow path does when a request's context is canceled.
 // It holds for the rest of the connection.
-func (fr *FastRequest) Leave() {
+func (fr *FastRequest) Leave() { fr.endWait(&fr.left) }
+
+// endWait sets *flag, a field fr.mu guards (aborted or left), and ends the
+// wait on the backend connection in use, if any, as at a timeout.
+func (fr *FastRequest) endWait(flag *bool) {
 	fr.mu.Lock()
 	defer fr.mu.Unlock()
-	fr.left = true
+	*flag = true
 	if fr.backend != nil {
-		fr.backend.SetDeadline(time.Unix(1, 0))
+		fr.backend.SetDeadline(past)
 	}
 }
+
+// past is a deadline long gone: set on a socket, it ends the wait of a read
+// or write in progress at once, as a timeout (Abort, Leave, the body and
+// per-try timers).
+var past = time.Unix(1, 0)
 
 // Left reports whether Leave was called on fr's connection.
 func (fr *FastRequest) Left() bool {

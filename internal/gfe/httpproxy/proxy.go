@@ -113,7 +113,7 @@ type Proxy struct {
 	grpcTransport    http.RoundTripper
 	upgradeTransport http.RoundTripper
 	// dialer opens backend connections; fast pools the fast path's
-	// (fast.go).
+	// (fastpool.go).
 	dialer *net.Dialer
 	fast   fastPool
 }
