@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/spillway-lb/spillway/internal/quantile"
 )
 
 // AutoscaleMeasurement is what one row of `lbbench --autoscale` recorded,
@@ -162,7 +164,7 @@ func (c *AutoscaleConfig) autoscaleRow(m AutoscaleMeasurement) (AutoscaleRow, er
 		win := &row.Series[w]
 		win.TS = (time.Duration(w) * c.Window).Seconds()
 		slices.Sort(lat[w])
-		win.P99Ms = percentile(lat[w], 99)
+		win.P99Ms = quantile.Of(lat[w], 0.99)
 		to := min(end, time.Duration(w+1)*c.Window).Seconds()
 		win.Running = running(m.Spans, to)
 		for _, s := range m.Samples {
@@ -172,7 +174,7 @@ func (c *AutoscaleConfig) autoscaleRow(m AutoscaleMeasurement) (AutoscaleRow, er
 		}
 	}
 	slices.Sort(stepLat)
-	row.P50Ms, row.P99Ms = percentile(stepLat, 50), percentile(stepLat, 99)
+	row.P50Ms, row.P99Ms = quantile.Of(stepLat, 0.50), quantile.Of(stepLat, 0.99)
 	row.BufferShare = ratio(float64(stepBuffer), float64(stepOK))
 	var started int
 	row.InstanceS, row.Peak, started = instanceTime(m.Spans, end.Seconds())
