@@ -137,6 +137,9 @@ type Result struct {
 	// kind (loadgen's transport error kinds, or "status NNN").
 	ActiveErrors map[string]int64 `json:"active_errors,omitempty"`
 	Reclaimed    float64          `json:"gfe_idle_reclaimed"`
+	// PollerTurns counts the times the gfe's poller turned on or off
+	// (--poller auto) while the idle connections were open.
+	PollerTurns float64 `json:"gfe_poller_turns"`
 }
 
 // Spec is the benchmark's deployment: one gfe (site nyc), one control
@@ -290,6 +293,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	// What closed idle connections, if any did.
 	if m, err := scrape(client, gf.Admin, closers...); err == nil {
 		r.Refused, r.Reclaimed = m[refused]-g0[refused], m[reclaimed]-g0[reclaimed]
+		r.PollerTurns = m[turns] - g0[turns]
 	}
 	if again.Failed > 0 && r.HolderFirstFail == "" {
 		r.HolderFirstFail = again.Error
@@ -304,10 +308,11 @@ const (
 	stackInuse = "go_memstats_stack_inuse_bytes"
 	refused    = "spillway_gfe_listener_refused_total"
 	reclaimed  = "spillway_gfe_listener_idle_reclaimed_total"
+	turns      = "spillway_gfe_poller_turns_total"
 )
 
 var (
-	closers   = []string{refused, reclaimed}
+	closers   = []string{refused, reclaimed, turns}
 	goMetrics = append([]string{goroutines, heapInuse, stackInuse}, closers...)
 )
 
@@ -451,6 +456,7 @@ func WriteTable(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "  gfe idle CPU: %.2f%% of a core without, %.2f%% with\n", r.IdleCPUWithout, r.IdleCPUWith)
 	fmt.Fprintf(w, "  steady load %g req/s: p50 %.2f ms, p99 %.2f ms without; p50 %.2f ms, p99 %.2f ms with (p99 ×%.2f); failed %d / %d of %d\n",
 		r.Rate, r.P50Without, r.P99Without, r.P50With, r.P99With, r.P99Ratio, r.FailedWithout, r.FailedWith, r.ActiveSentEach)
+	fmt.Fprintf(w, "  the gfe's poller turned on or off %.0f times with the idle connections open\n", r.PollerTurns)
 	if len(r.ActiveErrors) > 0 {
 		fmt.Fprintf(w, "  steady load failures: %v\n", r.ActiveErrors)
 	}
