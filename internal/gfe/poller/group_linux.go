@@ -126,7 +126,9 @@ func (g *Group) Turns() uint64 {
 
 // setOn turns g's Pollers on (every socket registered, edge-triggered,
 // which reports those with bytes waiting at once) or off (every socket
-// out of its epoll set, its waiting reader woken to read in Go's poller).
+// out of its epoll set, its waiting reader woken to read in Go's poller,
+// but for a reader waiting in WaitReadable: its socket leaves the epoll
+// set once its bytes come).
 func (g *Group) setOn(on bool) {
 	g.switching.Lock()
 	defer g.switching.Unlock()
@@ -135,9 +137,15 @@ func (g *Group) setOn(on bool) {
 	}
 	for _, p := range g.ps {
 		for _, w := range p.live() {
-			if on {
+			switch {
+			case on:
 				w.register()
-			} else {
+			case w.idle.Load():
+				// Waiting for a connection's next request (WaitReadable):
+				// it stays where it is, registered, until its bytes come.
+				// Moving thousands of idle connections to Go's poller at
+				// every turn was a storm of wake-ups and system calls.
+			default:
 				w.unregister()
 				if w.waiting.Load() {
 					w.wake()

@@ -345,6 +345,9 @@ type waiter struct {
 	deadline atomic.Int64 // the socket's read deadline, Unix ns; 0: none
 	gone     atomic.Bool  // released
 	ended    atomic.Bool  // the peer closed its side, or the socket failed
+	// idle says the reader waits in WaitReadable: turning the Group off
+	// leaves it waiting here.
+	idle atomic.Bool
 	// at is w's index in its Poller's timed heap (-1: not on it), due
 	// the deadline it is listed by; guarded by the Poller's mu.
 	at  int32
@@ -468,10 +471,17 @@ func (c *Conn) WaitReadable() error {
 	}
 	c.drained = false
 	if c.w.p.g.on.Load() {
-		c.w.wait()
-		if c.w.p.g.on.Load() {
+		w := c.w
+		w.idle.Store(true)
+		w.wait()
+		w.idle.Store(false)
+		if w.p.g.on.Load() {
 			return nil
-		} // the Group turned off meanwhile: wait in Go's poller
+		}
+		// The Group turned off: setOn left the socket registered, and
+		// w waiting, if it saw w idle. Out of the epoll set, and what
+		// woke w (bytes, most likely) is for the peek to see.
+		w.unregister()
 	}
 	return c.rc.Read(c.readable)
 }

@@ -660,3 +660,42 @@ func TestWaitReadableBytesAlreadyThere(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitReadableIdleStaysWhenOff: turning the Group off leaves a reader
+// waiting in WaitReadable where it is, registered (no wake-up and no
+// system call for each of thousands of idle connections); its bytes then
+// end the wait, and its socket leaves the epoll set.
+func TestWaitReadableIdleStaysWhenOff(t *testing.T) {
+	g := testGroup(t, 1)
+	a, b := pair(t)
+	c := g.Wrap(b).(*Conn)
+	w := c.w
+	done := make(chan error, 1)
+	go func() { done <- c.WaitReadable() }()
+	waitFor(t, func() bool { return w.waiting.Load() && w.idle.Load() })
+	g.setOn(false)
+	added := func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.added
+	}
+	if !added() {
+		t.Fatal("turning off took an idle reader's socket out of the epoll set")
+	}
+	a.Write([]byte("z"))
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("WaitReadable = %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitReadable still waits 10 s after its bytes came")
+	}
+	if added() {
+		t.Error("the socket stays in the epoll set with the Group off")
+	}
+	var buf [4]byte
+	if n, err := c.Read(buf[:]); n != 1 || err != nil {
+		t.Fatalf("Read = %d, %v; want 1, nil", n, err)
+	}
+}
