@@ -1,6 +1,8 @@
 package realbench
 
 import (
+	"encoding/json"
+	"io"
 	"slices"
 	"time"
 )
@@ -235,4 +237,11 @@ func medianRange(vals []float64) (med, lo, hi float64) {
 		med = (vals[n/2-1] + vals[n/2]) / 2
 	}
 	return med, vals[0], vals[n-1]
+}
+
+// WriteJSON writes r as one indented JSON object.
+func (r *StoryResult) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
 }

@@ -37,7 +37,7 @@ func (r *StoryResult) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, "per run: %gs warmup, then %s of capacity, %gs each, open loop (demand %s)\n",
 			r.WarmupS, strings.Join(loads, " "), ph.DurationS, shareString(r.Sites, ph.DemandRPS))
 	}
-	fmt.Fprintf(&b, "deadline %gs: a request unanswered by then counts as %gs; %d repetitions, policies interleaved (order rotated per repetition)\n",
+	fmt.Fprintf(&b, "deadline %gs: a request unanswered by then counts as %gs; %d repetition(s), policies interleaved (order rotated per repetition)\n",
 		r.TimeoutS, r.TimeoutS, r.Reps)
 	fmt.Fprintf(&b, "minimum necessary cross-region share (LP over the declared capacities): %s\n", pct(r.MinCrossRegion))
 	b.WriteString("cells: median over the repetitions, [min-max] where shown\n\n")

@@ -116,8 +116,8 @@ func TestUnevenStory(t *testing.T) {
 		if got := strings.Join(slowed, " "); got != wantSlowed {
 			t.Errorf("%s: antagonized %s, want %s (half of %d)", r.Name, got, wantSlowed, n)
 		}
-		if !strings.Contains(r.InstanceKeys, "max_concurrency=2") || !strings.Contains(r.InstanceKeys, "service_time=80ms") || !strings.Contains(r.InstanceKeys, "max_rps=0") {
-			t.Errorf("%s: instance keys %q, want 2 slots of 80ms and no rate limit", r.Name, r.InstanceKeys)
+		if !strings.Contains(r.InstanceKeys, "max_concurrency=3") || !strings.Contains(r.InstanceKeys, "service_time=80ms") || !strings.Contains(r.InstanceKeys, "max_rps=0") {
+			t.Errorf("%s: instance keys %q, want 3 slots of 80ms and no rate limit", r.Name, r.InstanceKeys)
 		}
 	}
 	tab, err := newTable(spec, &st.Config)

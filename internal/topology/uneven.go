@@ -6,17 +6,22 @@ import (
 )
 
 // The capacity of every instance of Uneven: UnevenSlots requests served at
-// once, each holding its slot for UnevenServiceTime, so UnevenRate
-// requests/s; the declared capacity (max_rate_per_instance) is the same.
+// once, each holding its slot for UnevenServiceTime, so 37.5 requests/s at
+// most; the config declares UnevenRate (max_rate_per_instance), two thirds
+// of that, so that a region whose antagonized half is slowed 3× for half
+// of the time (DefaultUnevenAntagonist) still serves 1.25× its declared
+// capacity on average — `lbsim bench`'s utilization_at_capacity 0.8 — while
+// each slowed instance, during its slow window, serves half of its
+// declared capacity.
 const (
-	UnevenSlots       = 2
+	UnevenSlots       = 3
 	UnevenServiceTime = 80 * time.Millisecond
 	UnevenRate        = 25.0
 )
 
 // UnevenAntagonist is the slowdown of Uneven's antagonized instances: for
 // Duty of every Period each request holds its slot Slowdown times longer,
-// so the instance serves UnevenRate/Slowdown requests/s meanwhile.
+// so the instance serves Slowdown times fewer requests/s meanwhile.
 type UnevenAntagonist struct {
 	Period   time.Duration
 	Duty     float64
