@@ -14,7 +14,7 @@
 //   - cdf: one panel, the latency distribution of served requests of every
 //     policy (BenchRow.CDF) on a logarithmic axis in ms.
 //
-// The policies are policybench.DefaultBenchPolicies without least_request, which
+// The policies are benchpolicy.Defaults without least_request, which
 // the simulation models exactly like round_robin; --policies picks rows by
 // ID (hash2/nearest_region) or name (hash2: both scopes), as `lbsim bench`
 // does. bench/charts.sh regenerates every chart into docs/bench/.
@@ -31,9 +31,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 	"github.com/spillway-lb/spillway/internal/svgchart"
 	"github.com/spillway-lb/spillway/sim"
 	"github.com/spillway-lb/spillway/sim/policybench"
@@ -128,49 +130,14 @@ func run(args []string, stderr io.Writer) int {
 	return exitOK
 }
 
-// selectPolicies returns the default bench policies whose ID or name is in
-// the comma-separated list, in default order; for "", every default policy
-// but least_request (modelled as round_robin, so its chart would repeat
-// round_robin's).
-func selectPolicies(list string) ([]policybench.BenchPolicy, error) {
-	all := policybench.DefaultBenchPolicies()
-	var out []policybench.BenchPolicy
-	if list == "" {
-		for _, p := range all {
-			if p.Name != string(config.PolicyLeastRequest) {
-				out = append(out, p)
-			}
-		}
-		return out, nil
+// selectPolicies returns the rows benchpolicy.Select names in the
+// comma-separated list; for "", every default row but least_request
+// (modelled as round_robin, so its chart would repeat round_robin's).
+func selectPolicies(list string) ([]benchpolicy.Row, error) {
+	if list != "" {
+		return benchpolicy.Select(list)
 	}
-	want := map[string]bool{}
-	for item := range strings.SplitSeq(list, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			continue
-		}
-		found := false
-		for _, p := range all {
-			found = found || p.ID() == item || p.Name == item
-		}
-		if !found {
-			var ids []string
-			for _, p := range all {
-				ids = append(ids, p.ID())
-			}
-			return nil, fmt.Errorf("unknown policy %q (want one of %s)", item, strings.Join(ids, ", "))
-		}
-		want[item] = true
-	}
-	for _, p := range all {
-		if want[p.ID()] || want[p.Name] {
-			out = append(out, p)
-		}
-	}
-	if len(out) == 0 {
-		return nil, errors.New("no policy named")
-	}
-	return out, nil
+	return slices.DeleteFunc(benchpolicy.Defaults(), func(r benchpolicy.Row) bool { return r.Policy == config.PolicyLeastRequest }), nil
 }
 
 // printErr prints err with every line prefixed by "benchchart: ".

@@ -5,6 +5,9 @@ import (
 	"io"
 	"slices"
 	"time"
+
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
+	"github.com/spillway-lb/spillway/internal/quantile"
 )
 
 // WithinLoad is the highest load (a multiple of the declared capacity) of
@@ -168,8 +171,8 @@ func (t *table) storyRun(m Measurement, row Row, cfg *Config) StoryRun {
 	}
 	mm := &run.Measures
 	mm.MeanMs = ratio(sum, float64(len(all)))
-	mm.P50Ms, mm.P99Ms, mm.P999Ms = percentile(all, 50), percentile(all, 99), percentile(all, 99.9)
-	mm.P99WithinMs, mm.P99OverMs = percentile(in, 99), percentile(over, 99)
+	mm.P50Ms, mm.P99Ms, mm.P999Ms = quantile.Of(all, 0.50), quantile.Of(all, 0.99), quantile.Of(all, 0.999)
+	mm.P99WithinMs, mm.P99OverMs = quantile.Of(in, 0.99), quantile.Of(over, 0.99)
 	mm.ErrorRate = row.ErrorRate
 	// Dropped requests are not in m.Requests; they count as errors of the
 	// phase they were due in, which the loader does not say: count them in
@@ -199,8 +202,8 @@ func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecon
 // summarise returns p's row over its runs: the median (of an even count,
 // the mean of the middle two), minimum and maximum of every measure and of
 // every region's utilization.
-func summarise(p Policy, runs []StoryRun) StoryRow {
-	row := StoryRow{Policy: string(p.Name), Scope: string(p.Scope), Runs: runs}
+func summarise(p benchpolicy.Row, runs []StoryRun) StoryRow {
+	row := StoryRow{Policy: string(p.Policy), Scope: string(p.Scope), Runs: runs}
 	if row.Scope == "" {
 		row.Scope = "-"
 	}

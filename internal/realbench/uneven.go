@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 	"github.com/spillway-lb/spillway/internal/topology"
 	"github.com/spillway-lb/spillway/sim"
 )
@@ -24,13 +25,13 @@ var UnevenLoads = []float64{0.5, 0.7, 0.9, 0.95, 1.1, 1.3, 1.5, 1.7, 2.0}
 
 // UnevenPolicies returns the uneven story's rows, one line each: the
 // planned policies, then the baselines users would pick.
-func UnevenPolicies() []Policy {
-	return []Policy{
-		{Name: config.PolicyWaterfall},
-		{Name: config.PolicyMinRTT},
-		{Name: config.PolicyRoundRobin, Scope: config.HashScopeGlobal},
-		{Name: config.PolicyLeastRequest, Scope: config.HashScopeGlobal}, // P2C over least requests
-		{Name: config.PolicyHash2, Scope: config.HashScopeGlobal},
+func UnevenPolicies() []benchpolicy.Row {
+	return []benchpolicy.Row{
+		{Policy: config.PolicyWaterfall},
+		{Policy: config.PolicyMinRTT},
+		{Policy: config.PolicyRoundRobin, Scope: config.HashScopeGlobal},
+		{Policy: config.PolicyLeastRequest, Scope: config.HashScopeGlobal}, // P2C over least requests
+		{Policy: config.PolicyHash2, Scope: config.HashScopeGlobal},
 	}
 }
 
@@ -113,7 +114,7 @@ func (st *Story) Validate() error {
 
 // order returns the policies of repetition rep (from 0): Config.Policies
 // rotated left by rep.
-func (st *Story) order(rep int) []Policy {
+func (st *Story) order(rep int) []benchpolicy.Row {
 	ps := st.Policies
 	k := rep % len(ps)
 	return append(slices.Clone(ps[k:]), ps[:k]...)
@@ -136,7 +137,7 @@ func RunStory(ctx context.Context, st Story, opts Options) (*StoryResult, error)
 		return nil, err
 	}
 	defer s.close()
-	runs := map[Policy][]StoryRun{}
+	runs := map[benchpolicy.Row][]StoryRun{}
 	n, total := 0, st.Reps*len(st.Policies)
 	for rep := range st.Reps {
 		for k, p := range st.order(rep) {

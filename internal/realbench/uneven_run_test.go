@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 )
 
 // TestRunStoryUneven runs the uneven story for real, cut to a quarter of
@@ -20,7 +22,7 @@ func TestRunStoryUneven(t *testing.T) {
 	st.Scale(0.25)
 	st.Net = 66 // TestRunQuick uses 60, the e2e tests 20–59
 	st.Reps = 1
-	st.Policies = []Policy{{Name: "waterfall"}, {Name: "round_robin", Scope: "global"}}
+	st.Policies = []benchpolicy.Row{{Policy: "waterfall"}, {Policy: "round_robin", Scope: "global"}}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var progress strings.Builder

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 )
 
 // TestUnevenStory checks the uneven story's schedule and deployment: nine
@@ -135,7 +137,7 @@ func near(a, b float64) bool { return math.Abs(a-b) < 1e-6*max(1, math.Abs(b)) }
 // repetition rotates the order by one.
 func TestStoryOrder(t *testing.T) {
 	st := UnevenStory(true)
-	st.Policies = []Policy{{Name: "waterfall"}, {Name: "min_rtt"}, {Name: "round_robin", Scope: "global"}}
+	st.Policies = []benchpolicy.Row{{Policy: "waterfall"}, {Policy: "min_rtt"}, {Policy: "round_robin", Scope: "global"}}
 	var got []string
 	for rep := range 4 {
 		var ids []string
@@ -173,12 +175,12 @@ func TestStoryRun(t *testing.T) {
 	}
 	run := tab.storyRun(m, row, &st.Config)
 	// 1095 latencies: 990 × 10, 100 × 200, 5 × 5000.
-	// Sorted: 990 × 10, 100 × 200, 5 × 5000; the p99 is the 1084th, the
-	// p99.9 the 1094th.
+	// Sorted: 990 × 10, 100 × 200, 5 × 5000; the p99 is the 1085th, the
+	// p99.9 the 1094th (nearest rank).
 	if run.P50Ms != 10 || run.P99Ms != 200 || run.P999Ms != 5000 {
 		t.Errorf("p50/p99/p99.9 %v/%v/%v ms, want 10/200/5000", run.P50Ms, run.P99Ms, run.P999Ms)
 	}
-	// Within 0.95x: 995 latencies, the p99 the 985th (10 ms); above it
+	// Within 0.95x: 995 latencies, the p99 the 986th (10 ms); above it
 	// 100 × 200 ms.
 	if run.P99WithinMs != 10 || run.P99OverMs != 200 {
 		t.Errorf("p99 within/over %v/%v ms, want 10/200", run.P99WithinMs, run.P99OverMs)

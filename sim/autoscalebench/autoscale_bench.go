@@ -2,7 +2,6 @@ package autoscalebench
 
 import (
 	"math"
-	"slices"
 	"time"
 )
 
@@ -288,26 +287,3 @@ func runAutoscaleCase(m AutoscaleModel, l AutoscaleLoad, cold time.Duration) []A
 }
 
 func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
-
-// percentileMs returns the q-quantile (nearest rank) of a latency
-// histogram in milliseconds.
-func percentileMs(h map[int64]int64, q float64) float64 {
-	keys := make([]int64, 0, len(h))
-	var total int64
-	for k, n := range h {
-		keys = append(keys, k)
-		total += n
-	}
-	if total == 0 {
-		return 0
-	}
-	slices.Sort(keys)
-	rank := int64(math.Ceil(q * float64(total)))
-	var seen int64
-	for _, k := range keys {
-		if seen += h[k]; seen >= rank {
-			return float64(k)
-		}
-	}
-	return float64(keys[len(keys)-1])
-}

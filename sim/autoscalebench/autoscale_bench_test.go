@@ -165,16 +165,3 @@ func TestLoadRate(t *testing.T) {
 		}
 	}
 }
-
-// TestPercentileMs: nearest-rank quantiles of a histogram.
-func TestPercentileMs(t *testing.T) {
-	h := map[int64]int64{500: 98, 540: 1, 20500: 1}
-	for _, tt := range []struct {
-		q    float64
-		want float64
-	}{{0.5, 500}, {0.98, 500}, {0.99, 540}, {1, 20500}} {
-		if got := percentileMs(h, tt.q); got != tt.want {
-			t.Errorf("percentileMs(%v) = %v, want %v", tt.q, got, tt.want)
-		}
-	}
-}

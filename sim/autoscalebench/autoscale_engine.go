@@ -1,9 +1,12 @@
 package autoscalebench
 
 import (
+	"maps"
 	"math"
+	"slices"
 	"time"
 
+	"github.com/spillway-lb/spillway/internal/quantile"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
@@ -173,8 +176,13 @@ func runAutoscaleLoad(m AutoscaleModel, l AutoscaleLoad, arr []int64, cold time.
 			sum = second{}
 		}
 	}
-	row.P50Ms = percentileMs(lat, 0.50)
-	row.P99Ms = percentileMs(lat, 0.99)
+	ms := slices.Sorted(maps.Keys(lat))
+	counts := make([]int64, len(ms))
+	for i, v := range ms {
+		counts[i] = lat[v]
+	}
+	row.P50Ms = float64(quantile.OfCounts(ms, counts, 0.50))
+	row.P99Ms = float64(quantile.OfCounts(ms, counts, 0.99))
 	row.InstanceS = math.Round(row.InstanceS)
 	if row.Requests > 0 {
 		row.ColdStartsPer1k = round3(float64(f.starts) * 1000 / float64(row.Requests))

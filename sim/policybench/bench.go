@@ -10,92 +10,40 @@ import (
 	"sync"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 )
 
-// BenchPolicy is one policy that Bench runs, one row of its result: the
-// load-balancing policy every gfe's routing table applies to the scenario's
-// one service (config.Service.Policy and HashScope).
-type BenchPolicy struct {
-	// Name labels the row ("waterfall", "hash5", ...); the policy's name in
-	// the defaults.
-	Name string
-	// Policy is the service's policy: a planned one (waterfall, min_rtt),
-	// whose gfes plan (waterfall.Compute or ComputeMinRTT), damp and pick
-	// by their site's plan row, or a baseline (round_robin, least_request,
-	// hash2, hash3, hash5).
-	Policy config.Policy
-	// Scope is a baseline's scope; empty means HashScopeGlobal. Only hash
-	// policies take nearest_region (the gfe's hash_scope), and planned
-	// policies none.
-	Scope config.HashScope
-}
-
-// ID returns the row's label: the name, with "/scope" for a baseline.
-func (p BenchPolicy) ID() string {
-	if p.Policy.IsPlanned() {
-		return p.Name
-	}
-	return p.Name + "/" + string(p.scope())
-}
-
-func (p BenchPolicy) scope() config.HashScope {
-	if p.Scope == "" && !p.Policy.IsPlanned() {
+// scope returns r's scope with a baseline's default: global when empty.
+// Planned rows keep theirs (validate rejects any).
+func scope(r benchpolicy.Row) config.HashScope {
+	if r.Scope == "" && !r.Policy.IsPlanned() {
 		return config.HashScopeGlobal
 	}
-	return p.Scope
+	return r.Scope
 }
 
-// PlannedPolicy returns the BenchPolicy of planned policy p (waterfall or
-// min_rtt), named after it.
-func PlannedPolicy(p config.Policy) BenchPolicy {
-	return BenchPolicy{Name: string(p), Policy: p}
+// id returns r's label with its default scope, the label of its result row.
+func id(r benchpolicy.Row) string {
+	return benchpolicy.Row{Policy: r.Policy, Scope: scope(r)}.ID()
 }
 
-// BaselinePolicy returns the BenchPolicy of baseline p with scope sc, named
-// after p.
-func BaselinePolicy(p config.Policy, sc config.HashScope) BenchPolicy {
-	return BenchPolicy{Name: string(p), Policy: p, Scope: sc}
-}
-
-// DefaultBenchPolicies returns the rows of a default bench: waterfall;
-// min_rtt (waterfall.ComputeMinRTT: least total RTT under the same
-// constraints, run by the gfes exactly like waterfall); round_robin and
-// least_request (scope global, as the gfe runs them); and hash2, hash3 and
-// hash5 with scope global and then nearest_region.
-func DefaultBenchPolicies() []BenchPolicy {
-	ps := []BenchPolicy{
-		PlannedPolicy(config.PolicyWaterfall),
-		PlannedPolicy(config.PolicyMinRTT),
-		BaselinePolicy(config.PolicyRoundRobin, config.HashScopeGlobal),
-		BaselinePolicy(config.PolicyLeastRequest, config.HashScopeGlobal),
+// validate checks r before a run: a known policy, no scope on a planned
+// one, and nearest_region only on a hash policy, as the gfe takes them.
+func validate(r benchpolicy.Row) error {
+	if _, err := config.ParsePolicy(string(r.Policy)); err != nil {
+		return fmt.Errorf("bench policy %s: %w", r.Policy, err)
 	}
-	for _, sc := range config.HashScopes() {
-		for _, h := range []config.Policy{config.PolicyHash2, config.PolicyHash3, config.PolicyHash5} {
-			ps = append(ps, BaselinePolicy(h, sc))
-		}
-	}
-	return ps
-}
-
-// validate checks p before a run.
-func (p BenchPolicy) validate() error {
-	if p.Name == "" {
-		return errors.New("bench policy: empty name")
-	}
-	if _, err := config.ParsePolicy(string(p.Policy)); err != nil {
-		return fmt.Errorf("bench policy %s: %w", p.Name, err)
-	}
-	if p.Policy.IsPlanned() {
-		if p.Scope != "" {
-			return fmt.Errorf("bench policy %s: %w", p.Name, sim.ErrScopeNotApplicable)
+	if r.Policy.IsPlanned() {
+		if r.Scope != "" {
+			return fmt.Errorf("bench policy %s: %w", r.Policy, sim.ErrScopeNotApplicable)
 		}
 		return nil
 	}
-	if _, err := config.ParseHashScope(string(p.scope())); err != nil {
-		return fmt.Errorf("bench policy %s: %w", p.Name, err)
+	if _, err := config.ParseHashScope(string(scope(r))); err != nil {
+		return fmt.Errorf("bench policy %s: %w", r.Policy, err)
 	}
-	if !p.Policy.IsHash() && p.scope() != config.HashScopeGlobal {
-		return fmt.Errorf("bench policy %s: scope %s: the gfe takes a hash_scope only for hash2, hash3 and hash5", p.Name, p.Scope)
+	if !r.Policy.IsHash() && scope(r) != config.HashScopeGlobal {
+		return fmt.Errorf("bench policy %s: scope %s: the gfe takes a hash_scope only for hash2, hash3 and hash5", r.Policy, r.Scope)
 	}
 	return nil
 }
@@ -104,8 +52,9 @@ func (p BenchPolicy) validate() error {
 // over the whole timeline.
 type BenchOptions struct {
 	// Policies to run, one row each, in this order; nil means
-	// DefaultBenchPolicies(). IDs must be unique.
-	Policies []BenchPolicy
+	// benchpolicy.Defaults(). IDs must be unique, a baseline's empty scope
+	// counting as global.
+	Policies []benchpolicy.Row
 	// MaxSteps, when > 0, stops the run after that many steps (a shortened
 	// timeline, for tests).
 	MaxSteps int
@@ -237,20 +186,20 @@ func Run(s *sim.Scenario, opts BenchOptions) (*BenchResult, error) {
 	}
 	policies := opts.Policies
 	if policies == nil {
-		policies = DefaultBenchPolicies()
+		policies = benchpolicy.Defaults()
 	}
 	if len(policies) == 0 {
 		return nil, errors.New("bench: no policies")
 	}
 	seen := map[string]bool{}
 	for _, p := range policies {
-		if err := p.validate(); err != nil {
+		if err := validate(p); err != nil {
 			return nil, err
 		}
-		if seen[p.ID()] {
-			return nil, fmt.Errorf("bench policy %s: listed twice", p.ID())
+		if seen[id(p)] {
+			return nil, fmt.Errorf("bench policy %s: listed twice", id(p))
 		}
-		seen[p.ID()] = true
+		seen[id(p)] = true
 	}
 	steps := tl.Steps()
 	if opts.MaxSteps > 0 {
@@ -319,7 +268,7 @@ func Run(s *sim.Scenario, opts BenchOptions) (*BenchResult, error) {
 			r := newRunner(s, &tl, tr, topo, lps, p, opts.Series)
 			row, err := r.run()
 			if err != nil {
-				errs[i] = fmt.Errorf("bench %s: %w", p.ID(), err)
+				errs[i] = fmt.Errorf("bench %s: %w", id(p), err)
 				return
 			}
 			res.Policies[i] = row
@@ -381,7 +330,8 @@ type LPSummary struct {
 
 // BenchRow is one policy's outcome. Shares are fractions in [0,1].
 type BenchRow struct {
-	// Policy is the BenchPolicy's Name; Scope is set for baselines only.
+	// Policy and Scope are the benchpolicy.Row's; Scope is set, global
+	// when the row left it empty, for baselines only.
 	Policy string           `json:"policy"`
 	Scope  config.HashScope `json:"scope,omitempty"`
 	// Requests is the total demand (as in BenchResult), Routed what the
@@ -429,7 +379,7 @@ type BenchRow struct {
 	Series []SeriesStep `json:"series,omitempty"`
 }
 
-// ID returns the row's label, as BenchPolicy.ID.
+// ID returns the row's label, as benchpolicy.Row.ID.
 func (r BenchRow) ID() string {
 	if r.Scope == "" {
 		return r.Policy

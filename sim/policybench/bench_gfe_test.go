@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 	"github.com/spillway-lb/spillway/lb/routing"
 )
 
@@ -34,11 +35,11 @@ timeline: {duration_s: 3, damping: 0.5}
 
 // runGFEs runs policy p's gfes on s for the timeline's steps and returns
 // them with every site's split at the last step, by slot.
-func runGFEs(t *testing.T, s *sim.Scenario, p BenchPolicy) (*gfes, *topology, *sim.Trace, []map[int]float64) {
+func runGFEs(t *testing.T, s *sim.Scenario, p benchpolicy.Row) (*gfes, *topology, *sim.Trace, []map[int]float64) {
 	t.Helper()
 	tl := *s.Timeline
 	tr := s.NewTrace(&tl, tl.Steps())
-	topo, err := newTopology(s, &tl, tr, []BenchPolicy{p})
+	topo, err := newTopology(s, &tl, tr, []benchpolicy.Row{p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func TestPlannedSplitMatchesTablePicks(t *testing.T) {
 	s := mustParse(t, smallWorld)
 	for _, p := range []config.Policy{config.PolicyWaterfall, config.PolicyMinRTT} {
 		t.Run(string(p), func(t *testing.T) {
-			g, topo, _, splits := runGFEs(t, s, PlannedPolicy(p))
+			g, topo, _, splits := runGFEs(t, s, benchpolicy.Row{Policy: p})
 			now := benchEpoch
 			for si, site := range s.Sites {
 				svc := g.tables[si].Services[benchService]
@@ -114,7 +115,7 @@ func TestPlannedSplitMatchesTablePicks(t *testing.T) {
 // table built for each site has that pool too.
 func TestBenchGlobalPoolShared(t *testing.T) {
 	s := mustParse(t, smallWorld)
-	for _, p := range []BenchPolicy{BaselinePolicy(config.PolicyRoundRobin, ""), BaselinePolicy(config.PolicyHash5, config.HashScopeGlobal)} {
+	for _, p := range []benchpolicy.Row{{Policy: config.PolicyRoundRobin}, {Policy: config.PolicyHash5, Scope: config.HashScopeGlobal}} {
 		t.Run(p.ID(), func(t *testing.T) {
 			g, _, tr, _ := runGFEs(t, s, p)
 			cs, err := g.snapshot(tr.SeenGroups[0])

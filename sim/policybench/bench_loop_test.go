@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 	"github.com/spillway-lb/spillway/lb/backend"
 	lbcapacity "github.com/spillway-lb/spillway/lb/capacity"
 	"github.com/spillway-lb/spillway/lb/routing"
@@ -19,11 +20,11 @@ import (
 
 // newTestRunner returns a runner of policy p over s's whole timeline, and
 // its working state, as Bench sets them up.
-func newTestRunner(t *testing.T, s *sim.Scenario, p BenchPolicy) (*runner, *stepState) {
+func newTestRunner(t *testing.T, s *sim.Scenario, p benchpolicy.Row) (*runner, *stepState) {
 	t.Helper()
 	tl := *s.Timeline
 	tr := s.NewTrace(&tl, tl.Steps())
-	topo, err := newTopology(s, &tl, tr, []BenchPolicy{p})
+	topo, err := newTopology(s, &tl, tr, []benchpolicy.Row{p})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"github.com/spillway-lb/spillway/sim"
 
 	"fmt"
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 	"math"
 	"math/rand/v2"
 	"net/netip"
@@ -69,7 +70,7 @@ type client struct {
 func (t *topology) slots() int { return len(t.slotGroup) }
 
 // newTopology builds the shared state of a Bench run over tr.
-func newTopology(s *sim.Scenario, tl *sim.Timeline, tr *sim.Trace, policies []BenchPolicy) (*topology, error) {
+func newTopology(s *sim.Scenario, tl *sim.Timeline, tr *sim.Trace, policies []benchpolicy.Row) (*topology, error) {
 	t := &topology{groupIdx: map[string]int{}, feedback: tl.Feedback}
 	regionAt := map[string]int{}
 	for ri, r := range s.Regions {
@@ -124,7 +125,7 @@ func newTopology(s *sim.Scenario, tl *sim.Timeline, tr *sim.Trace, policies []Be
 		t.nearest = append(t.nearest, nearest)
 	}
 
-	hashes := slices.ContainsFunc(policies, func(p BenchPolicy) bool { return p.Policy.IsHash() })
+	hashes := slices.ContainsFunc(policies, func(p benchpolicy.Row) bool { return p.Policy.IsHash() })
 	if hashes {
 		t.clients = make([][]client, len(s.Sites))
 		for i := range s.Sites {
@@ -207,7 +208,7 @@ type runner struct {
 	tr     *sim.Trace
 	topo   *topology
 	lps    []stepLP
-	pol    BenchPolicy
+	pol    benchpolicy.Row
 	series bool
 
 	gfes    *gfes
@@ -221,7 +222,7 @@ type runner struct {
 	hist   *latencyHist
 }
 
-func newRunner(s *sim.Scenario, tl *sim.Timeline, tr *sim.Trace, topo *topology, lps []stepLP, p BenchPolicy, series bool) *runner {
+func newRunner(s *sim.Scenario, tl *sim.Timeline, tr *sim.Trace, topo *topology, lps []stepLP, p benchpolicy.Row, series bool) *runner {
 	return &runner{
 		s: s, tl: tl, tr: tr, topo: topo, lps: lps, pol: p, series: series,
 		gfes:    newGFEs(s, tl, topo, p),
@@ -235,9 +236,9 @@ func newRunner(s *sim.Scenario, tl *sim.Timeline, tr *sim.Trace, topo *topology,
 
 // run simulates every step and returns the policy's row.
 func (r *runner) run() (BenchRow, error) {
-	row := BenchRow{Policy: r.pol.Name}
+	row := BenchRow{Policy: string(r.pol.Policy)}
 	if !r.pol.Policy.IsPlanned() {
-		row.Scope = r.pol.scope()
+		row.Scope = scope(r.pol)
 	}
 	var tot benchTotals
 	st := r.newStepState()

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 )
 
 // benchRow runs s with the given policies and returns the rows by ID.
@@ -118,8 +119,8 @@ func TestBenchOneInstance(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := mustParse(t, tt.yaml)
 			res, rows := benchRows(t, s, BenchOptions{})
-			if len(res.Policies) != len(DefaultBenchPolicies()) {
-				t.Fatalf("%d rows, want %d", len(res.Policies), len(DefaultBenchPolicies()))
+			if len(res.Policies) != len(benchpolicy.Defaults()) {
+				t.Fatalf("%d rows, want %d", len(res.Policies), len(benchpolicy.Defaults()))
 			}
 			want := tt.want
 			want.Policy = "waterfall"
@@ -464,8 +465,8 @@ func TestBenchShippedInvariants(t *testing.T) {
 				return
 			}
 			res, _ := benchRows(t, s, BenchOptions{})
-			if len(res.Policies) != len(DefaultBenchPolicies()) {
-				t.Errorf("%d rows, want %d", len(res.Policies), len(DefaultBenchPolicies()))
+			if len(res.Policies) != len(benchpolicy.Defaults()) {
+				t.Errorf("%d rows, want %d", len(res.Policies), len(benchpolicy.Defaults()))
 			}
 		})
 	}
@@ -523,7 +524,7 @@ func TestBenchDeterministic(t *testing.T) {
 
 func TestBenchErrors(t *testing.T) {
 	s := mustParse(t, twoRegions)
-	wf := DefaultBenchPolicies()[0]
+	wf := benchpolicy.Defaults()[0]
 	tests := []struct {
 		name    string
 		s       *sim.Scenario
@@ -531,12 +532,12 @@ func TestBenchErrors(t *testing.T) {
 		wantErr error
 		wantMsg string
 	}{
-		{name: "no policies", s: s, opts: BenchOptions{Policies: []BenchPolicy{}}, wantMsg: "bench: no policies"},
-		{name: "twice", s: s, opts: BenchOptions{Policies: []BenchPolicy{wf, wf}}, wantMsg: "bench policy waterfall: listed twice"},
-		{name: "scope on a planned policy", s: s, opts: BenchOptions{Policies: []BenchPolicy{{Name: "w", Policy: config.PolicyWaterfall, Scope: config.HashScopeGlobal}}}, wantErr: sim.ErrScopeNotApplicable},
-		{name: "unknown policy", s: s, opts: BenchOptions{Policies: []BenchPolicy{{Name: "x", Policy: "random"}}}, wantMsg: `bench policy x: unknown policy "random"`},
-		{name: "nearest_region without hashing", s: s, opts: BenchOptions{Policies: []BenchPolicy{BaselinePolicy(config.PolicyRoundRobin, config.HashScopeNearestRegion)}}, wantMsg: "the gfe takes a hash_scope only for hash2, hash3 and hash5"},
-		{name: "unknown scope", s: s, opts: BenchOptions{Policies: []BenchPolicy{BaselinePolicy(config.PolicyHash2, "zone")}}, wantMsg: `unknown scope "zone"`},
+		{name: "no policies", s: s, opts: BenchOptions{Policies: []benchpolicy.Row{}}, wantMsg: "bench: no policies"},
+		{name: "twice", s: s, opts: BenchOptions{Policies: []benchpolicy.Row{wf, wf}}, wantMsg: "bench policy waterfall: listed twice"},
+		{name: "scope on a planned policy", s: s, opts: BenchOptions{Policies: []benchpolicy.Row{{Policy: config.PolicyWaterfall, Scope: config.HashScopeGlobal}}}, wantErr: sim.ErrScopeNotApplicable},
+		{name: "unknown policy", s: s, opts: BenchOptions{Policies: []benchpolicy.Row{{Policy: "random"}}}, wantMsg: `bench policy random: unknown policy "random"`},
+		{name: "nearest_region without hashing", s: s, opts: BenchOptions{Policies: []benchpolicy.Row{benchpolicy.Row{Policy: config.PolicyRoundRobin, Scope: config.HashScopeNearestRegion}}}, wantMsg: "the gfe takes a hash_scope only for hash2, hash3 and hash5"},
+		{name: "unknown scope", s: s, opts: BenchOptions{Policies: []benchpolicy.Row{benchpolicy.Row{Policy: config.PolicyHash2, Scope: "zone"}}}, wantMsg: `unknown scope "zone"`},
 		{name: "invalid scenario", s: &sim.Scenario{}, wantErr: sim.ErrInvalidScenario},
 		{name: "too many instances", s: mustParse(t, `
 regions: [{name: r, groups: [{name: g, instances: 10000, healthy: 10000, rate_per_instance: 1}, {name: h, instances: 10000, healthy: 10000, rate_per_instance: 1}, {name: i, instances: 10000, healthy: 10000, rate_per_instance: 1}]}]
@@ -611,7 +612,7 @@ func TestBenchTableGolden(t *testing.T) {
 
 func TestBenchJSON(t *testing.T) {
 	s := mustParse(t, twoRegions)
-	res, err := Run(s, BenchOptions{Policies: DefaultBenchPolicies()[:1], Series: true})
+	res, err := Run(s, BenchOptions{Policies: benchpolicy.Defaults()[:1], Series: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -669,15 +670,15 @@ round_robin,global,0,Y,0.5,100,100
 }
 
 // policies returns the default bench policies with the given IDs.
-func policies(t *testing.T, ids ...string) []BenchPolicy {
+func policies(t *testing.T, ids ...string) []benchpolicy.Row {
 	t.Helper()
-	var out []BenchPolicy
+	var out []benchpolicy.Row
 	for _, id := range ids {
-		i := slices.IndexFunc(DefaultBenchPolicies(), func(p BenchPolicy) bool { return p.ID() == id })
+		i := slices.IndexFunc(benchpolicy.Defaults(), func(p benchpolicy.Row) bool { return p.ID() == id })
 		if i < 0 {
 			t.Fatalf("no default bench policy %s", id)
 		}
-		out = append(out, DefaultBenchPolicies()[i])
+		out = append(out, benchpolicy.Defaults()[i])
 	}
 	return out
 }
