@@ -1,6 +1,8 @@
 package realbench
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"math"
 	"strings"
@@ -215,5 +217,57 @@ func TestStoryRun(t *testing.T) {
 	}
 	if med, lo, hi := medianRange([]float64{4, 1, 3, 2}); med != 2.5 || lo != 1 || hi != 4 {
 		t.Errorf("medianRange(4 1 3 2) = %v %v %v, want 2.5 1 4", med, lo, hi)
+	}
+}
+
+// TestStoryResultJSONRoundTrip: the JSON of a StoryResult has the story's
+// rows and phases under "rows" and "phases" (not the embedded Result's),
+// and decodes back to the same table (lbbench --render).
+func TestStoryResultJSONRoundTrip(t *testing.T) {
+	st := UnevenStory(true)
+	spec := st.spec()
+	tab, err := newTable(spec, &st.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := Measurement{Policy: st.Policies[0], Requests: reqs(100, "tokyo", 0, 0, "", 0, 200, "asia-east", "asia-east-b-1", 10*ms)}
+	row, err := tab.row(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := &StoryResult{Result: *newResult(spec, &st.Config, tab), Story: "uneven", Reps: 1, TimeoutS: 5, MinCrossRegion: 0.25}
+	res.Result.Phases = nil
+	res.StoryPhases = []StoryPhase{{PhaseInfo: PhaseInfo{Name: "0.5x", DurationS: 2}, Load: 0.5, MinCrossRegion: 0.2}}
+	res.Rows = []StoryRow{summarise(st.Policies[0], []StoryRun{tab.storyRun(m, row, &st.Config)})}
+	var js bytes.Buffer
+	if err := res.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Rows   []map[string]any `json:"rows"`
+		Phases []map[string]any `json:"phases"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Rows) != 1 || doc.Rows[0]["p999_ms"] != 10.0 || len(doc.Phases) != 1 || doc.Phases[0]["load"] != 0.5 {
+		t.Fatalf("JSON rows %v, phases %v; want one story row (p999_ms 10) and one story phase (load 0.5)", doc.Rows, doc.Phases)
+	}
+	var back StoryResult
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	var want, got strings.Builder
+	if err := res.WriteTable(&want); err != nil {
+		t.Fatal(err)
+	}
+	if err := back.WriteTable(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got.String() != want.String() {
+		t.Errorf("table after the round trip:\n%s\nwant:\n%s", got.String(), want.String())
+	}
+	if !strings.Contains(want.String(), "waterfall") || !strings.Contains(want.String(), "minimum necessary cross-region share (LP over the declared capacities): 25.0%") {
+		t.Errorf("table lacks the row or the minimum share:\n%s", want.String())
 	}
 }
