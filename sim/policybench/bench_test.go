@@ -706,8 +706,8 @@ sites: [{name: s, demand_rps: 700, rtt_ms: {r: 10}}]
 timeline:
   duration_s: 20
 `
-	_, fast := benchRows(t, mustParse(t, base), BenchOptions{Policies: policies(t, "waterfall")})
-	_, slow := benchRows(t, mustParse(t, base+"  events: [{at_s: 0, group: g, slowdown: 2}]\n"), BenchOptions{Policies: policies(t, "waterfall")})
+	_, fast := benchRows(t, mustParse(t, base), Options{Policies: policies(t, "waterfall")})
+	_, slow := benchRows(t, mustParse(t, base+"  events: [{at_s: 0, group: g, slowdown: 2}]\n"), Options{Policies: policies(t, "waterfall")})
 	if got := fast["waterfall"].ErrorRate; got != 0 {
 		t.Errorf("unslowed: error rate %v, want 0", got)
 	}
