@@ -1,5 +1,5 @@
 // Command benchchart draws the charts of BENCHMARKS.md as SVG from the
-// simulation behind `lbsim bench`: it runs sim.Scenario.Bench in process,
+// simulation behind `lbsim bench`: it runs policybench.Run in process,
 // with the same scenario file and policies, and charts the result, so a
 // chart never holds a number typed in by hand.
 //
@@ -8,11 +8,11 @@
 // Kinds:
 //
 //   - shares: one stacked-area panel per policy, each region's share of all
-//     requests routed in each step (BenchRow.Series), in percent.
+//     requests routed in each step (policybench.Row.Series), in percent.
 //   - utilization: one panel per policy, each region's load over its
 //     capacity in each step, in percent, with the 100% line.
 //   - cdf: one panel, the latency distribution of served requests of every
-//     policy (BenchRow.CDF) on a logarithmic axis in ms.
+//     policy (policybench.Row.CDF) on a logarithmic axis in ms.
 //
 // The policies are benchpolicy.Defaults without least_request, which
 // the simulation models exactly like round_robin; --policies picks rows by
@@ -52,8 +52,8 @@ func main() {
 }
 
 // kinds maps each --kind to the function that builds its figure.
-func kinds() map[string]func(*policybench.BenchResult) (*svgchart.Figure, error) {
-	return map[string]func(*policybench.BenchResult) (*svgchart.Figure, error){
+func kinds() map[string]func(*policybench.Result) (*svgchart.Figure, error) {
+	return map[string]func(*policybench.Result) (*svgchart.Figure, error){
 		"shares":      sharesFigure,
 		"utilization": utilizationFigure,
 		"cdf":         cdfFigure,
@@ -107,7 +107,7 @@ func run(args []string, stderr io.Writer) int {
 		printErr(stderr, err)
 		return exitUsage
 	}
-	res, err := policybench.Run(scen, policybench.BenchOptions{Policies: policies, Series: *kind != "cdf"})
+	res, err := policybench.Run(scen, policybench.Options{Policies: policies, Series: *kind != "cdf"})
 	if err != nil {
 		printErr(stderr, err)
 		return exitFail

@@ -52,7 +52,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		printCmdErr(stderr, "bench", err)
 		return exitUsage
 	}
-	res, err := policybench.Run(scen, policybench.BenchOptions{Policies: policies, MaxSteps: *steps, Series: *seriesPath != ""})
+	res, err := policybench.Run(scen, policybench.Options{Policies: policies, MaxSteps: *steps, Series: *seriesPath != ""})
 	if err != nil {
 		printCmdErr(stderr, "bench", err)
 		return exitFail
@@ -81,7 +81,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func writeSeries(path string, res *policybench.BenchResult) error {
+func writeSeries(path string, res *policybench.Result) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("series: %w", err)

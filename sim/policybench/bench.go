@@ -1,8 +1,6 @@
 package policybench
 
 import (
-	"github.com/spillway-lb/spillway/sim"
-
 	"errors"
 	"fmt"
 	"math"
@@ -11,6 +9,7 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/benchpolicy"
+	"github.com/spillway-lb/spillway/sim"
 )
 
 // scope returns r's scope with a baseline's default: global when empty.
@@ -48,9 +47,9 @@ func validate(r benchpolicy.Row) error {
 	return nil
 }
 
-// BenchOptions tunes one Bench run. The zero value runs every default policy
+// Options tunes one Run. The zero value runs every default policy
 // over the whole timeline.
-type BenchOptions struct {
+type Options struct {
 	// Policies to run, one row each, in this order; nil means
 	// benchpolicy.Defaults(). IDs must be unique, a baseline's empty scope
 	// counting as global.
@@ -58,14 +57,14 @@ type BenchOptions struct {
 	// MaxSteps, when > 0, stops the run after that many steps (a shortened
 	// timeline, for tests).
 	MaxSteps int
-	// Series records every step's region shares in each row (BenchRow.Series).
+	// Series records every step's region shares in each row (Row.Series).
 	Series bool
 	// Parallelism is how many policies run at once; 0 means GOMAXPROCS.
 	// Results do not depend on it.
 	Parallelism int
 }
 
-// ErrTooLarge is returned by Bench when a scenario would need more memory or
+// ErrTooLarge is returned by Run when a scenario would need more memory or
 // time than a simulation should: more than maxBenchInstances instance slots,
 // or more than maxBenchCells site-steps.
 var ErrTooLarge = errors.New("scenario too large to simulate")
@@ -75,7 +74,7 @@ const (
 	maxBenchCells     = 50_000_000
 )
 
-// Bench runs every policy of opts through s's timeline (DefaultTimeline, one
+// Run runs every policy of opts through s's timeline (DefaultTimeline, one
 // step, when s has none) and reports, per policy, latency, overload, errors,
 // cross-region traffic and the gap to the min-RTT optimum. Policies run
 // independently, in parallel, on the same trace; the result is the same for
@@ -169,14 +168,14 @@ const (
 // all requests; CrossRegion, the share of
 // routed requests sent outside the site's nearest region; MeanRTTMs and
 // RTTOverLP, the mean RTT of routed requests over that of the linear-program
-// optimum of the same steps (solveLP: least total RTT with every region
+// optimum of the same steps (sim.SolveLP: least total RTT with every region
 // within λ·capacity of its healthy instances); and OscillationPP, how much
-// the sites' region shares swing back and forth (see BenchRow).
+// the sites' region shares swing back and forth (see Row).
 //
-// Bench fails with ErrTooLarge for scenarios too large to simulate, and with
+// Run fails with ErrTooLarge for scenarios too large to simulate, and with
 // ErrOverflow when a scenario's numbers are so large that a metric does not
 // fit in a float64.
-func Run(s *sim.Scenario, opts BenchOptions) (*BenchResult, error) {
+func Run(s *sim.Scenario, opts Options) (*Result, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
@@ -214,7 +213,7 @@ func Run(s *sim.Scenario, opts BenchOptions) (*BenchResult, error) {
 		return nil, err
 	}
 
-	res := &BenchResult{
+	res := &Result{
 		Steps:            steps,
 		StepS:            tl.StepS,
 		GossipDelayS:     tl.GossipDelayS,
@@ -223,7 +222,7 @@ func Run(s *sim.Scenario, opts BenchOptions) (*BenchResult, error) {
 		Seed:             tl.Seed,
 		Sites:            len(s.Sites),
 		Instances:        topo.slots(),
-		Policies:         make([]BenchRow, len(policies)),
+		Policies:         make([]Row, len(policies)),
 		Feedback:         tl.Feedback,
 		LoadReports:      tl.Model.LoadReports,
 	}
@@ -281,9 +280,9 @@ func Run(s *sim.Scenario, opts BenchOptions) (*BenchResult, error) {
 	return res, nil
 }
 
-// BenchResult is the outcome of Scenario.Bench: one row per policy. Its JSON
+// Result is the outcome of Run: one row per policy. Its JSON
 // form is the object `lbsim bench --json` prints. Every number is finite.
-type BenchResult struct {
+type Result struct {
 	// Scenario names the scenario (the file); set by the caller.
 	Scenario string `json:"scenario,omitempty"`
 	// Steps is the number of steps run, of StepS seconds each.
@@ -297,7 +296,7 @@ type BenchResult struct {
 	Seed             uint64  `json:"seed"`
 	Sites            int     `json:"sites"`
 	// Regions lists the region names in scenario order; region-indexed
-	// slices (BenchRow.Series) follow this order.
+	// slices (Row.Series) follow this order.
 	Regions []string `json:"regions"`
 	// Instances is the number of instance slots simulated (the most each
 	// group ever has).
@@ -307,7 +306,7 @@ type BenchResult struct {
 	// LP summarises the linear-program optimum over the run.
 	LP LPSummary `json:"lp"`
 	// Policies holds one row per policy, in the order run.
-	Policies []BenchRow `json:"policies"`
+	Policies []Row `json:"policies"`
 	// Feedback and LoadReports are Timeline.Feedback and
 	// Model.LoadReports: whether the gfes ran the closed loop, and with
 	// the instances' load reports.
@@ -328,13 +327,13 @@ type LPSummary struct {
 	cost, placed float64
 }
 
-// BenchRow is one policy's outcome. Shares are fractions in [0,1].
-type BenchRow struct {
+// Row is one policy's outcome. Shares are fractions in [0,1].
+type Row struct {
 	// Policy and Scope are the benchpolicy.Row's; Scope is set, global
 	// when the row left it empty, for baselines only.
 	Policy string           `json:"policy"`
 	Scope  config.HashScope `json:"scope,omitempty"`
-	// Requests is the total demand (as in BenchResult), Routed what the
+	// Requests is the total demand (as in Result), Routed what the
 	// policy sent to some instance, Served what completed; all in requests.
 	Requests float64 `json:"requests"`
 	Routed   float64 `json:"routed"`
@@ -374,13 +373,13 @@ type BenchRow struct {
 	// CDF is the latency distribution of served requests: the latency at
 	// each of CDFProbabilities.
 	CDF []CDFPoint `json:"cdf"`
-	// Series holds every step's region shares, when BenchOptions.Series is
+	// Series holds every step's region shares, when Options.Series is
 	// set.
 	Series []SeriesStep `json:"series,omitempty"`
 }
 
 // ID returns the row's label, as benchpolicy.Row.ID.
-func (r BenchRow) ID() string {
+func (r Row) ID() string {
 	if r.Scope == "" {
 		return r.Policy
 	}
@@ -394,13 +393,13 @@ type CDFPoint struct {
 	Ms float64 `json:"ms"`
 }
 
-// CDFProbabilities are the probabilities at which BenchRow.CDF is given.
+// CDFProbabilities are the probabilities at which Row.CDF is given.
 func CDFProbabilities() []float64 {
 	return []float64{0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.999}
 }
 
 // SeriesStep is one step of a row's region series. Slices are indexed like
-// BenchResult.Regions.
+// Result.Regions.
 type SeriesStep struct {
 	// TS is the start of the step, seconds.
 	TS float64 `json:"t_s"`

@@ -1,8 +1,6 @@
 package policybench
 
 import (
-	"github.com/spillway-lb/spillway/sim"
-
 	"errors"
 	"fmt"
 	"math"
@@ -17,6 +15,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/splitmix"
 	"github.com/spillway-lb/spillway/lb/routing"
+	"github.com/spillway-lb/spillway/sim"
 )
 
 // The simulated gfes run the gfe's own routing (lb/routing): each

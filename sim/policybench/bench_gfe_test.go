@@ -1,8 +1,6 @@
 package policybench
 
 import (
-	"github.com/spillway-lb/spillway/sim"
-
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -14,6 +12,7 @@ import (
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/benchpolicy"
 	"github.com/spillway-lb/spillway/lb/routing"
+	"github.com/spillway-lb/spillway/sim"
 )
 
 // smallWorld: site a's 400 rps fill X (x1 with 3 of 4 instances healthy, x2
@@ -156,7 +155,7 @@ regions:
   - {name: Y, groups: [{name: y, instances: 1, healthy: 1, rate_per_instance: 100}]}
 sites: [{name: a, demand_rps: 50, rtt_ms: {X: 10}}]
 `)
-	_, rows := benchRows(t, s, BenchOptions{})
+	_, rows := benchRows(t, s, Options{})
 	for id, want := range map[string]float64{"round_robin/global": 0.5, "waterfall": 0, "hash5/nearest_region": 0} {
 		if got := rows[id].ErrorRate; math.Abs(got-want) > 1e-12 {
 			t.Errorf("%s: error rate %v, want %v", id, got, want)
@@ -180,7 +179,7 @@ regions:
   - {name: Z, groups: [{name: z, instances: 1, healthy: 1, rate_per_instance: 100}]}
 sites: [{name: a, demand_rps: 50, rtt_ms: {X: 1, Y: 2, Z: 3}}]
 `)
-	_, rows := benchRows(t, s, BenchOptions{})
+	_, rows := benchRows(t, s, Options{})
 	if got := rows["waterfall"]; got.ErrorRate != 0 || got.MeanRTTMs != 3 {
 		t.Errorf("waterfall: error rate %v, mean RTT %v; want 0 and 3 (everything to z)", got.ErrorRate, got.MeanRTTMs)
 	}
@@ -191,7 +190,7 @@ sites: [{name: a, demand_rps: 50, rtt_ms: {X: 1, Y: 2, Z: 3}}]
 regions: [{name: X, groups: [{name: x, instances: 0, healthy: 0, rate_per_instance: 100}]}]
 sites: [{name: a, demand_rps: 50, rtt_ms: {X: 1}}]
 `)
-	_, rows = benchRows(t, empty, BenchOptions{})
+	_, rows = benchRows(t, empty, Options{})
 	for id, r := range rows {
 		if r.ErrorRate != 1 {
 			t.Errorf("%s: error rate %v with no instance, want 1", id, r.ErrorRate)
