@@ -40,6 +40,13 @@
 // stops answering (TestCrashedNodeDropped); one that leaves is dropped at
 // once.
 //
+// Scale: the timings come in profiles (profile.go, Config.WithProfile):
+// ProfileLAN, DefaultConfig's, for up to a couple of hundred members, and
+// ProfileLarge for hundreds to thousands, which spaces out the traffic that
+// grows with the cluster (push/pull of every state, seal refreshes).
+// Package gossipbench (`lbsim gossip`) measures spread, bytes per node and
+// failure detection with N real nodes in one process.
+//
 // Wire format: see codec.go. States are JSON, DEFLATE-compressed when that
 // helps, behind a codec byte. A state that does not fit one UDP packet
 // (Config.UDPBufferSize) is sent to each member over TCP and not gossiped.
