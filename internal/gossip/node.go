@@ -602,3 +602,7 @@ func (n *Node) StateFrameSize() int {
 // ViewSize returns the size in bytes of this node's push/pull payload:
 // every state it holds, with the seals' chains, as one frame.
 func (n *Node) ViewSize() int { return len(n.localView()) }
+
+// QueuedBroadcasts returns how many states (own and relayed) wait in the
+// gossip queue for more transmissions.
+func (n *Node) QueuedBroadcasts() int { return n.queue.NumQueued() }

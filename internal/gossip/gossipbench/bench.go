@@ -310,6 +310,7 @@ func newCluster(ctx context.Context, o Options, r *mrand.Rand, progress func(str
 		return c, err
 	}
 	c.formed = time.Since(start)
+	c.waitQuiet(ctx, time.Minute)
 	return c, nil
 }
 
@@ -329,6 +330,23 @@ func (c *cluster) waitMembers(ctx context.Context, d time.Duration) {
 			}
 		}
 		if all {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitQuiet waits up to d until no node has states queued for gossip, so
+// that the relays of the states exchanged while forming do not count in
+// the steady window.
+func (c *cluster) waitQuiet(ctx context.Context, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		queued := 0
+		for _, m := range c.members {
+			queued += m.node.QueuedBroadcasts()
+		}
+		if queued == 0 {
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
