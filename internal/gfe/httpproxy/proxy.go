@@ -67,6 +67,10 @@ type Options struct {
 	// the proxy counters of its own, registered in Registry.
 	PickErrors    *prometheus.CounterVec
 	BackendErrors prometheus.Counter
+	// Shed is the counter of arrivals refused at once in global overload
+	// (NewShed: labels service and reason), shared with the tcp proxy;
+	// nil gives the proxy one of its own, registered in Registry.
+	Shed *prometheus.CounterVec
 	// Quota admits requests against per-consumer quota before they are
 	// routed (internal/gfe/quotaclient.Enforcer); nil charges nothing.
 	Quota Admitter
@@ -284,6 +288,7 @@ const (
 	msgClientGone = "gfe: client closed request"
 	msgNoneFreed  = "gfe: no instance became free within the pending wait"
 	msgQueueFull  = "gfe: too many requests are waiting for this service"
+	msgShed       = "gfe: the service is over its global capacity; retry later"
 )
 
 // statusClientClosed answers a request whose client went away before its
@@ -503,12 +508,15 @@ func (p *Proxy) decide(ctx context.Context, v requestView, host, path, method st
 			// by the Admitter (spillway_gfe_quota_decisions_total).
 			no := refusal{status: qv.Status, msg: qv.Message}
 			if qv.RetryAfter > 0 {
-				no.retryAfter = strconv.Itoa(int((qv.RetryAfter + time.Second - 1) / time.Second))
+				no.retryAfter = retryAfterSeconds(qv.RetryAfter)
 			}
 			return decision{}, no
 		}
 	}
 	svc.Meters().Started()
+	if no, shed := p.shed(svc); shed {
+		return decision{}, no
+	}
 	if p.pending != nil && svc.Meters().Pending.Load() > 0 {
 		// Some of the service's requests wait: this one goes behind them.
 		return p.await(ctx, t, rt, svc, v, k, now, nil)
@@ -531,6 +539,29 @@ func (p *Proxy) decide(ctx context.Context, v requestView, host, path, method st
 	}
 	svc.Meters().Decisions[pk.Reason].Add(1)
 	return decision{route: rt, svc: svc, pick: pk, cookie: ck}, refusal{}
+}
+
+// shed refuses a request of svc at once when the service sheds global
+// overload (routing.Service.Shed, config overload) and the request's draw
+// falls in the refused share: 503 with the service's overload.retry_after,
+// counted in spillway_gfe_shed_total{reason="overload"} and nowhere else —
+// not against a backend, not as a failure. The request stays counted as
+// an arrival (Meters.Started): the plan's λ must see the demand it sheds,
+// or shedding would undo itself. It does not allocate when it admits.
+func (p *Proxy) shed(svc *routing.Service) (refusal, bool) {
+	rule := svc.Shed()
+	if rule.Fraction() == 0 || rule.Admit(p.rand()) {
+		return refusal{}, false
+	}
+	svc.Meters().Ended()
+	p.metrics.shed.WithLabelValues(svc.Name(), ShedOverload).Inc()
+	return refusal{status: http.StatusServiceUnavailable, msg: msgShed, retryAfter: retryAfterSeconds(svc.Config().Overload.RetryAfter)}, true
+}
+
+// retryAfterSeconds returns d as a Retry-After value: whole seconds,
+// rounded up, at least 1.
+func retryAfterSeconds(d time.Duration) string {
+	return strconv.Itoa(max(1, int((d+time.Second-1)/time.Second)))
 }
 
 // pickFailed counts a request of svc whose pick failed with err as ended
