@@ -15,17 +15,17 @@ import (
 // site's demand to regions so that the total RTT is least, with no region
 // above its capacity (scaled by λ when demand exceeds capacity).
 type LPProblem struct {
-	// Demand[s] is site s's Demand, requests/s.
+	// Demand[s] is site s's demand, requests/s.
 	Demand []float64
-	// Capacity[r] is region r's serving Capacity, requests/s.
+	// Capacity[r] is region r's serving capacity, requests/s.
 	Capacity []float64
-	// RTT[s][r] is the RTT from site s to region r in ms; reach[s][r] is
+	// RTT[s][r] is the RTT from site s to region r in ms; Reach[s][r] is
 	// false when the site does not reach the region.
 	RTT   [][]float64
 	Reach [][]bool
 }
 
-// LPSolution is the optimum of an lpProblem.
+// LPSolution is the optimum of an LPProblem.
 type LPSolution struct {
 	// Placed is the demand the optimum places, requests/s: every site's
 	// demand, less that of sites reaching no region with capacity.
@@ -39,7 +39,7 @@ type LPSolution struct {
 	Lambda float64
 }
 
-// ErrLPInfeasible is returned by solveLP when the sites' reach leaves no
+// ErrLPInfeasible is returned by SolveLP when the sites' reach leaves no
 // assignment within λ·capacity (possible only when some site does not reach
 // every region).
 var ErrLPInfeasible = errors.New("lp: no assignment fits the capacities")
@@ -67,7 +67,7 @@ var ErrLPInfeasible = errors.New("lp: no assignment fits the capacities")
 // its own.
 func SolveLP(p LPProblem) (LPSolution, error) { return solveLPFrom(p, true) }
 
-// solveLPFrom is solveLP; warm = false always lets the solver find its own
+// solveLPFrom is SolveLP; warm = false always lets the solver find its own
 // starting basis (phase 1), for tests that compare both ways.
 func solveLPFrom(p LPProblem, warm bool) (LPSolution, error) {
 	var sites, regions []int
@@ -194,7 +194,7 @@ func simplex(c []float64, A mat.Matrix, b []float64, basis []int) (f float64, x 
 // exactly one line but the last, which closes the final row and column, so
 // the S+R cells taken form a spanning tree: a nonsingular, feasible and
 // possibly degenerate basis, usually close to the optimum. It returns the
-// variable indexes in the column layout of solveLP for a full reach (pair
+// variable indexes in the column layout of SolveLP for a full reach (pair
 // s·R + r, slack S·R + r).
 func leastRTTBasis(supply, capacity []float64, cost [][]float64) []int {
 	S, R := len(supply), len(capacity)
