@@ -19,6 +19,7 @@ import (
 const (
 	loadAwareNet = 33
 	shedNet      = 36
+	slowStartNet = 37
 )
 
 // withServiceKeys returns an EditConfig that adds lines to the service
@@ -127,6 +128,84 @@ func TestLoadAwareSlowInstanceEndToEnd(t *testing.T) {
 	}
 	if r := res["nyc"]; r.Failed > 0 {
 		t.Errorf("%d of %d requests failed: %v %v", r.Failed, r.Sent, r.Status, r.Errors)
+	}
+}
+
+// TestLoadAwareSlowStartEndToEnd: with load_aware and a 12s slow_start,
+// an instance that comes back to health ramps up: in the first 2s after
+// its first request it serves well under a quarter (its weight grows from
+// 0.1 to 1/6), and after its window a quarter again, counted from the
+// backends' own stats. Without slow start (slow_start 0s) it takes its
+// quarter from its first request.
+func TestLoadAwareSlowStartEndToEnd(t *testing.T) {
+	spec := topology.Spec{
+		Net:         slowStartNet,
+		Queue:       64,
+		Sites:       []topology.Site{{Name: "nyc", RTT: map[string]time.Duration{"us-east": 4 * time.Millisecond}}},
+		Regions:     []topology.Region{{Name: "us-east", Zones: []string{"b"}, Instances: 4, Rate: 100}},
+		EditConfig:  withServiceKeys("load_aware: {enabled: true, slow_start: 12s}"),
+		ServiceTime: 2 * time.Millisecond,
+	}
+	c := startCluster(t, spec)
+	addrs := c.Instances["us-east"]
+	back := addrs[0]
+	l := c.StartLoad(map[string]float64{"nyc": 120})
+	defer l.Stop()
+	ctx := context.Background()
+	if err := topology.WaitFor(ctx, 20*time.Second, func() (bool, error) {
+		for a, n := range served(t, addrs) {
+			if n < 20 {
+				return false, fmt.Errorf("%s has served %d requests", a, n)
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("warming up: %v", err)
+	}
+	// Out of the pool until the gfe sends it nothing for half a second.
+	adminPost(t, back, "/admin/health?healthy=false")
+	if err := topology.WaitFor(ctx, 10*time.Second, func() (bool, error) {
+		before := served(t, addrs)
+		<-time.After(500 * time.Millisecond)
+		if d := served(t, addrs)[back] - before[back]; d > 0 {
+			return false, fmt.Errorf("still served %d in 500ms", d)
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("taking it out: %v", err)
+	}
+	adminPost(t, back, "/admin/health?healthy=true")
+	var first map[string]uint64
+	if err := topology.WaitFor(ctx, 10*time.Second, func() (bool, error) {
+		first = served(t, addrs)
+		before := first[back]
+		<-time.After(20 * time.Millisecond)
+		first = served(t, addrs)
+		return first[back] > before, fmt.Errorf("no request yet")
+	}); err != nil {
+		t.Fatalf("back to health: %v", err)
+	}
+	start := time.Now()
+	<-time.After(2 * time.Second) // the window's first third, measured
+	early, n := shareOf(first, served(t, addrs), back)
+	t.Logf("first 2s of its 12s window: share %.3f of %d", early, n)
+	// Its weight over the first 2s is max(0.1, t/12s), 0.12 on average: a
+	// candidate of the two choices about half as often, and one that
+	// usually wins (it answers rarely, so its latency estimate fades), a
+	// share near 0.07 (TestLoadAwareSlowStart in lb/routing: 0.18 of an
+	// established instance's at weight 0.1); a quarter without slow
+	// start. At 240 requests the binomial σ is 0.018 at p = 0.09 and
+	// 0.028 at p = 1/4: 0.15 is over 3σ from either.
+	if early > 0.15 {
+		t.Errorf("in the first 2s of its slow start the instance served %.3f of %d, want well under a quarter (<= 0.15)", early, n)
+	}
+	<-time.After(time.Until(start.Add(12500 * time.Millisecond)))
+	before := served(t, addrs)
+	<-time.After(3 * time.Second) // after the window, measured
+	late, n := shareOf(before, served(t, addrs), back)
+	t.Logf("after its window: share %.3f of %d", late, n)
+	if late < 0.125 {
+		t.Errorf("after its slow start the instance served %.3f of %d, want about 1/4 (>= 0.125)", late, n)
 	}
 }
 
