@@ -64,3 +64,25 @@ func TestLoadAwareLearnsUtilization(t *testing.T) {
 		})
 	}
 }
+
+// TestFastPathAllocsLoadAware: TestFastPathAllocs with load_aware and
+// overload shedding on (below capacity: nothing shed): the load-aware
+// pick, its latency report and the shedding draw add no allocation.
+func TestFastPathAllocsLoadAware(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	back := newKeepAliveBackend(t)
+	regions := []gfetest.Region{{Name: "us-east", Zones: []gfetest.Zone{{Name: "us-east-b", Addrs: []string{back}}}}}
+	e, _ := sessionEdge(t, gfetest.SessionConfig(t, "waterfall", regions, "load_aware: {enabled: true}\noverload: {shed: true}", ""))
+	if svc := e.p.Table().Services["web"]; svc.Chooser() == nil || svc.Picker() == nil {
+		t.Fatal("no load-aware plan picker")
+	}
+	h := newFastBenchTo(t, e)
+	for range 100 {
+		h.one(t)
+	}
+	if n := testing.AllocsPerRun(1000, func() { h.one(t) }); n > 1 {
+		t.Errorf("%v allocations per request, want <= 1", n)
+	}
+}
