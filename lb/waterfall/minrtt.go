@@ -123,14 +123,13 @@ func (m *model) flowProblem() (p mincostflow.Problem, a0 []int32) {
 		if site.demand <= 0 {
 			continue
 		}
-		for i := site.r0; i < site.r1; i++ {
-			r := m.reach[i]
+		for _, r := range m.siteReach(s) {
 			reg := &m.regions[r]
 			if reg.capacity <= 0 {
 				continue
 			}
 			p.Arcs = append(p.Arcs, mincostflow.Arc{Source: int32(s), Dest: r,
-				Cost: math.Float64frombits(m.rtt[i]), Keep: reg.keep})
+				Cost: math.Float64frombits(m.rttOf(s, r)), Keep: reg.keep})
 		}
 	}
 	a0[ns] = int32(len(p.Arcs))
