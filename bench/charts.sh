@@ -4,7 +4,7 @@
 #   bench/charts.sh
 #
 # Each chart is drawn by cmd/benchchart, which runs the simulation behind
-# `lbsim bench` (sim.Scenario.Bench) in process on a shipped scenario and
+# `lbsim bench` (policybench.Run) in process on a shipped scenario and
 # charts its result: no number in a chart is typed in. The simulation is
 # deterministic, so a rerun rewrites the same files unless the simulator,
 # the scenarios or the chart code changed. Takes a few seconds after the

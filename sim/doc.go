@@ -1,5 +1,11 @@
-// Package sim holds the scenario format of the lbsim simulator and the flows
-// each load-balancing policy is expected to produce on a scenario.
+// Package sim is the core the lbsim simulators share: the scenario format
+// (regions, groups, sites and a timeline of demand changes and events), the
+// timeline evaluated step by step (Trace), the flows each load-balancing
+// policy is expected to produce in steady state (`lbsim plan`), and the
+// min-RTT linear program the benchmarks score against (SolveLP,
+// SolveMinRTT). The policy bench (`lbsim bench`) is sim/policybench; the
+// autoscaler's trace replay and scorecard (`lbsim autoscale`,
+// `autoscale-bench`) are sim/autoscalebench.
 //
 // # Scenario
 //
@@ -38,21 +44,12 @@
 // run the gfe's routing, and their baselines differ from the gfe's in one
 // way: the global scope is limited to the regions in rtt_ms.
 //
-// # Bench
+// # Timeline
 //
-// Scenario.Bench (`lbsim bench`) runs a scenario's timeline step by step
-// with one simulated gfe per site that runs the gfe's own routing: a
-// routing.Builder (lb/routing) per site builds the routing table
-// from a snapshot of the world as gossip shows it, and the site's demand
-// is split over instances as that table picks (the plan row's Picker,
-// round robin over the pool, or the table's Maglev for every synthetic
-// client connection). Each gfe closes the loop as the gfe does: what its
-// requests ended in on each instance (served and how fast, refused by a
-// full queue, failed at an instance that is down, load reports) goes into
-// the builder's backend counters, and the builder's capacity factors are
-// gossiped to the other gfes (timeline feedback and model load_reports turn
-// this off). The queueing of the backends, the LP optimum and the metrics
-// are the simulator's own. See Bench for the model.
+// A scenario's timeline (Timeline, see ParseScenario) says how long to
+// simulate and what changes when. Scenario.NewTrace evaluates it at every
+// step: every site's true demand and its gfe's estimate, and every group's
+// true state and the state gossip shows, GossipDelayS behind.
 //
 // Package sim does no I/O beyond LoadScenario reading the named file and
 // Result.WriteTable writing to the given writer.

@@ -25,7 +25,7 @@ type LPProblem struct {
 	Reach [][]bool
 }
 
-// LPSolution is the optimum of an lpProblem.
+// LPSolution is the optimum of an LPProblem.
 type LPSolution struct {
 	// Placed is the demand the optimum places, requests/s: every site's
 	// demand, less that of sites reaching no region with capacity.
@@ -39,7 +39,7 @@ type LPSolution struct {
 	Lambda float64
 }
 
-// ErrLPInfeasible is returned by solveLP when the sites' reach leaves no
+// ErrLPInfeasible is returned by SolveLP when the sites' reach leaves no
 // assignment within λ·capacity (possible only when some site does not reach
 // every region).
 var ErrLPInfeasible = errors.New("lp: no assignment fits the capacities")
@@ -67,7 +67,7 @@ var ErrLPInfeasible = errors.New("lp: no assignment fits the capacities")
 // its own.
 func SolveLP(p LPProblem) (LPSolution, error) { return solveLPFrom(p, true) }
 
-// solveLPFrom is solveLP; warm = false always lets the solver find its own
+// solveLPFrom is SolveLP; warm = false always lets the solver find its own
 // starting basis (phase 1), for tests that compare both ways.
 func solveLPFrom(p LPProblem, warm bool) (LPSolution, error) {
 	var sites, regions []int
@@ -194,7 +194,7 @@ func simplex(c []float64, A mat.Matrix, b []float64, basis []int) (f float64, x 
 // exactly one line but the last, which closes the final row and column, so
 // the S+R cells taken form a spanning tree: a nonsingular, feasible and
 // possibly degenerate basis, usually close to the optimum. It returns the
-// variable indexes in the column layout of solveLP for a full reach (pair
+// variable indexes in the column layout of SolveLP for a full reach (pair
 // s·R + r, slack S·R + r).
 func leastRTTBasis(supply, capacity []float64, cost [][]float64) []int {
 	S, R := len(supply), len(capacity)

@@ -25,7 +25,7 @@ type MinRTTOptimum struct {
 	Flows [][]float64
 }
 
-// SolveMinRTT returns the min-RTT optimum (see solveLP) of sites with the
+// SolveMinRTT returns the min-RTT optimum (see SolveLP) of sites with the
 // given demand (requests/s) over regions with the given capacity
 // (requests/s), where rttMs[s][r] is the RTT from site s to region r in ms,
 // +Inf when s does not reach r. It fails when the dimensions disagree, a

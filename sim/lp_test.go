@@ -107,13 +107,13 @@ func TestSolveLP(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := SolveLP(tt.p)
 			if !errors.Is(err, tt.wantErr) {
-				t.Fatalf("solveLP() error = %v, want %v", err, tt.wantErr)
+				t.Fatalf("SolveLP() error = %v, want %v", err, tt.wantErr)
 			}
 			if err != nil {
 				return
 			}
 			if diff := cmp.Diff(tt.want, got, cmpopts.EquateApprox(1e-9, 1e-6)); diff != "" {
-				t.Errorf("solveLP() mismatch (-want +got):\n%s", diff)
+				t.Errorf("SolveLP() mismatch (-want +got):\n%s", diff)
 			}
 		})
 	}

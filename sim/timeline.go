@@ -11,7 +11,7 @@ import (
 )
 
 // Timeline is the optional dynamic part of a Scenario, read by `lbsim bench`
-// (see Scenario.Bench): how long to simulate, how the gfes learn about the
+// (see policybench.Run): how long to simulate, how the gfes learn about the
 // world, the backend and client model, and what changes over time. A
 // Scenario without a Timeline is simulated as one step of DefaultTimeline:
 // a steady state. All times are in seconds of simulated time from the start
@@ -62,7 +62,7 @@ type Timeline struct {
 }
 
 // Model holds the parameters of the backend queue model and of the client
-// population (see Scenario.Bench).
+// population (see policybench.Run).
 type Model struct {
 	// UtilizationAtCapacity is how busy an instance is when it receives its
 	// configured rate_per_instance, in (0, 1]. Default 0.8: the operator's

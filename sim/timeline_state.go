@@ -10,14 +10,17 @@ import (
 )
 
 // Trace is a timeline evaluated at every step: the true state of the world
-// and the state the gfes see, gossip delay behind. It is built once per
-// Bench and shared, read-only, by every policy's run.
+// and the state the gfes see, gossip delay behind. The policy bench
+// (sim/policybench) builds one per run and shares it, read-only, between
+// every policy's run.
 type Trace struct {
+	// Steps is the number of steps, StepS their length in seconds
+	// (Timeline.StepS).
 	Steps int
 	StepS float64
-	// Times[k] is the start of step k, k·dt.
+	// Times[k] is the start of step k, k·StepS, in seconds.
 	Times []float64
-	// Demand[k][site] is the true Demand of each site (scenario order) in
+	// Demand[k][site] is the true demand of each site (scenario order) in
 	// requests/s during step k.
 	Demand [][]float64
 	// Heard[k][site] is each site's demand as its own gfe estimates it at
@@ -25,7 +28,7 @@ type Trace struct {
 	// as the other gfes have it, gossip delay later.
 	Heard, Seen [][]float64
 	// Groups[k][g] is the true state of each group (scenario order) during
-	// step k; SeenGroups[k][g] the state at times[k] − gossip delay.
+	// step k; SeenGroups[k][g] the state at Times[k] − gossip delay.
 	Groups, SeenGroups [][]GroupState
 }
 

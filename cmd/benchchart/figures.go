@@ -11,18 +11,18 @@ import (
 )
 
 // errNoSeries is returned when a time-series chart is asked of a result
-// without series (BenchOptions.Series unset).
+// without series (policybench.Options.Series unset).
 var errNoSeries = errors.New("bench result has no region series")
 
 // timeAxis is the x axis of the time-series charts: the run, from 0 to the
 // start of its last step.
-func timeAxis(res *policybench.BenchResult) svgchart.Axis {
+func timeAxis(res *policybench.Result) svgchart.Axis {
 	return svgchart.Axis{Label: "simulated time (s)", Max: float64(res.Steps-1) * res.StepS}
 }
 
 // sharesFigure draws one stacked-area panel per policy: each region's share
 // of all requests routed in each step, in percent.
-func sharesFigure(res *policybench.BenchResult) (*svgchart.Figure, error) {
+func sharesFigure(res *policybench.Result) (*svgchart.Figure, error) {
 	fig := &svgchart.Figure{
 		Title: fmt.Sprintf("%s: share of all routed requests per region, by policy", res.Scenario),
 		X:     timeAxis(res),
@@ -50,7 +50,7 @@ func sharesFigure(res *policybench.BenchResult) (*svgchart.Figure, error) {
 // capacity in each step, in percent, with the 100% line. Steps in which a
 // region has no capacity are left out of its line (utilization is
 // undefined there); a region that never has capacity has no line.
-func utilizationFigure(res *policybench.BenchResult) (*svgchart.Figure, error) {
+func utilizationFigure(res *policybench.Result) (*svgchart.Figure, error) {
 	fig := &svgchart.Figure{
 		Title: fmt.Sprintf("%s: region load / capacity, by policy", res.Scenario),
 		X:     timeAxis(res),
@@ -78,14 +78,14 @@ func utilizationFigure(res *policybench.BenchResult) (*svgchart.Figure, error) {
 	return fig, nil
 }
 
-// errBadCDF is returned for a BenchRow.CDF that is not a distribution or
+// errBadCDF is returned for a policybench.Row.CDF that is not a distribution or
 // contradicts the row's own P50Ms and P99Ms: charting it would publish
 // wrong numbers.
 var errBadCDF = errors.New("latency CDF inconsistent")
 
 // checkCDF checks that row.CDF rises with P and agrees with P50Ms and
 // P99Ms at P = 0.5 and 0.99 (to 1e-6 ms), when it has those points.
-func checkCDF(row policybench.BenchRow) error {
+func checkCDF(row policybench.Row) error {
 	for i, pt := range row.CDF {
 		if i > 0 && (pt.P <= row.CDF[i-1].P || pt.Ms < row.CDF[i-1].Ms) {
 			return fmt.Errorf("%s: %w: point %d (p %g, %g ms) after (p %g, %g ms)", row.ID(), errBadCDF, i, pt.P, pt.Ms, row.CDF[i-1].P, row.CDF[i-1].Ms)
@@ -107,7 +107,7 @@ func checkCDF(row policybench.BenchRow) error {
 // policy in one panel, on a logarithmic axis: color by policy name, dashed
 // for scope nearest_region, waterfall bold and on top. A policy that served
 // nothing has no line. A CDF that fails checkCDF is an error.
-func cdfFigure(res *policybench.BenchResult) (*svgchart.Figure, error) {
+func cdfFigure(res *policybench.Result) (*svgchart.Figure, error) {
 	p := svgchart.Panel{}
 	for _, row := range res.Policies {
 		if err := checkCDF(row); err != nil {

@@ -1,5 +1,5 @@
 // Command benchchart draws the charts of BENCHMARKS.md as SVG from the
-// simulation behind `lbsim bench`: it runs sim.Scenario.Bench in process,
+// simulation behind `lbsim bench`: it runs policybench.Run in process,
 // with the same scenario file and policies, and charts the result, so a
 // chart never holds a number typed in by hand.
 //
@@ -8,13 +8,13 @@
 // Kinds:
 //
 //   - shares: one stacked-area panel per policy, each region's share of all
-//     requests routed in each step (BenchRow.Series), in percent.
+//     requests routed in each step (policybench.Row.Series), in percent.
 //   - utilization: one panel per policy, each region's load over its
 //     capacity in each step, in percent, with the 100% line.
 //   - cdf: one panel, the latency distribution of served requests of every
-//     policy (BenchRow.CDF) on a logarithmic axis in ms.
+//     policy (policybench.Row.CDF) on a logarithmic axis in ms.
 //
-// The policies are policybench.DefaultBenchPolicies without least_request, which
+// The policies are benchpolicy.Defaults without least_request, which
 // the simulation models exactly like round_robin; --policies picks rows by
 // ID (hash2/nearest_region) or name (hash2: both scopes), as `lbsim bench`
 // does. bench/charts.sh regenerates every chart into docs/bench/.
@@ -31,9 +31,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 	"github.com/spillway-lb/spillway/internal/svgchart"
 	"github.com/spillway-lb/spillway/sim"
 	"github.com/spillway-lb/spillway/sim/policybench"
@@ -50,8 +52,8 @@ func main() {
 }
 
 // kinds maps each --kind to the function that builds its figure.
-func kinds() map[string]func(*policybench.BenchResult) (*svgchart.Figure, error) {
-	return map[string]func(*policybench.BenchResult) (*svgchart.Figure, error){
+func kinds() map[string]func(*policybench.Result) (*svgchart.Figure, error) {
+	return map[string]func(*policybench.Result) (*svgchart.Figure, error){
 		"shares":      sharesFigure,
 		"utilization": utilizationFigure,
 		"cdf":         cdfFigure,
@@ -105,7 +107,7 @@ func run(args []string, stderr io.Writer) int {
 		printErr(stderr, err)
 		return exitUsage
 	}
-	res, err := policybench.Run(scen, policybench.BenchOptions{Policies: policies, Series: *kind != "cdf"})
+	res, err := policybench.Run(scen, policybench.Options{Policies: policies, Series: *kind != "cdf"})
 	if err != nil {
 		printErr(stderr, err)
 		return exitFail
@@ -128,49 +130,14 @@ func run(args []string, stderr io.Writer) int {
 	return exitOK
 }
 
-// selectPolicies returns the default bench policies whose ID or name is in
-// the comma-separated list, in default order; for "", every default policy
-// but least_request (modelled as round_robin, so its chart would repeat
-// round_robin's).
-func selectPolicies(list string) ([]policybench.BenchPolicy, error) {
-	all := policybench.DefaultBenchPolicies()
-	var out []policybench.BenchPolicy
-	if list == "" {
-		for _, p := range all {
-			if p.Name != string(config.PolicyLeastRequest) {
-				out = append(out, p)
-			}
-		}
-		return out, nil
+// selectPolicies returns the rows benchpolicy.Select names in the
+// comma-separated list; for "", every default row but least_request
+// (modelled as round_robin, so its chart would repeat round_robin's).
+func selectPolicies(list string) ([]benchpolicy.Row, error) {
+	if list != "" {
+		return benchpolicy.Select(list)
 	}
-	want := map[string]bool{}
-	for item := range strings.SplitSeq(list, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			continue
-		}
-		found := false
-		for _, p := range all {
-			found = found || p.ID() == item || p.Name == item
-		}
-		if !found {
-			var ids []string
-			for _, p := range all {
-				ids = append(ids, p.ID())
-			}
-			return nil, fmt.Errorf("unknown policy %q (want one of %s)", item, strings.Join(ids, ", "))
-		}
-		want[item] = true
-	}
-	for _, p := range all {
-		if want[p.ID()] || want[p.Name] {
-			out = append(out, p)
-		}
-	}
-	if len(out) == 0 {
-		return nil, errors.New("no policy named")
-	}
-	return out, nil
+	return slices.DeleteFunc(benchpolicy.Defaults(), func(r benchpolicy.Row) bool { return r.Policy == config.PolicyLeastRequest }), nil
 }
 
 // printErr prints err with every line prefixed by "benchchart: ".

@@ -224,7 +224,7 @@ func TestSelectPolicies(t *testing.T) {
 
 // benchFlashCrowd runs the default chart policies through flash-crowd.yaml
 // with series.
-func benchFlashCrowd(t *testing.T) *policybench.BenchResult {
+func benchFlashCrowd(t *testing.T) *policybench.Result {
 	t.Helper()
 	scen, err := sim.LoadScenario(flashCrowd)
 	if err != nil {
@@ -234,7 +234,7 @@ func benchFlashCrowd(t *testing.T) *policybench.BenchResult {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := policybench.Run(scen, policybench.BenchOptions{Policies: pols, Series: true})
+	res, err := policybench.Run(scen, policybench.Options{Policies: pols, Series: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,8 +348,8 @@ func TestFlashCrowdFigures(t *testing.T) {
 }
 
 func TestNoSeries(t *testing.T) {
-	res := &policybench.BenchResult{Regions: []string{"r"}, Steps: 1, StepS: 1, Policies: []policybench.BenchRow{{Policy: "waterfall"}}}
-	for name, build := range map[string]func(*policybench.BenchResult) (*svgchart.Figure, error){"shares": sharesFigure, "utilization": utilizationFigure} {
+	res := &policybench.Result{Regions: []string{"r"}, Steps: 1, StepS: 1, Policies: []policybench.Row{{Policy: "waterfall"}}}
+	for name, build := range map[string]func(*policybench.Result) (*svgchart.Figure, error){"shares": sharesFigure, "utilization": utilizationFigure} {
 		if _, err := build(res); !errors.Is(err, errNoSeries) {
 			t.Errorf("%s without series: error %v, want errNoSeries", name, err)
 		}
@@ -357,7 +357,7 @@ func TestNoSeries(t *testing.T) {
 }
 
 func TestUtilizationSkipsNoCapacity(t *testing.T) {
-	res := &policybench.BenchResult{Scenario: "s", Regions: []string{"a", "b"}, Steps: 3, StepS: 1, Policies: []policybench.BenchRow{{
+	res := &policybench.Result{Scenario: "s", Regions: []string{"a", "b"}, Steps: 3, StepS: 1, Policies: []policybench.Row{{
 		Policy: "waterfall",
 		Series: []policybench.SeriesStep{
 			{TS: 0, Shares: []float64{1, 0}, LoadRPS: []float64{50, 0}, CapacityRPS: []float64{100, 0}},
@@ -388,13 +388,13 @@ func TestCDFFigure(t *testing.T) {
 	hCDF, h50, h99 := cdf(func(p float64) float64 { return 20 + 1000*p*p })
 	zeroCDF, z50, z99 := cdf(func(p float64) float64 { return 0 })
 	badCDF, _, _ := cdf(func(p float64) float64 { return 164.45 }) // every point at p99
-	rows := []policybench.BenchRow{
+	rows := []policybench.Row{
 		{Policy: "waterfall", CDF: wfCDF, P50Ms: wf50, P99Ms: wf99},
 		{Policy: "hash2", Scope: config.HashScopeGlobal, CDF: hCDF, P50Ms: h50, P99Ms: h99},
 		{Policy: "hash2", Scope: config.HashScopeNearestRegion, CDF: hCDF, P50Ms: h50, P99Ms: h99},
 		{Policy: "round_robin", Scope: config.HashScopeGlobal, CDF: zeroCDF, P50Ms: z50, P99Ms: z99}, // served nothing
 	}
-	fig, err := cdfFigure(&policybench.BenchResult{Scenario: "s.yaml", Policies: rows})
+	fig, err := cdfFigure(&policybench.Result{Scenario: "s.yaml", Policies: rows})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,17 +423,17 @@ func TestCDFFigure(t *testing.T) {
 
 	for _, tt := range []struct {
 		name    string
-		rows    []policybench.BenchRow
+		rows    []policybench.Row
 		wantErr string
 	}{
-		{name: "CDF contradicts P50", rows: []policybench.BenchRow{{Policy: "waterfall", CDF: badCDF, P50Ms: 24.75, P99Ms: 164.45}},
+		{name: "CDF contradicts P50", rows: []policybench.Row{{Policy: "waterfall", CDF: badCDF, P50Ms: 24.75, P99Ms: 164.45}},
 			wantErr: "waterfall: latency CDF inconsistent: 164.45 ms at p 0.5, but P50Ms = 24.75 ms"},
-		{name: "CDF falls", rows: []policybench.BenchRow{{Policy: "waterfall", CDF: []policybench.CDFPoint{{P: 0.1, Ms: 5}, {P: 0.2, Ms: 4}}}},
+		{name: "CDF falls", rows: []policybench.Row{{Policy: "waterfall", CDF: []policybench.CDFPoint{{P: 0.1, Ms: 5}, {P: 0.2, Ms: 4}}}},
 			wantErr: "point 1 (p 0.2, 4 ms) after (p 0.1, 5 ms)"},
 		{name: "nothing served", rows: rows[3:], wantErr: "no policy served a request"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := cdfFigure(&policybench.BenchResult{Policies: tt.rows})
+			_, err := cdfFigure(&policybench.Result{Policies: tt.rows})
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("error = %v, want one containing %q", err, tt.wantErr)
 			}

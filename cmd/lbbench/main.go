@@ -4,6 +4,13 @@
 // flash crowd from many client addresses, and prints the `lbsim bench`
 // table from the measured traffic. See internal/realbench.
 //
+// With --autoscale it runs the autoscaler's story instead
+// (realbench.RunAutoscale): per row a fresh deployment of site nyc in
+// front of us-east, autoscaled by the control plane's process provider
+// with real testbackend processes and a real cold start, and, for the
+// cloudrun+waterfall row, eu-west as the buffer; a step load at nyc; the
+// scorecard's columns (`lbsim autoscale-bench`) from the measured traffic.
+//
 // With --lab (as root, with iproute2) the same deployment runs on the
 // network-namespace hosts of package lab instead of loopback — control
 // planes, gfes, backends and each site's load generator on hosts of their
@@ -11,7 +18,8 @@
 // (lab.ClientAddrs); the lab is torn down afterwards.
 //
 //	lbbench [--quick] [--scale F] [--headroom H] [--policies LIST] [--json] [--net N | --lab] [--bins DIR] [-v]
-//	lbbench --render FILE.json
+//	lbbench --autoscale [--quick] [--scale F] [--autoscalers LIST] [--json] [--net N] [--bins DIR] [-v]
+//	lbbench --render FILE.json   (either's --json output)
 package main
 
 import (
@@ -23,8 +31,10 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 	"github.com/spillway-lb/spillway/internal/lab"
 	"github.com/spillway-lb/spillway/internal/realbench"
 )
@@ -39,10 +49,23 @@ func main() {
 	bins := flag.String("bins", "", "`DIR` holding prebuilt gfe, controlplane and testbackend binaries, and loadgen with --lab (default: build them)")
 	verbose := flag.Bool("v", false, "print every process's logs on stderr")
 	onLab := flag.Bool("lab", false, "run the deployment on the lab's network-namespace hosts (needs root and iproute2; namespaces splb-*) instead of loopback")
+	autoscale := flag.Bool("autoscale", false, "run the autoscaler's story (a step at nyc, us-east autoscaled with real cold starts, eu-west as the buffer) instead of the policies")
+	autoscalers := flag.String("autoscalers", "", "with --autoscale, the comma-separated `list` of rows (default both): "+strings.Join(realbench.Autoscalers(), ", "))
 	render := flag.String("render", "", "print the table of a `FILE` written by --json, without running anything")
 	flag.Parse()
 	if *render != "" {
 		if err := renderFile(*render); err != nil {
+			fmt.Fprintln(os.Stderr, "lbbench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *autoscale {
+		if *onLab || *policyList != "" || *headroom != 1 {
+			fmt.Fprintln(os.Stderr, "lbbench: --autoscale runs on loopback with its own rows: no --lab, --policies or --headroom")
+			os.Exit(2)
+		}
+		if err := runAutoscale(*quick, *scale, *autoscalers, *asJSON, *net, *bins, *verbose); err != nil {
 			fmt.Fprintln(os.Stderr, "lbbench:", err)
 			os.Exit(1)
 		}
@@ -55,13 +78,25 @@ func main() {
 }
 
 func renderFile(path string) error {
-	f, err := os.Open(path)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	var kind struct {
+		Kind string `json:"kind"`
+	}
+	if err := json.Unmarshal(b, &kind); err != nil {
+		return fmt.Errorf("decode %s: %w", path, err)
+	}
+	if kind.Kind == realbench.AutoscaleKind {
+		var res realbench.AutoscaleResult
+		if err := json.Unmarshal(b, &res); err != nil {
+			return fmt.Errorf("decode %s: %w", path, err)
+		}
+		return res.WriteTable(os.Stdout)
+	}
 	var res realbench.Result
-	if err := json.NewDecoder(f).Decode(&res); err != nil {
+	if err := json.Unmarshal(b, &res); err != nil {
 		return fmt.Errorf("decode %s: %w", path, err)
 	}
 	return res.WriteTable(os.Stdout)
@@ -80,7 +115,7 @@ func run(quick bool, scale, headroom float64, policyList string, asJSON bool, ne
 	cfg.Scale(scale)
 	cfg.Net = net
 	cfg.Headroom = headroom
-	ps, err := realbench.SelectPolicies(policyList)
+	ps, err := benchpolicy.Select(policyList)
 	if err != nil {
 		return fmt.Errorf("--policies: %w", err)
 	}
@@ -126,4 +161,49 @@ func run(quick bool, scale, headroom float64, policyList string, asJSON bool, ne
 		return res.WriteJSON(out)
 	}
 	return res.WriteTable(out)
+}
+
+func runAutoscale(quick bool, scale float64, rows string, asJSON bool, net int, bins string, verbose bool) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	cfg := realbench.DefaultAutoscaleConfig()
+	if quick {
+		cfg = realbench.QuickAutoscaleConfig()
+	}
+	if scale <= 0 {
+		return fmt.Errorf("--scale: must be > 0, got %g", scale)
+	}
+	cfg.Scale(scale)
+	cfg.Net = net
+	if rows != "" {
+		cfg.Autoscalers = nil
+		for r := range strings.SplitSeq(rows, ",") {
+			if r = strings.TrimSpace(r); r != "" {
+				cfg.Autoscalers = append(cfg.Autoscalers, r)
+			}
+		}
+	}
+	dir, err := os.MkdirTemp("", "spillway-lbbench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	opts := realbench.Options{Dir: dir, Progress: os.Stderr}
+	if verbose {
+		opts.Tee = os.Stderr
+	}
+	if bins != "" {
+		opts.Bins = map[string]string{}
+		for _, n := range []string{"gfe", "controlplane", "testbackend"} {
+			opts.Bins[n] = filepath.Join(bins, n)
+		}
+	}
+	res, err := realbench.RunAutoscale(ctx, cfg, opts)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return res.WriteJSON(os.Stdout)
+	}
+	return res.WriteTable(os.Stdout)
 }

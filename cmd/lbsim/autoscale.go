@@ -66,7 +66,7 @@ func writeTicks(w io.Writer, ticks []autoscalebench.TraceTick) error {
 }
 
 // runAutoscaleBench is `lbsim autoscale-bench [--json]`: the autoscaler
-// scorecard (autoscalebench.RunAutoscaleBench; the model is in its doc). --json
+// scorecard (autoscalebench.Run; the model is in its doc). --json
 // prints {"rows": [...]}.
 func runAutoscaleBench(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("lbsim autoscale-bench", flag.ContinueOnError)
@@ -79,16 +79,16 @@ func runAutoscaleBench(args []string, stdout, stderr io.Writer) int {
 	if _, code, ok := parseArgs(fs, args, stderr); !ok {
 		return code
 	}
-	rs := autoscalebench.RunAutoscaleBench(autoscalebench.DefaultAutoscaleModel())
+	rs := autoscalebench.Run(autoscalebench.DefaultModel())
 	var err error
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		err = enc.Encode(struct {
-			Rows []autoscalebench.AutoscaleRow `json:"rows"`
+			Rows []autoscalebench.Row `json:"rows"`
 		}{rs})
 	} else {
-		err = autoscalebench.WriteAutoscaleBench(stdout, rs)
+		err = autoscalebench.WriteTable(stdout, rs)
 	}
 	if err != nil {
 		printErrAs(stderr, "lbsim autoscale-bench", fmt.Errorf("write output: %w", err))

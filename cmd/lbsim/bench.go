@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 	"github.com/spillway-lb/spillway/sim"
 	"github.com/spillway-lb/spillway/sim/policybench"
 )
@@ -18,7 +18,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("lbsim bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var ids []string
-	for _, p := range policybench.DefaultBenchPolicies() {
+	for _, p := range benchpolicy.Defaults() {
 		ids = append(ids, p.ID())
 	}
 	var (
@@ -42,7 +42,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if *steps < 0 {
 		return usageErr("--steps: must be >= 0, got %d", *steps)
 	}
-	policies, err := selectPolicies(*policyList)
+	policies, err := benchpolicy.Select(*policyList)
 	if err != nil {
 		return usageErr("--policies: %v", err)
 	}
@@ -52,7 +52,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		printCmdErr(stderr, "bench", err)
 		return exitUsage
 	}
-	res, err := policybench.Run(scen, policybench.BenchOptions{Policies: policies, MaxSteps: *steps, Series: *seriesPath != ""})
+	res, err := policybench.Run(scen, policybench.Options{Policies: policies, MaxSteps: *steps, Series: *seriesPath != ""})
 	if err != nil {
 		printCmdErr(stderr, "bench", err)
 		return exitFail
@@ -81,47 +81,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// selectPolicies returns the default bench policies whose ID or name is in
-// the comma-separated list, in default order; all of them for "".
-func selectPolicies(list string) ([]policybench.BenchPolicy, error) {
-	all := policybench.DefaultBenchPolicies()
-	if list == "" {
-		return all, nil
-	}
-	want := map[string]bool{}
-	for item := range strings.SplitSeq(list, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			continue
-		}
-		found := false
-		for _, p := range all {
-			if p.ID() == item || p.Name == item {
-				found = true
-			}
-		}
-		if !found {
-			var ids []string
-			for _, p := range all {
-				ids = append(ids, p.ID())
-			}
-			return nil, fmt.Errorf("unknown policy %q (want one of %s)", item, strings.Join(ids, ", "))
-		}
-		want[item] = true
-	}
-	var out []policybench.BenchPolicy
-	for _, p := range all {
-		if want[p.ID()] || want[p.Name] {
-			out = append(out, p)
-		}
-	}
-	if len(out) == 0 {
-		return nil, errors.New("no policy named")
-	}
-	return out, nil
-}
-
-func writeSeries(path string, res *policybench.BenchResult) error {
+func writeSeries(path string, res *policybench.Result) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("series: %w", err)

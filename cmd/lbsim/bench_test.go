@@ -6,11 +6,11 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 	"github.com/spillway-lb/spillway/sim/policybench"
 )
 
@@ -75,7 +75,7 @@ func TestBenchShippedScenarios(t *testing.T) {
 				}
 			}
 			var want []string
-			for _, p := range policybench.DefaultBenchPolicies() {
+			for _, p := range benchpolicy.Defaults() {
 				want = append(want, p.ID())
 			}
 			if diff := cmp.Diff(want, ids); diff != "" {
@@ -172,40 +172,5 @@ timeline: {duration_s: 10, events: [{at_s: 1, group: h, healthy: 1}]}
 				t.Errorf("stdout = %q, want empty", stdout.String())
 			}
 		})
-	}
-}
-
-func TestSelectPolicies(t *testing.T) {
-	tests := []struct {
-		list string
-		want []string
-	}{
-		{"", nil}, // all
-		{"waterfall", []string{"waterfall"}},
-		{"hash2/nearest_region,waterfall", []string{"waterfall", "hash2/nearest_region"}},
-		{"hash3", []string{"hash3/global", "hash3/nearest_region"}},
-		{"min_rtt,round_robin", []string{"min_rtt", "round_robin/global"}},
-	}
-	for _, tt := range tests {
-		got, err := selectPolicies(tt.list)
-		if err != nil {
-			t.Fatalf("selectPolicies(%q): %v", tt.list, err)
-		}
-		var ids []string
-		for _, p := range got {
-			ids = append(ids, p.ID())
-		}
-		want := tt.want
-		if want == nil {
-			for _, p := range policybench.DefaultBenchPolicies() {
-				want = append(want, p.ID())
-			}
-		}
-		if diff := cmp.Diff(want, ids); diff != "" {
-			t.Errorf("selectPolicies(%q) mismatch (-want +got):\n%s", tt.list, diff)
-		}
-	}
-	if _, err := selectPolicies("hash7"); err == nil || !strings.Contains(err.Error(), `unknown policy "hash7"`) {
-		t.Errorf("selectPolicies(hash7) error = %v", err)
 	}
 }

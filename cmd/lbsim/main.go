@@ -13,7 +13,7 @@
 //
 // bench runs every policy through the scenario's timeline, a time-stepped
 // simulation of the gfes (gossip delay, plan damping), their pickers and
-// the backends' queues (sim.Scenario.Bench), and prints one row per policy:
+// the backends' queues (policybench.Run), and prints one row per policy:
 // latency (mean, p50, p99), requests served over capacity, errors,
 // cross-region share, mean RTT over the linear-program optimum, and
 // oscillation.
@@ -24,7 +24,7 @@
 // running, the recommendation, the driver that set it and each driver's
 // count, and the demoted and stopped instances (autoscalebench.RunTrace).
 //
-// autoscale-bench prints the autoscaler scorecard (autoscalebench.RunAutoscaleBench):
+// autoscale-bench prints the autoscaler scorecard (autoscalebench.Run):
 // an oracle, Knative's KPA with and without its activator, and the Cloud
 // Run rules alone and with the waterfall as their buffer, on step, ramp,
 // spike, flash, diurnal and sporadic loads with 1s and 25s cold starts;

@@ -42,6 +42,7 @@ func TestRunCommandLine(t *testing.T) {
 		{name: "version", args: []string{"--version"}, wantCode: 0, wantStdout: "testbackend " + version.Get().String() + "\n"},
 		{name: "no instance", args: nil, wantCode: 2, wantStderr: "testbackend: instances: at least one instance is required"},
 		{name: "bad flag", args: []string{"--nope"}, wantCode: 2, wantStderr: "flag provided but not defined: -nope"},
+		{name: "bad antagonist", args: []string{"--instance", "name=a,addr=127.0.0.1:0,region=r,zone=z", "--antagonist", "period=20s,slowdown=0.5x"}, wantCode: 2, wantStderr: `invalid value "period=20s,slowdown=0.5x" for flag -antagonist: antagonist "period=20s,slowdown=0.5x": slowdown: must be in [1, 1e6], got 0.5`},
 		{name: "bad address", args: []string{"--instance", "name=a,addr=256.0.0.1:1,region=r,zone=z"}, wantCode: 1, wantStderr: `"message":"start failed"`},
 	}
 	for _, tt := range tests {

@@ -3,6 +3,7 @@ package gossip
 import (
 	"context"
 	"fmt"
+	"github.com/spillway-lb/spillway/internal/quantile"
 	"slices"
 	"sync"
 	"testing"
@@ -101,15 +102,6 @@ func measureChange(ctx context.Context, tb testing.TB, nodes []*Node, healthy in
 	return lats
 }
 
-// quantile returns the q-quantile (nearest rank) of sorted ds.
-func quantile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	i := int(q*float64(len(ds))+0.5) - 1
-	return ds[min(max(i, 0), len(ds)-1)]
-}
-
 // TestPropagation50 checks that every one of several health changes
 // published on one node of 50 reaches all 50. Its bound separates lost from
 // slow: a change still missing somewhere after it was not delivered, while
@@ -140,11 +132,11 @@ func TestPropagation50(t *testing.T) {
 	slices.Sort(all)
 	slices.Sort(perNode)
 	t.Logf("time for all %d nodes to see a change, over %d changes: median %v, p99 %v, max %v",
-		size, changes, quantile(all, 0.5).Round(time.Millisecond), quantile(all, 0.99).Round(time.Millisecond),
+		size, changes, quantile.Of(all, 0.5).Round(time.Millisecond), quantile.Of(all, 0.99).Round(time.Millisecond),
 		all[len(all)-1].Round(time.Millisecond))
 	t.Logf("per-node latency over %d samples: p50 %v, p90 %v, p99 %v",
-		len(perNode), quantile(perNode, 0.5).Round(time.Millisecond), quantile(perNode, 0.9).Round(time.Millisecond),
-		quantile(perNode, 0.99).Round(time.Millisecond))
+		len(perNode), quantile.Of(perNode, 0.5).Round(time.Millisecond), quantile.Of(perNode, 0.9).Round(time.Millisecond),
+		quantile.Of(perNode, 0.99).Round(time.Millisecond))
 	var relayed, received uint64
 	for _, n := range nodes {
 		s := n.Stats()
@@ -174,8 +166,8 @@ func BenchmarkPropagation50(b *testing.B) {
 	slices.Sort(all)
 	slices.Sort(perNode)
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	b.ReportMetric(ms(quantile(all, 0.5)), "all-p50-ms")
-	b.ReportMetric(ms(quantile(all, 0.99)), "all-p99-ms")
-	b.ReportMetric(ms(quantile(perNode, 0.5)), "node-p50-ms")
-	b.ReportMetric(ms(quantile(perNode, 0.99)), "node-p99-ms")
+	b.ReportMetric(ms(quantile.Of(all, 0.5)), "all-p50-ms")
+	b.ReportMetric(ms(quantile.Of(all, 0.99)), "all-p99-ms")
+	b.ReportMetric(ms(quantile.Of(perNode, 0.5)), "node-p50-ms")
+	b.ReportMetric(ms(quantile.Of(perNode, 0.99)), "node-p99-ms")
 }

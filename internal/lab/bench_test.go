@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 	"github.com/spillway-lb/spillway/internal/realbench"
 )
 
@@ -18,7 +19,7 @@ import (
 func TestBenchmarkOnLab(t *testing.T) {
 	requireLab(t)
 	cfg := realbench.QuickConfig()
-	cfg.Policies = []realbench.Policy{{Name: "waterfall"}}
+	cfg.Policies = []benchpolicy.Row{{Policy: "waterfall"}}
 	cfg.SourcesPerSite = ClientAddrs
 	start, down := Starter(Config{Prefix: testPrefix, StateDir: t.TempDir(), Bins: bins})
 	t.Cleanup(func() {

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/spillway-lb/spillway/internal/quantile"
 	"io"
 	"net"
 	"net/http"
@@ -242,15 +243,10 @@ func errorKind(err error) string {
 	return "other"
 }
 
-// Percentile returns the p-th percentile (0 < p ≤ 100) of Latencies, or 0
-// when there are none.
+// Percentile returns the p-th percentile (0 < p ≤ 100) of Latencies by
+// the nearest-rank rule (quantile.Of), or 0 when there are none.
 func (r *Result) Percentile(p float64) time.Duration {
-	if len(r.Latencies) == 0 {
-		return 0
-	}
-	i := int(float64(len(r.Latencies))*p/100+0.5) - 1
-	i = max(0, min(i, len(r.Latencies)-1))
-	return r.Latencies[i]
+	return quantile.Of(r.Latencies, p/100)
 }
 
 // RegionShare returns the fraction of 2xx responses served by region.

@@ -171,11 +171,3 @@ func (l *load) window(project string, w int64) Tally {
 	}
 	return Tally{}
 }
-
-// percentile returns the p-th percentile of sorted durations.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	return sorted[min(len(sorted)-1, int(p/100*float64(len(sorted))))]
-}

@@ -35,6 +35,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spillway-lb/spillway/internal/quantile"
 	"github.com/spillway-lb/spillway/internal/topology"
 )
 
@@ -269,7 +270,7 @@ func faults(ctx context.Context, out io.Writer, c *topology.Cluster, l *load) er
 		lat := l.takeLatencies()
 		failOpen := after.failOpen - before.failOpen
 		slow := (after.admits - after.admitsUnder1ms) - (before.admits - before.admitsUnder1ms)
-		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%s\t%v\t%v\t\n", ph.name, failOpen, slow, after.slowestBucket, recovered.Round(10*time.Millisecond), percentile(lat, 99).Round(100*time.Microsecond))
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%s\t%v\t%v\t\n", ph.name, failOpen, slow, after.slowestBucket, recovered.Round(10*time.Millisecond), quantile.Of(lat, 0.99).Round(100*time.Microsecond))
 		if failOpen == 0 {
 			errs = append(errs, fmt.Errorf("%s: no request failed open: the fault did not take", ph.name))
 		}

@@ -5,91 +5,11 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
 
-	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 	"github.com/spillway-lb/spillway/internal/topology"
 )
-
-// Policy is one row of the benchmark: a policy of the service and, for the
-// baselines, its hash scope.
-type Policy struct {
-	// Name is the service's policy.
-	Name config.Policy `json:"policy"`
-	// Scope is "global" or "nearest_region" for the baselines, empty for
-	// the planned policies (waterfall, min_rtt). Only the hash policies
-	// honour nearest_region; round_robin and least_request always run
-	// global, as the gfe runs them.
-	Scope config.HashScope `json:"scope,omitempty"`
-}
-
-// ID returns the row's label: the name, with "/scope" for a baseline (the
-// labels of `lbsim bench`).
-func (p Policy) ID() string {
-	if p.Scope == "" {
-		return string(p.Name)
-	}
-	return string(p.Name) + "/" + string(p.Scope)
-}
-
-// planned reports whether p is planned by the gfes (no scope).
-func (p Policy) planned() bool { return p.Name.IsPlanned() }
-
-// hashScope is the hash_scope the config gets for p: empty except for the
-// hash policies.
-func (p Policy) hashScope() config.HashScope {
-	if p.Name.IsHash() {
-		return p.Scope
-	}
-	return ""
-}
-
-// DefaultPolicies returns the benchmark's 10 rows in the order of `lbsim
-// bench`: waterfall, min_rtt, round_robin and least_request (global), then
-// hash2, hash3 and hash5 with scope global and with scope nearest_region.
-func DefaultPolicies() []Policy {
-	ps := []Policy{
-		{Name: config.PolicyWaterfall}, {Name: config.PolicyMinRTT},
-		{Name: config.PolicyRoundRobin, Scope: config.HashScopeGlobal}, {Name: config.PolicyLeastRequest, Scope: config.HashScopeGlobal},
-	}
-	for _, sc := range config.HashScopes() {
-		for _, h := range []config.Policy{config.PolicyHash2, config.PolicyHash3, config.PolicyHash5} {
-			ps = append(ps, Policy{Name: h, Scope: sc})
-		}
-	}
-	return ps
-}
-
-// SelectPolicies returns the default policies whose ID or name is in the
-// comma-separated list, in default order (a bare "hash2" selects both
-// scopes); every default policy for "". It fails on an unknown name.
-func SelectPolicies(list string) ([]Policy, error) {
-	all := DefaultPolicies()
-	if strings.TrimSpace(list) == "" {
-		return all, nil
-	}
-	want := map[string]bool{}
-	for item := range strings.SplitSeq(list, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			continue
-		}
-		if !slices.ContainsFunc(all, func(p Policy) bool { return p.ID() == item || string(p.Name) == item }) {
-			ids := make([]string, len(all))
-			for i, p := range all {
-				ids[i] = p.ID()
-			}
-			return nil, fmt.Errorf("unknown policy %q (want one of %s)", item, strings.Join(ids, ", "))
-		}
-		want[item] = true
-	}
-	out := slices.DeleteFunc(all, func(p Policy) bool { return !want[p.ID()] && !want[string(p.Name)] })
-	if len(out) == 0 {
-		return nil, errors.New("no policy named")
-	}
-	return out, nil
-}
 
 // Phase is one part of the load story: every site's demand for a time.
 type Phase struct {
@@ -109,8 +29,8 @@ type Config struct {
 	// at the same time.
 	Net int
 	// Policies are the rows, run one after the other on one deployment.
-	// Default DefaultPolicies().
-	Policies []Policy
+	// Default benchpolicy.Defaults().
+	Policies []benchpolicy.Row
 	// Warmup is how long each policy runs at the first phase's demand
 	// before it is measured, after the policy change has reached every gfe
 	// and every backend is idle: the gfes' demand estimates (1 s time
@@ -153,7 +73,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Net:      40,
-		Policies: DefaultPolicies(),
+		Policies: benchpolicy.Defaults(),
 		Warmup:   3 * time.Second,
 		Phases: []Phase{
 			{Name: "steady", Duration: 6 * time.Second, Demand: map[string]float64{"nyc": 200, "lon": 150, "tokyo": 100}},
@@ -196,7 +116,7 @@ func (c *Config) Validate() error {
 	if len(c.Policies) == 0 {
 		errs = append(errs, errors.New("policies: none"))
 	}
-	known := DefaultPolicies()
+	known := benchpolicy.Defaults()
 	for i, p := range c.Policies {
 		if !slices.Contains(known, p) {
 			errs = append(errs, fmt.Errorf("policies[%d]: unknown policy %q", i, p.ID()))

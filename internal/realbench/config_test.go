@@ -6,77 +6,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 )
-
-func ids(ps []Policy) []string {
-	out := make([]string, len(ps))
-	for i, p := range ps {
-		out[i] = p.ID()
-	}
-	return out
-}
-
-func TestDefaultPolicies(t *testing.T) {
-	want := []string{
-		"waterfall", "min_rtt", "round_robin/global", "least_request/global",
-		"hash2/global", "hash3/global", "hash5/global",
-		"hash2/nearest_region", "hash3/nearest_region", "hash5/nearest_region",
-	}
-	if diff := cmp.Diff(want, ids(DefaultPolicies())); diff != "" {
-		t.Errorf("DefaultPolicies() (-want +got):\n%s", diff)
-	}
-}
-
-func TestSelectPolicies(t *testing.T) {
-	tests := []struct {
-		name    string
-		list    string
-		want    []string
-		wantErr string
-	}{
-		{name: "empty is all", list: "", want: ids(DefaultPolicies())},
-		{name: "one", list: "waterfall", want: []string{"waterfall"}},
-		{name: "bare hash means both scopes", list: "hash2", want: []string{"hash2/global", "hash2/nearest_region"}},
-		{name: "default order, spaces", list: " hash5/nearest_region , waterfall", want: []string{"waterfall", "hash5/nearest_region"}},
-		{name: "unknown", list: "waterfall,hash4", wantErr: `unknown policy "hash4"`},
-		{name: "round robin has no nearest scope", list: "round_robin/nearest_region", wantErr: "unknown policy"},
-		{name: "only commas", list: " , ", wantErr: "no policy named"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := SelectPolicies(tt.list)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("SelectPolicies(%q) error = %v, want %q", tt.list, err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("SelectPolicies(%q) error = %v", tt.list, err)
-			}
-			if diff := cmp.Diff(tt.want, ids(got)); diff != "" {
-				t.Errorf("SelectPolicies(%q) (-want +got):\n%s", tt.list, diff)
-			}
-		})
-	}
-}
-
-func TestPolicyHashScope(t *testing.T) {
-	for _, tt := range []struct {
-		p    Policy
-		want config.HashScope
-	}{
-		{Policy{Name: "waterfall"}, ""},
-		{Policy{Name: "round_robin", Scope: "global"}, ""},
-		{Policy{Name: "hash3", Scope: "nearest_region"}, "nearest_region"},
-		{Policy{Name: "hash5", Scope: "global"}, "global"},
-	} {
-		if got := tt.p.hashScope(); got != tt.want {
-			t.Errorf("%s.hashScope() = %q, want %q", tt.p.ID(), got, tt.want)
-		}
-	}
-}
 
 func TestValidate(t *testing.T) {
 	for _, c := range []Config{DefaultConfig(), QuickConfig()} {
@@ -86,7 +17,7 @@ func TestValidate(t *testing.T) {
 	}
 	bad := Config{
 		Net:      0,
-		Policies: []Policy{{Name: "hash4"}, {Name: "waterfall"}, {Name: "waterfall"}},
+		Policies: []benchpolicy.Row{{Policy: "hash4"}, {Policy: "waterfall"}, {Policy: "waterfall"}},
 		Warmup:   -time.Second,
 		Phases: []Phase{
 			{Name: "x", Duration: 0, Demand: map[string]float64{"paris": 1, "nyc": -1}},

@@ -88,4 +88,41 @@
 // The run is real: its numbers move with the machine's load (the table's
 // footer gives the load average) and from run to run; the quick preset
 // more so.
+//
+// # The autoscaler's story (lbbench --autoscale)
+//
+// RunAutoscale is the scorecard of `lbsim autoscale-bench` (BENCHMARKS.md
+// §7) on the real system, for its step load. Each row gets a deployment of
+// its own (AutoscaleConfig.AutoscaleSpec): site nyc in front of us-east,
+// autoscaled from min_instances 1 by the control plane's process provider,
+// whose instances are real testbackend processes with a real cold start
+// (--startup-delay) and no queue of their own, so that the gfe's pending
+// queue holds what waits; and, for cloudrun+waterfall, eu-west, a fixed
+// group with room further away, as the buffer; RTTs are emulated by the
+// backends as above. The load steps from BaseRate to StepRate (10×) and
+// back. The rules' windows are cut from minutes to seconds (Block) so that
+// a scale-up fits a step of tens of seconds; the scorecard runs them at
+// their defaults.
+//
+// Every column comes from records, not from the model:
+//
+//   - latency, failures, where each request was served and the timeline:
+//     the client's per-request records, as for the policy rows;
+//   - instance-seconds, peak and cold starts: the process provider's
+//     "started" and "stopped" (or "killed", "exited by itself") log lines,
+//     read from the control plane's output through Options.Tee and timed
+//     when each line arrives (providerLog): the provider writes them as it
+//     starts a process and once it has reaped one;
+//   - time to capacity: the gfe's /status, read every Sample (250 ms), the
+//     first reading in which the near group's healthy instances hold the
+//     step's concurrency in their slots (the scorecard's definition);
+//   - waited: the gfe's spillway_gfe_pending_wait_seconds samples, before
+//     and after the load.
+//
+// The return to the near region is judged per Window (1 s) of the step:
+// the load is back from the first window from which on every window of
+// the step has at least NearShare (95%) of its answered requests from
+// us-east. DefaultAutoscaleTargets holds the real system's targets and
+// Check judges a row against them; the e2e test TestAutoscaleBenchStep
+// runs the quick waterfall row and asserts them.
 package realbench

@@ -190,13 +190,13 @@ func (r *Result) WriteTable(w io.Writer) error {
 // measured rows: does waterfall serve fewer requests over capacity, and
 // with a lower p99, than every hashing row?
 func (r *Result) comparison() (policybench.Comparison, bool) {
-	br := policybench.BenchResult{}
+	br := policybench.Result{}
 	for _, row := range r.Rows {
 		scope := config.HashScope(row.Scope)
 		if row.Scope == "-" {
 			scope = ""
 		}
-		br.Policies = append(br.Policies, policybench.BenchRow{Policy: row.Policy, Scope: scope, OverCapacity: row.OverCapacity, P99Ms: row.P99Ms})
+		br.Policies = append(br.Policies, policybench.Row{Policy: row.Policy, Scope: scope, OverCapacity: row.OverCapacity, P99Ms: row.P99Ms})
 	}
 	return br.Comparison()
 }

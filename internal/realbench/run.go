@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 	"github.com/spillway-lb/spillway/internal/gfe/status"
 	"github.com/spillway-lb/spillway/internal/loadgen"
 	"github.com/spillway-lb/spillway/internal/topology"
@@ -80,7 +81,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Result, error) {
 	sampler := &loadSampler{path: opts.LoadAvgPath}
 	wg.Go(func() { sampler.run(ctx, 5*time.Second) })
 
-	spec.Policy, spec.HashScope = cfg.Policies[0].Name, cfg.Policies[0].hashScope()
+	spec.Policy, spec.HashScope = cfg.Policies[0].Policy, cfg.Policies[0].HashScope()
 	startDeployment := opts.Start
 	if startDeployment == nil {
 		progress(opts.Progress, "starting the deployment in 127.%d.0.0/16 (%s)", cfg.Net, opts.Dir)
@@ -138,7 +139,7 @@ func progress(w io.Writer, format string, args ...any) {
 // control plane reload it, and waits until every gfe serves it: its
 // /status shows p's policy under a config version other than the one it
 // had before.
-func applyPolicy(ctx context.Context, c *topology.Cluster, p Policy) error {
+func applyPolicy(ctx context.Context, c *topology.Cluster, p benchpolicy.Row) error {
 	before := map[string]string{}
 	for _, g := range c.GFEs {
 		st, err := c.Status(ctx, g)
@@ -148,7 +149,7 @@ func applyPolicy(ctx context.Context, c *topology.Cluster, p Policy) error {
 		before[g.Name] = st.ConfigVersion
 	}
 	spec := c.Spec
-	spec.Policy, spec.HashScope = p.Name, p.hashScope()
+	spec.Policy, spec.HashScope = p.Policy, p.HashScope()
 	// Write and rename, so the control plane never reads half a file.
 	tmp := filepath.Join(filepath.Dir(c.ConfigPath), ".spillway.yaml.tmp")
 	if err := os.WriteFile(tmp, []byte(spec.ConfigYAML()), 0o644); err != nil {
@@ -168,7 +169,7 @@ func applyPolicy(ctx context.Context, c *topology.Cluster, p Policy) error {
 			if err != nil {
 				return false, err
 			}
-			if st.ConfigVersion == before[g.Name] || len(st.Services) == 0 || st.Services[0].Policy != string(p.Name) {
+			if st.ConfigVersion == before[g.Name] || len(st.Services) == 0 || st.Services[0].Policy != string(p.Policy) {
 				return false, fmt.Errorf("%s serves config %s with policy %v", g.Name, st.ConfigVersion, policies(st.Services))
 			}
 			return true, nil
@@ -234,7 +235,7 @@ func backendStats(ctx context.Context, client *http.Client, addr string) (*backe
 // per site, at the first phase's demand for Warmup (not recorded), then
 // each phase's demand in turn, every request on a new connection from one
 // of the site's SourcesPerSite addresses.
-func drive(ctx context.Context, c *topology.Cluster, cfg *Config, p Policy) (Measurement, error) {
+func drive(ctx context.Context, c *topology.Cluster, cfg *Config, p benchpolicy.Row) (Measurement, error) {
 	type siteRun struct {
 		site string
 		res  *loadgen.Result

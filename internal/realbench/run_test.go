@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 	"github.com/spillway-lb/spillway/internal/testkit"
 	"github.com/spillway-lb/spillway/internal/topology"
 )
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) { testkit.RunWithBinaries(m, &bins, topology.Binarie
 func TestRunQuick(t *testing.T) {
 	cfg := QuickConfig()
 	cfg.Net = 60 // e2e tests, which run in parallel with this package, use 20–59
-	cfg.Policies = []Policy{{Name: "waterfall"}, {Name: "hash5", Scope: "nearest_region"}}
+	cfg.Policies = []benchpolicy.Row{{Policy: "waterfall"}, {Policy: "hash5", Scope: "nearest_region"}}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var progress strings.Builder

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
+	"github.com/spillway-lb/spillway/internal/quantile"
 	"github.com/spillway-lb/spillway/internal/topology"
 	"github.com/spillway-lb/spillway/sim"
 )
@@ -38,7 +40,7 @@ func (r *Request) ok() bool { return r.Status/100 == 2 }
 
 // Measurement is what one policy's run measured.
 type Measurement struct {
-	Policy Policy
+	Policy benchpolicy.Row
 	// Requests are the requests sent in the measured part.
 	Requests []Request
 	// Dropped counts requests the load generator did not send in the
@@ -206,7 +208,7 @@ func (t *table) measured() time.Duration {
 // row computes m's line of the table. It fails on a request from an unknown
 // site, in an unknown phase, or answered by an unknown region.
 func (t *table) row(m Measurement) (Row, error) {
-	row := Row{Policy: string(m.Policy.Name), Scope: string(m.Policy.Scope), Dropped: m.Dropped}
+	row := Row{Policy: string(m.Policy.Policy), Scope: string(m.Policy.Scope), Dropped: m.Dropped}
 	if row.Scope == "" {
 		row.Scope = "-"
 	}
@@ -424,7 +426,7 @@ func (t *table) summarise(row *Row, s *rowSums, excess float64) {
 	row.Requests = row.Sent + row.Dropped
 	row.MeanMs = ratio(s.latSum, float64(row.OK))
 	slices.Sort(s.lat)
-	row.P50Ms, row.P99Ms = percentile(s.lat, 50), percentile(s.lat, 99)
+	row.P50Ms, row.P99Ms = quantile.Of(s.lat, 0.50), quantile.Of(s.lat, 0.99)
 	row.OverCapacity = ratio(float64(s.overServed), float64(row.OK))
 	row.Excess = ratio(excess, float64(row.Requests))
 	row.ErrorRate = ratio(float64(row.Failed+row.Dropped), float64(row.Requests))
@@ -444,7 +446,7 @@ func (t *table) finishPhases(phases []PhaseRow, s *rowSums) {
 	for i := range phases {
 		ph := &phases[i]
 		slices.Sort(s.phaseLat[i])
-		ph.P99Ms = percentile(s.phaseLat[i], 99)
+		ph.P99Ms = quantile.Of(s.phaseLat[i], 0.99)
 		ph.OverCapacity = ratio(float64(s.phaseOver[i]), float64(ph.OK))
 		ph.CrossRegion = ratio(float64(s.phaseCross[i]), float64(s.phaseRouted[i]))
 		for _, site := range ph.Sites {
@@ -485,16 +487,6 @@ func (row *Row) check() error {
 			row.Policy, sent, ok, routed, row.Sent, row.OK, row.Routed)
 	}
 	return nil
-}
-
-// percentile returns the nearest-rank p-th percentile of sorted, 0 when it
-// is empty (as loadgen.Result.Percentile).
-func percentile(sorted []float64, p float64) float64 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(float64(len(sorted))*p/100+0.5) - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
 }
 
 // ratio returns a/b, or 0 when b is 0.

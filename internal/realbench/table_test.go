@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 	"github.com/spillway-lb/spillway/internal/topology"
 )
 
@@ -79,7 +80,7 @@ func TestRow(t *testing.T) {
 	}
 
 	m := Measurement{
-		Policy: Policy{Name: "hash5", Scope: "global"},
+		Policy: benchpolicy.Row{Policy: "hash5", Scope: "global"},
 		Requests: concat(
 			// Window 0 (steady): 11 arrive at a-1, over 10·1.01.
 			reqs(11, "s1", 0, 0, "127.0.1.100", 1000, 200, "a", "a-1", 10*ms),
@@ -192,7 +193,7 @@ func TestRowWindows(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			row, err := tab.row(Measurement{Policy: Policy{Name: "waterfall"}, Requests: tt.reqs})
+			row, err := tab.row(Measurement{Policy: benchpolicy.Row{Policy: "waterfall"}, Requests: tt.reqs})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -286,20 +287,5 @@ func TestCheck(t *testing.T) {
 				t.Errorf("check() = nil after changing %s, want an error", tt.name)
 			}
 		})
-	}
-}
-
-func TestPercentile(t *testing.T) {
-	var s []float64
-	for i := 1; i <= 100; i++ {
-		s = append(s, float64(i))
-	}
-	for _, tt := range []struct{ p, want float64 }{{50, 50}, {99, 99}, {100, 100}, {1, 1}} {
-		if got := percentile(s, tt.p); got != tt.want {
-			t.Errorf("percentile(1..100, %v) = %v, want %v", tt.p, got, tt.want)
-		}
-	}
-	if got := percentile(nil, 50); got != 0 {
-		t.Errorf("percentile(nil) = %v, want 0", got)
 	}
 }

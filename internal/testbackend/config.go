@@ -51,6 +51,10 @@ type Config struct {
 	// CPU was measured (see "CPU and concurrency" in the package doc), and
 	// Stats.CPUs is then runtime.GOMAXPROCS(0) at New.
 	CPUs float64
+	// Antagonists slow instances down on a schedule (see "Antagonists" in
+	// the package doc): an instance takes the last rule naming it, else
+	// the last rule for every instance. Empty means none.
+	Antagonists []AntagonistRule
 }
 
 // orcaMinInterval returns c.ORCAMinInterval or its default.
@@ -210,6 +214,15 @@ func (c Config) Validate() error {
 	}
 	if c.CPUs < 0 || math.IsNaN(c.CPUs) || math.IsInf(c.CPUs, 0) {
 		errs = append(errs, fmt.Errorf("cpus: %v is not a finite number >= 0", c.CPUs))
+	}
+	for i, r := range c.Antagonists {
+		path := fmt.Sprintf("antagonists[%d]", i)
+		if err := r.Antagonist.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("%s (%s): %w", path, r, err))
+		}
+		if r.Instance != "" && !slices.ContainsFunc(c.Instances, func(in InstanceConfig) bool { return in.Name == r.Instance }) {
+			errs = append(errs, fmt.Errorf("%s.instance: no instance is named %q", path, r.Instance))
+		}
 	}
 	type ruleKey struct {
 		region string

@@ -131,6 +131,29 @@ func TestParseFlags(t *testing.T) {
 			},
 		},
 		{
+			name: "antagonists",
+			args: []string{"--instance", "name=a,addr=:0,region=r,zone=z", "--antagonist", "period=20s,slowdown=4x", "--antagonist", "a:period=10s,duty=30%,cpu=1ms,seed=3"},
+			want: Config{
+				Instances: []InstanceConfig{{Name: "a", Addr: ":0", Region: "r", Zone: "z", Capacity: def}},
+				Antagonists: []AntagonistRule{
+					{Antagonist: Antagonist{Period: 20 * time.Second, Duty: 0.5, Slowdown: 4}},
+					{Instance: "a", Antagonist: Antagonist{Period: 10 * time.Second, Duty: 0.3, Slowdown: 1, CPU: time.Millisecond, Seeded: true, Seed: 3}},
+				},
+				ShutdownTimeout: DefaultConfig().ShutdownTimeout,
+				ORCAMinInterval: DefaultORCAMinInterval,
+			},
+		},
+		{
+			name:          "antagonist naming no instance",
+			args:          []string{"--instance", "name=a,addr=:0,region=r,zone=z", "--antagonist", "b:period=20s,slowdown=4x"},
+			wantErrSubstr: `antagonists[0].instance: no instance is named "b"`,
+		},
+		{
+			name:          "bad antagonist",
+			args:          []string{"--instance", "name=a,addr=:0,region=r,zone=z", "--antagonist", "period=20s"},
+			wantErrSubstr: "the antagonist changes nothing",
+		},
+		{
 			name: "defaults",
 			args: []string{"--instance", "name=a,addr=:0,region=r,zone=z"},
 			want: Config{

@@ -204,6 +204,25 @@
 // a request then holds its slot for D plus ServiceTime, longer when the
 // cores are contended, and the CPU it costs is D whatever else runs.
 //
+// # Antagonists
+//
+// --antagonist [INSTANCE:]period=D[,duty=F][,slowdown=Nx][,cpu=D][,phase=D][,seed=N]
+// slows an instance down on a schedule, as the other tenants of a machine
+// do (Prequal's antagonists): for duty (default 0.5) of every period,
+// each normal request, unary RPC and stream message is served slowdown
+// times slower (its ServiceTime and its --cpu-per-request multiplied)
+// and does cpu more of busy work. Without seed the window opens at the
+// start of each period, phase after the instance started; with seed its
+// offset in each period is drawn from the seed, the period's number and
+// the instance's name, so a run repeats exactly and two instances with
+// the same seed do not slow down together. The schedule runs on the
+// instance's clock from New (Antagonist.On is the pure function), and
+// Stats.Antagonized counts what it slowed. For example half of a
+// region's instances, each four times slower for 10s of every 20s:
+//
+//	--antagonist us-east-b-1:period=20s,slowdown=4x,seed=1 \
+//	--antagonist us-east-c-1:period=20s,slowdown=4x,seed=2
+//
 // # Start-up
 //
 // --startup-delay D emulates a cold start. The instances bind their

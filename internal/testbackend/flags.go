@@ -26,6 +26,8 @@ import (
 //	--startup-delay D      emulated cold start: health checks fail until D after start (0)
 //	--cpu-per-request D    CPU time of busy work per normal request and unary RPC (0)
 //	--cpus F               cores the process may use: when set, cpu_utilization = cores in use / F
+//	--antagonist [INSTANCE:]period=D[,duty=F][,slowdown=Nx][,cpu=D][,phase=D][,seed=N]
+//	                       slow instances down on a schedule (repeatable; see ParseAntagonist)
 //
 // The capacity flags and --load-reports are defaults for every instance;
 // keys in an --instance spec override them for that instance, whatever the
@@ -65,6 +67,15 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs.DurationVar(&cfg.StartupDelay, "startup-delay", cfg.StartupDelay, "emulated cold start: every instance fails its health check (/healthz 503, gRPC NOT_SERVING, tcp listener closed) until this long after start, then passes it")
 	fs.DurationVar(&cfg.CPUPerRequest, "cpu-per-request", cfg.CPUPerRequest, "CPU time of busy work that each normal request and unary RPC spends holding its slot, before --service-time")
 	fs.Float64Var(&cfg.CPUs, "cpus", cfg.CPUs, "cores the process may use: when set (> 0), the load reports' cpu_utilization is the process's cores in use over the last second / cpus; 0 keeps cpu_utilization = application_utilization")
+	fs.Func("antagonist", "`[INSTANCE:]period=D[,duty=F][,slowdown=Nx][,cpu=D][,phase=D][,seed=N]`: an antagonist that, for duty (default 0.5, or a percentage) of every period, multiplies service time and CPU per request by slowdown and adds cpu of busy work per request, on every instance or only INSTANCE; seed places each period's window at random, repeatably (repeatable; an instance takes the last rule naming it, else the last without a name)",
+		func(s string) error {
+			r, err := ParseAntagonist(s)
+			if err != nil {
+				return err
+			}
+			cfg.Antagonists = append(cfg.Antagonists, r)
+			return nil
+		})
 	printVersion := fs.Bool("version", false, "print the version and exit")
 	fs.StringVar(&cfg.AdminAddr, "admin", cfg.AdminAddr, "`HOST:PORT` of the process admin listener, for every protocol: GET|POST /admin/health?instance=NAME[&healthy=BOOL], GET /admin/stats[?instance=NAME], POST /admin/close?instance=NAME (default none)")
 

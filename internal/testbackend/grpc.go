@@ -209,8 +209,9 @@ func (e *echoService) Unary(ctx context.Context, req *echopb.EchoRequest) (*echo
 		return nil, rpcError(err)
 	}
 	_ = grpc.SetHeader(ctx, md)
-	burnCPU(in.cpuPerRequest)
-	err := sleep(ctx, in.clock, in.cfg.Capacity.ServiceTime)
+	cpu, st := in.serviceCost()
+	burnCPU(cpu)
+	err := sleep(ctx, in.clock, st)
 	in.lim.release()
 	if err != nil {
 		in.canceled.Add(1)
@@ -282,7 +283,8 @@ func (e *echoService) Stream(stream echopb.Echo_StreamServer) error {
 		if req.GetStatusCode() != 0 {
 			return status.Error(codes.Code(req.GetStatusCode()), req.GetStatusMessage())
 		}
-		if err := sleep(ctx, in.clock, rtt+in.cfg.Capacity.ServiceTime); err != nil {
+		_, st := in.serviceCost() // stream messages burn no CPU; an antagonist slows them
+		if err := sleep(ctx, in.clock, rtt+st); err != nil {
 			return rpcError(err)
 		}
 		in.messages.Add(1) // before the send, so that a reader sees it counted

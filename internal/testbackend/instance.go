@@ -73,6 +73,10 @@ type Stats struct {
 	// Faulted counts normal requests answered with the injected fault
 	// status (POST /admin/fault) instead of being served.
 	Faulted uint64 `json:"faulted"`
+	// Antagonized counts the requests, unary RPCs and stream messages
+	// served while the instance's antagonist was on (--antagonist), that
+	// is served slower.
+	Antagonized uint64 `json:"antagonized"`
 	// OpenConns is the number of client TCP connections open now, of any
 	// protocol (for tcp: the echo connections, admitted or queued).
 	OpenConns int `json:"open_conns"`
@@ -136,6 +140,9 @@ type instance struct {
 	cpuPerRequest time.Duration
 	cpus          float64
 	cpusSet       bool
+	// antagonist is the instance's schedule of Config.Antagonists; nil
+	// when it has none.
+	antagonist *antagonistSchedule
 	// meter averages the process's CPU time and the instance's
 	// concurrency over the last second.
 	meter *usageMeter
@@ -159,6 +166,8 @@ type instance struct {
 	// answered with (see setFault); faulted counts those answers.
 	fault   atomic.Int32
 	faulted atomic.Uint64
+	// antagonized counts what serviceCost slowed (Stats.Antagonized).
+	antagonized atomic.Uint64
 
 	// healthMu serializes health changes.
 	healthMu sync.Mutex
@@ -436,21 +445,22 @@ func (in *instance) serveStats(w http.ResponseWriter, _ *http.Request) {
 // stats returns a copy of the instance's counters.
 func (in *instance) stats() Stats {
 	s := Stats{
-		Instance:  in.cfg.Name,
-		Region:    in.cfg.Region,
-		Zone:      in.cfg.Zone,
-		Proto:     in.cfg.Proto,
-		Healthy:   in.healthy.Load(),
-		Served:    in.served.Load(),
-		Rejected:  in.rejected.Load(),
-		Canceled:  in.canceled.Load(),
-		Probes:    in.probes.Load(),
-		Streams:   in.streams.Load(),
-		Messages:  in.messages.Load(),
-		Faulted:   in.faulted.Load(),
-		OpenConns: in.conns.open(),
-		Conns:     in.conns.accepted.Load(),
-		BySource:  map[string]SourceStats{},
+		Instance:    in.cfg.Name,
+		Region:      in.cfg.Region,
+		Zone:        in.cfg.Zone,
+		Proto:       in.cfg.Proto,
+		Healthy:     in.healthy.Load(),
+		Served:      in.served.Load(),
+		Rejected:    in.rejected.Load(),
+		Canceled:    in.canceled.Load(),
+		Probes:      in.probes.Load(),
+		Streams:     in.streams.Load(),
+		Messages:    in.messages.Load(),
+		Faulted:     in.faulted.Load(),
+		Antagonized: in.antagonized.Load(),
+		OpenConns:   in.conns.open(),
+		Conns:       in.conns.accepted.Load(),
+		BySource:    map[string]SourceStats{},
 	}
 	s.InFlight, s.QueueLen, s.MaxInFlight, s.MaxQueueLen = in.lim.load()
 	u := in.meter.read(in.clock.Now())
@@ -485,8 +495,9 @@ func (in *instance) serveRequest(w http.ResponseWriter, r *http.Request) {
 	}
 	err := in.waitGate(ctx)
 	if err == nil {
-		burnCPU(in.cpuPerRequest)
-		err = sleep(ctx, in.clock, in.cfg.Capacity.ServiceTime)
+		cpu, st := in.serviceCost()
+		burnCPU(cpu)
+		err = sleep(ctx, in.clock, st)
 	}
 	in.lim.release()
 	if err != nil {
@@ -504,6 +515,21 @@ func (in *instance) serveRequest(w http.ResponseWriter, r *http.Request) {
 		Path:     r.URL.Path,
 		Source:   r.RemoteAddr,
 	})
+}
+
+// serviceCost returns the CPU time and the service time of one request,
+// unary RPC or stream message starting now: Config.CPUPerRequest and
+// ServiceTime, or, while the instance's antagonist is on, Slowdown times
+// each plus the antagonist's CPU (then it counts it in antagonized).
+func (in *instance) serviceCost() (cpu, st time.Duration) {
+	cpu, st = in.cpuPerRequest, in.cfg.Capacity.ServiceTime
+	if in.antagonist.on(in.clock.Now()) {
+		a := &in.antagonist.a
+		cpu = time.Duration(float64(cpu)*a.Slowdown) + a.CPU
+		st = time.Duration(float64(st) * a.Slowdown)
+		in.antagonized.Add(1)
+	}
+	return cpu, st
 }
 
 // admitHTTP admits r from src; it reports false, having answered a

@@ -79,6 +79,9 @@ func New(cfg Config, opts Options) (*Server, error) {
 		in.addr = ln.Addr().String()
 		in.orcaMinInterval = cfg.orcaMinInterval()
 		in.cpuPerRequest = cfg.CPUPerRequest
+		if a, ok := antagonistFor(cfg.Antagonists, ic.Name); ok {
+			in.antagonist = newAntagonistSchedule(a, ic.Name, clk.Now())
+		}
 		if cfg.CPUs > 0 {
 			in.cpus, in.cpusSet = cfg.CPUs, true
 		}

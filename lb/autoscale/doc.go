@@ -120,7 +120,7 @@
 // # Reading the rules
 //
 // Each of these was measured with the scorecard (`lbsim autoscale-bench`,
-// autoscalebench.RunAutoscaleBench; BENCHMARKS.md §7 has the rows) and kept only
+// autoscalebench.Run; BENCHMARKS.md §7 has the rows) and kept only
 // where it helped.
 //
 //   - On-demand starts sized by the arrival rate (Config.RateStarts), a

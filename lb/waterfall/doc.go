@@ -164,6 +164,14 @@
 // ErrAllBusy. Pick takes the random value as an argument and does not
 // allocate.
 //
+// NewPickerLoadAware swaps the choice inside a group for lb/loadaware's:
+// two draws compared by in-flight requests, peak-EWMA latency and ORCA
+// utilization, with slow start for new and returning instances. Groups,
+// shares, fallbacks, demoted backends and soft limits are unchanged; pick
+// with PickAt (the costs are read at its now), and report each answer to
+// the Choice's Endpoint (TestPickLoadAware, TestPickLoadAwareFallbacks;
+// PickAt does not allocate either: TestPickLoadAwareAllocs).
+//
 // A group may also hold demoted backends (NewPickerDemoted): instances the
 // autoscaler scaled down and will stop, or an operator's warm standby
 // (config.Instance.Demoted). They are not in the group's capacity, so the

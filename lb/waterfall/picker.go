@@ -2,8 +2,10 @@ package waterfall
 
 import (
 	"math"
+	"time"
 
 	"github.com/spillway-lb/spillway/lb/backend"
+	"github.com/spillway-lb/spillway/lb/loadaware"
 )
 
 // Choice is what Pick chose: a backend with one concurrency slot taken, and
@@ -15,6 +17,11 @@ type Choice struct {
 	Group   string
 	// Reason is the Reason of the plan flow the group came from.
 	Reason Reason
+	// Endpoint is Backend's load-aware state when the Picker chooses
+	// inside groups by a loadaware.Chooser (NewPickerLoadAware): the
+	// caller reports the answer's latency to it (Chooser.Observe). Nil
+	// otherwise.
+	Endpoint *loadaware.Endpoint
 }
 
 // Done releases the backend slot the Choice holds.
@@ -30,6 +37,9 @@ func (c Choice) Done() { c.Backend.Release() }
 type Picker struct {
 	// Immutable after NewPicker.
 	policy backend.Policy
+	// chooser, when not nil, chooses inside groups instead of policy,
+	// from the groups' endpoints (NewPickerLoadAware).
+	chooser *loadaware.Chooser
 	// bound[i] is the exclusive upper end of the random values that choose
 	// groups[i] (cumulative plan shares scaled to 2^64); the last is
 	// MaxUint64, which also takes the value MaxUint64 itself.
@@ -50,6 +60,9 @@ type pickGroup struct {
 	// request.
 	backends []*backend.Backend
 	demoted  []*backend.Backend
+	// endpoints and dendpoints are the load-aware states of backends and
+	// demoted, index for index, when the Picker has a chooser.
+	endpoints, dendpoints []*loadaware.Endpoint
 
 	// Accessed atomically, on a cache line of their own: the round-robin
 	// cursors are written on every pick, the fields above only read.
@@ -209,6 +222,14 @@ func scale64(f float64) uint64 {
 // ErrNoCapacity when the Picker has no backend at all. Pick does not
 // allocate.
 func (p *Picker) Pick(rnd uint64) (Choice, error) {
+	return p.PickAt(rnd, time.Time{})
+}
+
+// PickAt is Pick at now, the time at which a load-aware Picker
+// (NewPickerLoadAware) reads its endpoints' costs; other Pickers ignore
+// now. A load-aware Picker must be picked from with PickAt: through Pick
+// it reads them at the zero time. PickAt does not allocate.
+func (p *Picker) PickAt(rnd uint64, now time.Time) (Choice, error) {
 	n := len(p.groups)
 	if n == 0 {
 		return Choice{}, ErrNoCapacity
@@ -230,14 +251,14 @@ func (p *Picker) Pick(rnd uint64) (Choice, error) {
 	// set from measurements) turn the request away everywhere, again under
 	// their configured limits only, from the group it chose.
 	for _, hard := range [2]bool{false, true} {
-		if c, ok := p.pickIn(lo, inner, hard); ok {
+		if c, ok := p.pickIn(lo, inner, hard, now); ok {
 			return c, nil
 		}
 		for i := range n {
 			if i == lo {
 				continue
 			}
-			if c, ok := p.pickIn(i, inner, hard); ok {
+			if c, ok := p.pickIn(i, inner, hard, now); ok {
 				return c, nil
 			}
 		}
@@ -245,11 +266,14 @@ func (p *Picker) Pick(rnd uint64) (Choice, error) {
 	return Choice{}, ErrAllBusy
 }
 
-// pickIn tries to take a backend of group gi by the Picker's policy, under
-// the configured limits only when hard: an active backend, else a demoted
-// one.
-func (p *Picker) pickIn(gi int, rnd uint64, hard bool) (Choice, bool) {
+// pickIn tries to take a backend of group gi by the Picker's policy (or
+// its chooser, at now), under the configured limits only when hard: an
+// active backend, else a demoted one.
+func (p *Picker) pickIn(gi int, rnd uint64, hard bool, now time.Time) (Choice, bool) {
 	g := &p.groups[gi]
+	if p.chooser != nil {
+		return p.chooseIn(g, rnd, hard, now)
+	}
 	acquire := p.policy.Acquire
 	if hard {
 		acquire = p.policy.AcquireHard

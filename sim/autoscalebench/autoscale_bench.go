@@ -2,7 +2,6 @@ package autoscalebench
 
 import (
 	"math"
-	"slices"
 	"time"
 )
 
@@ -13,7 +12,7 @@ import (
 // (no wall clock, no randomness): the same binary prints the same rows on any
 // machine, however loaded.
 //
-// The queueing model, in fixed steps of AutoscaleModel.Step (100ms):
+// The queueing model, in fixed steps of Model.Step (100ms):
 //
 //   - Requests arrive at the load's rate (fractional arrivals carried over;
 //     the sporadic load lists its single requests), and each takes
@@ -51,8 +50,8 @@ import (
 //   - oracle: see oracleRow.
 //   - Scale-downs stop instances not yet ready first, then the newest.
 
-// AutoscaleModel is the scorecard's fixed model.
-type AutoscaleModel struct {
+// Model is the scorecard's fixed model.
+type Model struct {
 	Step           time.Duration // simulation step
 	ServiceTime    time.Duration // per request: the request time of the targets
 	MaxConcurrency int           // slots per instance
@@ -66,9 +65,9 @@ type AutoscaleModel struct {
 	TargetUtilization float64
 }
 
-// DefaultAutoscaleModel is the model of `lbsim autoscale-bench`.
-func DefaultAutoscaleModel() AutoscaleModel {
-	return AutoscaleModel{
+// DefaultModel is the model of `lbsim autoscale-bench`.
+func DefaultModel() Model {
+	return Model{
 		Step:              100 * time.Millisecond,
 		ServiceTime:       500 * time.Millisecond,
 		MaxConcurrency:    10,
@@ -89,9 +88,9 @@ type LoadPoint struct {
 	RPS float64
 }
 
-// AutoscaleLoad is a named load: a piecewise-linear rate, or single
+// Load is a named load: a piecewise-linear rate, or single
 // requests at the times Singles lists.
-type AutoscaleLoad struct {
+type Load struct {
 	Name   string
 	Points []LoadPoint // ascending At; the last one's At is the end
 	// Singles, when set, are the arrival times (seconds) of single
@@ -102,11 +101,11 @@ type AutoscaleLoad struct {
 	RiseAt float64
 }
 
-func (l AutoscaleLoad) end() float64 { return l.Points[len(l.Points)-1].At }
+func (l Load) end() float64 { return l.Points[len(l.Points)-1].At }
 
 // initial returns the instances ready at 0 for every autoscaler: those the
 // rate at 0 needs at the model's target (none for single requests).
-func (l AutoscaleLoad) initial(m AutoscaleModel) int {
+func (l Load) initial(m Model) int {
 	if l.Singles != nil {
 		return 0
 	}
@@ -114,7 +113,7 @@ func (l AutoscaleLoad) initial(m AutoscaleModel) int {
 }
 
 // rate returns the load at t.
-func (l AutoscaleLoad) rate(t float64) float64 {
+func (l Load) rate(t float64) float64 {
 	p := l.Points
 	for i := len(p) - 1; i >= 0; i-- {
 		if t >= p[i].At {
@@ -130,7 +129,7 @@ func (l AutoscaleLoad) rate(t float64) float64 {
 
 // arrivals returns the requests arriving in each step (fractional arrivals
 // carried over): the same sequence for every autoscaler.
-func (l AutoscaleLoad) arrivals(m AutoscaleModel) []int64 {
+func (l Load) arrivals(m Model) []int64 {
 	dt := m.Step.Seconds()
 	n := int(math.Round(l.end() / dt))
 	out := make([]int64, n)
@@ -151,19 +150,19 @@ func (l AutoscaleLoad) arrivals(m AutoscaleModel) []int64 {
 	return out
 }
 
-// AutoscaleLoads are the scorecard's loads, 20 requests/s at rest unless
+// Loads are the scorecard's loads, 20 requests/s at rest unless
 // said otherwise: step to 200 (10×) at 60s, back at 360s; ramp 20 → 200
 // over 60–240s, back down over 360–540s; spike to 400 for 30s at 60s;
 // flash, the lbbench story (a crowd of 15× at once at 60s, holding two
 // minutes, fading over two more); diurnal, a day compressed into 24
 // minutes (one per hour: 20 at 04:00, 200 at 16:00, cosine in between);
 // sporadic, single requests from zero at irregular times over 25 minutes.
-func AutoscaleLoads() []AutoscaleLoad {
+func Loads() []Load {
 	var day []LoadPoint
 	for h := 0; h <= 24; h++ {
 		day = append(day, LoadPoint{At: float64(h * 60), RPS: math.Round(20 + 90*(1-math.Cos(2*math.Pi*float64(h-4)/24)))})
 	}
-	return []AutoscaleLoad{
+	return []Load{
 		{Name: "step", RiseAt: 60, Points: []LoadPoint{{0, 20}, {60, 20}, {60, 200}, {360, 200}, {360, 20}, {600, 20}}},
 		{Name: "ramp", RiseAt: 60, Points: []LoadPoint{{0, 20}, {60, 20}, {240, 200}, {360, 200}, {540, 20}, {600, 20}}},
 		{Name: "spike", RiseAt: 60, Points: []LoadPoint{{0, 20}, {60, 20}, {60, 400}, {90, 400}, {90, 20}, {600, 20}}},
@@ -174,8 +173,8 @@ func AutoscaleLoads() []AutoscaleLoad {
 	}
 }
 
-// AutoscaleRow is one (load, cold start, autoscaler) of the scorecard.
-type AutoscaleRow struct {
+// Row is one (load, cold start, autoscaler) of the scorecard.
+type Row struct {
 	Load       string  `json:"load"`
 	ColdStartS float64 `json:"cold_start_s"`
 	Autoscaler string  `json:"autoscaler"`
@@ -219,11 +218,11 @@ type AutoscaleRow struct {
 // Autoscalers are the scorecard's rows per load and cold start, in order.
 var Autoscalers = []string{"oracle", "kpa", "kpa+activator", "cloudrun", "cloudrun+waterfall"}
 
-// RunAutoscaleBench returns every row: per load, per cold start, the
+// Run returns every row: per load, per cold start, the
 // autoscalers in the order of Autoscalers.
-func RunAutoscaleBench(m AutoscaleModel) []AutoscaleRow {
-	var out []AutoscaleRow
-	for _, l := range AutoscaleLoads() {
+func Run(m Model) []Row {
+	var out []Row
+	for _, l := range Loads() {
 		for _, cold := range m.ColdStarts {
 			out = append(out, runAutoscaleCase(m, l, cold)...)
 		}
@@ -232,7 +231,7 @@ func RunAutoscaleBench(m AutoscaleModel) []AutoscaleRow {
 }
 
 // runAutoscaleCase runs every autoscaler on one load and cold start.
-func runAutoscaleCase(m AutoscaleModel, l AutoscaleLoad, cold time.Duration) []AutoscaleRow {
+func runAutoscaleCase(m Model, l Load, cold time.Duration) []Row {
 	arr := l.arrivals(m)
 	o := newOracle(m, l, arr, cold)
 	initial := l.initial(m)
@@ -246,7 +245,7 @@ func runAutoscaleCase(m AutoscaleModel, l AutoscaleLoad, cold time.Duration) []A
 		{"cloudrun", newCloudRunScaler(m, cold, initial), false},
 		{"cloudrun+waterfall", newCloudRunScaler(m, cold, initial), true},
 	}
-	rows := []AutoscaleRow{o.row}
+	rows := []Row{o.row}
 	readies := [][]int{o.need}
 	exits := []float64{-1}
 	for _, r := range runs {
@@ -288,26 +287,3 @@ func runAutoscaleCase(m AutoscaleModel, l AutoscaleLoad, cold time.Duration) []A
 }
 
 func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
-
-// percentileMs returns the q-quantile (nearest rank) of a latency
-// histogram in milliseconds.
-func percentileMs(h map[int64]int64, q float64) float64 {
-	keys := make([]int64, 0, len(h))
-	var total int64
-	for k, n := range h {
-		keys = append(keys, k)
-		total += n
-	}
-	if total == 0 {
-		return 0
-	}
-	slices.Sort(keys)
-	rank := int64(math.Ceil(q * float64(total)))
-	var seen int64
-	for _, k := range keys {
-		if seen += h[k]; seen >= rank {
-			return float64(k)
-		}
-	}
-	return float64(keys[len(keys)-1])
-}

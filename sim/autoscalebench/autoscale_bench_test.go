@@ -6,18 +6,18 @@ import (
 )
 
 // scorecardRows runs the scorecard once per test binary.
-var scorecardRows = func() func() []AutoscaleRow {
-	var rs []AutoscaleRow
-	return func() []AutoscaleRow {
+var scorecardRows = func() func() []Row {
+	var rs []Row
+	return func() []Row {
 		if rs == nil {
-			rs = RunAutoscaleBench(DefaultAutoscaleModel())
+			rs = Run(DefaultModel())
 		}
 		return rs
 	}
 }()
 
 // scorecardRow returns the scorecard's row, failing the test if it is missing.
-func scorecardRow(t *testing.T, rs []AutoscaleRow, load string, cold float64, scaler string) AutoscaleRow {
+func scorecardRow(t *testing.T, rs []Row, load string, cold float64, scaler string) Row {
 	t.Helper()
 	for _, r := range rs {
 		if r.Load == load && r.ColdStartS == cold && r.Autoscaler == scaler {
@@ -25,7 +25,7 @@ func scorecardRow(t *testing.T, rs []AutoscaleRow, load string, cold float64, sc
 		}
 	}
 	t.Fatalf("no row %s/%gs/%s", load, cold, scaler)
-	return AutoscaleRow{}
+	return Row{}
 }
 
 // TestAutoscaleBench: the scorecard's deterministic rows keep their key
@@ -105,7 +105,7 @@ func TestAutoscaleBenchTargets(t *testing.T) {
 			t.Errorf("%s/%gs: cloudrun p99 %v ms (%d failed), want ≤ 1.1 × kpa+activator's %v", c.load, c.cold, alone.P99Ms, alone.Failed, act.P99Ms)
 		}
 	}
-	for _, want := range []AutoscaleRow{
+	for _, want := range []Row{
 		{Load: "step", ColdStartS: 25, Autoscaler: "oracle", InstanceS: 6075, Peak: 17, P99Ms: 500},
 		{Load: "step", ColdStartS: 25, Autoscaler: "kpa", InstanceS: 6984, Peak: 34, P99Ms: 5500, Failed: 4120},
 		{Load: "step", ColdStartS: 25, Autoscaler: "kpa+activator", InstanceS: 13194, Peak: 100, P99Ms: 21100},
@@ -131,8 +131,8 @@ func TestAutoscaleBenchTargets(t *testing.T) {
 // TestOracle: the oracle's instance-seconds are the integral of the
 // need's running max over a cold start, by hand for a step.
 func TestOracle(t *testing.T) {
-	m := DefaultAutoscaleModel()
-	l := AutoscaleLoad{Name: "s", RiseAt: 10, Points: []LoadPoint{{0, 20}, {10, 20}, {10, 200}, {20, 200}, {20, 20}, {30, 20}}}
+	m := DefaultModel()
+	l := Load{Name: "s", RiseAt: 10, Points: []LoadPoint{{0, 20}, {10, 20}, {10, 200}, {20, 200}, {20, 20}, {30, 20}}}
 	cold := m.ColdStarts[0]
 	o := newOracle(m, l, l.arrivals(m), cold)
 	// 20/s ⇒ 10 in flight ⇒ 2 at 60%; 200/s ⇒ 100 ⇒ 17, from 10.5s (the
@@ -148,7 +148,7 @@ func TestOracle(t *testing.T) {
 
 // TestLoadRate: the piecewise-linear loads, steps included.
 func TestLoadRate(t *testing.T) {
-	ls := AutoscaleLoads()
+	ls := Loads()
 	for _, tt := range []struct {
 		load int
 		t    float64
@@ -162,19 +162,6 @@ func TestLoadRate(t *testing.T) {
 	} {
 		if got := ls[tt.load].rate(tt.t); math.Abs(got-tt.want) > 1e-9 {
 			t.Errorf("%s.rate(%v) = %v, want %v", ls[tt.load].Name, tt.t, got, tt.want)
-		}
-	}
-}
-
-// TestPercentileMs: nearest-rank quantiles of a histogram.
-func TestPercentileMs(t *testing.T) {
-	h := map[int64]int64{500: 98, 540: 1, 20500: 1}
-	for _, tt := range []struct {
-		q    float64
-		want float64
-	}{{0.5, 500}, {0.98, 500}, {0.99, 540}, {1, 20500}} {
-		if got := percentileMs(h, tt.q); got != tt.want {
-			t.Errorf("percentileMs(%v) = %v, want %v", tt.q, got, tt.want)
 		}
 	}
 }

@@ -1,9 +1,12 @@
 package autoscalebench
 
 import (
+	"maps"
 	"math"
+	"slices"
 	"time"
 
+	"github.com/spillway-lb/spillway/internal/quantile"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
@@ -81,7 +84,7 @@ type benchScaler interface {
 // initial ready instances; with buffer the waterfall routes the overflow to
 // the second region. It returns the row (without the columns relative to
 // the oracle) and the ready instances of every step.
-func runAutoscaleLoad(m AutoscaleModel, l AutoscaleLoad, arr []int64, cold time.Duration, initial int, peakConc float64, name string, sc benchScaler, buffer bool) (AutoscaleRow, []int) {
+func runAutoscaleLoad(m Model, l Load, arr []int64, cold time.Duration, initial int, peakConc float64, name string, sc benchScaler, buffer bool) (Row, []int) {
 	start := time.Unix(0, 0).UTC()
 	f := &fleet{}
 	f.start(start.Add(-cold), initial, cold)
@@ -93,7 +96,7 @@ func runAutoscaleLoad(m AutoscaleModel, l AutoscaleLoad, arr []int64, cold time.
 	var (
 		queue          []batch
 		inFlight       float64
-		row            = AutoscaleRow{Load: l.Name, ColdStartS: cold.Seconds(), Autoscaler: name, TimeToCapacityS: -1}
+		row            = Row{Load: l.Name, ColdStartS: cold.Seconds(), Autoscaler: name, TimeToCapacityS: -1}
 		lat            = map[int64]int64{} // latency in ms → requests
 		sum            second              // the current second's sums
 		stepsPerSecond = int(math.Round(1 / dt))
@@ -173,8 +176,13 @@ func runAutoscaleLoad(m AutoscaleModel, l AutoscaleLoad, arr []int64, cold time.
 			sum = second{}
 		}
 	}
-	row.P50Ms = percentileMs(lat, 0.50)
-	row.P99Ms = percentileMs(lat, 0.99)
+	ms := slices.Sorted(maps.Keys(lat))
+	counts := make([]int64, len(ms))
+	for i, v := range ms {
+		counts[i] = lat[v]
+	}
+	row.P50Ms = float64(quantile.OfCounts(ms, counts, 0.50))
+	row.P99Ms = float64(quantile.OfCounts(ms, counts, 0.99))
 	row.InstanceS = math.Round(row.InstanceS)
 	if row.Requests > 0 {
 		row.ColdStartsPer1k = round3(float64(f.starts) * 1000 / float64(row.Requests))
@@ -216,7 +224,7 @@ type waterfallRouter struct{ acc float64 }
 // local group, and the demand per second it sends past it, for a site
 // demand of demand requests/s and the local group's ready and running
 // instances.
-func (r *waterfallRouter) split(m AutoscaleModel, n int64, demand float64, ready, running int) (local int64, spilled float64) {
+func (r *waterfallRouter) split(m Model, n int64, demand float64, ready, running int) (local int64, spilled float64) {
 	perInstance := float64(m.MaxConcurrency) / m.ServiceTime.Seconds()
 	w := waterfall.World{
 		Regions: []waterfall.Region{

@@ -6,9 +6,9 @@ import (
 	"text/tabwriter"
 )
 
-// WriteAutoscaleBench prints the scorecard as a table, one row per (load,
+// WriteTable prints the scorecard as a table, one row per (load,
 // cold start, autoscaler).
-func WriteAutoscaleBench(w io.Writer, rs []AutoscaleRow) error {
+func WriteTable(w io.Writer, rs []Row) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "load\tcold (s)\tautoscaler\tinstance-s\t÷ oracle\tpeak\tovershoot\tp50 (ms)\tp99 (ms)\tfailed\twaited\tspilled\tto capacity (s)\tpost-panic dip\tcold starts/1k\t")
 	for _, r := range rs {

@@ -16,7 +16,7 @@ import (
 // concurrency by Little's law, as the controller computes it
 // (controller.Load).
 type cloudRunScaler struct {
-	m    AutoscaleModel
+	m    Model
 	cold time.Duration
 	cfg  autoscale.Config
 	a    *autoscale.Autoscaler
@@ -25,7 +25,7 @@ type cloudRunScaler struct {
 	next   int
 }
 
-func newCloudRunScaler(m AutoscaleModel, cold time.Duration, initial int) *cloudRunScaler {
+func newCloudRunScaler(m Model, cold time.Duration, initial int) *cloudRunScaler {
 	a := config.DefaultAutoscaling()
 	a.MaxInstances, a.InitialInstances = m.MaxInstances, initial
 	a.MaxConcurrencyPerInstance, a.ColdStart = m.MaxConcurrency, cold
@@ -119,7 +119,7 @@ func (s *cloudRunScaler) step(now time.Time, queue []batch, _, arrivals int64, f
 // most 10 × container concurrency per ready pod (the queue-proxy's
 // breaker), and arrivals beyond fail with 503.
 type kpaScaler struct {
-	m         AutoscaleModel
+	m         Model
 	cold      time.Duration
 	a         *kpa.Autoscaler
 	activator bool
@@ -130,7 +130,7 @@ type kpaScaler struct {
 	panicExit float64
 }
 
-func newKPAScaler(m AutoscaleModel, cold time.Duration, initial int, activator bool) *kpaScaler {
+func newKPAScaler(m Model, cold time.Duration, initial int, activator bool) *kpaScaler {
 	cfg := kpa.DefaultConfig(m.MaxConcurrency, m.MaxInstances)
 	return &kpaScaler{m: m, cold: cold, a: kpa.New(cfg, initial, time.Unix(0, 0).UTC()), activator: activator, panicExit: -1}
 }
@@ -209,10 +209,10 @@ func (s *kpaScaler) step(now time.Time, queue []batch, arrived, _ int64, f *flee
 type oracle struct {
 	need     []int // ready instances per step
 	peakConc float64
-	row      AutoscaleRow
+	row      Row
 }
 
-func newOracle(m AutoscaleModel, l AutoscaleLoad, arr []int64, cold time.Duration) oracle {
+func newOracle(m Model, l Load, arr []int64, cold time.Duration) oracle {
 	dt := m.Step.Seconds()
 	svcSteps := int(math.Round(m.ServiceTime.Seconds() / dt))
 	coldSteps := int(math.Round(cold.Seconds() / dt))
@@ -229,7 +229,7 @@ func newOracle(m AutoscaleModel, l AutoscaleLoad, arr []int64, cold time.Duratio
 			o.need[k] = max(o.need[k], l.initial(m))
 		}
 	}
-	row := AutoscaleRow{Load: l.Name, ColdStartS: cold.Seconds(), Autoscaler: "oracle", TimeToCapacityS: -1}
+	row := Row{Load: l.Name, ColdStartS: cold.Seconds(), Autoscaler: "oracle", TimeToCapacityS: -1}
 	prev := o.need[0]
 	var starts int
 	for k := range arr {

@@ -1,8 +1,6 @@
 package autoscalebench
 
 import (
-	"github.com/spillway-lb/spillway/sim"
-
 	"bytes"
 	"errors"
 	"fmt"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/lb/autoscale"
+	"github.com/spillway-lb/spillway/sim"
 )
 
 // ErrInvalidTrace is wrapped by every error ParseTrace returns for a bad

@@ -1,8 +1,6 @@
 package policybench
 
 import (
-	"github.com/spillway-lb/spillway/sim"
-
 	"errors"
 	"fmt"
 	"math"
@@ -10,113 +8,63 @@ import (
 	"sync"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
+	"github.com/spillway-lb/spillway/sim"
 )
 
-// BenchPolicy is one policy that Bench runs, one row of its result: the
-// load-balancing policy every gfe's routing table applies to the scenario's
-// one service (config.Service.Policy and HashScope).
-type BenchPolicy struct {
-	// Name labels the row ("waterfall", "hash5", ...); the policy's name in
-	// the defaults.
-	Name string
-	// Policy is the service's policy: a planned one (waterfall, min_rtt),
-	// whose gfes plan (waterfall.Compute or ComputeMinRTT), damp and pick
-	// by their site's plan row, or a baseline (round_robin, least_request,
-	// hash2, hash3, hash5).
-	Policy config.Policy
-	// Scope is a baseline's scope; empty means HashScopeGlobal. Only hash
-	// policies take nearest_region (the gfe's hash_scope), and planned
-	// policies none.
-	Scope config.HashScope
-}
-
-// ID returns the row's label: the name, with "/scope" for a baseline.
-func (p BenchPolicy) ID() string {
-	if p.Policy.IsPlanned() {
-		return p.Name
-	}
-	return p.Name + "/" + string(p.scope())
-}
-
-func (p BenchPolicy) scope() config.HashScope {
-	if p.Scope == "" && !p.Policy.IsPlanned() {
+// scope returns r's scope with a baseline's default: global when empty.
+// Planned rows keep theirs (validate rejects any).
+func scope(r benchpolicy.Row) config.HashScope {
+	if r.Scope == "" && !r.Policy.IsPlanned() {
 		return config.HashScopeGlobal
 	}
-	return p.Scope
+	return r.Scope
 }
 
-// PlannedPolicy returns the BenchPolicy of planned policy p (waterfall or
-// min_rtt), named after it.
-func PlannedPolicy(p config.Policy) BenchPolicy {
-	return BenchPolicy{Name: string(p), Policy: p}
+// id returns r's label with its default scope, the label of its result row.
+func id(r benchpolicy.Row) string {
+	return benchpolicy.Row{Policy: r.Policy, Scope: scope(r)}.ID()
 }
 
-// BaselinePolicy returns the BenchPolicy of baseline p with scope sc, named
-// after p.
-func BaselinePolicy(p config.Policy, sc config.HashScope) BenchPolicy {
-	return BenchPolicy{Name: string(p), Policy: p, Scope: sc}
-}
-
-// DefaultBenchPolicies returns the rows of a default bench: waterfall;
-// min_rtt (waterfall.ComputeMinRTT: least total RTT under the same
-// constraints, run by the gfes exactly like waterfall); round_robin and
-// least_request (scope global, as the gfe runs them); and hash2, hash3 and
-// hash5 with scope global and then nearest_region.
-func DefaultBenchPolicies() []BenchPolicy {
-	ps := []BenchPolicy{
-		PlannedPolicy(config.PolicyWaterfall),
-		PlannedPolicy(config.PolicyMinRTT),
-		BaselinePolicy(config.PolicyRoundRobin, config.HashScopeGlobal),
-		BaselinePolicy(config.PolicyLeastRequest, config.HashScopeGlobal),
+// validate checks r before a run: a known policy, no scope on a planned
+// one, and nearest_region only on a hash policy, as the gfe takes them.
+func validate(r benchpolicy.Row) error {
+	if _, err := config.ParsePolicy(string(r.Policy)); err != nil {
+		return fmt.Errorf("bench policy %s: %w", r.Policy, err)
 	}
-	for _, sc := range config.HashScopes() {
-		for _, h := range []config.Policy{config.PolicyHash2, config.PolicyHash3, config.PolicyHash5} {
-			ps = append(ps, BaselinePolicy(h, sc))
-		}
-	}
-	return ps
-}
-
-// validate checks p before a run.
-func (p BenchPolicy) validate() error {
-	if p.Name == "" {
-		return errors.New("bench policy: empty name")
-	}
-	if _, err := config.ParsePolicy(string(p.Policy)); err != nil {
-		return fmt.Errorf("bench policy %s: %w", p.Name, err)
-	}
-	if p.Policy.IsPlanned() {
-		if p.Scope != "" {
-			return fmt.Errorf("bench policy %s: %w", p.Name, sim.ErrScopeNotApplicable)
+	if r.Policy.IsPlanned() {
+		if r.Scope != "" {
+			return fmt.Errorf("bench policy %s: %w", r.Policy, sim.ErrScopeNotApplicable)
 		}
 		return nil
 	}
-	if _, err := config.ParseHashScope(string(p.scope())); err != nil {
-		return fmt.Errorf("bench policy %s: %w", p.Name, err)
+	if _, err := config.ParseHashScope(string(scope(r))); err != nil {
+		return fmt.Errorf("bench policy %s: %w", r.Policy, err)
 	}
-	if !p.Policy.IsHash() && p.scope() != config.HashScopeGlobal {
-		return fmt.Errorf("bench policy %s: scope %s: the gfe takes a hash_scope only for hash2, hash3 and hash5", p.Name, p.Scope)
+	if !r.Policy.IsHash() && scope(r) != config.HashScopeGlobal {
+		return fmt.Errorf("bench policy %s: scope %s: the gfe takes a hash_scope only for hash2, hash3 and hash5", r.Policy, r.Scope)
 	}
 	return nil
 }
 
-// BenchOptions tunes one Bench run. The zero value runs every default policy
+// Options tunes one Run. The zero value runs every default policy
 // over the whole timeline.
-type BenchOptions struct {
+type Options struct {
 	// Policies to run, one row each, in this order; nil means
-	// DefaultBenchPolicies(). IDs must be unique.
-	Policies []BenchPolicy
+	// benchpolicy.Defaults(). IDs must be unique, a baseline's empty scope
+	// counting as global.
+	Policies []benchpolicy.Row
 	// MaxSteps, when > 0, stops the run after that many steps (a shortened
 	// timeline, for tests).
 	MaxSteps int
-	// Series records every step's region shares in each row (BenchRow.Series).
+	// Series records every step's region shares in each row (Row.Series).
 	Series bool
 	// Parallelism is how many policies run at once; 0 means GOMAXPROCS.
 	// Results do not depend on it.
 	Parallelism int
 }
 
-// ErrTooLarge is returned by Bench when a scenario would need more memory or
+// ErrTooLarge is returned by Run when a scenario would need more memory or
 // time than a simulation should: more than maxBenchInstances instance slots,
 // or more than maxBenchCells site-steps.
 var ErrTooLarge = errors.New("scenario too large to simulate")
@@ -126,7 +74,7 @@ const (
 	maxBenchCells     = 50_000_000
 )
 
-// Bench runs every policy of opts through s's timeline (DefaultTimeline, one
+// Run runs every policy of opts through s's timeline (DefaultTimeline, one
 // step, when s has none) and reports, per policy, latency, overload, errors,
 // cross-region traffic and the gap to the min-RTT optimum. Policies run
 // independently, in parallel, on the same trace; the result is the same for
@@ -220,14 +168,14 @@ const (
 // all requests; CrossRegion, the share of
 // routed requests sent outside the site's nearest region; MeanRTTMs and
 // RTTOverLP, the mean RTT of routed requests over that of the linear-program
-// optimum of the same steps (solveLP: least total RTT with every region
+// optimum of the same steps (sim.SolveLP: least total RTT with every region
 // within λ·capacity of its healthy instances); and OscillationPP, how much
-// the sites' region shares swing back and forth (see BenchRow).
+// the sites' region shares swing back and forth (see Row).
 //
-// Bench fails with ErrTooLarge for scenarios too large to simulate, and with
+// Run fails with ErrTooLarge for scenarios too large to simulate, and with
 // ErrOverflow when a scenario's numbers are so large that a metric does not
 // fit in a float64.
-func Run(s *sim.Scenario, opts BenchOptions) (*BenchResult, error) {
+func Run(s *sim.Scenario, opts Options) (*Result, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
@@ -237,20 +185,20 @@ func Run(s *sim.Scenario, opts BenchOptions) (*BenchResult, error) {
 	}
 	policies := opts.Policies
 	if policies == nil {
-		policies = DefaultBenchPolicies()
+		policies = benchpolicy.Defaults()
 	}
 	if len(policies) == 0 {
 		return nil, errors.New("bench: no policies")
 	}
 	seen := map[string]bool{}
 	for _, p := range policies {
-		if err := p.validate(); err != nil {
+		if err := validate(p); err != nil {
 			return nil, err
 		}
-		if seen[p.ID()] {
-			return nil, fmt.Errorf("bench policy %s: listed twice", p.ID())
+		if seen[id(p)] {
+			return nil, fmt.Errorf("bench policy %s: listed twice", id(p))
 		}
-		seen[p.ID()] = true
+		seen[id(p)] = true
 	}
 	steps := tl.Steps()
 	if opts.MaxSteps > 0 {
@@ -265,7 +213,7 @@ func Run(s *sim.Scenario, opts BenchOptions) (*BenchResult, error) {
 		return nil, err
 	}
 
-	res := &BenchResult{
+	res := &Result{
 		Steps:            steps,
 		StepS:            tl.StepS,
 		GossipDelayS:     tl.GossipDelayS,
@@ -274,7 +222,7 @@ func Run(s *sim.Scenario, opts BenchOptions) (*BenchResult, error) {
 		Seed:             tl.Seed,
 		Sites:            len(s.Sites),
 		Instances:        topo.slots(),
-		Policies:         make([]BenchRow, len(policies)),
+		Policies:         make([]Row, len(policies)),
 		Feedback:         tl.Feedback,
 		LoadReports:      tl.Model.LoadReports,
 	}
@@ -319,7 +267,7 @@ func Run(s *sim.Scenario, opts BenchOptions) (*BenchResult, error) {
 			r := newRunner(s, &tl, tr, topo, lps, p, opts.Series)
 			row, err := r.run()
 			if err != nil {
-				errs[i] = fmt.Errorf("bench %s: %w", p.ID(), err)
+				errs[i] = fmt.Errorf("bench %s: %w", id(p), err)
 				return
 			}
 			res.Policies[i] = row
@@ -332,9 +280,9 @@ func Run(s *sim.Scenario, opts BenchOptions) (*BenchResult, error) {
 	return res, nil
 }
 
-// BenchResult is the outcome of Scenario.Bench: one row per policy. Its JSON
+// Result is the outcome of Run: one row per policy. Its JSON
 // form is the object `lbsim bench --json` prints. Every number is finite.
-type BenchResult struct {
+type Result struct {
 	// Scenario names the scenario (the file); set by the caller.
 	Scenario string `json:"scenario,omitempty"`
 	// Steps is the number of steps run, of StepS seconds each.
@@ -348,7 +296,7 @@ type BenchResult struct {
 	Seed             uint64  `json:"seed"`
 	Sites            int     `json:"sites"`
 	// Regions lists the region names in scenario order; region-indexed
-	// slices (BenchRow.Series) follow this order.
+	// slices (Row.Series) follow this order.
 	Regions []string `json:"regions"`
 	// Instances is the number of instance slots simulated (the most each
 	// group ever has).
@@ -358,7 +306,7 @@ type BenchResult struct {
 	// LP summarises the linear-program optimum over the run.
 	LP LPSummary `json:"lp"`
 	// Policies holds one row per policy, in the order run.
-	Policies []BenchRow `json:"policies"`
+	Policies []Row `json:"policies"`
 	// Feedback and LoadReports are Timeline.Feedback and
 	// Model.LoadReports: whether the gfes ran the closed loop, and with
 	// the instances' load reports.
@@ -379,12 +327,13 @@ type LPSummary struct {
 	cost, placed float64
 }
 
-// BenchRow is one policy's outcome. Shares are fractions in [0,1].
-type BenchRow struct {
-	// Policy is the BenchPolicy's Name; Scope is set for baselines only.
+// Row is one policy's outcome. Shares are fractions in [0,1].
+type Row struct {
+	// Policy and Scope are the benchpolicy.Row's; Scope is set, global
+	// when the row left it empty, for baselines only.
 	Policy string           `json:"policy"`
 	Scope  config.HashScope `json:"scope,omitempty"`
-	// Requests is the total demand (as in BenchResult), Routed what the
+	// Requests is the total demand (as in Result), Routed what the
 	// policy sent to some instance, Served what completed; all in requests.
 	Requests float64 `json:"requests"`
 	Routed   float64 `json:"routed"`
@@ -424,13 +373,13 @@ type BenchRow struct {
 	// CDF is the latency distribution of served requests: the latency at
 	// each of CDFProbabilities.
 	CDF []CDFPoint `json:"cdf"`
-	// Series holds every step's region shares, when BenchOptions.Series is
+	// Series holds every step's region shares, when Options.Series is
 	// set.
 	Series []SeriesStep `json:"series,omitempty"`
 }
 
-// ID returns the row's label, as BenchPolicy.ID.
-func (r BenchRow) ID() string {
+// ID returns the row's label, as benchpolicy.Row.ID.
+func (r Row) ID() string {
 	if r.Scope == "" {
 		return r.Policy
 	}
@@ -444,13 +393,13 @@ type CDFPoint struct {
 	Ms float64 `json:"ms"`
 }
 
-// CDFProbabilities are the probabilities at which BenchRow.CDF is given.
+// CDFProbabilities are the probabilities at which Row.CDF is given.
 func CDFProbabilities() []float64 {
 	return []float64{0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.999}
 }
 
 // SeriesStep is one step of a row's region series. Slices are indexed like
-// BenchResult.Regions.
+// Result.Regions.
 type SeriesStep struct {
 	// TS is the start of the step, seconds.
 	TS float64 `json:"t_s"`

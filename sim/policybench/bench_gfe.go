@@ -1,8 +1,6 @@
 package policybench
 
 import (
-	"github.com/spillway-lb/spillway/sim"
-
 	"errors"
 	"fmt"
 	"math"
@@ -13,9 +11,11 @@ import (
 	"time"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/splitmix"
 	"github.com/spillway-lb/spillway/lb/routing"
+	"github.com/spillway-lb/spillway/sim"
 )
 
 // The simulated gfes run the gfe's own routing (lb/routing): each
@@ -100,13 +100,13 @@ func (t *topology) setRouting(s *sim.Scenario) {
 
 // config returns the gfes' configuration of the world in group states
 // groups under policy p, or nil when no group has a started instance.
-func (t *topology) config(p BenchPolicy, groups []sim.GroupState) (*config.Config, error) {
+func (t *topology) config(p benchpolicy.Row, groups []sim.GroupState) (*config.Config, error) {
 	svc := config.DefaultService()
 	svc.Name = benchService
 	svc.Policy = p.Policy
 	svc.Feedback.Enabled = t.feedback
 	if svc.Policy.IsHash() {
-		svc.HashScope = p.scope()
+		svc.HashScope = scope(p)
 	}
 	var regions []config.Region
 	for ri, gs := range t.regionGroups {
@@ -149,7 +149,7 @@ func (t *topology) config(p BenchPolicy, groups []sim.GroupState) (*config.Confi
 // Owned by one runner.
 type gfes struct {
 	topo     *topology
-	pol      BenchPolicy
+	pol      benchpolicy.Row
 	sites    []string // site names, by index
 	builders []*routing.Builder
 	// configs and snaps cache the config of every distinct started count
@@ -169,7 +169,7 @@ type gfes struct {
 	loop *loop
 }
 
-func newGFEs(s *sim.Scenario, tl *sim.Timeline, topo *topology, p BenchPolicy) *gfes {
+func newGFEs(s *sim.Scenario, tl *sim.Timeline, topo *topology, p benchpolicy.Row) *gfes {
 	g := &gfes{
 		topo:    topo,
 		pol:     p,
@@ -290,7 +290,7 @@ func (g *gfes) decide(k int, tr *sim.Trace, splits [][]split, lost []float64) er
 	// A baseline of scope global has the same pool at every gfe (the pool
 	// depends on the site only for hash scope nearest_region; see
 	// TestBenchGlobalPoolShared): build one table for all.
-	shared := !planned && g.pol.scope() == config.HashScopeGlobal
+	shared := !planned && scope(g.pol) == config.HashScopeGlobal
 	var tbl *routing.Table
 	for si, b := range g.builders {
 		if !shared || tbl == nil {

@@ -1,8 +1,6 @@
 package policybench
 
 import (
-	"github.com/spillway-lb/spillway/sim"
-
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -12,7 +10,9 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 	"github.com/spillway-lb/spillway/lb/routing"
+	"github.com/spillway-lb/spillway/sim"
 )
 
 // smallWorld: site a's 400 rps fill X (x1 with 3 of 4 instances healthy, x2
@@ -34,11 +34,11 @@ timeline: {duration_s: 3, damping: 0.5}
 
 // runGFEs runs policy p's gfes on s for the timeline's steps and returns
 // them with every site's split at the last step, by slot.
-func runGFEs(t *testing.T, s *sim.Scenario, p BenchPolicy) (*gfes, *topology, *sim.Trace, []map[int]float64) {
+func runGFEs(t *testing.T, s *sim.Scenario, p benchpolicy.Row) (*gfes, *topology, *sim.Trace, []map[int]float64) {
 	t.Helper()
 	tl := *s.Timeline
 	tr := s.NewTrace(&tl, tl.Steps())
-	topo, err := newTopology(s, &tl, tr, []BenchPolicy{p})
+	topo, err := newTopology(s, &tl, tr, []benchpolicy.Row{p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestPlannedSplitMatchesTablePicks(t *testing.T) {
 	s := mustParse(t, smallWorld)
 	for _, p := range []config.Policy{config.PolicyWaterfall, config.PolicyMinRTT} {
 		t.Run(string(p), func(t *testing.T) {
-			g, topo, _, splits := runGFEs(t, s, PlannedPolicy(p))
+			g, topo, _, splits := runGFEs(t, s, benchpolicy.Row{Policy: p})
 			now := benchEpoch
 			for si, site := range s.Sites {
 				svc := g.tables[si].Services[benchService]
@@ -114,7 +114,7 @@ func TestPlannedSplitMatchesTablePicks(t *testing.T) {
 // table built for each site has that pool too.
 func TestBenchGlobalPoolShared(t *testing.T) {
 	s := mustParse(t, smallWorld)
-	for _, p := range []BenchPolicy{BaselinePolicy(config.PolicyRoundRobin, ""), BaselinePolicy(config.PolicyHash5, config.HashScopeGlobal)} {
+	for _, p := range []benchpolicy.Row{{Policy: config.PolicyRoundRobin}, {Policy: config.PolicyHash5, Scope: config.HashScopeGlobal}} {
 		t.Run(p.ID(), func(t *testing.T) {
 			g, _, tr, _ := runGFEs(t, s, p)
 			cs, err := g.snapshot(tr.SeenGroups[0])
@@ -155,7 +155,7 @@ regions:
   - {name: Y, groups: [{name: y, instances: 1, healthy: 1, rate_per_instance: 100}]}
 sites: [{name: a, demand_rps: 50, rtt_ms: {X: 10}}]
 `)
-	_, rows := benchRows(t, s, BenchOptions{})
+	_, rows := benchRows(t, s, Options{})
 	for id, want := range map[string]float64{"round_robin/global": 0.5, "waterfall": 0, "hash5/nearest_region": 0} {
 		if got := rows[id].ErrorRate; math.Abs(got-want) > 1e-12 {
 			t.Errorf("%s: error rate %v, want %v", id, got, want)
@@ -179,7 +179,7 @@ regions:
   - {name: Z, groups: [{name: z, instances: 1, healthy: 1, rate_per_instance: 100}]}
 sites: [{name: a, demand_rps: 50, rtt_ms: {X: 1, Y: 2, Z: 3}}]
 `)
-	_, rows := benchRows(t, s, BenchOptions{})
+	_, rows := benchRows(t, s, Options{})
 	if got := rows["waterfall"]; got.ErrorRate != 0 || got.MeanRTTMs != 3 {
 		t.Errorf("waterfall: error rate %v, mean RTT %v; want 0 and 3 (everything to z)", got.ErrorRate, got.MeanRTTMs)
 	}
@@ -190,7 +190,7 @@ sites: [{name: a, demand_rps: 50, rtt_ms: {X: 1, Y: 2, Z: 3}}]
 regions: [{name: X, groups: [{name: x, instances: 0, healthy: 0, rate_per_instance: 100}]}]
 sites: [{name: a, demand_rps: 50, rtt_ms: {X: 1}}]
 `)
-	_, rows = benchRows(t, empty, BenchOptions{})
+	_, rows = benchRows(t, empty, Options{})
 	for id, r := range rows {
 		if r.ErrorRate != 1 {
 			t.Errorf("%s: error rate %v with no instance, want 1", id, r.ErrorRate)

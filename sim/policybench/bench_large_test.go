@@ -1,8 +1,6 @@
 package policybench
 
 import (
-	"github.com/spillway-lb/spillway/sim"
-
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -10,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spillway-lb/spillway/sim"
 )
 
 // largeScenarioPath is the shipped 80-site × 20-region scenario, written by

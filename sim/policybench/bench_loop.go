@@ -1,13 +1,12 @@
 package policybench
 
 import (
-	"github.com/spillway-lb/spillway/sim"
-
 	"math"
 	"time"
 
 	"github.com/spillway-lb/spillway/lb/backend"
 	"github.com/spillway-lb/spillway/lb/routing"
+	"github.com/spillway-lb/spillway/sim"
 )
 
 // The closed loop in simulation (docs/design.md §3 rule 8, lb/capacity), run by

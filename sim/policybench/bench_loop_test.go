@@ -1,8 +1,6 @@
 package policybench
 
 import (
-	"github.com/spillway-lb/spillway/sim"
-
 	"fmt"
 	"math"
 	"strings"
@@ -12,18 +10,20 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 	"github.com/spillway-lb/spillway/lb/backend"
 	lbcapacity "github.com/spillway-lb/spillway/lb/capacity"
 	"github.com/spillway-lb/spillway/lb/routing"
+	"github.com/spillway-lb/spillway/sim"
 )
 
 // newTestRunner returns a runner of policy p over s's whole timeline, and
 // its working state, as Bench sets them up.
-func newTestRunner(t *testing.T, s *sim.Scenario, p BenchPolicy) (*runner, *stepState) {
+func newTestRunner(t *testing.T, s *sim.Scenario, p benchpolicy.Row) (*runner, *stepState) {
 	t.Helper()
 	tl := *s.Timeline
 	tr := s.NewTrace(&tl, tl.Steps())
-	topo, err := newTopology(s, &tl, tr, []BenchPolicy{p})
+	topo, err := newTopology(s, &tl, tr, []benchpolicy.Row{p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +261,7 @@ timeline: {duration_s: 6, gossip_delay_s: %v, events: [{at_s: 1, group: x, healt
 // 1555 ms to 841 ms; with the herd guard, to 3.2%, 1.0% and 475 ms
 // (X at 705 req/s in steps 11-13, 747 in step 14).
 func TestBenchLoopFlashCrowd(t *testing.T) {
-	rows := map[bool]BenchRow{}
+	rows := map[bool]Row{}
 	loads := map[bool][]float64{}
 	for _, feedback := range []bool{false, true} {
 		s := mustParse(t, fmt.Sprintf(`
@@ -278,7 +278,7 @@ timeline:
   feedback: %v
   demand: [{site: "*", kind: flash_crowd, at_s: 10, rps: 500, hold_s: 20}]
 `, feedback))
-		res, byID := benchRows(t, s, BenchOptions{Series: true, Policies: policies(t, "waterfall")})
+		res, byID := benchRows(t, s, Options{Series: true, Policies: policies(t, "waterfall")})
 		rows[feedback] = byID["waterfall"]
 		loads[feedback] = series(t, res, "waterfall", "X", load)
 		var table strings.Builder

@@ -13,7 +13,7 @@ import (
 
 // WriteTable writes r as a header line, one table row per policy, a legend,
 // and the comparison of waterfall with every hashing row (Comparison).
-func (r *BenchResult) WriteTable(w io.Writer) error {
+func (r *Result) WriteTable(w io.Writer) error {
 	name := r.Scenario
 	if name == "" {
 		name = "scenario"
@@ -87,8 +87,8 @@ type Comparison struct {
 
 // Comparison compares the waterfall row with every hash2, hash3 and hash5
 // row. ok is false when r lacks either.
-func (r *BenchResult) Comparison() (c Comparison, ok bool) {
-	var wf *BenchRow
+func (r *Result) Comparison() (c Comparison, ok bool) {
+	var wf *Row
 	for i := range r.Policies {
 		if r.Policies[i].Policy == string(config.PolicyWaterfall) {
 			wf = &r.Policies[i]
@@ -140,7 +140,7 @@ func (c Comparison) String() string {
 // WriteSeriesCSV writes the region series of every row that has one, one
 // line per (policy, step, region), with the header
 // policy,scope,t_s,region,share,load_rps,capacity_rps.
-func (r *BenchResult) WriteSeriesCSV(w io.Writer) error {
+func (r *Result) WriteSeriesCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write([]string{"policy", "scope", "t_s", "region", "share", "load_rps", "capacity_rps"}); err != nil {
 		return err

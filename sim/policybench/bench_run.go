@@ -1,13 +1,14 @@
 package policybench
 
 import (
-	"github.com/spillway-lb/spillway/sim"
-
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
+	"github.com/spillway-lb/spillway/sim"
 )
 
 // overCapacityTolerance is how far above its capacity an instance's arrival
@@ -22,7 +23,7 @@ var vip = netip.AddrPortFrom(netip.AddrFrom4([4]byte{203, 0, 113, 10}), 443)
 
 const tcp = 6
 
-// topology is what every run of a Bench shares, read-only: the scenario's
+// topology is what every policy's run of a Run shares, read-only: the scenario's
 // layout flattened into indexes, instance slots, the sites' RTT vectors and
 // clients, and the planner's view of every step.
 type topology struct {
@@ -68,8 +69,8 @@ type client struct {
 
 func (t *topology) slots() int { return len(t.slotGroup) }
 
-// newTopology builds the shared state of a Bench run over tr.
-func newTopology(s *sim.Scenario, tl *sim.Timeline, tr *sim.Trace, policies []BenchPolicy) (*topology, error) {
+// newTopology builds the shared state of a Run over tr.
+func newTopology(s *sim.Scenario, tl *sim.Timeline, tr *sim.Trace, policies []benchpolicy.Row) (*topology, error) {
 	t := &topology{groupIdx: map[string]int{}, feedback: tl.Feedback}
 	regionAt := map[string]int{}
 	for ri, r := range s.Regions {
@@ -124,7 +125,7 @@ func newTopology(s *sim.Scenario, tl *sim.Timeline, tr *sim.Trace, policies []Be
 		t.nearest = append(t.nearest, nearest)
 	}
 
-	hashes := slices.ContainsFunc(policies, func(p BenchPolicy) bool { return p.Policy.IsHash() })
+	hashes := slices.ContainsFunc(policies, func(p benchpolicy.Row) bool { return p.Policy.IsHash() })
 	if hashes {
 		t.clients = make([][]client, len(s.Sites))
 		for i := range s.Sites {
@@ -207,7 +208,7 @@ type runner struct {
 	tr     *sim.Trace
 	topo   *topology
 	lps    []stepLP
-	pol    BenchPolicy
+	pol    benchpolicy.Row
 	series bool
 
 	gfes    *gfes
@@ -221,7 +222,7 @@ type runner struct {
 	hist   *latencyHist
 }
 
-func newRunner(s *sim.Scenario, tl *sim.Timeline, tr *sim.Trace, topo *topology, lps []stepLP, p BenchPolicy, series bool) *runner {
+func newRunner(s *sim.Scenario, tl *sim.Timeline, tr *sim.Trace, topo *topology, lps []stepLP, p benchpolicy.Row, series bool) *runner {
 	return &runner{
 		s: s, tl: tl, tr: tr, topo: topo, lps: lps, pol: p, series: series,
 		gfes:    newGFEs(s, tl, topo, p),
@@ -234,17 +235,17 @@ func newRunner(s *sim.Scenario, tl *sim.Timeline, tr *sim.Trace, topo *topology,
 }
 
 // run simulates every step and returns the policy's row.
-func (r *runner) run() (BenchRow, error) {
-	row := BenchRow{Policy: r.pol.Name}
+func (r *runner) run() (Row, error) {
+	row := Row{Policy: string(r.pol.Policy)}
 	if !r.pol.Policy.IsPlanned() {
-		row.Scope = r.pol.scope()
+		row.Scope = scope(r.pol)
 	}
 	var tot benchTotals
 	st := r.newStepState()
 	for k := range r.tr.Steps {
 		stepRouted, err := r.step(k, &tot, st)
 		if err != nil {
-			return BenchRow{}, err
+			return Row{}, err
 		}
 		if r.series {
 			row.Series = append(row.Series, r.seriesStep(k, stepRouted, st.regionLoad))
@@ -268,7 +269,7 @@ func (r *runner) step(k int, tot *benchTotals, st *stepState) (float64, error) {
 	return stepRouted, nil
 }
 
-// benchTotals are the sums over every step of a run that its BenchRow
+// benchTotals are the sums over every step of a run that its Row
 // summarises. Counts are in requests.
 type benchTotals struct {
 	requests, routed, served, failed float64
@@ -508,7 +509,7 @@ func (t *topology) regionCapacity(groups []sim.GroupState) []float64 {
 
 // summarise fills row's measures from the run's totals and latency
 // histogram. It fails with ErrOverflow when a total is not finite.
-func (r *runner) summarise(row BenchRow, tot *benchTotals) (BenchRow, error) {
+func (r *runner) summarise(row Row, tot *benchTotals) (Row, error) {
 	row.Requests = tot.requests
 	row.Routed = tot.routed
 	row.Served = tot.served
@@ -525,7 +526,7 @@ func (r *runner) summarise(row BenchRow, tot *benchTotals) (BenchRow, error) {
 	row.OscillationPP = 100 * tot.osc / 2
 	for _, v := range []float64{tot.requests, tot.routed, tot.served, tot.failed, tot.overServed, tot.excess, tot.cross, tot.rttSum, tot.latSum, tot.lpRTT, r.lpMean(), tot.osc} {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return BenchRow{}, sim.ErrOverflow
+			return Row{}, sim.ErrOverflow
 		}
 	}
 	ps := CDFProbabilities()

@@ -1,8 +1,6 @@
 package policybench
 
 import (
-	"github.com/spillway-lb/spillway/sim"
-
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -18,16 +16,18 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
+	"github.com/spillway-lb/spillway/sim"
 )
 
 // benchRow runs s with the given policies and returns the rows by ID.
-func benchRows(t *testing.T, s *sim.Scenario, opts BenchOptions) (*BenchResult, map[string]BenchRow) {
+func benchRows(t *testing.T, s *sim.Scenario, opts Options) (*Result, map[string]Row) {
 	t.Helper()
 	res, err := Run(s, opts)
 	if err != nil {
 		t.Fatalf("Bench: %v", err)
 	}
-	rows := map[string]BenchRow{}
+	rows := map[string]Row{}
 	for _, r := range res.Policies {
 		rows[r.ID()] = r
 	}
@@ -35,10 +35,10 @@ func benchRows(t *testing.T, s *sim.Scenario, opts BenchOptions) (*BenchResult, 
 	return res, rows
 }
 
-// checkBenchResult checks what every BenchResult guarantees: shares in
+// checkBenchResult checks what every Result guarantees: shares in
 // [0,1], requests accounted for (served + failed = requests), routed ≤
 // requests, percentiles ordered, finite numbers and a JSON encoding.
-func checkBenchResult(t *testing.T, res *BenchResult) {
+func checkBenchResult(t *testing.T, res *Result) {
 	t.Helper()
 	for _, r := range res.Policies {
 		for name, v := range map[string]float64{"over_capacity": r.OverCapacity, "excess": r.Excess, "error_rate": r.ErrorRate, "cross_region": r.CrossRegion} {
@@ -89,13 +89,13 @@ func TestBenchOneInstance(t *testing.T) {
 	tests := []struct {
 		name string
 		yaml string
-		want BenchRow // compared on the numbers below; CDF ignored
+		want Row // compared on the numbers below; CDF ignored
 	}{
 		{
 			// M/M/1 at ρ = 0.8: 40 ms at the instance, exponential.
 			name: "steady state at capacity",
 			yaml: oneInstance(100, ""),
-			want: BenchRow{Requests: 100, Routed: 100, Served: 100, MeanMs: 50, P50Ms: 10 + 40*math.Ln2, P99Ms: 10 + 40*math.Log(100), MeanRTTMs: 10},
+			want: Row{Requests: 100, Routed: 100, Served: 100, MeanMs: 50, P50Ms: 10 + 40*math.Ln2, P99Ms: 10 + 40*math.Log(100), MeanRTTMs: 10},
 		},
 		{
 			// λ = 150 > μ = 125: the backlog grows 25 a step (0→25→50→75),
@@ -103,7 +103,7 @@ func TestBenchOneInstance(t *testing.T) {
 			// 1/(125·0.02) = 400 ms of saturated M/M/1.
 			name: "overload with room in the queue",
 			yaml: oneInstance(150, "timeline: {duration_s: 3}"),
-			want: BenchRow{Requests: 450, Routed: 450, Served: 450, MeanMs: 10 + 300 + 400, OverCapacity: 1, Excess: 1.0 / 3, MeanRTTMs: 10},
+			want: Row{Requests: 450, Routed: 450, Served: 450, MeanMs: 10 + 300 + 400, OverCapacity: 1, Excess: 1.0 / 3, MeanRTTMs: 10},
 		},
 		{
 			// A 200 ms queue holds 25: full after step 0, then 25 of each
@@ -111,15 +111,15 @@ func TestBenchOneInstance(t *testing.T) {
 			// served; ρ is capped at 25/26, so the M/M/1 part is 208 ms.
 			name: "overload with a full queue",
 			yaml: oneInstance(150, "timeline: {duration_s: 3, model: {max_queue_ms: 200}}"),
-			want: BenchRow{Requests: 450, Routed: 450, Served: 400, MeanMs: 10 + 162.5 + 208, OverCapacity: 1, Excess: 1.0 / 3, ErrorRate: 50.0 / 450, MeanRTTMs: 10},
+			want: Row{Requests: 450, Routed: 450, Served: 400, MeanMs: 10 + 162.5 + 208, OverCapacity: 1, Excess: 1.0 / 3, ErrorRate: 50.0 / 450, MeanRTTMs: 10},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := mustParse(t, tt.yaml)
-			res, rows := benchRows(t, s, BenchOptions{})
-			if len(res.Policies) != len(DefaultBenchPolicies()) {
-				t.Fatalf("%d rows, want %d", len(res.Policies), len(DefaultBenchPolicies()))
+			res, rows := benchRows(t, s, Options{})
+			if len(res.Policies) != len(benchpolicy.Defaults()) {
+				t.Fatalf("%d rows, want %d", len(res.Policies), len(benchpolicy.Defaults()))
 			}
 			want := tt.want
 			want.Policy = "waterfall"
@@ -132,7 +132,7 @@ func TestBenchOneInstance(t *testing.T) {
 					t.Errorf("p50, p99 = %v, %v; want %v, %v (±%v)", got.P50Ms, got.P99Ms, tt.want.P50Ms, tt.want.P99Ms, histBinMs/2)
 				}
 			}
-			opts := []cmp.Option{cmpopts.IgnoreFields(BenchRow{}, "CDF", "P50Ms", "P99Ms"), cmpopts.EquateApprox(1e-9, 1e-9)}
+			opts := []cmp.Option{cmpopts.IgnoreFields(Row{}, "CDF", "P50Ms", "P99Ms"), cmpopts.EquateApprox(1e-9, 1e-9)}
 			if diff := cmp.Diff(want, got, opts...); diff != "" {
 				t.Errorf("waterfall row mismatch (-want +got):\n%s", diff)
 			}
@@ -162,23 +162,23 @@ sites:
 
 func TestBenchTwoRegions(t *testing.T) {
 	s := mustParse(t, twoRegions)
-	res, rows := benchRows(t, s, BenchOptions{})
+	res, rows := benchRows(t, s, Options{})
 	if got := res.LP.MeanRTTMs; math.Abs(got-11.5) > 1e-9 {
 		t.Errorf("LP mean RTT = %v, want 11.5", got)
 	}
 	ratio := func(v float64) *float64 { return &v }
 	tests := []struct {
 		id   string
-		want BenchRow
+		want Row
 	}{
-		{"waterfall", BenchRow{MeanRTTMs: 55, MeanMs: 95, CrossRegion: 0.5, RTTOverLP: ratio(55 / 11.5)}},
+		{"waterfall", Row{MeanRTTMs: 55, MeanMs: 95, CrossRegion: 0.5, RTTOverLP: ratio(55 / 11.5)}},
 		// min_rtt finds the optimum: a→Y, b→X.
-		{"min_rtt", BenchRow{MeanRTTMs: 11.5, MeanMs: 51.5, CrossRegion: 0.5, RTTOverLP: ratio(1)}},
+		{"min_rtt", Row{MeanRTTMs: 11.5, MeanMs: 51.5, CrossRegion: 0.5, RTTOverLP: ratio(1)}},
 		// Both sites on X: 200 on μ = 125, backlog 75 after the step
 		// (average 37.5: 300 ms) plus 400 ms saturated M/M/1.
-		{"hash2/nearest_region", BenchRow{MeanRTTMs: 10.5, MeanMs: 10.5 + 300 + 400, CrossRegion: 0, OverCapacity: 1, Excess: 0.5, RTTOverLP: ratio(10.5 / 11.5)}},
+		{"hash2/nearest_region", Row{MeanRTTMs: 10.5, MeanMs: 10.5 + 300 + 400, CrossRegion: 0, OverCapacity: 1, Excess: 0.5, RTTOverLP: ratio(10.5 / 11.5)}},
 		// Half of each site's demand to each region: RTT (10+12+11+100)/4.
-		{"round_robin/global", BenchRow{MeanRTTMs: 33.25, MeanMs: 33.25 + 40, CrossRegion: 0.5, RTTOverLP: ratio(33.25 / 11.5)}},
+		{"round_robin/global", Row{MeanRTTMs: 33.25, MeanMs: 33.25 + 40, CrossRegion: 0.5, RTTOverLP: ratio(33.25 / 11.5)}},
 	}
 	for _, tt := range tests {
 		got := rows[tt.id]
@@ -190,7 +190,7 @@ func TestBenchTwoRegions(t *testing.T) {
 }
 
 // series returns the region's value at every step of a row's series.
-func series(t *testing.T, res *BenchResult, id, region string, field func(SeriesStep, int) float64) []float64 {
+func series(t *testing.T, res *Result, id, region string, field func(SeriesStep, int) float64) []float64 {
 	t.Helper()
 	ri := slices.Index(res.Regions, region)
 	for _, r := range res.Policies {
@@ -242,11 +242,11 @@ timeline:
   demand: [{site: a, kind: step, at_s: 2, rps: 90}]
 `, feedback))
 	}
-	res, _ := benchRows(t, scenario(false), BenchOptions{Series: true, Policies: policies(t, "waterfall")})
+	res, _ := benchRows(t, scenario(false), Options{Series: true, Policies: policies(t, "waterfall")})
 	if diff := cmp.Diff([]float64{90, 90, 130, 130, 95, 95}, series(t, res, "waterfall", "X", load), cmpopts.EquateApprox(1e-12, 1e-9)); diff != "" {
 		t.Errorf("loop off: load on X mismatch (-want +got):\n%s", diff)
 	}
-	res, _ = benchRows(t, scenario(true), BenchOptions{Series: true, Policies: policies(t, "waterfall")})
+	res, _ = benchRows(t, scenario(true), Options{Series: true, Policies: policies(t, "waterfall")})
 	got := series(t, res, "waterfall", "X", load)
 	if diff := cmp.Diff([]float64{90, 90, 130}, got[:3], cmpopts.EquateApprox(1e-12, 1e-9)); diff != "" {
 		t.Errorf("loop on: load on X before the loop can act mismatch (-want +got):\n%s", diff)
@@ -279,7 +279,7 @@ timeline:
     - {site: a, kind: step, at_s: 2, rps: 150}
     - {site: a, kind: step, at_s: 5, rps: 50}
 `)
-	res, rows := benchRows(t, s, BenchOptions{Series: true, Policies: policies(t, "waterfall")})
+	res, rows := benchRows(t, s, Options{Series: true, Policies: policies(t, "waterfall")})
 	want := []float64{1, 1, 19.0 / 30, 19.0 / 30, 19.0 / 30, 49.0 / 60, 109.0 / 120, 229.0 / 240}
 	if diff := cmp.Diff(want, series(t, res, "waterfall", "X", share), cmpopts.EquateApprox(1e-12, 1e-12)); diff != "" {
 		t.Errorf("share of X mismatch (-want +got):\n%s", diff)
@@ -309,12 +309,12 @@ timeline:
     - {site: a, kind: step, at_s: 3, rps: 50}
 `)
 	}
-	_, rows := benchRows(t, scenario("  demand_smoothing_s: 0"), BenchOptions{})
+	_, rows := benchRows(t, scenario("  demand_smoothing_s: 0"), Options{})
 	raw := rows["waterfall"].OscillationPP
 	if want := 220.0 / 3; math.Abs(raw-want) > 1e-9 {
 		t.Errorf("waterfall oscillation without demand smoothing = %v, want %v", raw, want)
 	}
-	_, smoothed := benchRows(t, scenario(""), BenchOptions{})
+	_, smoothed := benchRows(t, scenario(""), Options{})
 	if got := smoothed["waterfall"].OscillationPP; !(got > 0 && got < raw*0.75) {
 		t.Errorf("waterfall oscillation with demand smoothing = %v, want in (0, %v): under 3/4 of the %v without", got, raw*0.75, raw)
 	}
@@ -333,7 +333,7 @@ timeline:
   duration_s: 5
   events: [{at_s: 1, group: g, healthy: 1}]
 `)
-	_, rows := benchRows(t, s, BenchOptions{})
+	_, rows := benchRows(t, s, Options{})
 	for _, id := range []string{"waterfall", "round_robin/global", "least_request/global"} {
 		if got := rows[id].ErrorRate; math.Abs(got-0.2) > 1e-12 {
 			t.Errorf("%s error rate = %v, want 100/500", id, got)
@@ -360,7 +360,7 @@ timeline:
   damping: 1
   events: [{at_s: 1, group: x, instances: 4, cold_start_s: 2}]
 `)
-	res, rows := benchRows(t, s, BenchOptions{Series: true, Policies: policies(t, "waterfall")})
+	res, rows := benchRows(t, s, Options{Series: true, Policies: policies(t, "waterfall")})
 	if diff := cmp.Diff([]float64{200, 200, 200, 400, 400, 400, 400}, series(t, res, "waterfall", "X", capacity)); diff != "" {
 		t.Errorf("capacity of X mismatch (-want +got):\n%s", diff)
 	}
@@ -400,9 +400,9 @@ func TestBenchShippedScenarios(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, rows := benchRows(t, s, BenchOptions{})
+			res, rows := benchRows(t, s, Options{})
 			wf := rows["waterfall"]
-			var hashRows []BenchRow
+			var hashRows []Row
 			for _, r := range res.Policies {
 				if strings.HasPrefix(r.Policy, "hash") {
 					hashRows = append(hashRows, r)
@@ -463,9 +463,9 @@ func TestBenchShippedInvariants(t *testing.T) {
 			if filepath.Base(file) == "large.yaml" {
 				return
 			}
-			res, _ := benchRows(t, s, BenchOptions{})
-			if len(res.Policies) != len(DefaultBenchPolicies()) {
-				t.Errorf("%d rows, want %d", len(res.Policies), len(DefaultBenchPolicies()))
+			res, _ := benchRows(t, s, Options{})
+			if len(res.Policies) != len(benchpolicy.Defaults()) {
+				t.Errorf("%d rows, want %d", len(res.Policies), len(benchpolicy.Defaults()))
 			}
 		})
 	}
@@ -479,7 +479,7 @@ func TestBenchLargeShortened(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, rows := benchRows(t, s, BenchOptions{MaxSteps: 3})
+	res, rows := benchRows(t, s, Options{MaxSteps: 3})
 	if res.Steps != 3 || res.Sites != 80 || len(res.Regions) != 20 || res.Instances != 400 {
 		t.Errorf("steps %d, sites %d, regions %d, instances %d; want 3, 80, 20, 400", res.Steps, res.Sites, len(res.Regions), res.Instances)
 	}
@@ -495,7 +495,7 @@ func BenchmarkBenchLarge(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := Run(s, BenchOptions{}); err != nil {
+		if _, err := Run(s, Options{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -508,11 +508,11 @@ func TestBenchDeterministic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := Run(s, BenchOptions{Parallelism: 1, Series: true})
+	a, err := Run(s, Options{Parallelism: 1, Series: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Run(s, BenchOptions{Parallelism: 4, Series: true})
+	b, err := Run(s, Options{Parallelism: 4, Series: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -523,20 +523,20 @@ func TestBenchDeterministic(t *testing.T) {
 
 func TestBenchErrors(t *testing.T) {
 	s := mustParse(t, twoRegions)
-	wf := DefaultBenchPolicies()[0]
+	wf := benchpolicy.Defaults()[0]
 	tests := []struct {
 		name    string
 		s       *sim.Scenario
-		opts    BenchOptions
+		opts    Options
 		wantErr error
 		wantMsg string
 	}{
-		{name: "no policies", s: s, opts: BenchOptions{Policies: []BenchPolicy{}}, wantMsg: "bench: no policies"},
-		{name: "twice", s: s, opts: BenchOptions{Policies: []BenchPolicy{wf, wf}}, wantMsg: "bench policy waterfall: listed twice"},
-		{name: "scope on a planned policy", s: s, opts: BenchOptions{Policies: []BenchPolicy{{Name: "w", Policy: config.PolicyWaterfall, Scope: config.HashScopeGlobal}}}, wantErr: sim.ErrScopeNotApplicable},
-		{name: "unknown policy", s: s, opts: BenchOptions{Policies: []BenchPolicy{{Name: "x", Policy: "random"}}}, wantMsg: `bench policy x: unknown policy "random"`},
-		{name: "nearest_region without hashing", s: s, opts: BenchOptions{Policies: []BenchPolicy{BaselinePolicy(config.PolicyRoundRobin, config.HashScopeNearestRegion)}}, wantMsg: "the gfe takes a hash_scope only for hash2, hash3 and hash5"},
-		{name: "unknown scope", s: s, opts: BenchOptions{Policies: []BenchPolicy{BaselinePolicy(config.PolicyHash2, "zone")}}, wantMsg: `unknown scope "zone"`},
+		{name: "no policies", s: s, opts: Options{Policies: []benchpolicy.Row{}}, wantMsg: "bench: no policies"},
+		{name: "twice", s: s, opts: Options{Policies: []benchpolicy.Row{wf, wf}}, wantMsg: "bench policy waterfall: listed twice"},
+		{name: "scope on a planned policy", s: s, opts: Options{Policies: []benchpolicy.Row{{Policy: config.PolicyWaterfall, Scope: config.HashScopeGlobal}}}, wantErr: sim.ErrScopeNotApplicable},
+		{name: "unknown policy", s: s, opts: Options{Policies: []benchpolicy.Row{{Policy: "random"}}}, wantMsg: `bench policy random: unknown policy "random"`},
+		{name: "nearest_region without hashing", s: s, opts: Options{Policies: []benchpolicy.Row{benchpolicy.Row{Policy: config.PolicyRoundRobin, Scope: config.HashScopeNearestRegion}}}, wantMsg: "the gfe takes a hash_scope only for hash2, hash3 and hash5"},
+		{name: "unknown scope", s: s, opts: Options{Policies: []benchpolicy.Row{benchpolicy.Row{Policy: config.PolicyHash2, Scope: "zone"}}}, wantMsg: `unknown scope "zone"`},
 		{name: "invalid scenario", s: &sim.Scenario{}, wantErr: sim.ErrInvalidScenario},
 		{name: "too many instances", s: mustParse(t, `
 regions: [{name: r, groups: [{name: g, instances: 10000, healthy: 10000, rate_per_instance: 1}, {name: h, instances: 10000, healthy: 10000, rate_per_instance: 1}, {name: i, instances: 10000, healthy: 10000, rate_per_instance: 1}]}]
@@ -573,7 +573,7 @@ sites:
   - {name: a, demand_rps: 30, rtt_ms: {X: 1}}
   - {name: b, demand_rps: 70, rtt_ms: {Y: 5}}
 `)
-	_, rows := benchRows(t, s, BenchOptions{})
+	_, rows := benchRows(t, s, Options{})
 	for id, r := range rows {
 		if math.Abs(r.ErrorRate-0.3) > 1e-12 || math.Abs(r.MeanRTTMs-5) > 1e-9 {
 			t.Errorf("%s: error rate %v, mean RTT %v; want 0.3 and 5", id, r.ErrorRate, r.MeanRTTMs)
@@ -585,7 +585,7 @@ sites:
 // (waterfall and round robin only, so that it does not depend on hashing).
 func TestBenchTableGolden(t *testing.T) {
 	s := mustParse(t, twoRegions)
-	res, err := Run(s, BenchOptions{Policies: policies(t, "waterfall", "round_robin/global")})
+	res, err := Run(s, Options{Policies: policies(t, "waterfall", "round_robin/global")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -611,7 +611,7 @@ func TestBenchTableGolden(t *testing.T) {
 
 func TestBenchJSON(t *testing.T) {
 	s := mustParse(t, twoRegions)
-	res, err := Run(s, BenchOptions{Policies: DefaultBenchPolicies()[:1], Series: true})
+	res, err := Run(s, Options{Policies: benchpolicy.Defaults()[:1], Series: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -637,7 +637,7 @@ func TestBenchJSON(t *testing.T) {
 	}
 	// No LP optimum (no demand): rtt_over_lp is null.
 	idle := mustParse(t, oneInstance(0, ""))
-	res, err = Run(idle, BenchOptions{})
+	res, err = Run(idle, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -649,7 +649,7 @@ func TestBenchJSON(t *testing.T) {
 
 func TestWriteSeriesCSV(t *testing.T) {
 	s := mustParse(t, twoRegions)
-	res, err := Run(s, BenchOptions{Policies: policies(t, "waterfall", "round_robin/global"), Series: true})
+	res, err := Run(s, Options{Policies: policies(t, "waterfall", "round_robin/global"), Series: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -669,15 +669,15 @@ round_robin,global,0,Y,0.5,100,100
 }
 
 // policies returns the default bench policies with the given IDs.
-func policies(t *testing.T, ids ...string) []BenchPolicy {
+func policies(t *testing.T, ids ...string) []benchpolicy.Row {
 	t.Helper()
-	var out []BenchPolicy
+	var out []benchpolicy.Row
 	for _, id := range ids {
-		i := slices.IndexFunc(DefaultBenchPolicies(), func(p BenchPolicy) bool { return p.ID() == id })
+		i := slices.IndexFunc(benchpolicy.Defaults(), func(p benchpolicy.Row) bool { return p.ID() == id })
 		if i < 0 {
 			t.Fatalf("no default bench policy %s", id)
 		}
-		out = append(out, DefaultBenchPolicies()[i])
+		out = append(out, benchpolicy.Defaults()[i])
 	}
 	return out
 }

@@ -19,17 +19,8 @@ func mustParse(t *testing.T, yamlText string) *sim.Scenario {
 	return s
 }
 
-// tinyRegions is a two-region, one-group-each layout for inline timeline
-// tests; append sites and a timeline.
-const tinyRegions = `
-regions:
-  - name: us-east
-    groups:
-      - {name: us-east-b, instances: 10, healthy: 10, rate_per_instance: 100}
-  - name: eu-west
-    groups:
-      - {name: eu-west-b, instances: 10, healthy: 10, rate_per_instance: 100}
-sites:
-  - {name: nyc, demand_rps: 500, rtt_ms: {us-east: 5, eu-west: 80}}
-  - {name: lon, demand_rps: 300, rtt_ms: {eu-west: 5, us-east: 80}}
-`
+// tinyRegions is sim's timeline tests' two-region, one-group-each layout,
+// in flow style; append a timeline.
+const tinyRegions = "regions: [{name: us-east, groups: [{name: us-east-b, instances: 10, healthy: 10, rate_per_instance: 100}]},\n" +
+	"  {name: eu-west, groups: [{name: eu-west-b, instances: 10, healthy: 10, rate_per_instance: 100}]}]\n" +
+	"sites: [{name: nyc, demand_rps: 500, rtt_ms: {us-east: 5, eu-west: 80}}, {name: lon, demand_rps: 300, rtt_ms: {eu-west: 5, us-east: 80}}]\n"

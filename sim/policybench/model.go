@@ -7,7 +7,7 @@ import (
 
 // The backend model of `lbsim bench`: each instance is a single queue with
 // Poisson arrivals and a fixed service rate, advanced one step at a time.
-// See Scenario.Bench for the whole model; the pieces are here.
+// See Run for the whole model; the pieces are here.
 
 // rhoMax caps the utilization used for the random (M/M/1) part of the
 // queueing delay. Above it the queue is treated as saturated: the fluid

@@ -1,14 +1,14 @@
 package policybench
 
 import (
-	"github.com/spillway-lb/spillway/sim"
-
 	"encoding/json"
 	"errors"
 	"math"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/spillway-lb/spillway/sim"
 )
 
 // FuzzParseTimeline checks that ParseScenario never panics on scenarios with
@@ -77,7 +77,7 @@ func FuzzParseTimeline(f *testing.F) {
 		if len(s.Sites) > 8 || instances > 200 {
 			return
 		}
-		res, err := Run(s, BenchOptions{MaxSteps: 5})
+		res, err := Run(s, Options{MaxSteps: 5})
 		if errors.Is(err, ErrTooLarge) || errors.Is(err, sim.ErrOverflow) {
 			return
 		}
