@@ -142,7 +142,7 @@
 // region (see ComputeMinRTT).
 //
 // It does not give the solver every pair. Each site starts with the
-// regions its waterfall walk visits plus two more (its nearest regions
+// regions its waterfall walk visits plus three more (its nearest regions
 // with capacity); after each solve, every pair left out is checked against
 // the solver's node potentials (mincostflow's Priced: reduced cost ≥ 0),
 // and sites with a pair that fails get at least twice as many candidates,

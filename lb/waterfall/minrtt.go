@@ -66,20 +66,20 @@ import (
 // its RTT with the region's keep as its share without penalty, so the
 // solver's penalty is the demand above keep bounds and its overloaded sets
 // are the sets above. A site's candidates are its nearest regions with
-// capacity: as many as its waterfall walk visits plus two. After each
-// solve every pair left out must be Priced (its reduced cost under the
-// solver's potentials ≥ 0, and no overloaded set split off); sites with
-// one that is not get at least twice as many candidates, past it, and the
-// problem is solved again, so the loop ends, at worst with every pair an
-// arc. The sparse set therefore guarantees exactly what a solve over every
-// pair does: the result is an exact optimum over every pair up to float
+// capacity: as many as its waterfall walk visits plus three (the fewest
+// that need a single solve on every benchmark world). After each solve
+// every pair left out must be Priced (its reduced cost under the solver's
+// potentials ≥ 0, and no overloaded set split off); sites with one that
+// is not get at least twice as many candidates, past it, and the problem
+// is solved again, so the loop ends, at worst with every pair an arc. The
+// sparse set therefore guarantees exactly what a solve over every pair
+// does: the result is an exact optimum over every pair up to float
 // rounding (tests compare it with an independent LP, and with the solve
 // over every pair from the start, TestComputeMinRTTSparseIsOptimal); where
-// optima tie it may be a different one. On the benchmark worlds one solve
-// suffices. On 80 sites × 40 regions it takes about as long as Compute's
-// reference planner, and on 1,000 × 100 about the time of sorting every
-// pair once (BenchmarkComputeMinRTT, BenchmarkSortYardstick; BENCHMARKS.md
-// §8).
+// optima tie it may be a different one. On 1,000 sites × 100 regions it
+// takes about half the time of sorting every pair once, on 80 × 40 a few
+// times as long as Compute (BenchmarkComputeMinRTT, BenchmarkCompute,
+// BenchmarkSortYardstick; BENCHMARKS.md §8).
 //
 // Like Compute, ComputeMinRTT is pure and deterministic: it reads only its
 // arguments, changes neither, and returns the same Plan for the same World
@@ -131,7 +131,7 @@ func computeMinRTT(w World, cfg Config, margin int) (*Plan, int, error) {
 
 // candidateMargin is how many regions with capacity beyond those its
 // waterfall walk visits each site starts with as min_rtt candidates.
-const candidateMargin = 2
+const candidateMargin = 3
 
 // flowProblem returns min_rtt's min-cost flow problem for m: sources are
 // sites, destinations regions, in the model's order; the arcs of site s are
