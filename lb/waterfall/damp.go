@@ -48,8 +48,10 @@ const dampSnap = 1e-9
 // for it before); callers tighten capacity from local signals (backend
 // 429/503, queueing, load reports) if that hurts.
 //
-// alpha is clamped to [0, 1]; alpha ≥ 1, NaN or a nil prev return next
-// itself. Damp never modifies prev or next; the result may share storage
+// Damp reads each site's order from next (Plan.Orders): a Plan not made
+// by Compute, ComputeMinRTT or Damp has none, and its rows are taken
+// undamped. alpha is clamped to [0, 1]; alpha ≥ 1, NaN or a nil prev
+// return next itself. Damp never modifies prev or next; the result may share storage
 // with them. Damp is deterministic and does no I/O.
 func Damp(prev, next *Plan, alpha float64) *Plan {
 	if prev == nil || next == nil || !(alpha < 1) {
