@@ -548,7 +548,7 @@ func TestListenerLimits(t *testing.T) {
 			}
 			minLived, maxLived = min(minLived, r.lived), max(maxLived, r.lived)
 		}
-		p99 := res.Percentile(0.99)
+		p99 := res.Percentile(99)
 		t.Logf("%d of %d slow connections closed after %v..%v (%d answered 400); normal client: %d/%d OK, p99 %v",
 			closed, slow, minLived.Round(time.Millisecond), maxLived.Round(time.Millisecond), with400, res.OK, res.Sent, p99)
 		if closed != slow || minLived < time.Second || maxLived > 2500*time.Millisecond {

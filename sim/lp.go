@@ -15,11 +15,11 @@ import (
 // site's demand to regions so that the total RTT is least, with no region
 // above its capacity (scaled by λ when demand exceeds capacity).
 type LPProblem struct {
-	// Demand[s] is site s's Demand, requests/s.
+	// Demand[s] is site s's demand, requests/s.
 	Demand []float64
-	// Capacity[r] is region r's serving Capacity, requests/s.
+	// Capacity[r] is region r's serving capacity, requests/s.
 	Capacity []float64
-	// RTT[s][r] is the RTT from site s to region r in ms; reach[s][r] is
+	// RTT[s][r] is the RTT from site s to region r in ms; Reach[s][r] is
 	// false when the site does not reach the region.
 	RTT   [][]float64
 	Reach [][]bool

@@ -249,8 +249,10 @@ var typeNames = strings.NewReplacer(
 	"string", "a string",
 )
 
-// YAMLProblems turns a yaml.v3 error into problems, replacing Go type names
-// with words an operator knows.
+// YAMLProblems turns a yaml.v3 error into problems ("line N: message"),
+// replacing the scenario format's Go type names with words an operator
+// knows. The simulators' other file formats (sim/autoscalebench's traces)
+// report their YAML errors with it too.
 func YAMLProblems(err error) []string {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {

@@ -183,6 +183,13 @@ const (
 	EventScale EventKind = "instances"
 	// EventScaler sets the group's capacity_scaler.
 	EventScaler EventKind = "capacity_scaler"
+	// EventSlowdown sets how many times slower than their configured rate
+	// the group's instances serve, as an antagonist on their machines
+	// would make them: the modelled service rate is divided by it while
+	// the gfes' config (rate_per_instance, capacity_scaler) stays as it
+	// was, so that only load reports and latency show it. 1 restores the
+	// configured rate.
+	EventSlowdown EventKind = "slowdown"
 )
 
 // Event is one entry of Timeline.Events: a change of one instance group at
@@ -204,6 +211,8 @@ type Event struct {
 	ColdStartS float64
 	// CapacityScaler is the new capacity_scaler (EventScaler), in [0,1].
 	CapacityScaler float64
+	// Slowdown is the new slowdown (EventSlowdown), >= 1.
+	Slowdown float64
 }
 
 // DefaultTimeline returns the timeline of a scenario that has none: one
@@ -292,6 +301,7 @@ type fileEvent struct {
 	Instances      *float64 `yaml:"instances"`
 	ColdStartS     *float64 `yaml:"cold_start_s"`
 	CapacityScaler *float64 `yaml:"capacity_scaler"`
+	Slowdown       *float64 `yaml:"slowdown"`
 }
 
 // timeline converts the file form, applying defaults. Problems found while
@@ -405,12 +415,17 @@ func (f *fileTimeline) timeline(issues map[string]string) *Timeline {
 			e.Kind = EventScaler
 			e.CapacityScaler = *fe.CapacityScaler
 		}
+		if fe.Slowdown != nil {
+			kinds = append(kinds, "slowdown")
+			e.Kind = EventSlowdown
+			e.Slowdown = *fe.Slowdown
+		}
 		switch len(kinds) {
 		case 0:
-			issues[path] = "must set one of healthy, instances, capacity_scaler"
+			issues[path] = "must set one of healthy, instances, capacity_scaler, slowdown"
 		case 1:
 		default:
-			issues[path] = fmt.Sprintf("must set only one of healthy, instances, capacity_scaler, got %s", strings.Join(kinds, " and "))
+			issues[path] = fmt.Sprintf("must set only one of healthy, instances, capacity_scaler, slowdown, got %s", strings.Join(kinds, " and "))
 			e.Kind = ""
 		}
 		if fe.ColdStartS != nil {
@@ -433,7 +448,14 @@ type GroupState struct {
 	// World.
 	Started, Healthy, Pending int
 	CapacityScaler            float64
+	// Slowdown divides the instances' modelled service rate (EventSlowdown);
+	// 0, as 1, is none. ServiceFactor gives the divisor.
+	Slowdown float64
 }
+
+// ServiceFactor returns what the group's configured rate is divided by to
+// give its instances' service rate: Slowdown, at least 1.
+func (g GroupState) ServiceFactor() float64 { return max(1, g.Slowdown) }
 
 // groupAction is one change of a group's state: an Event, or the end of a
 // cold start (ready > 0).
@@ -553,5 +575,7 @@ func (g *GroupState) apply(a groupAction, events []Event) {
 		}
 	case EventScaler:
 		g.CapacityScaler = e.CapacityScaler
+	case EventSlowdown:
+		g.Slowdown = e.Slowdown
 	}
 }

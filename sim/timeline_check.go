@@ -313,6 +313,10 @@ func (c *timelineCheck) checkEvent(i int, e Event, groups map[string]int) bool {
 		if !(e.CapacityScaler >= 0 && e.CapacityScaler <= 1) {
 			c.add("%s.capacity_scaler: must be in [0,1], got %v", path, e.CapacityScaler)
 		}
+	case EventSlowdown:
+		if !(e.Slowdown >= 1) || math.IsInf(e.Slowdown, 1) {
+			c.add("%s.slowdown: must be a finite number >= 1, got %v", path, e.Slowdown)
+		}
 	}
 	c.hasIssue(path + ".cold_start_s")
 	return ok && len(c.out) == before

@@ -138,14 +138,16 @@ func TestParseTimelineBadFiles(t *testing.T) {
 		}},
 		{"events.bad.yaml", []string{
 			`timeline.events[0].group: unknown group "us-west-b"`,
-			`timeline.events[1]: must set one of healthy, instances, capacity_scaler`,
-			`timeline.events[2]: must set only one of healthy, instances, capacity_scaler, got healthy and instances`,
+			`timeline.events[1]: must set one of healthy, instances, capacity_scaler, slowdown`,
+			`timeline.events[2]: must set only one of healthy, instances, capacity_scaler, slowdown, got healthy and instances`,
 			`timeline.events[3].cold_start_s: only valid with instances`,
 			`timeline.events[4].at_s: required`,
 			`timeline.events[8].capacity_scaler: must be in [0,1], got 2`,
 			`timeline.events[9].at_s: must be in [0, duration_s 60), got 70`,
 			`timeline.events[10].instances: must be a whole number in [0, 9007199254740992], got 2.5`,
 			`timeline.events[10].cold_start_s: must be a finite number >= 0, got -1`,
+			`timeline.events[11].slowdown: must be a finite number >= 1, got 0.5`,
+			`timeline.events[12]: must set only one of healthy, instances, capacity_scaler, slowdown, got capacity_scaler and slowdown`,
 			`timeline.events[5].healthy: 11 > 10 started instances of group us-east-b at 2 s`,
 			`timeline.events[7].instances: scale-down of group eu-west-b to 8 at 5 s while 2 instances are still cold-starting`,
 		}},
@@ -434,7 +436,7 @@ func TestShippedScenariosParse(t *testing.T) {
 			timelines = append(timelines, filepath.Base(f))
 		}
 	}
-	want := []string{"autoscale.yaml", "flash-crowd.yaml", "global-overload.yaml", "large.yaml", "steady.yaml", "unhealthy-region.yaml"}
+	want := []string{"autoscale.yaml", "flash-crowd.yaml", "global-overload.yaml", "large.yaml", "steady.yaml", "uneven.yaml", "unhealthy-region.yaml"}
 	if diff := cmp.Diff(want, timelines); diff != "" { // Glob sorts
 		t.Errorf("scenarios with a timeline mismatch (-want +got):\n%s", diff)
 	}

@@ -218,6 +218,7 @@ func edgeConfig(v *viper.Viper) (gfe.Config, error) {
 		return ecfg, fmt.Errorf("--poller: %w", err)
 	}
 	ecfg.FDReserve = v.GetInt("fd-reserve")
+	ecfg.FDPerHTTPConn = v.GetInt("fd-per-http-conn")
 	ecfg.PendingMax = v.GetInt("pending-max")
 	ecfg.AdminTokenFile = v.GetString("admin-token-file")
 	ecfg.Pprof = v.GetBool("pprof")
@@ -327,6 +328,7 @@ func parseFlags(args []string) (*viper.Viper, []string, error) {
 	fs.Bool("fast-path", d.FastPath, "serve the --listen listener's plain HTTP/1.1 requests on the gfe's own fast path (the rest go to net/http); --fast-path=false: all on net/http; configured listeners set fast_path")
 	fs.String("poller", d.Poller.String(), "when the fast path's cleartext sockets wait in the gfe's own epoll poller, which serves them in arrival order: auto (while goroutines queue for a CPU), on or off (Go's poller alone)")
 	fs.Int("pending-max", d.PendingMax, "most requests waiting in the pending queue, all services together (each service's max_pending_requests bounds its own); one more is answered 429 at once")
+	fs.Int("fd-per-http-conn", 2, "file descriptors each http or https client connection takes from the fd budget: 2 counts a backend connection for each, 1 only its own (for many idle keep-alive clients; BENCHMARKS.md §8)")
 	fs.Int("fd-reserve", 0, "file descriptors kept free of client connections for admin, gossip, control plane and probes (0 = a tenth of RLIMIT_NOFILE, at least 256, at most half)")
 	fs.Duration("gossip-max-rtt", time.Duration(d.GossipBounds.MaxRTT*float64(time.Millisecond)),
 		"largest RTT believed from another gfe's gossip; higher counts as this (0: no limit)")

@@ -17,9 +17,15 @@
 // own, talking over the lab's bridge — with 64 client addresses per site
 // (lab.ClientAddrs); the lab is torn down afterwards.
 //
-//	lbbench [--quick] [--scale F] [--headroom H] [--policies LIST] [--json] [--net N | --lab] [--bins DIR] [-v]
+// With --story uneven it runs the uneven story instead of the flash crowd
+// (realbench.UnevenStory): four regions of uneven capacity, half of every
+// region's instances slowed by a time-varying antagonist, skewed demand
+// ramping from 0.5x to 2x of capacity, a 5 s deadline, every policy run
+// --reps times interleaved, the median and range reported.
+//
+//	lbbench [--story flash|uneven] [--reps N] [--quick] [--scale F] [--headroom H] [--policies LIST] [--json] [--net N | --lab] [--bins DIR] [-v]
 //	lbbench --autoscale [--quick] [--scale F] [--autoscalers LIST] [--json] [--net N] [--bins DIR] [-v]
-//	lbbench --render FILE.json   (either's --json output)
+//	lbbench --render FILE.json   (any of their --json output)
 package main
 
 import (
@@ -31,6 +37,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -52,6 +59,8 @@ func main() {
 	autoscale := flag.Bool("autoscale", false, "run the autoscaler's story (a step at nyc, us-east autoscaled with real cold starts, eu-west as the buffer) instead of the policies")
 	autoscalers := flag.String("autoscalers", "", "with --autoscale, the comma-separated `list` of rows (default both): "+strings.Join(realbench.Autoscalers(), ", "))
 	render := flag.String("render", "", "print the table of a `FILE` written by --json, without running anything")
+	story := flag.String("story", "flash", "the load `story`: flash (steady, then a flash crowd at nyc) or uneven (four uneven regions, antagonists, skewed demand ramping to 2x capacity, repeated)")
+	reps := flag.Int("reps", 0, "repetitions of every policy with --story uneven, interleaved (default 5, 2 with --quick)")
 	flag.Parse()
 	if *render != "" {
 		if err := renderFile(*render); err != nil {
@@ -61,8 +70,8 @@ func main() {
 		return
 	}
 	if *autoscale {
-		if *onLab || *policyList != "" || *headroom != 1 {
-			fmt.Fprintln(os.Stderr, "lbbench: --autoscale runs on loopback with its own rows: no --lab, --policies or --headroom")
+		if *onLab || *policyList != "" || *headroom != 1 || *story != "flash" || *reps != 0 {
+			fmt.Fprintln(os.Stderr, "lbbench: --autoscale runs on loopback with its own rows: no --lab, --policies, --headroom, --story or --reps")
 			os.Exit(2)
 		}
 		if err := runAutoscale(*quick, *scale, *autoscalers, *asJSON, *net, *bins, *verbose); err != nil {
@@ -70,6 +79,21 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+	if *story == "uneven" {
+		if err := runStory(*quick, *scale, *headroom, *reps, *policyList, *asJSON, *net, *bins, *verbose, *onLab); err != nil {
+			fmt.Fprintln(os.Stderr, "lbbench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *story != "flash" {
+		fmt.Fprintf(os.Stderr, "lbbench: --story: want flash or uneven, got %q\n", *story)
+		os.Exit(2)
+	}
+	if *reps != 0 {
+		fmt.Fprintln(os.Stderr, "lbbench: --reps: only with --story uneven")
+		os.Exit(2)
 	}
 	if err := run(*quick, *scale, *headroom, *policyList, *asJSON, *net, *bins, *verbose, *onLab); err != nil {
 		fmt.Fprintln(os.Stderr, "lbbench:", err)
@@ -83,10 +107,18 @@ func renderFile(path string) error {
 		return err
 	}
 	var kind struct {
-		Kind string `json:"kind"`
+		Kind  string `json:"kind"`
+		Story string `json:"story"`
 	}
 	if err := json.Unmarshal(b, &kind); err != nil {
 		return fmt.Errorf("decode %s: %w", path, err)
+	}
+	if kind.Story != "" {
+		var res realbench.StoryResult
+		if err := json.Unmarshal(b, &res); err != nil {
+			return fmt.Errorf("decode %s: %w", path, err)
+		}
+		return res.WriteTable(os.Stdout)
 	}
 	if kind.Kind == realbench.AutoscaleKind {
 		var res realbench.AutoscaleResult
@@ -121,12 +153,78 @@ func run(quick bool, scale, headroom float64, policyList string, asJSON bool, ne
 	}
 	cfg.Policies = ps
 
-	dir, err := os.MkdirTemp("", "spillway-lbbench-")
+	opts, cleanup, err := options(&cfg, bins, verbose, onLab)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	opts := realbench.Options{Dir: dir, Progress: os.Stderr}
+	defer cleanup()
+	res, err := realbench.Run(ctx, cfg, opts)
+	if err != nil {
+		return err
+	}
+	var out io.Writer = os.Stdout
+	if asJSON {
+		return res.WriteJSON(out)
+	}
+	return res.WriteTable(out)
+}
+
+// runStory runs the uneven story (realbench.UnevenStory) and prints its
+// table or JSON.
+func runStory(quick bool, scale, headroom float64, reps int, policyList string, asJSON bool, net int, bins string, verbose, onLab bool) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	st := realbench.UnevenStory(quick)
+	if scale <= 0 {
+		return fmt.Errorf("--scale: must be > 0, got %g", scale)
+	}
+	if headroom != 1 {
+		return fmt.Errorf("--headroom: the uneven story's capacity is its instances' slots and service time, not a rate (got %g)", headroom)
+	}
+	st.Scale(scale)
+	st.Net = net
+	if reps != 0 {
+		st.Reps = reps
+	}
+	if policyList != "" {
+		ps, err := benchpolicy.Select(policyList)
+		if err != nil {
+			return fmt.Errorf("--policies: %w", err)
+		}
+		st.Policies = ps
+	}
+	opts, cleanup, err := options(&st.Config, bins, verbose, onLab)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	res, err := realbench.RunStory(ctx, st, opts)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return res.WriteJSON(os.Stdout)
+	}
+	return res.WriteTable(os.Stdout)
+}
+
+// options returns the run's options: a temporary directory, the prebuilt
+// binaries of bins, the processes' logs on stderr with verbose, and with
+// onLab the lab's hosts (cfg's sources per site capped to the lab's client
+// addresses). cleanup removes what it made.
+func options(cfg *realbench.Config, bins string, verbose, onLab bool) (opts realbench.Options, cleanup func(), err error) {
+	dir, err := os.MkdirTemp("", "spillway-lbbench-")
+	if err != nil {
+		return opts, nil, err
+	}
+	var downs []func() error
+	cleanup = func() {
+		for _, down := range slices.Backward(downs) {
+			_ = down()
+		}
+		os.RemoveAll(dir)
+	}
+	opts = realbench.Options{Dir: dir, Progress: os.Stderr}
 	if verbose {
 		opts.Tee = os.Stderr
 	}
@@ -142,7 +240,8 @@ func run(quick bool, scale, headroom float64, policyList string, asJSON bool, ne
 	}
 	if onLab {
 		if err := lab.RequireIP(); err != nil {
-			return err
+			cleanup()
+			return opts, nil, err
 		}
 		cfg.SourcesPerSite = min(cfg.SourcesPerSite, lab.ClientAddrs)
 		lcfg := lab.Config{Prefix: "splb-", StateDir: dir, Bins: opts.Bins, Tee: opts.Tee}
@@ -150,17 +249,9 @@ func run(quick bool, scale, headroom float64, policyList string, asJSON bool, ne
 		opts.Lab = lab.DefaultNetwork.String()
 		var down func() error
 		opts.Start, down = lab.Starter(lcfg)
-		defer down()
+		downs = append(downs, down)
 	}
-	res, err := realbench.Run(ctx, cfg, opts)
-	if err != nil {
-		return err
-	}
-	var out io.Writer = os.Stdout
-	if asJSON {
-		return res.WriteJSON(out)
-	}
-	return res.WriteTable(out)
+	return opts, cleanup, nil
 }
 
 func runAutoscale(quick bool, scale float64, rows string, asJSON bool, net int, bins string, verbose bool) error {

@@ -3,8 +3,9 @@
 // (`lbbench`, internal/realbench): which load-balancing policy a row's
 // service runs and, for a baseline, over which scope. Its vocabulary is the
 // operator's (config.Policy, config.HashScope); it adds the row, its label,
-// the default rows and the selection by label that both commands'
-// --policies flags take. It does no I/O.
+// the default rows, the selection by label that both commands' --policies
+// flags take, and the question both ask of their results (Compare: does
+// waterfall beat every hashing row?). It does no I/O.
 package benchpolicy
 
 import (

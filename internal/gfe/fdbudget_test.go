@@ -88,3 +88,56 @@ func (e *runningEdge) counter(t *testing.T, name string) float64 {
 	}
 	return sum
 }
+
+// TestHTTPListenerFDPerConn: with FDPerHTTPConn 1 an http connection takes
+// one descriptor of the budget: a budget of 2 holds two kept-alive
+// connections (at the default 2 each it holds one), and the third waits
+// until one closes.
+func TestHTTPListenerFDPerConn(t *testing.T) {
+	lim, err := fdlimit.Raise()
+	if err != nil {
+		t.Skip(err)
+	}
+	const room = 2
+	b1 := newHTTPBackend(t, "b1")
+	e := startEdgeWith(t, edgeConfig(t, []string{b1.addr()}, ""), 5*time.Second, func(c *Config) {
+		c.FDReserve = int(lim.Soft) - room
+		c.FDPerHTTPConn = 1
+	})
+	addr := e.ListenAddr().String()
+	request := func() (net.Conn, *bufio.Reader) {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(lnTestTimeout))
+		if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		return c, bufio.NewReader(c)
+	}
+	answer := func(r *bufio.Reader) {
+		t.Helper()
+		resp, err := http.ReadResponse(r, nil)
+		if err != nil {
+			t.Fatalf("no answer: %v", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	c1, r1 := request()
+	answer(r1)
+	_, r2 := request()
+	answer(r2) // two connections in a budget of 2
+	if got := e.fds.Used(); got != room {
+		t.Fatalf("budget used = %d, want %d (1 per connection)", got, room)
+	}
+	waitUntil(t, "the listener to wait for the budget", func() bool { return e.counter(t, "spillway_gfe_listener_fd_budget_waits_total") == 1 })
+	_, r3 := request() // waits for a descriptor
+	c1.Close()
+	answer(r3)
+}

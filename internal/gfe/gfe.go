@@ -111,6 +111,11 @@ type Config struct {
 	// kernel's backlog (http, https). Default 0: fdlimit.DefaultReserve,
 	// a tenth of the limit, at least 256 and at most half.
 	FDReserve int
+	// FDPerHTTPConn is what one http or https client connection takes from
+	// the fd budget (listeners.Options.ConnFDs): 2 (the default, 0) counts
+	// a backend connection for each, 1 only the client's own, for a gfe
+	// whose clients hold mostly idle keep-alive connections.
+	FDPerHTTPConn int
 	// GossipBounds are the plausibility limits on the RTT and demand other
 	// gfes gossip (routing.Bounds): values beyond them are clamped,
 	// counted in spillway_gfe_gossip_clamped_total and logged (at most a
@@ -201,6 +206,9 @@ func (c Config) Validate() error {
 	}
 	if c.CapacityInterval <= 0 {
 		errs = append(errs, fmt.Errorf("gfe.capacity_interval: must be > 0, got %v", c.CapacityInterval))
+	}
+	if c.FDPerHTTPConn < 0 || c.FDPerHTTPConn > 2 {
+		errs = append(errs, fmt.Errorf("gfe.fd_per_http_conn: must be 1 or 2 (0 = 2), got %d", c.FDPerHTTPConn))
 	}
 	if c.FDReserve < 0 {
 		errs = append(errs, fmt.Errorf("gfe.fd_reserve: must be >= 0 (0 = automatic), got %d", c.FDReserve))
@@ -429,7 +437,7 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.listeners, err = listeners.New(listeners.Config{Listen: cfg.Listen, DrainTimeout: cfg.DrainTimeout, CertCheckInterval: cfg.CertCheckInterval, FastPath: cfg.FastPath},
-		listeners.Options{HTTP: d.proxy, Fast: d.proxy, TCP: d.tcp, Streams: d.proxy, Logger: d.log, Clock: d.clk, Registry: d.reg, Budget: d.fds, Serving: d.serving})
+		listeners.Options{HTTP: d.proxy, Fast: d.proxy, TCP: d.tcp, Streams: d.proxy, Logger: d.log, Clock: d.clk, Registry: d.reg, Budget: d.fds, ConnFDs: cfg.FDPerHTTPConn, Serving: d.serving})
 	if err != nil {
 		return nil, fmt.Errorf("gfe.listen: %w", err)
 	}

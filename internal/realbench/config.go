@@ -66,6 +66,17 @@ type Config struct {
 	// (utilization_at_capacity 0.8). OVER_CAP and EXCESS always compare
 	// with the declared capacity.
 	Headroom float64
+	// Topology returns the deployment in 127.net.0.0/16 the phases'
+	// demand is sent to. Nil is Deployment (the demo's).
+	Topology func(net int) topology.Spec
+}
+
+// deployment returns c.Topology(net), or Deployment(net) without one.
+func (c *Config) deployment(net int) topology.Spec {
+	if c.Topology != nil {
+		return c.Topology(net)
+	}
+	return Deployment(net)
 }
 
 // DefaultConfig returns the full benchmark: 10 policies × (3 s warmup + 6 s
@@ -132,7 +143,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("phases: none"))
 	}
 	sites := map[string]bool{}
-	for _, s := range Deployment(1).Sites {
+	for _, s := range c.deployment(1).Sites {
 		sites[s.Name] = true
 	}
 	for i, ph := range c.Phases {
@@ -180,7 +191,6 @@ func (c *Config) measured() time.Duration {
 	return d
 }
 
-// spec returns the deployment of c: Deployment(c.Net) with c.Headroom.
 // Scheduled returns the number of requests the measured phases schedule
 // over every site: demand × duration, summed. A row's Requests should come
 // within a few percent of it.
@@ -194,8 +204,9 @@ func (c *Config) Scheduled() float64 {
 	return n
 }
 
+// spec returns the deployment of c: c.deployment(c.Net) with c.Headroom.
 func (c *Config) spec() topology.Spec {
-	s := Deployment(c.Net)
+	s := c.deployment(c.Net)
 	if c.Headroom != 1 {
 		for i := range s.Regions {
 			s.Regions[i].MaxRPS = s.Regions[i].Rate * c.Headroom

@@ -125,4 +125,27 @@
 // us-east. DefaultAutoscaleTargets holds the real system's targets and
 // Check judges a row against them; the e2e test TestAutoscaleBenchStep
 // runs the quick waterfall row and asserts them.
+//
+// # The uneven story (lbbench --story uneven)
+//
+// RunStory runs a Story: one deployment, Reps repetitions, each running
+// every policy once in an order rotated by one per repetition, and every
+// policy's row the median of its runs with their minimum and maximum. The
+// uneven story (UnevenStory) deploys topology.Uneven: four regions, the
+// smallest (asia-east, 50 req/s declared) nearest tokyo, which sends half
+// of the demand; every instance has a real, time-bound capacity (3 slots
+// of 80 ms, no rate limit, 25 req/s declared), and in every region half of
+// the instances run with the test backend's --antagonist (3x slower for
+// half of every 4 s, seeded per instance). The global demand steps through
+// UnevenLoads (0.5x to 1.7x of the declared 350 req/s, then 2x), open loop
+// as every story: the load generator starts each request on schedule
+// whatever the answers (up to 4096 outstanding; beyond, a request is not
+// sent and counts as an error); latency runs from the request's start,
+// which the loader's lag (Record.Lag, its 1 ms tick) may put after its due
+// time. A request unanswered within the 5 s
+// deadline (Config.Timeout) counts as 5 s in the latency measures
+// (Measures); refusals and other failures are errors without a latency.
+// The result's min_cross_region is the least cross-region share any
+// assignment within capacity has (minCrossRegion, the LP of sim with cost
+// 1 across regions), to read CROSS_REGION against.
 package realbench

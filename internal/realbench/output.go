@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 	"github.com/spillway-lb/spillway/internal/topology"
-	"github.com/spillway-lb/spillway/sim/policybench"
 )
 
 // Result is a whole run: the deployment and story it measured, and one row
@@ -186,19 +186,19 @@ func (r *Result) WriteTable(w io.Writer) error {
 	return err
 }
 
-// comparison asks the question of `lbsim bench` (policybench.Comparison) of the
-// measured rows: does waterfall serve fewer requests over capacity, and
+// comparison asks the question of `lbsim bench` (benchpolicy.Compare) of
+// the measured rows: does waterfall serve fewer requests over capacity, and
 // with a lower p99, than every hashing row?
-func (r *Result) comparison() (policybench.Comparison, bool) {
-	br := policybench.Result{}
-	for _, row := range r.Rows {
+func (r *Result) comparison() (benchpolicy.Comparison, bool) {
+	rows := make([]benchpolicy.Scored, len(r.Rows))
+	for i, row := range r.Rows {
 		scope := config.HashScope(row.Scope)
 		if row.Scope == "-" {
 			scope = ""
 		}
-		br.Policies = append(br.Policies, policybench.Row{Policy: row.Policy, Scope: scope, OverCapacity: row.OverCapacity, P99Ms: row.P99Ms})
+		rows[i] = benchpolicy.Scored{Row: benchpolicy.Row{Policy: config.Policy(row.Policy), Scope: scope}, OverCapacity: row.OverCapacity, P99Ms: row.P99Ms}
 	}
-	return br.Comparison()
+	return benchpolicy.Compare(rows)
 }
 
 func demandString(sites []SiteInfo, d map[string]float64) string {

@@ -54,6 +54,43 @@ type Options struct {
 // (Warmup, then every phase without a break) from every site at once, and
 // computes the policy's row. It stops the deployment before it returns.
 func Run(ctx context.Context, cfg Config, opts Options) (*Result, error) {
+	s, err := startSession(ctx, &cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	for i, p := range cfg.Policies {
+		t0 := time.Now()
+		row, _, err := s.runPolicy(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		s.res.Rows = append(s.res.Rows, row)
+		progress(opts.Progress, "[%d/%d] %-28s %6d requests, %5.1f%% errors, p99 %6.1f ms (%.1fs)",
+			i+1, len(cfg.Policies), p.ID(), row.Requests, 100*row.ErrorRate, row.P99Ms, time.Since(t0).Seconds())
+	}
+	s.finish()
+	return s.res, nil
+}
+
+// session is a started deployment and what its rows are computed against;
+// runPolicy drives it under one policy after another.
+type session struct {
+	cfg     *Config
+	opts    Options
+	c       *topology.Cluster
+	tab     *table
+	res     *Result
+	current benchpolicy.Row // the policy the deployment serves
+	start   time.Time
+	sampler *loadSampler
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// startSession validates cfg and starts its deployment (cfg.spec()) with
+// the first policy, sampling the machine's load until finish or close.
+func startSession(ctx context.Context, cfg *Config, opts Options) (*session, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("realbench: %w", err)
 	}
@@ -63,25 +100,22 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Result, error) {
 	if opts.LoadAvgPath == "" {
 		opts.LoadAvgPath = "/proc/loadavg"
 	}
-	start := time.Now()
+	s := &session{cfg: cfg, opts: opts, start: time.Now(), sampler: &loadSampler{path: opts.LoadAvgPath}}
 	spec := cfg.spec()
-	tab, err := newTable(spec, &cfg)
+	tab, err := newTable(spec, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("realbench: %w", err)
 	}
-	res := newResult(spec, &cfg, tab)
-	res.Lab = opts.Lab
+	s.tab = tab
+	s.res = newResult(spec, cfg, tab)
+	s.res.Lab = opts.Lab
 
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer func() {
-		cancel()
-		wg.Wait()
-	}()
-	sampler := &loadSampler{path: opts.LoadAvgPath}
-	wg.Go(func() { sampler.run(ctx, 5*time.Second) })
+	sctx, cancel := context.WithCancel(ctx)
+	s.cancel = cancel
+	s.wg.Go(func() { s.sampler.run(sctx, 5*time.Second) })
 
-	spec.Policy, spec.HashScope = cfg.Policies[0].Policy, cfg.Policies[0].HashScope()
+	s.current = cfg.Policies[0]
+	spec.Policy, spec.HashScope = s.current.Policy, s.current.HashScope()
 	startDeployment := opts.Start
 	if startDeployment == nil {
 		progress(opts.Progress, "starting the deployment in 127.%d.0.0/16 (%s)", cfg.Net, opts.Dir)
@@ -89,44 +123,59 @@ func Run(ctx context.Context, cfg Config, opts Options) (*Result, error) {
 			return topology.Start(ctx, spec, topology.Options{Dir: opts.Dir, Bins: opts.Bins, Tee: opts.Tee})
 		}
 	}
-	c, err := startDeployment(ctx, spec)
+	c, err := startDeployment(sctx, spec)
 	if err != nil {
+		s.close()
 		return nil, fmt.Errorf("realbench: start: %w", err)
 	}
-	defer c.Stop()
-	res.StartupS = time.Since(start).Seconds()
-	progress(opts.Progress, "up in %.1fs", res.StartupS)
+	s.c = c
+	s.res.StartupS = time.Since(s.start).Seconds()
+	progress(opts.Progress, "up in %.1fs", s.res.StartupS)
+	return s, nil
+}
 
-	for i, p := range cfg.Policies {
-		t0 := time.Now()
-		if i > 0 {
-			if err := applyPolicy(ctx, c, p); err != nil {
-				return nil, fmt.Errorf("realbench: %s: %w", p.ID(), err)
-			}
+// runPolicy applies p unless the deployment serves it already, waits until
+// every backend is idle, drives the story and returns p's row and the
+// measurement it was computed from.
+func (s *session) runPolicy(ctx context.Context, p benchpolicy.Row) (Row, Measurement, error) {
+	if p != s.current {
+		if err := applyPolicy(ctx, s.c, p); err != nil {
+			return Row{}, Measurement{}, fmt.Errorf("realbench: %s: %w", p.ID(), err)
 		}
-		if err := waitIdle(ctx, c); err != nil {
-			return nil, fmt.Errorf("realbench: %s: %w", p.ID(), err)
-		}
-		m, err := drive(ctx, c, &cfg, p)
-		if err != nil {
-			return nil, fmt.Errorf("realbench: %s: %w", p.ID(), err)
-		}
-		row, err := tab.row(m)
-		if err == nil {
-			err = row.check()
-		}
-		if err != nil {
-			return nil, fmt.Errorf("realbench: %s: %w", p.ID(), err)
-		}
-		res.Rows = append(res.Rows, row)
-		progress(opts.Progress, "[%d/%d] %-28s %6d requests, %5.1f%% errors, p99 %6.1f ms (%.1fs)",
-			i+1, len(cfg.Policies), p.ID(), row.Requests, 100*row.ErrorRate, row.P99Ms, time.Since(t0).Seconds())
+		s.current = p
 	}
-	cancel()
-	wg.Wait()
-	res.LoadAvg = sampler.summary()
-	res.WallS = time.Since(start).Seconds()
-	return res, nil
+	if err := waitIdle(ctx, s.c); err != nil {
+		return Row{}, Measurement{}, fmt.Errorf("realbench: %s: %w", p.ID(), err)
+	}
+	m, err := drive(ctx, s.c, s.cfg, p)
+	if err != nil {
+		return Row{}, Measurement{}, fmt.Errorf("realbench: %s: %w", p.ID(), err)
+	}
+	row, err := s.tab.row(m)
+	if err == nil {
+		err = row.check()
+	}
+	if err != nil {
+		return Row{}, Measurement{}, fmt.Errorf("realbench: %s: %w", p.ID(), err)
+	}
+	return row, m, nil
+}
+
+// finish stops the load sampler and sets the result's load and wall time.
+func (s *session) finish() {
+	s.cancel()
+	s.wg.Wait()
+	s.res.LoadAvg = s.sampler.summary()
+	s.res.WallS = time.Since(s.start).Seconds()
+}
+
+// close stops the deployment and the load sampler.
+func (s *session) close() {
+	if s.c != nil {
+		s.c.Stop()
+	}
+	s.cancel()
+	s.wg.Wait()
 }
 
 func progress(w io.Writer, format string, args ...any) {

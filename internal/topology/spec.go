@@ -180,6 +180,9 @@ type Region struct {
 	// InstanceKeys are appended to every instance's testbackend --instance
 	// spec, e.g. ",proto=tcp,max_concurrency=0".
 	InstanceKeys string
+	// BackendArgs are extra flags of the region's testbackend process,
+	// after its instances (e.g. --antagonist rules naming some of them).
+	BackendArgs []string
 }
 
 // Site is one edge site of a Spec.
@@ -413,7 +416,7 @@ func (s *Spec) backendArgs(ri int) []string {
 	if s.BackendAdmin {
 		args = append(args, "--admin", s.BackendAdminAddr(ri))
 	}
-	return args
+	return append(args, r.BackendArgs...)
 }
 
 // ControlPlaneIP returns the address of control plane k (from 0).

@@ -51,15 +51,17 @@ func TestBackendArgs(t *testing.T) {
 	// Instance keys and the process admin.
 	keyed := spec
 	keyed.BackendAdmin = true
-	keyed.Regions = []Region{{Name: "r1", Zones: []string{"b"}, Instances: 1, Rate: 40, InstanceKeys: ",proto=tcp"}}
+	keyed.Regions = []Region{{Name: "r1", Zones: []string{"b"}, Instances: 1, Rate: 40, InstanceKeys: ",proto=tcp",
+		BackendArgs: []string{"--antagonist", "r1-b-1:period=4s,slowdown=3x"}}}
 	want := []string{
 		"--max-rps", "40", "--burst", "2", "--max-concurrency", "0", "--queue", "64", "--service-time", "2ms",
 		"--delay", "127.7.1.0/24=5ms",
 		"--instance", "name=r1-b-1,addr=127.7.101.1:9001,region=r1,zone=r1-b,proto=tcp",
 		"--admin", "127.7.101.1:9999",
+		"--antagonist", "r1-b-1:period=4s,slowdown=3x",
 	}
 	if diff := cmp.Diff(want, keyed.backendArgs(0)); diff != "" {
-		t.Errorf("backendArgs with InstanceKeys and BackendAdmin (-want +got):\n%s", diff)
+		t.Errorf("backendArgs with InstanceKeys, BackendAdmin and BackendArgs (-want +got):\n%s", diff)
 	}
 	// The config declares Rate whatever the backend enforces.
 	if y := spec.ConfigYAML(); strings.Count(y, "max_rate_per_instance: 40}") != 3 || strings.Contains(y, "max_rate_per_instance: 50") {

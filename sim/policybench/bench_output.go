@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/benchpolicy"
 )
 
 // WriteTable writes r as a header line, one table row per policy, a legend,
@@ -72,69 +72,14 @@ modelled as an even split (see sim.Scenario.Bench), so it matches round_robin.
 
 func pct(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }
 
-// Comparison is how waterfall fared against every hashing row: the question
-// the benchmark exists to answer.
-type Comparison struct {
-	// Rows is the number of hashing rows (hash2, hash3, hash5, any scope).
-	Rows int
-	// FewerOverCapacity and LowerP99 count the hashing rows waterfall beat
-	// on OverCapacity and on P99Ms (strictly).
-	FewerOverCapacity, LowerP99 int
-	// Exceptions describe each hashing row waterfall did not beat, and on
-	// what.
-	Exceptions []string
-}
-
 // Comparison compares the waterfall row with every hash2, hash3 and hash5
-// row. ok is false when r lacks either.
-func (r *Result) Comparison() (c Comparison, ok bool) {
-	var wf *Row
-	for i := range r.Policies {
-		if r.Policies[i].Policy == string(config.PolicyWaterfall) {
-			wf = &r.Policies[i]
-		}
+// row (benchpolicy.Compare). ok is false when r lacks either.
+func (r *Result) Comparison() (c benchpolicy.Comparison, ok bool) {
+	rows := make([]benchpolicy.Scored, len(r.Policies))
+	for i, row := range r.Policies {
+		rows[i] = benchpolicy.Scored{Row: benchpolicy.Row{Policy: config.Policy(row.Policy), Scope: row.Scope}, OverCapacity: row.OverCapacity, P99Ms: row.P99Ms}
 	}
-	if wf == nil {
-		return Comparison{}, false
-	}
-	for _, row := range r.Policies {
-		switch config.Policy(row.Policy) {
-		case config.PolicyHash2, config.PolicyHash3, config.PolicyHash5:
-		default:
-			continue
-		}
-		c.Rows++
-		if wf.OverCapacity < row.OverCapacity {
-			c.FewerOverCapacity++
-		} else {
-			c.Exceptions = append(c.Exceptions, fmt.Sprintf("over-capacity: %s %s %s waterfall %s", row.ID(), pct(row.OverCapacity), relation(row.OverCapacity, wf.OverCapacity), pct(wf.OverCapacity)))
-		}
-		if wf.P99Ms < row.P99Ms {
-			c.LowerP99++
-		} else {
-			c.Exceptions = append(c.Exceptions, fmt.Sprintf("p99: %s %.1f ms %s waterfall %.1f ms", row.ID(), row.P99Ms, relation(row.P99Ms, wf.P99Ms), wf.P99Ms))
-		}
-	}
-	return c, c.Rows > 0
-}
-
-func relation(a, b float64) string {
-	if a == b {
-		return "="
-	}
-	return "<"
-}
-
-// String summarises c in one line, then one line per exception.
-func (c Comparison) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "waterfall vs hashing: fewer over-capacity requests than %d of %d hashing rows, lower p99 than %d of %d",
-		c.FewerOverCapacity, c.Rows, c.LowerP99, c.Rows)
-	for _, e := range c.Exceptions {
-		b.WriteString("\n  not better on ")
-		b.WriteString(e)
-	}
-	return b.String()
+	return benchpolicy.Compare(rows)
 }
 
 // WriteSeriesCSV writes the region series of every row that has one, one

@@ -359,8 +359,13 @@ func (r *runner) queue(k int, tot *benchTotals, st *stepState) {
 			st.accept[i] = 0
 			continue
 		}
-		mu := t.rate[g] / m.UtilizationAtCapacity
-		qs := stepQueue(q, lam, mu, mu*m.MaxQueueMs/1000, dt)
+		mu := t.rate[g] / m.UtilizationAtCapacity / gs.ServiceFactor()
+		bound := mu * m.MaxQueueMs / 1000
+		// A slowdown (sim.EventSlowdown) shrinks the bound, in requests,
+		// below the backlog: the surplus is lost as an unhealthy
+		// instance's backlog is, counted as served when it arrived.
+		q = min(q, bound)
+		qs := stepQueue(q, lam, mu, bound, dt)
 		r.backlog[i] = qs.Backlog
 		tot.failed += qs.Dropped
 		st.accept[i] = 1

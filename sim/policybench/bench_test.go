@@ -690,3 +690,34 @@ func sortedKeys(m map[string]json.RawMessage) []string {
 	slices.Sort(keys)
 	return keys
 }
+
+// TestBenchSlowdownEvent: one group of 10 instances of 100 rps declared
+// (125 rps at most, utilization_at_capacity 0.8) receives 700 rps. Slowed
+// 2x from t = 0 it serves 62.5 rps per instance, below its 70: the backlog
+// grows 7.5 rps per instance until its queue (1000 ms of work, 62.5
+// requests) is full after 8.33 s, then 7.5 rps per instance fail for the
+// remaining 11.67 s of 20: 875 of 14000 requests. Unslowed, nothing fails.
+// The config the gfes plan with is the same in both: every row keeps the
+// one region.
+func TestBenchSlowdownEvent(t *testing.T) {
+	const base = `
+regions: [{name: r, groups: [{name: g, instances: 10, healthy: 10, rate_per_instance: 100}]}]
+sites: [{name: s, demand_rps: 700, rtt_ms: {r: 10}}]
+timeline:
+  duration_s: 20
+`
+	_, fast := benchRows(t, mustParse(t, base), Options{Policies: policies(t, "waterfall")})
+	_, slow := benchRows(t, mustParse(t, base+"  events: [{at_s: 0, group: g, slowdown: 2}]\n"), Options{Policies: policies(t, "waterfall")})
+	if got := fast["waterfall"].ErrorRate; got != 0 {
+		t.Errorf("unslowed: error rate %v, want 0", got)
+	}
+	if got, want := slow["waterfall"].ErrorRate, 875.0/14000; math.Abs(got-want) > 0.005 {
+		t.Errorf("slowed 2x: error rate %v, want %v (the queue full after 8.33 s)", got, want)
+	}
+	if f, s := fast["waterfall"].P99Ms, slow["waterfall"].P99Ms; !(s > 500 && s > 5*f) {
+		t.Errorf("p99 %v ms unslowed, %v ms slowed 2x; want the slowed one above 500 ms (a full queue is 1 s of work)", f, s)
+	}
+	if fast["waterfall"].CrossRegion != 0 || slow["waterfall"].CrossRegion != 0 {
+		t.Errorf("cross-region %v and %v, want 0 (one region)", fast["waterfall"].CrossRegion, slow["waterfall"].CrossRegion)
+	}
+}

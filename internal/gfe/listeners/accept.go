@@ -25,7 +25,7 @@ import (
 //     at most once a second; it takes none of the fd budget. This is the
 //     tcp proxy's cap (tcpproxy) on http: one address cannot take the whole
 //     budget of client connections and leave others waiting.
-//   - The fd budget: each connection holds HTTPConnFDs of it until it
+//   - The fd budget: each connection holds Options.ConnFDs of it until it
 //     closes. While the budget is spent the port accepts the next client
 //     (one at most, beyond the budget: the reserve covers it) and then, so
 //     that a waiting client is served rather than the idle ones kept,
@@ -93,7 +93,7 @@ func maxPerClient(l *config.Listener) int {
 
 // acceptLoop accepts connections on p and hands each to p's current
 // generation until p's socket is closed. While p serves http or https, it
-// takes HTTPConnFDs of the fd budget before each Accept when it can, and
+// takes Options.ConnFDs of the fd budget before each Accept when it can, and
 // admits what it accepts (admit).
 func (m *Manager) acceptLoop(p *port) {
 	defer m.wg.Done()
@@ -111,7 +111,7 @@ func (m *Manager) acceptLoop(p *port) {
 		guarded := g != nil && g.spec.Protocol != config.ListenerTCP
 		held := false
 		if guarded && budget != nil {
-			if held = budget.TryAcquire(HTTPConnFDs); !held {
+			if held = budget.TryAcquire(m.connFDs()); !held {
 				name := g.spec.Name
 				m.metrics.fdWaits.WithLabelValues(name).Inc()
 				m.budgetLog.Warn().Str("listener", name).Int64("fd_budget", budget.Size()).Msg("fd budget spent: the next client waits until a connection closes or an idle one is closed for it")
@@ -120,7 +120,7 @@ func (m *Manager) acceptLoop(p *port) {
 		c, err := p.ln.Accept()
 		if err != nil {
 			if held {
-				budget.Release(HTTPConnFDs)
+				budget.Release(m.connFDs())
 			}
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -159,7 +159,7 @@ func (m *Manager) admit(p *port, g *generation, c net.Conn, held bool) (net.Conn
 	client := clientAddr(c)
 	if max := maxPerClient(&g.spec); !p.clients.take(client, max) {
 		if held {
-			budget.Release(HTTPConnFDs)
+			budget.Release(m.connFDs())
 		}
 		m.refuse(g, c, refuseClient, max)
 		return nil, false
@@ -173,12 +173,12 @@ func (m *Manager) admit(p *port, g *generation, c net.Conn, held bool) (net.Conn
 		return nil, false
 	}
 	return fdlimit.ReleaseOnClose(c, func() {
-		budget.Release(HTTPConnFDs)
+		budget.Release(m.connFDs())
 		p.clients.give(client)
 	}), true
 }
 
-// awaitBudget takes HTTPConnFDs of the spent fd budget for a client that
+// awaitBudget takes Options.ConnFDs of the spent fd budget for a client that
 // waits: it closes the longest-idle connection of the http and https
 // ports, if any, for it and takes its descriptors, else waits for a
 // connection to close, looking again every reclaimRecheck. It returns
@@ -186,7 +186,7 @@ func (m *Manager) admit(p *port, g *generation, c net.Conn, held bool) (net.Conn
 func (m *Manager) awaitBudget(p *port) bool {
 	budget := m.opts.Budget
 	for {
-		if budget.TryAcquire(HTTPConnFDs) {
+		if budget.TryAcquire(m.connFDs()) {
 			return true
 		}
 		if m.reclaimIdle() {
@@ -194,7 +194,7 @@ func (m *Manager) awaitBudget(p *port) bool {
 		}
 		ctx, cancel := context.WithCancel(p.stop)
 		t := m.clk.AfterFunc(reclaimRecheck, cancel)
-		err := budget.Acquire(ctx, HTTPConnFDs)
+		err := budget.Acquire(ctx, m.connFDs())
 		t.Stop()
 		cancel()
 		switch {

@@ -339,7 +339,7 @@ func (fs *fastServer) serveConn(fc *fastConn) {
 		if !handedOff {
 			fc.c.Close()
 		}
-		fs.putRequest(fr)
+		fs.putRequest(fc.fr)
 	}()
 	l := &fs.spec
 	fc.setReadDeadline(time.Now().Add(l.ReadHeaderTimeout))
@@ -380,6 +380,16 @@ func (fs *fastServer) serveConn(fc *fastConn) {
 		fr.TLS = true
 		fc.setReadDeadline(time.Now().Add(l.ReadHeaderTimeout))
 	}
+	if fs.tls == nil {
+		// Until its first request's bytes come, too, a connection holds
+		// no request buffers (waitRequest): those of a burst of new
+		// connections are the pool's few, not one each.
+		ok := fs.waitRequest(fc)
+		fr = fc.fr
+		if !ok {
+			return
+		}
+	}
 	if !fs.setIdle(fc, false) { // its first request begins
 		return
 	}
@@ -393,7 +403,9 @@ func (fs *fastServer) serveConn(fc *fastConn) {
 			}
 			if fr.Client.Buffered() == 0 {
 				fs.awaitIdle(fc)
-				if _, err := fr.Client.Peek(1); err != nil {
+				ok := fs.waitRequest(fc)
+				fr = fc.fr
+				if !ok {
 					return
 				}
 			}
@@ -445,6 +457,38 @@ func (fs *fastServer) serveConn(fc *fastConn) {
 			return
 		}
 	}
+}
+
+// waitRequest waits for the first byte of fc's next request and reports
+// false when the connection must close instead (read error, idle_timeout,
+// closed). A connection in the poller waits holding no request buffers:
+// its FastRequest, with its bufio.Reader (max_header_bytes + 4 KiB) and
+// bufio.Writer, goes back to the pool while it waits, and one comes back
+// when bytes do (fc.fr is nil meanwhile). An idle keep-alive connection
+// then holds its goroutine and socket alone, as nginx and HAProxy hold no
+// buffer for one. A TLS connection (tls.Conn may hold a record the
+// socket no longer shows) waits in its reader as before.
+func (fs *fastServer) waitRequest(fc *fastConn) bool {
+	pc, ok := fc.c.(*poller.Conn)
+	if !ok || fc.fr.TLS {
+		_, err := fc.fr.Client.Peek(1)
+		return err == nil
+	}
+	fs.mu.Lock()
+	fr := fc.fr
+	fc.fr = nil
+	fs.mu.Unlock()
+	fs.putRequest(fr)
+	err := pc.WaitReadable()
+	fr = fs.getRequest(fc.c)
+	fs.mu.Lock()
+	fc.fr = fr
+	fs.mu.Unlock()
+	if err != nil {
+		return false
+	}
+	_, err = fr.Client.Peek(1)
+	return err == nil
 }
 
 // readHead reads and parses the next request head of fc's connection,
@@ -527,7 +571,9 @@ func (fs *fastServer) shutdown(ctx context.Context) int {
 	for fc := range fs.conns {
 		fc.closed = true
 		fc.c.Close()
-		fc.fr.Abort()
+		if fc.fr != nil { // nil while it waits for a request (waitRequest)
+			fc.fr.Abort()
+		}
 	}
 	fs.mu.Unlock()
 	<-done

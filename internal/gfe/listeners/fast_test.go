@@ -507,3 +507,64 @@ func TestFastPathHTTPS(t *testing.T) {
 		t.Errorf("fast path served %d, want 2", got)
 	}
 }
+
+// TestFastPathIdleHoldsNoBuffers: a cleartext fast-path connection waiting
+// for its next request (and one waiting for its first) holds no
+// FastRequest — its request buffers are the pool's meanwhile — and is
+// served again when its bytes come.
+func TestFastPathIdleHoldsNoBuffers(t *testing.T) {
+	fast := &fakeFast{}
+	m, addr := fastManager(t, fast, fastListener())
+	fs := func() *fastServer {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		for _, p := range m.ports {
+			if g := p.cur.Load(); g != nil && g.fast != nil && g.spec.Name == "web" {
+				return g.fast
+			}
+		}
+		return nil
+	}
+	// without counts the server's connections holding no FastRequest.
+	without := func() int {
+		s := fs()
+		if s == nil {
+			return -1
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		n := 0
+		for fc := range s.conns {
+			if fc.fr == nil {
+				n++
+			}
+		}
+		return n
+	}
+	const n = 20
+	var cs []net.Conn
+	var brs []*bufio.Reader
+	for range n {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		cs, brs = append(cs, c), append(brs, bufio.NewReader(c))
+	}
+	waitFor(t, "new connections waiting without buffers", func() bool { return without() == n })
+	for i, c := range cs {
+		if _, body := roundTrip(t, c, brs[i], "GET /a HTTP/1.1\r\nHost: x\r\n\r\n"); body != "fast" {
+			t.Fatalf("body %q, want fast", body)
+		}
+	}
+	waitFor(t, "idle connections waiting without buffers", func() bool { return without() == n })
+	for i, c := range cs {
+		if _, body := roundTrip(t, c, brs[i], "GET /b HTTP/1.1\r\nHost: x\r\n\r\n"); body != "fast" {
+			t.Fatalf("second request: body %q, want fast", body)
+		}
+	}
+	if got := fast.served.Load(); got != 2*n {
+		t.Errorf("%d requests served, want %d", got, 2*n)
+	}
+}

@@ -99,11 +99,14 @@ type Options struct {
 	// (httpproxy.Proxy); nil serves every listener with net/http.
 	Fast FastHandler
 	// Budget, when set, is the file-descriptor budget of client
-	// connections (fdlimit): an http or https listener takes
-	// HTTPConnFDs of it for each connection it accepts, and stops
+	// connections (fdlimit): an http or https listener takes ConnFDs of
+	// it for each connection it accepts, and stops
 	// accepting while it has no room (tcp listeners take theirs in the
 	// tcp proxy, which refuses instead).
 	Budget *fdlimit.Budget
+	// ConnFDs is what one http or https client connection takes from
+	// Budget: 1 or 2. Default 0: HTTPConnFDs.
+	ConnFDs int
 	// Serving, when set, is closed once the gfe can route (its first
 	// routing table). Until then no listener accepts: connections wait in
 	// the kernel's listen backlog, so a client of a gfe that has just
@@ -112,9 +115,21 @@ type Options struct {
 }
 
 // HTTPConnFDs is what one http or https client connection takes from the
-// fd budget: its own descriptor and one for the backend connection it
-// typically keeps busy.
+// fd budget by default: its own descriptor and one for the backend
+// connection it typically keeps busy. A gfe whose clients hold mostly idle
+// keep-alive connections (which keep no backend connection busy) may
+// count 1 (Options.ConnFDs, gfe --fd-per-http-conn): then a budget of B
+// holds B connections instead of B/2, and the reserve must cover the
+// backend connections of those that are busy at once.
 const HTTPConnFDs = 2
+
+// connFDs returns Options.ConnFDs or its default.
+func (m *Manager) connFDs() int64 {
+	if m.opts.ConnFDs > 0 {
+		return int64(m.opts.ConnFDs)
+	}
+	return HTTPConnFDs
+}
 
 // Manager owns the gfe's client-facing sockets and their servers. Its
 // methods are safe for concurrent use. Must not be copied.

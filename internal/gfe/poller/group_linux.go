@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/spillway-lb/spillway/internal/clock"
 )
 
 // Group is a set of Pollers; Wrap spreads connections over them in turn.
@@ -33,6 +35,8 @@ type Group struct {
 	switching sync.Mutex
 	stop      chan struct{}
 	done      chan struct{} // sample has returned (nil: not started)
+	// clk is the clock of read deadlines (Real but in tests).
+	clk clock.Clock
 }
 
 // NewGroup starts n Pollers (at least one) and the goroutine that turns
@@ -48,8 +52,11 @@ func NewGroup(n int) (*Group, error) {
 }
 
 // newGroup starts n Pollers, off, and no sampling.
-func newGroup(n int) (*Group, error) {
-	g := &Group{stop: make(chan struct{})}
+func newGroup(n int) (*Group, error) { return newGroupClock(n, clock.Real{}) }
+
+// newGroupClock is newGroup with deadlines read on clk.
+func newGroupClock(n int, clk clock.Clock) (*Group, error) {
+	g := &Group{stop: make(chan struct{}), clk: clk}
 	for range max(n, 1) {
 		p, err := newPoller(g)
 		if err != nil {
@@ -57,6 +64,7 @@ func newGroup(n int) (*Group, error) {
 			return nil, err
 		}
 		go p.run()
+		go p.expireLoop()
 		g.ps = append(g.ps, p)
 	}
 	return g, nil
@@ -118,7 +126,9 @@ func (g *Group) Turns() uint64 {
 
 // setOn turns g's Pollers on (every socket registered, edge-triggered,
 // which reports those with bytes waiting at once) or off (every socket
-// out of its epoll set, its waiting reader woken to read in Go's poller).
+// out of its epoll set, its waiting reader woken to read in Go's poller,
+// but for a reader waiting in WaitReadable: its socket leaves the epoll
+// set once its bytes come).
 func (g *Group) setOn(on bool) {
 	g.switching.Lock()
 	defer g.switching.Unlock()
@@ -127,9 +137,15 @@ func (g *Group) setOn(on bool) {
 	}
 	for _, p := range g.ps {
 		for _, w := range p.live() {
-			if on {
+			switch {
+			case on:
 				w.register()
-			} else {
+			case w.idle.Load():
+				// Waiting for a connection's next request (WaitReadable):
+				// it stays where it is, registered, until its bytes come.
+				// Moving thousands of idle connections to Go's poller at
+				// every turn was a storm of wake-ups and system calls.
+			default:
 				w.unregister()
 				if w.waiting.Load() {
 					w.wake()

@@ -10,12 +10,14 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
 // ExpireTick bounds how late a reader waiting in a Poller past its read
-// deadline is woken.
+// deadline is woken (a Poller's timer fires at the earliest deadline; the
+// bound is the runtime timer's lateness on a loaded machine).
 const ExpireTick = 10 * time.Millisecond
 
 // maxEvents is the most ready sockets one epoll_wait returns; more are
@@ -38,8 +40,11 @@ type Poller struct {
 	mu    sync.Mutex
 	slots []*waiter // guarded by mu: by slot, the epoll events' data
 	free  []int32   // guarded by mu: empty slots
-
-	expiring atomic.Bool // expireLoop runs
+	// timed holds the readers waiting with a deadline, earliest first
+	// (a binary heap by waiter.due); guarded by mu.
+	timed []*waiter
+	// kick tells expireLoop that timed has a new earliest deadline.
+	kick chan struct{}
 }
 
 func newPoller(g *Group) (*Poller, error) {
@@ -51,7 +56,7 @@ func newPoller(g *Group) (*Poller, error) {
 		unix.Close(epfd)
 		return nil, fmt.Errorf("poller: set non-blocking: %w", err)
 	}
-	p := &Poller{g: g, epfd: epfd, file: os.NewFile(uintptr(epfd), "poller")}
+	p := &Poller{g: g, epfd: epfd, file: os.NewFile(uintptr(epfd), "poller"), kick: make(chan struct{}, 1)}
 	// A file Go's poller cannot watch has no deadlines: then rc.Read
 	// would fail instead of waiting.
 	if err := p.file.SetReadDeadline(time.Time{}); err != nil {
@@ -160,7 +165,7 @@ func (p *Poller) wrap(c net.Conn) net.Conn {
 	if rc.Control(func(s uintptr) { fd = int(s) }) != nil || fd < 0 {
 		return c
 	}
-	w := &waiter{p: p, fd: fd, ch: make(chan struct{}, 1)}
+	w := &waiter{p: p, fd: fd, ch: make(chan struct{}, 1), at: -1}
 	p.mu.Lock()
 	if n := len(p.free); n > 0 {
 		w.slot = p.free[n-1]
@@ -174,7 +179,9 @@ func (p *Poller) wrap(c net.Conn) net.Conn {
 	if p.g.on.Load() {
 		w.register()
 	} // else setOn registers it when the Group turns on
-	return &Conn{Conn: c, w: w, drained: true}
+	pc := &Conn{Conn: c, w: w, rc: rc, drained: true}
+	pc.readable = pc.peekReady
+	return pc
 }
 
 // live returns p's waiters.
@@ -190,53 +197,131 @@ func (p *Poller) live() []*waiter {
 	return ws
 }
 
-// startExpiry makes sure expireLoop runs.
-func (p *Poller) startExpiry() {
-	if !p.expiring.Load() && p.expiring.CompareAndSwap(false, true) {
-		go p.expireLoop()
-	}
-}
-
-// expireLoop wakes, every ExpireTick, the readers waiting past their
-// deadline; it stops when no reader waits with a deadline (the next one
-// starts it again), so an idle Poller runs no timer.
+// expireLoop wakes the readers waiting past their deadline, at the
+// earliest deadline of those that wait (one timer per Poller, armed only
+// while a reader waits with a deadline: an idle Poller runs none, and
+// thousands of idle connections cost it nothing until the first of their
+// deadlines), until the Group closes.
 func (p *Poller) expireLoop() {
-	t := time.NewTicker(ExpireTick)
+	clk := p.g.clk
+	t := clk.NewTimer(time.Hour)
+	t.Stop()
 	defer t.Stop()
-	for range t.C {
-		if p.expire(time.Now()) {
-			continue
-		}
-		p.expiring.Store(false)
-		// A reader that began waiting after expire looked saw the loop
-		// running and did not start another: look once more.
-		if !p.expire(time.Now()) || !p.expiring.CompareAndSwap(false, true) {
+	for {
+		select {
+		case <-p.g.stop:
 			return
+		case <-p.kick:
+		case <-t.C():
+		}
+		now := clk.Now()
+		if next, ok := p.expire(now); ok {
+			t.Reset(max(time.Duration(next-now.UnixNano()), 0))
+		} else {
+			t.Stop()
 		}
 	}
 }
 
-// expire wakes the readers waiting with a deadline at or before now, and
-// reports whether any reader waits with a deadline.
-func (p *Poller) expire(now time.Time) bool {
+// expire wakes and unlists the readers whose deadline is at or before
+// now, and returns the earliest deadline of those still waiting (Unix ns;
+// ok false when none waits with a deadline).
+func (p *Poller) expire(now time.Time) (next int64, ok bool) {
 	t := now.UnixNano()
-	any := false
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, w := range p.slots {
-		if w == nil || !w.waiting.Load() {
-			continue
-		}
-		dl := w.deadline.Load()
-		if dl == 0 {
-			continue
-		}
-		any = true
-		if t >= dl {
-			w.wake()
+	for len(p.timed) > 0 && p.timed[0].due <= t {
+		w := p.timed[0]
+		p.unlistLocked(w)
+		w.wake()
+	}
+	if len(p.timed) == 0 {
+		return 0, false
+	}
+	return p.timed[0].due, true
+}
+
+// enlist lists w, which waits until deadline due (Unix ns), among the
+// timed readers, and tells expireLoop when it is now the earliest.
+func (p *Poller) enlist(w *waiter, due int64) {
+	p.mu.Lock()
+	if w.at >= 0 {
+		p.unlistLocked(w)
+	}
+	w.due, w.at = due, int32(len(p.timed))
+	p.timed = append(p.timed, w)
+	p.up(int(w.at))
+	first := w.at == 0
+	p.mu.Unlock()
+	if first {
+		select {
+		case p.kick <- struct{}{}:
+		default:
 		}
 	}
-	return any
+}
+
+// unlist takes w off the timed readers, if it is on them. An earlier
+// deadline stays armed in expireLoop's timer, which then finds nothing
+// due and rearms for the next.
+func (p *Poller) unlist(w *waiter) {
+	p.mu.Lock()
+	if w.at >= 0 {
+		p.unlistLocked(w)
+	}
+	p.mu.Unlock()
+}
+
+// unlistLocked removes w (listed) from the heap. p.mu is held.
+func (p *Poller) unlistLocked(w *waiter) {
+	i, last := int(w.at), len(p.timed)-1
+	if i != last {
+		p.swap(i, last)
+	}
+	p.timed[last] = nil
+	p.timed = p.timed[:last]
+	w.at = -1
+	if i != last {
+		p.down(i)
+		p.up(i)
+	}
+}
+
+// up and down restore the heap order from index i; swap swaps two
+// entries and their indices. p.mu is held.
+func (p *Poller) up(i int) {
+	for i > 0 {
+		parent := (i - 1) / 2
+		if p.timed[parent].due <= p.timed[i].due {
+			return
+		}
+		p.swap(i, parent)
+		i = parent
+	}
+}
+
+func (p *Poller) down(i int) {
+	n := len(p.timed)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && p.timed[r].due < p.timed[l].due {
+			m = r
+		}
+		if p.timed[i].due <= p.timed[m].due {
+			return
+		}
+		p.swap(i, m)
+		i = m
+	}
+}
+
+func (p *Poller) swap(i, j int) {
+	p.timed[i], p.timed[j] = p.timed[j], p.timed[i]
+	p.timed[i].at, p.timed[j].at = int32(i), int32(j)
 }
 
 // release empties slot s.
@@ -260,6 +345,13 @@ type waiter struct {
 	deadline atomic.Int64 // the socket's read deadline, Unix ns; 0: none
 	gone     atomic.Bool  // released
 	ended    atomic.Bool  // the peer closed its side, or the socket failed
+	// idle says the reader waits in WaitReadable: turning the Group off
+	// leaves it waiting here.
+	idle atomic.Bool
+	// at is w's index in its Poller's timed heap (-1: not on it), due
+	// the deadline it is listed by; guarded by the Poller's mu.
+	at  int32
+	due int64
 
 	mu    sync.Mutex
 	added bool // guarded by mu: fd is in the epoll set
@@ -307,13 +399,17 @@ func (w *waiter) wait() {
 	if w.gone.Load() || w.ended.Load() || !w.p.g.on.Load() {
 		return
 	}
-	if dl := w.deadline.Load(); dl != 0 {
-		if time.Now().UnixNano() >= dl {
+	dl := w.deadline.Load()
+	if dl != 0 {
+		if w.p.g.clk.Now().UnixNano() >= dl {
 			return
 		}
-		w.p.startExpiry()
+		w.p.enlist(w, dl)
 	}
 	<-w.ch
+	if dl != 0 {
+		w.p.unlist(w)
+	}
 }
 
 // setDeadline records t, the socket's new read deadline, and wakes a
@@ -345,10 +441,66 @@ func (w *waiter) release() {
 // wait in a Poller for it to turn readable before they read.
 type Conn struct {
 	net.Conn
-	w *waiter
+	w  *waiter
+	rc syscall.RawConn // the socket's, for WaitReadable in Go's poller
+	// readable is c.peekReady, made once (WaitReadable allocates nothing).
+	readable func(uintptr) bool
 	// drained says the last read returned less than asked. Read's
 	// goroutine only.
 	drained bool
+}
+
+// WaitReadable waits, holding no buffer, for what Read would wait for
+// before reading: when the last read drained the socket, an arrival, an
+// end of file or error, the read deadline, or Close; otherwise it returns
+// at once. The Read that follows reads without waiting again (and, after
+// a spurious wake-up, waits in Go's poller as any read does). The error is
+// what ended the wait instead (a deadline passed, the connection closed):
+// the Read that follows would fail with it too.
+//
+// A connection's owner that waits for a client's next request here can
+// give its read buffer back while it waits, and take one only when bytes
+// come: nginx and HAProxy hold no buffer for an idle keep-alive
+// connection, net/http's server holds its 4 KiB bufio.Reader. In the
+// Poller it is the wait Read makes, and costs no system call; in Go's
+// poller (the Group off: the process is not busy) it peeks at the socket
+// before and after the wait, one system call more than Read.
+func (c *Conn) WaitReadable() error {
+	if !c.drained {
+		return nil
+	}
+	c.drained = false
+	if c.w.p.g.on.Load() {
+		w := c.w
+		w.idle.Store(true)
+		w.wait()
+		w.idle.Store(false)
+		if w.p.g.on.Load() {
+			return nil
+		}
+		// The Group turned off: setOn left the socket registered, and
+		// w waiting, if it saw w idle. Out of the epoll set, and what
+		// woke w (bytes, most likely) is for the peek to see.
+		w.unregister()
+	}
+	return c.rc.Read(c.readable)
+}
+
+// peekReady is WaitReadable's RawConn.Read callback: ready when a peek
+// finds bytes, an end of file or an error, which the next Read reports.
+// Its first call must peek too: RawConn.Read clears the readiness Go's
+// poller recorded before it calls it, so an arrival since the last read
+// shows only in the socket.
+func (c *Conn) peekReady(fd uintptr) bool {
+	var b [1]byte
+	for {
+		// recvfrom(2) itself: unix.Recvfrom's address buffer escapes,
+		// one allocation per call.
+		_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+		if errno != unix.EINTR {
+			return errno != unix.EAGAIN
+		}
+	}
 }
 
 // Read reads into b, first waiting in the Poller when the last read

@@ -31,3 +31,6 @@ type Conn struct{ net.Conn }
 
 // Release returns the connection c wraps.
 func (c *Conn) Release() net.Conn { return c.Conn }
+
+// WaitReadable returns nil: a Read waits as it always does.
+func (c *Conn) WaitReadable() error { return nil }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"math/rand/v2"
 	"net"
 	"os"
 	"slices"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/spillway-lb/spillway/internal/clock"
 )
 
 // pair returns the two ends of a loopback TCP connection, closed when the
@@ -49,7 +52,7 @@ func pair(t testing.TB) (a, b net.Conn) {
 // ready and expire themselves.
 func idlePoller(t *testing.T) *Poller {
 	t.Helper()
-	g := &Group{stop: make(chan struct{})}
+	g := &Group{stop: make(chan struct{}), clk: clock.Real{}}
 	g.on.Store(true)
 	p, err := newPoller(g)
 	if err != nil {
@@ -237,21 +240,17 @@ func TestWakeOnDeadline(t *testing.T) {
 
 func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
 
-// TestExpire: expire wakes only the readers whose deadline passed, and
-// reports whether any reader waits with a deadline.
+// TestExpire: expire wakes and unlists exactly the readers whose
+// deadline passed, earliest first, and returns the earliest deadline
+// still waiting; a reader taken off (its bytes came) is never woken.
 func TestExpire(t *testing.T) {
 	p := idlePoller(t)
-	now := time.Unix(1000, 0)
-	mk := func(dl time.Time) *waiter {
+	sec := func(s float64) int64 { return int64(s * 1e9) }
+	mk := func(due int64) *waiter {
 		_, b := pair(t)
 		w := p.wrap(b).(*Conn).w
-		w.setDeadline(dl)
-		w.waiting.Store(true)
+		p.enlist(w, due)
 		return w
-	}
-	past, future, none := mk(now.Add(-time.Second)), mk(now.Add(time.Second)), mk(time.Time{})
-	if !p.expire(now) {
-		t.Fatal("expire reports no reader waiting with a deadline")
 	}
 	woken := func(w *waiter) bool {
 		select {
@@ -261,14 +260,134 @@ func TestExpire(t *testing.T) {
 			return false
 		}
 	}
-	if !woken(past) || woken(future) || woken(none) {
-		t.Error("expire woke the wrong readers: want only the one past its deadline")
+	w3, w1, w2 := mk(sec(3)), mk(sec(1)), mk(sec(2))
+	steps := []struct {
+		now      float64
+		unlist   *waiter
+		wake     []*waiter
+		next     int64
+		anyTimed bool
+	}{
+		{now: 0.5, next: sec(1), anyTimed: true},
+		{now: 1.5, wake: []*waiter{w1}, next: sec(2), anyTimed: true},
+		{now: 1.6, unlist: w2, next: sec(3), anyTimed: true},
+		{now: 2.5, next: sec(3), anyTimed: true},
+		{now: 3, wake: []*waiter{w3}},
 	}
-	past.waiting.Store(false)
-	future.waiting.Store(false)
-	if p.expire(now) {
-		t.Error("expire reports a reader waiting with a deadline; the only waiting one has none")
+	for _, st := range steps {
+		if st.unlist != nil {
+			p.unlist(st.unlist)
+		}
+		next, ok := p.expire(time.Unix(0, sec(st.now)))
+		if next != st.next || ok != st.anyTimed {
+			t.Errorf("at %vs: expire = %d, %v; want %d, %v", st.now, next, ok, st.next, st.anyTimed)
+		}
+		for _, w := range []*waiter{w1, w2, w3} {
+			if want := slices.Contains(st.wake, w); woken(w) != want {
+				t.Errorf("at %vs: waiter due %v woken %v, want %v", st.now, time.Duration(w.due), !want, want)
+			}
+		}
 	}
+	if len(p.timed) != 0 {
+		t.Errorf("%d readers still listed, want 0", len(p.timed))
+	}
+}
+
+// TestExpireHeapOrder: 500 readers listed with random deadlines, 150 of
+// them taken off again at random, are woken in deadline order, each
+// once, and none of those taken off.
+func TestExpireHeapOrder(t *testing.T) {
+	p := idlePoller(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	ws := make([]*waiter, 500)
+	for i := range ws {
+		ws[i] = &waiter{p: p, ch: make(chan struct{}, 1), at: -1}
+		p.enlist(ws[i], 1+rng.Int64N(1e6))
+	}
+	off := map[*waiter]bool{}
+	for _, i := range rng.Perm(len(ws))[:150] {
+		p.unlist(ws[i])
+		off[ws[i]] = true
+	}
+	var last int64
+	woken := 0
+	for now := int64(0); now <= 1e6; now += 1000 {
+		p.expire(time.Unix(0, now))
+		for _, w := range ws {
+			select {
+			case <-w.ch:
+				if off[w] {
+					t.Fatalf("a reader taken off was woken (due %d)", w.due)
+				}
+				if w.due > now || w.due <= now-1000 || w.due < last-1000 {
+					t.Fatalf("reader due %d woken at %d", w.due, now)
+				}
+				last = max(last, w.due)
+				woken++
+			default:
+			}
+		}
+	}
+	if woken != 350 {
+		t.Errorf("%d readers woken, want 350", woken)
+	}
+}
+
+// TestExpireOnOneTimer: a reader waiting in the Poller with a read
+// deadline is woken when its deadline passes on the Group's clock (and
+// not before), and 2,000 readers waiting with deadlines arm one timer in
+// all, not a ticker that scans them.
+func TestExpireOnOneTimer(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1000, 0))
+	g, err := newGroupClock(1, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	g.setOn(true)
+	p := g.ps[0]
+	var ws []*waiter
+	for i := range 2000 {
+		w := &waiter{p: p, ch: make(chan struct{}, 1), at: -1}
+		w.setDeadline(clk.Now().Add(time.Hour + time.Duration(i)*time.Millisecond))
+		ws = append(ws, w)
+	}
+	done := make(chan int, len(ws))
+	for i, w := range ws {
+		go func() {
+			w.wait()
+			done <- i
+		}()
+	}
+	waitFor(t, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.timed) == len(ws)
+	})
+	waitFor(t, func() bool { return clk.Waiters() == 1 })
+	clk.Advance(time.Hour - time.Millisecond)
+	waitFor(t, func() bool { return clk.Waiters() == 1 }) // rearmed for the first
+	if n := len(done); n != 0 {
+		t.Fatalf("%d readers woken before their deadline", n)
+	}
+	clk.Advance(time.Millisecond) // the first one's deadline
+	select {
+	case i := <-done:
+		if i != 0 {
+			t.Fatalf("reader %d woken first, want 0", i)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("reader not woken 10 s after its deadline passed")
+	}
+	clk.Advance(time.Hour)
+	for range len(ws) - 1 {
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("readers not woken 10 s after their deadlines passed")
+		}
+	}
+	waitFor(t, func() bool { return clk.Waiters() == 0 }) // nothing armed once none waits
 }
 
 // TestSlotReuse: a closed connection's slot goes to the next one, which

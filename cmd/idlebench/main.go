@@ -1,0 +1,90 @@
+// Command idlebench measures what idle keep-alive connections cost one gfe
+// (BENCHMARKS.md §8, "15,000 idle connections"; see internal/idlebench): a
+// real gfe, control plane and test backend on loopback, 15,000 connections
+// that each made one request held open by a second process of this binary
+// (idlebench hold) from 100 client addresses, and a steady load beside
+// them; it reports the gfe's RSS per idle connection, its idle CPU, and
+// the steady load's p99 with and without the idle connections.
+//
+//	idlebench [--conns N] [--per-source K] [--rate R] [--load D] [--window D] [--poller MODE] [--json] [--net N] [--bins DIR] [-v]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spillway-lb/spillway/internal/idlebench"
+	"github.com/spillway-lb/spillway/internal/testkit"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "hold" {
+		if err := idlebench.Hold(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "idlebench hold:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	var o idlebench.Options
+	flag.IntVar(&o.Conns, "conns", 15000, "idle connections to open (each process here may hold 20,000 descriptors)")
+	flag.IntVar(&o.PerSource, "per-source", 150, "idle connections per client address (at most the listener's max_connections_per_client, 256 by default)")
+	flag.Float64Var(&o.Rate, "rate", 500, "steady load beside them, requests/s")
+	flag.DurationVar(&o.Load, "load", 10e9, "how long the steady load is measured, with and without")
+	flag.DurationVar(&o.Window, "window", 10e9, "how long the gfe's idle CPU is measured, with and without")
+	flag.StringVar(&o.Poller, "poller", "auto", "the gfe's --poller mode: auto, on or off")
+	flag.StringVar(&o.Dir, "dir", "", "`DIR` for binaries, config and logs, kept afterwards (default: a temporary directory, removed)")
+	flag.IntVar(&o.Net, "net", 173, "second octet of the deployment's loopback addresses (127.NET.0.0/16)")
+	flag.StringVar(&o.HeapProfile, "heap-profile", "", "write the gfe's heap profile, taken with the idle connections open, to `FILE`")
+	asJSON := flag.Bool("json", false, "print the result as JSON")
+	bins := flag.String("bins", "", "`DIR` holding prebuilt gfe, controlplane and testbackend binaries (default: build them)")
+	verbose := flag.Bool("v", false, "print every process's logs on stderr")
+	flag.Parse()
+	if err := run(o, *asJSON, *bins, *verbose); err != nil {
+		fmt.Fprintln(os.Stderr, "idlebench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(o idlebench.Options, asJSON bool, bins string, verbose bool) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	o.Holder = self
+	o.Log = os.Stderr
+	if verbose {
+		o.Tee = os.Stderr
+	}
+	if bins != "" {
+		o.Bins = map[string]string{}
+		for _, b := range []string{"gfe", "controlplane", "testbackend"} {
+			o.Bins[b] = filepath.Join(bins, b)
+		}
+	}
+	// One deployment at a time on this machine (Ctrl-C while waiting ends
+	// the command at once).
+	unlock, err := testkit.LockDeployments()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	r, err := idlebench.Run(ctx, o)
+	if r != nil {
+		if asJSON {
+			enc := json.NewEncoder(os.Stdout)
+			enc.SetIndent("", "  ")
+			enc.Encode(r)
+		} else {
+			idlebench.WriteTable(os.Stdout, r)
+		}
+	}
+	return err
+}

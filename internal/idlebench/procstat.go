@@ -1,0 +1,116 @@
+package idlebench
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's utime and stime: 100
+// on every Linux architecture Go runs on (the kernel fixes it for user
+// space whatever its own HZ).
+const clockTicks = 100
+
+// rssBytes returns process pid's resident set (VmRSS of /proc/PID/status).
+func rssBytes(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, fmt.Errorf("rss of %d: %w", pid, err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("rss of %d: VmRSS %q: %w", pid, v, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("rss of %d: no VmRSS in /proc/%d/status", pid, pid)
+}
+
+// cpuTime returns the CPU time process pid has used (utime + stime of
+// /proc/PID/stat, every thread), to 1/clockTicks s.
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("cpu of %d: %w", pid, err)
+	}
+	return parseStat(b)
+}
+
+// parseStat returns utime + stime from the text of a /proc/PID/stat. The
+// command name (field 2) is in parentheses and may hold spaces: fields
+// are counted from its closing one.
+func parseStat(b []byte) (time.Duration, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc stat %q: no command name", b)
+	}
+	f := strings.Fields(string(b[i+1:])) // f[0] is field 3 (state)
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc stat: %d fields after the name, want 13 or more", len(f))
+	}
+	var ticks int64
+	for _, s := range f[11:13] { // fields 14 and 15: utime, stime
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc stat: %q: %w", s, err)
+		}
+		ticks += v
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// scrape returns the gfe's metrics named in names off its admin /metrics,
+// each summed over its labelled series. A counter without a series yet
+// reads 0; a Go runtime gauge (go_*) missing is an error.
+func scrape(client *http.Client, admin string, names ...string) (map[string]float64, error) {
+	resp, err := client.Get(admin + "/metrics")
+	if err != nil {
+		return nil, fmt.Errorf("metrics of %s: %w", admin, err)
+	}
+	defer resp.Body.Close()
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	got := map[string]float64{}
+	seen := map[string]bool{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		sp := strings.LastIndexByte(l, ' ')
+		if sp < 0 || strings.HasPrefix(l, "#") {
+			continue
+		}
+		name := l[:sp]
+		if j := strings.IndexByte(name, '{'); j >= 0 {
+			name = name[:j]
+		}
+		if !want[name] {
+			continue
+		}
+		v, err := strconv.ParseFloat(l[sp+1:], 64)
+		if err != nil {
+			return nil, fmt.Errorf("metrics of %s: %q: %w", admin, l, err)
+		}
+		got[name] += v
+		seen[name] = true
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("metrics of %s: %w", admin, err)
+	}
+	for _, n := range names {
+		if !seen[n] && strings.HasPrefix(n, "go_") {
+			return nil, fmt.Errorf("metrics of %s: no %s", admin, n)
+		}
+	}
+	return got, nil
+}
