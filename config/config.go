@@ -162,6 +162,60 @@ type Service struct {
 	// answered 429 at once, with the Retry-After of a wait that ran out.
 	// The gfe also bounds its whole queue (gfe --pending-max).
 	MaxPendingRequests int `mapstructure:"max_pending_requests"`
+	// LoadAware is how a planned policy (waterfall, min_rtt) chooses an
+	// instance inside the group the plan chose (lb/loadaware). Defaults as
+	// in DefaultLoadAware: off, round robin inside the group as before.
+	LoadAware LoadAware `mapstructure:"load_aware"`
+	// Overload is what a gfe does when the service's global demand exceeds
+	// its capacity (docs/design.md §3 rule 6; lb/shed). Defaults as in
+	// DefaultOverload: off, the excess queues at the backends as before.
+	Overload Overload `mapstructure:"overload"`
+}
+
+// LoadAware configures the load-aware choice of an instance inside a
+// group of a planned policy: the power of two choices by requests in
+// flight × peak-EWMA latency × ORCA utilization, with slow start for new
+// and returning instances (lb/loadaware, docs/design.md §3). Baseline
+// policies ignore it.
+type LoadAware struct {
+	// Enabled turns the load-aware choice on. Default false: round robin
+	// inside the group (no benchmark has chosen a default yet).
+	Enabled bool `mapstructure:"enabled"`
+	// SlowStart is the window over which a new or returning instance's
+	// share ramps up to a full one; 0 turns slow start off. Default 30s;
+	// at most 1h.
+	SlowStart time.Duration `mapstructure:"slow_start"`
+	// Decay is the time constant of the latency estimate (peak EWMA) and
+	// of the fading of utilization reports. Default 1s; in [1ms, 1m].
+	Decay time.Duration `mapstructure:"decay"`
+	// ProbeAfter is how long a latency estimate lives without a new
+	// answer: an instance not heard from for longer gets one probe
+	// request, so that a slow instance that recovered gets its share
+	// back. Default 2s; in [1ms, 1h].
+	ProbeAfter time.Duration `mapstructure:"probe_after"`
+	// UtilizationWeight is how much a reported utilization ρ counts: the
+	// cost is multiplied by 1 + weight·ρ/(1−ρ). Default 1; 0 ignores load
+	// reports; in [0, 100].
+	UtilizationWeight float64 `mapstructure:"utilization_weight"`
+}
+
+// Overload configures fast shedding in global overload: when the plan
+// says the service's global demand exceeds its capacity (λ > 1), every
+// gfe refuses 1 − admit/λ of its arrivals at once with 503 and
+// Retry-After, the same share at every site, so that the admitted
+// requests keep their uncongested latency (lb/shed, docs/design.md §3).
+// Planned policies only.
+type Overload struct {
+	// Shed turns the shedding on. Default false: the excess is sent on
+	// and queues at the backends' limits.
+	Shed bool `mapstructure:"shed"`
+	// RetryAfter is the Retry-After a refused request is answered with,
+	// rounded up to whole seconds. Default 1s; in [1s, 1h].
+	RetryAfter time.Duration `mapstructure:"retry_after"`
+	// Admit is the load admitted in overload, as a fraction of the plan's
+	// capacity (which already includes target_utilization). Default 1; in
+	// (0, 1].
+	Admit float64 `mapstructure:"admit"`
 }
 
 // Feedback configures the local signals of a service (lb/capacity): what

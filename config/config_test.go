@@ -213,6 +213,16 @@ var badFiles = []struct {
 		`services[1].outlier_detection.base_ejection_time: must be > 0, got 0s`,
 		`services[1].outlier_detection.max_ejection_percent: must be in 0..100, got -1`,
 	}},
+	{"load_aware.bad.yaml", []string{
+		`services[0].load_aware.slow_start: must be >= 0 (0 disables slow start), got -1s`,
+		`services[0].load_aware.decay: must be > 0, got 0s`,
+		`services[0].load_aware.probe_after: must be at most 1h0m0s, got 2h0m0s`,
+		`services[0].load_aware.utilization_weight: must be in [0, 100] (0 ignores load reports), got -1`,
+		`services[0].overload.retry_after: must be at least 1s (Retry-After counts whole seconds), got 100ms`,
+		`services[0].overload.admit: must be in (0, 1], got 1.5`,
+		`services[1].load_aware.enabled: only valid with a planned policy (waterfall, min_rtt), not round_robin`,
+		`services[1].overload.shed: only valid with a planned policy (waterfall, min_rtt), not round_robin`,
+	}},
 	{"route_timeout.bad.yaml", []string{
 		`routes[0].timeout: must be > 0, got 0s`,
 		`routes[0].retries: must be in 0..5 (0 = never retry), got 6`,
@@ -373,6 +383,7 @@ func TestLoadGoodFiles(t *testing.T) {
 					TargetUtilization:  0.95,
 					Feedback:           DefaultFeedback(),
 					MaxPendingRequests: DefaultMaxPendingRequests,
+					LoadAware:          DefaultLoadAware(), Overload: DefaultOverload(),
 				}},
 				Routes: []Route{{Host: "*", PathPrefix: "/", Service: "web", Timeout: 30 * time.Second, Retries: 1}},
 			},
@@ -419,6 +430,7 @@ func TestLoadGoodFiles(t *testing.T) {
 						TargetUtilization:  0.95,
 						Feedback:           DefaultFeedback(),
 						MaxPendingRequests: DefaultMaxPendingRequests,
+						LoadAware:          DefaultLoadAware(), Overload: DefaultOverload(),
 					},
 					{
 						Name:            "api",
@@ -436,6 +448,7 @@ func TestLoadGoodFiles(t *testing.T) {
 						TargetUtilization:  0.95,
 						Feedback:           DefaultFeedback(),
 						MaxPendingRequests: DefaultMaxPendingRequests,
+						LoadAware:          DefaultLoadAware(), Overload: DefaultOverload(),
 					},
 				},
 				Routes: []Route{
@@ -468,6 +481,7 @@ func TestLoadGoodFiles(t *testing.T) {
 						TargetUtilization:  0.95,
 						Feedback:           DefaultFeedback(),
 						MaxPendingRequests: DefaultMaxPendingRequests,
+						LoadAware:          DefaultLoadAware(), Overload: DefaultOverload(),
 					},
 					{
 						Name:               "db",
@@ -482,6 +496,7 @@ func TestLoadGoodFiles(t *testing.T) {
 						TargetUtilization:  0.95,
 						Feedback:           DefaultFeedback(),
 						MaxPendingRequests: DefaultMaxPendingRequests,
+						LoadAware:          DefaultLoadAware(), Overload: DefaultOverload(),
 					},
 				},
 				Routes: []Route{

@@ -43,7 +43,29 @@ func DefaultService() Service {
 		Feedback:          DefaultFeedback(),
 
 		MaxPendingRequests: DefaultMaxPendingRequests,
+		LoadAware:          DefaultLoadAware(),
+		Overload:           DefaultOverload(),
 	}
+}
+
+// DefaultLoadAware returns the default load-aware choice: off (round robin
+// inside a group, today's behaviour), with lb/loadaware's defaults for
+// when it is turned on: 30s slow start, 1s decay, 2s probe_after,
+// utilization weight 1.
+func DefaultLoadAware() LoadAware {
+	return LoadAware{
+		SlowStart:         30 * time.Second,
+		Decay:             time.Second,
+		ProbeAfter:        2 * time.Second,
+		UtilizationWeight: 1,
+	}
+}
+
+// DefaultOverload returns the default overload handling: no shedding
+// (today's behaviour), with a 1s Retry-After and admit 1 for when it is
+// turned on.
+func DefaultOverload() Overload {
+	return Overload{RetryAfter: time.Second, Admit: 1}
 }
 
 // DefaultOutlierDetection returns the default outlier detection: eject after

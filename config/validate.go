@@ -250,6 +250,8 @@ const (
 	maxThreshold = 100
 	// maxConsecutive bounds the outlier detection triggers.
 	maxConsecutive = 10_000
+	// maxUtilizationWeight bounds load_aware.utilization_weight.
+	maxUtilizationWeight = 100
 	// maxSpillSlope bounds spill.slope.
 	maxSpillSlope = 1000
 	// maxCookieTTL bounds cookie_ttl: 400 days, the longest lifetime

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spillway-lb/spillway/lb/affinity"
 )
@@ -77,6 +78,16 @@ func (v *validator) service(sp string, s *Service) {
 		v.p.add(sp+".target_utilization", fmt.Sprintf("must be in (0, 1], got %v", t))
 	}
 	v.feedback(sp+".feedback", s.Feedback)
+	v.loadAware(sp+".load_aware", s.LoadAware)
+	v.overload(sp+".overload", s.Overload)
+	if !s.Policy.IsPlanned() {
+		if s.LoadAware.Enabled {
+			v.p.add(sp+".load_aware.enabled", fmt.Sprintf("only valid with a planned policy (waterfall, min_rtt), not %s", s.Policy))
+		}
+		if s.Overload.Shed {
+			v.p.add(sp+".overload.shed", fmt.Sprintf("only valid with a planned policy (waterfall, min_rtt), not %s", s.Policy))
+		}
+	}
 	if n := s.MaxPendingRequests; n < 1 || n > maxPendingRequests {
 		v.p.add(sp+".max_pending_requests", fmt.Sprintf("must be in 1..%d, got %d", maxPendingRequests, n))
 	}
@@ -115,6 +126,40 @@ func (v *validator) feedback(fp string, f Feedback) {
 		v.p.add(fp+".recover_delay", fmt.Sprintf("must be >= 0, got %v", f.RecoverDelay))
 	}
 	v.atMost(fp+".recover_delay", f.RecoverDelay, maxShortTimeout)
+}
+
+// loadAware checks a load_aware section (also when it is off, so that
+// turning it on cannot fail later).
+func (v *validator) loadAware(lp string, l LoadAware) {
+	if l.SlowStart < 0 {
+		v.p.add(lp+".slow_start", fmt.Sprintf("must be >= 0 (0 disables slow start), got %v", l.SlowStart))
+	}
+	v.atMost(lp+".slow_start", l.SlowStart, maxShortTimeout)
+	if l.Decay <= 0 {
+		v.p.add(lp+".decay", fmt.Sprintf("must be > 0, got %v", l.Decay))
+	}
+	v.atLeast(lp+".decay", l.Decay, time.Millisecond, "shorter follows every sample's noise")
+	v.atMost(lp+".decay", l.Decay, time.Minute)
+	if l.ProbeAfter <= 0 {
+		v.p.add(lp+".probe_after", fmt.Sprintf("must be > 0, got %v", l.ProbeAfter))
+	}
+	v.atLeast(lp+".probe_after", l.ProbeAfter, time.Millisecond, "every request would be a probe")
+	v.atMost(lp+".probe_after", l.ProbeAfter, maxShortTimeout)
+	if w := l.UtilizationWeight; !(w >= 0 && w <= maxUtilizationWeight) {
+		v.p.add(lp+".utilization_weight", fmt.Sprintf("must be in [0, %d] (0 ignores load reports), got %v", maxUtilizationWeight, w))
+	}
+}
+
+// overload checks an overload section.
+func (v *validator) overload(op string, o Overload) {
+	if o.RetryAfter <= 0 {
+		v.p.add(op+".retry_after", fmt.Sprintf("must be > 0, got %v", o.RetryAfter))
+	}
+	v.atLeast(op+".retry_after", o.RetryAfter, time.Second, "Retry-After counts whole seconds")
+	v.atMost(op+".retry_after", o.RetryAfter, maxShortTimeout)
+	if a := o.Admit; !(a > 0 && a <= 1) {
+		v.p.add(op+".admit", fmt.Sprintf("must be in (0, 1], got %v", a))
+	}
 }
 
 // outlierDetection checks an outlier detection section.

@@ -424,14 +424,14 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 	)
 	d.proxy, err = httpproxy.New(httpproxy.Config{AccessLog: cfg.AccessLog}, httpproxy.Options{
 		Planner: d, Logger: d.log, Clock: d.clk, Rand: rnd, Dialer: dialer, Registry: d.reg, Quota: d.quota,
-		PickErrors: d.metrics.pickErrors, BackendErrors: d.metrics.backendErrors, Pending: d.pending,
+		PickErrors: d.metrics.pickErrors, BackendErrors: d.metrics.backendErrors, Shed: d.metrics.shed, Pending: d.pending,
 	})
 	if err != nil {
 		return nil, err
 	}
 	d.tcp, err = tcpproxy.New(tcpproxy.Config{DrainTimeout: cfg.DrainTimeout, DemandSmoothing: cfg.DemandSmoothing}, tcpproxy.Options{
 		State: d, Logger: d.log, Clock: d.clk, Rand: rnd, Dial: dialer.DialContext, Registry: d.reg,
-		PickErrors: d.metrics.pickErrors, BackendErrors: d.metrics.backendErrors, Budget: d.fds,
+		PickErrors: d.metrics.pickErrors, BackendErrors: d.metrics.backendErrors, Shed: d.metrics.shed, Budget: d.fds,
 	})
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 type metrics struct {
 	pickErrors    *prometheus.CounterVec // shared by the proxies
 	backendErrors prometheus.Counter     // shared by the proxies
+	shed          *prometheus.CounterVec // shared by the proxies: service, reason
 	planShare     *prometheus.GaugeVec
 	regionUtil    *prometheus.GaugeVec
 	demand        *prometheus.GaugeVec
@@ -32,6 +33,7 @@ func newMetrics(reg prometheus.Registerer, table func() *routing.Table) *metrics
 	m := &metrics{
 		pickErrors:    httpproxy.NewPickErrors(),
 		backendErrors: httpproxy.NewBackendErrors(),
+		shed:          httpproxy.NewShed(),
 		planShare: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "spillway_gfe_plan_share",
 			Help: "Share of this site's demand the current (damped) plan sends to each group.",
@@ -83,7 +85,7 @@ func newMetrics(reg prometheus.Registerer, table func() *routing.Table) *metrics
 	})
 	buildInfo.Set(1)
 	reg.MustRegister(buildInfo)
-	reg.MustRegister(m.pickErrors, m.backendErrors, m.planShare, m.regionUtil, m.demand, m.ejected, m.declared, m.effective, m.factor, m.shrunk, m.gossipClamped, m.actLimit, decisionsCollector{table})
+	reg.MustRegister(m.pickErrors, m.backendErrors, m.shed, m.planShare, m.regionUtil, m.demand, m.ejected, m.declared, m.effective, m.factor, m.shrunk, m.gossipClamped, m.actLimit, decisionsCollector{table})
 	return m
 }
 

@@ -53,6 +53,8 @@ var units = map[string]string{
 	"services[].feedback.min_factor":                                      "fraction of declared capacity",
 	"services[].feedback.max_shrink":                                      "fraction of effective capacity",
 	"services[].feedback.confirm_utilization":                             "reported utilization (1 = 100%)",
+	"services[].load_aware.utilization_weight":                            "factor",
+	"services[].overload.admit":                                           "fraction of the plan's capacity",
 	"routes[].retries":                                                    "attempts",
 	"listeners[].port":                                                    "TCP port",
 	"listeners[].max_connections":                                         "connections",

@@ -21,6 +21,7 @@ func (s *Server) adminHandler() http.Handler {
 	mux.HandleFunc("POST /admin/close", s.serveAdminClose)
 	mux.HandleFunc("POST /admin/fault", s.serveAdminFault)
 	mux.HandleFunc("POST /admin/hold", s.serveAdminHold)
+	mux.HandleFunc("POST /admin/slow", s.serveAdminSlow)
 	return mux
 }
 

@@ -39,6 +39,8 @@
 //	                     now on, still passing health checks; status=0 ends the fault.
 //	POST /admin/hold     ?on=true|false: hold every normal request admitted from now on
 //	                     (holding its slot, counted in flight) until the hold is lifted.
+//	POST /admin/slow     ?slowdown=F: serve every request F times slower (service time and
+//	                     CPU per request, counted in antagonized) from now on; F=1 ends it.
 //	GET  /admin/stats    counters as JSON (Stats).
 //	any other            a normal request: takes capacity, answers 200 with a JSON Reply.
 //
@@ -80,6 +82,8 @@
 //	                                                (0 = no fault): {"status":CODE}
 //	POST /admin/hold?instance=NAME&on=BOOL          hold admitted normal requests until
 //	                                                the hold is lifted: {"on":BOOL}
+//	POST /admin/slow?instance=NAME&slowdown=F       serve F times slower (1 = normal):
+//	                                                {"slowdown":F}
 //
 // It answers 400 without ?instance=, 404 for an unknown one. /admin/close
 // closes the instance's TCP connections, whatever their protocol (HTTP

@@ -168,6 +168,9 @@ type instance struct {
 	faulted atomic.Uint64
 	// antagonized counts what serviceCost slowed (Stats.Antagonized).
 	antagonized atomic.Uint64
+	// slowdown is the admin's slowdown factor as float64 bits; 0: none
+	// (slow.go).
+	slowdown atomic.Uint64
 
 	// healthMu serializes health changes.
 	healthMu sync.Mutex
@@ -206,6 +209,7 @@ func newInstance(cfg InstanceConfig, delays []DelayRule, clk clock.Clock, logger
 	in.mux.HandleFunc("GET /admin/stats", in.serveStats)
 	in.mux.HandleFunc("POST /admin/fault", in.serveSetFault)
 	in.mux.HandleFunc("POST /admin/hold", in.serveSetHold)
+	in.mux.HandleFunc("POST /admin/slow", in.serveSetSlow)
 	in.mux.HandleFunc("/admin/", http.NotFound)
 	in.mux.HandleFunc("/", in.serveRequest)
 	return in
@@ -520,13 +524,23 @@ func (in *instance) serveRequest(w http.ResponseWriter, r *http.Request) {
 // serviceCost returns the CPU time and the service time of one request,
 // unary RPC or stream message starting now: Config.CPUPerRequest and
 // ServiceTime, or, while the instance's antagonist is on, Slowdown times
-// each plus the antagonist's CPU (then it counts it in antagonized).
+// each plus the antagonist's CPU (then it counts it in antagonized); both
+// times the admin's slowdown when one is set (slow.go; counted the same).
 func (in *instance) serviceCost() (cpu, st time.Duration) {
 	cpu, st = in.cpuPerRequest, in.cfg.Capacity.ServiceTime
+	slowed := false
 	if in.antagonist.on(in.clock.Now()) {
 		a := &in.antagonist.a
 		cpu = time.Duration(float64(cpu)*a.Slowdown) + a.CPU
 		st = time.Duration(float64(st) * a.Slowdown)
+		slowed = true
+	}
+	if f := in.slowFactor(); f > 1 {
+		cpu = time.Duration(float64(cpu) * f)
+		st = time.Duration(float64(st) * f)
+		slowed = true
+	}
+	if slowed {
 		in.antagonized.Add(1)
 	}
 	return cpu, st

@@ -43,6 +43,14 @@
 //     given first. It does no I/O and keeps no state between calls.
 //   - Errors: only a Problem that breaks a rule of Problem or Arc fails,
 //     with an error wrapping ErrInvalidProblem.
+//   - A certificate for arcs left out (Solution.Priced, PricedFrom): an arc
+//     not in the Problem is Priced when its reduced cost under the final
+//     node potentials is ≥ 0 and no overloaded set was split off. When
+//     every arc of a larger Problem that is missing from this one is
+//     Priced, the flow is an optimum of the larger Problem too, so a
+//     caller can solve over a few candidate arcs and add only those that
+//     fail (lb/waterfall's min_rtt does; TestPricedCertifiesOptimum checks
+//     the certificate against Solve on the larger Problem).
 //
 // # Algorithm and cost
 //

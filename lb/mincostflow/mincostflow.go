@@ -48,7 +48,13 @@ type Arc struct {
 }
 
 // Solution is the flow Solve found. It is immutable.
-type Solution struct{ n *flowNet }
+type Solution struct {
+	n *flowNet
+	// maxPot is the greatest potential of a destination, and atLevel
+	// whether every node is in the set at Problem.Level (for PricedFrom).
+	maxPot  cost
+	atLevel bool
+}
 
 // Solve returns the optimal flow of p (see the package doc for what is
 // optimised and guaranteed). It reads only p, changes nothing of it, and
@@ -60,7 +66,42 @@ func Solve(p Problem) (*Solution, error) {
 	}
 	n := newFlowNet(p)
 	n.solve()
-	return &Solution{n: n}, nil
+	sol := &Solution{n: n, maxPot: cost{math.Inf(-1), math.Inf(-1)}, atLevel: len(n.level) == 1}
+	for d := range n.nr {
+		if v := n.pot[n.ns+d]; sol.maxPot.less(v) {
+			sol.maxPot = v
+		}
+	}
+	return sol, nil
+}
+
+// Priced reports whether an arc from source src to destination d at cost
+// c, were it added to the Problem (with any keep share), would leave this
+// flow optimal: src and d are in the set at Problem.Level and the arc's
+// reduced cost under the solver's final node potentials is ≥ 0. If Priced
+// holds for every arc added, the flow is an optimum of the larger Problem
+// too, by complementary slackness: every residual arc still has a reduced
+// cost ≥ 0 (it may not be the one Solve would return for the larger
+// Problem when equal-cost flows tie). False proves nothing: the larger
+// Problem may or may not have a better flow. src must have arcs with
+// flow (a positive supply) in p, and d a capacity > 0.
+func (s *Solution) Priced(src, d int, c float64) bool {
+	n := s.n
+	if n.comp[src] != 0 || n.comp[n.ns+d] != 0 || len(n.level) != 1 {
+		return false
+	}
+	return !n.pot[src].minus(n.pot[n.ns+d]).plus(cost{0, c}).less(cost{})
+}
+
+// PricedFrom reports whether every arc from src of cost at least c, to any
+// destination, is Priced: one comparison with the greatest destination
+// potential instead of one per destination.
+func (s *Solution) PricedFrom(src int, c float64) bool {
+	n := s.n
+	if !s.atLevel {
+		return false
+	}
+	return !n.pot[src].minus(s.maxPot).plus(cost{0, c}).less(cost{})
 }
 
 // Flow returns the flow on p.Arcs[a]: ≥ 0 up to float rounding (a

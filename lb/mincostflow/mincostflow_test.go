@@ -450,3 +450,66 @@ func TestSolveInvalid(t *testing.T) {
 		}
 	}
 }
+
+// TestPricedCertifiesOptimum drops arcs from random problems, solves what
+// is left and asks Priced about every dropped arc: where all are Priced,
+// the smaller problem's flow must be an optimum of the whole problem (its
+// penalty and cost those of Solve on the whole one, to rounding); and
+// PricedFrom(src, c) must never hold where Priced fails for an arc of cost
+// ≥ c. Both verdicts must occur, so the test can tell.
+func TestPricedCertifiesOptimum(t *testing.T) {
+	var certified, refused int
+	for seed := range uint64(3000) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		full := randomProblem(rng)
+		sub := full
+		sub.Arcs = nil
+		var dropped []Arc
+		for i, a := range full.Arcs {
+			first := i == 0 || full.Arcs[i-1].Source != a.Source
+			if !first && rng.IntN(3) == 0 {
+				dropped = append(dropped, a)
+				continue
+			}
+			sub.Arcs = append(sub.Arcs, a)
+		}
+		sol, err := Solve(sub)
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		all, asked := true, 0
+		for _, a := range dropped {
+			if full.Supply[a.Source] <= 0 {
+				continue
+			}
+			asked++
+			ok := sol.Priced(int(a.Source), int(a.Dest), a.Cost)
+			all = all && ok
+			if !ok && sol.PricedFrom(int(a.Source), a.Cost) {
+				t.Errorf("seed %d: PricedFrom(%d, %v) holds but Priced fails for %+v", seed, a.Source, a.Cost, a)
+			}
+		}
+		if asked == 0 {
+			continue
+		}
+		if !all {
+			refused++
+			continue
+		}
+		certified++
+		want, err := Solve(full)
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		wantPen, wantCost := penaltyAndCost(full, want)
+		gotPen, gotCost := penaltyAndCost(sub, sol)
+		tol := 1e-9 * (1 + math.Abs(wantCost))
+		if math.Abs(gotPen-wantPen) > 1e-9*(1+wantPen) || math.Abs(gotCost-wantCost) > tol {
+			t.Errorf("seed %d: certified flow has penalty %v cost %v, the whole problem's optimum %v %v\n%+v", seed, gotPen, gotCost, wantPen, wantCost, full)
+		}
+	}
+	t.Logf("%d subproblems certified optimal for the whole problem, %d refused", certified, refused)
+	if certified < 400 || refused < 100 {
+		t.Errorf("certified %d (want ≥ 400), refused %d (want ≥ 100)", certified, refused)
+	}
+}

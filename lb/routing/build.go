@@ -104,6 +104,9 @@ type Builder struct {
 	// acts is each autoscaled instance's Adaptive Concurrency Tuning, by
 	// address (act.go).
 	acts map[string]*actState
+	// loadAware is each load-aware service's Registry and Chooser, by
+	// service (loadaware.go).
+	loadAware map[string]*loadAwareState
 }
 
 // NewBuilder returns a Builder for cfg.
@@ -126,6 +129,7 @@ func NewBuilder(cfg Config, opts Options) *Builder {
 		peerDemand: map[peerDemandKey]acceptedDemand{},
 		ownDemand:  map[string][]ownDemand{},
 		herdSeen:   map[string]map[string]time.Time{},
+		loadAware:  map[string]*loadAwareState{},
 	}
 }
 
@@ -198,11 +202,13 @@ func (b *Builder) buildService(in Input, sc *config.Service, sigs map[*backend.B
 		return svc
 	}
 	if !sc.Policy.IsPlanned() {
+		delete(b.loadAware, sc.Name)
 		b.clearSoftLimits(in, sc)
 		b.finish(svc, byRTT(all, in.Self.RTT), report)
 		return svc
 	}
 
+	la := b.loadAwareFor(sc, svc.pool, in.Now, report)
 	in.Peers = b.boundPeers(in, sc, dt)
 	own, herd := b.updateCapacity(in, sc, sigs, dt)
 	factor := mergeFactors(sc.Name, own, in.Peers, in.Self.Node, estimatorConfig(sc).MinFactor)
@@ -243,6 +249,7 @@ func (b *Builder) buildService(in Input, sc *config.Service, sigs map[*backend.B
 		return svc
 	}
 	svc.plan = plan
+	svc.shed = shedRule(sc, plan)
 	row := plan.Row(b.cfg.Site)
 	svc.rowLen = len(row)
 	pickRow := row
@@ -260,7 +267,13 @@ func (b *Builder) buildService(in Input, sc *config.Service, sigs map[*backend.B
 			active[m.Group] = append(active[m.Group], m.B)
 		}
 	}
-	svc.picker = waterfall.NewPickerDemoted(pickRow, active, demoted, backend.PolicyRoundRobin)
+	if la != nil {
+		ea, ed := la.endpointsOf(svc.pool)
+		svc.picker = waterfall.NewPickerLoadAware(pickRow, ea, ed, la.chooser)
+		svc.chooser = la.chooser
+	} else {
+		svc.picker = waterfall.NewPickerDemoted(pickRow, active, demoted, backend.PolicyRoundRobin)
+	}
 	if len(row) == 0 {
 		b.finish(svc, byRTT(all, in.Self.RTT), report)
 		return svc
@@ -549,5 +562,14 @@ func (b *Builder) forget(cfg *config.Config) {
 	maps.DeleteFunc(b.herdSeen, func(k string, _ map[string]time.Time) bool { return !live[k] })
 	maps.DeleteFunc(b.outliers, func(k string, _ *serviceOutliers) bool { return !live[k] })
 	maps.DeleteFunc(b.estimators, func(k groupKey, _ *capacity.Estimator) bool { return !live[k.service] })
-	maps.DeleteFunc(b.backends, func(k string, _ *backend.Backend) bool { return !addrs[k] })
+	maps.DeleteFunc(b.loadAware, func(k string, _ *loadAwareState) bool { return !live[k] })
+	maps.DeleteFunc(b.backends, func(k string, be *backend.Backend) bool {
+		if addrs[k] {
+			return false
+		}
+		for _, st := range b.loadAware {
+			st.reg.Forget(be)
+		}
+		return true
+	})
 }

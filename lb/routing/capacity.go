@@ -356,8 +356,8 @@ func (b *Builder) clearSoftLimits(in Input, sc *config.Service) {
 // site's region order (nearest first), with reason spill_capacity: where a
 // pick goes when every group of the row is at its limit.
 func withOverflow(row []waterfall.Flow, plan *waterfall.Plan, site string) []waterfall.Flow {
-	sl, ok := plan.Site(site)
-	if !ok {
+	order := plan.SiteRegions(site)
+	if order == nil {
 		return row
 	}
 	in := map[string]bool{}
@@ -365,7 +365,7 @@ func withOverflow(row []waterfall.Flow, plan *waterfall.Plan, site string) []wat
 		in[f.Region] = true
 	}
 	out := slices.Clone(row)
-	for _, r := range sl.Regions {
+	for _, r := range order {
 		if in[r] {
 			continue
 		}

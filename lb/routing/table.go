@@ -11,7 +11,9 @@ import (
 	"github.com/spillway-lb/spillway/lb/backend"
 	"github.com/spillway-lb/spillway/lb/ewma"
 	"github.com/spillway-lb/spillway/lb/hashing"
+	"github.com/spillway-lb/spillway/lb/loadaware"
 	"github.com/spillway-lb/spillway/lb/outlier"
+	"github.com/spillway-lb/spillway/lb/shed"
 	"github.com/spillway-lb/spillway/lb/waterfall"
 )
 
@@ -226,6 +228,11 @@ type Service struct {
 	herd map[string]float64
 	// capacity is every group's declared and effective capacity.
 	capacity []GroupCapacity
+	// chooser is the load-aware choice inside the picker's groups (nil:
+	// round robin); shed is the overload shedding rule of the plan
+	// (loadaware.go).
+	chooser *loadaware.Chooser
+	shed    shed.Rule
 
 	// Baseline policies: the healthy backends in scope that outlier
 	// detection had not ejected when the table was built, the active ones
@@ -358,6 +365,13 @@ type Pick struct {
 	// Host is the backend's outlier state (nil: not tracked); the proxy
 	// reports every attempt's result to it.
 	Host *outlier.Host
+	// Endpoint is the backend's load-aware state when a load-aware choice
+	// (config load_aware) made the pick, nil otherwise: the proxy reports
+	// the answer's latency and the backend's load reports to it
+	// (ObserveLatency, ObserveUtilization).
+	Endpoint *loadaware.Endpoint
+	// chooser is the Chooser that made the pick, with Endpoint.
+	chooser *loadaware.Chooser
 }
 
 // pickOf returns the pick of member m (whose slot the caller holds).
@@ -398,29 +412,35 @@ func (s *Service) PickAt(rnd uint64, k Flow, now time.Time) (Pick, error) {
 	if s.drained {
 		return Pick{}, ErrDrained
 	}
-	pk, err := s.policyPick(rnd, k)
+	pk, err := s.policyPick(rnd, k, now)
 	for i := 0; err == nil && i < ejectedRepicks && pk.Host != nil && pk.Host.Ejected(now); i++ {
 		pk.Done()
 		rnd = rnd*6364136223846793005 + 1442695040888963407 // next LCG step: another group draw
-		pk, err = s.policyPick(rnd, k)
+		pk, err = s.policyPick(rnd, k, now)
 	}
 	return pk, err
 }
 
 // policyPick is one pick by the service's policy.
-func (s *Service) policyPick(rnd uint64, k Flow) (Pick, error) {
+func (s *Service) policyPick(rnd uint64, k Flow, now time.Time) (Pick, error) {
 	if s.cfg.Policy.IsPlanned() && s.rowLen > 0 {
-		c, err := s.picker.Pick(s.meters.groupDraw())
+		c, err := s.picker.PickAt(s.meters.groupDraw(), now)
 		switch {
 		case errors.Is(err, waterfall.ErrAllBusy):
 			return Pick{}, ErrAllBusy
 		case err != nil:
 			return Pick{}, ErrNoBackend
 		}
+		var pk Pick
 		if i, ok := s.byBackend[c.Backend]; ok {
-			return pickOf(&s.reach[i], ReasonOf(c.Reason)), nil
+			pk = pickOf(&s.reach[i], ReasonOf(c.Reason))
+		} else {
+			pk = Pick{Backend: c.Backend, Group: c.Group, Region: c.Region, Reason: ReasonOf(c.Reason)}
 		}
-		return Pick{Backend: c.Backend, Group: c.Group, Region: c.Region, Reason: ReasonOf(c.Reason)}, nil
+		if c.Endpoint != nil {
+			pk.Endpoint, pk.chooser = c.Endpoint, s.chooser
+		}
+		return pk, nil
 	}
 	n := len(s.pool)
 	if n == 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -288,9 +289,12 @@ func TestComputeRegionSummary(t *testing.T) {
 	if diff := cmp.Diff(wantGroups, p.Groups, approx); diff != "" {
 		t.Errorf("Compute groups (-want +got):\n%s", diff)
 	}
-	wantSites := []SiteLoad{{Name: "s", Demand: 10, Regions: []string{"a"}}}
+	wantSites := []SiteLoad{{Name: "s", Demand: 10}}
 	if diff := cmp.Diff(wantSites, p.Sites, approx); diff != "" {
 		t.Errorf("Compute sites (-want +got):\n%s", diff)
+	}
+	if got := p.SiteRegions("s"); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("SiteRegions(s) = %v, want [a]", got)
 	}
 }
 
@@ -366,6 +370,17 @@ func TestComputeInvalidWorld(t *testing.T) {
 			[]string{"regions[0].name: must not be empty", "sites[1].name: must not be empty"}},
 		{"negative RTT", func(w *World) { w.Sites[1].RTT["b"] = -3 },
 			[]string{`sites[1].rtt["b"]: must be finite and >= 0, got -3`}},
+		{"RTTByRegion: negative and NaN RTT", func(w *World) {
+			w.Sites[1].RTT, w.Sites[1].RTTByRegion = nil, []float64{math.NaN(), -2}
+		}, []string{
+			`sites[1].rtt_by_region[0] ("a"): must be >= 0 (+Inf: unreachable), got NaN`,
+			`sites[1].rtt_by_region[1] ("b"): must be >= 0 (+Inf: unreachable), got -2`,
+		}},
+		{"RTTByRegion: one entry short", func(w *World) {
+			w.Sites[0].RTT, w.Sites[0].RTTByRegion = nil, []float64{1}
+		}, []string{"sites[0].rtt_by_region: has 1 entries, want one per region (2)"}},
+		{"RTTByRegion and RTT both set", func(w *World) { w.Sites[2].RTTByRegion = []float64{1, 2} },
+			[]string{"sites[2]: rtt and rtt_by_region are both set; set one"}},
 		{"every problem at once, in input order", func(w *World) {
 			w.Sites[0].Demand = -1
 			w.Regions[1].Groups[0].Capacity = math.NaN()

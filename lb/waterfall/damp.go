@@ -48,8 +48,10 @@ const dampSnap = 1e-9
 // for it before); callers tighten capacity from local signals (backend
 // 429/503, queueing, load reports) if that hurts.
 //
-// alpha is clamped to [0, 1]; alpha ≥ 1, NaN or a nil prev return next
-// itself. Damp never modifies prev or next; the result may share storage
+// Damp reads each site's order from next (Plan.Orders): a Plan not made
+// by Compute, ComputeMinRTT or Damp has none, and its rows are taken
+// undamped. alpha is clamped to [0, 1]; alpha ≥ 1, NaN or a nil prev
+// return next itself. Damp never modifies prev or next; the result may share storage
 // with them. Damp is deterministic and does no I/O.
 func Damp(prev, next *Plan, alpha float64) *Plan {
 	if prev == nil || next == nil || !(alpha < 1) {
@@ -63,6 +65,7 @@ func Damp(prev, next *Plan, alpha float64) *Plan {
 		Sites:   next.Sites,
 		Idle:    next.Idle,
 		Lambda:  next.Lambda,
+		Orders:  next.Orders,
 	}
 	copy(d.Regions, next.Regions)
 	for i := range d.Regions {
@@ -73,16 +76,19 @@ func Damp(prev, next *Plan, alpha float64) *Plan {
 		d.Groups[i].Load = 0
 	}
 
-	var ps, ns []float64 // per region of the site's order: prev's and next's share
-	for _, site := range next.Sites {
+	var ps, ns []float64 // per region of regs: prev's and next's share
+	var regs []rankedRegion
+	for si, site := range next.Sites {
 		nrow := rowOf(next.Flows, site.Name)
 		if len(nrow) == 0 {
 			continue
 		}
 		prow := prev.Row(site.Name)
+		regs = next.rowRegions(regs[:0], si, nrow, prow)
 		ps, ns = ps[:0], ns[:0]
 		var psum float64
-		for _, reg := range site.Regions {
+		for _, x := range regs {
+			reg := x.name
 			var p, n float64
 			if rl, ok := next.Region(reg); ok && rl.Capacity > 0 {
 				p = regionShare(prow, reg)
@@ -115,7 +121,8 @@ func Damp(prev, next *Plan, alpha float64) *Plan {
 			continue
 		}
 		placed := site.Demand - site.Unplaced
-		for i, reg := range site.Regions {
+		for i, x := range regs {
+			reg := x.name
 			share := ps[i]
 			if share <= 0 {
 				continue
@@ -139,6 +146,41 @@ func Damp(prev, next *Plan, alpha float64) *Plan {
 	}
 	d.sumLoads()
 	return d
+}
+
+// rankedRegion is a region of a site's row with its place in the site's
+// order: its RTT bits, then its index.
+type rankedRegion struct {
+	key  uint64
+	r    int
+	name string
+}
+
+// rowRegions appends to regs the regions of rows a and b of site s (index
+// in p.Sites) that s still reaches in p, in s's order. Damp needs no other
+// region: one that neither row sends to adds nothing to any cumulative
+// share, so leaving it out changes no number. A Plan without an order (not
+// made by this package) yields none, and Damp returns its row undamped.
+func (p *Plan) rowRegions(regs []rankedRegion, s int, a, b []Flow) []rankedRegion {
+	add := func(row []Flow) {
+		for _, f := range row {
+			if n := len(regs); n > 0 && regs[n-1].name == f.Region ||
+				slices.ContainsFunc(regs, func(x rankedRegion) bool { return x.name == f.Region }) {
+				continue
+			}
+			r, ok := slices.BinarySearchFunc(p.Regions, f.Region, func(rl RegionLoad, name string) int { return strings.Compare(rl.Name, name) })
+			if !ok {
+				continue
+			}
+			if k := p.key(s, r); k != unreachable {
+				regs = append(regs, rankedRegion{k, r, f.Region})
+			}
+		}
+	}
+	add(a)
+	add(b)
+	slices.SortFunc(regs, func(x, y rankedRegion) int { return cmp.Or(cmp.Compare(x.key, y.key), cmp.Compare(x.r, y.r)) })
+	return regs
 }
 
 // regionShare sums the shares row sends to region.

@@ -291,7 +291,7 @@ func perturbed(w World, rng *rand.Rand) World {
 func spillNotSlowed(d, next *Plan) error {
 	for _, site := range next.Sites {
 		var cd, cn float64
-		for _, reg := range site.Regions {
+		for _, reg := range next.SiteRegions(site.Name) {
 			cd += regionShare(d.Row(site.Name), reg)
 			cn += regionShare(next.Row(site.Name), reg)
 			if cd > cn+1e-9 {

@@ -49,28 +49,34 @@
 //
 // # Cost
 //
-// The order of step 1 is never built by sorting every pair. Each site's
-// regions are put in its own order (ascending RTT, ties by region name) by
-// a bucket sort over the site's RTT span, O(regions) expected and O(regions
-// · log regions) at worst; SiteLoad.Regions needs that order anyway. A
-// priority queue then holds one entry per site still placing demand, keyed
-// by the site's next (RTT, site name) pair, and pops the pairs in exactly
-// the order of the global sort, ties included: each site's regions are
-// already in order, and distinct sites tie only on RTT. A site leaves the
-// queue as soon as its demand is placed, so a site that fits in its
-// nearest region costs one pop, and the walk costs O((sites + spills) · log
-// sites) instead of a sort of sites × regions pairs. Step 2 runs the same
-// queue over the sites with demand left. Cells exist only for the regions a
-// site's walk visited.
+// The order of step 1 is never built by sorting every pair, nor is any
+// site's order built whole unless a pass needs it. newModel reads every
+// site's RTTs into one dense table (Site.RTTByRegion is read straight
+// through; an RTT map costs a map iteration and a name lookup per entry).
+// A priority queue then holds one entry per site still placing demand,
+// keyed by the site's next (RTT, site name) pair, and pops the pairs in
+// exactly the order of the global sort, ties included: each site's regions
+// come in its order, and distinct sites tie only on RTT. A site's next
+// region is found lazily: each of its first six by one scan of its RTTs
+// (the least (RTT bits, region index) after the last one found), past that
+// by one bucket sort of the whole site. A site leaves the queue as soon as
+// its demand is placed, so a site that fits in its nearest region costs
+// one scan and one pop, and the walk costs O(sites · regions) for the
+// scans plus O((sites + spills) · log sites) instead of a sort of sites ×
+// regions pairs. Step 2 runs the same queue over the sites with demand
+// left. Cells exist only for the regions a site's walk visited. Only
+// sites that need their full order (step 3, idle rows) are sorted whole.
 //
-// In all, Compute is linear in the size of the World (reading every site's
-// RTT map and ordering it) plus O((sites + spills) · log sites). On the
-// benchmark world of 1,000 sites × 100 regions × 3 zones it takes a little
-// over half the time of sorting every (site, region) RTT once
-// (BenchmarkSortYardstick; the global sort it replaced took about as long
-// as that sort). The walk itself is a few percent of it: most of the rest
-// is reading the RTT maps (about two fifths) and ordering each site's
-// regions for SiteLoad.Regions (about a fifth), which every Plan needs.
+// A Plan does not carry each site's full order either: Plan.SiteRegions
+// puts one site's regions in order on demand from the RTT table the Plan
+// keeps (Plan.Orders), and Damp orders only the regions of a site's
+// previous and next rows, which are all its rule needs.
+//
+// On the benchmark world of 1,000 sites × 100 regions × 3 zones, Compute
+// with RTTByRegion takes about a tenth of the time of sorting every
+// (site, region) RTT once (BenchmarkSortYardstick), and about a fifth with
+// RTT maps (BenchmarkComputeMaps); the global sort it replaced took about
+// as long as that sort. BENCHMARKS.md §8 has the figures.
 //
 // # Guarantees
 //
@@ -134,6 +140,18 @@
 // (a), (c), (d), (f) and (g); it gives up the waterfall order of (b), and
 // applies keep to each site's whole demand rather than to what reaches the
 // region (see ComputeMinRTT).
+//
+// It does not give the solver every pair. Each site starts with the
+// regions its waterfall walk visits plus three more (its nearest regions
+// with capacity); after each solve, every pair left out is checked against
+// the solver's node potentials (mincostflow's Priced: reduced cost ≥ 0),
+// and sites with a pair that fails get at least twice as many candidates,
+// past it, and the problem is solved again. What the sparse set
+// guarantees: the plan returned is an optimum over every pair, exactly as
+// if every pair had been an arc (complementary slackness; up to float
+// rounding), whatever the candidates were — a set too small only costs
+// another solve, and at worst every pair becomes an arc. Where optima tie
+// it may pick a different one than a solve over every pair would.
 //
 // # Picking
 //

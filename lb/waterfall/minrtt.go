@@ -62,13 +62,24 @@ import (
 //
 // Algorithm: a min-cost flow over sites → regions (lb/mincostflow): each
 // site's supply is its demand, each region's capacity its capacity at level
-// λ, and each (site, region with capacity) pair an arc costing its RTT with
-// the region's keep as its share without penalty, so the solver's penalty
-// is the demand above keep bounds and its overloaded sets are the sets
-// above. The result is an exact optimum up to float rounding (tests compare
-// it with an independent LP). On 80 sites × 40 regions it takes two to
-// three times as long as Compute, about 1 ms (BenchmarkCompute and
-// BenchmarkComputeMinRTT).
+// λ, and each (site, candidate region with capacity) pair an arc costing
+// its RTT with the region's keep as its share without penalty, so the
+// solver's penalty is the demand above keep bounds and its overloaded sets
+// are the sets above. A site's candidates are its nearest regions with
+// capacity: as many as its waterfall walk visits plus three (the fewest
+// that need a single solve on every benchmark world). After each solve
+// every pair left out must be Priced (its reduced cost under the solver's
+// potentials ≥ 0, and no overloaded set split off); sites with one that
+// is not get at least twice as many candidates, past it, and the problem
+// is solved again, so the loop ends, at worst with every pair an arc. The
+// sparse set therefore guarantees exactly what a solve over every pair
+// does: the result is an exact optimum over every pair up to float
+// rounding (tests compare it with an independent LP, and with the solve
+// over every pair from the start, TestComputeMinRTTSparseIsOptimal); where
+// optima tie it may be a different one. On 1,000 sites × 100 regions it
+// takes about half the time of sorting every pair once, on 80 × 40 a few
+// times as long as Compute (BenchmarkComputeMinRTT, BenchmarkCompute,
+// BenchmarkSortYardstick; BENCHMARKS.md §8).
 //
 // Like Compute, ComputeMinRTT is pure and deterministic: it reads only its
 // arguments, changes neither, and returns the same Plan for the same World
@@ -77,25 +88,57 @@ import (
 // only on invalid input, with an error wrapping ErrInvalidWorld or
 // ErrInvalidConfig.
 func ComputeMinRTT(w World, cfg Config) (*Plan, error) {
+	p, _, err := computeMinRTT(w, cfg, candidateMargin)
+	return p, err
+}
+
+// computeMinRTT is ComputeMinRTT with margin candidates per site beyond
+// its waterfall walk, or every region it reaches when margin < 0; it also
+// returns how many times it solved.
+func computeMinRTT(w World, cfg Config, margin int) (*Plan, int, error) {
 	m, err := newModel(w, cfg)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	p, a0 := m.flowProblem()
-	sol, err := mincostflow.Solve(p)
-	if err != nil {
-		// Unreachable: newModel validated everything p is made of.
-		return nil, fmt.Errorf("%w: min_rtt: %w", ErrInvalidWorld, err)
+	// Candidates: each site's nearest regions with capacity, as many as
+	// the waterfall's walk visits plus margin. The waterfall also puts
+	// those regions in order (model.regionAt).
+	k := make([]int32, len(m.sites))
+	if margin >= 0 {
+		rows, _ := m.waterfall()
+		for s := range k {
+			k[s] = int32(len(rows[s]) + margin)
+		}
+	} else {
+		for s, site := range m.sites {
+			k[s] = site.reach
+		}
 	}
-	cells, unplaced := m.cells(p, a0, sol)
-	return m.plan(m.denseRows(cells), false, unplaced), nil
+	for solves := 1; ; solves++ {
+		p, a0 := m.flowProblem(k)
+		sol, err := mincostflow.Solve(p)
+		if err != nil {
+			// Unreachable: newModel validated everything p is made of.
+			return nil, solves, fmt.Errorf("%w: min_rtt: %w", ErrInvalidWorld, err)
+		}
+		if m.grow(k, a0, p, sol) {
+			continue
+		}
+		cells, unplaced := m.cells(p, a0, sol)
+		return m.plan(m.denseRows(cells), false, unplaced), solves, nil
+	}
 }
+
+// candidateMargin is how many regions with capacity beyond those its
+// waterfall walk visits each site starts with as min_rtt candidates.
+const candidateMargin = 3
 
 // flowProblem returns min_rtt's min-cost flow problem for m: sources are
 // sites, destinations regions, in the model's order; the arcs of site s are
-// p.Arcs[a0[s]:a0[s+1]], one per region with capacity it reaches, nearest
-// first, and none for a site without demand.
-func (m *model) flowProblem() (p mincostflow.Problem, a0 []int32) {
+// p.Arcs[a0[s]:a0[s+1]], one per region with capacity among the site's
+// k[s] nearest such regions, nearest first, and none for a site without
+// demand.
+func (m *model) flowProblem(k []int32) (p mincostflow.Problem, a0 []int32) {
 	ns, nr := len(m.sites), len(m.regions)
 	p = mincostflow.Problem{
 		Supply:   make([]float64, ns),
@@ -108,11 +151,7 @@ func (m *model) flowProblem() (p mincostflow.Problem, a0 []int32) {
 	narcs := 0
 	for s, site := range m.sites {
 		if site.demand > 0 {
-			for _, r := range m.siteReach(s) {
-				if m.regions[r].capacity > 0 {
-					narcs++
-				}
-			}
+			narcs += int(min(k[s], site.reach))
 		}
 	}
 	p.Arcs = make([]mincostflow.Arc, 0, narcs)
@@ -123,18 +162,76 @@ func (m *model) flowProblem() (p mincostflow.Problem, a0 []int32) {
 		if site.demand <= 0 {
 			continue
 		}
-		for i := site.r0; i < site.r1; i++ {
-			r := m.reach[i]
+		for i := 0; i < int(site.reach) && len(p.Arcs)-int(a0[s]) < int(k[s]); i++ {
+			r := m.regionAt(s, i)
 			reg := &m.regions[r]
 			if reg.capacity <= 0 {
 				continue
 			}
 			p.Arcs = append(p.Arcs, mincostflow.Arc{Source: int32(s), Dest: r,
-				Cost: math.Float64frombits(m.rtt[i]), Keep: reg.keep})
+				Cost: math.Float64frombits(m.rttOf(s, r)), Keep: reg.keep})
 		}
 	}
 	a0[ns] = int32(len(p.Arcs))
 	return p, a0
+}
+
+// grow checks that sol, solved over each site's k[s] nearest regions with
+// capacity, is optimal over all the regions the sites reach: every arc
+// left out must be Priced (mincostflow: its reduced cost is ≥ 0 and no
+// overloaded set was split off). It reports false when so. Otherwise it
+// widens k for every site with an arc that is not, to at least twice its
+// size and past that arc, and reports true; the caller solves again. A
+// site whose every region is a candidate has nothing left out, so the
+// loop ends, at worst with every pair an arc.
+func (m *model) grow(k, a0 []int32, p mincostflow.Problem, sol *mincostflow.Solution) bool {
+	grown := false
+	nr := len(m.regions)
+	arc := make([]bool, nr)
+	for s, site := range m.sites {
+		arcs := p.Arcs[a0[s]:a0[s+1]]
+		if site.demand <= 0 || len(arcs) == 0 || int32(len(arcs)) < k[s] {
+			continue // no demand, or every region with capacity is an arc
+		}
+		// Every region left out is at least as far as the last arc: one
+		// bound for all of them (PricedFrom), else one check each, in
+		// index order (no need to put the site in order).
+		if sol.PricedFrom(s, arcs[len(arcs)-1].Cost) {
+			continue
+		}
+		for _, a := range arcs {
+			arc[a.Dest] = true
+		}
+		row := m.rtt[s*nr : (s+1)*nr]
+		var worst uint64 // the farthest region that is not Priced
+		failed := false
+		for r, b := range row {
+			if b == unreachable || arc[r] || m.regions[r].capacity <= 0 {
+				continue
+			}
+			if !sol.Priced(s, r, math.Float64frombits(b)) {
+				failed = true
+				worst = max(worst, b)
+			}
+		}
+		for _, a := range arcs {
+			arc[a.Dest] = false
+		}
+		if !failed {
+			continue
+		}
+		// Widen past the farthest: count the regions with capacity no
+		// farther than it.
+		var need int32
+		for r, b := range row {
+			if b != unreachable && b <= worst && m.regions[r].capacity > 0 {
+				need++
+			}
+		}
+		k[s] = max(2*k[s], need)
+		grown = true
+	}
+	return grown
 }
 
 // cells labels the flows of sol (the solution of p, whose arcs of site s
@@ -210,10 +307,12 @@ func (m *model) cells(p mincostflow.Problem, a0 []int32, sol *mincostflow.Soluti
 // the demand not yet placed by the cause of its last move, as Compute's
 // walker does. Demand starts as ReasonNearest; after region r, the part of
 // it beyond r's keep bound (keep·demand) that r did not take becomes
-// ReasonSpillHealth and the rest ReasonSpillCapacity.
+// ReasonSpillHealth and the rest ReasonSpillCapacity. It walks the part of
+// the order produced so far (model.ord), which holds every region x sends
+// to: regions beyond the last of those would add nothing.
 func (m *model) label(row []cell, s int, demand float64, x []float64) {
 	left := [...]float64{demand, 0, 0}
-	for _, r := range m.siteReach(s) {
+	for _, r := range m.ord[s] {
 		t := x[r]
 		rem := left[0] + left[1] + left[2]
 		if rem <= 0 {

@@ -206,3 +206,65 @@ func TestComputeMinRTTMatchesLP(t *testing.T) {
 		t.Errorf("the waterfall is more than 0.1%% above the LP optimum on %d worlds, want ≥ 10: the comparison does not discriminate", wfWorse)
 	}
 }
+
+// TestComputeMinRTTSparseIsOptimal holds ComputeMinRTT, which solves over
+// a few candidate regions per site and widens them until the solver
+// certifies the flow optimal over every pair, to the same solve over every
+// pair from the start: on random worlds (sites that reach only some
+// regions and overloaded sets included) and the benchmark worlds, with
+// the default margin and with none (so that the candidates saturate and
+// must grow), total RTT and the demand sent above keep bounds must match
+// to rounding, and the unplaced demand exactly. Growth must occur, so the
+// test can tell a certificate that holds from one that is never asked.
+func TestComputeMinRTTSparseIsOptimal(t *testing.T) {
+	cfg := DefaultConfig()
+	overKeep := func(w World, p *Plan) float64 {
+		o := newOracle(w, cfg)
+		var sum float64
+		for _, s := range w.Sites {
+			for r, x := range siteFlows(p, s.Name) {
+				sum += max(0, x-o.keep[r]*s.Demand)
+			}
+		}
+		return sum
+	}
+	var grew, checked int
+	check := func(name string, w World) {
+		want, _, err := computeMinRTT(w, cfg, -1)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for _, margin := range []int{candidateMargin, 0} {
+			got, solves, err := computeMinRTT(w, cfg, margin)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			checked++
+			if solves > 1 {
+				grew++
+			}
+			wantRTT, gotRTT := totalRTT(w, want), totalRTT(w, got)
+			wantOver, gotOver := overKeep(w, want), overKeep(w, got)
+			if math.Abs(gotRTT-wantRTT) > 1e-9*(1+wantRTT) || math.Abs(gotOver-wantOver) > 1e-9*(1+wantOver) {
+				t.Fatalf("%s margin %d: total RTT %v above keep %v; over every pair %v and %v\nworld: %s", name, margin, gotRTT, gotOver, wantRTT, wantOver, worldJSON(w))
+			}
+			for i, s := range want.Sites {
+				if got.Sites[i].Unplaced != s.Unplaced {
+					t.Fatalf("%s margin %d: site %s unplaced %v, over every pair %v", name, margin, s.Name, got.Sites[i].Unplaced, s.Unplaced)
+				}
+			}
+		}
+	}
+	for seed := range uint64(600) {
+		check(fmt.Sprintf("small seed %d", seed), randomWorld(rand.New(rand.NewPCG(seed, 0))))
+	}
+	for seed := range uint64(60) {
+		check(fmt.Sprintf("large seed %d", seed), lpWorld(rand.New(rand.NewPCG(seed, 7))))
+	}
+	check("bench 80×40×3", benchWorldOf(80, 40, 3))
+	check("bench 300×100×3", benchWorldOf(300, 100, 3))
+	t.Logf("%d sparse solves, %d of them grew their candidates", checked, grew)
+	if grew < 50 {
+		t.Errorf("%d of %d sparse solves grew their candidates, want ≥ 50: the certificate is not exercised", grew, checked)
+	}
+}

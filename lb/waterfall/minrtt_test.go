@@ -25,6 +25,12 @@ func totalRTT(w World, p *Plan) float64 {
 	rtt := make(map[string]map[string]float64, len(w.Sites))
 	for _, s := range w.Sites {
 		rtt[s.Name] = s.RTT
+		if s.RTTByRegion != nil {
+			rtt[s.Name] = map[string]float64{}
+			for r, v := range s.RTTByRegion {
+				rtt[s.Name][w.Regions[r].Name] = v
+			}
+		}
 	}
 	var sum float64
 	for _, f := range p.Flows {

@@ -22,14 +22,14 @@ func (c Config) Validate() error {
 }
 
 // validate reports every problem with w, in input order, each with the path
-// of the bad value (regions[1].groups[0].healthy, sites[2].rtt["us-east"]),
-// wrapped in ErrInvalidWorld. RTT entries for regions that are not in the
-// World are ignored, not checked.
+// of the bad value (regions[1].groups[0].healthy, sites[2].rtt["us-east"],
+// sites[3].rtt_by_region[4]), wrapped in ErrInvalidWorld. RTT entries for
+// regions that are not in the World are ignored, not checked.
 func validate(w World) error { return validateWorld(w, true) }
 
-// validateWorld is validate; with rtt false it skips the RTT values, which
-// newModel checks as it reads them (and then calls validate for the
-// messages).
+// validateWorld is validate; with rtt false it skips the RTT values (not
+// the shape of RTTByRegion), which newModel checks as it reads them (and
+// then calls validate for the messages).
 func validateWorld(w World, rtt bool) error {
 	var errs []error
 	bad := func(format string, args ...any) {
@@ -81,6 +81,21 @@ func validateWorld(w World, rtt bool) error {
 		if !finite(s.Demand) {
 			bad("sites[%d].demand: must be finite and >= 0, got %v", i, s.Demand)
 		}
+		if s.RTTByRegion != nil {
+			switch {
+			case s.RTT != nil:
+				bad("sites[%d]: rtt and rtt_by_region are both set; set one", i)
+			case len(s.RTTByRegion) != len(w.Regions):
+				bad("sites[%d].rtt_by_region: has %d entries, want one per region (%d)", i, len(s.RTTByRegion), len(w.Regions))
+			case rtt:
+				for r, v := range s.RTTByRegion {
+					if !(v >= 0) {
+						bad("sites[%d].rtt_by_region[%d] (%q): must be >= 0 (+Inf: unreachable), got %v", i, r, w.Regions[r].Name, v)
+					}
+				}
+			}
+			continue
+		}
 		if !rtt {
 			continue
 		}
@@ -109,24 +124,35 @@ func validateWorld(w World, rtt bool) error {
 func finite(v float64) bool { return v >= 0 && !math.IsInf(v, 1) }
 
 // model is the indexed view of a validated World that planners work on:
-// regions, groups and sites sorted by name and addressed by index, each
-// site's reachable regions in its order. It is built once per Compute and
-// never changed by the planning passes, which keep their state in their own
-// slices. A min_rtt planner fills the same cells and reuses plan().
+// regions, groups and sites sorted by name and addressed by index, and every
+// site's RTT to every region in one dense table. Each site's regions are put
+// in its order (nearest first) lazily, only as far as a planning pass asks
+// (order, siteReach). The planning passes keep their state in their own
+// slices; the only state the model gains is that order. A min_rtt planner
+// fills the same cells and reuses plan().
 type model struct {
 	regions []mRegion // sorted by name
 	groups  []mGroup  // sorted by region, then name; region r owns groups[r.g0:r.g1]
 	sites   []mSite   // sorted by name
-	// reach holds every site's reachable regions, nearest first (ascending
-	// RTT, ties by region index = name): site s owns reach[s.r0:s.r1].
-	reach []int32
-	// rtt holds the RTT to reach[i] as math.Float64bits: for finite
-	// numbers >= 0 the bits order like the numbers, and integers compare
-	// faster.
+	// rtt holds the RTT of site s to region r at rtt[s·len(regions)+r] as
+	// math.Float64bits (for finite numbers >= 0 the bits order like the
+	// numbers, and integers compare faster), or unreachable.
 	rtt []uint64
+	// ord holds each site's regions in its order, as far as produced:
+	// ord[s] is a prefix of the site's order, all of it once full[s].
+	ord  [][]int32
+	full []bool
+	// sort puts a whole site in order; scratch is its spare output.
+	sort    *siteOrder
+	scratch []uint64
 	// lambda is the rule 6 overload factor, >= 1.
 	lambda float64
 }
+
+// unreachable marks, in model.rtt, a region the site does not reach. No
+// valid RTT has these bits (they are a NaN), and they order after all that
+// do, so a scan for the least bits never picks them.
+const unreachable = ^uint64(0)
 
 type mRegion struct {
 	name     string
@@ -146,7 +172,7 @@ type mGroup struct {
 type mSite struct {
 	name   string
 	demand float64
-	r0, r1 int32
+	reach  int32 // how many regions the site reaches
 }
 
 // newModel validates cfg and w and indexes w. Its result depends only on the
@@ -160,23 +186,26 @@ func newModel(w World, cfg Config) (*model, error) {
 	if validateWorld(w, false) != nil {
 		return nil, validate(w)
 	}
+	nr := len(w.Regions)
 	m := &model{
-		regions: make([]mRegion, len(w.Regions)),
+		regions: make([]mRegion, nr),
 		sites:   make([]mSite, len(w.Sites)),
 	}
 
-	// Regions and their groups, by name.
-	regs := make([]*Region, len(w.Regions))
-	for i := range w.Regions {
-		regs[i] = &w.Regions[i]
+	// Regions and their groups, by name; byName[r] is the index in
+	// w.Regions of the model's region r.
+	byName := make([]int, nr)
+	for i := range byName {
+		byName[i] = i
 	}
-	slices.SortFunc(regs, func(a, b *Region) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(byName, func(a, b int) int { return strings.Compare(w.Regions[a].Name, w.Regions[b].Name) })
 	ngroups := 0
-	for _, r := range regs {
+	for _, r := range w.Regions {
 		ngroups += len(r.Groups)
 	}
 	m.groups = make([]mGroup, 0, ngroups)
-	for ri, r := range regs {
+	for ri, wi := range byName {
+		r := &w.Regions[wi]
 		g0 := len(m.groups)
 		var inst, healthy int
 		for _, g := range r.Groups {
@@ -205,54 +234,75 @@ func newModel(w World, cfg Config) (*model, error) {
 		}
 	}
 
-	// Sites by name, each with the regions it reaches in its own order:
-	// one small sort per site rather than one sort of every pair.
+	// Sites by name, each with its RTT to every region in the dense
+	// table; no site is put in order yet.
 	sites := make([]*Site, len(w.Sites))
 	for i := range w.Sites {
 		sites[i] = &w.Sites[i]
 	}
 	slices.SortFunc(sites, func(a, b *Site) int { return strings.Compare(a.Name, b.Name) })
-	npairs := 0
-	for _, s := range sites {
-		if len(s.RTT) > 0 {
-			npairs += min(len(s.RTT), len(regs))
-		}
+	m.rtt = make([]uint64, len(sites)*nr)
+	reached := make([]bool, nr) // reached by a site with demand
+	names := make([]string, nr)
+	for ri, r := range m.regions {
+		names[ri] = r.name
 	}
-	m.reach = make([]int32, 0, npairs)
-	m.rtt = make([]uint64, 0, npairs)
-	reached := make([]bool, len(regs)) // reached by a site with demand
-	o := newSiteOrder(len(regs))
-	names := make([]string, len(regs))
-	for ri, r := range regs {
-		names[ri] = r.Name
-	}
-	index := newRegionIndex(names)
+	var index *regionIndex
 	badRTT := false
 	for si, s := range sites {
-		m.sites[si] = mSite{name: s.Name, demand: s.Demand, r0: int32(len(m.reach))}
-		if len(s.RTT) > 0 {
-			o.reset()
-			// The map's order does not matter: siteOrder sorts ties by
-			// region index whatever order it is given them in.
-			for name, rtt := range s.RTT {
+		row := m.rtt[si*nr : (si+1)*nr]
+		n := 0
+		if s.RTTByRegion != nil {
+			// Validated to be one per region of w.Regions.
+			for ri, wi := range byName {
+				v := s.RTTByRegion[wi]
+				if v == inf {
+					row[ri] = unreachable
+					continue
+				}
+				badRTT = badRTT || !(v >= 0)
+				row[ri] = math.Float64bits(v)
+				n++
+			}
+		} else {
+			for ri := range row {
+				row[ri] = unreachable
+			}
+			if len(s.RTT) > 0 && index == nil {
+				index = newRegionIndex(names)
+			}
+			for name, v := range s.RTT {
 				ri := index.lookup(name)
 				if ri < 0 {
 					continue
 				}
-				badRTT = badRTT || !finite(rtt)
-				o.add(ri, math.Float64bits(rtt))
-				if s.Demand > 0 {
+				badRTT = badRTT || !finite(v)
+				row[ri] = math.Float64bits(v)
+				n++
+			}
+		}
+		if s.Demand > 0 && n > 0 {
+			for ri, b := range row {
+				if b != unreachable {
 					reached[ri] = true
 				}
 			}
-			m.reach, m.rtt = o.appendSorted(m.reach, m.rtt)
 		}
-		m.sites[si].r1 = int32(len(m.reach))
+		m.sites[si] = mSite{name: s.Name, demand: s.Demand, reach: int32(n)}
 	}
 	if badRTT {
 		// Name every bad value, in input order, as validate does.
 		return nil, validate(w)
 	}
+	// Most sites stop at their first or second region: each order starts
+	// in a shared arena with room for two.
+	const ordCap = 2
+	arena := make([]int32, ordCap*len(sites))
+	m.ord = make([][]int32, len(sites))
+	for s := range m.ord {
+		m.ord[s] = arena[ordCap*s : ordCap*s : ordCap*(s+1)]
+	}
+	m.full = make([]bool, len(sites))
 
 	// Rule 6. Sums run in name order, so λ does not depend on input order.
 	var demand, capacity float64
@@ -278,9 +328,4 @@ func keepFactor(h float64, cfg Config) float64 {
 		return 1
 	}
 	return min(1, cfg.SpillSlope*h)
-}
-
-// siteReach returns the regions site s reaches, nearest first.
-func (m *model) siteReach(s int) []int32 {
-	return m.reach[m.sites[s].r0:m.sites[s].r1]
 }

@@ -159,16 +159,16 @@ func (o *siteOrder) bucketSort(keys []uint64) bool {
 // site still walking, keyed by the site's next (site, region) pair. Popping
 // it yields the pairs of the sites in it in the global order of rule 4 —
 // ascending RTT, ties by site name, then region name — because each site's
-// regions are already in that order (model.reach) and distinct sites tie
-// only on RTT.
+// regions come in that order (model.regionAt) and distinct sites tie only
+// on RTT.
 type pairQueue struct {
 	m   *model
-	cur []int32 // per site, its next position in m.reach
+	cur []int32 // per site, its next position in its order
 	h   []queued
 }
 
 type queued struct {
-	rtt  uint64 // m.rtt[cur[site]]
+	rtt  uint64 // the RTT bits of the site's region at cur[site]
 	site int32
 }
 
@@ -177,13 +177,14 @@ func (a queued) less(b queued) bool {
 }
 
 // start fills q with every site for which walking is true and that reaches
-// some region, each at its nearest region, in O(sites).
+// some region, each at its nearest region, in O(sites) plus what finding
+// the nearest regions costs.
 func (q *pairQueue) start(walking func(s int) bool) {
 	q.h = q.h[:0]
 	for s, site := range q.m.sites {
-		if site.r1 > site.r0 && walking(s) {
-			q.cur[s] = site.r0
-			q.h = append(q.h, queued{q.m.rtt[site.r0], int32(s)})
+		if site.reach > 0 && walking(s) {
+			q.cur[s] = 0
+			q.h = append(q.h, queued{q.m.rttOf(s, q.m.regionAt(s, 0)), int32(s)})
 		}
 	}
 	for i := len(q.h)/2 - 1; i >= 0; i-- {
@@ -191,14 +192,15 @@ func (q *pairQueue) start(walking func(s int) bool) {
 	}
 }
 
-// next returns the site and region of the first pair, or ok false when the
-// queue is empty.
-func (q *pairQueue) next() (s int, r int32, ok bool) {
+// next returns the site, the position in its order and the region of the
+// first pair, or ok false when the queue is empty.
+func (q *pairQueue) next() (s, i int, r int32, ok bool) {
 	if len(q.h) == 0 {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	s = int(q.h[0].site)
-	return s, q.m.reach[q.cur[s]], true
+	i = int(q.cur[s])
+	return s, i, q.m.ord[s][i], true
 }
 
 // advance moves the first site on to its next region, or drops it when
@@ -206,12 +208,12 @@ func (q *pairQueue) next() (s int, r int32, ok bool) {
 func (q *pairQueue) advance(done bool) {
 	s := q.h[0].site
 	q.cur[s]++
-	if done || q.cur[s] >= q.m.sites[s].r1 {
+	if done || q.cur[s] >= q.m.sites[s].reach {
 		last := len(q.h) - 1
 		q.h[0] = q.h[last]
 		q.h = q.h[:last]
 	} else {
-		q.h[0].rtt = q.m.rtt[q.cur[s]]
+		q.h[0].rtt = q.m.rttOf(int(s), q.m.regionAt(int(s), int(q.cur[s])))
 	}
 	if len(q.h) > 1 {
 		q.down(0)

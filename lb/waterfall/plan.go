@@ -128,7 +128,7 @@ func (m *model) waterfall() ([][]cell, []float64) {
 	}
 	// fullRow makes site s's row as long as its order.
 	fullRow := func(s int) []cell {
-		n := int(m.sites[s].r1 - m.sites[s].r0)
+		n := int(m.sites[s].reach)
 		if k := n - len(rows[s]); k > 0 {
 			rows[s] = append(rows[s], make([]cell, k)...)
 		}
@@ -161,7 +161,7 @@ func (m *model) waterfall() ([][]cell, []float64) {
 	walk := func(health bool) {
 		q.start(func(s int) bool { return walkers[s].remaining() > 0 })
 		for {
-			s, r, ok := q.next()
+			s, i, r, ok := q.next()
 			if !ok {
 				return
 			}
@@ -170,7 +170,6 @@ func (m *model) waterfall() ([][]cell, []float64) {
 			if health {
 				keep = m.regions[r].keep
 			}
-			i := int(q.cur[s] - m.sites[s].r0)
 			if i == len(rows[s]) {
 				rows[s] = append(rows[s], cell{})
 			}
@@ -264,6 +263,7 @@ func (m *model) plan(rows [][]cell, byPos bool, unplaced []float64) *Plan {
 		Groups:  make([]GroupLoad, len(m.groups)),
 		Sites:   make([]SiteLoad, len(m.sites)),
 		Lambda:  m.lambda,
+		Orders:  &SiteOrders{regions: len(m.regions), rtt: m.rtt},
 	}
 	for r, reg := range m.regions {
 		p.Regions[r] = RegionLoad{Name: reg.name, Capacity: reg.capacity, Health: reg.health, Keep: reg.keep}
@@ -271,18 +271,12 @@ func (m *model) plan(rows [][]cell, byPos bool, unplaced []float64) *Plan {
 	for g, grp := range m.groups {
 		p.Groups[g] = GroupLoad{Name: grp.name, Region: m.regions[grp.region].name, Zone: grp.zone, Capacity: grp.capacity}
 	}
-	names := make([]string, len(m.reach))
-	for i, r := range m.reach {
-		names[i] = m.regions[r].name
-	}
-
 	// visited returns the regions of site s's row.
 	visited := func(s int) []int32 {
 		if !byPos {
 			return m.siteReach(s)
 		}
-		r0 := m.sites[s].r0
-		return m.reach[r0 : r0+int32(len(rows[s]))]
+		return m.ord[s][:len(rows[s])]
 	}
 	cellOf := func(s, i int, r int32) *cell {
 		if byPos {
@@ -308,8 +302,7 @@ func (m *model) plan(rows [][]cell, byPos bool, unplaced []float64) *Plan {
 	}
 
 	for s, site := range m.sites {
-		r0, r1 := m.sites[s].r0, m.sites[s].r1
-		p.Sites[s] = SiteLoad{Name: site.name, Demand: site.demand, Unplaced: unplaced[s], Regions: names[r0:r1:r1]}
+		p.Sites[s] = SiteLoad{Name: site.name, Demand: site.demand, Unplaced: unplaced[s]}
 		for i, r := range visited(s) {
 			c := cellOf(s, i, r)
 			tot := c.total()

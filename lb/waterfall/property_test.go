@@ -279,8 +279,8 @@ func propShape(o *oracle, p *Plan, _ *rand.Rand) error {
 		}
 	}
 	for _, s := range p.Sites {
-		if !slices.Equal(s.Regions, o.order[s.Name]) {
-			return fmt.Errorf("site %s: Regions %v, want %v", s.Name, s.Regions, o.order[s.Name])
+		if got := p.SiteRegions(s.Name); !slices.Equal(got, o.order[s.Name]) {
+			return fmt.Errorf("site %s: SiteRegions %v, want %v", s.Name, got, o.order[s.Name])
 		}
 	}
 	for _, s := range o.w.Sites {

@@ -48,18 +48,50 @@ func TestComputeMatchesReference(t *testing.T) {
 	bad.Sites[2].Demand = -3
 	worlds = append(worlds, world{"invalid RTTs", bad})
 
+	// Plans compare whole, every float bit for bit, their RTT table (what
+	// SiteRegions and Damp read; SiteOrders.Equal) included.
+	opts := cmp.Options{
+		cmp.Comparer(func(a, b float64) bool { return math.Float64bits(a) == math.Float64bits(b) }),
+	}
 	for _, tc := range worlds {
 		want, wantErr := refCompute(tc.w, cfg)
 		got, gotErr := Compute(tc.w, cfg)
 		if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
 			t.Fatalf("%s: Compute error %v, reference %v", tc.name, gotErr, wantErr)
 		}
-		if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b float64) bool {
-			return math.Float64bits(a) == math.Float64bits(b)
-		})); diff != "" {
+		if diff := cmp.Diff(want, got, opts); diff != "" {
 			t.Fatalf("%s: Compute differs from the reference (-reference +Compute):\n%s\nworld: %s", tc.name, diff, worldJSON(tc.w))
 		}
+		if wantErr != nil {
+			continue // the slice form's errors: TestRTTByRegionInvalid
+		}
+		// The same world with RTTByRegion instead of maps plans the same.
+		dense, err := Compute(withRTTByRegion(tc.w), cfg)
+		if err != nil {
+			t.Fatalf("%s with RTTByRegion: %v", tc.name, err)
+		}
+		if diff := cmp.Diff(want, dense, opts); diff != "" {
+			t.Fatalf("%s with RTTByRegion differs from the reference (-reference +Compute):\n%s\nworld: %s", tc.name, diff, worldJSON(tc.w))
+		}
 	}
+}
+
+// withRTTByRegion returns w with every site's RTT map replaced by the same
+// RTTs as RTTByRegion (+Inf for a region missing from the map).
+func withRTTByRegion(w World) World {
+	out := World{Regions: w.Regions, Sites: make([]Site, len(w.Sites))}
+	for i, s := range w.Sites {
+		rtts := make([]float64, len(w.Regions))
+		for r, reg := range w.Regions {
+			v, ok := s.RTT[reg.Name]
+			if !ok {
+				v = math.Inf(1)
+			}
+			rtts[r] = v
+		}
+		out.Sites[i] = Site{Name: s.Name, Demand: s.Demand, RTTByRegion: rtts}
+	}
+	return out
 }
 
 // wideWorld is a world of 1–40 sites and 1–300 regions: RTTs either small

@@ -113,21 +113,22 @@ func refNewModel(w World, cfg Config) (*model, []pair, error) {
 	pairs = sortByRTT(pairs, make([]pair, len(pairs)))
 
 	// Per-site region order: a counting sort of pairs by site keeps each
-	// site's regions in (RTT, region name) order.
-	for _, p := range pairs {
-		m.sites[p.site].r1++
+	// site's regions in (RTT, region name) order. The model holds it whole
+	// (nothing lazy) and the RTT table Plans keep.
+	nr := len(m.regions)
+	m.rtt = make([]uint64, len(sites)*nr)
+	for i := range m.rtt {
+		m.rtt[i] = unreachable
 	}
-	var off int32
-	for i := range m.sites {
-		n := m.sites[i].r1
-		m.sites[i].r0, m.sites[i].r1 = off, off
-		off += n
+	m.ord = make([][]int32, len(sites))
+	m.full = make([]bool, len(sites))
+	for i := range m.full {
+		m.full[i] = true
 	}
-	m.reach = make([]int32, len(pairs))
 	for _, p := range pairs {
-		s := &m.sites[p.site]
-		m.reach[s.r1] = p.reg
-		s.r1++
+		m.ord[p.site] = append(m.ord[p.site], p.reg)
+		m.sites[p.site].reach++
+		m.rtt[int(p.site)*nr+int(p.reg)] = p.rtt
 	}
 
 	// Rule 6. Sums run in name order, so λ does not depend on input order.

@@ -1,6 +1,8 @@
 package waterfall
 
 import (
+	"cmp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -55,4 +57,60 @@ func (p *Plan) RegionGroups(region string) []GroupLoad {
 		j++
 	}
 	return p.Groups[i:j:j]
+}
+
+// SiteOrders is what a Plan keeps of its World to put a site's regions in
+// order on demand: the model's dense RTT table (rtt[s·regions+r], site s
+// and region r as indexed in Plan.Sites and Plan.Regions), never changed
+// once the Plan is returned.
+type SiteOrders struct {
+	regions int
+	rtt     []uint64
+}
+
+// Equal reports whether o and p hold the same RTTs, bit for bit (so that
+// go-cmp compares Plans by content); nil holds none.
+func (o *SiteOrders) Equal(p *SiteOrders) bool {
+	if o == nil {
+		o = &SiteOrders{}
+	}
+	if p == nil {
+		p = &SiteOrders{}
+	}
+	return o.regions == p.regions && slices.Equal(o.rtt, p.rtt)
+}
+
+// key returns site s's RTT bits to region r, unreachable if s does not
+// reach r or p has no order. Keys order like the site's region order, ties
+// by region index.
+func (p *Plan) key(s, r int) uint64 {
+	if p.Orders == nil || s >= len(p.Sites) || r >= p.Orders.regions {
+		return unreachable
+	}
+	return p.Orders.rtt[s*p.Orders.regions+r]
+}
+
+// SiteRegions returns the regions the named site reaches, nearest first
+// (ascending RTT, ties by region name): the order of the site's row. It
+// returns nil for a site not in the plan, or when p was not made by
+// Compute, ComputeMinRTT or Damp. The order is put together on each call
+// (O(regions · log regions), and a new slice the caller may keep): a Plan
+// does not build it for every site, since a gfe needs it only for its own.
+func (p *Plan) SiteRegions(site string) []string {
+	s, ok := slices.BinarySearchFunc(p.Sites, site, func(sl SiteLoad, name string) int { return strings.Compare(sl.Name, name) })
+	if !ok || p.Orders == nil {
+		return nil
+	}
+	var rs []int
+	for r := range p.Orders.regions {
+		if p.key(s, r) != unreachable {
+			rs = append(rs, r)
+		}
+	}
+	slices.SortFunc(rs, func(a, b int) int { return cmp.Or(cmp.Compare(p.key(s, a), p.key(s, b)), cmp.Compare(a, b)) })
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = p.Regions[r].Name
+	}
+	return out
 }

@@ -48,8 +48,16 @@ type Site struct {
 	Demand float64
 	// RTT maps region name to the measured round trip from this site, in
 	// milliseconds. A region missing from the map is unreachable from the
-	// site and never receives its traffic.
+	// site and never receives its traffic. Entries for regions that are not
+	// in the World are ignored.
 	RTT map[string]float64
+	// RTTByRegion is the same as a slice, one RTT per region of
+	// World.Regions in that order, +Inf for a region the site does not
+	// reach. It is the cheaper form for a large World (no map to build or
+	// read); a site sets RTT or RTTByRegion, not both. The Plan does not
+	// depend on which form a site uses: a World with RTTByRegion plans
+	// exactly like the same World with RTT maps.
+	RTTByRegion []float64
 }
 
 // Config holds the tunables of the planner. The zero value is not valid; start
@@ -124,10 +132,6 @@ type SiteLoad struct {
 	// of it when no region the site reaches has capacity, else 0. The
 	// site's flows sum to Demand − Unplaced.
 	Unplaced float64
-	// Regions lists the regions the site reaches, nearest first (ascending
-	// RTT, ties by region name): the order of the site's row. Shared with
-	// the Plan; do not modify.
-	Regions []string
 }
 
 // Utilization is Load/Capacity, or 0 when the region has no capacity and no
@@ -166,6 +170,11 @@ type Plan struct {
 	// total capacity), counting the capacity of regions reached by at least
 	// one site with demand. Every region is filled up to Lambda·Capacity.
 	Lambda float64
+
+	// Orders is what the plan keeps of its World to put each site's
+	// regions in order on demand (SiteRegions, Damp): opaque, set by
+	// Compute, ComputeMinRTT and Damp, nil in a Plan made any other way.
+	Orders *SiteOrders `json:"-"`
 }
 
 // ErrInvalidWorld wraps every problem Compute finds with its input.

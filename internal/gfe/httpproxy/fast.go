@@ -429,7 +429,7 @@ func (p *Proxy) relay(x *fastExchange, bc *backendConn, n int) attemptErr {
 			report = unsafeString(f.Value)
 		}
 	}
-	observeOutcome(d.pick.Backend, rejected, report, now.Sub(x.sent))
+	observeOutcome(&d.pick, rejected, report, now.Sub(x.sent), now)
 	p.reportPick(d.svc, &d.pick, outlier.FromStatus(r.Status), now)
 	cookie := ""
 	if d.cookie.Value != "" {

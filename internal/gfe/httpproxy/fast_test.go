@@ -529,7 +529,13 @@ type fastBench struct {
 func newFastBench(tb testing.TB) *fastBench {
 	tb.Helper()
 	back := newKeepAliveBackend(tb)
-	e := fastEdge(tb, "", back)
+	return newFastBenchTo(tb, fastEdge(tb, "", back))
+}
+
+// newFastBenchTo is newFastBench through the proxy of e, whose config
+// routes to a backend of newKeepAliveBackend.
+func newFastBenchTo(tb testing.TB, e *testGFE) *fastBench {
+	tb.Helper()
 	// A loopback TCP connection: writes land in the kernel's buffers, so
 	// one goroutine drives both ends without allocating.
 	cc, sc := loopbackPair(tb)

@@ -22,6 +22,23 @@ type metrics struct {
 	// unsolicited counts fast-path backend connections closed for bytes
 	// no request asked for (the reuse rule, fastpool.go).
 	unsolicited *prometheus.CounterVec // service
+	// shed counts arrivals refused at once in global overload.
+	shed *prometheus.CounterVec // service, reason
+}
+
+// ShedOverload is the reason label of an arrival refused because the
+// plan says the service's global demand exceeds its capacity (config
+// overload.shed, lb/shed).
+const ShedOverload = "overload"
+
+// NewShed returns the counter of requests and connections refused at once
+// by the gfe, before any pick, by service and reason (ShedOverload): never
+// counted against a backend. The gfe shares one between its proxies.
+func NewShed() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "spillway_gfe_shed_total",
+		Help: "Requests and connections refused at once by the gfe before any backend was picked, by service and reason (overload: global demand over capacity, overload.shed).",
+	}, []string{"service", "reason"})
 }
 
 // NewPickErrors returns the counter of requests and connections for which
@@ -51,6 +68,7 @@ func newMetrics(opts Options) *metrics {
 		}, []string{"service", "code"}),
 		pickErrors:    opts.PickErrors,
 		backendErrors: opts.BackendErrors,
+		shed:          opts.Shed,
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "spillway_gfe_request_duration_seconds",
 			Help:    "Time from request arrival to the end of the proxied response.",
@@ -89,6 +107,10 @@ func newMetrics(opts Options) *metrics {
 	if m.pickErrors == nil {
 		m.pickErrors = NewPickErrors()
 		cs = append(cs, m.pickErrors)
+	}
+	if m.shed == nil {
+		m.shed = NewShed()
+		cs = append(cs, m.shed)
 	}
 	if m.backendErrors == nil {
 		m.backendErrors = NewBackendErrors()

@@ -9,7 +9,6 @@ import (
 	"net/http/httptrace"
 	"net/http/httputil"
 	"net/netip"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,6 +66,10 @@ type Options struct {
 	// the proxy counters of its own, registered in Registry.
 	PickErrors    *prometheus.CounterVec
 	BackendErrors prometheus.Counter
+	// Shed is the counter of arrivals refused at once in global overload
+	// (NewShed: labels service and reason), shared with the tcp proxy;
+	// nil gives the proxy one of its own, registered in Registry.
+	Shed *prometheus.CounterVec
 	// Quota admits requests against per-consumer quota before they are
 	// routed (internal/gfe/quotaclient.Enforcer); nil charges nothing.
 	Quota Admitter
@@ -284,6 +287,7 @@ const (
 	msgClientGone = "gfe: client closed request"
 	msgNoneFreed  = "gfe: no instance became free within the pending wait"
 	msgQueueFull  = "gfe: too many requests are waiting for this service"
+	msgShed       = "gfe: the service is over its global capacity; retry later"
 )
 
 // statusClientClosed answers a request whose client went away before its
@@ -503,12 +507,15 @@ func (p *Proxy) decide(ctx context.Context, v requestView, host, path, method st
 			// by the Admitter (spillway_gfe_quota_decisions_total).
 			no := refusal{status: qv.Status, msg: qv.Message}
 			if qv.RetryAfter > 0 {
-				no.retryAfter = strconv.Itoa(int((qv.RetryAfter + time.Second - 1) / time.Second))
+				no.retryAfter = retryAfterSeconds(qv.RetryAfter)
 			}
 			return decision{}, no
 		}
 	}
 	svc.Meters().Started()
+	if no, shed := p.shed(svc); shed {
+		return decision{}, no
+	}
 	if p.pending != nil && svc.Meters().Pending.Load() > 0 {
 		// Some of the service's requests wait: this one goes behind them.
 		return p.await(ctx, t, rt, svc, v, k, now, nil)

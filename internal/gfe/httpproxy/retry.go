@@ -131,7 +131,7 @@ func (t retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 				// keeps it, past the route timeout.
 				ph.upgradeTimer.Stop()
 			}
-			observeAnswer(ph.pick.Backend, resp, now.Sub(sent))
+			observeAnswer(&ph.pick, resp, now.Sub(sent), now)
 			p.report(ph, outlier.FromStatus(resp.StatusCode), now)
 			if ph.cookie.Value != "" {
 				a := ph.svc.Affinity()

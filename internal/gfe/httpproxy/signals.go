@@ -7,6 +7,7 @@ import (
 
 	"github.com/spillway-lb/spillway/lb/backend"
 	"github.com/spillway-lb/spillway/lb/loadreport"
+	"github.com/spillway-lb/spillway/lb/routing"
 )
 
 // Local signals (docs/design.md §3 rule 8; lb/capacity). Every attempt that a
@@ -16,48 +17,62 @@ import (
 // OutcomeFailed (retryTransport). A load report in the response
 // (endpoint-load-metrics, ORCA) counts its utilization. A gRPC call is
 // counted when its body ends, by its trailers (grpc-status, and the
-// per-call ORCA report endpoint-load-metrics-bin). Nothing but the gRPC
+// per-call ORCA report endpoint-load-metrics-bin). A pick made by the
+// load-aware choice (config load_aware) also learns from each answer: its
+// latency, unless it refuses for capacity (a fast refusal would make an
+// overloaded instance look fast), and the utilization of its load report
+// (routing.Pick.ObserveLatency, ObserveUtilization). Nothing but the gRPC
 // path allocates.
 
 // headerReject is the test backend's capacity-rejection header
 // (X-Spillway-Reject: queue-full), canonical.
 const headerReject = "X-Spillway-Reject"
 
-// observeAnswer counts resp, the answer of an attempt on b after latency.
-// A gRPC answer with a body is counted when its body ends, from its
-// trailers (grpcSignals).
-func observeAnswer(b *backend.Backend, resp *http.Response, latency time.Duration) {
+// observeAnswer counts resp, the answer of an attempt of pick pk after
+// latency, at now. A gRPC answer with a body is counted when its body
+// ends, from its trailers (grpcSignals).
+func observeAnswer(pk *routing.Pick, resp *http.Response, latency time.Duration, now time.Time) {
 	if isGRPC(resp.Header) && resp.Body != nil && resp.Body != http.NoBody && len(resp.Header["Grpc-Status"]) == 0 {
-		resp.Body = &grpcSignals{ReadCloser: resp.Body, resp: resp, b: b, latency: latency}
+		resp.Body = &grpcSignals{ReadCloser: resp.Body, resp: resp, pick: *pk, latency: latency, at: now}
 		return
 	}
 	report := ""
 	if v := resp.Header[loadreport.Header]; len(v) > 0 {
 		report = v[0]
 	}
-	observeOutcome(b, rejected(resp), report, latency)
+	observeOutcome(pk, rejected(resp), report, latency, now)
 }
 
-// observeOutcome counts an answer on b after latency: a rejection for
-// capacity when rejected, else an answer; and the load report in report
-// (an endpoint-load-metrics value, "" for none). Both the net/http path
-// (observeAnswer) and the fast path count through it.
-func observeOutcome(b *backend.Backend, rejected bool, report string, latency time.Duration) {
+// observeOutcome counts an answer to pk after latency, at now: a
+// rejection for capacity when rejected, else an answer; and the load
+// report in report (an endpoint-load-metrics value, "" for none). Both the
+// net/http path (observeAnswer) and the fast path count through it.
+func observeOutcome(pk *routing.Pick, rejected bool, report string, latency time.Duration, now time.Time) {
+	b := pk.Backend
 	if rejected {
 		b.Observe(backend.OutcomeRejected, latency)
 	} else {
 		b.Observe(backend.OutcomeOK, latency)
+		pk.ObserveLatency(now, latency)
 	}
 	if report != "" {
 		if r, err := loadreport.Parse(report); err == nil {
-			b.ObserveLoad(r.Utilization())
-			if r.CPUUtilization > 0 {
-				b.ObserveCPU(r.CPUUtilization)
-			}
-			if r.RPSFractional > 0 {
-				b.ObserveRate(r.RPSFractional)
-			}
+			observeReport(pk, r, now)
 		}
+	}
+}
+
+// observeReport counts load report r of pk's backend, received at now.
+func observeReport(pk *routing.Pick, r loadreport.Report, now time.Time) {
+	b := pk.Backend
+	u := r.Utilization()
+	b.ObserveLoad(u)
+	pk.ObserveUtilization(now, u)
+	if r.CPUUtilization > 0 {
+		b.ObserveCPU(r.CPUUtilization)
+	}
+	if r.RPSFractional > 0 {
+		b.ObserveRate(r.RPSFractional)
 	}
 }
 
@@ -88,16 +103,17 @@ func grpcRefused(h http.Header) bool {
 var grpcTrailerReport = http.CanonicalHeaderKey(loadreport.GRPCTrailer)
 
 // grpcSignals is the body of a gRPC answer: when it ends (EOF, or Close
-// before it) it counts the call on b by its trailers — grpc-status
+// before it) it counts the call on its pick by its trailers — grpc-status
 // UNAVAILABLE or RESOURCE_EXHAUSTED as a rejection, anything else as an
-// answer after latency (the time to the response headers) — and the
-// per-call ORCA report in endpoint-load-metrics-bin, if any. Used by the
-// request's goroutine only.
+// answer after latency (the time to the response headers, taken at at) —
+// and the per-call ORCA report in endpoint-load-metrics-bin, if any. Used
+// by the request's goroutine only.
 type grpcSignals struct {
 	io.ReadCloser
 	resp    *http.Response
-	b       *backend.Backend
+	pick    routing.Pick
 	latency time.Duration
+	at      time.Time
 	done    bool
 }
 
@@ -120,20 +136,16 @@ func (g *grpcSignals) observe() {
 	}
 	g.done = true
 	tr := g.resp.Trailer
+	b := g.pick.Backend
 	if grpcRefused(tr) {
-		g.b.Observe(backend.OutcomeRejected, g.latency)
+		b.Observe(backend.OutcomeRejected, g.latency)
 	} else {
-		g.b.Observe(backend.OutcomeOK, g.latency)
+		b.Observe(backend.OutcomeOK, g.latency)
+		g.pick.ObserveLatency(g.at, g.latency)
 	}
 	if v := tr[grpcTrailerReport]; len(v) > 0 {
 		if r, err := loadreport.Parse("BIN " + v[0]); err == nil {
-			g.b.ObserveLoad(r.Utilization())
-			if r.CPUUtilization > 0 {
-				g.b.ObserveCPU(r.CPUUtilization)
-			}
-			if r.RPSFractional > 0 {
-				g.b.ObserveRate(r.RPSFractional)
-			}
+			observeReport(&g.pick, r, g.at)
 		}
 	}
 }

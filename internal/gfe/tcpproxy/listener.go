@@ -334,6 +334,16 @@ func (tl *tcpListener) handle(ctx context.Context, c net.Conn) {
 		c.Close()
 		return
 	}
+	if rule := svc.Shed(); rule.Fraction() > 0 && !rule.Admit(x.rand()) {
+		// Global overload (config overload.shed): refused at once, before
+		// any pick, against no backend.
+		if x.shed != nil {
+			x.shed.WithLabelValues(svc.Name(), "overload").Inc()
+		}
+		x.metrics.accepted.WithLabelValues(svc.Name(), "shed").Inc()
+		c.Close()
+		return
+	}
 	// Dialling is bounded by the dialer's timeout, not by ctx: a connection
 	// accepted before the drain began is served.
 	pk, up, err := x.connect(context.WithoutCancel(ctx), svc, tcpFlow(c))

@@ -78,6 +78,11 @@ type Options struct {
 	// registered by their owner. Required.
 	PickErrors    *prometheus.CounterVec
 	BackendErrors prometheus.Counter
+	// Shed is the counter of connections refused at once in global
+	// overload, by service and reason, shared with the HTTP proxy
+	// (httpproxy.NewShed) and registered by its owner; nil counts them
+	// only in spillway_gfe_tcp_connections_total{result="shed"}.
+	Shed *prometheus.CounterVec
 	// Budget, when set, is the process's file-descriptor budget of client
 	// connections (fdlimit), shared with the http listeners: each proxied
 	// connection takes ConnFDs of it from its arrival to its end, and a
@@ -104,6 +109,7 @@ type Proxy struct {
 	// pickErrors and backendErrors are shared with the HTTP proxy.
 	pickErrors    *prometheus.CounterVec
 	backendErrors prometheus.Counter
+	shed          *prometheus.CounterVec // nil: not counted there
 	budget        *fdlimit.Budget
 	// refuseLog is log sampled to one line a second per Proxy: refusals
 	// come in floods.
@@ -140,6 +146,7 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 		metrics:       newTCPMetrics(opts.Registry),
 		pickErrors:    opts.PickErrors,
 		backendErrors: opts.BackendErrors,
+		shed:          opts.Shed,
 		budget:        opts.Budget,
 		refuseLog:     opts.Logger.Sample(&zerolog.BurstSampler{Burst: 1, Period: time.Second}),
 		open:          map[string]int{},
@@ -165,7 +172,7 @@ func newTCPMetrics(reg prometheus.Registerer) *tcpMetrics {
 		}, []string{"service", "backend"}),
 		accepted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spillway_gfe_tcp_connections_total",
-			Help: "Client TCP connections accepted by the tcp listeners, by service and result (proxied, no_service, no_backend, busy, dial_error, draining).",
+			Help: "Client TCP connections accepted by the tcp listeners, by service and result (proxied, no_service, shed, no_backend, busy, dial_error, draining).",
 		}, []string{"service", "result"}),
 		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spillway_gfe_tcp_closed_total",
@@ -217,7 +224,9 @@ func (x *Proxy) connect(ctx context.Context, svc *routing.Service, k routing.Flo
 		if err == nil {
 			// The connect time is the answer's latency for the closed
 			// loop (a backend whose accept queue fills connects slowly).
-			pk.Backend.Observe(backend.OutcomeOK, time.Since(t0))
+			lat := time.Since(t0)
+			pk.Backend.Observe(backend.OutcomeOK, lat)
+			pk.ObserveLatency(x.clk.Now(), lat)
 			return pk, up, nil
 		}
 		if ctx.Err() == nil {
