@@ -30,41 +30,17 @@ func TestHTTPListenerFDBudget(t *testing.T) {
 		t.Fatalf("fd budget = %d, want %d", got, room)
 	}
 	addr := e.ListenAddr().String()
-	open := func() (net.Conn, *bufio.Reader) {
-		t.Helper()
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		c.SetDeadline(time.Now().Add(lnTestTimeout))
-		if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
-			t.Fatal(err)
-		}
-		return c, bufio.NewReader(c)
-	}
-	answer := func(r *bufio.Reader) {
-		t.Helper()
-		resp, err := http.ReadResponse(r, nil)
-		if err != nil {
-			t.Fatalf("no answer: %v", err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("status %d", resp.StatusCode)
-		}
-	}
-	c1, r1 := open()
-	answer(r1)
-	_, r2 := open()
-	answer(r2) // both kept alive, holding the whole budget
+	c1, r1 := fdRequest(t, addr)
+	fdAnswer(t, r1)
+	_, r2 := fdRequest(t, addr)
+	fdAnswer(t, r2) // both kept alive, holding the whole budget
 	waitUntil(t, "the listener to wait for the budget", func() bool { return e.counter(t, "spillway_gfe_listener_fd_budget_waits_total") == 1 })
-	_, r3 := open() // waits for descriptors
+	_, r3 := fdRequest(t, addr) // waits for descriptors
 	if got := e.fds.Used(); got != room {
 		t.Fatalf("budget used = %d, want %d", got, room)
 	}
 	c1.Close()
-	answer(r3) // served with c1's descriptors
+	fdAnswer(t, r3) // served with c1's descriptors
 	// Full again with c2 and c3: the second wait.
 	waitUntil(t, "the second wait", func() bool { return e.counter(t, "spillway_gfe_listener_fd_budget_waits_total") == 2 })
 }
@@ -105,39 +81,44 @@ func TestHTTPListenerFDPerConn(t *testing.T) {
 		c.FDPerHTTPConn = 1
 	})
 	addr := e.ListenAddr().String()
-	request := func() (net.Conn, *bufio.Reader) {
-		t.Helper()
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		c.SetDeadline(time.Now().Add(lnTestTimeout))
-		if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
-			t.Fatal(err)
-		}
-		return c, bufio.NewReader(c)
-	}
-	answer := func(r *bufio.Reader) {
-		t.Helper()
-		resp, err := http.ReadResponse(r, nil)
-		if err != nil {
-			t.Fatalf("no answer: %v", err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("status %d", resp.StatusCode)
-		}
-	}
-	c1, r1 := request()
-	answer(r1)
-	_, r2 := request()
-	answer(r2) // two connections in a budget of 2
+	c1, r1 := fdRequest(t, addr)
+	fdAnswer(t, r1)
+	_, r2 := fdRequest(t, addr)
+	fdAnswer(t, r2) // two connections in a budget of 2
 	if got := e.fds.Used(); got != room {
 		t.Fatalf("budget used = %d, want %d (1 per connection)", got, room)
 	}
 	waitUntil(t, "the listener to wait for the budget", func() bool { return e.counter(t, "spillway_gfe_listener_fd_budget_waits_total") == 1 })
-	_, r3 := request() // waits for a descriptor
+	_, r3 := fdRequest(t, addr) // waits for a descriptor
 	c1.Close()
-	answer(r3)
+	fdAnswer(t, r3)
+}
+
+// fdRequest opens a connection to addr and sends one keep-alive request on
+// it; the connection closes with the test.
+func fdRequest(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(lnTestTimeout))
+	if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	return c, bufio.NewReader(c)
+}
+
+// fdAnswer reads one response from r and fails the test unless it is a 200.
+func fdAnswer(t *testing.T, r *bufio.Reader) {
+	t.Helper()
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
 }
