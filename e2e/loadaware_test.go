@@ -69,29 +69,12 @@ func shareOf(before, after map[string]uint64, addr string) (float64, uint64) {
 // (probe_after 2s), counted from the backends' own stats. Round robin, the
 // choice inside a group without load_aware, keeps sending it a quarter.
 func TestLoadAwareSlowInstanceEndToEnd(t *testing.T) {
-	spec := topology.Spec{
-		Net:         loadAwareNet,
-		Queue:       64,
-		Sites:       []topology.Site{{Name: "nyc", RTT: map[string]time.Duration{"us-east": 4 * time.Millisecond}}},
-		Regions:     []topology.Region{{Name: "us-east", Zones: []string{"b"}, Instances: 4, Rate: 100}},
-		EditConfig:  withServiceKeys("load_aware: {enabled: true}"),
-		ServiceTime: 2 * time.Millisecond,
-	}
-	c := startCluster(t, spec)
+	c := startCluster(t, loadAwareSpec(loadAwareNet, "load_aware: {enabled: true}"))
 	addrs := c.Instances["us-east"]
 	slow := addrs[0]
 	l := c.StartLoad(map[string]float64{"nyc": 120})
 	defer l.Stop()
-	if err := topology.WaitFor(context.Background(), 20*time.Second, func() (bool, error) {
-		for a, n := range served(t, addrs) {
-			if n < 20 {
-				return false, fmt.Errorf("%s has served %d requests", a, n)
-			}
-		}
-		return true, nil
-	}); err != nil {
-		t.Fatalf("warming up: %v", err)
-	}
+	warmUp(t, addrs)
 	// measure returns the slow instance's share of what the group served
 	// over the next d.
 	measure := func(d time.Duration) (float64, uint64) {
@@ -138,30 +121,13 @@ func TestLoadAwareSlowInstanceEndToEnd(t *testing.T) {
 // backends' own stats. Without slow start (slow_start 0s) it takes its
 // quarter from its first request.
 func TestLoadAwareSlowStartEndToEnd(t *testing.T) {
-	spec := topology.Spec{
-		Net:         slowStartNet,
-		Queue:       64,
-		Sites:       []topology.Site{{Name: "nyc", RTT: map[string]time.Duration{"us-east": 4 * time.Millisecond}}},
-		Regions:     []topology.Region{{Name: "us-east", Zones: []string{"b"}, Instances: 4, Rate: 100}},
-		EditConfig:  withServiceKeys("load_aware: {enabled: true, slow_start: 12s}"),
-		ServiceTime: 2 * time.Millisecond,
-	}
-	c := startCluster(t, spec)
+	c := startCluster(t, loadAwareSpec(slowStartNet, "load_aware: {enabled: true, slow_start: 12s}"))
 	addrs := c.Instances["us-east"]
 	back := addrs[0]
 	l := c.StartLoad(map[string]float64{"nyc": 120})
 	defer l.Stop()
 	ctx := context.Background()
-	if err := topology.WaitFor(ctx, 20*time.Second, func() (bool, error) {
-		for a, n := range served(t, addrs) {
-			if n < 20 {
-				return false, fmt.Errorf("%s has served %d requests", a, n)
-			}
-		}
-		return true, nil
-	}); err != nil {
-		t.Fatalf("warming up: %v", err)
-	}
+	warmUp(t, addrs)
 	// Out of the pool until the gfe sends it nothing for half a second.
 	adminPost(t, back, "/admin/health?healthy=false")
 	if err := topology.WaitFor(ctx, 10*time.Second, func() (bool, error) {
@@ -350,5 +316,34 @@ func TestShedGlobalOverloadEndToEnd(t *testing.T) {
 	}
 	if refusals == 0 {
 		t.Errorf("none of %d probes in overload refused (P = (5/6)^40 < 0.1%% by chance)", len(ps))
+	}
+}
+
+// loadAwareSpec is the load-aware tests' deployment: site nyc 4 ms from
+// us-east, whose one group has four instances of 100 req/s serving in
+// 2 ms, with the service keys keys.
+func loadAwareSpec(net int, keys string) topology.Spec {
+	return topology.Spec{
+		Net:         net,
+		Queue:       64,
+		Sites:       []topology.Site{{Name: "nyc", RTT: map[string]time.Duration{"us-east": 4 * time.Millisecond}}},
+		Regions:     []topology.Region{{Name: "us-east", Zones: []string{"b"}, Instances: 4, Rate: 100}},
+		EditConfig:  withServiceKeys(keys),
+		ServiceTime: 2 * time.Millisecond,
+	}
+}
+
+// warmUp waits until every instance of addrs has served 20 requests.
+func warmUp(t *testing.T, addrs []string) {
+	t.Helper()
+	if err := topology.WaitFor(context.Background(), 20*time.Second, func() (bool, error) {
+		for a, n := range served(t, addrs) {
+			if n < 20 {
+				return false, fmt.Errorf("%s has served %d requests", a, n)
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("warming up: %v", err)
 	}
 }
