@@ -80,17 +80,11 @@ func runAutoscaleBench(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	rs := autoscalebench.Run(autoscalebench.DefaultModel())
-	var err error
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		err = enc.Encode(struct {
-			Rows []autoscalebench.Row `json:"rows"`
-		}{rs})
-	} else {
-		err = autoscalebench.WriteTable(stdout, rs)
-	}
-	if err != nil {
+	rows := struct {
+		Rows []autoscalebench.Row `json:"rows"`
+	}{rs}
+	table := func(w io.Writer) error { return autoscalebench.WriteTable(w, rs) }
+	if err := writeOutput(stdout, *asJSON, rows, table); err != nil {
 		printErrAs(stderr, "lbsim autoscale-bench", fmt.Errorf("write output: %w", err))
 		return exitFail
 	}

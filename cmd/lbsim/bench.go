@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -67,14 +66,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 			res.Policies[i].Series = nil // in the CSV file, not on stdout
 		}
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		err = enc.Encode(res)
-	} else {
-		err = res.WriteTable(stdout)
-	}
-	if err != nil {
+	if err := writeOutput(stdout, *asJSON, res, res.WriteTable); err != nil {
 		printCmdErr(stderr, "bench", fmt.Errorf("write output: %w", err))
 		return exitFail
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -71,14 +70,7 @@ func runGossip(args []string, stdout, stderr io.Writer) int {
 			return exitFail
 		}
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		err = enc.Encode(res)
-	} else {
-		err = res.WriteTable(stdout)
-	}
-	if err != nil {
+	if err := writeOutput(stdout, *asJSON, res, res.WriteTable); err != nil {
 		printErrAs(stderr, "lbsim gossip", fmt.Errorf("write output: %w", err))
 		return exitFail
 	}

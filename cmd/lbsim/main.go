@@ -163,18 +163,22 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 		printErr(stderr, err)
 		return exitFail
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		err = enc.Encode(res)
-	} else {
-		err = res.WriteTable(stdout)
-	}
-	if err != nil {
+	if err := writeOutput(stdout, *asJSON, res, res.WriteTable); err != nil {
 		printErr(stderr, fmt.Errorf("write output: %w", err))
 		return exitFail
 	}
 	return exitOK
+}
+
+// writeOutput prints a command's result on w: v as indented JSON with
+// asJSON, else the table that table writes.
+func writeOutput(w io.Writer, asJSON bool, v any, table func(io.Writer) error) error {
+	if !asJSON {
+		return table(w)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // printErr prints err with every line prefixed, so that each problem of a
