@@ -229,3 +229,46 @@ func TestLoadAwarePickDoesNotAllocate(t *testing.T) {
 		t.Errorf("load-aware pick allocates %v times, want 0", n)
 	}
 }
+
+// TestShedLyingPeerBounded plays a certified gfe that gossips a huge
+// demand for its site while overload shedding is on: the plan believes it
+// only within Bounds (at most MaxDemand × the declared capacity, rising by
+// MaxDemandRise of it per second), so the fraction an honest gfe refuses
+// grows to 1 − capacity/(honest + the bound) and no further. Without
+// Bounds the same lie makes the honest gfe refuse almost everything.
+func TestShedLyingPeerBounded(t *testing.T) {
+	addrs := []string{"127.0.0.1:1", "127.0.0.1:2"}
+	const (
+		declared = 2 * 1000.0      // two instances of max_rate_per_instance 1000: the bounds' base
+		capacity = declared * 0.95 // what the plan gives them at target_utilization 0.95
+		honest   = capacity        // this gfe's own demand: exactly what fits
+	)
+	liar := routing.Peer{Node: "gfe-lon", Site: "lon", RTT: map[string]float64{"r1": 5}, Demand: map[string]float64{"web": 1e12}}
+	for _, tt := range []struct {
+		name   string
+		bounds routing.Bounds
+		want   float64
+	}{
+		{"default bounds", routing.DefaultBounds(), 1 - capacity/(honest+2*declared)},
+		{"no bounds", routing.Bounds{}, 1 - capacity/(honest+1e12)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1, Bounds: tt.bounds}, routing.Options{Rand: gfetest.Rand()})
+			fleet := laFleet(t, addrs, "overload: {shed: true}")
+			now := time.Unix(1_000_000, 0)
+			var got float64
+			for range 20 { // 10 s of builds: the bound's ramp takes 2 s
+				tbl, problems := b.Build(routing.Input{Fleet: fleet, Peers: []routing.Peer{liar},
+					Self: routing.Peer{Node: "gfe-nyc", Site: "nyc", RTT: map[string]float64{"r1": 5}, Demand: map[string]float64{"web": honest}}, Now: now})
+				if len(problems) > 0 {
+					t.Fatalf("Build: %v", problems)
+				}
+				got = max(got, tbl.Services["web"].Shed().Fraction())
+				now = now.Add(500 * time.Millisecond)
+			}
+			if math.Abs(got-tt.want) > 1e-6 {
+				t.Errorf("largest refused fraction %.6f, want %.6f", got, tt.want)
+			}
+		})
+	}
+}
