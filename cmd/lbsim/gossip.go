@@ -24,6 +24,7 @@ func runGossip(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Profile, "profile", "", "gossip timing `profile` (gossip.profile; default: what the daemons select)")
 	fs.BoolVar(&o.Unsealed, "unsealed", false, "do not seal states (daemons with TLS files seal them)")
 	fs.BoolVar(&o.Unverified, "unverified", false, "seal states but verify no seal: a sealed cluster's bytes without the CPU of N² signature checks in one process")
+	fs.BoolVar(&o.Unshared, "unshared", false, "give every node its own decoded states and certificate cache, as N processes would (memory grows as N² states)")
 	fs.BoolVar(&o.Unencrypted, "unencrypted", false, "run without a gossip key (daemons beyond loopback must have one)")
 	fs.IntVar(&o.Changes, "changes", 10, "`changes` to publish, one at a time, to measure the spread")
 	fs.DurationVar(&o.PublishInterval, "publish-interval", 0, "every node also re-publishes a drifted state every `interval` during the window (0: only the changes)")
@@ -33,6 +34,7 @@ func runGossip(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to `file`")
+	memProfile := fs.String("memprofile", "", "write a heap profile to `file` once the cluster formed")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: lbsim gossip --nodes N [--json] [flags]")
 		fs.PrintDefaults()
@@ -60,6 +62,15 @@ func runGossip(args []string, stdout, stderr io.Writer) int {
 			return exitFail
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *memProfile != "" {
+		f, err := os.Create(*memProfile)
+		if err != nil {
+			printErrAs(stderr, "lbsim gossip", err)
+			return exitFail
+		}
+		defer f.Close()
+		o.HeapProfile = f
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

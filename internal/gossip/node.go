@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
@@ -54,6 +55,11 @@ type Options struct {
 	// (package gossipbench) runs many nodes in one process over an
 	// in-memory one. Nil: real sockets, as the daemons use.
 	Transport memberlist.Transport
+	// DecodeCache, when set, is shared by the Nodes of one process that
+	// receive the same states, so that each state is decoded and held
+	// once rather than once per Node (see DecodeCache). Nil: this Node
+	// decodes everything itself, as a daemon does.
+	DecodeCache *DecodeCache
 }
 
 // Snapshot is one node's view of the cluster at an instant. A Snapshot is
@@ -190,10 +196,11 @@ type Node struct {
 	onRefused func(NodeState, string)
 	// sealer and verifier are Options.Sealer and Options.Verifier; certs
 	// the chains verified so far, by fingerprint.
-	sealer    Sealer
-	verifier  Verifier
-	certs     certCache
-	transport memberlist.Transport
+	sealer      Sealer
+	verifier    Verifier
+	certs       certCache
+	transport   memberlist.Transport
+	decodeCache *DecodeCache
 	// refusalLog logs refused states, at most a few a minute (the
 	// counters have them all).
 	refusalLog zerolog.Logger
@@ -205,7 +212,7 @@ type Node struct {
 	crashed      atomic.Bool // skip Leave on shutdown (tests simulate a crash)
 	ml           atomic.Pointer[memberlist.Memberlist]
 	snap         atomic.Pointer[Snapshot]
-	ppCache      atomic.Pointer[encodedView]
+	ppCache      atomic.Pointer[weak.Pointer[encodedView]]
 	received     atomic.Uint64
 	accepted     atomic.Uint64
 	stale        atomic.Uint64
@@ -251,7 +258,11 @@ type Node struct {
 	addrs map[string]memberlist.Node
 }
 
-// encodedView caches the push/pull payload for one Snapshot.Seq.
+// encodedView caches the push/pull payload for one Snapshot.Seq. The
+// cache holds it weakly (until the next garbage collection, if nothing
+// else does): at a thousand members the view is megabytes and the
+// snapshot changes many times a second, so a strong cache would mostly
+// hold a stale view.
 type encodedView struct {
 	seq uint64
 	buf []byte
@@ -287,7 +298,8 @@ func New(cfg Config, opts Options) (*Node, error) {
 		sealer:   opts.Sealer,
 		verifier: opts.Verifier,
 
-		transport: opts.Transport,
+		transport:   opts.Transport,
+		decodeCache: opts.DecodeCache,
 	}
 	n.refusalLog = n.log.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Minute})
 	if n.rand == nil {
