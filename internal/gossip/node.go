@@ -66,8 +66,9 @@ type Options struct {
 // never modified after Node publishes it: callers may keep and read it
 // from any goroutine, and must not modify it (use Node.States for a copy).
 type Snapshot struct {
-	// Seq increases by one with every change of this view (a newer state,
-	// a member joining or leaving), so a reader can tell two views apart.
+	// Seq increases with every change of this view (a newer state, a
+	// member joining or leaving; by the number of changes since the
+	// previous Snapshot was built), so a reader can tell two views apart.
 	Seq uint64
 	// Members are the names of the alive members, self included, sorted.
 	// memberlist's suspect members count as alive until declared dead.
@@ -208,10 +209,14 @@ type Node struct {
 	// Accessed atomically.
 	started atomic.Bool
 	// advertise is memberlist's advertise address, set once by Run.
-	advertise    atomic.Pointer[string]
-	crashed      atomic.Bool // skip Leave on shutdown (tests simulate a crash)
-	ml           atomic.Pointer[memberlist.Memberlist]
+	advertise atomic.Pointer[string]
+	crashed   atomic.Bool // skip Leave on shutdown (tests simulate a crash)
+	ml        atomic.Pointer[memberlist.Memberlist]
+	// snap is the last Snapshot built; dirty says the view changed since
+	// (Snapshot builds the next one); members is the view's member count.
 	snap         atomic.Pointer[Snapshot]
+	dirty        atomic.Bool
+	members      atomic.Int64
 	ppCache      atomic.Pointer[weak.Pointer[encodedView]]
 	received     atomic.Uint64
 	accepted     atomic.Uint64
@@ -308,10 +313,11 @@ func New(cfg Config, opts Options) (*Node, error) {
 	n.queue = &memberlist.TransmitLimitedQueue{
 		// The member count from our own view: reading it takes no
 		// memberlist lock, and GetBroadcasts runs inside memberlist.
-		NumNodes:       func() int { return max(1, len(n.snap.Load().Members)) },
+		NumNodes:       func() int { return max(1, int(n.members.Load())) },
 		RetransmitMult: cfg.StateRetransmitMult,
 	}
 	n.snap.Store(&Snapshot{Members: []string{cfg.Name}, States: map[string]NodeState{}})
+	n.members.Store(1)
 	return n, nil
 }
 
@@ -553,14 +559,27 @@ func (n *Node) Addr() string {
 	return ""
 }
 
-// Snapshot returns the current view. It never blocks on the network and
-// does not copy: the returned Snapshot is shared and immutable.
-func (n *Node) Snapshot() *Snapshot { return n.snap.Load() }
+// Snapshot returns the current view. It never blocks on the network. The
+// first call after a change builds the new view (a map of the visible
+// states, which it does not deep-copy); later calls return the same one:
+// the returned Snapshot is shared and immutable.
+func (n *Node) Snapshot() *Snapshot {
+	if !n.dirty.Load() {
+		return n.snap.Load()
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.dirty.Load() {
+		n.snap.Store(&Snapshot{Seq: n.seq, Members: n.tab.memberNames(), States: n.tab.visible(), wire: n.tab.visibleWires()})
+		n.dirty.Store(false)
+	}
+	return n.snap.Load()
+}
 
 // States returns a deep copy of the states of the alive members (self
 // included once published), keyed by node name. The caller owns it.
 func (n *Node) States() map[string]NodeState {
-	snap := n.snap.Load()
+	snap := n.Snapshot()
 	out := make(map[string]NodeState, len(snap.States))
 	for k, s := range snap.States {
 		out[k] = s.Clone()
@@ -569,7 +588,7 @@ func (n *Node) States() map[string]NodeState {
 }
 
 // Members returns the number of alive members, self included.
-func (n *Node) Members() int { return len(n.snap.Load().Members) }
+func (n *Node) Members() int { return int(n.members.Load()) }
 
 // Changes returns a channel that receives a value after the view changes
 // (a newer state, this node's own Publish, a member joining or leaving).

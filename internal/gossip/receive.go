@@ -14,11 +14,16 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
-// rebuildLocked publishes a new Snapshot and notifies Changes. Caller must
-// hold n.mu.
+// rebuildLocked records that the view changed and notifies Changes; the
+// next Snapshot builds the new one. Building it is a copy of every visible
+// state (O(N)), and a node that is joining, or that a thousand members
+// greet, accepts states by the hundred between two reads: building once per
+// read rather than once per state is what keeps forming a cluster of N
+// from costing N³. Caller must hold n.mu.
 func (n *Node) rebuildLocked() {
 	n.seq++
-	n.snap.Store(&Snapshot{Seq: n.seq, Members: n.tab.memberNames(), States: n.tab.visible(), wire: n.tab.visibleWires()})
+	n.members.Store(int64(len(n.tab.members)))
+	n.dirty.Store(true)
 	select {
 	case n.changes <- struct{}{}:
 	default:
@@ -244,7 +249,7 @@ func (n *Node) refuteLocked(theirs uint64) {
 // name, in the form it travels in (seals and their chains included),
 // encoded once per Snapshot.
 func (n *Node) localView() []byte {
-	snap := n.snap.Load()
+	snap := n.Snapshot()
 	if w := n.ppCache.Load(); w != nil {
 		if c := w.Value(); c != nil && c.seq == snap.Seq {
 			return c.buf
