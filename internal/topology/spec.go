@@ -32,6 +32,11 @@ type Spec struct {
 	// Policy of the service "web" (default waterfall) and its HashScope.
 	Policy    config.Policy
 	HashScope config.HashScope
+	// LoadAware turns the service's load-aware choice inside a group on
+	// (load_aware: {enabled: true}) and Shed its shedding of global
+	// overload (overload: {shed: true}), every other key of the block at
+	// its default. Both need a planned Policy. Default off.
+	LoadAware, Shed bool
 	// PlanInterval and RTTInterval of every gfe (defaults 250ms, 250ms).
 	PlanInterval, RTTInterval time.Duration
 	// Damping of every gfe (default 0.5).
@@ -377,6 +382,12 @@ func (s *Spec) ConfigYAML() string {
 	fmt.Fprintf(&b, "services:\n  - name: web\n    policy: %s\n", s.Policy)
 	if s.HashScope != "" {
 		fmt.Fprintf(&b, "    hash_scope: %s\n", s.HashScope)
+	}
+	if s.LoadAware {
+		b.WriteString("    load_aware: {enabled: true}\n")
+	}
+	if s.Shed {
+		b.WriteString("    overload: {shed: true}\n")
 	}
 	b.WriteString("    balancing_mode: RATE\n    backends:\n")
 	for _, r := range s.Regions {
