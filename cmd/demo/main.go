@@ -67,7 +67,7 @@ func run(keep, verbose bool, net int, settle, measure time.Duration) error {
 	fmt.Printf("building and starting: 1 control plane, 3 gfes (nyc, lon, tokyo), backends in us-east, eu-west, asia-east (in %s)\n", dir)
 	t0 := time.Now()
 	spec := topology.Demo(net)
-	spec.Shed = true // the product's answer to global overload: demo.CheckOverload
+	spec.Shed, spec.ShedAdmit = true, demo.ShedAdmit // the product's answer to global overload: demo.CheckOverload
 	spec.EditConfig = func(yaml string) string { return yaml + demo.QuotaConfig }
 	c, err := topology.Start(ctx, spec, topology.Options{Dir: dir, Tee: tee})
 	if err != nil {

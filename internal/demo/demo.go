@@ -56,7 +56,7 @@ func Story() []Phase {
 			Expect:    "eu-west has healthy room (120 req/s; planned utilization counts healthy capacity) but h=3/8 < 0.5 keeps only 2h=75% of lon's traffic; 25% spills to us-east"},
 		{Name: "global overload (+20%)", Demand: map[string]float64{"nyc": 500, "lon": 400, "tokyo": 252}, Overload: true,
 			Expect: "1152 req/s against 960: the plan runs every region at the same 126% of its 95% target, traffic as local as possible; " +
-				"with overload.shed every gfe refuses the same ~21% at once (503, Retry-After), so each region gets its target and the admitted requests keep p99 under 150 ms at every site"},
+				"with overload.shed (admit 0.9) every gfe refuses the same ~29% at once (503, Retry-After), so each region gets 90% of its target and the admitted requests keep p99 under 150 ms at every site"},
 		{Name: "recovery", Demand: map[string]float64{"nyc": 200, "lon": 150, "tokyo": 100},
 			Expect: "traffic returns to each site's nearest region"},
 	}

@@ -136,40 +136,43 @@ func overloadSite(site string, lat []time.Duration, ok, shed, busy int) SiteResu
 
 // TestOverloadPhase: the global overload phase reports each site's shed
 // share (the gfe's own 503s, not a backend's) and the p99 of its 2xx
-// answers alone; CheckOverload passes a shed share near 21% at every site
+// answers alone; CheckOverload passes a shed share near 29% at every site
 // and names a site that shed too little or nothing.
 func TestOverloadPhase(t *testing.T) {
 	ms := time.Millisecond
 	fast := []time.Duration{20 * ms, 30 * ms, 40 * ms, 60 * ms}
-	nyc := overloadSite("nyc", append(slices.Repeat([]time.Duration{30 * ms}, 98), 90*ms, 120*ms), 79*2, 20*2, 1*2)
-	lon := overloadSite("lon", fast, 78, 22, 0)
-	if p99, n := Admitted(nyc.Res); p99 != 90*ms || n != 158 {
-		t.Errorf("Admitted(nyc) = %v over %d, want 90ms (the 2xx answers' p99; the busy 503s took 900ms) over 158", p99, n)
+	nyc := overloadSite("nyc", append(slices.Repeat([]time.Duration{30 * ms}, 98), 90*ms, 120*ms), 71*2, 28*2, 1*2)
+	lon := overloadSite("lon", fast, 71, 29, 0)
+	if p99, n := Admitted(nyc.Res); p99 != 90*ms || n != 142 {
+		t.Errorf("Admitted(nyc) = %v over %d, want 90ms (the 2xx answers' p99; the busy 503s took 900ms) over 142", p99, n)
 	}
-	if f := Shed(nyc.Res); f != 0.2 {
-		t.Errorf("Shed(nyc) = %v, want 0.2 (40 of 200; the backend's 503s are not shed)", f)
+	if f := Shed(nyc.Res); f != 0.28 {
+		t.Errorf("Shed(nyc) = %v, want 0.28 (56 of 200; the backend's 503s are not shed)", f)
 	}
 	good := []SiteResult{nyc, lon}
 	if err := CheckOverload(good); err != nil {
-		t.Errorf("CheckOverload(21%% shed) = %v", err)
+		t.Errorf("CheckOverload(28%% and 29%% shed) = %v", err)
 	}
 	var b bytes.Buffer
 	Print(&b, 4, 7, Story()[3], good, nil, 2*time.Second)
 	for _, want := range []string{
 		"shed  p50  p99  admitted p99",
-		"20.0%", // nyc's shed share
+		"28.0%", // nyc's shed share
 		"90ms",  // nyc's admitted p99
-		"shedding: admitted p99 under 150ms at every site: met: nyc 90ms (20% shed), lon 60ms (22% shed)",
+		"shedding: admitted p99 under 150ms at every site: met: nyc 90ms (28% shed), lon 60ms (29% shed)",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("Print output lacks %q:\n%s", want, b.String())
 		}
 	}
 	b.Reset()
-	slow := overloadSite("tokyo", []time.Duration{400 * ms}, 79, 21, 0)
+	slow := overloadSite("tokyo", []time.Duration{400 * ms}, 71, 29, 0)
 	PrintOverload(&b, []SiteResult{nyc, slow})
-	if want := "MISSED (the machine's load adds to every latency): nyc 90ms (20% shed), tokyo 400ms (21% shed)"; !strings.Contains(b.String(), want) {
+	if want := "MISSED (the machine's load adds to every latency): nyc 90ms (28% shed), tokyo 400ms (29% shed)"; !strings.Contains(b.String(), want) {
 		t.Errorf("PrintOverload = %q, want it to contain %q", b.String(), want)
+	}
+	if err := CheckOverload([]SiteResult{overloadSite("lon", fast, 85, 15, 0)}); err == nil || !strings.Contains(err.Error(), "lon: the gfe shed 15.0%") {
+		t.Errorf("CheckOverload(15%% shed, admit 1's share was 21%%) = %v, want an error naming lon", err)
 	}
 	unshed := overloadSite("tokyo", fast, 100, 0, 30)
 	if err := CheckOverload([]SiteResult{nyc, unshed}); err == nil || !strings.Contains(err.Error(), "tokyo: the gfe shed 0.0% of its requests") || strings.Contains(err.Error(), "nyc") {

@@ -17,16 +17,23 @@ import (
 // same share of its arrivals at once with 503 and Retry-After, so that the
 // requests it admits keep their uncongested latency.
 
+// ShedAdmit is the demo service's overload.admit: the gfes admit 90% of
+// the plan's capacity in overload. With the default 1 every region runs at
+// its full 95% target and a backlog built before the shedding engaged
+// drains at 5% of the backends' rate: admitted p99 0.8-0.9 s at every site
+// in a demo run. 0.9 leaves 14.5% of every backend to drain it.
+const ShedAdmit = 0.9
+
 // AdmittedP99Target is the latency the admitted requests of the global
 // overload phase should stay under at every site with shedding on: the
 // p99 of their 2xx answers.
 const AdmittedP99Target = 150 * time.Millisecond
 
 // ShedRange is the share of a site's requests the gfes should refuse in
-// the global overload phase: 1 − 0.95·960/1152 ≈ 21% (the plan's capacity
-// includes the 95% target utilization), with room for the noise of the
-// demand estimates.
-var ShedRange = [2]float64{0.12, 0.30}
+// the global overload phase: 1 − ShedAdmit·0.95·960/1152 ≈ 29% (the
+// plan's capacity includes the 95% target utilization), with room for
+// the noise of the demand estimates.
+var ShedRange = [2]float64{0.20, 0.38}
 
 // Admitted returns the p99 of r's 2xx answers and their number, from its
 // records (0, 0 without any).
@@ -88,7 +95,7 @@ func CheckOverload(results []SiteResult) error {
 	var errs []error
 	for _, r := range results {
 		if f := Shed(r.Res); f < ShedRange[0] || f > ShedRange[1] {
-			errs = append(errs, fmt.Errorf("global overload: %s: the gfe shed %.1f%% of its requests, want %.0f%% to %.0f%% (about 21%%)", r.Site, 100*f, 100*ShedRange[0], 100*ShedRange[1]))
+			errs = append(errs, fmt.Errorf("global overload: %s: the gfe shed %.1f%% of its requests, want %.0f%% to %.0f%% (about 29%%)", r.Site, 100*f, 100*ShedRange[0], 100*ShedRange[1]))
 		}
 	}
 	if len(results) == 0 {

@@ -37,6 +37,10 @@ type Spec struct {
 	// overload (overload: {shed: true}), every other key of the block at
 	// its default. Both need a planned Policy. Default off.
 	LoadAware, Shed bool
+	// ShedAdmit, when Shed and positive, is the overload block's admit
+	// (the load admitted in overload over the plan's capacity); 0 leaves
+	// the default, 1.
+	ShedAdmit float64
 	// PlanInterval and RTTInterval of every gfe (defaults 250ms, 250ms).
 	PlanInterval, RTTInterval time.Duration
 	// Damping of every gfe (default 0.5).
@@ -386,7 +390,10 @@ func (s *Spec) ConfigYAML() string {
 	if s.LoadAware {
 		b.WriteString("    load_aware: {enabled: true}\n")
 	}
-	if s.Shed {
+	switch {
+	case s.Shed && s.ShedAdmit > 0:
+		fmt.Fprintf(&b, "    overload: {shed: true, admit: %g}\n", s.ShedAdmit)
+	case s.Shed:
 		b.WriteString("    overload: {shed: true}\n")
 	}
 	b.WriteString("    balancing_mode: RATE\n    backends:\n")

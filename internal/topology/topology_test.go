@@ -149,15 +149,18 @@ func TestConfigYAMLServiceOptions(t *testing.T) {
 	for _, tt := range []struct {
 		name            string
 		loadAware, shed bool
+		admit           float64
 	}{
-		{"none", false, false},
-		{"load_aware", true, false},
-		{"shed", false, true},
-		{"both", true, true},
+		{"none", false, false, 0},
+		{"load_aware", true, false, 0},
+		{"shed", false, true, 0},
+		{"both", true, true, 0},
+		{"shed admitting 0.9", false, true, 0.9},
+		{"admit without shed", false, false, 0.9},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			spec := Uneven(7, DefaultUnevenAntagonist)
-			spec.LoadAware, spec.Shed = tt.loadAware, tt.shed
+			spec.LoadAware, spec.Shed, spec.ShedAdmit = tt.loadAware, tt.shed, tt.admit
 			cfg, err := config.Parse([]byte(spec.ConfigYAML()), "spillway.yaml")
 			if err != nil {
 				t.Fatalf("Parse(ConfigYAML()): %v", err)
@@ -165,6 +168,9 @@ func TestConfigYAMLServiceOptions(t *testing.T) {
 			svc := cfg.Services[0]
 			la, ov := config.DefaultLoadAware(), config.DefaultOverload()
 			la.Enabled, ov.Shed = tt.loadAware, tt.shed
+			if tt.shed && tt.admit > 0 {
+				ov.Admit = tt.admit
+			}
 			if diff := cmp.Diff(la, svc.LoadAware); diff != "" {
 				t.Errorf("load_aware (-want +got):\n%s", diff)
 			}
