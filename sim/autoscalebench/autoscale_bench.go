@@ -7,8 +7,8 @@ import (
 
 // This file is `lbsim autoscale-bench`, the autoscaler scorecard: lb/autoscale's
 // Cloud Run rules, alone and with the waterfall as their buffer, against
-// Knative's KPA (lb/autoscale/kpa) and a clairvoyant oracle, on six loads and
-// two cold starts. Everything is a deterministic simulation on simulated time
+// Knative's KPA (lb/autoscale/kpa), the Kubernetes HPA and a clairvoyant
+// oracle, on six loads and two cold starts. Everything is a deterministic simulation on simulated time
 // (no wall clock, no randomness): the same binary prints the same rows on any
 // machine, however loaded.
 //
@@ -47,7 +47,11 @@ import (
 //     instances (Autoscaler.OnDemand) while Pending says so; at max
 //     instances the oldest requests that waited MaxPendingWait fail (429).
 //   - KPA: see kpaScaler.
-//   - oracle: see oracleRow.
+//   - oracle: see oracle.
+//   - hpa (the Kubernetes HPA's defaults) and the rows with Knative's
+//     constants (oracle@70%, cloudrun+waterfall@70%, @70%,60s and
+//     @knative): see autoscale_variants.go.
+//   - Row.P99AllMs counts a failed request as never answered.
 //   - Scale-downs stop instances not yet ready first, then the newest.
 
 // Model is the scorecard's fixed model.
