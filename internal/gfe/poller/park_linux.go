@@ -7,9 +7,12 @@ package poller
 // socket, an end of file or error, the read deadline passing, or Close or
 // Release), and returns at once: while it waits, no goroutine holds c,
 // only its registration in a Poller (its deadline on the Poller's heap,
-// under the one timer). It reports false, and arms nothing, when the wait
-// is already over, or cannot be had (the socket could not be registered):
-// then the caller reads at once, as after WaitReadable.
+// under the one timer). It reports false, and arms nothing, when it finds
+// the wait over already (a wake-up left since the last read, and a peek
+// finds bytes; the deadline passed; an end of file or Close seen), or
+// cannot wait (the socket could not be registered): then the caller reads
+// at once, as after WaitReadable. Bytes already there whose report has
+// not come run fn at once instead.
 //
 // fn runs exactly once for each Park that reported true, however many of
 // those events race (bytes arriving while Close runs, two arrivals); its
