@@ -537,6 +537,10 @@ func TestBenchErrors(t *testing.T) {
 		{name: "unknown policy", s: s, opts: Options{Policies: []benchpolicy.Row{{Policy: "random"}}}, wantMsg: `bench policy random: unknown policy "random"`},
 		{name: "nearest_region without hashing", s: s, opts: Options{Policies: []benchpolicy.Row{benchpolicy.Row{Policy: config.PolicyRoundRobin, Scope: config.HashScopeNearestRegion}}}, wantMsg: "the gfe takes a hash_scope only for hash2, hash3 and hash5"},
 		{name: "unknown scope", s: s, opts: Options{Policies: []benchpolicy.Row{benchpolicy.Row{Policy: config.PolicyHash2, Scope: "zone"}}}, wantMsg: `unknown scope "zone"`},
+		{name: "load_aware", s: s, opts: Options{Policies: []benchpolicy.Row{{Policy: config.PolicyWaterfall, Options: benchpolicy.Options{LoadAware: true}}}},
+			wantErr: ErrOptionNotModelled, wantMsg: "bench policy waterfall+load_aware: load_aware: not modelled by lbsim bench"},
+		{name: "shed", s: s, opts: Options{Policies: []benchpolicy.Row{wf, {Policy: config.PolicyWaterfall, Options: benchpolicy.Options{LoadAware: true, Shed: true}}}},
+			wantErr: ErrOptionNotModelled, wantMsg: "run it with lbbench --story uneven"},
 		{name: "invalid scenario", s: &sim.Scenario{}, wantErr: sim.ErrInvalidScenario},
 		{name: "too many instances", s: mustParse(t, `
 regions: [{name: r, groups: [{name: g, instances: 10000, healthy: 10000, rate_per_instance: 1}, {name: h, instances: 10000, healthy: 10000, rate_per_instance: 1}, {name: i, instances: 10000, healthy: 10000, rate_per_instance: 1}]}]
