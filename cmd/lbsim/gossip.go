@@ -30,6 +30,7 @@ func runGossip(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.PublishInterval, "publish-interval", 0, "every node also re-publishes a drifted state every `interval` during the window (0: only the changes)")
 	fs.DurationVar(&o.Window, "window", 60e9, "steady-state `window` over which bytes are counted")
 	fs.IntVar(&o.BusyCores, "busy-cores", 0, "run `k` busy loops (child processes) during the run")
+	fs.DurationVar(&o.Timeout, "timeout", 20*60e9, "bound the whole `run`: forming, the window and failure detection")
 	fs.Uint64Var(&o.Seed, "seed", 1, "random `seed` of the states, publishers and victim")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
