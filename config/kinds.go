@@ -29,8 +29,15 @@ const (
 	// PolicyRoundRobin cycles over all healthy instances of all groups.
 	PolicyRoundRobin Policy = "round_robin"
 	// PolicyLeastRequest picks the less loaded of two random healthy
-	// instances (power of two choices).
+	// instances (power of two choices) over every region: the P2C
+	// baseline, what Envoy, Istio and HAProxy default to.
 	PolicyLeastRequest Policy = "least_request"
+	// PolicyEnvoyPriority is Envoy's priority model as a baseline: the
+	// site's regions by RTT are priorities 0, 1, ... (nearest first), each
+	// takes a share of the requests by the health of the priorities alone
+	// (lb/priority: overprovisioning factor 1.4, no capacity spill, no
+	// panic threshold), and inside a priority least_request picks.
+	PolicyEnvoyPriority Policy = "envoy_priority"
 	// PolicyHash2 hashes (source IP, destination IP) onto a Maglev table.
 	PolicyHash2 Policy = "hash2"
 	// PolicyHash3 hashes (source IP, destination IP, protocol).
@@ -41,7 +48,9 @@ const (
 
 // Policies lists every valid Policy, in documentation order.
 func Policies() []Policy {
-	return []Policy{PolicyWaterfall, PolicyMinRTT, PolicyRoundRobin, PolicyLeastRequest, PolicyHash2, PolicyHash3, PolicyHash5}
+	return []Policy{PolicyWaterfall, PolicyMinRTT, PolicyRoundRobin, PolicyLeastRequest,
+		PolicyEnvoyPriority,
+		PolicyHash2, PolicyHash3, PolicyHash5}
 }
 
 // ParsePolicy returns the Policy named s, or an error listing the valid
