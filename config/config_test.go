@@ -594,6 +594,9 @@ func TestPolicyKinds(t *testing.T) {
 		t.Fatalf("%d cases for %d policies", len(tests), len(Policies()))
 	}
 	for _, tt := range tests {
+		if got, want := tt.policy.OrdersRegions(), tt.wantPlanned || tt.policy == PolicyEnvoyPriority; got != want {
+			t.Errorf("%s.OrdersRegions() = %v, want %v", tt.policy, got, want)
+		}
 		if got := tt.policy.IsPlanned(); got != tt.wantPlanned {
 			t.Errorf("%s.IsPlanned() = %v, want %v", tt.policy, got, tt.wantPlanned)
 		}

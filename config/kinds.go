@@ -70,6 +70,15 @@ func (p Policy) IsPlanned() bool {
 	return p == PolicyWaterfall || p == PolicyMinRTT
 }
 
+// OrdersRegions reports whether p chooses among regions itself, by the
+// site's RTT (waterfall, min_rtt, envoy_priority), rather than picking
+// over a pool whose extent a scope sets (round_robin, least_request and
+// the hash policies: global, or for hashing nearest_region). The
+// benchmarks and lbsim plan take no scope for such a policy.
+func (p Policy) OrdersRegions() bool {
+	return p.IsPlanned() || p == PolicyEnvoyPriority
+}
+
 // IsHash reports whether p is one of the flow-hashing policies, the only ones
 // a HashScope applies to.
 func (p Policy) IsHash() bool {

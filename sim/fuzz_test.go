@@ -49,7 +49,7 @@ func FuzzParseScenario(f *testing.F) {
 				continue
 			}
 			scopes := config.HashScopes()
-			if p == config.PolicyEnvoyPriority {
+			if p.OrdersRegions() {
 				scopes = []config.HashScope{""} // it orders the regions itself
 			}
 			for _, sc := range scopes {

@@ -603,7 +603,7 @@ func TestExpectedFlowsConservation(t *testing.T) {
 		}
 		for _, p := range config.Policies() {
 			scopes := config.HashScopes()
-			if p.IsPlanned() || p == config.PolicyEnvoyPriority {
+			if p.OrdersRegions() {
 				scopes = []config.HashScope{""}
 			}
 			for _, sc := range scopes {

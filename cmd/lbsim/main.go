@@ -148,7 +148,7 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 		if scope, err = config.ParseHashScope(*scopeName); err != nil {
 			return usageErr("--scope: %v", err)
 		}
-		if policy.IsPlanned() || policy == config.PolicyEnvoyPriority {
+		if policy.OrdersRegions() {
 			return usageErr("--scope: %v", sim.ErrScopeNotApplicable)
 		}
 	}

@@ -25,7 +25,7 @@ type Row struct {
 	// baseline (round_robin, least_request, hash2, hash3, hash5).
 	Policy config.Policy
 	// Scope is a baseline's scope, global or nearest_region; empty for the
-	// planned policies. Only the hash policies honour nearest_region (the
+	// planned policies and envoy_priority (which order regions themselves). Only the hash policies honour nearest_region (the
 	// service's hash_scope); round_robin and least_request run global, as
 	// the gfe runs them.
 	Scope config.HashScope
@@ -52,8 +52,9 @@ func (r Row) HashScope() config.HashScope {
 // Defaults returns the benchmarks' 10 rows: waterfall; min_rtt (least
 // total RTT under the same constraints, run by the gfes exactly like
 // waterfall); round_robin and least_request (scope global, as the gfe runs
-// them); then hash2, hash3 and hash5 with scope global and then
-// nearest_region.
+// them: least_request/global is the P2C baseline, the power of two choices
+// over least requests that Envoy, Istio and HAProxy default to); then
+// hash2, hash3 and hash5 with scope global and then nearest_region.
 func Defaults() []Row {
 	rs := []Row{
 		{Policy: config.PolicyWaterfall},
@@ -69,27 +70,49 @@ func Defaults() []Row {
 	return rs
 }
 
-// Select returns the default rows whose ID or policy is in the
-// comma-separated list, in default order (a bare "hash2" selects both
-// scopes); every default row for a list of only spaces. It fails on a name
-// that is neither, and when the list names none.
-func Select(list string) ([]Row, error) {
-	all := Defaults()
-	if strings.TrimSpace(list) == "" {
-		return all, nil
+// Extras returns the rows a benchmark runs only when named (Select): the
+// baselines that are not Defaults, so that the default stories keep their
+// rows and their run time. envoy_priority is Envoy's priority model
+// (config.PolicyEnvoyPriority).
+func Extras() []Row {
+	return []Row{
+		{Policy: config.PolicyEnvoyPriority},
 	}
+}
+
+// Selectable returns every row Select can name: Defaults, then Extras.
+func Selectable() []Row { return append(Defaults(), Extras()...) }
+
+// aliases are the names Select takes for a row besides its ID and policy:
+// p2c is least_request/global, the power of two choices over least
+// requests (not a policy of its own: the gfe's least_request is P2C).
+var aliases = map[string]string{"p2c": "least_request/global"}
+
+// Select returns the rows whose ID, policy or alias (p2c: the
+// least_request/global row) is in the comma-separated list, in Selectable
+// order (a bare "hash2" selects both scopes); every default row for a list
+// of only spaces. It fails on a name that is none of these, and when the
+// list names none.
+func Select(list string) ([]Row, error) {
+	if strings.TrimSpace(list) == "" {
+		return Defaults(), nil
+	}
+	all := Selectable()
 	want := map[string]bool{}
 	for item := range strings.SplitSeq(list, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" {
 			continue
 		}
+		if id, ok := aliases[item]; ok {
+			item = id
+		}
 		if !slices.ContainsFunc(all, func(r Row) bool { return r.ID() == item || string(r.Policy) == item }) {
 			ids := make([]string, len(all))
 			for i, r := range all {
 				ids[i] = r.ID()
 			}
-			return nil, fmt.Errorf("unknown policy %q (want one of %s)", item, strings.Join(ids, ", "))
+			return nil, fmt.Errorf("unknown policy %q (want one of %s, or p2c)", item, strings.Join(ids, ", "))
 		}
 		want[item] = true
 	}

@@ -41,6 +41,10 @@ func TestSelect(t *testing.T) {
 		{name: "bare hash means both scopes", list: "hash2", want: []string{"hash2/global", "hash2/nearest_region"}},
 		{name: "default order, spaces", list: " hash5/nearest_region , waterfall", want: []string{"waterfall", "hash5/nearest_region"}},
 		{name: "a bare baseline is its one row", list: "min_rtt,round_robin", want: []string{"min_rtt", "round_robin/global"}},
+		{name: "p2c is least_request/global", list: "p2c", want: []string{"least_request/global"}},
+		{name: "p2c and least_request are one row", list: "least_request, p2c", want: []string{"least_request/global"}},
+		{name: "envoy_priority is selectable", list: "envoy_priority,waterfall", want: []string{"waterfall", "envoy_priority"}},
+		{name: "envoy_priority takes no scope", list: "envoy_priority/global", wantErr: `unknown policy "envoy_priority/global"`},
 		{name: "unknown", list: "waterfall,hash4", wantErr: `unknown policy "hash4" (want one of waterfall, min_rtt, round_robin/global, `},
 		{name: "round robin has no nearest scope", list: "round_robin/nearest_region", wantErr: `unknown policy "round_robin/nearest_region"`},
 		{name: "only commas", list: " , ", wantErr: "no policy named"},
@@ -61,6 +65,25 @@ func TestSelect(t *testing.T) {
 				t.Errorf("Select(%q) (-want +got):\n%s", tt.list, diff)
 			}
 		})
+	}
+}
+
+// TestExtras: envoy_priority is selectable but not a default row, so
+// that the default stories (lbbench's flash crowd, lbsim bench) keep their
+// rows and run time; every selectable ID is unique.
+func TestExtras(t *testing.T) {
+	if diff := cmp.Diff([]string{"envoy_priority"}, ids(Extras())); diff != "" {
+		t.Errorf("Extras() (-want +got):\n%s", diff)
+	}
+	seen := map[string]bool{}
+	for _, id := range ids(Selectable()) {
+		if seen[id] {
+			t.Errorf("row %s listed twice", id)
+		}
+		seen[id] = true
+	}
+	if len(seen) != len(Defaults())+len(Extras()) {
+		t.Errorf("%d selectable rows, want %d", len(seen), len(Defaults())+len(Extras()))
 	}
 }
 

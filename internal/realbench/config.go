@@ -127,7 +127,7 @@ func (c *Config) Validate() error {
 	if len(c.Policies) == 0 {
 		errs = append(errs, errors.New("policies: none"))
 	}
-	known := benchpolicy.Defaults()
+	known := benchpolicy.Selectable()
 	for i, p := range c.Policies {
 		if !slices.Contains(known, p) {
 			errs = append(errs, fmt.Errorf("policies[%d]: unknown policy %q", i, p.ID()))

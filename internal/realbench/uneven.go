@@ -31,6 +31,7 @@ func UnevenPolicies() []benchpolicy.Row {
 		{Policy: config.PolicyMinRTT},
 		{Policy: config.PolicyRoundRobin, Scope: config.HashScopeGlobal},
 		{Policy: config.PolicyLeastRequest, Scope: config.HashScopeGlobal}, // P2C over least requests
+		{Policy: config.PolicyEnvoyPriority},                               // Envoy's priority levels
 		{Policy: config.PolicyHash2, Scope: config.HashScopeGlobal},
 	}
 }

@@ -16,7 +16,7 @@ import (
 // Planned rows and envoy_priority keep theirs (validate rejects any): they
 // order the regions themselves.
 func scope(r benchpolicy.Row) config.HashScope {
-	if r.Scope == "" && !r.Policy.IsPlanned() && r.Policy != config.PolicyEnvoyPriority {
+	if r.Scope == "" && !r.Policy.OrdersRegions() {
 		return config.HashScopeGlobal
 	}
 	return r.Scope
@@ -33,7 +33,7 @@ func validate(r benchpolicy.Row) error {
 	if _, err := config.ParsePolicy(string(r.Policy)); err != nil {
 		return fmt.Errorf("bench policy %s: %w", r.Policy, err)
 	}
-	if r.Policy.IsPlanned() || r.Policy == config.PolicyEnvoyPriority {
+	if r.Policy.OrdersRegions() {
 		if r.Scope != "" {
 			return fmt.Errorf("bench policy %s: %w", r.Policy, sim.ErrScopeNotApplicable)
 		}
