@@ -71,3 +71,42 @@ func TestStreamSendsAnOlderGFEAPolicyItKnows(t *testing.T) {
 		t.Errorf("gfe-new: dropped %q, want none", n.Dropped)
 	}
 }
+
+// TestDroppedShownWithoutAPush: a gfe of an earlier release serves a
+// service under waterfall; the operator switches it to envoy_priority.
+// That gfe's form of the snapshot does not change (the policy left out is
+// the waterfall it runs), so nothing is pushed to it, but its status must
+// still name what it no longer honours, and stop naming it when the
+// setting goes.
+func TestDroppedShownWithoutAPush(t *testing.T) {
+	r := newSvcRig(t)
+	// Real hashes, as the reloader makes them: a form equal to the
+	// canonical YAML has the canonical version.
+	real := func(yaml string) *LoadedConfig {
+		c := loaded(t, yaml, "")
+		c.Hash = configHash(c.YAML)
+		return c
+	}
+	r.cfg = real(manyGroups(2).yaml())
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	v1 := r.state(true)
+	earlier := slices.DeleteFunc(config.Fields(), func(p string) bool { return p == "services[].policy=envoy_priority" })
+	old := r.openAs(t, ctx, "gfe-old", "", earlier)
+	recv(t, old, v1.Version, "1")
+	ack(t, old, v1.Version, "1")
+	r.waitNode(t, "gfe-old", "acked", func(n NodeStatus) bool { return n.Acked == v1.Version && len(n.Dropped) == 0 })
+
+	base := r.cfg
+	r.cfg = real(strings.Replace(manyGroups(2).yaml(), "  - name: web\n", "  - name: web\n    policy: envoy_priority\n", 1))
+	r.state(true)
+	want := []string{"services[0].policy=envoy_priority"}
+	ns := r.waitNode(t, "gfe-old", "naming envoy_priority", func(n NodeStatus) bool { return slices.Equal(n.Dropped, want) })
+	if ns.Pushed != v1.Version || ns.Acked != v1.Version || ns.Lagging {
+		t.Errorf("gfe-old: pushed %q, acked %q, lagging %v; want %s for both (its form did not change), false", ns.Pushed, ns.Acked, ns.Lagging, v1.Version)
+	}
+
+	r.cfg = base
+	r.state(true)
+	r.waitNode(t, "gfe-old", "no longer naming it", func(n NodeStatus) bool { return len(n.Dropped) == 0 })
+}
