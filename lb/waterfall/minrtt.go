@@ -162,6 +162,7 @@ func (m *model) flowProblem(k []int32) (p mincostflow.Problem, a0 []int32) {
 		if site.demand <= 0 {
 			continue
 		}
+		m.orderPrefix(s, int(k[s]))
 		for i := 0; i < int(site.reach) && len(p.Arcs)-int(a0[s]) < int(k[s]); i++ {
 			r := m.regionAt(s, i)
 			reg := &m.regions[r]
