@@ -59,13 +59,15 @@
 // optimum (its supply on its cheapest arcs, within their keep shares
 // first, regardless of the destinations' limits), and the excess of each
 // overfull destination is pushed along the cheapest residual path to a
-// destination with room. One phase is one Dijkstra over a binary heap,
+// destination with room, one overfull destination at a time (the first
+// in index order whose excess can still move), so that a search stops at
+// the room nearest to it. One phase is one Dijkstra over a binary heap,
 // O((A + V) log V) for A arcs and V = sources + destinations + 1 nodes,
 // cut short by the arcs' ascending cost; a phase saturates an arc's
 // residual, an overfull destination's excess or another's room, so in practice a
 // solve takes a few phases per arc, and 64 per arc and node at most (a
 // guard against float rounding making progress vanish). Splitting off an
 // overloaded set solves again only the sets it changed. For the planner's
-// 80 sites × 40 regions this is about 1 ms (lb/waterfall's
-// BenchmarkComputeMinRTT).
+// 1,000 sites × 100 regions this is a few milliseconds, for 80 × 40 a few
+// tenths of one (lb/waterfall's BenchmarkComputeMinRTT; BENCHMARKS.md §8).
 package mincostflow

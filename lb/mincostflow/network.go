@@ -65,12 +65,17 @@ type flowNet struct {
 	packed []bool    // per component: its demand equals level·capacity
 
 	// Dijkstra state, reused across phases.
-	pot  []cost // node potentials: reduced costs are ≥ 0
+	pot  []cost // node potentials, less off: reduced costs are ≥ 0
+	off  cost   // added to every potential (reprice, foldOffset)
 	dist []cost
 	done []bool
-	pred []int32 // arc·2+tier that reached the node, region index for the sink, -1 for sources
-	heap []int32 // open nodes, a binary min-heap by (dist, node)
-	pos  []int32 // per node: index in heap, -1 if not in it
+	// stuck marks the regions whose excess ssp found no path for.
+	stuck []bool
+	// touched lists the nodes the last dijkstra gave a distance.
+	touched []int32
+	pred    []int32 // arc·2+tier that reached the node, region index for the sink, -1 for sources
+	heap    []int32 // open nodes, a binary min-heap by (dist, node)
+	pos     []int32 // per node: index in heap, -1 if not in it
 }
 
 // newFlowNet builds the network of p, which Solve has validated: one arc
@@ -93,9 +98,14 @@ func newFlowNet(p Problem) *flowNet {
 		pot:      make([]cost, v),
 		dist:     make([]cost, v),
 		done:     make([]bool, v),
+		stuck:    make([]bool, nr),
 		pred:     make([]int32, v),
 		pos:      make([]int32, v),
 		users:    make([][]int32, nr),
+		touched:  make([]int32, 0, v),
+	}
+	for i := range v {
+		n.dist[i], n.pred[i], n.pos[i] = infCost, -1, -1
 	}
 	narcs := len(p.Arcs)
 	n.aSite = make([]int32, 0, narcs)
@@ -224,15 +234,45 @@ func (n *flowNet) reset(dirty []bool) {
 // until none is left, and reports whether some is stuck: no residual path
 // leads from it to a region with room. Then n.done marks the nodes
 // reachable from the stuck excess.
+//
+// Each phase searches from one region with excess, the first in index
+// order that is not known to be stuck: a search from one region stops at
+// the nearest room, where one from every region with excess would explore
+// around all of them. Any region with excess will do as the source of a
+// successive shortest path (the potentials stay valid, see reprice). A
+// region whose search finds no room stays stuck for the rest of ssp:
+// augmenting other paths only adds the reverses of their arcs, and a new
+// path through one of those would have reached that path's room before.
+// So when every region with excess is stuck, no excess can move, and one
+// search from all of them together marks what split needs (should that
+// search find room after all, its path is pushed and every region is
+// searched again).
 func (n *flowNet) ssp() (stuck bool) {
-	limit := maxPhasesPerArc * (len(n.aSite) + n.nr + 1)
+	defer n.foldOffset()
+	limit := maxPhasesPerArc*(len(n.aSite)+n.nr+1) + n.nr
+	from, anyStuck := 0, false
+	clear(n.stuck)
 	for range limit {
-		sources, reached := n.dijkstra()
-		if !sources {
-			return false
+		// Augmenting never adds excess (it fills only room), so the
+		// regions before from have none, or are stuck.
+		for from < n.nr && !(n.load[from]-n.limit[from] > n.roomE[from] && !n.stuck[from]) {
+			from++
 		}
-		if !reached {
-			return true
+		if from == n.nr {
+			if !anyStuck || !n.dijkstra(-1) {
+				return anyStuck
+			}
+			// Some excess moves after all (not expected: float rounding
+			// in a residual): push it, and search from each again.
+			n.reprice()
+			n.augment()
+			clear(n.stuck)
+			from, anyStuck = 0, false
+			continue
+		}
+		if !n.dijkstra(from) {
+			n.stuck[from], anyStuck = true, true
+			continue
 		}
 		n.reprice()
 		n.augment()
@@ -240,33 +280,33 @@ func (n *flowNet) ssp() (stuck bool) {
 	return false
 }
 
-// dijkstra finds shortest paths in reduced costs from every region with
-// excess, stopping at the sink. It reports whether there was any excess
-// and whether the sink was reached. Ties go to the lower node index.
-func (n *flowNet) dijkstra() (sources, reached bool) {
-	for v := range n.dist {
+// dijkstra finds shortest paths in reduced costs from region src, or from
+// every region with excess when src < 0, stopping at the sink. It reports
+// whether the sink was reached. Ties go to the lower node index.
+func (n *flowNet) dijkstra(src int) (reached bool) {
+	// Only the nodes the last search reached need their state reset.
+	for _, v := range n.touched {
 		n.dist[v] = infCost
 		n.done[v] = false
 		n.pred[v] = -1
 		n.pos[v] = -1
 	}
+	n.touched = n.touched[:0]
 	n.heap = n.heap[:0]
 	for r := range n.nr {
-		if n.load[r]-n.limit[r] > n.roomE[r] {
+		if r == src || src < 0 && n.load[r]-n.limit[r] > n.roomE[r] {
 			v := int32(n.ns + r)
 			n.dist[v] = cost{}
+			n.touched = append(n.touched, v)
 			n.fix(v)
 		}
-	}
-	if len(n.heap) == 0 {
-		return false, false
 	}
 	ns := int32(n.ns)
 	for len(n.heap) > 0 {
 		v := n.pop()
 		n.done[v] = true
 		if v == n.sink {
-			return true, true
+			return true
 		}
 		d, pv, cv := n.dist[v], n.pot[v], n.comp[v]
 		if v < ns { // a site: forward arcs to its regions
@@ -334,7 +374,7 @@ func (n *flowNet) dijkstra() (sources, reached bool) {
 		}
 		n.users[r] = kept
 	}
-	return true, false
+	return false
 }
 
 // relax offers w the distance d + rc through pred. Reduced costs are ≥ 0
@@ -346,6 +386,9 @@ func (n *flowNet) relax(w int32, d, rc cost, pred int32) {
 	}
 	nd := d.plus(rc)
 	if nd.less(n.dist[w]) {
+		if n.dist[w] == infCost {
+			n.touched = append(n.touched, w)
+		}
 		n.dist[w] = nd
 		n.pred[w] = pred
 		n.fix(w)
@@ -354,16 +397,30 @@ func (n *flowNet) relax(w int32, d, rc cost, pred int32) {
 
 // reprice adds the distances of the last dijkstra to the potentials,
 // capped at the sink's, so that reduced costs stay ≥ 0 and the path found
-// has reduced cost 0.
+// has reduced cost 0. The sink's distance, which every node not settled
+// gets, goes into n.off, which every potential carries (only differences
+// of potentials are read until foldOffset): only the nodes the search
+// settled are written.
 func (n *flowNet) reprice() {
 	dt := n.dist[n.sink]
-	for v := range n.pot {
-		d := dt
+	n.off = n.off.plus(dt)
+	for _, v := range n.touched {
 		if n.done[v] {
-			d = n.dist[v]
+			n.pot[v] = n.pot[v].plus(n.dist[v].minus(dt))
 		}
-		n.pot[v] = n.pot[v].plus(d)
 	}
+}
+
+// foldOffset adds n.off to every potential, so that pot holds them
+// outright again (for reset, which sets some, and for Solution).
+func (n *flowNet) foldOffset() {
+	if n.off == (cost{}) {
+		return
+	}
+	for v := range n.pot {
+		n.pot[v] = n.pot[v].plus(n.off)
+	}
+	n.off = cost{}
 }
 
 // augment pushes the largest amount the path to the sink allows: the
