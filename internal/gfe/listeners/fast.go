@@ -52,10 +52,17 @@ import (
 // replayConn, not a *tls.Conn: protect restores its requests' r.TLS.
 //
 // A cleartext connection reads through the shared poller
-// (poller.Shared): while it waits for its next request, it waits there,
-// and connections are served in the order their requests came. A TLS
-// connection does not: tls.Conn may hold a whole record it read, which
-// the socket no longer shows. A connection handed off leaves the poller.
+// (poller.Shared), and connections are served in the order their
+// requests came. While it waits for a request (its first, or the next
+// on a kept-alive connection) it holds no goroutine and no buffers: it
+// parks in the poller (poller.Conn.Park; fastidle.go), its idle_timeout
+// (or read_header_timeout) on the poller's deadline heap, and the poller
+// hands it to a worker goroutine when bytes come, the client closes, the
+// deadline passes or the drain or the fd budget's reclaim closes it —
+// exactly once. 15,000 idle connections cost 1.5–2.0 KiB of RSS each
+// (BENCHMARKS.md §8). A TLS connection does not park, nor read through
+// the poller: tls.Conn may hold a whole record it read, which the socket
+// no longer shows. A connection handed off leaves the poller.
 //
 // As net/http's background read cancels a request whose client left, the
 // fast path's sweep notices a client that closed its connection while its
