@@ -64,7 +64,7 @@ var badFiles = []struct {
 		`routes[1].service: required`,
 	}},
 	{"bad_enums.bad.yaml", []string{
-		`services[0].policy: must be one of waterfall, min_rtt, round_robin, least_request, hash2, hash3, hash5; got "rr"`,
+		`services[0].policy: must be one of waterfall, min_rtt, round_robin, least_request, envoy_priority, hash2, hash3, hash5; got "rr"`,
 		`services[0].balancing_mode: must be one of RATE, CONNECTION, UTILIZATION; got "rate"`,
 		`services[0].session_affinity.type: must be one of none, client_ip, client_ip_proto, client_ip_port_proto, generated_cookie, http_cookie, header; got "cookie"`,
 		`services[0].health_check.protocol: must be one of http, https, tcp, grpc; got "icmp"`,
@@ -212,6 +212,11 @@ var badFiles = []struct {
 		`services[0].outlier_detection.max_ejection_percent: must be in 0..100, got 101`,
 		`services[1].outlier_detection.base_ejection_time: must be > 0, got 0s`,
 		`services[1].outlier_detection.max_ejection_percent: must be in 0..100, got -1`,
+	}},
+	{"envoy_priority.bad.yaml", []string{
+		`services[0].hash_scope: only valid with a hash policy (hash2, hash3, hash5); policy is "envoy_priority"`,
+		`services[0].load_aware.enabled: only valid with a planned policy (waterfall, min_rtt), not envoy_priority`,
+		`services[0].overload.shed: only valid with a planned policy (waterfall, min_rtt), not envoy_priority`,
 	}},
 	{"load_aware.bad.yaml", []string{
 		`services[0].load_aware.slow_start: must be >= 0 (0 disables slow start), got -1s`,
@@ -580,6 +585,7 @@ func TestPolicyKinds(t *testing.T) {
 		{PolicyMinRTT, true, false},
 		{PolicyRoundRobin, false, false},
 		{PolicyLeastRequest, false, false},
+		{PolicyEnvoyPriority, false, false},
 		{PolicyHash2, false, true},
 		{PolicyHash3, false, true},
 		{PolicyHash5, false, true},
@@ -588,6 +594,9 @@ func TestPolicyKinds(t *testing.T) {
 		t.Fatalf("%d cases for %d policies", len(tests), len(Policies()))
 	}
 	for _, tt := range tests {
+		if got, want := tt.policy.OrdersRegions(), tt.wantPlanned || tt.policy == PolicyEnvoyPriority; got != want {
+			t.Errorf("%s.OrdersRegions() = %v, want %v", tt.policy, got, want)
+		}
 		if got := tt.policy.IsPlanned(); got != tt.wantPlanned {
 			t.Errorf("%s.IsPlanned() = %v, want %v", tt.policy, got, tt.wantPlanned)
 		}

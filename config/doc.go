@@ -44,7 +44,8 @@
 //	              pending_wait_cold_starts: 3.5  #   [0, 100] × cold_start); at max_instances then 429
 //	services:                             # required, at least one
 //	  - name: web                         # unique
-//	    policy: waterfall                 # waterfall | min_rtt | round_robin | least_request | hash2 | hash3 | hash5
+//	    policy: waterfall                 # waterfall | min_rtt | round_robin | least_request |
+//	                                      # envoy_priority | hash2 | hash3 | hash5
 //	    hash_scope: global                # hash policies only: global | nearest_region
 //	    balancing_mode: RATE              # RATE | CONNECTION | UTILIZATION
 //	    backends:                         # required, at least one; a group at most once

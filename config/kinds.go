@@ -29,8 +29,15 @@ const (
 	// PolicyRoundRobin cycles over all healthy instances of all groups.
 	PolicyRoundRobin Policy = "round_robin"
 	// PolicyLeastRequest picks the less loaded of two random healthy
-	// instances (power of two choices).
+	// instances (power of two choices) over every region: the P2C
+	// baseline, what Envoy, Istio and HAProxy default to.
 	PolicyLeastRequest Policy = "least_request"
+	// PolicyEnvoyPriority is Envoy's priority model as a baseline: the
+	// site's regions by RTT are priorities 0, 1, ... (nearest first), each
+	// takes a share of the requests by the health of the priorities alone
+	// (lb/priority: overprovisioning factor 1.4, no capacity spill, no
+	// panic threshold), and inside a priority least_request picks.
+	PolicyEnvoyPriority Policy = "envoy_priority"
 	// PolicyHash2 hashes (source IP, destination IP) onto a Maglev table.
 	PolicyHash2 Policy = "hash2"
 	// PolicyHash3 hashes (source IP, destination IP, protocol).
@@ -41,7 +48,9 @@ const (
 
 // Policies lists every valid Policy, in documentation order.
 func Policies() []Policy {
-	return []Policy{PolicyWaterfall, PolicyMinRTT, PolicyRoundRobin, PolicyLeastRequest, PolicyHash2, PolicyHash3, PolicyHash5}
+	return []Policy{PolicyWaterfall, PolicyMinRTT, PolicyRoundRobin, PolicyLeastRequest,
+		PolicyEnvoyPriority,
+		PolicyHash2, PolicyHash3, PolicyHash5}
 }
 
 // ParsePolicy returns the Policy named s, or an error listing the valid
@@ -59,6 +68,15 @@ func ParsePolicy(s string) (Policy, error) {
 // over a flat pool of instances. Spill applies only to these policies.
 func (p Policy) IsPlanned() bool {
 	return p == PolicyWaterfall || p == PolicyMinRTT
+}
+
+// OrdersRegions reports whether p chooses among regions itself, by the
+// site's RTT (waterfall, min_rtt, envoy_priority), rather than picking
+// over a pool whose extent a scope sets (round_robin, least_request and
+// the hash policies: global, or for hashing nearest_region). The
+// benchmarks and lbsim plan take no scope for such a policy.
+func (p Policy) OrdersRegions() bool {
+	return p.IsPlanned() || p == PolicyEnvoyPriority
 }
 
 // IsHash reports whether p is one of the flow-hashing policies, the only ones

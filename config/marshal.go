@@ -30,7 +30,11 @@ func Marshal(c *Config) ([]byte, error) {
 // write and known lacks is left out, and its path in c ("listeners[0].
 // fast_path", a whole section when the reader lacks the section) is
 // returned in dropped, in schema order: a setting that reader cannot
-// honour. With nothing dropped the YAML is exactly Marshal's.
+// honour. So is a field holding a value added after the reader's release
+// (negotiatedValues) that known does not state: it is returned as
+// "<path>=<value>" ("services[0].policy=envoy_priority") and the reader
+// takes the field's default (a service under envoy_priority runs
+// waterfall on it). With nothing dropped the YAML is exactly Marshal's.
 func MarshalFor(c *Config, known *FieldSet) (out []byte, dropped []string, err error) {
 	e := &encoder{known: known}
 	n := e.encodeStruct(reflect.ValueOf(c).Elem(), reflect.Zero(reflect.TypeFor[Config]()), "", "")
@@ -79,6 +83,12 @@ func (e *encoder) encodeStruct(v, def reflect.Value, path, schema string) *yaml.
 			if (&encoder{}).encodeField(f, fv, dv, fp, fs, disc) != nil {
 				e.dropped = append(e.dropped, fp)
 			}
+			continue
+		}
+		if value, ok := lacksValue(e.known, fs, fv); ok {
+			// A value the reader's release does not know: it reads the
+			// field's default instead.
+			e.dropped = append(e.dropped, fp+"="+value)
 			continue
 		}
 		if val := e.encodeField(f, fv, dv, fp, fs, disc); val != nil {

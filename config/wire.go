@@ -46,8 +46,9 @@ func ParseSnapshot(data []byte, name string) (c *Config, unknown []string, err e
 // Fields returns the path of every field of the schema, in schema order:
 // keys joined with dots, the elements of a list written "[]"
 // ("services[].feedback.confirm_utilization"), each section before its
-// keys. It is what a gfe states it reads (Node.config_fields) and what
-// MarshalFor keeps to.
+// keys; then every negotiated value (negotiatedValues) as
+// "<path>=<value>" ("services[].policy=envoy_priority"). It is what a gfe
+// states it reads (Node.config_fields) and what MarshalFor keeps to.
 func Fields() []string {
 	fieldsOnce.Do(func() {
 		var walk func(prefix string, t reflect.Type)
@@ -64,6 +65,9 @@ func Fields() []string {
 			}
 		}
 		walk("", reflect.TypeFor[Config]())
+		for _, v := range negotiatedValues {
+			allFields = append(allFields, v.path+"="+v.value)
+		}
 	})
 	return slices.Clone(allFields)
 }
@@ -72,6 +76,36 @@ var (
 	fieldsOnce sync.Once
 	allFields  []string
 )
+
+// negotiatedValue is a value of an enumerated field that a reader reads
+// only if its schema states "<path>=<value>".
+type negotiatedValue struct{ path, value string }
+
+// negotiatedValues are the values of enumerated fields added after the
+// schema negotiation existed, one per line: a gfe of an earlier release
+// knows the field but would refuse the value (its validation lists only
+// its own release's values), which would strand every service of the
+// snapshot on it. MarshalFor leaves a field holding such a value out for
+// a reader whose schema does not state it, so that the reader takes the
+// field's default, and names it in dropped as "<path>=<value>".
+var negotiatedValues = []negotiatedValue{
+	{"services[].policy", string(PolicyEnvoyPriority)},
+}
+
+// lacksValue reports whether reader known (nil: every field) cannot read
+// value v of the field at schema path schema: v is a negotiated value
+// known does not state. It returns the value's name for dropped.
+func lacksValue(known *FieldSet, schema string, v reflect.Value) (string, bool) {
+	if known == nil || v.Kind() != reflect.String {
+		return "", false
+	}
+	for _, nv := range negotiatedValues {
+		if nv.path == schema && nv.value == v.String() && !known.Has(nv.path+"="+nv.value) {
+			return nv.value, true
+		}
+	}
+	return "", false
+}
 
 // FieldSet is a set of field paths as Fields writes them: the schema of
 // one reader. Immutable; safe for concurrent use.

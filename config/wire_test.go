@@ -181,3 +181,55 @@ func TestBaselineFieldsAreB242d36(t *testing.T) {
 		}
 	}
 }
+
+// TestMarshalForLeavesOutAValueTheReaderCannotRead: a policy added after
+// the schema negotiation (envoy_priority) is a value a gfe of an earlier
+// release would refuse, and with it the whole snapshot. For a reader
+// whose schema does not state the value (an earlier release's, or the
+// baseline's) MarshalFor leaves the policy out, so that the reader runs
+// the default (waterfall) and every other service as configured, and
+// names it; a reader that states it gets Marshal's YAML.
+func TestMarshalForLeavesOutAValueTheReaderCannotRead(t *testing.T) {
+	src := strings.Replace(mustRead(t, "testdata/minimal.good.yaml"), "  - name: web\n", "  - name: web\n    policy: envoy_priority\n", 1)
+	c, err := Parse([]byte(src), "envoy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(Fields(), "services[].policy=envoy_priority") {
+		t.Fatalf("Fields() does not state envoy_priority: %q", Fields())
+	}
+	full, err := Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same, dropped, err := MarshalFor(c, NewFieldSet(Fields()))
+	if err != nil || string(same) != string(full) || len(dropped) != 0 {
+		t.Errorf("MarshalFor(every field) = dropped %v, err %v, same as Marshal %v", dropped, err, string(same) == string(full))
+	}
+	earlier := slices.DeleteFunc(Fields(), func(p string) bool { return p == "services[].policy=envoy_priority" })
+	for name, known := range map[string]*FieldSet{"earlier release": NewFieldSet(earlier), "baseline": BaselineFields()} {
+		out, dropped, err := MarshalFor(c, known)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"services[0].policy=envoy_priority"}; !slices.Equal(dropped, want) {
+			t.Errorf("%s: dropped %q, want %q", name, dropped, want)
+		}
+		if strings.Contains(string(out), "envoy_priority") {
+			t.Errorf("%s: sent envoy_priority:\n%s", name, out)
+		}
+		back, err := Parse(out, "for-old-reader.yaml")
+		if err != nil {
+			t.Fatalf("%s: Parse(MarshalFor): %v\n%s", name, err, out)
+		}
+		if p := back.Services[0].Policy; p != PolicyWaterfall {
+			t.Errorf("%s: policy %s after MarshalFor, want the default waterfall", name, p)
+		}
+	}
+	// A policy every release knows is sent as it is.
+	c.Services[0].Policy = PolicyLeastRequest
+	out, dropped, err := MarshalFor(c, NewFieldSet(earlier))
+	if err != nil || len(dropped) != 0 || !strings.Contains(string(out), "policy: least_request") {
+		t.Errorf("least_request for an earlier release: dropped %v, err %v:\n%s", dropped, err, out)
+	}
+}

@@ -157,6 +157,7 @@ func TestUpgradeSkew(t *testing.T) {
 			}
 			waitAcked(t, cp, c)
 		}
+		checkNewPolicySkew(t, c, cp, base)
 		t.Logf("new control plane with %d releases' gfes: %v", len(releases), time.Since(start).Round(time.Millisecond))
 	})
 
@@ -171,6 +172,66 @@ func TestUpgradeSkew(t *testing.T) {
 			t.Logf("control plane of %s with a new gfe: %v", r.Name, time.Since(start).Round(time.Millisecond))
 		})
 	}
+}
+
+// checkNewPolicySkew switches the service to a policy no previous release
+// knows (envoy_priority) and checks that no gfe is stranded: every one
+// ACKs and serves, none lags, and the control plane names, for each gfe of
+// a previous release, the value it left out of that gfe's snapshot (it
+// keeps running the default, waterfall), though that snapshot did not
+// change; this tree's gfe gets it all. The config base comes back
+// afterwards.
+func checkNewPolicySkew(t *testing.T, c *topology.Cluster, cp string, base []byte) {
+	t.Helper()
+	edited := strings.Replace(string(base), "    policy: waterfall\n", "    policy: envoy_priority\n", 1)
+	if edited == string(base) {
+		t.Fatal("config fixture changed: no policy: waterfall to replace")
+	}
+	before := map[string]string{}
+	st := cpStatus(t, cp)
+	for _, gf := range c.GFEs {
+		before[gf.Name] = st.gfe(t, gf.Name).Acked
+	}
+	if err := os.WriteFile(c.ConfigPath, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	newest := c.GFEs[len(c.GFEs)-1].Name
+	err := topology.WaitFor(context.Background(), 20*time.Second, func() (bool, error) {
+		st := cpStatus(t, cp)
+		if len(st.LaggingGFEs) != 0 {
+			return false, fmt.Errorf("lagging_gfes %v", st.LaggingGFEs)
+		}
+		for _, gf := range c.GFEs {
+			g := st.gfe(t, gf.Name)
+			// A previous release's form of the snapshot is the one it
+			// had (the service without its policy: waterfall, as
+			// before), so it keeps its version; this tree's gfe gets a
+			// new one.
+			want, moved := []string{"services[0].policy=envoy_priority"}, false
+			if gf.Name == newest {
+				want, moved = nil, true
+			}
+			if (g.Acked != before[gf.Name]) != moved || g.Acked != g.Pushed || !slices.Equal(g.Dropped, want) {
+				return false, fmt.Errorf("%s: acked %q (before %q), pushed %q, dropped %q; want a new version %v, dropped %q", g.ID, g.Acked, before[gf.Name], g.Pushed, g.Dropped, moved, want)
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("service under envoy_priority: %v", err)
+	}
+	for _, gf := range c.GFEs {
+		for range 10 {
+			if code, _ := skewRequest(t, gf.URL+"/", ""); code != http.StatusOK {
+				t.Errorf("%s under envoy_priority: GET / = %d, want 200", gf.Name, code)
+			}
+		}
+	}
+	t.Logf("envoy_priority: every gfe acks and serves; the previous releases' run waterfall, named on /status")
+	if err := os.WriteFile(c.ConfigPath, base, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitAcked(t, cp, c)
 }
 
 // skewConfig is the deployment's config with a listener, a feedback block,
@@ -335,7 +396,10 @@ type skewGFE struct {
 	NacksInARow    uint64 `json:"nacks_in_a_row"`
 	Lagging        bool   `json:"lagging"`
 	DeclaredFields int    `json:"declared_fields"`
-	LastNack       *struct {
+	// Dropped is what the control plane left out of the gfe's snapshot
+	// (dropped_fields).
+	Dropped  []string `json:"dropped_fields"`
+	LastNack *struct {
 		Error string `json:"error"`
 	} `json:"last_nack"`
 }

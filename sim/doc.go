@@ -28,6 +28,12 @@
 //   - min_rtt: the plan of lb/waterfall.ComputeMinRTT with the same
 //     DefaultConfig: least total RTT under the same constraints, with the
 //     same reasons.
+//   - envoy_priority: the site's regions in rtt_ms, nearest first, are
+//     priority levels 0, 1, ...; each level takes the share of the site's
+//     demand that Envoy's priority load gives it from health alone
+//     (lb/priority: healthy over all instances of the region's groups
+//     that are not drained, overprovisioning factor 1.4; no capacity
+//     spill), spread over the level's groups by their healthy instances.
 //   - round_robin, least_request, hash2, hash3, hash5: the baselines do not
 //     know capacity or RTT, so in steady state every eligible instance in
 //     scope receives an equal share of a site's demand. An instance is

@@ -12,8 +12,8 @@ import (
 )
 
 // ErrScopeNotApplicable is returned by ExpectedFlows when a scope is given
-// with Waterfall or MinRTT.
-var ErrScopeNotApplicable = errors.New("scope applies only to round_robin, least_request and hash policies; waterfall and min_rtt choose regions themselves")
+// with Waterfall, MinRTT or envoy_priority.
+var ErrScopeNotApplicable = errors.New("scope applies only to round_robin, least_request and hash policies; waterfall, min_rtt and envoy_priority choose regions themselves")
 
 // ErrUnservable is returned by ExpectedFlows when a site with demand has no
 // eligible instance in scope, so its demand cannot be conserved.
@@ -26,8 +26,8 @@ var ErrOverflow = errors.New("load or utilization overflows")
 
 // ExpectedFlows returns the steady-state flows of policy p on s (see the
 // package doc for each policy's model). scope must be empty for Waterfall
-// and MinRTT;
-// for the baselines the empty scope means ScopeGlobal.
+// and MinRTT, and for envoy_priority;
+// for the other baselines the empty scope means ScopeGlobal.
 //
 // After it returns without error: every site's flows add up to its demand
 // (up to float rounding); no flow is zero; Flows are sorted by site name,
@@ -39,6 +39,16 @@ func (s *Scenario) ExpectedFlows(p config.Policy, scope config.HashScope) (*Resu
 		return nil, err
 	}
 	var flows []Flow
+	if p == config.PolicyEnvoyPriority {
+		if scope != "" {
+			return nil, fmt.Errorf("scope %q: %w", scope, ErrScopeNotApplicable)
+		}
+		var err error
+		if flows, err = s.priorityFlows(); err != nil {
+			return nil, err
+		}
+		return s.result(p, scope, flows)
+	}
 	if p.IsPlanned() {
 		if scope != "" {
 			return nil, fmt.Errorf("scope %q: %w", scope, ErrScopeNotApplicable)

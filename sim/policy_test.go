@@ -113,6 +113,51 @@ func TestExpectedFlowsBaselines(t *testing.T) {
 	}
 }
 
+// TestExpectedFlowsEnvoyPriority: envoy_priority's flows are Envoy's
+// priority loads over each site's regions by RTT, from health alone. s1's
+// nearest region a is 60% healthy (6 of 10): 84% stays there although it
+// is over capacity (no capacity spill), 16% goes to b, whose drained group
+// counts for nothing, and none to c. s2 reaches only c.
+func TestExpectedFlowsEnvoyPriority(t *testing.T) {
+	s := mustParse(t, `
+regions:
+  - name: a
+    groups:
+      - {name: a-1, instances: 5, healthy: 3, rate_per_instance: 10}
+      - {name: a-2, instances: 5, healthy: 3, rate_per_instance: 10}
+  - name: b
+    groups:
+      - {name: b-1, instances: 4, healthy: 4, rate_per_instance: 10}
+      - {name: b-drained, instances: 4, healthy: 4, rate_per_instance: 10, capacity_scaler: 0}
+  - name: c
+    groups:
+      - {name: c-1, instances: 2, healthy: 2, rate_per_instance: 10}
+sites:
+  - {name: s1, demand_rps: 100, rtt_ms: {a: 5, b: 20, c: 50}}
+  - {name: s2, demand_rps: 50, rtt_ms: {c: 1}}
+`)
+	want := &Result{
+		Policy: config.PolicyEnvoyPriority,
+		Sites:  []SiteDemand{{"s1", 100}, {"s2", 50}},
+		Flows: []Flow{
+			{"s1", "a", "a-1", 42, ""}, {"s1", "a", "a-2", 42, ""}, {"s1", "b", "b-1", 16, ""},
+			{"s2", "c", "c-1", 50, ""},
+		},
+		Regions: []RegionLoad{
+			{Name: "a", CapacityRPS: 60, LoadRPS: 84, Utilization: 1.4},
+			{Name: "b", CapacityRPS: 40, LoadRPS: 16, Utilization: 0.4},
+			{Name: "c", CapacityRPS: 20, LoadRPS: 50, Utilization: 2.5},
+		},
+	}
+	got, err := s.ExpectedFlows(config.PolicyEnvoyPriority, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got, approx); diff != "" {
+		t.Errorf("ExpectedFlows(envoy_priority) mismatch (-want +got):\n%s", diff)
+	}
+}
+
 // TestExpectedFlowsWaterfall checks the worked numbers of docs/design.md §3 on
 // small worlds. It needs the real lb/waterfall planner.
 func TestExpectedFlowsWaterfall(t *testing.T) {
@@ -375,12 +420,16 @@ sites: [{name: s, demand_rps: 1e300, rtt_ms: {r: 1}}]
 		wantErr error  // checked with errors.Is when set
 		wantMsg string // exact message
 	}{
-		{name: "unknown policy", s: s, policy: "random", wantMsg: `unknown policy "random" (want one of waterfall, min_rtt, round_robin, least_request, hash2, hash3, hash5)`},
+		{name: "unknown policy", s: s, policy: "random", wantMsg: `unknown policy "random" (want one of waterfall, min_rtt, round_robin, least_request, envoy_priority, hash2, hash3, hash5)`},
 		{name: "unknown scope", s: s, policy: config.PolicyRoundRobin, scope: "zone", wantMsg: `unknown scope "zone" (want one of global, nearest_region)`},
 		{name: "scope with waterfall", s: s, policy: config.PolicyWaterfall, scope: config.HashScopeGlobal, wantErr: ErrScopeNotApplicable,
 			wantMsg: `scope "global": ` + ErrScopeNotApplicable.Error()},
 		{name: "scope with min_rtt", s: s, policy: config.PolicyMinRTT, scope: config.HashScopeNearestRegion, wantErr: ErrScopeNotApplicable,
 			wantMsg: `scope "nearest_region": ` + ErrScopeNotApplicable.Error()},
+		{name: "scope with envoy_priority", s: s, policy: config.PolicyEnvoyPriority, scope: config.HashScopeGlobal, wantErr: ErrScopeNotApplicable,
+			wantMsg: `scope "global": ` + ErrScopeNotApplicable.Error()},
+		{name: "no priority level healthy", s: dark, policy: config.PolicyEnvoyPriority, wantErr: ErrUnservable,
+			wantMsg: `site "s1", policy envoy_priority: ` + ErrUnservable.Error()},
 		{name: "site reaches no healthy instance", s: dark, policy: config.PolicyHash5, scope: config.HashScopeGlobal, wantErr: ErrUnservable,
 			wantMsg: `site "s1", scope global: ` + ErrUnservable.Error()},
 		{name: "nearest region scope has nothing either", s: dark, policy: config.PolicyLeastRequest, scope: config.HashScopeNearestRegion, wantErr: ErrUnservable,
@@ -554,7 +603,7 @@ func TestExpectedFlowsConservation(t *testing.T) {
 		}
 		for _, p := range config.Policies() {
 			scopes := config.HashScopes()
-			if p.IsPlanned() {
+			if p.OrdersRegions() {
 				scopes = []config.HashScope{""}
 			}
 			for _, sc := range scopes {

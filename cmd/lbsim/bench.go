@@ -20,11 +20,15 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	for _, p := range benchpolicy.Defaults() {
 		ids = append(ids, p.ID())
 	}
+	var extras []string
+	for _, p := range benchpolicy.Extras() {
+		extras = append(extras, p.ID())
+	}
 	var (
 		scenarioPath = fs.String("scenario", "", "scenario YAML `file` (required)")
 		asJSON       = fs.Bool("json", false, "print one JSON object instead of a table")
 		seriesPath   = fs.String("series", "", "write every step's region shares per policy to this CSV `file`")
-		policyList   = fs.String("policies", "", "comma-separated `list` of rows to run (default all): "+strings.Join(ids, ", ")+"; a bare hash2 means both scopes")
+		policyList   = fs.String("policies", "", "comma-separated `list` of rows to run (default all of): "+strings.Join(ids, ", ")+"; a bare hash2 means both scopes; p2c is least_request/global; also selectable: "+strings.Join(extras, ", "))
 		steps        = fs.Int("steps", 0, "stop after `N` steps (0: the whole timeline)")
 	)
 	fs.Usage = func() {

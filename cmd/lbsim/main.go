@@ -7,7 +7,7 @@
 //	lbsim gossip --nodes N [--json]
 //
 // plan prints the steady-state flows of one policy (waterfall, min_rtt,
-// round_robin, least_request, hash2, hash3, hash5) from every site to every
+// round_robin, least_request, envoy_priority, hash2, hash3, hash5) from every site to every
 // instance group, and each region's capacity, load and utilization. The
 // model of each policy and the scenario format are documented in package
 // sim.
@@ -122,7 +122,7 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 	var (
 		scenarioPath = fs.String("scenario", "", "scenario YAML `file` (required)")
 		policyName   = fs.String("policy", "", "`policy`, one of: "+names(config.Policies())+" (required)")
-		scopeName    = fs.String("scope", "", "`scope` of the baseline policies: "+names(config.HashScopes())+" (default global; not valid with waterfall or min_rtt)")
+		scopeName    = fs.String("scope", "", "`scope` of the baseline policies: "+names(config.HashScopes())+" (default global; not valid with waterfall, min_rtt or envoy_priority)")
 		asJSON       = fs.Bool("json", false, "print one JSON object instead of tables")
 	)
 	fs.Usage = func() {
@@ -148,7 +148,7 @@ func runPlan(args []string, stdout, stderr io.Writer) int {
 		if scope, err = config.ParseHashScope(*scopeName); err != nil {
 			return usageErr("--scope: %v", err)
 		}
-		if policy.IsPlanned() {
+		if policy.OrdersRegions() {
 			return usageErr("--scope: %v", sim.ErrScopeNotApplicable)
 		}
 	}

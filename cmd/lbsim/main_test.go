@@ -50,7 +50,7 @@ type planOutput struct {
 // at every level, and returns it. Planned policies (waterfall, min_rtt) have
 // no scope and a reason on every flow; the baselines have a scope and no
 // reasons.
-func decodePlan(t *testing.T, stdout []byte, planned bool) planOutput {
+func decodePlan(t *testing.T, stdout []byte, noScope, planned bool) planOutput {
 	t.Helper()
 	dec := json.NewDecoder(bytes.NewReader(stdout))
 	var raw map[string]json.RawMessage
@@ -62,8 +62,10 @@ func decodePlan(t *testing.T, stdout []byte, planned bool) planOutput {
 	}
 	wantTop := []string{"flows", "policy", "regions", "scope", "sites"}
 	wantFlow := []string{"group", "region", "rps", "site"}
-	if planned {
+	if noScope {
 		wantTop = []string{"flows", "policy", "regions", "sites"}
+	}
+	if planned {
 		wantFlow = []string{"group", "reason", "region", "rps", "site"}
 	}
 	if diff := cmp.Diff(wantTop, sortedKeys(raw)); diff != "" {
@@ -164,7 +166,7 @@ func TestPlanShippedScenarios(t *testing.T) {
 		}
 		for _, policy := range config.Policies() {
 			scopes := []string{"", "global", "nearest_region"}
-			if policy.IsPlanned() {
+			if policy.OrdersRegions() {
 				scopes = []string{""}
 			}
 			for _, scope := range scopes {
@@ -180,12 +182,12 @@ func TestPlanShippedScenarios(t *testing.T) {
 					if stderr.Len() != 0 {
 						t.Errorf("stderr = %q, want empty", stderr.String())
 					}
-					out := decodePlan(t, stdout.Bytes(), policy.IsPlanned())
+					out := decodePlan(t, stdout.Bytes(), policy.OrdersRegions(), policy.IsPlanned())
 					if out.Policy != string(policy) {
 						t.Errorf("policy = %q, want %q", out.Policy, policy)
 					}
 					wantScope := scope
-					if wantScope == "" && !policy.IsPlanned() {
+					if wantScope == "" && !policy.OrdersRegions() {
 						wantScope = "global"
 					}
 					if out.Scope != wantScope {
@@ -414,7 +416,7 @@ sites: [{name: s, demand_rps: 10, rtt_ms: {r: 1}}]
 		{name: "missing scenario", args: []string{"plan", "--policy", "waterfall"}, wantCode: exitUsage, wantStderr: []string{"--scenario is required", "usage: lbsim plan"}},
 		{name: "missing policy", args: []string{"plan", "--scenario", good}, wantCode: exitUsage, wantStderr: []string{"--policy is required"}},
 		{name: "unknown policy", args: []string{"plan", "--scenario", good, "--policy", "random"}, wantCode: exitUsage,
-			wantStderr: []string{`--policy: unknown policy "random" (want one of waterfall, min_rtt, round_robin, least_request, hash2, hash3, hash5)`}},
+			wantStderr: []string{`--policy: unknown policy "random" (want one of waterfall, min_rtt, round_robin, least_request, envoy_priority, hash2, hash3, hash5)`}},
 		{name: "unknown scope", args: []string{"plan", "--scenario", good, "--policy", "hash2", "--scope", "zone"}, wantCode: exitUsage,
 			wantStderr: []string{`--scope: unknown scope "zone"`}},
 		{name: "scope with waterfall", args: []string{"plan", "--scenario", good, "--policy", "waterfall", "--scope", "global"}, wantCode: exitUsage,
@@ -520,7 +522,7 @@ func TestBinary(t *testing.T) {
 		if code != 0 || len(stderr) != 0 {
 			t.Fatalf("lbsim plan --policy %s: exit %d, stderr %q; want 0 and empty", policy, code, stderr)
 		}
-		out := decodePlan(t, stdout, policy == "waterfall")
+		out := decodePlan(t, stdout, policy == "waterfall", policy == "waterfall")
 		checkConservation(t, scen, out)
 		if policy == "waterfall" {
 			// flash-crowd: nyc fills us-east exactly and spills the rest.

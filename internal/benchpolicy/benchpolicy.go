@@ -28,7 +28,7 @@ type Row struct {
 	// baseline (round_robin, least_request, hash2, hash3, hash5).
 	Policy config.Policy
 	// Scope is a baseline's scope, global or nearest_region; empty for the
-	// planned policies. Only the hash policies honour nearest_region (the
+	// planned policies and envoy_priority (which order regions themselves). Only the hash policies honour nearest_region (the
 	// service's hash_scope); round_robin and least_request run global, as
 	// the gfe runs them.
 	Scope config.HashScope
@@ -100,8 +100,9 @@ func (r Row) HashScope() config.HashScope {
 // Defaults returns the benchmarks' 10 rows: waterfall; min_rtt (least
 // total RTT under the same constraints, run by the gfes exactly like
 // waterfall); round_robin and least_request (scope global, as the gfe runs
-// them); then hash2, hash3 and hash5 with scope global and then
-// nearest_region.
+// them: least_request/global is the P2C baseline, the power of two choices
+// over least requests that Envoy, Istio and HAProxy default to); then
+// hash2, hash3 and hash5 with scope global and then nearest_region.
 func Defaults() []Row {
 	rs := []Row{
 		{Policy: config.PolicyWaterfall},
@@ -117,13 +118,28 @@ func Defaults() []Row {
 	return rs
 }
 
+// Extras returns the rows a benchmark runs only when named (Select): the
+// baselines that are not Defaults, so that the default stories keep their
+// rows and their run time. envoy_priority is Envoy's priority model
+// (config.PolicyEnvoyPriority).
+func Extras() []Row {
+	return []Row{
+		{Policy: config.PolicyEnvoyPriority},
+	}
+}
+
+// aliases are the names Select takes for a row besides its ID and policy:
+// p2c is least_request/global, the power of two choices over least
+// requests (not a policy of its own: the gfe's least_request is P2C).
+var aliases = map[string]string{"p2c": "least_request/global"}
+
 // optionSets are the option sets a planned row may turn on, in the order
 // Known lists them.
 var optionSets = []Options{{LoadAware: true}, {Shed: true}, {LoadAware: true, Shed: true}}
 
 // Known returns every row the benchmarks can run: Defaults in their order,
 // each planned one followed by its variants with options (+load_aware,
-// +shed, +load_aware+shed).
+// +shed, +load_aware+shed), then Extras.
 func Known() []Row {
 	var out []Row
 	for _, r := range Defaults() {
@@ -134,14 +150,15 @@ func Known() []Row {
 			}
 		}
 	}
-	return out
+	return append(out, Extras()...)
 }
 
-// Select returns the known rows (Known) whose ID is in the comma-separated
-// list, or, for a bare policy, its rows without options (a bare "hash2"
-// selects both scopes, a bare "waterfall" not waterfall+shed), in Known's
-// order; every default row for a list of only spaces. It fails on a name
-// that is neither, and when the list names none.
+// Select returns the known rows (Known) whose ID or alias (p2c: the
+// least_request/global row) is in the comma-separated list, or, for a bare
+// policy, its rows without options (a bare "hash2" selects both scopes, a
+// bare "waterfall" not waterfall+shed), in Known's order; every default row
+// for a list of only spaces. It fails on a name that is none of these, and
+// when the list names none.
 func Select(list string) ([]Row, error) {
 	if strings.TrimSpace(list) == "" {
 		return Defaults(), nil
@@ -154,12 +171,15 @@ func Select(list string) ([]Row, error) {
 		if item == "" {
 			continue
 		}
+		if id, ok := aliases[item]; ok {
+			item = id
+		}
 		if !slices.ContainsFunc(all, func(r Row) bool { return r.ID() == item || bare(r, item) }) {
 			ids := make([]string, 0, len(all))
-			for _, r := range Defaults() {
+			for _, r := range append(Defaults(), Extras()...) {
 				ids = append(ids, r.ID())
 			}
-			return nil, fmt.Errorf("unknown policy %q (want one of %s; a planned policy may add +%s, +%s or +%s+%s)",
+			return nil, fmt.Errorf("unknown policy %q (want one of %s, or p2c; a planned policy may add +%s, +%s or +%s+%s)",
 				item, strings.Join(ids, ", "), OptionLoadAware, OptionShed, OptionLoadAware, OptionShed)
 		}
 		want[item] = true

@@ -1,6 +1,7 @@
 package benchpolicy
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -48,6 +49,11 @@ func TestSelect(t *testing.T) {
 		{name: "options in another order are unknown", list: "waterfall+shed+load_aware", wantErr: `unknown policy "waterfall+shed+load_aware"`},
 		{name: "a baseline takes no options", list: "least_request+shed", wantErr: `unknown policy "least_request+shed"`},
 		{name: "a baseline with scope takes no options", list: "least_request/global+shed", wantErr: `a planned policy may add +load_aware, +shed or +load_aware+shed`},
+		{name: "p2c is least_request/global", list: "p2c", want: []string{"least_request/global"}},
+		{name: "p2c and least_request are one row", list: "least_request, p2c", want: []string{"least_request/global"}},
+		{name: "envoy_priority is selectable", list: "envoy_priority,waterfall", want: []string{"waterfall", "envoy_priority"}},
+		{name: "envoy_priority takes no scope", list: "envoy_priority/global", wantErr: `unknown policy "envoy_priority/global"`},
+		{name: "envoy_priority takes no options", list: "envoy_priority+shed", wantErr: `unknown policy "envoy_priority+shed"`},
 		{name: "unknown", list: "waterfall,hash4", wantErr: `unknown policy "hash4" (want one of waterfall, min_rtt, round_robin/global, `},
 		{name: "round robin has no nearest scope", list: "round_robin/nearest_region", wantErr: `unknown policy "round_robin/nearest_region"`},
 		{name: "only commas", list: " , ", wantErr: "no policy named"},
@@ -78,6 +84,7 @@ func TestKnown(t *testing.T) {
 		"round_robin/global", "least_request/global",
 		"hash2/global", "hash3/global", "hash5/global",
 		"hash2/nearest_region", "hash3/nearest_region", "hash5/nearest_region",
+		"envoy_priority",
 	}
 	if diff := cmp.Diff(want, ids(Known())); diff != "" {
 		t.Errorf("Known() (-want +got):\n%s", diff)
@@ -85,6 +92,27 @@ func TestKnown(t *testing.T) {
 	for _, r := range Known() {
 		if r.Any() && !r.Policy.IsPlanned() {
 			t.Errorf("%s: options on a baseline, which the config rejects", r.ID())
+		}
+	}
+}
+
+// TestExtras: envoy_priority is selectable but not a default row, so
+// that the default stories (lbbench's flash crowd, lbsim bench) keep their
+// rows and run time; every known ID is unique.
+func TestExtras(t *testing.T) {
+	if diff := cmp.Diff([]string{"envoy_priority"}, ids(Extras())); diff != "" {
+		t.Errorf("Extras() (-want +got):\n%s", diff)
+	}
+	seen := map[string]bool{}
+	for _, id := range ids(Known()) {
+		if seen[id] {
+			t.Errorf("row %s listed twice", id)
+		}
+		seen[id] = true
+	}
+	for _, r := range Extras() {
+		if slices.Contains(Defaults(), r) {
+			t.Errorf("%s is a default row", r.ID())
 		}
 	}
 }

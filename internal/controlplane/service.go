@@ -221,15 +221,18 @@ func (s *service) StreamSnapshots(stream pb.ControlPlane_StreamSnapshotsServer) 
 			form = s.forms.form(st.Config, schema)
 			ver = st.versionAs(form)
 		}
-		if form != nil && ver != pushedVer {
-			if !slices.Equal(form.dropped, dropped) {
-				dropped = form.dropped
-				if len(dropped) > 0 {
-					log.Warn().Strs("fields", dropped).Str("config", st.Config.Version).
-						Msg("the configuration sets fields this gfe cannot read: sending it the snapshot without them; upgrade the gfe to honour them")
-				}
+		// What the gfe cannot honour may change without its form: a
+		// setting it cannot read, set where it had its default, leaves
+		// its snapshot as it was (no push), and must show all the same.
+		if form != nil && !slices.Equal(form.dropped, dropped) {
+			dropped = form.dropped
+			if len(dropped) > 0 {
+				log.Warn().Strs("fields", dropped).Str("config", st.Config.Version).
+					Msg("the configuration sets fields this gfe cannot read: sending it the snapshot without them; upgrade the gfe to honour them")
 			}
 			s.record(id, func(ns *NodeStatus) { ns.Dropped = form.dropped })
+		}
+		if form != nil && ver != pushedVer {
 			if pushedVer == "" && announced == ver {
 				// The gfe already serves this content (from this or
 				// another replica): no push needed.

@@ -128,6 +128,9 @@ func (d *Daemon) serviceStatus(s *routing.Service) status.ServiceStatus {
 			}
 		}
 	}
+	for _, lv := range s.Priorities() {
+		ss.Priorities = append(ss.Priorities, status.PriorityStatus{Regions: lv.Regions, Healthy: lv.Healthy, Instances: lv.Total, LoadPercent: lv.Load})
+	}
 	w := s.World()
 	p := s.Plan()
 	for _, site := range w.Sites {

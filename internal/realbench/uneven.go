@@ -37,6 +37,7 @@ func UnevenPolicies() []benchpolicy.Row {
 		{Policy: config.PolicyWaterfall, Options: benchpolicy.Options{LoadAware: true, Shed: true}},
 		{Policy: config.PolicyRoundRobin, Scope: config.HashScopeGlobal},
 		{Policy: config.PolicyLeastRequest, Scope: config.HashScopeGlobal}, // P2C over least requests
+		{Policy: config.PolicyEnvoyPriority},                               // Envoy's priority levels
 		{Policy: config.PolicyHash2, Scope: config.HashScopeGlobal},
 	}
 }

@@ -201,6 +201,9 @@ func (b *Builder) buildService(in Input, sc *config.Service, sigs map[*backend.B
 		svc.pool = nil
 		return svc
 	}
+	if isPriority(sc.Policy) {
+		setPriorities(svc, in.Fleet, in.Self.RTT)
+	}
 	if !sc.Policy.IsPlanned() {
 		delete(b.loadAware, sc.Name)
 		b.clearSoftLimits(in, sc)

@@ -252,6 +252,9 @@ type Service struct {
 	dfree     func(int) bool
 	dinflight func(int) int64
 	nearest   string
+	// levels are an envoy_priority service's priority levels
+	// (priority.go), nil for every other policy.
+	levels []PriorityLevel
 
 	// scope is every healthy backend this site may send the service's
 	// requests to, ejected or not, in the order retries prefer regions:
@@ -441,6 +444,9 @@ func (s *Service) policyPick(rnd uint64, k Flow, now time.Time) (Pick, error) {
 			pk.Endpoint, pk.chooser = c.Endpoint, s.chooser
 		}
 		return pk, nil
+	}
+	if isPriority(s.cfg.Policy) {
+		return s.priorityPick()
 	}
 	n := len(s.pool)
 	if n == 0 {

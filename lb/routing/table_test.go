@@ -95,7 +95,7 @@ func TestNearestRegion(t *testing.T) {
 
 // TestPickDoesNotAllocate checks the request-path pick of every policy.
 func TestPickDoesNotAllocate(t *testing.T) {
-	for _, policy := range []string{"waterfall", "min_rtt", "round_robin", "least_request", "hash2", "hash3", "hash5"} {
+	for _, policy := range []string{"waterfall", "min_rtt", "round_robin", "least_request", "envoy_priority", "hash2", "hash3", "hash5"} {
 		t.Run(policy, func(t *testing.T) {
 			p := gfetest.NewPlanner(lcg()) // nyc: us-east 5 ms, eu-west 80 ms
 			cfg := gfetest.TwoRegionConfig(t, policy, []string{"127.0.0.1:1", "127.0.0.1:2"}, []string{"127.0.0.1:3"}, 100)

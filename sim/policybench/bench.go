@@ -14,9 +14,10 @@ import (
 )
 
 // scope returns r's scope with a baseline's default: global when empty.
-// Planned rows keep theirs (validate rejects any).
+// Planned rows and envoy_priority keep theirs (validate rejects any): they
+// order the regions themselves.
 func scope(r benchpolicy.Row) config.HashScope {
-	if r.Scope == "" && !r.Policy.IsPlanned() {
+	if r.Scope == "" && !r.Policy.OrdersRegions() {
 		return config.HashScopeGlobal
 	}
 	return r.Scope
@@ -51,7 +52,7 @@ func validate(r benchpolicy.Row) error {
 		opts := strings.ReplaceAll(strings.TrimPrefix(r.Suffix(), "+"), "+", " and ")
 		return fmt.Errorf("bench policy %s: %s: %w", r.ID(), opts, ErrOptionNotModelled)
 	}
-	if r.Policy.IsPlanned() {
+	if r.Policy.OrdersRegions() {
 		if r.Scope != "" {
 			return fmt.Errorf("bench policy %s: %w", r.Policy, sim.ErrScopeNotApplicable)
 		}
@@ -134,6 +135,12 @@ const (
 //     preference of backend.LeastRequest for backends with fewer requests
 //     in flight, which favours near and idle backends, is not modelled, so
 //     it equals round robin).
+//     - envoy_priority: each of the table's priority levels
+//     (routing.Service.Priorities: the site's regions by RTT) with its
+//     load, evenly over the level's active members (least request's
+//     preference for idle backends is not modelled, as for
+//     least_request). No capacity spill: a healthy level keeps its load
+//     however full it is.
 //     - hash2, hash3 and hash5: every connection of the site's synthetic
 //     clients (Model.ClientsPerSite addresses × ConnectionsPerClient source
 //     ports, drawn from Timeline.Seed) to one anycast address, port 443,

@@ -290,7 +290,7 @@ func (g *gfes) decide(k int, tr *sim.Trace, splits [][]split, lost []float64) er
 	// A baseline of scope global has the same pool at every gfe (the pool
 	// depends on the site only for hash scope nearest_region; see
 	// TestBenchGlobalPoolShared): build one table for all.
-	shared := !planned && scope(g.pol) == config.HashScopeGlobal
+	shared := !planned && scope(g.pol) == config.HashScopeGlobal // envoy_priority has no scope: its levels follow the site
 	var tbl *routing.Table
 	for si, b := range g.builders {
 		if !shared || tbl == nil {
@@ -325,6 +325,8 @@ func (g *gfes) peer(si int, demand float64) routing.Peer {
 //   - With a plan row (svc.Picker): each group of the row with the
 //     probability the Picker chooses it, evenly over the group's backends
 //     (round robin inside a group, as the gfe's Picker goes).
+//   - envoy_priority (svc.Priorities): each level with its load, evenly
+//     over the level's active members.
 //   - Hashing: every connection of the site's synthetic clients picked by
 //     the table itself (its Maglev over its pool, the policy's flow key), to
 //     the anycast address vip.
@@ -345,6 +347,12 @@ func (g *gfes) split(si int, svc *routing.Service, now time.Time) ([]split, floa
 		for _, grp := range svc.Picker().Groups() {
 			for _, b := range grp.Backends {
 				counts[t.slotOf[b.Addr()]] += grp.Share / float64(len(grp.Backends))
+			}
+		}
+	case svc.Priorities() != nil:
+		for _, lv := range svc.Priorities() {
+			for _, m := range lv.Members[:lv.Active] {
+				counts[t.slotOf[m.B.Addr()]] += float64(lv.Load) / 100 / float64(lv.Active)
 			}
 		}
 	case svc.Config().Policy.IsHash():

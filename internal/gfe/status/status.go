@@ -78,6 +78,24 @@ type ServiceStatus struct {
 	// pending queue now (routing.Meters.Pending): 0 unless the service has
 	// an autoscaled group and no free backend.
 	Pending int64 `json:"pending"`
+	// Priorities are an envoy_priority service's priority levels at this
+	// site, priority 0 first (routing.Service.Priorities); absent for
+	// every other policy.
+	Priorities []PriorityStatus `json:"priorities,omitempty"`
+}
+
+// PriorityStatus is one priority level of an envoy_priority service.
+type PriorityStatus struct {
+	// Regions are the level's regions (several only for the last level,
+	// of the regions this gfe has no RTT to).
+	Regions []string `json:"regions"`
+	// Healthy counts the level's instances that take requests (healthy,
+	// not ejected), Instances all of them (of groups not drained).
+	Healthy   int `json:"healthy"`
+	Instances int `json:"instances"`
+	// LoadPercent is the percent of the service's requests the level
+	// receives (Envoy's priority load, from health alone).
+	LoadPercent int `json:"load_percent"`
 }
 
 // EjectedStatus is one backend ejected by outlier detection.
