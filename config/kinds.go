@@ -41,7 +41,8 @@ const (
 
 // Policies lists every valid Policy, in documentation order.
 func Policies() []Policy {
-	return []Policy{PolicyWaterfall, PolicyMinRTT, PolicyRoundRobin, PolicyLeastRequest, PolicyHash2, PolicyHash3, PolicyHash5}
+	return []Policy{PolicyWaterfall, PolicyMinRTT, PolicyRoundRobin, PolicyLeastRequest, PolicyHash2, PolicyHash3, PolicyHash5,
+		PolicyPrequal}
 }
 
 // ParsePolicy returns the Policy named s, or an error listing the valid

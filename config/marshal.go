@@ -81,6 +81,10 @@ func (e *encoder) encodeStruct(v, def reflect.Value, path, schema string) *yaml.
 			}
 			continue
 		}
+		if nv, ok := e.downgrade(fs, fv); ok {
+			fv = nv
+			e.dropped = append(e.dropped, fp)
+		}
 		if val := e.encodeField(f, fv, dv, fp, fs, disc); val != nil {
 			n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: f.key}, val)
 		}
