@@ -216,8 +216,11 @@ type Overload struct {
 	// rounded up to whole seconds. Default 1s; in [1s, 1h].
 	RetryAfter time.Duration `mapstructure:"retry_after"`
 	// Admit is the load admitted in overload, as a fraction of the plan's
-	// capacity (which already includes target_utilization). Default 1; in
-	// (0, 1].
+	// capacity (which already includes target_utilization): the gfes refuse
+	// 1 − admit·capacity/demand of their arrivals whenever that is
+	// positive, so below 1 they start refusing once demand exceeds admit ×
+	// capacity, before the plan itself is in overload, and never below it.
+	// Default 1; in (0, 1].
 	Admit float64 `mapstructure:"admit"`
 }
 

@@ -4,10 +4,12 @@
 // (steady state, flash crowd, unhealthy region, global overload, recovery,
 // then per-consumer quota, then the autoscaler on a deployment of its own),
 // printing per phase where each site's traffic went and each region's
-// utilization, in the quota phase what a greedy and a polite consumer got,
-// and in the autoscaler phase a timeline of the load's regions and the
-// autoscaled region's instances; it exits 1 when the quota or autoscaler
-// phase's expectations fail. With --keep-running it then leaves the deployment up and
+// utilization, in the global overload phase what the gfes shed and the
+// admitted requests' p99 per site (the service sheds global overload), in
+// the quota phase what a greedy and a polite consumer got, and in the
+// autoscaler phase a timeline of the load's regions and the autoscaled
+// region's instances; it exits 1 when the shedding's, the quota's or the
+// autoscaler phase's expectations fail. With --keep-running it then leaves the deployment up and
 // prints the admin URLs until Ctrl-C.
 package main
 
@@ -65,6 +67,7 @@ func run(keep, verbose bool, net int, settle, measure time.Duration) error {
 	fmt.Printf("building and starting: 1 control plane, 3 gfes (nyc, lon, tokyo), backends in us-east, eu-west, asia-east (in %s)\n", dir)
 	t0 := time.Now()
 	spec := topology.Demo(net)
+	spec.Shed, spec.ShedAdmit = true, demo.ShedAdmit // the product's answer to global overload: demo.CheckOverload
 	spec.EditConfig = func(yaml string) string { return yaml + demo.QuotaConfig }
 	c, err := topology.Start(ctx, spec, topology.Options{Dir: dir, Tee: tee})
 	if err != nil {
@@ -74,6 +77,7 @@ func run(keep, verbose bool, net int, settle, measure time.Duration) error {
 	fmt.Printf("up in %v; config %s\n", time.Since(t0).Round(time.Millisecond), c.ConfigPath)
 
 	story := demo.Story()
+	var checks []error
 	for i, ph := range story {
 		// The plan is read half way through the measured window.
 		plannedc := make(chan map[string]demo.RegionPlan, 1)
@@ -94,6 +98,9 @@ func run(keep, verbose bool, net int, settle, measure time.Duration) error {
 		}
 		planned := <-plannedc
 		demo.Print(os.Stdout, i+1, len(story)+2, ph, res, planned, measure)
+		if ph.Overload {
+			checks = append(checks, demo.CheckOverload(res))
+		}
 	}
 	qs, err := demo.RunQuota(ctx, c, measure)
 	if ctx.Err() != nil {
@@ -103,7 +110,7 @@ func run(keep, verbose bool, net int, settle, measure time.Duration) error {
 		return fmt.Errorf("quota phase: %w", err)
 	}
 	demo.PrintQuota(os.Stdout, len(story)+1, len(story)+2, qs, measure)
-	checks := []error{demo.CheckQuota(qs)}
+	checks = append(checks, demo.CheckQuota(qs))
 	if !keep {
 		c.Stop() // the autoscaler phase has a deployment of its own
 	}

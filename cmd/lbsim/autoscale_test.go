@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/spillway-lb/spillway/sim/autoscalebench"
 )
 
 // TestAutoscaleJSON: `lbsim autoscale --json` prints one object per tick
@@ -144,13 +146,15 @@ func TestAutoscaleBenchCommand(t *testing.T) {
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
 		t.Fatalf("stdout is not the JSON object: %v", err)
 	}
-	if len(out.Rows) != 6*2*5 {
-		t.Fatalf("%d rows, want 6 loads × 2 cold starts × 5 autoscalers", len(out.Rows))
+	// The issue's five autoscalers and the evidence rows after them
+	// (autoscalebench.Autoscalers: hpa and the Knative-constant rows).
+	if n := len(autoscalebench.Autoscalers); n != 10 || len(out.Rows) != 6*2*n {
+		t.Fatalf("%d rows, want 6 loads × 2 cold starts × 10 autoscalers (%d listed)", len(out.Rows), n)
 	}
 	keys := []string{"load", "cold_start_s", "autoscaler", "instance_s", "oracle_ratio", "peak", "overshoot",
 		"p50_ms", "p99_ms", "failed", "waited", "time_to_capacity_s", "post_panic_dip", "cold_starts_per_1k",
-		"buffer_rtt_ms", "request_ms"}
-	loads := map[any]bool{}
+		"buffer_rtt_ms", "request_ms", "p99_all_ms"}
+	loads, scalers := map[any]bool{}, map[any]bool{}
 	for _, r := range out.Rows {
 		for _, k := range keys {
 			if _, ok := r[k]; !ok {
@@ -158,10 +162,16 @@ func TestAutoscaleBenchCommand(t *testing.T) {
 			}
 		}
 		loads[r["load"]] = true
+		scalers[r["autoscaler"]] = true
 	}
 	for _, l := range []string{"step", "ramp", "spike", "flash", "diurnal", "sporadic"} {
 		if !loads[l] {
 			t.Errorf("no rows for load %q", l)
+		}
+	}
+	for _, a := range []string{"oracle", "kpa", "kpa+activator", "cloudrun", "cloudrun+waterfall"} {
+		if !scalers[a] {
+			t.Errorf("no rows for autoscaler %q", a)
 		}
 	}
 	if code := run([]string{"autoscale-bench", "x"}, &stdout, &stderr); code != exitUsage {

@@ -45,6 +45,11 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usageErr("--policies: %v", err)
 	}
+	for _, p := range policies {
+		if p.Any() {
+			return usageErr("--policies: %s: %v", p.ID(), policybench.ErrOptionNotModelled)
+		}
+	}
 
 	scen, err := sim.LoadScenario(*scenarioPath)
 	if err != nil {

@@ -150,6 +150,8 @@ timeline: {duration_s: 10, events: [{at_s: 1, group: h, healthy: 1}]}
 	}{
 		{name: "help", args: []string{"bench", "-h"}, wantCode: exitOK, wantStderr: []string{"usage: lbsim bench", "-policies", "-scenario", "-series", "-steps"}},
 		{name: "missing scenario", args: []string{"bench"}, wantCode: exitUsage, wantStderr: []string{"lbsim bench: --scenario is required", "usage: lbsim bench"}},
+		{name: "a row with options", args: []string{"bench", "--scenario", good, "--policies", "waterfall,waterfall+load_aware+shed"}, wantCode: exitUsage,
+			wantStderr: []string{`lbsim bench: --policies: waterfall+load_aware+shed: not modelled by lbsim bench`, "run it with lbbench --story uneven"}},
 		{name: "unknown policy", args: []string{"bench", "--scenario", good, "--policies", "waterfall,random"}, wantCode: exitUsage,
 			wantStderr: []string{`lbsim bench: --policies: unknown policy "random" (want one of waterfall, min_rtt, round_robin/global`}},
 		{name: "empty policy list", args: []string{"bench", "--scenario", good, "--policies", " , "}, wantCode: exitUsage, wantStderr: []string{"--policies: no policy named"}},

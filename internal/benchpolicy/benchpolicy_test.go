@@ -41,6 +41,13 @@ func TestSelect(t *testing.T) {
 		{name: "bare hash means both scopes", list: "hash2", want: []string{"hash2/global", "hash2/nearest_region"}},
 		{name: "default order, spaces", list: " hash5/nearest_region , waterfall", want: []string{"waterfall", "hash5/nearest_region"}},
 		{name: "a bare baseline is its one row", list: "min_rtt,round_robin", want: []string{"min_rtt", "round_robin/global"}},
+		{name: "a bare planned policy is its row without options", list: "waterfall", want: []string{"waterfall"}},
+		{name: "options, in known order", list: "waterfall+load_aware+shed,least_request,waterfall,waterfall+load_aware",
+			want: []string{"waterfall", "waterfall+load_aware", "waterfall+load_aware+shed", "least_request/global"}},
+		{name: "min_rtt takes options too", list: "min_rtt+shed", want: []string{"min_rtt+shed"}},
+		{name: "options in another order are unknown", list: "waterfall+shed+load_aware", wantErr: `unknown policy "waterfall+shed+load_aware"`},
+		{name: "a baseline takes no options", list: "least_request+shed", wantErr: `unknown policy "least_request+shed"`},
+		{name: "a baseline with scope takes no options", list: "least_request/global+shed", wantErr: `a planned policy may add +load_aware, +shed or +load_aware+shed`},
 		{name: "unknown", list: "waterfall,hash4", wantErr: `unknown policy "hash4" (want one of waterfall, min_rtt, round_robin/global, `},
 		{name: "round robin has no nearest scope", list: "round_robin/nearest_region", wantErr: `unknown policy "round_robin/nearest_region"`},
 		{name: "only commas", list: " , ", wantErr: "no policy named"},
@@ -61,6 +68,44 @@ func TestSelect(t *testing.T) {
 				t.Errorf("Select(%q) (-want +got):\n%s", tt.list, diff)
 			}
 		})
+	}
+}
+
+func TestKnown(t *testing.T) {
+	want := []string{
+		"waterfall", "waterfall+load_aware", "waterfall+shed", "waterfall+load_aware+shed",
+		"min_rtt", "min_rtt+load_aware", "min_rtt+shed", "min_rtt+load_aware+shed",
+		"round_robin/global", "least_request/global",
+		"hash2/global", "hash3/global", "hash5/global",
+		"hash2/nearest_region", "hash3/nearest_region", "hash5/nearest_region",
+	}
+	if diff := cmp.Diff(want, ids(Known())); diff != "" {
+		t.Errorf("Known() (-want +got):\n%s", diff)
+	}
+	for _, r := range Known() {
+		if r.Any() && !r.Policy.IsPlanned() {
+			t.Errorf("%s: options on a baseline, which the config rejects", r.ID())
+		}
+	}
+}
+
+func TestLabel(t *testing.T) {
+	for _, tt := range []struct {
+		r         Row
+		id, label string
+	}{
+		{Row{Policy: "waterfall"}, "waterfall", "waterfall"},
+		{Row{Policy: "hash5", Scope: "nearest_region"}, "hash5/nearest_region", "hash5"},
+		{Row{Policy: "waterfall", Options: Options{LoadAware: true}}, "waterfall+load_aware", "waterfall+load_aware"},
+		{Row{Policy: "waterfall", Options: Options{Shed: true}}, "waterfall+shed", "waterfall+shed"},
+		{Row{Policy: "min_rtt", Options: Options{LoadAware: true, Shed: true}}, "min_rtt+load_aware+shed", "min_rtt+load_aware+shed"},
+	} {
+		if got := tt.r.ID(); got != tt.id {
+			t.Errorf("ID() = %q, want %q", got, tt.id)
+		}
+		if got := tt.r.Label(); got != tt.label {
+			t.Errorf("%s: Label() = %q, want %q", tt.id, got, tt.label)
+		}
 	}
 }
 

@@ -28,12 +28,14 @@ type Scored struct {
 	OverCapacity, P99Ms float64
 }
 
-// Compare compares the (last) waterfall row of rows with every hash2, hash3
-// and hash5 row. ok is false when rows lack either.
+// Compare compares the (last) waterfall row without options of rows with
+// every hash2, hash3 and hash5 row: the question is about the policy, so
+// waterfall+load_aware and the like are not it. ok is false when rows
+// lack either.
 func Compare(rows []Scored) (c Comparison, ok bool) {
 	var wf *Scored
 	for i := range rows {
-		if rows[i].Policy == config.PolicyWaterfall {
+		if rows[i].Policy == config.PolicyWaterfall && !rows[i].Any() {
 			wf = &rows[i]
 		}
 	}

@@ -2,7 +2,10 @@
 // one control plane, three gfes at three sites and test backends in three
 // regions, driven through steady state, a flash crowd, an unhealthy region,
 // global overload and recovery, printing per phase where each site's traffic
-// went and each region's utilization. cmd/demo wires it to flags and signals.
+// went and each region's utilization. The service sheds global overload
+// (overload.shed, Spec.Shed): in that phase the gfes refuse the excess at
+// once and the demo prints what was shed and the admitted requests' p99.
+// cmd/demo wires it to flags and signals.
 package demo
 
 import (
@@ -36,6 +39,9 @@ type Phase struct {
 	Unhealthy map[string]int
 	// Expect says in words what the waterfall should do.
 	Expect string
+	// Overload marks the global overload phase, whose shedding
+	// PrintOverload and CheckOverload report.
+	Overload bool
 }
 
 // Story is the demo's sequence of phases.
@@ -48,8 +54,9 @@ func Story() []Phase {
 		{Name: "5 of 8 eu-west instances unhealthy", Demand: map[string]float64{"nyc": 200, "lon": 100, "tokyo": 100},
 			Unhealthy: map[string]int{"eu-west": 5},
 			Expect:    "eu-west has healthy room (120 req/s; planned utilization counts healthy capacity) but h=3/8 < 0.5 keeps only 2h=75% of lon's traffic; 25% spills to us-east"},
-		{Name: "global overload (+20%)", Demand: map[string]float64{"nyc": 500, "lon": 400, "tokyo": 252},
-			Expect: "1152 req/s against 960: every region runs at 120%, traffic as local as possible"},
+		{Name: "global overload (+20%)", Demand: map[string]float64{"nyc": 500, "lon": 400, "tokyo": 252}, Overload: true,
+			Expect: "1152 req/s against 960: the plan runs every region at the same 126% of its 95% target, traffic as local as possible; " +
+				"with overload.shed (admit 0.9) every gfe refuses the same ~29% at once (503, Retry-After), so each region gets 90% of its target and the admitted requests keep p99 under 150 ms at every site"},
 		{Name: "recovery", Demand: map[string]float64{"nyc": 200, "lon": 150, "tokyo": 100},
 			Expect: "traffic returns to each site's nearest region"},
 	}
@@ -81,7 +88,7 @@ func RunPhase(ctx context.Context, c *topology.Cluster, ph Phase, settle, measur
 }
 
 func drive(ctx context.Context, c *topology.Cluster, ph Phase, warmup, d time.Duration) ([]SiteResult, error) {
-	res, err := c.Drive(ctx, ph.Demand, warmup, d)
+	res, err := c.DriveRecorded(ctx, ph.Demand, warmup, d)
 	if err != nil {
 		return nil, err
 	}
@@ -127,12 +134,14 @@ type RegionPlan struct {
 	Signals     string
 }
 
-// Print writes the phase's tables: where each site's traffic went, and each
-// region's measured and planned utilization, and its effective capacity.
+// Print writes the phase's tables: where each site's traffic went, what
+// the gfe shed (Shed) and the admitted requests' p99 (Admitted), and each
+// region's measured and planned utilization, and its effective capacity;
+// for the overload phase, the shedding's verdict (PrintOverload).
 func Print(w io.Writer, i, n int, ph Phase, results []SiteResult, planned map[string]RegionPlan, measure time.Duration) {
 	fmt.Fprintf(w, "\n== phase %d/%d: %s\n   expect: %s\n", i, n, ph.Name, ph.Expect)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "site\tdemand\t%s\tok\terrors\tp50\tp99\t\n", strings.Join(regionNames, "\t"))
+	fmt.Fprintf(tw, "site\tdemand\t%s\tok\terrors\tshed\tp50\tp99\tadmitted p99\t\n", strings.Join(regionNames, "\t"))
 	for _, r := range results {
 		fmt.Fprintf(tw, "%s\t%.0f/s\t", r.Site, r.Demand)
 		for _, reg := range regionNames {
@@ -142,9 +151,14 @@ func Print(w io.Writer, i, n int, ph Phase, results []SiteResult, planned map[st
 		if r.Res.Sent > 0 {
 			errRate = float64(r.Res.Failed) / float64(r.Res.Sent)
 		}
-		fmt.Fprintf(tw, "%d\t%.1f%%\t%v\t%v\t\n", r.Res.OK, 100*errRate, r.Res.Percentile(50).Round(time.Millisecond), r.Res.Percentile(99).Round(time.Millisecond))
+		admitted, _ := Admitted(r.Res)
+		fmt.Fprintf(tw, "%d\t%.1f%%\t%.1f%%\t%v\t%v\t%v\t\n", r.Res.OK, 100*errRate, 100*Shed(r.Res),
+			r.Res.Percentile(50).Round(time.Millisecond), r.Res.Percentile(99).Round(time.Millisecond), admitted.Round(time.Millisecond))
 	}
 	tw.Flush()
+	if ph.Overload {
+		PrintOverload(w, results)
+	}
 	served, routed := ServedRPS(results, measure), RoutedRPS(results, measure)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "region\tcapacity\tsent\tutilization\tplanned\tserved ok\teffective\tsignal\t\n")

@@ -2,6 +2,7 @@ package demo
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -64,6 +65,11 @@ func TestStoryIsTheSeedSituations(t *testing.T) {
 	if want := 1.2 * 3 * RegionCapacity; total != want {
 		t.Errorf("global overload demand = %v, want 20%% over the %d of capacity = %v", total, 3*RegionCapacity, want)
 	}
+	for i, ph := range s {
+		if ph.Overload != (i == 3) {
+			t.Errorf("phase %d (%s): Overload %v, want it on the global overload phase alone", i+1, ph.Name, ph.Overload)
+		}
+	}
 	if s[2].Unhealthy["eu-west"] != 5 {
 		t.Errorf("unhealthy phase fails %d eu-west instances, want 5 of 8 (more than half)", s[2].Unhealthy["eu-west"])
 	}
@@ -107,5 +113,72 @@ func TestQuotaPhase(t *testing.T) {
 				t.Errorf("CheckQuota = %v, want an error with %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// overloadSite is a site's measured overload phase: ok answers 200 after
+// their latencies in turn, shed answers 503 from the gfe (no region) and
+// busy answers 503 from a backend of us-east.
+func overloadSite(site string, lat []time.Duration, ok, shed, busy int) SiteResult {
+	var recs []loadgen.Record
+	for i := range ok {
+		recs = append(recs, loadgen.Record{Status: 200, Region: "us-east", Latency: lat[i%len(lat)]})
+	}
+	for range shed {
+		recs = append(recs, loadgen.Record{Status: 503, Latency: time.Millisecond})
+	}
+	for range busy {
+		recs = append(recs, loadgen.Record{Status: 503, Region: "us-east", Latency: 900 * time.Millisecond})
+	}
+	recs = append(recs, loadgen.Record{Dropped: true})
+	return SiteResult{Site: site, Demand: 500, Res: &loadgen.Result{Sent: int64(ok + shed + busy), OK: int64(ok), Failed: int64(shed + busy), Records: recs}}
+}
+
+// TestOverloadPhase: the global overload phase reports each site's shed
+// share (the gfe's own 503s, not a backend's) and the p99 of its 2xx
+// answers alone; CheckOverload passes a shed share near 29% at every site
+// and names a site that shed too little or nothing.
+func TestOverloadPhase(t *testing.T) {
+	ms := time.Millisecond
+	fast := []time.Duration{20 * ms, 30 * ms, 40 * ms, 60 * ms}
+	nyc := overloadSite("nyc", append(slices.Repeat([]time.Duration{30 * ms}, 98), 90*ms, 120*ms), 71*2, 28*2, 1*2)
+	lon := overloadSite("lon", fast, 71, 29, 0)
+	if p99, n := Admitted(nyc.Res); p99 != 90*ms || n != 142 {
+		t.Errorf("Admitted(nyc) = %v over %d, want 90ms (the 2xx answers' p99; the busy 503s took 900ms) over 142", p99, n)
+	}
+	if f := Shed(nyc.Res); f != 0.28 {
+		t.Errorf("Shed(nyc) = %v, want 0.28 (56 of 200; the backend's 503s are not shed)", f)
+	}
+	good := []SiteResult{nyc, lon}
+	if err := CheckOverload(good); err != nil {
+		t.Errorf("CheckOverload(28%% and 29%% shed) = %v", err)
+	}
+	var b bytes.Buffer
+	Print(&b, 4, 7, Story()[3], good, nil, 2*time.Second)
+	for _, want := range []string{
+		"shed  p50  p99  admitted p99",
+		"28.0%", // nyc's shed share
+		"90ms",  // nyc's admitted p99
+		"shedding: admitted p99 under 150ms at every site: met: nyc 90ms (28% shed), lon 60ms (29% shed)",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("Print output lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	slow := overloadSite("tokyo", []time.Duration{400 * ms}, 71, 29, 0)
+	PrintOverload(&b, []SiteResult{nyc, slow})
+	if want := "MISSED: nyc 90ms (28% shed), tokyo 400ms (29% shed)"; !strings.Contains(b.String(), want) {
+		t.Errorf("PrintOverload = %q, want it to contain %q", b.String(), want)
+	}
+	if err := CheckOverload([]SiteResult{overloadSite("lon", fast, 85, 15, 0)}); err == nil || !strings.Contains(err.Error(), "lon: the gfe shed 15.0%") {
+		t.Errorf("CheckOverload(15%% shed, admit 1's share was 21%%) = %v, want an error naming lon", err)
+	}
+	unshed := overloadSite("tokyo", fast, 100, 0, 30)
+	if err := CheckOverload([]SiteResult{nyc, unshed}); err == nil || !strings.Contains(err.Error(), "tokyo: the gfe shed 0.0% of its requests") || strings.Contains(err.Error(), "nyc") {
+		t.Errorf("CheckOverload(tokyo unshed) = %v, want an error naming tokyo alone", err)
+	}
+	if err := CheckOverload(nil); err == nil {
+		t.Error("CheckOverload(nothing measured) = nil")
 	}
 }

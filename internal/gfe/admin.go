@@ -65,10 +65,11 @@ func backendStatus(scope []routing.Member, now time.Time) map[string][]status.Ba
 	return out
 }
 
-// siteStatus returns site's entry of /status: its demand and RTTs, and
-// its row of plan p (nil: none yet) summed per region in the row's order.
-func siteStatus(site waterfall.Site, p *waterfall.Plan) status.SiteStatus {
-	st := status.SiteStatus{Name: site.Name, DemandRPS: site.Demand, RTTms: site.RTT}
+// siteStatus returns the /status entry of site, one of w's sites: its
+// demand and RTTs by region name (whichever form w holds them in), and its
+// row of plan p (nil: none yet) summed per region in the row's order.
+func siteStatus(w waterfall.World, site waterfall.Site, p *waterfall.Plan) status.SiteStatus {
+	st := status.SiteStatus{Name: site.Name, DemandRPS: site.Demand, RTTms: w.SiteRTT(site)}
 	if p == nil {
 		return st
 	}
@@ -133,7 +134,7 @@ func (d *Daemon) serviceStatus(s *routing.Service) status.ServiceStatus {
 		if site.Name == d.cfg.Site {
 			ss.DemandRPS = site.Demand
 		}
-		ss.Sites = append(ss.Sites, siteStatus(site, p))
+		ss.Sites = append(ss.Sites, siteStatus(w, site, p))
 	}
 	caps := s.Capacity()
 	backends := backendStatus(s.Scope(), d.clk.Now())

@@ -31,7 +31,8 @@ func TestSiteStatus(t *testing.T) {
 		},
 		Sites: []waterfall.Site{
 			{Name: "nyc", Demand: 150, RTT: map[string]float64{"us-east": 10, "eu-west": 80}},
-			{Name: "lon", Demand: 50, RTT: map[string]float64{"us-east": 80, "eu-west": 10}},
+			// RTTs as a slice by region, as routing.BuildWorld makes them.
+			{Name: "lon", Demand: 50, RTTByRegion: []float64{80, 10}},
 			{Name: "idle", Demand: 0, RTT: map[string]float64{"us-east": 10, "eu-west": 20}},
 			{Name: "island", Demand: 7, RTT: map[string]float64{}},
 		},
@@ -51,7 +52,7 @@ func TestSiteStatus(t *testing.T) {
 		}}},
 		// lon keeps 80% in eu-west; the 20% spilled for health finds
 		// us-east full and returns (step 2).
-		{1, status.SiteStatus{Name: "lon", DemandRPS: 50, RTTms: w.Sites[1].RTT, Flows: []status.FlowStatus{
+		{1, status.SiteStatus{Name: "lon", DemandRPS: 50, RTTms: map[string]float64{"us-east": 80, "eu-west": 10}, Flows: []status.FlowStatus{
 			{Region: "eu-west", LoadRPS: 50, Share: 1, Reason: "nearest"},
 		}}},
 		// idle: us-east is full, so a small demand would go to eu-west,
@@ -63,13 +64,13 @@ func TestSiteStatus(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.want.Name, func(t *testing.T) {
-			got := siteStatus(w.Sites[tt.site], p)
+			got := siteStatus(w, w.Sites[tt.site], p)
 			if d := cmp.Diff(tt.want, got, cmpopts.EquateApprox(0, 1e-9), cmpopts.EquateEmpty()); d != "" {
 				t.Errorf("siteStatus(%s) (-want +got):\n%s", tt.want.Name, d)
 			}
 		})
 	}
-	if got := siteStatus(w.Sites[0], nil); got.Flows != nil || got.DemandRPS != 150 {
+	if got := siteStatus(w, w.Sites[0], nil); got.Flows != nil || got.DemandRPS != 150 {
 		t.Errorf("siteStatus without a plan = %+v, want demand and no flows", got)
 	}
 }

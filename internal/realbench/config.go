@@ -28,7 +28,9 @@ type Config struct {
 	// when a second run or the demo (10) or the e2e tests (20, 21) may run
 	// at the same time.
 	Net int
-	// Policies are the rows, run one after the other on one deployment.
+	// Policies are the rows, run one after the other on one deployment,
+	// each a known row (benchpolicy.Known): a row's options are written
+	// into the service's config (topology.Spec.LoadAware and Shed).
 	// Default benchpolicy.Defaults().
 	Policies []benchpolicy.Row
 	// Warmup is how long each policy runs at the first phase's demand
@@ -127,7 +129,7 @@ func (c *Config) Validate() error {
 	if len(c.Policies) == 0 {
 		errs = append(errs, errors.New("policies: none"))
 	}
-	known := benchpolicy.Defaults()
+	known := benchpolicy.Known()
 	for i, p := range c.Policies {
 		if !slices.Contains(known, p) {
 			errs = append(errs, fmt.Errorf("policies[%d]: unknown policy %q", i, p.ID()))

@@ -159,7 +159,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 			lp = fmt.Sprintf("%.2f", *row.RTTOverLP)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%d\t\n",
-			row.Policy, row.Scope, row.MeanMs, row.P50Ms, row.P99Ms,
+			row.label(), row.Scope, row.MeanMs, row.P50Ms, row.P99Ms,
 			pct(row.OverCapacity), pct(row.Excess), pct(row.ErrorRate), pct(row.CrossRegion), lp, row.Requests)
 	}
 	if err := tw.Flush(); err != nil {
@@ -196,7 +196,7 @@ func (r *Result) comparison() (benchpolicy.Comparison, bool) {
 		if row.Scope == "-" {
 			scope = ""
 		}
-		rows[i] = benchpolicy.Scored{Row: benchpolicy.Row{Policy: config.Policy(row.Policy), Scope: scope}, OverCapacity: row.OverCapacity, P99Ms: row.P99Ms}
+		rows[i] = benchpolicy.Scored{Row: benchpolicy.Row{Policy: config.Policy(row.Policy), Scope: scope, Options: row.Options}, OverCapacity: row.OverCapacity, P99Ms: row.P99Ms}
 	}
 	return benchpolicy.Compare(rows)
 }

@@ -115,7 +115,7 @@ func startSession(ctx context.Context, cfg *Config, opts Options) (*session, err
 	s.wg.Go(func() { s.sampler.run(sctx, 5*time.Second) })
 
 	s.current = cfg.Policies[0]
-	spec.Policy, spec.HashScope = s.current.Policy, s.current.HashScope()
+	withRow(&spec, s.current)
 	startDeployment := opts.Start
 	if startDeployment == nil {
 		progress(opts.Progress, "starting the deployment in 127.%d.0.0/16 (%s)", cfg.Net, opts.Dir)
@@ -184,10 +184,10 @@ func progress(w io.Writer, format string, args ...any) {
 	}
 }
 
-// applyPolicy rewrites the deployment's config with policy p, has the
-// control plane reload it, and waits until every gfe serves it: its
-// /status shows p's policy under a config version other than the one it
-// had before.
+// applyPolicy rewrites the deployment's config with row p (its policy and
+// options), has the control plane reload it, and waits until every gfe
+// serves it: its /status shows p's policy under a config version other
+// than the one it had before.
 func applyPolicy(ctx context.Context, c *topology.Cluster, p benchpolicy.Row) error {
 	before := map[string]string{}
 	for _, g := range c.GFEs {
@@ -198,7 +198,7 @@ func applyPolicy(ctx context.Context, c *topology.Cluster, p benchpolicy.Row) er
 		before[g.Name] = st.ConfigVersion
 	}
 	spec := c.Spec
-	spec.Policy, spec.HashScope = p.Policy, p.HashScope()
+	withRow(&spec, p)
 	// Write and rename, so the control plane never reads half a file.
 	tmp := filepath.Join(filepath.Dir(c.ConfigPath), ".spillway.yaml.tmp")
 	if err := os.WriteFile(tmp, []byte(spec.ConfigYAML()), 0o644); err != nil {
@@ -228,6 +228,13 @@ func applyPolicy(ctx context.Context, c *topology.Cluster, p benchpolicy.Row) er
 		}
 	}
 	return nil
+}
+
+// withRow sets the service of spec to row p's: its policy, hash scope and
+// options.
+func withRow(spec *topology.Spec, p benchpolicy.Row) {
+	spec.Policy, spec.HashScope = p.Policy, p.HashScope()
+	spec.LoadAware, spec.Shed = p.LoadAware, p.Shed
 }
 
 func policies(s []status.ServiceStatus) []string {

@@ -115,6 +115,8 @@ type StoryRow struct {
 	Policy string `json:"policy"`
 	// Scope is "-" for the planned policies, as in Row.
 	Scope string `json:"scope"`
+	// Options are the service options the row turned on, as in Row.
+	benchpolicy.Options
 	Measures
 	Min         Measures     `json:"min"`
 	Max         Measures     `json:"max"`
@@ -203,7 +205,7 @@ func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecon
 // the mean of the middle two), minimum and maximum of every measure and of
 // every region's utilization.
 func summarise(p benchpolicy.Row, runs []StoryRun) StoryRow {
-	row := StoryRow{Policy: string(p.Policy), Scope: string(p.Scope), Runs: runs}
+	row := StoryRow{Policy: string(p.Policy), Scope: string(p.Scope), Options: p.Options, Runs: runs}
 	if row.Scope == "" {
 		row.Scope = "-"
 	}

@@ -51,7 +51,7 @@ func (r *StoryResult) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintln(tw, strings.Join(append(head, "REQUESTS"), "\t")+"\t")
 	for _, row := range r.Rows {
-		cells := []string{row.Policy, row.Scope,
+		cells := []string{row.Policy + row.Suffix(), row.Scope,
 			rangeCell(row.MeanMs, row.Min.MeanMs, row.Max.MeanMs, r.Reps, num),
 			num(row.P50Ms),
 			rangeCell(row.P99Ms, row.Min.P99Ms, row.Max.P99Ms, r.Reps, num),

@@ -53,6 +53,9 @@ type Row struct {
 	Policy string `json:"policy"`
 	// Scope is "-" for the planned policies, as in `lbsim bench`.
 	Scope string `json:"scope"`
+	// Options are the service options the row turned on (keys load_aware
+	// and shed, present when true).
+	benchpolicy.Options
 	// Requests is every request of the measured part, Sent + Dropped.
 	// Sent = OK + Failed: OK were answered 2xx; Failed got another status
 	// or no response. Routed got an answer from some backend (any
@@ -208,7 +211,7 @@ func (t *table) measured() time.Duration {
 // row computes m's line of the table. It fails on a request from an unknown
 // site, in an unknown phase, or answered by an unknown region.
 func (t *table) row(m Measurement) (Row, error) {
-	row := Row{Policy: string(m.Policy.Policy), Scope: string(m.Policy.Scope), Dropped: m.Dropped}
+	row := Row{Policy: string(m.Policy.Policy), Scope: string(m.Policy.Scope), Options: m.Policy.Options, Dropped: m.Dropped}
 	if row.Scope == "" {
 		row.Scope = "-"
 	}
@@ -463,7 +466,7 @@ func (t *table) finishPhases(phases []PhaseRow, s *rowSums) {
 func (row *Row) check() error {
 	if row.Requests != row.Sent+row.Dropped || row.Sent != row.OK+row.Failed || row.Routed > row.Sent {
 		return fmt.Errorf("%s: requests %d, sent %d, dropped %d, ok %d, failed %d, routed %d do not add up",
-			row.Policy, row.Requests, row.Sent, row.Dropped, row.OK, row.Failed, row.Routed)
+			row.label(), row.Requests, row.Sent, row.Dropped, row.OK, row.Failed, row.Routed)
 	}
 	var sent, ok, routed int64
 	for _, ph := range row.Phases {
@@ -477,17 +480,21 @@ func (row *Row) check() error {
 		}
 		if ssent != ph.Sent || sok != ph.OK || ph.Sent != ph.OK+ph.Failed {
 			return fmt.Errorf("%s, phase %s: sites' counts (sent %d, ok %d) do not add up to the phase's (sent %d, ok %d, failed %d)",
-				row.Policy, ph.Name, ssent, sok, ph.Sent, ph.OK, ph.Failed)
+				row.label(), ph.Name, ssent, sok, ph.Sent, ph.OK, ph.Failed)
 		}
 		sent += ph.Sent
 		ok += ph.OK
 	}
 	if sent != row.Sent || ok != row.OK || routed != row.Routed {
 		return fmt.Errorf("%s: phases' counts (sent %d, ok %d, routed %d) do not add up to the row's (%d, %d, %d)",
-			row.Policy, sent, ok, routed, row.Sent, row.OK, row.Routed)
+			row.label(), sent, ok, routed, row.Sent, row.OK, row.Routed)
 	}
 	return nil
 }
+
+// label returns the row's POLICY cell: the policy and its options
+// (benchpolicy.Row.Label).
+func (row *Row) label() string { return row.Policy + row.Suffix() }
 
 // ratio returns a/b, or 0 when b is 0.
 func ratio(a, b float64) float64 {

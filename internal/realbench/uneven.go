@@ -24,11 +24,17 @@ var UnevenShares = map[string]float64{"tokyo": 0.5, "nyc": 0.2, "lon": 0.2, "sao
 var UnevenLoads = []float64{0.5, 0.7, 0.9, 0.95, 1.1, 1.3, 1.5, 1.7, 2.0}
 
 // UnevenPolicies returns the uneven story's rows, one line each: the
-// planned policies, then the baselines users would pick.
+// planned policies, waterfall with the load-aware choice inside a group
+// and with shedding of global overload too, then the baselines users would
+// pick. The baselines take no shedding (the config allows overload.shed
+// on a planned policy only), so the shedding row is compared with
+// waterfall+load_aware.
 func UnevenPolicies() []benchpolicy.Row {
 	return []benchpolicy.Row{
 		{Policy: config.PolicyWaterfall},
 		{Policy: config.PolicyMinRTT},
+		{Policy: config.PolicyWaterfall, Options: benchpolicy.Options{LoadAware: true}},
+		{Policy: config.PolicyWaterfall, Options: benchpolicy.Options{LoadAware: true, Shed: true}},
 		{Policy: config.PolicyRoundRobin, Scope: config.HashScopeGlobal},
 		{Policy: config.PolicyLeastRequest, Scope: config.HashScopeGlobal}, // P2C over least requests
 		{Policy: config.PolicyHash2, Scope: config.HashScopeGlobal},

@@ -12,8 +12,9 @@ import (
 )
 
 // TestRunStoryUneven runs the uneven story for real, cut to a quarter of
-// its quick length (0.5 s phases), for waterfall and round robin, one
-// repetition, and checks that the JSON `lbbench --story uneven --json`
+// its quick length (0.5 s phases), for waterfall, waterfall with
+// load_aware and shedding (a config every gfe must take: the row's options
+// in the service's config) and round robin, one repetition, and checks that the JSON `lbbench --story uneven --json`
 // prints has every key, today's row keys among them, and plausible values:
 // p99.9 >= p99 >= 0 and within the deadline, shares in [0, 1], the
 // minimum cross-region share the LP's, every request of the schedule.
@@ -22,7 +23,7 @@ func TestRunStoryUneven(t *testing.T) {
 	st.Scale(0.25)
 	st.Net = 66 // TestRunQuick uses 60, the e2e tests 20–59
 	st.Reps = 1
-	st.Policies = []benchpolicy.Row{{Policy: "waterfall"}, {Policy: "round_robin", Scope: "global"}}
+	st.Policies = []benchpolicy.Row{{Policy: "waterfall"}, {Policy: "waterfall", Options: benchpolicy.Options{LoadAware: true, Shed: true}}, {Policy: "round_robin", Scope: "global"}}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var progress strings.Builder
@@ -55,11 +56,11 @@ func TestRunStoryUneven(t *testing.T) {
 		t.Errorf("%d phases, want 9", len(ph))
 	}
 	rows, _ := doc["rows"].([]any)
-	if len(rows) != 2 {
-		t.Fatalf("%d rows, want 2", len(rows))
+	if len(rows) != 3 {
+		t.Fatalf("%d rows, want 3", len(rows))
 	}
 	scheduled := st.Scheduled()
-	for i, want := range []string{"waterfall", "round_robin"} {
+	for i, want := range []string{"waterfall", "waterfall", "round_robin"} {
 		row, _ := rows[i].(map[string]any)
 		for _, k := range []string{"policy", "scope", "p99_ms", "mean_ms", "error_rate", "cross_region", "p999_ms", "p50_ms", "p99_within_ms", "p99_over_ms", "deadline_missed", "min", "max", "utilization", "runs"} {
 			if _, ok := row[k]; !ok {
@@ -68,6 +69,9 @@ func TestRunStoryUneven(t *testing.T) {
 		}
 		if row["policy"] != want {
 			t.Errorf("row %d: policy %v, want %s", i, row["policy"], want)
+		}
+		if withOptions := i == 1; (row["load_aware"] == true) != withOptions || (row["shed"] == true) != withOptions {
+			t.Errorf("row %d: load_aware %v, shed %v; want both %v", i, row["load_aware"], row["shed"], withOptions)
 		}
 		num := func(k string) float64 { v, _ := row[k].(float64); return v }
 		p99, p999 := num("p99_ms"), num("p999_ms")
@@ -103,7 +107,10 @@ func TestRunStoryUneven(t *testing.T) {
 	}
 	// Round robin spreads every site over every instance: most of its
 	// requests leave their site's region, far above the minimum.
-	if rr := res.Rows[1]; rr.CrossRegion < 0.6 {
+	if !strings.Contains(table.String(), "waterfall+load_aware+shed") {
+		t.Errorf("the table has no row waterfall+load_aware+shed:\n%s", table.String())
+	}
+	if rr := res.Rows[2]; rr.CrossRegion < 0.6 {
 		t.Errorf("round_robin: cross-region %.3f, want > 0.6 (10 of 14 instances are outside any site's region)", rr.CrossRegion)
 	}
 }

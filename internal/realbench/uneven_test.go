@@ -26,8 +26,8 @@ func TestUnevenStory(t *testing.T) {
 		if quick {
 			wantPhase, wantReps, wantPeriod = 2*time.Second, 2, 2*time.Second
 		}
-		if st.Reps != wantReps || st.Timeout != 5*time.Second || st.Antagonist.Period != wantPeriod || len(st.Policies) != 5 {
-			t.Errorf("quick=%v: reps %d, timeout %v, antagonist period %v, %d policies; want %d, 5s, %v, 5",
+		if st.Reps != wantReps || st.Timeout != 5*time.Second || st.Antagonist.Period != wantPeriod || len(st.Policies) != 7 {
+			t.Errorf("quick=%v: reps %d, timeout %v, antagonist period %v, %d policies; want %d, 5s, %v, 7",
 				quick, st.Reps, st.Timeout, st.Antagonist.Period, len(st.Policies), wantReps, wantPeriod)
 		}
 		var names []string
@@ -230,7 +230,8 @@ func TestStoryResultJSONRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := Measurement{Policy: st.Policies[0], Requests: reqs(100, "tokyo", 0, 0, "", 0, 200, "asia-east", "asia-east-b-1", 10*ms)}
+	p := benchpolicy.Row{Policy: "waterfall", Options: benchpolicy.Options{LoadAware: true, Shed: true}}
+	m := Measurement{Policy: p, Requests: reqs(100, "tokyo", 0, 0, "", 0, 200, "asia-east", "asia-east-b-1", 10*ms)}
 	row, err := tab.row(m)
 	if err != nil {
 		t.Fatal(err)
@@ -238,7 +239,7 @@ func TestStoryResultJSONRoundTrip(t *testing.T) {
 	res := &StoryResult{Result: *newResult(spec, &st.Config, tab), Story: "uneven", Reps: 1, TimeoutS: 5, MinCrossRegion: 0.25}
 	res.Result.Phases = nil
 	res.StoryPhases = []StoryPhase{{PhaseInfo: PhaseInfo{Name: "0.5x", DurationS: 2}, Load: 0.5, MinCrossRegion: 0.2}}
-	res.Rows = []StoryRow{summarise(st.Policies[0], []StoryRun{tab.storyRun(m, row, &st.Config)})}
+	res.Rows = []StoryRow{summarise(p, []StoryRun{tab.storyRun(m, row, &st.Config)})}
 	var js bytes.Buffer
 	if err := res.WriteJSON(&js); err != nil {
 		t.Fatal(err)
@@ -252,6 +253,9 @@ func TestStoryResultJSONRoundTrip(t *testing.T) {
 	}
 	if len(doc.Rows) != 1 || doc.Rows[0]["p999_ms"] != 10.0 || len(doc.Phases) != 1 || doc.Phases[0]["load"] != 0.5 {
 		t.Fatalf("JSON rows %v, phases %v; want one story row (p999_ms 10) and one story phase (load 0.5)", doc.Rows, doc.Phases)
+	}
+	if r := doc.Rows[0]; r["policy"] != "waterfall" || r["load_aware"] != true || r["shed"] != true {
+		t.Errorf("JSON row: policy %v, load_aware %v, shed %v; want waterfall, true, true", r["policy"], r["load_aware"], r["shed"])
 	}
 	var back StoryResult
 	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
@@ -267,7 +271,7 @@ func TestStoryResultJSONRoundTrip(t *testing.T) {
 	if got.String() != want.String() {
 		t.Errorf("table after the round trip:\n%s\nwant:\n%s", got.String(), want.String())
 	}
-	if !strings.Contains(want.String(), "waterfall") || !strings.Contains(want.String(), "minimum necessary cross-region share (LP over the declared capacities): 25.0%") {
+	if !strings.Contains(want.String(), "waterfall+load_aware+shed") || !strings.Contains(want.String(), "minimum necessary cross-region share (LP over the declared capacities): 25.0%") {
 		t.Errorf("table lacks the row or the minimum share:\n%s", want.String())
 	}
 }

@@ -27,6 +27,15 @@ func (c *Cluster) Drive(ctx context.Context, rates map[string]float64, warmup, d
 	})
 }
 
+// DriveRecorded is Drive with every measured request recorded
+// (loadgen.Result.Records), for what the counts do not tell: the latency
+// of the 2xx answers alone, or which refusals were the gfe's own.
+func (c *Cluster) DriveRecorded(ctx context.Context, rates map[string]float64, warmup, d time.Duration) (map[string]*loadgen.Result, error) {
+	return c.drive(ctx, rates, func(_ string, cfg *loadgen.Config) {
+		cfg.Duration, cfg.Warmup, cfg.Records = d, warmup, true
+	})
+}
+
 // Load is load started by StartLoad. Each site's Result.Start is when its
 // generator started; its Record.At count from there.
 type Load struct {

@@ -32,6 +32,15 @@ type Spec struct {
 	// Policy of the service "web" (default waterfall) and its HashScope.
 	Policy    config.Policy
 	HashScope config.HashScope
+	// LoadAware turns the service's load-aware choice inside a group on
+	// (load_aware: {enabled: true}) and Shed its shedding of global
+	// overload (overload: {shed: true}), every other key of the block at
+	// its default. Both need a planned Policy. Default off.
+	LoadAware, Shed bool
+	// ShedAdmit, when Shed and positive, is the overload block's admit
+	// (the load admitted in overload over the plan's capacity); 0 leaves
+	// the default, 1.
+	ShedAdmit float64
 	// PlanInterval and RTTInterval of every gfe (defaults 250ms, 250ms).
 	PlanInterval, RTTInterval time.Duration
 	// Damping of every gfe (default 0.5).
@@ -377,6 +386,15 @@ func (s *Spec) ConfigYAML() string {
 	fmt.Fprintf(&b, "services:\n  - name: web\n    policy: %s\n", s.Policy)
 	if s.HashScope != "" {
 		fmt.Fprintf(&b, "    hash_scope: %s\n", s.HashScope)
+	}
+	if s.LoadAware {
+		b.WriteString("    load_aware: {enabled: true}\n")
+	}
+	switch {
+	case s.Shed && s.ShedAdmit > 0:
+		fmt.Fprintf(&b, "    overload: {shed: true, admit: %g}\n", s.ShedAdmit)
+	case s.Shed:
+		b.WriteString("    overload: {shed: true}\n")
 	}
 	b.WriteString("    balancing_mode: RATE\n    backends:\n")
 	for _, r := range s.Regions {

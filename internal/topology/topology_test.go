@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/spillway-lb/spillway/config"
 )
 
 func TestBackendArgs(t *testing.T) {
@@ -137,5 +139,44 @@ func TestPinControlPlanes(t *testing.T) {
 	}
 	if got := (&Spec{Net: 9}).RedisAddr(); got != "127.9.0.100:6379" {
 		t.Errorf("RedisAddr = %q, want 127.9.0.100:6379", got)
+	}
+}
+
+// TestConfigYAMLServiceOptions: LoadAware and Shed write the service's
+// load_aware and overload blocks, which the config takes with every other
+// key at its default; without them both stay off.
+func TestConfigYAMLServiceOptions(t *testing.T) {
+	for _, tt := range []struct {
+		name            string
+		loadAware, shed bool
+		admit           float64
+	}{
+		{"none", false, false, 0},
+		{"load_aware", true, false, 0},
+		{"shed", false, true, 0},
+		{"both", true, true, 0},
+		{"shed admitting 0.9", false, true, 0.9},
+		{"admit without shed", false, false, 0.9},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			spec := Uneven(7, DefaultUnevenAntagonist)
+			spec.LoadAware, spec.Shed, spec.ShedAdmit = tt.loadAware, tt.shed, tt.admit
+			cfg, err := config.Parse([]byte(spec.ConfigYAML()), "spillway.yaml")
+			if err != nil {
+				t.Fatalf("Parse(ConfigYAML()): %v", err)
+			}
+			svc := cfg.Services[0]
+			la, ov := config.DefaultLoadAware(), config.DefaultOverload()
+			la.Enabled, ov.Shed = tt.loadAware, tt.shed
+			if tt.shed && tt.admit > 0 {
+				ov.Admit = tt.admit
+			}
+			if diff := cmp.Diff(la, svc.LoadAware); diff != "" {
+				t.Errorf("load_aware (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(ov, svc.Overload); diff != "" {
+				t.Errorf("overload (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

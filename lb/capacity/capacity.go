@@ -213,6 +213,11 @@ type Estimator struct {
 	// silent group must have sent requests (more out than then), so that
 	// idle open streams are not silence.
 	lastOut, curOut, silentOut int64
+	// outAt is since when the requests out are known to have been out
+	// with no request of the group ending (zero: one ended in the last
+	// interval, or none is out): the age its oldest request out has at
+	// least.
+	outAt time.Time
 	// judged is what the last judged sample showed, judgedAt when;
 	// queuedFrom is the start of the run of samples whose latency is
 	// above the baseline (zero: the last one was not).
@@ -262,6 +267,15 @@ func (e *Estimator) Update(now time.Time, s Sample) (float64, Signal) {
 	if !e.last.IsZero() && now.After(e.last) {
 		dt = now.Sub(e.last).Seconds()
 	}
+	switch {
+	case s.requests() > 0 || s.Outstanding == 0:
+		e.outAt = time.Time{}
+	case !e.outAt.IsZero():
+	case e.lastOut > 0 && !e.last.IsZero():
+		e.outAt = e.last // out at the last Update, and none ended since
+	default:
+		e.outAt = now // sent since the last Update
+	}
 	e.last = now
 	// Silence: requests out, load planned, and not one answer or failure.
 	if s.requests() == 0 && s.Outstanding > 0 && s.Load > 0 {
@@ -276,7 +290,7 @@ func (e *Estimator) Update(now time.Time, s Sample) (float64, Signal) {
 	e.pending.Add(s)
 	p := e.pending
 	sig, keep := SignalNone, 1.0
-	if p.requests() >= e.cfg.MinRequests || (p.Limit > 0 && p.InFlight >= p.Limit) || p.Outstanding-e.outstanding >= e.stallGrowth(&p) || e.silent(now) {
+	if p.requests() >= e.cfg.MinRequests || (p.Limit > 0 && p.InFlight >= p.Limit) || e.grew(&p) && !e.young(now, &p) || e.silent(now) {
 		e.pending = Sample{}
 		sig, keep = e.judge(now, &p)
 	}
@@ -411,15 +425,53 @@ func (e *Estimator) judge(now time.Time, p *Sample) (Signal, float64) {
 
 // stalled reports whether p's group stopped answering: this gfe's
 // requests to it in flight grew by stallGrowth or more since the last
-// judged sample and not one of them got an answer or failed, or it has been
-// silent (requests out, load planned, no answer) for stallSilence. (Streams that
+// judged sample and not one of them got an answer or failed, and they
+// cannot be answers still on their way (young); or it has been silent
+// (requests out, load planned, no answer) for stallSilence. (Streams that
 // stay open do not grow; new ones are answered when they open. A group
 // that answers some of its requests is left to the other signals, health
-// checks and outlier detection.)
+// checks and outlier detection.) While the growth is young it keeps
+// counting from the last judged sample, so that it is a stall as soon as
+// the requests are old enough.
 func (e *Estimator) stalled(now time.Time, p *Sample) bool {
-	grew := p.Outstanding - e.outstanding
+	grew := e.grew(p)
+	if grew && e.young(now, p) {
+		return e.silent(now)
+	}
 	e.outstanding = p.Outstanding
-	return grew >= e.stallGrowth(p) && p.requests() == 0 || e.silent(now)
+	return grew || e.silent(now)
+}
+
+// grew reports whether p's outstanding requests grew by stallGrowth since
+// the last judged sample with no request ending: the evidence of a group
+// that stopped answering, unless they are young.
+func (e *Estimator) grew(p *Sample) bool {
+	return p.Outstanding-e.outstanding >= e.stallGrowth(p) && p.requests() == 0
+}
+
+// stallLate is how many of the group's answer times (its baseline) a
+// request must be out without any request ending before the growth counts
+// as a stall.
+const stallLate = 2
+
+// young reports whether p's requests out, none answered yet, may all be
+// answers still on their way rather than a group that stopped answering:
+// a slow group's first requests after idle are out for its answer time
+// before the first comes back, and a sample shorter than that sees them
+// out with no answer. With the group's answer time known (its baseline,
+// from samples of the last BaselineWindow), they are young until the
+// oldest has been out stallLate times it (the estimator knows how long at
+// least: since the first Update that saw them out with none ending). With
+// none known, they are young if they fit in the group's concurrency
+// limits (Limit: each has a slot, so the group can be serving them all at
+// once), and then only the silence (stallSilence) or reaching the limits
+// tells a stall; a group without limits that never answered has nothing
+// to tell by, and its growth counts at once.
+func (e *Estimator) young(now time.Time, p *Sample) bool {
+	if base, ok := e.baselineAt(now); ok {
+		return !e.outAt.IsZero() && now.Sub(e.outAt) <= stallLate*base
+	}
+	return p.Limit > 0 && p.Outstanding < p.Limit
 }
 
 // stallSilence is how long a group with requests out and load planned may

@@ -389,3 +389,95 @@ func TestReportsConfirmLatency(t *testing.T) {
 		})
 	}
 }
+
+// slowGroup plays a one-instance group whose requests take lat (none is
+// ever answered if lat is 0) to Update every 250ms from t0 for the given
+// number of updates; this gfe sends one request every 100ms from t0+560ms
+// (10 req/s on an idle group: the first sample after the load starts holds
+// two requests out and no answer). It returns the factor and signal of
+// every Update.
+func slowGroup(e *Estimator, lat time.Duration, limit int64, updates int) ([]float64, []Signal) {
+	const sample, every = 250 * time.Millisecond, 100 * time.Millisecond
+	first := t0.Add(560 * time.Millisecond)
+	var fs []float64
+	var sigs []Signal
+	prev := t0
+	for i := range updates {
+		now := t0.Add(time.Duration(i) * sample)
+		s := Sample{Instances: 1, Limit: limit, Load: 10, Capacity: 28.5}
+		for at := first; !at.After(now); at = at.Add(every) {
+			end := at.Add(lat)
+			switch {
+			case lat > 0 && !end.After(now) && end.After(prev):
+				s.Answered++
+				s.Latency += lat
+			case lat == 0 || end.After(now):
+				s.Outstanding++
+			}
+		}
+		if limit > 0 {
+			s.InFlight = s.Outstanding
+		}
+		f, sig := e.Update(now, s)
+		fs, sigs = append(fs, f), append(sigs, sig)
+		prev = now
+	}
+	return fs, sigs
+}
+
+// TestSlowFirstAnswer: load starts on an idle one-instance group whose
+// requests take 200ms. The first 250ms sample after it has two requests
+// out and none answered: not a group that stopped answering, because they
+// fit in its concurrency limits (10) and no answer time says they are
+// late; the factor stays 1 for the whole run. A group without limits that
+// answered before is judged by its baseline: two requests out for less
+// than twice its 200ms are young. A group that really stops answering is
+// still caught: from idle with limits and no answer time, by the second
+// of silence (or at once when its limits fill); with an answer time
+// known, once its requests are out twice that.
+func TestSlowFirstAnswer(t *testing.T) {
+	const lat = 200 * time.Millisecond
+	e := New(DefaultConfig())
+	fs, sigs := slowGroup(e, lat, 10, 40) // 10 s
+	for i := range fs {
+		if fs[i] != 1 || sigs[i] != SignalNone {
+			t.Fatalf("limits 10, slow answers, update %d (t=%v): factor %v %v, want 1 none", i, time.Duration(i)*250*time.Millisecond, fs[i], sigs[i])
+		}
+	}
+
+	// No limits, but the group answered in 200ms 20s ago (its baseline).
+	e = New(DefaultConfig())
+	e.Update(t0.Add(-20*time.Second), ok(10, lat, 10))
+	e.Update(t0.Add(-20*time.Second+250*time.Millisecond), Sample{Instances: 1, Capacity: 28.5})
+	fs, sigs = slowGroup(e, lat, 0, 40)
+	for i := range fs {
+		if fs[i] != 1 || sigs[i] != SignalNone {
+			t.Fatalf("no limits, baseline 200ms, update %d: factor %v %v, want 1 none", i, fs[i], sigs[i])
+		}
+	}
+
+	// The same group stuck (nothing answered): the two requests out at
+	// 750ms were sent after the Update at 500ms, so at 1250ms they have
+	// been out at least 500ms > 2 × 200ms.
+	e = New(DefaultConfig())
+	e.Update(t0.Add(-20*time.Second), ok(10, lat, 10))
+	e.Update(t0.Add(-20*time.Second+250*time.Millisecond), Sample{Instances: 1, Capacity: 28.5})
+	fs, sigs = slowGroup(e, 0, 0, 6)
+	if fs[3] != 1 || fs[4] != 1 || fs[5] != 0.1 || sigs[5] != SignalInFlight {
+		t.Errorf("stuck, baseline 200ms: factors %v signals %v, want 1 until 1250ms, then 0.1 in_flight", fs, sigs)
+	}
+
+	// Stuck, limits 20, no answer time: young until a second of silence
+	// (the silence began at the Update at 500ms; 10 out at 1500ms, within
+	// the limits).
+	e = New(DefaultConfig())
+	fs, sigs = slowGroup(e, 0, 20, 7)
+	if fs[5] != 1 || fs[6] != 0.1 || sigs[6] != SignalInFlight {
+		t.Errorf("stuck, limits 20: factors %v signals %v, want 1 until 1500ms, then 0.1 in_flight", fs, sigs)
+	}
+	// Stuck at its limits: no slot left to be serving them, a stall at once.
+	e = New(DefaultConfig())
+	if f, sig := e.Update(t0, Sample{Outstanding: 10, InFlight: 10, Limit: 10, Instances: 1, Load: 10, Capacity: 28.5}); f != 0.1 || sig != SignalInFlight {
+		t.Errorf("10 out at limits 10, none answered: %v %v, want 0.1 in_flight", f, sig)
+	}
+}

@@ -38,7 +38,15 @@
 //     less) since the last sample and none of them got an answer, or for a
 //     second the group had requests out and load planned, took more, and
 //     answered nothing (the group then keeps only MinFactor; open streams
-//     that sit idle take no more and are not silent);
+//     that sit idle take no more and are not silent). Growth without an
+//     answer is not a stall while the requests may be answers still on
+//     their way (a slow group's first requests after idle are out for its
+//     answer time before one comes back): with the group's answer time
+//     known (its baseline), until the oldest has been out twice that;
+//     with none known, while they fit in the group's concurrency limits
+//     (then the second of silence or full limits tells). A group without
+//     limits that never answered has nothing to tell by: its growth
+//     counts at once;
 //   - SignalQueueing: the mean latency of answered requests rose above the
 //     group's baseline, the lowest mean latency of any sample in the last
 //     BaselineWindow (the network round trip plus the service time: only

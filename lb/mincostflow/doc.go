@@ -59,7 +59,9 @@
 // optimum (its supply on its cheapest arcs, within their keep shares
 // first, regardless of the destinations' limits), and the excess of each
 // overfull destination is pushed along the cheapest residual path to a
-// destination with room. One phase is one Dijkstra over a binary heap,
+// destination with room, one overfull destination at a time (the first
+// in index order whose excess can still move), so that a search stops at
+// the room nearest to it. One phase is one Dijkstra over a binary heap,
 // O((A + V) log V) for A arcs and V = sources + destinations + 1 nodes,
 // cut short by the arcs' ascending cost; a phase saturates an arc's
 // residual, an overfull destination's excess or another's room, so in practice a

@@ -68,9 +68,11 @@ type flowNet struct {
 	pot  []cost // node potentials: reduced costs are ≥ 0
 	dist []cost
 	done []bool
-	pred []int32 // arc·2+tier that reached the node, region index for the sink, -1 for sources
-	heap []int32 // open nodes, a binary min-heap by (dist, node)
-	pos  []int32 // per node: index in heap, -1 if not in it
+	// stuck marks the regions whose excess ssp found no path for.
+	stuck []bool
+	pred  []int32 // arc·2+tier that reached the node, region index for the sink, -1 for sources
+	heap  []int32 // open nodes, a binary min-heap by (dist, node)
+	pos   []int32 // per node: index in heap, -1 if not in it
 }
 
 // newFlowNet builds the network of p, which Solve has validated: one arc
@@ -93,6 +95,7 @@ func newFlowNet(p Problem) *flowNet {
 		pot:      make([]cost, v),
 		dist:     make([]cost, v),
 		done:     make([]bool, v),
+		stuck:    make([]bool, nr),
 		pred:     make([]int32, v),
 		pos:      make([]int32, v),
 		users:    make([][]int32, nr),
@@ -224,15 +227,44 @@ func (n *flowNet) reset(dirty []bool) {
 // until none is left, and reports whether some is stuck: no residual path
 // leads from it to a region with room. Then n.done marks the nodes
 // reachable from the stuck excess.
+//
+// Each phase searches from one region with excess, the first in index
+// order that is not known to be stuck: a search from one region stops at
+// the nearest room, where one from every region with excess would explore
+// around all of them. Any region with excess will do as the source of a
+// successive shortest path (the potentials stay valid, see reprice). A
+// region whose search finds no room stays stuck for the rest of ssp:
+// augmenting other paths only adds the reverses of their arcs, and a new
+// path through one of those would have reached that path's room before.
+// So when every region with excess is stuck, no excess can move, and one
+// search from all of them together marks what split needs (should that
+// search find room after all, its path is pushed and every region is
+// searched again).
 func (n *flowNet) ssp() (stuck bool) {
-	limit := maxPhasesPerArc * (len(n.aSite) + n.nr + 1)
+	limit := maxPhasesPerArc*(len(n.aSite)+n.nr+1) + n.nr
+	from, anyStuck := 0, false
+	clear(n.stuck)
 	for range limit {
-		sources, reached := n.dijkstra()
-		if !sources {
-			return false
+		// Augmenting never adds excess (it fills only room), so the
+		// regions before from have none, or are stuck.
+		for from < n.nr && !(n.load[from]-n.limit[from] > n.roomE[from] && !n.stuck[from]) {
+			from++
 		}
-		if !reached {
-			return true
+		if from == n.nr {
+			if !anyStuck || !n.dijkstra(-1) {
+				return anyStuck
+			}
+			// Some excess moves after all (not expected: float rounding
+			// in a residual): push it, and search from each again.
+			n.reprice()
+			n.augment()
+			clear(n.stuck)
+			from, anyStuck = 0, false
+			continue
+		}
+		if !n.dijkstra(from) {
+			n.stuck[from], anyStuck = true, true
+			continue
 		}
 		n.reprice()
 		n.augment()
@@ -240,10 +272,10 @@ func (n *flowNet) ssp() (stuck bool) {
 	return false
 }
 
-// dijkstra finds shortest paths in reduced costs from every region with
-// excess, stopping at the sink. It reports whether there was any excess
-// and whether the sink was reached. Ties go to the lower node index.
-func (n *flowNet) dijkstra() (sources, reached bool) {
+// dijkstra finds shortest paths in reduced costs from region src, or from
+// every region with excess when src < 0, stopping at the sink. It reports
+// whether the sink was reached. Ties go to the lower node index.
+func (n *flowNet) dijkstra(src int) (reached bool) {
 	for v := range n.dist {
 		n.dist[v] = infCost
 		n.done[v] = false
@@ -252,21 +284,18 @@ func (n *flowNet) dijkstra() (sources, reached bool) {
 	}
 	n.heap = n.heap[:0]
 	for r := range n.nr {
-		if n.load[r]-n.limit[r] > n.roomE[r] {
+		if r == src || src < 0 && n.load[r]-n.limit[r] > n.roomE[r] {
 			v := int32(n.ns + r)
 			n.dist[v] = cost{}
 			n.fix(v)
 		}
-	}
-	if len(n.heap) == 0 {
-		return false, false
 	}
 	ns := int32(n.ns)
 	for len(n.heap) > 0 {
 		v := n.pop()
 		n.done[v] = true
 		if v == n.sink {
-			return true, true
+			return true
 		}
 		d, pv, cv := n.dist[v], n.pot[v], n.comp[v]
 		if v < ns { // a site: forward arcs to its regions
@@ -334,7 +363,7 @@ func (n *flowNet) dijkstra() (sources, reached bool) {
 		}
 		n.users[r] = kept
 	}
-	return true, false
+	return false
 }
 
 // relax offers w the distance d + rc through pred. Reduced costs are ≥ 0

@@ -262,9 +262,10 @@ func TestAbsurdRTTIsBounded(t *testing.T) {
 	r.step(append(append([]routing.Peer{}, honest...), odd))
 	tbl, _ := r.b.Build(routing.Input{Fleet: r.cs, Peers: append(append([]routing.Peer{}, honest...), odd), Self: nyc, Now: r.now.Add(time.Second)})
 	var got map[string]float64
-	for _, s := range tbl.Services["web"].World().Sites {
+	w := tbl.Services["web"].World()
+	for _, s := range w.Sites {
 		if s.Name == "odd" {
-			got = s.RTT
+			got = w.SiteRTT(s)
 		}
 	}
 	if want := map[string]float64{"us-east": 10_000, "eu-west": 20}; !maps.Equal(got, want) {

@@ -1,6 +1,8 @@
 package routing_test
 
 import (
+	"maps"
+	"math"
 	"net/netip"
 	"slices"
 	"testing"
@@ -19,6 +21,7 @@ func TestBuildWorld(t *testing.T) {
 		{Node: "gfe-nyc-2", Site: "nyc", Demand: map[string]float64{"web": 50}, RTT: map[string]float64{"us-east": 7, "eu-west": 82}},
 		{Node: "gfe-lon", Site: "lon", Demand: map[string]float64{"web": 30}, RTT: map[string]float64{"us-east": 80, "eu-west": 5, "mars": 1}},
 		{Node: "gfe-new", Site: "tokyo", Demand: map[string]float64{"web": 10}},
+		{Node: "gfe-par", Site: "par", Demand: map[string]float64{"web": 20}, RTT: map[string]float64{"eu-west": 9}},
 		// A peer without a site (a control plane's state, say) is ignored.
 		{Node: "cp", Demand: map[string]float64{"web": 77}, RTT: map[string]float64{"us-east": 1}},
 		// A stale copy of this node's own state must be ignored.
@@ -34,15 +37,41 @@ func TestBuildWorld(t *testing.T) {
 			{Name: "eu-west", Groups: []waterfall.Group{{Name: "west", Zone: "eu-west-b", Instances: 2, Healthy: 1, Capacity: 100 * 0.95}}},
 		},
 		Sites: []waterfall.Site{
-			{Name: "lon", Demand: 30, RTT: map[string]float64{"us-east": 80, "eu-west": 5}},
+			// RTTs by region, in the order of Regions; mars is no
+			// region of the service and is dropped.
+			{Name: "lon", Demand: 30, RTTByRegion: []float64{80, 5}},
 			// The median of nyc's two gfes, this one's own measurement
 			// breaking the tie: its own.
-			{Name: "nyc", Demand: 150, RTT: map[string]float64{"us-east": 5, "eu-west": 80}},
+			{Name: "nyc", Demand: 150, RTTByRegion: []float64{5, 80}},
+			// par has measured only eu-west: us-east is unreachable.
+			{Name: "par", Demand: 20, RTTByRegion: []float64{math.Inf(1), 9}},
 			// tokyo has measured no RTT yet: left out.
 		},
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("BuildWorld mismatch (-want +got):\n%s", d)
+	}
+	// By name, as /status shows them: an unmeasured region has no entry.
+	for i, want := range []map[string]float64{{"us-east": 80, "eu-west": 5}, {"us-east": 5, "eu-west": 80}, {"eu-west": 9}} {
+		if rtt := got.SiteRTT(got.Sites[i]); !maps.Equal(rtt, want) {
+			t.Errorf("SiteRTT(%s) = %v, want %v", got.Sites[i].Name, rtt, want)
+		}
+	}
+	// The slices plan exactly like the same World with RTT maps.
+	byName := got
+	byName.Sites = slices.Clone(got.Sites)
+	for i, s := range byName.Sites {
+		byName.Sites[i] = waterfall.Site{Name: s.Name, Demand: s.Demand, RTT: got.SiteRTT(s)}
+	}
+	for _, compute := range []func(waterfall.World, waterfall.Config) (*waterfall.Plan, error){waterfall.Compute, waterfall.ComputeMinRTT} {
+		fast, err1 := compute(got, waterfall.DefaultConfig())
+		slow, err2 := compute(byName, waterfall.DefaultConfig())
+		if err1 != nil || err2 != nil {
+			t.Fatalf("planning: %v, %v", err1, err2)
+		}
+		if d := cmp.Diff(slow, fast); d != "" {
+			t.Errorf("plan of BuildWorld's slices differs from the maps' (-maps +slices):\n%s", d)
+		}
 	}
 }
 

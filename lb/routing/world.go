@@ -20,10 +20,14 @@ import (
 // and one Site per edge site known from peers (plus me's), with the site's
 // total demand for svc and its RTT to each region: the median over the
 // site's gfes, me's own measurement breaking an even count at me's site
-// (siteRTT), so that one lying gfe cannot move a site (the first security review, finding 1b). A peer with me's
-// node name is ignored (me is newer than what gossip carries about this
-// node). A site whose gfes have measured no RTT to any of svc's regions is
-// left out: the planner could not place its demand. BuildWorld is pure.
+// (siteRTT), so that one lying gfe cannot move a site (the first security
+// review, finding 1b). The RTTs are in Site.RTTByRegion, one per region of
+// the World in its order, +Inf for a region none of the site's gfes has
+// measured (the form the planner reads without a map per site; RTT is
+// nil; World.SiteRTT gives them by name). A peer with me's node name is
+// ignored (me is newer than what gossip carries about this node). A site
+// whose gfes have measured no RTT to any of svc's regions is left out: the
+// planner could not place its demand. BuildWorld is pure.
 func BuildWorld(s *Fleet, svc *config.Service, peers []Peer, me Peer, factor map[string]float64) waterfall.World {
 	cfg := s.Config
 	var w waterfall.World
@@ -52,25 +56,23 @@ func BuildWorld(s *Fleet, svc *config.Service, peers []Peer, me Peer, factor map
 		w.Regions[ri].Groups = append(w.Regions[ri].Groups, g)
 	}
 
-	// Per site: its demand and, per region index, its gfes' RTTs (slices,
-	// not maps: the simulator builds 80-site worlds for every site every
-	// step).
+	// Per site: its demand and its gfes' RTT maps, in peer order (me
+	// last). Nothing is allocated per (site, region) pair: a gfe plans a
+	// thousand sites × a hundred regions every plan interval.
 	type acc struct {
 		demand float64
-		rtts   [][]float64
+		rtts   []map[string]float64
 	}
 	sites := map[string]*acc{}
 	add := func(site string, demand float64, rtt map[string]float64) {
 		a := sites[site]
 		if a == nil {
-			a = &acc{rtts: make([][]float64, len(w.Regions))}
+			a = &acc{}
 			sites[site] = a
 		}
 		a.demand += demand
-		for r, v := range rtt {
-			if ri, ok := regionIdx[r]; ok {
-				a.rtts[ri] = append(a.rtts[ri], v)
-			}
+		if len(rtt) > 0 {
+			a.rtts = append(a.rtts, rtt)
 		}
 	}
 	for _, p := range peers {
@@ -82,30 +84,59 @@ func BuildWorld(s *Fleet, svc *config.Service, peers []Peer, me Peer, factor map
 	add(me.Site, me.Demand[svc.Name], me.RTT)
 
 	names := make([]string, 0, len(sites))
-	for n := range sites {
-		names = append(names, n)
+	for n, a := range sites {
+		if len(a.rtts) > 0 {
+			names = append(names, n)
+		}
 	}
 	slices.Sort(names)
-	for _, n := range names {
-		a := sites[n]
-		var rtt map[string]float64
-		for ri, vs := range a.rtts {
-			if len(vs) == 0 {
-				continue
-			}
-			if rtt == nil {
-				rtt = make(map[string]float64, len(a.rtts))
-			}
-			own, hasOwn := math.NaN(), false
-			if n == me.Site {
-				own, hasOwn = me.RTT[w.Regions[ri].Name]
-			}
-			rtt[w.Regions[ri].Name] = siteRTT(vs, own, hasOwn)
+	nr := len(w.Regions)
+	// Each site's RTTs, one row of arena; vs[ri*stride:] holds the
+	// site's gfes' values for region ri (one slot spare for siteRTT's
+	// own measurement), n[ri] how many.
+	arena := make([]float64, len(names)*nr)
+	var vs []float64
+	n := make([]int, nr)
+	for si, name := range names {
+		a := sites[name]
+		rtt := arena[si*nr : (si+1)*nr : (si+1)*nr]
+		for ri := range rtt {
+			rtt[ri] = math.Inf(1)
 		}
-		if rtt == nil {
-			continue
+		stride := len(a.rtts) + 1
+		if len(a.rtts) > 1 {
+			vs = slices.Grow(vs[:0], stride*nr)[:stride*nr]
+			clear(n)
 		}
-		w.Sites = append(w.Sites, waterfall.Site{Name: n, Demand: a.demand, RTT: rtt})
+		for _, m := range a.rtts {
+			for r, v := range m {
+				ri, ok := regionIdx[r]
+				switch {
+				case !ok:
+				case len(a.rtts) == 1:
+					rtt[ri] = v // the median of one value
+				default:
+					vs[ri*stride+n[ri]] = v
+					n[ri]++
+				}
+			}
+		}
+		if len(a.rtts) > 1 {
+			for ri := range rtt {
+				if n[ri] == 0 {
+					continue
+				}
+				own, hasOwn := math.NaN(), false
+				if name == me.Site {
+					own, hasOwn = me.RTT[w.Regions[ri].Name]
+				}
+				rtt[ri] = siteRTT(vs[ri*stride:ri*stride+n[ri]:(ri+1)*stride], own, hasOwn)
+			}
+		}
+		if !slices.ContainsFunc(rtt, func(v float64) bool { return !math.IsInf(v, 1) }) {
+			continue // measured only regions svc has no group in
+		}
+		w.Sites = append(w.Sites, waterfall.Site{Name: name, Demand: a.demand, RTTByRegion: rtt})
 	}
 	return w
 }

@@ -43,7 +43,9 @@
 // # Guarantees
 //
 //   - Fraction is 0 unless demand exceeds Admit × capacity by at least
-//     MinFraction of demand, and never NaN (TestFraction).
+//     MinFraction of demand, and never NaN (TestFraction); so is
+//     FromPlan's, out of overload too, where λ is 1 whatever the demand
+//     (TestFromPlanBelowOverload).
 //   - Admitted load equals Admit × capacity in every region of a plan in
 //     uniform overload (TestFromPlanUniform).
 //   - Determinism: the same rnd (and now) give the same decisions.

@@ -74,13 +74,39 @@ func (c Config) fromLambda(lambda float64) float64 {
 // factor of docs/design.md §3 rule 6 (every region is planned at λ times
 // its capacity; refusing 1 − Admit/λ of the arrivals at every site brings
 // each region back to Admit times its capacity, and the plan's proportions
-// are unchanged because the same share is refused everywhere). A nil plan
-// sheds nothing.
+// are unchanged because the same share is refused everywhere). Out of
+// overload, where Lambda is 1 whatever the demand, the ratio is planLoad's
+// instead: with Admit below 1 a plan at half its capacity refuses nothing,
+// one at 95% of it refuses down to Admit × capacity. A nil plan sheds
+// nothing.
 func (c Config) FromPlan(plan *waterfall.Plan) Rule {
 	if plan == nil {
 		return Rule{}
 	}
-	return NewRule(c.fromLambda(plan.Lambda))
+	return NewRule(c.fromLambda(planLoad(plan)))
+}
+
+// planLoad returns plan's demand over its capacity: Lambda in overload
+// (λ > 1); otherwise the sites' demand over every region's capacity. That
+// counts the capacity of a region no site with demand reaches too, which
+// λ leaves out, so it is at most the true ratio and the share it refuses
+// at most the exact one; it is continuous with λ at 1 when every region
+// is reached.
+func planLoad(plan *waterfall.Plan) float64 {
+	if plan.Lambda > 1 {
+		return plan.Lambda
+	}
+	var demand, capacity float64
+	for _, s := range plan.Sites {
+		demand += s.Demand
+	}
+	for _, r := range plan.Regions {
+		capacity += r.Capacity
+	}
+	if !(capacity > 0) {
+		return plan.Lambda
+	}
+	return min(1, demand/capacity)
 }
 
 // Rule refuses a fixed fraction of arrivals. It is an immutable value,

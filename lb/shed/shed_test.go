@@ -79,6 +79,49 @@ func TestFromPlanUniform(t *testing.T) {
 	}
 }
 
+// TestFromPlanBelowOverload: with Admit below 1, a plan out of overload
+// (λ = 1 whatever its demand) refuses only down to Admit × capacity: nothing
+// at half the capacity, 1 − 0.9/0.95 at 95% of it; in overload 1 − Admit/λ
+// as before. Without the demand over capacity below λ = 1 the rule would
+// refuse 1 − Admit (10%) of every arrival at any load.
+func TestFromPlanBelowOverload(t *testing.T) {
+	rtt := map[string]float64{"a": 5, "b": 50}
+	for _, tt := range []struct {
+		name   string
+		demand float64 // of 200 in all
+		want   float64
+	}{
+		{"idle", 0, 0},
+		{"half", 100, 0},
+		{"at 0.9", 180, 0},
+		{"at 0.95", 190, 1 - 0.9/0.95},
+		{"at capacity", 200, 1 - 0.9},
+		{"overload 1.2", 240, 1 - 0.9/1.2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := waterfall.World{
+				Regions: []waterfall.Region{
+					{Name: "a", Groups: []waterfall.Group{{Name: "a1", Instances: 1, Healthy: 1, Capacity: 100}}},
+					{Name: "b", Groups: []waterfall.Group{{Name: "b1", Instances: 1, Healthy: 1, Capacity: 100}}},
+				},
+				Sites: []waterfall.Site{{Name: "s", Demand: tt.demand, RTT: rtt}, {Name: "t", Demand: 0, RTT: rtt}},
+			}
+			plan, err := waterfall.Compute(w, waterfall.DefaultConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := DefaultConfig()
+			cfg.Admit = 0.9
+			if got := cfg.FromPlan(plan).Fraction(); math.Abs(got-tt.want) > 1e-12 {
+				t.Errorf("demand %v of 200, admit 0.9: FromPlan fraction = %v, want %v (λ %v)", tt.demand, got, tt.want, plan.Lambda)
+			}
+			if got := DefaultConfig().FromPlan(plan).Fraction(); tt.demand <= 200 && got != 0 {
+				t.Errorf("demand %v of 200, admit 1: FromPlan fraction = %v, want 0", tt.demand, got)
+			}
+		})
+	}
+}
+
 func TestRuleAdmit(t *testing.T) {
 	q := NewRule(0.25)
 	if q.Admit(1<<62 - 1) {

@@ -124,8 +124,8 @@ func computeMinRTT(w World, cfg Config, margin int) (*Plan, int, error) {
 		if m.grow(k, a0, p, sol) {
 			continue
 		}
-		cells, unplaced := m.cells(p, a0, sol)
-		return m.plan(m.denseRows(cells), false, unplaced), solves, nil
+		rows, unplaced := m.cells(p, a0, sol)
+		return m.plan(rows, true, unplaced), solves, nil
 	}
 }
 
@@ -235,31 +235,59 @@ func (m *model) grow(k, a0 []int32, p mincostflow.Problem, sol *mincostflow.Solu
 }
 
 // cells labels the flows of sol (the solution of p, whose arcs of site s
-// are p.Arcs[a0[s]:a0[s+1]]) by Reason into site×region cells, adds the
-// idle rows and returns them with each site's unplaced demand, for plan.
-func (m *model) cells(p mincostflow.Problem, a0 []int32, sol *mincostflow.Solution) ([]cell, []float64) {
+// are p.Arcs[a0[s]:a0[s+1]]) by Reason into each site's cells, adds the
+// idle rows and returns them with each site's unplaced demand, for plan:
+// rows[s][i] is the cell of the i-th region of site s's order, and a row
+// is as long as the part of the order produced (model.ord), which holds
+// every region with an arc. Only sites that need it are put in order
+// whole: those in an overloaded set, and sites without demand.
+func (m *model) cells(p mincostflow.Problem, a0 []int32, sol *mincostflow.Solution) ([][]cell, []float64) {
 	ns, nr := len(m.sites), len(m.regions)
-	cells := make([]cell, ns*nr)
 	unplaced := make([]float64, ns)
+	overloaded := make([]bool, ns)
+	for s, site := range m.sites {
+		switch {
+		case site.demand <= 0:
+			m.siteReach(s)
+		case a0[s] == a0[s+1]:
+			unplaced[s] = site.demand
+		case sol.Level(s) > m.lambda*(1+1e-9):
+			overloaded[s] = true
+			m.siteReach(s)
+		}
+	}
+	n := 0
+	for s := range m.sites {
+		if unplaced[s] == 0 {
+			n += len(m.ord[s])
+		}
+	}
+	arena := make([]cell, n)
+	rows := make([][]cell, ns)
+	for s := range m.sites {
+		if unplaced[s] == 0 {
+			l := len(m.ord[s])
+			rows[s], arena = arena[:l:l], arena[l:]
+		}
+	}
+
 	x := make([]float64, nr)
-	for s := range ns {
-		d := m.sites[s].demand
-		if d <= 0 {
+	for s, site := range m.sites {
+		if site.demand <= 0 || unplaced[s] > 0 {
 			continue
 		}
-		if a0[s] == a0[s+1] {
-			unplaced[s] = d
-			continue
+		arcs := p.Arcs[a0[s]:a0[s+1]]
+		for i, a := range arcs {
+			x[a.Dest] = max(0, sol.Flow(int(a0[s])+i))
 		}
-		clear(x)
-		for a := a0[s]; a < a0[s+1]; a++ {
-			x[p.Arcs[a].Dest] = max(0, sol.Flow(int(a)))
+		row := rows[s]
+		m.label(row, s, site.demand, x)
+		for _, a := range arcs {
+			x[a.Dest] = 0
 		}
-		row := cells[s*nr : (s+1)*nr]
-		m.label(row, s, d, x)
-		if sol.Level(s) > m.lambda*(1+1e-9) {
-			for _, r := range m.siteReach(s) {
-				c := &row[r]
+		if overloaded[s] {
+			for i := range row {
+				c := &row[i]
 				c[ReasonOverload] += c[ReasonSpillCapacity] + c[ReasonSpillHealth]
 				c[ReasonSpillCapacity], c[ReasonSpillHealth] = 0, 0
 			}
@@ -275,9 +303,9 @@ func (m *model) cells(p mincostflow.Problem, a0 []int32, sol *mincostflow.Soluti
 		if site.demand > 0 {
 			continue
 		}
-		clear(x)
+		reach := m.siteReach(s)
 		rem := 1.0
-		for _, r := range m.siteReach(s) {
+		for _, r := range reach {
 			if rem > 0 && hasRoom(r) {
 				t := min(m.regions[r].keep, rem)
 				x[r] += t
@@ -285,7 +313,7 @@ func (m *model) cells(p mincostflow.Problem, a0 []int32, sol *mincostflow.Soluti
 			}
 		}
 		if rem > dustEps {
-			for _, r := range m.siteReach(s) {
+			for _, r := range reach {
 				if hasRoom(r) {
 					x[r] += rem
 					rem = 0
@@ -293,17 +321,21 @@ func (m *model) cells(p mincostflow.Problem, a0 []int32, sol *mincostflow.Soluti
 				}
 			}
 		}
-		row := cells[s*nr : (s+1)*nr]
+		row := rows[s]
 		m.label(row, s, 1, x)
+		for _, r := range reach {
+			x[r] = 0
+		}
 		if rem > dustEps {
-			m.spread(s, rem, func(_ int, r int32) *cell { return &row[r] })
+			m.spread(s, rem, func(i int, _ int32) *cell { return &row[i] })
 		}
 	}
-	return cells, unplaced
+	return rows, unplaced
 }
 
-// label adds to row (site s's cells) the demand x[r] the site sends to each
-// region r, split by Reason: it walks the site's regions in order holding
+// label adds to row (site s's cells, row[i] that of the i-th region of its
+// order) the demand x[r] the site sends to each region r, split by Reason:
+// it walks the site's regions in order holding
 // the demand not yet placed by the cause of its last move, as Compute's
 // walker does. Demand starts as ReasonNearest; after region r, the part of
 // it beyond r's keep bound (keep·demand) that r did not take becomes
@@ -312,16 +344,16 @@ func (m *model) cells(p mincostflow.Problem, a0 []int32, sol *mincostflow.Soluti
 // to: regions beyond the last of those would add nothing.
 func (m *model) label(row []cell, s int, demand float64, x []float64) {
 	left := [...]float64{demand, 0, 0}
-	for _, r := range m.ord[s] {
+	for i, r := range m.ord[s] {
 		t := x[r]
 		rem := left[0] + left[1] + left[2]
 		if rem <= 0 {
-			row[r][ReasonSpillCapacity] += t // rounding only
+			row[i][ReasonSpillCapacity] += t // rounding only
 			continue
 		}
 		if t > 0 {
-			for i, v := range left {
-				row[r][i] += t * (v / rem)
+			for j, v := range left {
+				row[i][j] += t * (v / rem)
 			}
 		}
 		after := max(0, rem-t)

@@ -194,3 +194,21 @@ var ErrNoCapacity = errors.New("waterfall: no region has capacity")
 var ErrAllBusy = errors.New("waterfall: all backends busy")
 
 var inf = func() float64 { var z float64; return 1 / z }()
+
+// SiteRTT returns site s's RTTs by region name, whichever form s uses: its
+// RTT map as it is, or, for RTTByRegion, a new map with the entry of each
+// region of w the site reaches (+Inf entries left out). It is for display
+// and tests; the planner reads either form directly. Nil when s has
+// neither.
+func (w World) SiteRTT(s Site) map[string]float64 {
+	if s.RTTByRegion == nil {
+		return s.RTT
+	}
+	m := make(map[string]float64, len(s.RTTByRegion))
+	for i, v := range s.RTTByRegion {
+		if i < len(w.Regions) && v != inf {
+			m[w.Regions[i].Name] = v
+		}
+	}
+	return m
+}

@@ -7,8 +7,8 @@ import (
 
 // This file is `lbsim autoscale-bench`, the autoscaler scorecard: lb/autoscale's
 // Cloud Run rules, alone and with the waterfall as their buffer, against
-// Knative's KPA (lb/autoscale/kpa) and a clairvoyant oracle, on six loads and
-// two cold starts. Everything is a deterministic simulation on simulated time
+// Knative's KPA (lb/autoscale/kpa), the Kubernetes HPA and a clairvoyant
+// oracle, on six loads and two cold starts. Everything is a deterministic simulation on simulated time
 // (no wall clock, no randomness): the same binary prints the same rows on any
 // machine, however loaded.
 //
@@ -47,7 +47,11 @@ import (
 //     instances (Autoscaler.OnDemand) while Pending says so; at max
 //     instances the oldest requests that waited MaxPendingWait fail (429).
 //   - KPA: see kpaScaler.
-//   - oracle: see oracleRow.
+//   - oracle: see oracle.
+//   - hpa (the Kubernetes HPA's defaults) and the rows with Knative's
+//     constants (oracle@70%, cloudrun+waterfall@70%, @70%,60s and
+//     @knative): see autoscale_variants.go.
+//   - Row.P99AllMs counts a failed request as never answered.
 //   - Scale-downs stop instances not yet ready first, then the newest.
 
 // Model is the scorecard's fixed model.
@@ -191,6 +195,14 @@ type Row struct {
 	// served.
 	P50Ms float64 `json:"p50_ms"`
 	P99Ms float64 `json:"p99_ms"`
+	// P99AllMs is the 99th percentile over every request that arrived, a
+	// failed one counting as never answered (slower than any served):
+	// the latency a client sees when a 429/503 is no answer. It equals
+	// P99Ms for a row that fails nothing, is higher when some fail, and
+	// is null when the percentile falls among the failed (about 1% or
+	// more of the requests failed). An extra key: P99Ms, over the served
+	// requests, is the issue's column.
+	P99AllMs *float64 `json:"p99_all_ms"`
 	// Failed is the requests failed (429 for the rules, 503 for the KPA);
 	// Waited those that found no free slot and queued.
 	Failed int64 `json:"failed"`
@@ -216,7 +228,12 @@ type Row struct {
 }
 
 // Autoscalers are the scorecard's rows per load and cold start, in order.
-var Autoscalers = []string{"oracle", "kpa", "kpa+activator", "cloudrun", "cloudrun+waterfall"}
+// The first five are the issue's; the rest are the evidence rows
+// (autoscale_variants.go): the Kubernetes HPA, and the same Cloud Run rules
+// and waterfall buffer with Knative's constants, against an oracle at
+// Knative's target.
+var Autoscalers = []string{"oracle", "kpa", "kpa+activator", "cloudrun", "cloudrun+waterfall",
+	"hpa", Oracle70, Waterfall70, Waterfall70Windows, WaterfallKnative}
 
 // Run returns every row: per load, per cold start, the
 // autoscalers in the order of Autoscalers.
@@ -230,38 +247,60 @@ func Run(m Model) []Row {
 	return out
 }
 
+// caseRun is one simulated autoscaler of a case: its scaler, whether the
+// waterfall buffers it, and the oracle its relative columns are against
+// (index into the case's oracles).
+type caseRun struct {
+	name string
+	sc   benchScaler
+	buf  bool
+	ref  int
+}
+
 // runAutoscaleCase runs every autoscaler on one load and cold start.
 func runAutoscaleCase(m Model, l Load, cold time.Duration) []Row {
 	arr := l.arrivals(m)
-	o := newOracle(m, l, arr, cold)
+	m70 := m
+	m70.Target = KnativeTarget
+	oracles := []oracle{newOracle(m, l, arr, cold), newOracle(m70, l, arr, cold)}
+	oracles[1].row.Autoscaler = Oracle70
 	initial := l.initial(m)
-	runs := []struct {
-		name string
-		sc   benchScaler
-		buf  bool
-	}{
-		{"kpa", newKPAScaler(m, cold, initial, false), false},
-		{"kpa+activator", newKPAScaler(m, cold, initial, true), false},
-		{"cloudrun", newCloudRunScaler(m, cold, initial), false},
-		{"cloudrun+waterfall", newCloudRunScaler(m, cold, initial), true},
+	runs := []caseRun{
+		{"kpa", newKPAScaler(m, cold, initial, false), false, 0},
+		{"kpa+activator", newKPAScaler(m, cold, initial, true), false, 0},
+		{"cloudrun", newCloudRunScaler(m, cold, initial), false, 0},
+		{"cloudrun+waterfall", newCloudRunScaler(m, cold, initial), true, 0},
 	}
-	rows := []Row{o.row}
-	readies := [][]int{o.need}
-	exits := []float64{-1}
+	runs = append(runs, variantRuns(m, cold, initial)...)
+	// rows, readies, exits and refs hold, per row in Autoscalers order,
+	// the row, its ready instances per step, its first exit from panic
+	// (-1: none or not a KPA) and its oracle.
+	var (
+		rows    []Row
+		readies [][]int
+		exits   []float64
+		refs    []int
+	)
+	add := func(r Row, ready []int, exit float64, ref int) {
+		rows, readies, exits, refs = append(rows, r), append(readies, ready), append(exits, exit), append(refs, ref)
+	}
+	add(oracles[0].row, oracles[0].need, -1, 0)
 	for _, r := range runs {
-		row, ready := runAutoscaleLoad(m, l, arr, cold, initial, o.peakConc, r.name, r.sc, r.buf)
-		rows = append(rows, row)
-		readies = append(readies, ready)
+		if r.name == Oracle70 {
+			add(oracles[1].row, oracles[1].need, -1, 1)
+			continue
+		}
+		row, ready := runAutoscaleLoad(m, l, arr, cold, initial, oracles[0].peakConc, r.name, r.sc, r.buf)
 		exit := -1.0
 		if k, ok := r.sc.(*kpaScaler); ok {
 			exit = k.panicExit
 		}
-		exits = append(exits, exit)
+		add(row, ready, exit, r.ref)
 	}
 	kpaExit := exits[1]
 	dt := m.Step.Seconds()
 	for i := range rows {
-		r := &rows[i]
+		r, o := &rows[i], oracles[refs[i]]
 		r.OracleRatio = round3(r.InstanceS / o.row.InstanceS)
 		r.Overshoot = round3(float64(r.Peak) / float64(o.row.Peak))
 		r.BufferRTTMs, r.RequestMs = float64(m.BufferRTT.Milliseconds()), float64(m.ServiceTime.Milliseconds())

@@ -183,11 +183,25 @@ func runAutoscaleLoad(m Model, l Load, arr []int64, cold time.Duration, initial 
 	}
 	row.P50Ms = float64(quantile.OfCounts(ms, counts, 0.50))
 	row.P99Ms = float64(quantile.OfCounts(ms, counts, 0.99))
+	row.P99AllMs = p99All(ms, counts, row.Failed)
 	row.InstanceS = math.Round(row.InstanceS)
 	if row.Requests > 0 {
 		row.ColdStartsPer1k = round3(float64(f.starts) * 1000 / float64(row.Requests))
 	}
 	return row, readySeries
+}
+
+// p99All returns the 99th percentile of the served latencies ms (with
+// their counts) and failed requests counted as slower than any, nil when
+// it falls among the failed (Row.P99AllMs).
+func p99All(ms, counts []int64, failed int64) *float64 {
+	never := int64(math.MaxInt64)
+	v := quantile.OfCounts(append(slices.Clone(ms), never), append(slices.Clone(counts), failed), 0.99)
+	if v == never {
+		return nil
+	}
+	f := float64(v)
+	return &f
 }
 
 // dropOldest removes n requests from the front of the queue.

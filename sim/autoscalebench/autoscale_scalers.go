@@ -25,11 +25,17 @@ type cloudRunScaler struct {
 	next   int
 }
 
-func newCloudRunScaler(m Model, cold time.Duration, initial int) *cloudRunScaler {
+// newCloudRunScaler returns the rules' scaler; each of with changes the
+// autoscaling block after the model's settings (the evidence rows'
+// Knative constants).
+func newCloudRunScaler(m Model, cold time.Duration, initial int, with ...func(*config.Autoscaling)) *cloudRunScaler {
 	a := config.DefaultAutoscaling()
 	a.MaxInstances, a.InitialInstances = m.MaxInstances, initial
 	a.MaxConcurrencyPerInstance, a.ColdStart = m.MaxConcurrency, cold
 	a.CPUTarget, a.ConcurrencyTarget = m.Target, m.Target
+	for _, w := range with {
+		w(&a)
+	}
 	cfg := a.Rules()
 	return &cloudRunScaler{m: m, cold: cold, cfg: cfg, a: autoscale.New(cfg, initial, time.Unix(0, 0).UTC())}
 }
@@ -248,7 +254,8 @@ func newOracle(m Model, l Load, arr []int64, cold time.Duration) oracle {
 		}
 	}
 	row.InstanceS = math.Round(row.InstanceS)
-	row.P50Ms, row.P99Ms = float64(m.ServiceTime.Milliseconds()), float64(m.ServiceTime.Milliseconds())
+	svc := float64(m.ServiceTime.Milliseconds())
+	row.P50Ms, row.P99Ms, row.P99AllMs = svc, svc, &svc
 	if row.Requests > 0 {
 		row.ColdStartsPer1k = round3(float64(starts) * 1000 / float64(row.Requests))
 	}

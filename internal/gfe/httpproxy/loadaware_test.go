@@ -86,3 +86,61 @@ func TestFastPathAllocsLoadAware(t *testing.T) {
 		t.Errorf("%v allocations per request, want <= 1", n)
 	}
 }
+
+// newLoadAwareBench is a fastBench through a waterfall service whose one
+// group has two backends (newKeepAliveBackend), with the load-aware choice
+// inside the group on or off: the same config otherwise, so that the two
+// differ by the choice alone. On, the service has the chooser.
+func newLoadAwareBench(tb testing.TB, on bool) *fastBench {
+	tb.Helper()
+	regions := []gfetest.Region{{Name: "us-east", Zones: []gfetest.Zone{{Name: "us-east-b", Addrs: []string{newKeepAliveBackend(tb), newKeepAliveBackend(tb)}}}}}
+	extra := "load_aware: {enabled: false}"
+	if on {
+		extra = "load_aware: {enabled: true}"
+	}
+	e, _ := sessionEdge(tb, gfetest.SessionConfig(tb, "waterfall", regions, extra, ""))
+	if svc := e.p.Table().Services["web"]; svc.Picker() == nil || (svc.Chooser() != nil) != on {
+		tb.Fatalf("load_aware %v: picker %v, chooser %v", on, svc.Picker() != nil, svc.Chooser() != nil)
+	}
+	return newFastBenchTo(tb, e)
+}
+
+// TestFastPathNoAllocsLoadAware: the data plane pays no allocation for the
+// load-aware choice: through a waterfall service of two backends, a
+// fast-path request allocates nothing with load_aware on, as with it off
+// (the choice, its probe and slow-start bookkeeping and the latency
+// report included).
+func TestFastPathNoAllocsLoadAware(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	var allocs [2]float64
+	for i, on := range []bool{false, true} {
+		h := newLoadAwareBench(t, on)
+		for range 100 {
+			h.one(t)
+		}
+		allocs[i] = testing.AllocsPerRun(1000, func() { h.one(t) })
+	}
+	if allocs != [2]float64{0, 0} {
+		t.Errorf("allocations per request: load_aware off %v, on %v; want 0 and 0", allocs[0], allocs[1])
+	}
+}
+
+// BenchmarkFastPathLoadAware is BenchmarkFastPath through a waterfall
+// service of two backends, with load_aware off and on side by side.
+func BenchmarkFastPathLoadAware(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		name := "off"
+		if on {
+			name = "on"
+		}
+		b.Run(name, func(b *testing.B) {
+			h := newLoadAwareBench(b, on)
+			b.ReportAllocs()
+			for b.Loop() {
+				h.one(b)
+			}
+		})
+	}
+}

@@ -98,7 +98,9 @@ type fastServer struct {
 	// serves none, and counts none.
 	handoffAll bool
 
-	wg sync.WaitGroup // the connections' goroutines
+	// wg counts the connections being served, parked ones included (a
+	// parked connection has no goroutine, but its resume will end it).
+	wg sync.WaitGroup
 
 	mu       sync.Mutex
 	conns    map[*fastConn]struct{} // guarded by mu
@@ -129,9 +131,16 @@ type fastConn struct {
 	aged  bool // its age was reached and counted
 	// rd is the read deadline last set on c (zero: none), and headerSet
 	// says it bounds the current request head (read_header_timeout).
-	// Only serveConn's goroutine uses them.
+	// Only the goroutine serving fc uses them and the fields below it
+	// (serveConn's, then after each park resume's: the poller's hand-off
+	// orders them).
 	rd        time.Time
 	headerSet bool
+	// wake is resume for fc, made at its first park (Park takes a
+	// pointer to it, so that parking allocates nothing); parkedFirst
+	// says the park was before fc's first request.
+	wake        func()
+	parkedFirst bool
 }
 
 // setReadDeadline sets fc's read deadline to t.
@@ -329,18 +338,41 @@ const (
 	answer413 = "HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nContent-Length: 23\r\nConnection: close\r\n\r\nrequest body too large\n"
 )
 
-// serveConn serves fc's requests until it closes or is handed off.
-func (fs *fastServer) serveConn(fc *fastConn) {
-	defer fs.wg.Done()
+// connEnd is how serving a connection stopped, for now or for good.
+type connEnd uint8
+
+const (
+	// endClose: the connection closes.
+	endClose connEnd = iota
+	// endHandedOff: another owner (net/http) has it.
+	endHandedOff
+	// endParked: it waits for its next request parked in the poller,
+	// with no goroutine (waitRequest); resume serves it again.
+	endParked
+)
+
+// serveConn serves fc's requests until it closes, is handed off, or
+// parks between two requests (then resume takes over).
+func (fs *fastServer) serveConn(fc *fastConn) { fs.end(fc, fs.open(fc)) }
+
+// end finishes serving fc as e says: unless it parked, fc is forgotten,
+// closed unless handed off, and its FastRequest goes back to the pool.
+func (fs *fastServer) end(fc *fastConn, e connEnd) {
+	if e == endParked {
+		return
+	}
+	fs.forget(fc)
+	if e != endHandedOff {
+		fc.c.Close()
+	}
+	fs.putRequest(fc.fr)
+	fs.wg.Done()
+}
+
+// open starts serving fc, just accepted: the TLS handshake of an https
+// listener, the wait for the first request, then its requests.
+func (fs *fastServer) open(fc *fastConn) connEnd {
 	c, fr := fc.c, fc.fr
-	handedOff := false
-	defer func() {
-		fs.forget(fc)
-		if !handedOff {
-			fc.c.Close()
-		}
-		fs.putRequest(fc.fr)
-	}()
 	l := &fs.spec
 	fc.setReadDeadline(time.Now().Add(l.ReadHeaderTimeout))
 	fc.headerSet = true
@@ -352,7 +384,7 @@ func (fs *fastServer) serveConn(fc *fastConn) {
 		c.SetDeadline(time.Now().Add(l.ReadHeaderTimeout))
 		if err := tc.Handshake(); err != nil {
 			fs.m.log.Debug().Err(err).Str("listener", l.Name).Str("client", fr.Remote.String()).Msg("fast path: TLS handshake")
-			return
+			return endClose
 		}
 		c.SetDeadline(time.Time{})
 		fc.rd = time.Time{}
@@ -361,17 +393,15 @@ func (fs *fastServer) serveConn(fc *fastConn) {
 				fs.handoff.Inc()
 			}
 			fs.forget(fc)
-			handedOff = true
 			fs.p.handoff(tc)
-			return
+			return endHandedOff
 		}
 		state := tc.ConnectionState()
 		fc.state = &state
 		if fs.handoffAll {
 			fs.forget(fc)
-			handedOff = true
 			fs.p.handoff(&replayConn{Conn: tc, tls: fc.state})
-			return
+			return endHandedOff
 		}
 		c = tc
 		fr.Client.Reset(c)
@@ -379,63 +409,57 @@ func (fs *fastServer) serveConn(fc *fastConn) {
 		fr.Conn = c
 		fr.TLS = true
 		fc.setReadDeadline(time.Now().Add(l.ReadHeaderTimeout))
-	}
-	if fs.tls == nil {
+	} else {
 		// Until its first request's bytes come, too, a connection holds
-		// no request buffers (waitRequest): those of a burst of new
-		// connections are the pool's few, not one each.
-		ok := fs.waitRequest(fc)
-		fr = fc.fr
-		if !ok {
-			return
+		// no request buffers nor goroutine (waitRequest): those of a
+		// burst of new connections are the pool's few, not one each.
+		switch fs.waitRequest(fc, true) {
+		case waitParked:
+			return endParked
+		case waitFailed:
+			return endClose
 		}
 	}
-	if !fs.setIdle(fc, false) { // its first request begins
-		return
-	}
-	for first := true; ; first = false {
+	return fs.requests(fc, c, true)
+}
+
+// requests serves fc's requests on c (fc.c, or its tls.Conn), from the
+// one whose first byte is there (the first: first is set) until fc closes,
+// is handed off or parks.
+func (fs *fastServer) requests(fc *fastConn, c net.Conn, first bool) connEnd {
+	l := &fs.spec
+	for ; ; first = false {
+		if !fs.setIdle(fc, false) { // a request begins
+			return endClose
+		}
 		if !first {
-			// Between requests: idle_timeout until the next one's first
-			// byte, then read_header_timeout for its head (readHead sets
-			// it when the head is not all there yet).
-			if !fs.setIdle(fc, true) {
-				return
-			}
-			if fr.Client.Buffered() == 0 {
-				fs.awaitIdle(fc)
-				ok := fs.waitRequest(fc)
-				fr = fc.fr
-				if !ok {
-					return
-				}
-			}
-			if !fs.setIdle(fc, false) {
-				return
-			}
+			// Between requests it was idle_timeout until this one's first
+			// byte; now read_header_timeout for its head (readHead sets it
+			// when the head is not all there yet).
 			fc.headerSet = false
 		}
+		fr := fc.fr
 		n, v, ok := fs.readHead(fc)
 		if !ok {
-			return
+			return endClose
 		}
 		switch {
 		case v == h1.Reject:
 			fs.reject.Inc()
 			fs.m.log.Debug().Str("listener", l.Name).Str("client", fr.Remote.String()).Str("why", fr.Head.Why).Msg("fast path: request head rejected")
 			c.Write([]byte(answer400))
-			return
+			return endClose
 		case v == h1.HandOff:
 			fs.handoff.Inc()
 			buf, _ := fr.Client.Peek(fr.Client.Buffered())
 			rc := &replayConn{Conn: unpolled(c), buf: append([]byte(nil), buf...), tls: fc.state}
 			fc.setReadDeadline(time.Time{})
 			fs.forget(fc)
-			handedOff = true
 			fs.p.handoff(rc)
-			return
+			return endHandedOff
 		case l.MaxRequestBodyBytes > 0 && fr.Head.ContentLength > l.MaxRequestBodyBytes:
 			c.Write([]byte(answer413))
-			return
+			return endClose
 		}
 		fs.fast.Inc()
 		if !fc.endAt.IsZero() && !fs.m.clk.Now().Before(fc.endAt) {
@@ -454,41 +478,23 @@ func (fs *fastServer) serveConn(fc *fastConn) {
 			fc.setReadDeadline(time.Time{})
 		}
 		if !fs.h.ServeFast(fr) {
-			return
+			return endClose
+		}
+		// Between requests: idle_timeout until the next one's first
+		// byte, unless it is here already (pipelined).
+		if !fs.setIdle(fc, true) {
+			return endClose
+		}
+		if fr.Client.Buffered() == 0 {
+			fs.awaitIdle(fc)
+			switch fs.waitRequest(fc, false) {
+			case waitParked:
+				return endParked
+			case waitFailed:
+				return endClose
+			}
 		}
 	}
-}
-
-// waitRequest waits for the first byte of fc's next request and reports
-// false when the connection must close instead (read error, idle_timeout,
-// closed). A connection in the poller waits holding no request buffers:
-// its FastRequest, with its bufio.Reader (max_header_bytes + 4 KiB) and
-// bufio.Writer, goes back to the pool while it waits, and one comes back
-// when bytes do (fc.fr is nil meanwhile). An idle keep-alive connection
-// then holds its goroutine and socket alone, as nginx and HAProxy hold no
-// buffer for one. A TLS connection (tls.Conn may hold a record the
-// socket no longer shows) waits in its reader as before.
-func (fs *fastServer) waitRequest(fc *fastConn) bool {
-	pc, ok := fc.c.(*poller.Conn)
-	if !ok || fc.fr.TLS {
-		_, err := fc.fr.Client.Peek(1)
-		return err == nil
-	}
-	fs.mu.Lock()
-	fr := fc.fr
-	fc.fr = nil
-	fs.mu.Unlock()
-	fs.putRequest(fr)
-	err := pc.WaitReadable()
-	fr = fs.getRequest(fc.c)
-	fs.mu.Lock()
-	fc.fr = fr
-	fs.mu.Unlock()
-	if err != nil {
-		return false
-	}
-	_, err = fr.Client.Peek(1)
-	return err == nil
 }
 
 // readHead reads and parses the next request head of fc's connection,

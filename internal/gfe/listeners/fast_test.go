@@ -515,19 +515,9 @@ func TestFastPathHTTPS(t *testing.T) {
 func TestFastPathIdleHoldsNoBuffers(t *testing.T) {
 	fast := &fakeFast{}
 	m, addr := fastManager(t, fast, fastListener())
-	fs := func() *fastServer {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		for _, p := range m.ports {
-			if g := p.cur.Load(); g != nil && g.fast != nil && g.spec.Name == "web" {
-				return g.fast
-			}
-		}
-		return nil
-	}
 	// without counts the server's connections holding no FastRequest.
 	without := func() int {
-		s := fs()
+		s := currentFast(m)
 		if s == nil {
 			return -1
 		}

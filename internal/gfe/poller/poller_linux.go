@@ -345,9 +345,12 @@ type waiter struct {
 	deadline atomic.Int64 // the socket's read deadline, Unix ns; 0: none
 	gone     atomic.Bool  // released
 	ended    atomic.Bool  // the peer closed its side, or the socket failed
-	// idle says the reader waits in WaitReadable: turning the Group off
-	// leaves it waiting here.
+	// idle says the reader waits in WaitReadable, or the connection is
+	// parked (Park): turning the Group off leaves it registered here.
 	idle atomic.Bool
+	// parked is the function Park armed, run (once) by the first wake-up
+	// that swaps it out; nil when none is armed.
+	parked atomic.Pointer[func()]
 	// at is w's index in its Poller's timed heap (-1: not on it), due
 	// the deadline it is listed by; guarded by the Poller's mu.
 	at  int32
@@ -360,14 +363,16 @@ type waiter struct {
 // register puts w's socket in its epoll set, edge-triggered: a report for
 // every arrival, and one at once for bytes already there, so nothing is
 // armed before each wait.
-func (w *waiter) register() {
+// It reports whether the socket is in the set.
+func (w *waiter) register() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.added || w.gone.Load() {
-		return
+		return w.added
 	}
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET, Fd: w.slot}
 	w.added = unix.EpollCtl(w.p.epfd, unix.EPOLL_CTL_ADD, w.fd, &ev) == nil
+	return w.added
 }
 
 // unregister takes w's socket out of its epoll set.
@@ -380,11 +385,37 @@ func (w *waiter) unregister() {
 	}
 }
 
-// wake wakes w's reader, if any, or leaves a wake-up for its next wait.
+// unregisterIfOff takes w's socket out of its epoll set when the Group
+// is off. Under w.mu, so that a Group turning on meanwhile (it stores on,
+// then registers each socket under its mu) registers it again after.
+func (w *waiter) unregisterIfOff() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.added && !w.p.g.on.Load() {
+		unix.EpollCtl(w.p.epfd, unix.EPOLL_CTL_DEL, w.fd, nil)
+		w.added = false
+	}
+}
+
+// wake runs the function Park armed, if any, in a goroutine of its own
+// (Park); else it wakes w's reader, if any, or leaves a wake-up for its
+// next wait. Of wake-ups that race (an arrival, the deadline, Close),
+// exactly one takes an armed function.
 func (w *waiter) wake() {
+	if fn := w.parked.Swap(nil); fn != nil {
+		go w.resume(*fn)
+		return
+	}
 	select {
 	case w.ch <- struct{}{}:
 	default:
+	}
+	// Park may have armed a function between the swap above and the
+	// wake-up left: it looks for the wake-up after arming, but it may
+	// have looked before the send. Take it here then; of the two, one
+	// gets it.
+	if fn := w.parked.Swap(nil); fn != nil {
+		go w.resume(*fn)
 	}
 }
 
@@ -420,19 +451,20 @@ func (w *waiter) setDeadline(t time.Time) {
 		ns = max(t.UnixNano(), 1)
 	}
 	w.deadline.Store(ns)
-	if w.waiting.Load() {
+	if w.waiting.Load() || w.parked.Load() != nil {
 		w.wake()
 	}
 }
 
 // release takes w's socket out of the epoll set, before it closes, and
-// wakes a waiting reader. Further waits return at once.
+// wakes a waiting reader or runs what Park armed. Further waits return at
+// once.
 func (w *waiter) release() {
 	if w.gone.CompareAndSwap(false, true) {
 		w.unregister()
 		w.p.release(w.slot)
 	}
-	if w.waiting.Load() {
+	if w.waiting.Load() || w.parked.Load() != nil {
 		w.wake()
 	}
 }
@@ -481,7 +513,7 @@ func (c *Conn) WaitReadable() error {
 		// The Group turned off: setOn left the socket registered, and
 		// w waiting, if it saw w idle. Out of the epoll set, and what
 		// woke w (bytes, most likely) is for the peek to see.
-		w.unregister()
+		w.unregisterIfOff()
 	}
 	return c.rc.Read(c.readable)
 }

@@ -34,3 +34,6 @@ func (c *Conn) Release() net.Conn { return c.Conn }
 
 // WaitReadable returns nil: a Read waits as it always does.
 func (c *Conn) WaitReadable() error { return nil }
+
+// Park reports false: the caller reads at once.
+func (c *Conn) Park(*func()) bool { return false }
