@@ -24,7 +24,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		scenarioPath = fs.String("scenario", "", "scenario YAML `file` (required)")
 		asJSON       = fs.Bool("json", false, "print one JSON object instead of a table")
 		seriesPath   = fs.String("series", "", "write every step's region shares per policy to this CSV `file`")
-		policyList   = fs.String("policies", "", "comma-separated `list` of rows to run (default all): "+strings.Join(ids, ", ")+"; a bare hash2 means both scopes")
+		policyList   = fs.String("policies", "", "comma-separated `list` of rows to run (default all): "+strings.Join(ids, ", ")+"; a bare hash2 means both scopes; prequal (Prequal's probes, global) runs only when named")
 		steps        = fs.Int("steps", 0, "stop after `N` steps (0: the whole timeline)")
 	)
 	fs.Usage = func() {

@@ -78,6 +78,7 @@ func TestKnown(t *testing.T) {
 		"round_robin/global", "least_request/global",
 		"hash2/global", "hash3/global", "hash5/global",
 		"hash2/nearest_region", "hash3/nearest_region", "hash5/nearest_region",
+		"prequal/global",
 	}
 	if diff := cmp.Diff(want, ids(Known())); diff != "" {
 		t.Errorf("Known() (-want +got):\n%s", diff)

@@ -38,6 +38,7 @@ func UnevenPolicies() []benchpolicy.Row {
 		{Policy: config.PolicyRoundRobin, Scope: config.HashScopeGlobal},
 		{Policy: config.PolicyLeastRequest, Scope: config.HashScopeGlobal}, // P2C over least requests
 		{Policy: config.PolicyHash2, Scope: config.HashScopeGlobal},
+		{Policy: config.PolicyPrequal, Scope: config.HashScopeGlobal}, // Prequal's probes, as published
 	}
 }
 
