@@ -56,6 +56,20 @@ func TestPrequalSection(t *testing.T) {
 	}
 }
 
+// TestPrequalNotOnTCP: the probes are HTTP requests, so a service behind
+// a tcp listener cannot have policy prequal.
+func TestPrequalNotOnTCP(t *testing.T) {
+	s := mustRead(t, "testdata/listeners.good.yaml")
+	bad := strings.Replace(s, "    balancing_mode: CONNECTION\n    policy: hash5\n", "    balancing_mode: CONNECTION\n    policy: prequal\n", 1)
+	if bad == s {
+		t.Fatal("fixture changed: nothing replaced")
+	}
+	want := `listeners[2].service: service "db" has policy prequal, whose probes are HTTP requests; a tcp listener's service cannot use it`
+	if _, err := Parse([]byte(bad), "p.yaml"); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Parse = %v, want an error containing %q", err, want)
+	}
+}
+
 // TestMarshalForPrequalOldReader: a gfe of a release before policy
 // prequal (its schema lacks services[].prequal; the baseline's too) is
 // sent least_request instead, which it parses, and the policy counts as
