@@ -68,6 +68,6 @@
 // solve takes a few phases per arc, and 64 per arc and node at most (a
 // guard against float rounding making progress vanish). Splitting off an
 // overloaded set solves again only the sets it changed. For the planner's
-// 80 sites × 40 regions this is about 1 ms (lb/waterfall's
-// BenchmarkComputeMinRTT).
+// 1,000 sites × 100 regions this is a few milliseconds, for 80 × 40 a few
+// tenths of one (lb/waterfall's BenchmarkComputeMinRTT; BENCHMARKS.md §8).
 package mincostflow

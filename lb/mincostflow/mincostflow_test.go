@@ -257,6 +257,18 @@ func TestSolve(t *testing.T) {
 			levels: []float64{3, 1},
 		},
 		{
+			// d0's excess (s0's) is stuck at once: s0 reaches only d0.
+			// d1's (s1's) is stuck too, but s1 also reaches d0, so the
+			// closed set is all of it and runs at one level, 45/20, with
+			// s1 sending 7.5 to d0: splitting off {s0, d0} as soon as
+			// its search fails would run it at 1.5 and {s1, d1} at 3.
+			name: "stuck excess whose set reaches another stuck set",
+			p: Problem{Supply: []float64{15, 30}, Capacity: []float64{10, 10}, Level: 1,
+				Arcs: []Arc{full(0, 0, 1), full(1, 1, 1), full(1, 0, 5)}},
+			flows:  []float64{15, 22.5, 7.5},
+			levels: []float64{2.25, 2.25},
+		},
+		{
 			name: "sources without supply or arcs",
 			p: Problem{Supply: []float64{0, 5, 7}, Capacity: []float64{10}, Level: 1,
 				Arcs: []Arc{full(0, 0, 1), full(1, 0, 1)}},

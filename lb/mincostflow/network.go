@@ -65,14 +65,17 @@ type flowNet struct {
 	packed []bool    // per component: its demand equals level·capacity
 
 	// Dijkstra state, reused across phases.
-	pot  []cost // node potentials: reduced costs are ≥ 0
+	pot  []cost // node potentials, less off: reduced costs are ≥ 0
+	off  cost   // added to every potential (reprice, foldOffset)
 	dist []cost
 	done []bool
 	// stuck marks the regions whose excess ssp found no path for.
 	stuck []bool
-	pred  []int32 // arc·2+tier that reached the node, region index for the sink, -1 for sources
-	heap  []int32 // open nodes, a binary min-heap by (dist, node)
-	pos   []int32 // per node: index in heap, -1 if not in it
+	// touched lists the nodes the last dijkstra gave a distance.
+	touched []int32
+	pred    []int32 // arc·2+tier that reached the node, region index for the sink, -1 for sources
+	heap    []int32 // open nodes, a binary min-heap by (dist, node)
+	pos     []int32 // per node: index in heap, -1 if not in it
 }
 
 // newFlowNet builds the network of p, which Solve has validated: one arc
@@ -99,6 +102,10 @@ func newFlowNet(p Problem) *flowNet {
 		pred:     make([]int32, v),
 		pos:      make([]int32, v),
 		users:    make([][]int32, nr),
+		touched:  make([]int32, 0, v),
+	}
+	for i := range v {
+		n.dist[i], n.pred[i], n.pos[i] = infCost, -1, -1
 	}
 	narcs := len(p.Arcs)
 	n.aSite = make([]int32, 0, narcs)
@@ -241,6 +248,7 @@ func (n *flowNet) reset(dirty []bool) {
 // search find room after all, its path is pushed and every region is
 // searched again).
 func (n *flowNet) ssp() (stuck bool) {
+	defer n.foldOffset()
 	limit := maxPhasesPerArc*(len(n.aSite)+n.nr+1) + n.nr
 	from, anyStuck := 0, false
 	clear(n.stuck)
@@ -276,17 +284,20 @@ func (n *flowNet) ssp() (stuck bool) {
 // every region with excess when src < 0, stopping at the sink. It reports
 // whether the sink was reached. Ties go to the lower node index.
 func (n *flowNet) dijkstra(src int) (reached bool) {
-	for v := range n.dist {
+	// Only the nodes the last search reached need their state reset.
+	for _, v := range n.touched {
 		n.dist[v] = infCost
 		n.done[v] = false
 		n.pred[v] = -1
 		n.pos[v] = -1
 	}
+	n.touched = n.touched[:0]
 	n.heap = n.heap[:0]
 	for r := range n.nr {
 		if r == src || src < 0 && n.load[r]-n.limit[r] > n.roomE[r] {
 			v := int32(n.ns + r)
 			n.dist[v] = cost{}
+			n.touched = append(n.touched, v)
 			n.fix(v)
 		}
 	}
@@ -375,6 +386,9 @@ func (n *flowNet) relax(w int32, d, rc cost, pred int32) {
 	}
 	nd := d.plus(rc)
 	if nd.less(n.dist[w]) {
+		if n.dist[w] == infCost {
+			n.touched = append(n.touched, w)
+		}
 		n.dist[w] = nd
 		n.pred[w] = pred
 		n.fix(w)
@@ -383,16 +397,30 @@ func (n *flowNet) relax(w int32, d, rc cost, pred int32) {
 
 // reprice adds the distances of the last dijkstra to the potentials,
 // capped at the sink's, so that reduced costs stay ≥ 0 and the path found
-// has reduced cost 0.
+// has reduced cost 0. The sink's distance, which every node not settled
+// gets, goes into n.off, which every potential carries (only differences
+// of potentials are read until foldOffset): only the nodes the search
+// settled are written.
 func (n *flowNet) reprice() {
 	dt := n.dist[n.sink]
-	for v := range n.pot {
-		d := dt
+	n.off = n.off.plus(dt)
+	for _, v := range n.touched {
 		if n.done[v] {
-			d = n.dist[v]
+			n.pot[v] = n.pot[v].plus(n.dist[v].minus(dt))
 		}
-		n.pot[v] = n.pot[v].plus(d)
 	}
+}
+
+// foldOffset adds n.off to every potential, so that pot holds them
+// outright again (for reset, which sets some, and for Solution).
+func (n *flowNet) foldOffset() {
+	if n.off == (cost{}) {
+		return
+	}
+	for v := range n.pot {
+		n.pot[v] = n.pot[v].plus(n.off)
+	}
+	n.off = cost{}
 }
 
 // augment pushes the largest amount the path to the sink allows: the

@@ -1,17 +1,16 @@
 package routing_test
 
 import (
-	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"testing"
 
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/gfe/gfetest"
 	"github.com/spillway-lb/spillway/lb/routing"
 	"github.com/spillway-lb/spillway/lb/waterfall"
+	"github.com/spillway-lb/spillway/lb/waterfall/yardstick"
 )
 
 // planetFleet is what a gfe plans from at planet scale, in the geometry of
@@ -87,23 +86,10 @@ func BenchmarkBuildWorldCompute(b *testing.B) {
 	}
 	b.Run("sites=1000/regions=100/zones=3/sort-yardstick", func(b *testing.B) {
 		w := routing.BuildWorld(fleet, svc, peers, me, nil)
-		type rttPair struct {
-			rtt       float64
-			site, reg int32
-		}
-		var pairs []rttPair
-		for si, s := range w.Sites {
-			for ri, v := range s.RTTByRegion {
-				pairs = append(pairs, rttPair{v, int32(si), int32(ri)})
-			}
-		}
-		work := make([]rttPair, len(pairs))
+		pairs := yardstick.New(len(w.Sites), len(w.Regions), func(s, r int) float64 { return w.Sites[s].RTTByRegion[r] })
 		b.ReportAllocs()
 		for b.Loop() {
-			copy(work, pairs)
-			slices.SortFunc(work, func(a, b rttPair) int {
-				return cmp.Or(cmp.Compare(a.rtt, b.rtt), cmp.Compare(a.site, b.site), cmp.Compare(a.reg, b.reg))
-			})
+			pairs.Sort()
 		}
 	})
 }

@@ -1,14 +1,13 @@
 package waterfall
 
 import (
-	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"testing"
 
 	"github.com/spillway-lb/spillway/lb/backend"
+	"github.com/spillway-lb/spillway/lb/waterfall/yardstick"
 )
 
 // benchWorld is the world of BenchmarkCompute: 80 sites × 40 regions × 3
@@ -107,38 +106,19 @@ func benchPlanner(b *testing.B, w World, plan func(World, Config) (*Plan, error)
 	reportMeanRTT(b, w, p)
 }
 
-// BenchmarkSortYardstick is the yardstick the planner is measured against:
-// sorting every (site, region) RTT pair of the same world once, by RTT,
-// ties by site and then region, with the standard library's sort. Copying
-// the pairs into the slice it sorts is timed too; reading them out of the
-// World's maps is not.
+// BenchmarkSortYardstick is the yardstick the planner is measured against
+// (lb/waterfall/yardstick): sorting every (site, region) RTT pair of the
+// same world once, by RTT, ties by site and then region, with the standard
+// library's sort. Copying the pairs into the slice it sorts is timed too;
+// reading them out of the World's maps is not.
 func BenchmarkSortYardstick(b *testing.B) {
 	for _, sz := range benchSizes {
 		b.Run(benchName(sz.sites, sz.regions, sz.zones), func(b *testing.B) {
 			w := benchWorldOf(sz.sites, sz.regions, sz.zones)
-			type rttPair struct {
-				rtt       float64
-				site, reg int32
-			}
-			var pairs []rttPair
-			for si, s := range w.Sites {
-				for ri, r := range w.Regions {
-					pairs = append(pairs, rttPair{s.RTT[r.Name], int32(si), int32(ri)})
-				}
-			}
-			work := make([]rttPair, len(pairs))
+			pairs := yardstick.New(len(w.Sites), len(w.Regions), func(s, r int) float64 { return w.Sites[s].RTT[w.Regions[r].Name] })
 			b.ReportAllocs()
 			for b.Loop() {
-				copy(work, pairs)
-				slices.SortFunc(work, func(a, b rttPair) int {
-					if c := cmp.Compare(a.rtt, b.rtt); c != 0 {
-						return c
-					}
-					if c := cmp.Compare(a.site, b.site); c != 0 {
-						return c
-					}
-					return cmp.Compare(a.reg, b.reg)
-				})
+				pairs.Sort()
 			}
 		})
 	}

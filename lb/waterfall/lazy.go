@@ -53,6 +53,59 @@ func (m *model) regionAt(s, i int) int32 {
 	return m.ord[s][i]
 }
 
+// orderPrefix makes site s's order at least n regions long (all of it if
+// the site reaches fewer): the regions up to scanMax by one scan of the
+// site's RTTs, keeping the least ones in a small sorted buffer, where
+// regionAt would scan once per region; beyond scanMax the site is put in
+// order whole. It produces exactly the order regionAt does.
+func (m *model) orderPrefix(s, n int) {
+	n = min(n, int(m.sites[s].reach))
+	have := len(m.ord[s])
+	switch {
+	case have >= n:
+		return
+	case n > scanMax:
+		m.siteReach(s)
+		return
+	case n-have == 1:
+		m.regionAt(s, have)
+		return
+	}
+	nr := len(m.regions)
+	row := m.rtt[s*nr : (s+1)*nr]
+	// after reports whether (b, r) comes after the last region produced
+	// (all do when none is).
+	pb, p := uint64(0), int32(-1)
+	if have > 0 {
+		p = m.ord[s][have-1]
+		pb = row[p]
+	}
+	var buf [scanMax]struct {
+		b uint64
+		r int32
+	}
+	want, c := n-have, 0
+	for r, b := range row {
+		if b == unreachable || b < pb || b == pb && int32(r) <= p {
+			continue
+		}
+		// (b, r) goes before buf[i] when b < buf[i].b: r ascends, so an
+		// equal b is never before.
+		if c == want && b >= buf[c-1].b {
+			continue
+		}
+		i := min(c, want-1)
+		for ; i > 0 && b < buf[i-1].b; i-- {
+			buf[i] = buf[i-1]
+		}
+		buf[i].b, buf[i].r = b, int32(r)
+		c = min(c+1, want)
+	}
+	for _, e := range buf[:c] {
+		m.ord[s] = append(m.ord[s], e.r)
+	}
+}
+
 // scanMax is how many regions of a site's order regionAt finds by scans
 // before it sorts the site whole: a scan of R regions costs about what
 // sorting them costs per log R.

@@ -77,9 +77,10 @@ import (
 // rounding (tests compare it with an independent LP, and with the solve
 // over every pair from the start, TestComputeMinRTTSparseIsOptimal); where
 // optima tie it may be a different one. On 1,000 sites × 100 regions it
-// takes about half the time of sorting every pair once, on 80 × 40 a few
-// times as long as Compute (BenchmarkComputeMinRTT, BenchmarkCompute,
-// BenchmarkSortYardstick; BENCHMARKS.md §8).
+// takes about a fifth of the time of sorting every pair once, on 80 × 40
+// about as long as that sort and a few times as long as Compute
+// (BenchmarkComputeMinRTT, BenchmarkCompute, BenchmarkSortYardstick;
+// BENCHMARKS.md §8).
 //
 // Like Compute, ComputeMinRTT is pure and deterministic: it reads only its
 // arguments, changes neither, and returns the same Plan for the same World
@@ -162,6 +163,7 @@ func (m *model) flowProblem(k []int32) (p mincostflow.Problem, a0 []int32) {
 		if site.demand <= 0 {
 			continue
 		}
+		m.orderPrefix(s, int(k[s]))
 		for i := 0; i < int(site.reach) && len(p.Arcs)-int(a0[s]) < int(k[s]); i++ {
 			r := m.regionAt(s, i)
 			reg := &m.regions[r]
