@@ -41,6 +41,7 @@ func main() {
 	flag.StringVar(&o.Dir, "dir", "", "`DIR` for binaries, config and logs, kept afterwards (default: a temporary directory, removed)")
 	flag.IntVar(&o.Net, "net", 173, "second octet of the deployment's loopback addresses (127.NET.0.0/16)")
 	flag.StringVar(&o.HeapProfile, "heap-profile", "", "write the gfe's heap profile, taken with the idle connections open, to `FILE`")
+	flag.StringVar(&o.CPUProfile, "cpu-profile", "", "write the gfe's CPU profile over the steady load beside the idle connections to `FILE`")
 	asJSON := flag.Bool("json", false, "print the result as JSON")
 	bins := flag.String("bins", "", "`DIR` holding prebuilt gfe, controlplane and testbackend binaries (default: build them)")
 	verbose := flag.Bool("v", false, "print every process's logs on stderr")

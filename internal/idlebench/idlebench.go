@@ -64,6 +64,10 @@ type Options struct {
 	// HeapProfile, when set, is a file that receives the gfe's heap
 	// profile (its --pprof) taken with the idle connections open.
 	HeapProfile string
+	// CPUProfile, when set, is a file that receives the gfe's CPU
+	// profile (its --pprof) over the steady load beside the idle
+	// connections.
+	CPUProfile string
 	// Log receives progress lines (nil: none), Tee every process's log.
 	Log, Tee io.Writer
 }
@@ -155,7 +159,7 @@ func Spec(o Options) topology.Spec {
 		// of a 20,000-descriptor process (BENCHMARKS.md §8).
 		GFEArgs: []string{"--poller", o.Poller, "--fd-per-http-conn", "1"},
 	}
-	if o.HeapProfile != "" {
+	if o.HeapProfile != "" || o.CPUProfile != "" {
 		s.GFEArgs = append(s.GFEArgs, "--pprof")
 	}
 	return s
@@ -259,9 +263,22 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	r.GoroutinesPerConn = (g1[goroutines] - g0[goroutines]) / n
 
 	fmt.Fprintf(o.Log, "steady load with %d idle connections: %g req/s, %v\n", o.Conns, o.Rate, o.Load)
+	var cpuProf chan error
+	if o.CPUProfile != "" {
+		cpuProf = make(chan error, 1)
+		secs := max(int(o.Load/time.Second), 1)
+		go func() {
+			cpuProf <- saveProfile(client, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", gf.Admin, secs), o.CPUProfile)
+		}()
+	}
 	with, err := load(0)
 	if err != nil {
 		return nil, err
+	}
+	if cpuProf != nil {
+		if err := <-cpuProf; err != nil {
+			return nil, err
+		}
 	}
 	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
 	r.P50Without, r.P99Without = ms(without.Percentile(50)), ms(without.Percentile(99))

@@ -52,10 +52,17 @@ import (
 // replayConn, not a *tls.Conn: protect restores its requests' r.TLS.
 //
 // A cleartext connection reads through the shared poller
-// (poller.Shared): while it waits for its next request, it waits there,
-// and connections are served in the order their requests came. A TLS
-// connection does not: tls.Conn may hold a whole record it read, which
-// the socket no longer shows. A connection handed off leaves the poller.
+// (poller.Shared), and connections are served in the order their
+// requests came. While it waits for a request (its first, or the next
+// on a kept-alive connection) it holds no goroutine and no buffers: it
+// parks in the poller (poller.Conn.Park; fastidle.go), its idle_timeout
+// (or read_header_timeout) on the poller's deadline heap, and the poller
+// hands it to a worker goroutine when bytes come, the client closes, the
+// deadline passes or the drain or the fd budget's reclaim closes it —
+// exactly once. 15,000 idle connections cost 1.5–2.0 KiB of RSS each
+// (BENCHMARKS.md §8). A TLS connection does not park, nor read through
+// the poller: tls.Conn may hold a whole record it read, which the socket
+// no longer shows. A connection handed off leaves the poller.
 //
 // As net/http's background read cancels a request whose client left, the
 // fast path's sweep notices a client that closed its connection while its
@@ -102,12 +109,16 @@ type fastServer struct {
 	// parked connection has no goroutine, but its resume will end it).
 	wg sync.WaitGroup
 
-	mu       sync.Mutex
-	conns    map[*fastConn]struct{} // guarded by mu
-	idle     idleList[*fastConn]    // guarded by mu: the idle ones of conns
-	closing  bool                   // guarded by mu
-	sweeping bool                   // guarded by mu: sweep runs
-	sweeps   uint64                 // guarded by mu: sweep's rounds so far
+	mu    sync.Mutex
+	conns map[*fastConn]struct{} // guarded by mu
+	idle  idleList[*fastConn]    // guarded by mu: the idle ones of conns
+	// busy lists the serving ones of conns, for sweep (which so looks at
+	// the requests served, not at thousands of idle connections); guarded
+	// by mu.
+	busy     idleList[*fastConn]
+	closing  bool   // guarded by mu
+	sweeping bool   // guarded by mu: sweep runs
+	sweeps   uint64 // guarded by mu: sweep's rounds so far
 }
 
 // fastConn is one client connection on the fast path.
@@ -117,8 +128,9 @@ type fastConn struct {
 	// Guarded by fastServer.mu.
 	idle   bool // waiting for the next request's first byte
 	closed bool // closed by the server's drain, or for a waiting client
-	// node is its place in fastServer.idle while idle.
-	node idleNode[*fastConn]
+	// node is its place in fastServer.idle while idle, busyNode in
+	// fastServer.busy while serving.
+	node, busyNode idleNode[*fastConn]
 	// serving says a request is being read or served: set by
 	// setIdle(false), from the connection's first request on (after any
 	// TLS handshake), and busySince is fastServer.sweeps at that moment.
@@ -184,7 +196,7 @@ func (fs *fastServer) serve(c net.Conn) {
 		c = pl.Wrap(c)
 	}
 	fc := &fastConn{c: c, fr: fs.getRequest(c), endAt: fs.m.connectionEnd(fs.spec)}
-	fc.node.v = fc
+	fc.node.v, fc.busyNode.v = fc, fc
 	fs.mu.Lock()
 	if fs.closing {
 		fs.mu.Unlock()
@@ -211,6 +223,7 @@ func (fs *fastServer) forget(fc *fastConn) {
 	fs.mu.Lock()
 	delete(fs.conns, fc)
 	fs.idle.remove(&fc.node)
+	fs.busy.remove(&fc.busyNode)
 	fs.mu.Unlock()
 }
 
@@ -225,10 +238,13 @@ func (fs *fastServer) setIdle(fc *fastConn, idle bool) bool {
 	}
 	fc.idle = idle
 	fc.serving = !idle
+	now := time.Now()
 	if idle {
-		fs.idle.push(&fc.node, time.Now())
+		fs.idle.push(&fc.node, now)
+		fs.busy.remove(&fc.busyNode)
 	} else {
 		fs.idle.remove(&fc.node)
+		fs.busy.push(&fc.busyNode, now)
 	}
 	if !idle {
 		fc.busySince = fs.sweeps
@@ -268,12 +284,15 @@ func (fs *fastServer) sweep() {
 // starting meanwhile do not wait for them; a connection found closed is
 // told so under fs.mu, and only while it is still tracked, which keeps
 // its FastRequest its own (it goes back to the pool only after forget).
+// It looks at the serving connections alone (fs.busy): under fs.mu, a walk
+// of 15,000 idle ones twice a second held up every request's setIdle.
 func (fs *fastServer) sweepOnce() bool {
 	fs.mu.Lock()
 	fs.sweeps++
 	busy := false
 	var long []*fastConn
-	for fc := range fs.conns {
+	for n := fs.busy.head; n != nil; n = n.next {
+		fc := n.v
 		if !fc.serving || fc.closed {
 			continue
 		}

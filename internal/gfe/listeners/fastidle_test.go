@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spillway-lb/spillway/config"
+	"github.com/spillway-lb/spillway/internal/gfe/httpproxy"
 )
 
 // currentFast returns the fast path of m's current "web" generation (nil:
@@ -182,4 +183,48 @@ func TestFastPathDrainRacesParked(t *testing.T) {
 	}
 	waitFor(t, "every old connection ended", func() bool { return old.connCount() == 0 })
 	old.wg.Wait()
+}
+
+// TestFastPathBusyList: the sweep's list holds the connections being
+// served and no idle one: with 50 idle connections and one request held,
+// it holds that one, and none once it is answered.
+func TestFastPathBusyList(t *testing.T) {
+	fast := &holdHeld{hold: make(chan struct{}), began: make(chan struct{}, 1)}
+	m, addr := startManager(t, fastListener(), Options{Fast: fast})
+	cs, brs := idleClients(t, addr, 50)
+	fs := currentFast(m)
+	busy := func() (n int, all bool) {
+		fs.mu.Lock()
+		defer fs.mu.Unlock()
+		for b := fs.busy.head; b != nil; b = b.next {
+			n++
+		}
+		return n, len(fs.conns) == len(cs)
+	}
+	waitFor(t, "the answered requests off the busy list", func() bool { n, all := busy(); return n == 0 && all })
+	io.WriteString(cs[7], "GET /held HTTP/1.1\r\nHost: x\r\n\r\n")
+	<-fast.began
+	if n, _ := busy(); n != 1 {
+		t.Fatalf("%d connections on the busy list with one request served, want 1", n)
+	}
+	close(fast.hold)
+	if resp, err := http.ReadResponse(brs[7], nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("held request: %v, %v", resp, err)
+	}
+	waitFor(t, "the answered request off the busy list", func() bool { n, _ := busy(); return n == 0 })
+}
+
+// holdHeld is fakeFast, but it holds the requests for /held alone, on
+// hold, telling began.
+type holdHeld struct {
+	fakeFast
+	hold, began chan struct{}
+}
+
+func (f *holdHeld) ServeFast(fr *httpproxy.FastRequest) bool {
+	if string(fr.Head.Target) == "/held" {
+		f.began <- struct{}{}
+		<-f.hold
+	}
+	return f.fakeFast.ServeFast(fr)
 }

@@ -64,7 +64,12 @@
 //     Poller fires at the earliest: thousands of idle keep-alive
 //     connections cost no CPU until their first deadline.
 //   - WaitReadable waits as Read would, without a buffer, so that an
-//     owner can give its buffer back while a connection idles.
+//     owner can give its buffer back while a connection idles. Park waits
+//     so without a goroutine either: it arms a function that runs, in a
+//     worker goroutine, exactly once, at the first of an arrival, an end
+//     of file, the deadline or Close, however they race; the socket stays
+//     registered, the Group on or off. Workers that finish wait for the
+//     next parked connection (at most 64 do), keeping their grown stacks.
 //   - Close wakes a waiting reader and removes the socket from the epoll
 //     instance before the descriptor closes, so a reused descriptor number
 //     never inherits the registration.

@@ -37,6 +37,12 @@ type Group struct {
 	done      chan struct{} // sample has returned (nil: not started)
 	// clk is the clock of read deadlines (Real but in tests).
 	clk clock.Clock
+	// work hands a parked connection's function to a spare worker
+	// (dispatch); spare counts the workers waiting on it.
+	work  chan job
+	spare atomic.Int32
+	// started counts the workers started.
+	started atomic.Uint64
 }
 
 // NewGroup starts n Pollers (at least one) and the goroutine that turns
@@ -56,7 +62,7 @@ func newGroup(n int) (*Group, error) { return newGroupClock(n, clock.Real{}) }
 
 // newGroupClock is newGroup with deadlines read on clk.
 func newGroupClock(n int, clk clock.Clock) (*Group, error) {
-	g := &Group{stop: make(chan struct{}), clk: clk}
+	g := &Group{stop: make(chan struct{}), clk: clk, work: make(chan job)}
 	for range max(n, 1) {
 		p, err := newPoller(g)
 		if err != nil {

@@ -71,8 +71,8 @@ func (c *Conn) inEpoll() bool {
 // its own, when bytes come, the read deadline passes, the peer closes or
 // the connection is closed, with the Group on and off; its Read then
 // returns what it would have (the bytes, a timeout, EOF, net.ErrClosed).
-// While parked the socket is in the epoll set, on or off; after, with the
-// Group off, it is not. Bytes already there when Park is called end the
+// While parked the socket is in the epoll set, on or off, and it stays
+// there after (parking again costs no system call), unless closed. Bytes already there when Park is called end the
 // wait at once (false) or run the function (their report had not come).
 func TestPark(t *testing.T) {
 	tests := []struct {
@@ -135,8 +135,8 @@ func TestPark(t *testing.T) {
 				if n := pk.runs.Load(); n != 1 || c.w.parked.Load() != nil {
 					t.Fatalf("ran %d times, armed %v after; want once, nothing armed", n, c.w.parked.Load() != nil)
 				}
-				if !on && c.inEpoll() {
-					t.Error("with the Group off the socket stays in the epoll set after its park")
+				if gone := tt.name == "close"; c.inEpoll() == gone {
+					t.Errorf("after its park the socket is in the epoll set: %v, want %v (it parks again without a system call, unless closed)", !gone, gone)
 				}
 				if c.w.at >= 0 || c.w.idle.Load() {
 					t.Errorf("after its park: on the deadline heap %v, idle %v; want neither", c.w.at >= 0, c.w.idle.Load())
@@ -148,7 +148,8 @@ func TestPark(t *testing.T) {
 
 // TestParkStaysWhenTurnedOff: turning the Group off leaves a parked
 // connection registered (it has no reader to move to Go's poller); its
-// bytes then run its function, and its socket leaves the epoll set.
+// bytes then run its function, whose Read reads in Go's poller; turning
+// the Group off again while it is served takes it out of the epoll set.
 func TestParkStaysWhenTurnedOff(t *testing.T) {
 	g := testGroup(t, 1)
 	a, b := pair(t)
@@ -166,8 +167,15 @@ func TestParkStaysWhenTurnedOff(t *testing.T) {
 	if r := pk.result(t); r.n != 1 || r.err != nil {
 		t.Fatalf("Read = %d, %v; want 1, nil", r.n, r.err)
 	}
+	g.setOn(false)
 	if c.inEpoll() {
-		t.Error("the socket stays in the epoll set with the Group off")
+		t.Error("turning off left a served socket in the epoll set")
+	}
+	a.Write([]byte("w"))
+	var buf [4]byte
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := c.Read(buf[:]); n != 1 || err != nil {
+		t.Fatalf("Read in Go's poller = %d, %v; want 1, nil", n, err)
 	}
 }
 
@@ -268,5 +276,50 @@ func TestParkRaces(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestParkWorkers: a parked connection's function runs on a spare worker
+// when one waits (no goroutine started for it: the worker keeps its
+// grown stack), and of 150 functions running at once, whose workers all
+// then wait, at most maxSpare stay.
+func TestParkWorkers(t *testing.T) {
+	g := testGroup(t, 1)
+	a, b := pair(t)
+	c := g.Wrap(b).(*Conn)
+	drained(t, a, c)
+	for i := range 3 {
+		pk, ok := parkRead(c)
+		if !ok {
+			t.Fatal("Park = false on a drained socket; want true")
+		}
+		a.Write([]byte("x"))
+		if r := pk.result(t); r.n != 1 || r.err != nil {
+			t.Fatalf("Read = %d, %v; want 1, nil", r.n, r.err)
+		}
+		waitFor(t, func() bool { return g.spare.Load() == 1 })
+		if n := g.started.Load(); n != 1 {
+			t.Fatalf("park %d: %d workers started, want the first one, reused", i, n)
+		}
+	}
+	const n = 150
+	hold := make(chan struct{})
+	var ran sync.WaitGroup
+	ran.Add(n)
+	for range n {
+		a, b := pair(t)
+		c := g.Wrap(b).(*Conn)
+		drained(t, a, c)
+		fn := func() { ran.Done(); <-hold }
+		if !c.Park(&fn) {
+			t.Fatal("Park = false on a drained socket; want true")
+		}
+		a.Write([]byte("y"))
+	}
+	ran.Wait() // all n run at once: n workers
+	close(hold)
+	waitFor(t, func() bool { return g.spare.Load() == maxSpare })
+	if s := g.started.Load(); s < n {
+		t.Errorf("%d workers started for %d functions running at once", s, n)
 	}
 }

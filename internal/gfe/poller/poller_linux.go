@@ -403,7 +403,7 @@ func (w *waiter) unregisterIfOff() {
 // exactly one takes an armed function.
 func (w *waiter) wake() {
 	if fn := w.parked.Swap(nil); fn != nil {
-		go w.resume(*fn)
+		w.p.g.dispatch(w, *fn)
 		return
 	}
 	select {
@@ -415,7 +415,7 @@ func (w *waiter) wake() {
 	// have looked before the send. Take it here then; of the two, one
 	// gets it.
 	if fn := w.parked.Swap(nil); fn != nil {
-		go w.resume(*fn)
+		w.p.g.dispatch(w, *fn)
 	}
 }
 
