@@ -24,15 +24,18 @@ func runGossip(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Profile, "profile", "", "gossip timing `profile` (gossip.profile; default: what the daemons select)")
 	fs.BoolVar(&o.Unsealed, "unsealed", false, "do not seal states (daemons with TLS files seal them)")
 	fs.BoolVar(&o.Unverified, "unverified", false, "seal states but verify no seal: a sealed cluster's bytes without the CPU of N² signature checks in one process")
+	fs.BoolVar(&o.Unshared, "unshared", false, "give every node its own decoded states and certificate cache, as N processes would (memory grows as N² states)")
 	fs.BoolVar(&o.Unencrypted, "unencrypted", false, "run without a gossip key (daemons beyond loopback must have one)")
 	fs.IntVar(&o.Changes, "changes", 10, "`changes` to publish, one at a time, to measure the spread")
 	fs.DurationVar(&o.PublishInterval, "publish-interval", 0, "every node also re-publishes a drifted state every `interval` during the window (0: only the changes)")
 	fs.DurationVar(&o.Window, "window", 60e9, "steady-state `window` over which bytes are counted")
 	fs.IntVar(&o.BusyCores, "busy-cores", 0, "run `k` busy loops (child processes) during the run")
+	fs.DurationVar(&o.Timeout, "timeout", 20*60e9, "bound the whole `run`: forming, the window and failure detection")
 	fs.Uint64Var(&o.Seed, "seed", 1, "random `seed` of the states, publishers and victim")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to `file`")
+	memProfile := fs.String("memprofile", "", "write a heap profile to `file` once the cluster formed")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: lbsim gossip --nodes N [--json] [flags]")
 		fs.PrintDefaults()
@@ -60,6 +63,15 @@ func runGossip(args []string, stdout, stderr io.Writer) int {
 			return exitFail
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *memProfile != "" {
+		f, err := os.Create(*memProfile)
+		if err != nil {
+			printErrAs(stderr, "lbsim gossip", err)
+			return exitFail
+		}
+		defer f.Close()
+		o.HeapProfile = f
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

@@ -182,6 +182,10 @@ type wireState struct {
 	// sealErr says why a seal member could not be split off (the state
 	// is then refused as bad_seal).
 	sealErr error
+	// cached is the DecodeCache entry the state came from (nil without
+	// a cache): its fields are shared with the other Nodes of the
+	// process and must not be modified.
+	cached *decodedState
 }
 
 // decodeStateJSON decodes and validates the JSON of one state, which it
@@ -219,20 +223,24 @@ func decodeStateJSON(js []byte) (wireState, error) {
 	return ws, nil
 }
 
-// decodeWireState decodes and validates one received state. It reads b
-// only during the call.
-func decodeWireState(b []byte) (wireState, error) {
+// decodeWireState decodes and validates one received state, through cache
+// when it is not nil. It reads b only during the call.
+func decodeWireState(b []byte, cache *DecodeCache) (wireState, error) {
 	js, err := frameJSON(b)
 	if err != nil {
 		return wireState{}, err
 	}
+	if cache != nil {
+		return cache.decode(js)
+	}
 	return decodeStateJSON(bytes.Clone(js))
 }
 
-// decodeWireStates decodes a push/pull payload. It returns the valid states
-// and one error per invalid one (joined), so one bad entry does not hide
-// the others. It reads b only during the call.
-func decodeWireStates(b []byte) ([]wireState, error) {
+// decodeWireStates decodes a push/pull payload, through cache when it is
+// not nil. It returns the valid states and one error per invalid one
+// (joined), so one bad entry does not hide the others. It reads b only
+// during the call.
+func decodeWireStates(b []byte, cache *DecodeCache) ([]wireState, error) {
 	var l rawStateList
 	if err := decodeFrame(b, &l); err != nil {
 		return nil, err
@@ -240,7 +248,13 @@ func decodeWireStates(b []byte) ([]wireState, error) {
 	valid := make([]wireState, 0, len(l.States))
 	var errs []error
 	for i, raw := range l.States {
-		ws, err := decodeStateJSON(raw) // Unmarshal copied raw out of b
+		var ws wireState
+		var err error
+		if cache != nil {
+			ws, err = cache.decode(raw)
+		} else {
+			ws, err = decodeStateJSON(raw) // Unmarshal copied raw out of b
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("states[%d]: %w", i, err))
 			continue
@@ -252,13 +266,13 @@ func decodeWireStates(b []byte) ([]wireState, error) {
 
 // decodeState decodes and validates one received state.
 func decodeState(b []byte) (NodeState, error) {
-	ws, err := decodeWireState(b)
+	ws, err := decodeWireState(b, nil)
 	return ws.state, err
 }
 
 // decodeStates is decodeWireStates without the wire forms.
 func decodeStates(b []byte) ([]NodeState, error) {
-	ws, err := decodeWireStates(b)
+	ws, err := decodeWireStates(b, nil)
 	var out []NodeState
 	for _, w := range ws {
 		out = append(out, w.state)

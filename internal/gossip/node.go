@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
@@ -54,14 +55,20 @@ type Options struct {
 	// (package gossipbench) runs many nodes in one process over an
 	// in-memory one. Nil: real sockets, as the daemons use.
 	Transport memberlist.Transport
+	// DecodeCache, when set, is shared by the Nodes of one process that
+	// receive the same states, so that each state is decoded and held
+	// once rather than once per Node (see DecodeCache). Nil: this Node
+	// decodes everything itself, as a daemon does.
+	DecodeCache *DecodeCache
 }
 
 // Snapshot is one node's view of the cluster at an instant. A Snapshot is
 // never modified after Node publishes it: callers may keep and read it
 // from any goroutine, and must not modify it (use Node.States for a copy).
 type Snapshot struct {
-	// Seq increases by one with every change of this view (a newer state,
-	// a member joining or leaving), so a reader can tell two views apart.
+	// Seq increases with every change of this view (a newer state, a
+	// member joining or leaving; by the number of changes since the
+	// previous Snapshot was built), so a reader can tell two views apart.
 	Seq uint64
 	// Members are the names of the alive members, self included, sorted.
 	// memberlist's suspect members count as alive until declared dead.
@@ -190,10 +197,11 @@ type Node struct {
 	onRefused func(NodeState, string)
 	// sealer and verifier are Options.Sealer and Options.Verifier; certs
 	// the chains verified so far, by fingerprint.
-	sealer    Sealer
-	verifier  Verifier
-	certs     certCache
-	transport memberlist.Transport
+	sealer      Sealer
+	verifier    Verifier
+	certs       certCache
+	transport   memberlist.Transport
+	decodeCache *DecodeCache
 	// refusalLog logs refused states, at most a few a minute (the
 	// counters have them all).
 	refusalLog zerolog.Logger
@@ -201,11 +209,15 @@ type Node struct {
 	// Accessed atomically.
 	started atomic.Bool
 	// advertise is memberlist's advertise address, set once by Run.
-	advertise    atomic.Pointer[string]
-	crashed      atomic.Bool // skip Leave on shutdown (tests simulate a crash)
-	ml           atomic.Pointer[memberlist.Memberlist]
+	advertise atomic.Pointer[string]
+	crashed   atomic.Bool // skip Leave on shutdown (tests simulate a crash)
+	ml        atomic.Pointer[memberlist.Memberlist]
+	// snap is the last Snapshot built; dirty says the view changed since
+	// (Snapshot builds the next one); members is the view's member count.
 	snap         atomic.Pointer[Snapshot]
-	ppCache      atomic.Pointer[encodedView]
+	dirty        atomic.Bool
+	members      atomic.Int64
+	ppCache      atomic.Pointer[weak.Pointer[encodedView]]
 	received     atomic.Uint64
 	accepted     atomic.Uint64
 	stale        atomic.Uint64
@@ -251,7 +263,11 @@ type Node struct {
 	addrs map[string]memberlist.Node
 }
 
-// encodedView caches the push/pull payload for one Snapshot.Seq.
+// encodedView caches the push/pull payload for one Snapshot.Seq. The
+// cache holds it weakly (until the next garbage collection, if nothing
+// else does): at a thousand members the view is megabytes and the
+// snapshot changes many times a second, so a strong cache would mostly
+// hold a stale view.
 type encodedView struct {
 	seq uint64
 	buf []byte
@@ -287,7 +303,8 @@ func New(cfg Config, opts Options) (*Node, error) {
 		sealer:   opts.Sealer,
 		verifier: opts.Verifier,
 
-		transport: opts.Transport,
+		transport:   opts.Transport,
+		decodeCache: opts.DecodeCache,
 	}
 	n.refusalLog = n.log.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Minute})
 	if n.rand == nil {
@@ -296,10 +313,11 @@ func New(cfg Config, opts Options) (*Node, error) {
 	n.queue = &memberlist.TransmitLimitedQueue{
 		// The member count from our own view: reading it takes no
 		// memberlist lock, and GetBroadcasts runs inside memberlist.
-		NumNodes:       func() int { return max(1, len(n.snap.Load().Members)) },
+		NumNodes:       func() int { return max(1, int(n.members.Load())) },
 		RetransmitMult: cfg.StateRetransmitMult,
 	}
 	n.snap.Store(&Snapshot{Members: []string{cfg.Name}, States: map[string]NodeState{}})
+	n.members.Store(1)
 	return n, nil
 }
 
@@ -541,14 +559,27 @@ func (n *Node) Addr() string {
 	return ""
 }
 
-// Snapshot returns the current view. It never blocks on the network and
-// does not copy: the returned Snapshot is shared and immutable.
-func (n *Node) Snapshot() *Snapshot { return n.snap.Load() }
+// Snapshot returns the current view. It never blocks on the network. The
+// first call after a change builds the new view (a map of the visible
+// states, which it does not deep-copy); later calls return the same one:
+// the returned Snapshot is shared and immutable.
+func (n *Node) Snapshot() *Snapshot {
+	if !n.dirty.Load() {
+		return n.snap.Load()
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.dirty.Load() {
+		n.snap.Store(&Snapshot{Seq: n.seq, Members: n.tab.memberNames(), States: n.tab.visible(), wire: n.tab.visibleWires()})
+		n.dirty.Store(false)
+	}
+	return n.snap.Load()
+}
 
 // States returns a deep copy of the states of the alive members (self
 // included once published), keyed by node name. The caller owns it.
 func (n *Node) States() map[string]NodeState {
-	snap := n.snap.Load()
+	snap := n.Snapshot()
 	out := make(map[string]NodeState, len(snap.States))
 	for k, s := range snap.States {
 		out[k] = s.Clone()
@@ -557,7 +588,7 @@ func (n *Node) States() map[string]NodeState {
 }
 
 // Members returns the number of alive members, self included.
-func (n *Node) Members() int { return len(n.snap.Load().Members) }
+func (n *Node) Members() int { return int(n.members.Load()) }
 
 // Changes returns a channel that receives a value after the view changes
 // (a newer state, this node's own Publish, a member joining or leaving).

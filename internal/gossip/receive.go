@@ -9,15 +9,21 @@ import (
 	"slices"
 	"sort"
 	"time"
+	"weak"
 
 	"github.com/hashicorp/memberlist"
 )
 
-// rebuildLocked publishes a new Snapshot and notifies Changes. Caller must
-// hold n.mu.
+// rebuildLocked records that the view changed and notifies Changes; the
+// next Snapshot builds the new one. Building it is a copy of every visible
+// state (O(N)), and a node that is joining, or that a thousand members
+// greet, accepts states by the hundred between two reads: building once per
+// read rather than once per state is what keeps forming a cluster of N
+// from costing N³. Caller must hold n.mu.
 func (n *Node) rebuildLocked() {
 	n.seq++
-	n.snap.Store(&Snapshot{Seq: n.seq, Members: n.tab.memberNames(), States: n.tab.visible(), wire: n.tab.visibleWires()})
+	n.members.Store(int64(len(n.tab.members)))
+	n.dirty.Store(true)
 	select {
 	case n.changes <- struct{}{}:
 	default:
@@ -31,7 +37,7 @@ func (n *Node) handleMessage(b []byte) {
 	route, frame, err := splitRoute(b)
 	var ws wireState
 	if err == nil {
-		ws, err = decodeWireState(frame)
+		ws, err = decodeWireState(frame, n.decodeCache)
 	}
 	if err != nil {
 		n.invalid.Add(1)
@@ -57,7 +63,7 @@ func (n *Node) handleMessage(b []byte) {
 // handlePushPull merges the full view another node sent over TCP.
 func (n *Node) handlePushPull(buf []byte) {
 	n.pushPull.Add(1)
-	states, err := decodeWireStates(buf)
+	states, err := decodeWireStates(buf, n.decodeCache)
 	if err != nil {
 		n.invalid.Add(1)
 		n.log.Warn().Err(err).Int("bytes", len(buf)).Msg("dropped invalid states in push/pull")
@@ -156,9 +162,18 @@ func (n *Node) checkSeal(ws *wireState, now time.Time) (sealVerdict, error) {
 	}
 	n.certs.put(ws.seal.Cert, chain)
 	if len(ws.seal.Chain) == 0 {
-		full := *ws.seal
-		full.Chain = chain
-		wire, err := spliceSeal(ws.body, full)
+		build := func() ([]byte, error) {
+			full := *ws.seal
+			full.Chain = chain
+			return spliceSeal(ws.body, full)
+		}
+		var wire []byte
+		var err error
+		if ws.cached != nil {
+			wire, err = ws.cached.splicedWire(chain, build)
+		} else {
+			wire, err = build()
+		}
 		if err != nil {
 			return sealBad, err
 		}
@@ -234,9 +249,11 @@ func (n *Node) refuteLocked(theirs uint64) {
 // name, in the form it travels in (seals and their chains included),
 // encoded once per Snapshot.
 func (n *Node) localView() []byte {
-	snap := n.snap.Load()
-	if c := n.ppCache.Load(); c != nil && c.seq == snap.Seq {
-		return c.buf
+	snap := n.Snapshot()
+	if w := n.ppCache.Load(); w != nil {
+		if c := w.Value(); c != nil && c.seq == snap.Seq {
+			return c.buf
+		}
 	}
 	names := make([]string, 0, len(snap.States))
 	for name := range snap.States {
@@ -262,7 +279,8 @@ func (n *Node) localView() []byte {
 		n.log.Error().Err(err).Msg("encoding push/pull state")
 		return nil
 	}
-	n.ppCache.Store(&encodedView{seq: snap.Seq, buf: buf})
+	w := weak.Make(&encodedView{seq: snap.Seq, buf: buf})
+	n.ppCache.Store(&w)
 	return buf
 }
 

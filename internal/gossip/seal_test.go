@@ -461,7 +461,7 @@ func TestSealOverhead(t *testing.T) {
 	publish := time.Since(start) / n
 	start = time.Now()
 	for range n {
-		ws, err := decodeWireState(a.enc.lean)
+		ws, err := decodeWireState(a.enc.lean, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -33,6 +33,8 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"os/exec"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"time"
@@ -64,6 +66,17 @@ type Options struct {
 	// re-sent without it, so push/pull payloads are somewhat smaller
 	// than a verifying cluster's.
 	Unverified bool
+	// Unshared gives every node its own decoded states and its own
+	// verifier's cache of parsed certificates, as N processes would have.
+	// By default the nodes, being in one process, share both: a state
+	// received byte for byte alike by every node is decoded once
+	// (gossip.DecodeCache) and a certificate chain verified once per
+	// minute rather than once per node (one mtls.GossipVerifier, whose
+	// roots every node shares anyway). Either way every node checks every
+	// seal's signature itself. Shared, 1,000 nodes fit in a few GB;
+	// unshared, the heap holds N² decoded states (about 20 kB each for
+	// the default world), which is what one daemon holds per peer.
+	Unshared bool
 	// Unencrypted turns the gossip key off. By default the cluster shares
 	// one AES-256 key, as any deployment beyond loopback must.
 	Unencrypted bool
@@ -89,6 +102,10 @@ type Options struct {
 	Timeout time.Duration
 	// Seed seeds the states and the choice of publishers and victim.
 	Seed uint64
+	// HeapProfile, when set, receives a heap profile (runtime/pprof
+	// "heap") taken once the cluster formed and went quiet, after a
+	// garbage collection: what N nodes hold in steady state.
+	HeapProfile io.Writer
 	// Progress, when set, receives a line per phase.
 	Progress io.Writer
 	// Log receives the nodes' logs (gossip's and memberlist's); the zero
@@ -149,6 +166,14 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		Services: o.World.Services, Regions: o.World.Regions, LoadedGroups: o.World.LoadedGroups,
 		PublishInterval: o.PublishInterval.Seconds(), BusyCores: o.BusyCores, Config: timings(c.cfg),
 		StartupS: c.formed.Seconds(), StartupFalseDeaths: c.departures(),
+	}
+	// The heap before sizes(), which encodes a full view.
+	res.HeapBytes = heapInUse()
+	res.HeapBytesPerPair = float64(res.HeapBytes) / float64(o.Nodes*(o.Nodes-1))
+	if o.HeapProfile != nil {
+		if err := pprof.Lookup("heap").WriteTo(o.HeapProfile, 0); err != nil {
+			return res, fmt.Errorf("gossipbench: heap profile: %w", err)
+		}
 	}
 	res.StateFrameBytes, res.PushPullBytes = c.sizes()
 
@@ -235,8 +260,16 @@ func newCluster(ctx context.Context, o Options, r *mrand.Rand, progress func(str
 		_, _ = rand.Read(k)
 		key = base64.StdEncoding.EncodeToString(k)
 	}
+	quiet := o.Log
 	var ca *devpki.CA
 	var caPath string
+	var verifier gossip.Verifier
+	var decoded *gossip.DecodeCache
+	if !o.Unshared {
+		// Two generations of 4N entries: every state of the cluster and
+		// a few newer versions of each.
+		decoded = gossip.NewDecodeCache(4 * o.Nodes)
+	}
 	if !o.Unsealed {
 		var err error
 		if c.dir, err = os.MkdirTemp("", "gossipbench-"); err != nil {
@@ -248,8 +281,14 @@ func newCluster(ctx context.Context, o Options, r *mrand.Rand, progress func(str
 		if caPath, err = ca.WriteCA(c.dir); err != nil {
 			return c, fmt.Errorf("gossipbench: CA: %w", err)
 		}
+		if !o.Unshared && !o.Unverified {
+			v, err := mtls.NewGossipVerifier(caPath, quiet)
+			if err != nil {
+				return c, fmt.Errorf("gossipbench: verifier: %w", err)
+			}
+			verifier = v
+		}
 	}
-	quiet := o.Log
 	start := time.Now()
 	for i := range o.Nodes {
 		if err := ctx.Err(); err != nil {
@@ -266,7 +305,7 @@ func newCluster(ctx context.Context, o Options, r *mrand.Rand, progress func(str
 		}
 		c.cfg = cfg
 		tr := netw.newTransport()
-		opts := gossip.Options{Logger: quiet, Transport: tr}
+		opts := gossip.Options{Logger: quiet, Transport: tr, DecodeCache: decoded}
 		if ca != nil {
 			files, err := ca.IssueFiles(c.dir, name, devpki.Leaf{CommonName: name, Names: []string{name}})
 			if err != nil {
@@ -277,7 +316,11 @@ func newCluster(ctx context.Context, o Options, r *mrand.Rand, progress func(str
 				return c, fmt.Errorf("gossipbench: seals of %s: %w", name, errors.Join(err, errors.New("no sealer")))
 			}
 			opts.Sealer = s
-			if !o.Unverified {
+			switch {
+			case o.Unverified:
+			case verifier != nil:
+				opts.Verifier = verifier
+			default:
 				opts.Verifier = v
 			}
 		}
@@ -524,6 +567,15 @@ func (c *cluster) stop() {
 	if c.dir != "" {
 		_ = os.RemoveAll(c.dir)
 	}
+}
+
+// heapInUse returns the bytes of the heap's spans in use after a garbage
+// collection: what the process holds live, plus fragmentation.
+func heapInUse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
 }
 
 // busy starts k busy loops, each its own process, and returns the function

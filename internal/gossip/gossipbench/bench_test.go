@@ -72,6 +72,9 @@ func TestRunSmallCluster(t *testing.T) {
 	if res.StateBytesPerNodePerS <= 0 || res.StateBytesPerNodePerS > res.BytesPerNodePerS {
 		t.Errorf("state bytes %.0f per node per second, want in (0, total %.0f]", res.StateBytesPerNodePerS, res.BytesPerNodePerS)
 	}
+	if res.HeapBytes == 0 || res.HeapBytesPerPair != float64(res.HeapBytes)/(nodes*(nodes-1)) {
+		t.Errorf("heap %d B, %.0f B per pair: want > 0, and heap / (nodes × (nodes - 1))", res.HeapBytes, res.HeapBytesPerPair)
+	}
 	if res.FalseDeaths != 0 {
 		t.Logf("%d false deaths in the window (a busy machine)", res.FalseDeaths)
 	}

@@ -26,9 +26,11 @@ type network struct {
 }
 
 // queueDepth is how many packets a node's receive queue holds, as a
-// socket's receive buffer would (212 KiB of default Linux rmem holds
-// about 150 full 1400-byte packets; 8192-byte packets are rarer).
-const queueDepth = 1024
+// socket's receive buffer would: 212 KiB of default Linux rmem holds
+// about 90 full 1400-byte packets and about 280 small ones (each counts
+// its buffer's true size, 2.3 KiB or 768 B). It was 1,024, which a node
+// starved of CPU filled with copies of packets, megabytes per node.
+const queueDepth = 256
 
 var errUnreachable = errors.New("gossipbench: no route to host")
 

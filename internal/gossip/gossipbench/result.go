@@ -44,6 +44,12 @@ type Result struct {
 	StartupFalseDeaths uint64 `json:"startup_false_deaths"`
 	// DroppedPackets counts packets lost to full receive queues.
 	DroppedPackets uint64 `json:"dropped_packets"`
+	// HeapBytes is the Go heap in use once the cluster formed and went
+	// quiet, after a garbage collection (runtime.MemStats.HeapInuse);
+	// HeapBytesPerPair divides it by nodes × (nodes - 1), the (node, peer)
+	// pairs whose state and membership the nodes hold.
+	HeapBytes        uint64  `json:"heap_bytes"`
+	HeapBytesPerPair float64 `json:"heap_bytes_per_pair"`
 	// StartupS is the time until every node held every member and state;
 	// WindowS the steady window's length.
 	StartupS float64 `json:"startup_s"`
@@ -107,10 +113,12 @@ func (r Result) WriteTable(w io.Writer) error {
   bytes per node       %.0f B/s sent (state messages %.0f B/s) over %.0fs; a state is %d B, a full view %d B
   dead member noticed  p50 %.2fs  p99 %.2fs  max %.2fs  (%d never)
   false deaths         %d in the window, %d while forming (formed in %.1fs); %d packets dropped
+  memory               %.1f MB of heap in use once formed, %.0f B per (node, peer) pair
 `, r.Nodes, r.Services, r.Regions, r.LoadedGroups, sealed, enc, profile,
 		r.SpreadP50, r.SpreadP99, r.SpreadP9999, r.SpreadMax, r.SpreadSamples, r.SpreadMissed,
 		r.BytesPerNodePerS, r.StateBytesPerNodePerS, r.WindowS, r.StateFrameBytes, r.PushPullBytes,
 		r.DeadDetectedP50, r.DeadDetectedP99, r.DeadDetectedMax, r.DeadUndetected,
-		r.FalseDeaths, r.StartupFalseDeaths, r.StartupS, r.DroppedPackets)
+		r.FalseDeaths, r.StartupFalseDeaths, r.StartupS, r.DroppedPackets,
+		float64(r.HeapBytes)/1e6, r.HeapBytesPerPair)
 	return err
 }
