@@ -170,6 +170,9 @@ type Service struct {
 	// its capacity (docs/design.md §3 rule 6; lb/shed). Defaults as in
 	// DefaultOverload: off, the excess queues at the backends as before.
 	Overload Overload `mapstructure:"overload"`
+	// Prequal is where and how fast a gfe probes the instances of a
+	// service with policy prequal. Defaults as in DefaultPrequal.
+	Prequal Prequal `mapstructure:"prequal"`
 }
 
 // LoadAware configures the load-aware choice of an instance inside a

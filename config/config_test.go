@@ -64,7 +64,7 @@ var badFiles = []struct {
 		`routes[1].service: required`,
 	}},
 	{"bad_enums.bad.yaml", []string{
-		`services[0].policy: must be one of waterfall, min_rtt, round_robin, least_request, envoy_priority, hash2, hash3, hash5; got "rr"`,
+		`services[0].policy: must be one of waterfall, min_rtt, round_robin, least_request, envoy_priority, hash2, hash3, hash5, prequal; got "rr"`,
 		`services[0].balancing_mode: must be one of RATE, CONNECTION, UTILIZATION; got "rate"`,
 		`services[0].session_affinity.type: must be one of none, client_ip, client_ip_proto, client_ip_port_proto, generated_cookie, http_cookie, header; got "cookie"`,
 		`services[0].health_check.protocol: must be one of http, https, tcp, grpc; got "icmp"`,
@@ -388,7 +388,7 @@ func TestLoadGoodFiles(t *testing.T) {
 					TargetUtilization:  0.95,
 					Feedback:           DefaultFeedback(),
 					MaxPendingRequests: DefaultMaxPendingRequests,
-					LoadAware:          DefaultLoadAware(), Overload: DefaultOverload(),
+					LoadAware:          DefaultLoadAware(), Overload: DefaultOverload(), Prequal: DefaultPrequal(),
 				}},
 				Routes: []Route{{Host: "*", PathPrefix: "/", Service: "web", Timeout: 30 * time.Second, Retries: 1}},
 			},
@@ -435,7 +435,7 @@ func TestLoadGoodFiles(t *testing.T) {
 						TargetUtilization:  0.95,
 						Feedback:           DefaultFeedback(),
 						MaxPendingRequests: DefaultMaxPendingRequests,
-						LoadAware:          DefaultLoadAware(), Overload: DefaultOverload(),
+						LoadAware:          DefaultLoadAware(), Overload: DefaultOverload(), Prequal: DefaultPrequal(),
 					},
 					{
 						Name:            "api",
@@ -453,7 +453,7 @@ func TestLoadGoodFiles(t *testing.T) {
 						TargetUtilization:  0.95,
 						Feedback:           DefaultFeedback(),
 						MaxPendingRequests: DefaultMaxPendingRequests,
-						LoadAware:          DefaultLoadAware(), Overload: DefaultOverload(),
+						LoadAware:          DefaultLoadAware(), Overload: DefaultOverload(), Prequal: DefaultPrequal(),
 					},
 				},
 				Routes: []Route{
@@ -486,7 +486,7 @@ func TestLoadGoodFiles(t *testing.T) {
 						TargetUtilization:  0.95,
 						Feedback:           DefaultFeedback(),
 						MaxPendingRequests: DefaultMaxPendingRequests,
-						LoadAware:          DefaultLoadAware(), Overload: DefaultOverload(),
+						LoadAware:          DefaultLoadAware(), Overload: DefaultOverload(), Prequal: DefaultPrequal(),
 					},
 					{
 						Name:               "db",
@@ -501,7 +501,7 @@ func TestLoadGoodFiles(t *testing.T) {
 						TargetUtilization:  0.95,
 						Feedback:           DefaultFeedback(),
 						MaxPendingRequests: DefaultMaxPendingRequests,
-						LoadAware:          DefaultLoadAware(), Overload: DefaultOverload(),
+						LoadAware:          DefaultLoadAware(), Overload: DefaultOverload(), Prequal: DefaultPrequal(),
 					},
 				},
 				Routes: []Route{
@@ -589,6 +589,7 @@ func TestPolicyKinds(t *testing.T) {
 		{PolicyHash2, false, true},
 		{PolicyHash3, false, true},
 		{PolicyHash5, false, true},
+		{PolicyPrequal, false, false},
 	}
 	if len(tests) != len(Policies()) {
 		t.Fatalf("%d cases for %d policies", len(tests), len(Policies()))

@@ -45,6 +45,7 @@ func DefaultService() Service {
 		MaxPendingRequests: DefaultMaxPendingRequests,
 		LoadAware:          DefaultLoadAware(),
 		Overload:           DefaultOverload(),
+		Prequal:            DefaultPrequal(),
 	}
 }
 

@@ -50,7 +50,8 @@ const (
 func Policies() []Policy {
 	return []Policy{PolicyWaterfall, PolicyMinRTT, PolicyRoundRobin, PolicyLeastRequest,
 		PolicyEnvoyPriority,
-		PolicyHash2, PolicyHash3, PolicyHash5}
+		PolicyHash2, PolicyHash3, PolicyHash5,
+		PolicyPrequal}
 }
 
 // ParsePolicy returns the Policy named s, or an error listing the valid

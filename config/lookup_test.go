@@ -244,7 +244,7 @@ func TestParsePolicyAndScope(t *testing.T) {
 	if p, err := ParsePolicy("hash5"); p != PolicyHash5 || err != nil {
 		t.Errorf("ParsePolicy(hash5) = %q, %v", p, err)
 	}
-	if _, err := ParsePolicy("random"); err == nil || err.Error() != `unknown policy "random" (want one of waterfall, min_rtt, round_robin, least_request, envoy_priority, hash2, hash3, hash5)` {
+	if _, err := ParsePolicy("random"); err == nil || err.Error() != `unknown policy "random" (want one of waterfall, min_rtt, round_robin, least_request, envoy_priority, hash2, hash3, hash5, prequal)` {
 		t.Errorf("ParsePolicy(random) error = %v", err)
 	}
 	if sc, err := ParseHashScope("nearest_region"); sc != HashScopeNearestRegion || err != nil {

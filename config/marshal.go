@@ -85,11 +85,16 @@ func (e *encoder) encodeStruct(v, def reflect.Value, path, schema string) *yaml.
 			}
 			continue
 		}
-		if value, ok := lacksValue(e.known, fs, fv); ok {
+		if nv, ok := lacksValue(e.known, fs, fv); ok {
 			// A value the reader's release does not know: it reads the
-			// field's default instead.
-			e.dropped = append(e.dropped, fp+"="+value)
-			continue
+			// value negotiated in its place, or the field's default.
+			e.dropped = append(e.dropped, fp+"="+nv.value)
+			if nv.instead == "" {
+				continue
+			}
+			sub := reflect.New(fv.Type()).Elem()
+			sub.SetString(nv.instead)
+			fv = sub
 		}
 		if val := e.encodeField(f, fv, dv, fp, fs, disc); val != nil {
 			n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: f.key}, val)

@@ -150,6 +150,9 @@ func (v *validator) tcpListener(lp string, l *Listener) {
 		if s := v.serviceByName(l.Service); s != nil && s.BalancingMode != ModeConnection {
 			v.p.add(lp+".service", fmt.Sprintf("service %q has balancing_mode %s; a tcp listener needs a CONNECTION service", l.Service, s.BalancingMode))
 		}
+		if s := v.serviceByName(l.Service); s != nil && s.Policy == PolicyPrequal {
+			v.p.add(lp+".service", fmt.Sprintf("service %q has policy prequal, whose probes are HTTP requests; a tcp listener's service cannot use it", l.Service))
+		}
 	}
 	if len(l.Certificates) > 0 {
 		v.p.add(lp+".certificates", "only valid with protocol https; protocol is tcp")

@@ -80,6 +80,7 @@ func (v *validator) service(sp string, s *Service) {
 	v.feedback(sp+".feedback", s.Feedback)
 	v.loadAware(sp+".load_aware", s.LoadAware)
 	v.overload(sp+".overload", s.Overload)
+	v.prequal(sp+".prequal", s.Policy, s.Prequal)
 	if !s.Policy.IsPlanned() {
 		if s.LoadAware.Enabled {
 			v.p.add(sp+".load_aware.enabled", fmt.Sprintf("only valid with a planned policy (waterfall, min_rtt), not %s", s.Policy))

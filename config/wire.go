@@ -78,8 +78,10 @@ var (
 )
 
 // negotiatedValue is a value of an enumerated field that a reader reads
-// only if its schema states "<path>=<value>".
-type negotiatedValue struct{ path, value string }
+// only if its schema states "<path>=<value>". A reader that does not is
+// sent instead in its place when that is set (the nearest value it
+// knows), or nothing (the field's default) when it is empty.
+type negotiatedValue struct{ path, value, instead string }
 
 // negotiatedValues are the values of enumerated fields added after the
 // schema negotiation existed, one per line: a gfe of an earlier release
@@ -87,24 +89,28 @@ type negotiatedValue struct{ path, value string }
 // its own release's values), which would strand every service of the
 // snapshot on it. MarshalFor leaves a field holding such a value out for
 // a reader whose schema does not state it, so that the reader takes the
-// field's default, and names it in dropped as "<path>=<value>".
+// field's default (or the value negotiated in its place), and names it in
+// dropped as "<path>=<value>".
 var negotiatedValues = []negotiatedValue{
-	{"services[].policy", string(PolicyEnvoyPriority)},
+	{"services[].policy", string(PolicyEnvoyPriority), ""},
+	// prequal's nearest known policy: a flat pool over every region,
+	// chosen by load.
+	{"services[].policy", string(PolicyPrequal), string(PolicyLeastRequest)},
 }
 
 // lacksValue reports whether reader known (nil: every field) cannot read
 // value v of the field at schema path schema: v is a negotiated value
-// known does not state. It returns the value's name for dropped.
-func lacksValue(known *FieldSet, schema string, v reflect.Value) (string, bool) {
+// known does not state. It returns the negotiated value.
+func lacksValue(known *FieldSet, schema string, v reflect.Value) (negotiatedValue, bool) {
 	if known == nil || v.Kind() != reflect.String {
-		return "", false
+		return negotiatedValue{}, false
 	}
 	for _, nv := range negotiatedValues {
 		if nv.path == schema && nv.value == v.String() && !known.Has(nv.path+"="+nv.value) {
-			return nv.value, true
+			return nv, true
 		}
 	}
-	return "", false
+	return negotiatedValue{}, false
 }
 
 // FieldSet is a set of field paths as Fields writes them: the schema of

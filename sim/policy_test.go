@@ -420,7 +420,7 @@ sites: [{name: s, demand_rps: 1e300, rtt_ms: {r: 1}}]
 		wantErr error  // checked with errors.Is when set
 		wantMsg string // exact message
 	}{
-		{name: "unknown policy", s: s, policy: "random", wantMsg: `unknown policy "random" (want one of waterfall, min_rtt, round_robin, least_request, envoy_priority, hash2, hash3, hash5)`},
+		{name: "unknown policy", s: s, policy: "random", wantMsg: `unknown policy "random" (want one of waterfall, min_rtt, round_robin, least_request, envoy_priority, hash2, hash3, hash5, prequal)`},
 		{name: "unknown scope", s: s, policy: config.PolicyRoundRobin, scope: "zone", wantMsg: `unknown scope "zone" (want one of global, nearest_region)`},
 		{name: "scope with waterfall", s: s, policy: config.PolicyWaterfall, scope: config.HashScopeGlobal, wantErr: ErrScopeNotApplicable,
 			wantMsg: `scope "global": ` + ErrScopeNotApplicable.Error()},

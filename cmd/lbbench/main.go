@@ -49,7 +49,7 @@ import (
 func main() {
 	quick := flag.Bool("quick", false, "short run (2 s warmup, 3 s steady, 5 s flash crowd per policy) instead of the full one (3 s, 6 s, 12 s)")
 	scale := flag.Float64("scale", 1, "multiply the warmup and every phase's duration by `F`")
-	policyList := flag.String("policies", "", "comma-separated `list` of rows (default all 10): waterfall, min_rtt, round_robin, least_request (p2c), hashN/global, hashN/nearest_region; a bare hashN means both scopes; a planned policy may add +load_aware, +shed or +load_aware+shed (waterfall+load_aware); also selectable: envoy_priority")
+	policyList := flag.String("policies", "", "comma-separated `list` of rows (default all 10): waterfall, min_rtt, round_robin, least_request (p2c), hashN/global, hashN/nearest_region; a bare hashN means both scopes; a planned policy may add +load_aware, +shed or +load_aware+shed (waterfall+load_aware); also selectable: envoy_priority, prequal (Prequal's probes)")
 	asJSON := flag.Bool("json", false, "print the result as JSON instead of a table")
 	headroom := flag.Float64("headroom", 1, "rate each backend instance really serves over its declared capacity (`H`; 1.25 is lbsim bench's utilization_at_capacity 0.8)")
 	net := flag.Int("net", 40, "second octet of the deployment's loopback addresses (127.NET.0.0/16)")

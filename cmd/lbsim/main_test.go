@@ -416,7 +416,7 @@ sites: [{name: s, demand_rps: 10, rtt_ms: {r: 1}}]
 		{name: "missing scenario", args: []string{"plan", "--policy", "waterfall"}, wantCode: exitUsage, wantStderr: []string{"--scenario is required", "usage: lbsim plan"}},
 		{name: "missing policy", args: []string{"plan", "--scenario", good}, wantCode: exitUsage, wantStderr: []string{"--policy is required"}},
 		{name: "unknown policy", args: []string{"plan", "--scenario", good, "--policy", "random"}, wantCode: exitUsage,
-			wantStderr: []string{`--policy: unknown policy "random" (want one of waterfall, min_rtt, round_robin, least_request, envoy_priority, hash2, hash3, hash5)`}},
+			wantStderr: []string{`--policy: unknown policy "random" (want one of waterfall, min_rtt, round_robin, least_request, envoy_priority, hash2, hash3, hash5, prequal)`}},
 		{name: "unknown scope", args: []string{"plan", "--scenario", good, "--policy", "hash2", "--scope", "zone"}, wantCode: exitUsage,
 			wantStderr: []string{`--scope: unknown scope "zone"`}},
 		{name: "scope with waterfall", args: []string{"plan", "--scenario", good, "--policy", "waterfall", "--scope", "global"}, wantCode: exitUsage,

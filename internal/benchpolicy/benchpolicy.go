@@ -25,7 +25,7 @@ import (
 type Row struct {
 	// Policy is the service's policy: a planned one (waterfall, min_rtt),
 	// whose gfes plan, damp and pick by their site's plan row, or a
-	// baseline (round_robin, least_request, hash2, hash3, hash5).
+	// baseline (round_robin, least_request, hash2, hash3, hash5, prequal).
 	Policy config.Policy
 	// Scope is a baseline's scope, global or nearest_region; empty for the
 	// planned policies and envoy_priority (which order regions themselves). Only the hash policies honour nearest_region (the
@@ -125,6 +125,8 @@ func Defaults() []Row {
 func Extras() []Row {
 	return []Row{
 		{Policy: config.PolicyEnvoyPriority},
+		// Prequal's probing (lb/prequal), a baseline of scope global.
+		{Policy: config.PolicyPrequal, Scope: config.HashScopeGlobal},
 	}
 }
 
@@ -139,7 +141,7 @@ var optionSets = []Options{{LoadAware: true}, {Shed: true}, {LoadAware: true, Sh
 
 // Known returns every row the benchmarks can run: Defaults in their order,
 // each planned one followed by its variants with options (+load_aware,
-// +shed, +load_aware+shed), then Extras.
+// +shed, +load_aware+shed), then Extras (envoy_priority, prequal/global).
 func Known() []Row {
 	var out []Row
 	for _, r := range Defaults() {

@@ -85,6 +85,7 @@ func TestKnown(t *testing.T) {
 		"hash2/global", "hash3/global", "hash5/global",
 		"hash2/nearest_region", "hash3/nearest_region", "hash5/nearest_region",
 		"envoy_priority",
+		"prequal/global",
 	}
 	if diff := cmp.Diff(want, ids(Known())); diff != "" {
 		t.Errorf("Known() (-want +got):\n%s", diff)
@@ -96,11 +97,11 @@ func TestKnown(t *testing.T) {
 	}
 }
 
-// TestExtras: envoy_priority is selectable but not a default row, so
+// TestExtras: envoy_priority and prequal are selectable but not default rows, so
 // that the default stories (lbbench's flash crowd, lbsim bench) keep their
 // rows and run time; every known ID is unique.
 func TestExtras(t *testing.T) {
-	if diff := cmp.Diff([]string{"envoy_priority"}, ids(Extras())); diff != "" {
+	if diff := cmp.Diff([]string{"envoy_priority", "prequal/global"}, ids(Extras())); diff != "" {
 		t.Errorf("Extras() (-want +got):\n%s", diff)
 	}
 	seen := map[string]bool{}

@@ -26,6 +26,7 @@ import (
 	"github.com/spillway-lb/spillway/internal/gfe/listeners"
 	"github.com/spillway-lb/spillway/internal/gfe/pending"
 	"github.com/spillway-lb/spillway/internal/gfe/poller"
+	"github.com/spillway-lb/spillway/internal/gfe/prequalprobe"
 	"github.com/spillway-lb/spillway/internal/gfe/quotaclient"
 	"github.com/spillway-lb/spillway/internal/gfe/rtt"
 	"github.com/spillway-lb/spillway/internal/gfe/tcpproxy"
@@ -285,6 +286,8 @@ type Daemon struct {
 	reg     *prometheus.Registry
 	metrics *metrics
 	rtt     *rtt.Prober
+	// probes sends the probes of services with policy prequal.
+	probes *prequalprobe.Sender
 	// lastFactors are the own capacity factors of the last step (planner
 	// goroutine only).
 	lastFactors map[string]map[string]float64
@@ -395,8 +398,12 @@ func New(cfg Config, opts Options) (*Daemon, error) {
 	if cfg.SourceIP.IsValid() {
 		dialer.LocalAddr = &net.TCPAddr{IP: cfg.SourceIP.AsSlice()}
 	}
+	d.probes, err = prequalprobe.New(prequalprobe.Options{Transport: proxyTransport{d}, Clock: d.clk, Registry: d.reg, Logger: d.log})
+	if err != nil {
+		return nil, fmt.Errorf("gfe: %w", err)
+	}
 	d.builder = routing.NewBuilder(routing.Config{Node: cfg.Node, Site: cfg.Site, Damping: cfg.Damping, DemandSmoothing: cfg.DemandSmoothing, HerdWindow: routing.DefaultHerdWindow, Bounds: cfg.GossipBounds},
-		routing.Options{Now: d.clk.Now, Rand: rnd})
+		routing.Options{Now: d.clk.Now, Rand: rnd, Prober: d.probes})
 	d.rtt = rtt.New(rtt.Config{Path: cfg.RTTPath, Interval: cfg.RTTInterval}, rtt.Options{Clock: d.clk, Logger: d.log, Dialer: dialer})
 	d.quota = quotaclient.New(quotaclient.Config{}, d.clk, opts.Quota, d.log, d.reg)
 	asker := pending.NewAsker(pending.AskConfig{Node: cfg.Node, Site: cfg.Site, Interval: cfg.CapacityInterval},
@@ -561,6 +568,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	components := []component{
 		{name: "planner", run: d.plan},
 		{name: "rtt", run: func(ctx context.Context) error { return d.rtt.Run(ctx, d.regionTargets) }},
+		{name: "prequal probes", run: d.probes.Run},
 		{name: "quota", run: d.quota.Run},
 		{name: "pending", run: d.pending.Run},
 		{name: "listeners", run: d.listeners.Run},
@@ -670,4 +678,15 @@ func serve(srv *http.Server, ln net.Listener) error {
 		return err
 	}
 	return nil
+}
+
+// proxyTransport carries prequal probes over the HTTP proxy's backend
+// transport (httpproxy.Proxy.BackendTransport). The proxy is made after
+// the routing builder that needs the probe sender, and before any table
+// asks for a probe.
+type proxyTransport struct{ d *Daemon }
+
+// RoundTrip implements http.RoundTripper.
+func (t proxyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	return t.d.proxy.BackendTransport().RoundTrip(r)
 }

@@ -39,6 +39,7 @@ func UnevenPolicies() []benchpolicy.Row {
 		{Policy: config.PolicyLeastRequest, Scope: config.HashScopeGlobal}, // P2C over least requests
 		{Policy: config.PolicyEnvoyPriority},                               // Envoy's priority levels
 		{Policy: config.PolicyHash2, Scope: config.HashScopeGlobal},
+		{Policy: config.PolicyPrequal, Scope: config.HashScopeGlobal}, // Prequal's probes, as published
 	}
 }
 

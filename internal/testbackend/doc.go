@@ -32,6 +32,10 @@
 //
 //	GET  /healthz        200 "ok" when healthy, 503 "unhealthy" otherwise. No capacity cost.
 //	GET  /rtt            204 after the emulated RTT; the gfe's RTT probe. No capacity cost.
+//	GET  /.well-known/spillway-probe
+//	                     "rif=N latency_us=M" after the emulated RTT: the gfe's Prequal probe
+//	                     (policy prequal): requests in flight and queued, median time of
+//	                     the last 16 requests (probe.go). No capacity cost.
 //	GET  /ws             WebSocket echo (below).
 //	POST /admin/health   ?healthy=false|true: fail or pass health checks from now on.
 //	GET  /admin/health   {"healthy":BOOL}.

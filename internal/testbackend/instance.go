@@ -171,6 +171,9 @@ type instance struct {
 	// slowdown is the admin's slowdown factor as float64 bits; 0: none
 	// (slow.go).
 	slowdown atomic.Uint64
+	// latency holds the last normal requests' times, for the Prequal
+	// probe's estimate (probe.go).
+	latency latencies
 
 	// healthMu serializes health changes.
 	healthMu sync.Mutex
@@ -203,6 +206,7 @@ func newInstance(cfg InstanceConfig, delays []DelayRule, clk clock.Clock, logger
 	in.meter = &usageMeter{cpuTime: ProcessCPUTime, busy: in.lim.busySeconds}
 	in.mux.HandleFunc("GET /healthz", in.serveHealthz)
 	in.mux.HandleFunc("GET /rtt", in.serveRTT)
+	in.mux.HandleFunc(probeRoute, in.serveProbe)
 	in.mux.HandleFunc("GET /ws", in.serveWebSocket)
 	in.mux.HandleFunc("GET /admin/health", in.serveGetHealth)
 	in.mux.HandleFunc("POST /admin/health", in.serveSetHealth)
@@ -494,6 +498,7 @@ func (in *instance) serveRequest(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "fault injected", int(f))
 		return
 	}
+	admitStart := in.clock.Now()
 	if !in.admitHTTP(w, r, src) {
 		return
 	}
@@ -504,6 +509,9 @@ func (in *instance) serveRequest(w http.ResponseWriter, r *http.Request) {
 		err = sleep(ctx, in.clock, st)
 	}
 	in.lim.release()
+	if err == nil {
+		in.latency.observe(in.clock.Since(admitStart))
+	}
 	if err != nil {
 		in.canceled.Add(1)
 		return

@@ -47,6 +47,14 @@
 //     methods hold its mutex for O(PoolSize + History) work and do not
 //     allocate (TestAllocs, BenchmarkQuery).
 //
+// # Wire format
+//
+// A probe's answer travels as one line, "rif=N latency_us=M" (wire.go):
+// AppendAnswer writes it (the test backend), ParseAnswer reads it (the
+// gfe's probe sender, internal/gfe/prequalprobe) within MaxAnswerSize
+// bytes, refusing anything else and clamping values beyond MaxRIF and
+// MaxLatency (TestParseAnswer, FuzzParseAnswer); it does not allocate.
+//
 // What the paper measured, and a Go re-implementation's regimes (where it
 // wins on uneven backends and loses on small CPU-bound fleets), are in
 // docs/design.md §4.

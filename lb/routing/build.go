@@ -59,6 +59,9 @@ type Options struct {
 	// affinity fallback, round-robin cursors' starting points). Required;
 	// it must be safe for concurrent use.
 	Rand func() uint64
+	// Prober sends the probes of services with policy prequal (prequal.go);
+	// nil sends none, and such a service picks by least request.
+	Prober Prober
 }
 
 // Builder builds routing tables. It owns everything that outlives one
@@ -107,6 +110,10 @@ type Builder struct {
 	// loadAware is each load-aware service's Registry and Chooser, by
 	// service (loadaware.go).
 	loadAware map[string]*loadAwareState
+	// prequal is each prequal service's probe pool, by service
+	// (prequal.go); prober sends its probes (Options.Prober).
+	prequal map[string]*prequalState
+	prober  Prober
 }
 
 // NewBuilder returns a Builder for cfg.
@@ -130,6 +137,8 @@ func NewBuilder(cfg Config, opts Options) *Builder {
 		ownDemand:  map[string][]ownDemand{},
 		herdSeen:   map[string]map[string]time.Time{},
 		loadAware:  map[string]*loadAwareState{},
+		prequal:    map[string]*prequalState{},
+		prober:     opts.Prober,
 	}
 }
 
@@ -190,7 +199,7 @@ func (b *Builder) Build(in Input) (*Table, []error) {
 func (b *Builder) buildService(in Input, sc *config.Service, sigs map[*backend.Backend]backend.Signals, dt float64, report func(string, error)) *Service {
 	so := b.outliersFor(sc, report)
 	defer so.finish(in.Now)
-	svc := &Service{name: sc.Name, cfg: sc, meters: b.metersFor(sc), outliers: so.det, now: b.now}
+	svc := &Service{name: sc.Name, cfg: sc, meters: b.metersFor(sc), outliers: so.det, now: b.now, prober: b.prober}
 
 	all := b.members(in.Fleet, sc, so)
 	svc.healthy = len(all)
@@ -204,6 +213,7 @@ func (b *Builder) buildService(in Input, sc *config.Service, sigs map[*backend.B
 	if isPriority(sc.Policy) {
 		setPriorities(svc, in.Fleet, in.Self.RTT)
 	}
+	svc.pq = b.prequalFor(sc, svc.pool[:svc.first])
 	if !sc.Policy.IsPlanned() {
 		delete(b.loadAware, sc.Name)
 		b.clearSoftLimits(in, sc)
@@ -566,6 +576,7 @@ func (b *Builder) forget(cfg *config.Config) {
 	maps.DeleteFunc(b.outliers, func(k string, _ *serviceOutliers) bool { return !live[k] })
 	maps.DeleteFunc(b.estimators, func(k groupKey, _ *capacity.Estimator) bool { return !live[k.service] })
 	maps.DeleteFunc(b.loadAware, func(k string, _ *loadAwareState) bool { return !live[k] })
+	maps.DeleteFunc(b.prequal, func(k string, _ *prequalState) bool { return !live[k] })
 	maps.DeleteFunc(b.backends, func(k string, be *backend.Backend) bool {
 		if addrs[k] {
 			return false

@@ -255,6 +255,10 @@ type Service struct {
 	// levels are an envoy_priority service's priority levels
 	// (priority.go), nil for every other policy.
 	levels []PriorityLevel
+	// pq is a prequal service's probe pool over pool[:first] (nil for
+	// other policies), prober where its probes go (prequal.go).
+	pq     *prequalState
+	prober Prober
 
 	// scope is every healthy backend this site may send the service's
 	// requests to, ejected or not, in the order retries prefer regions:
@@ -465,6 +469,8 @@ func (s *Service) policyPick(rnd uint64, k Flow, now time.Time) (Pick, error) {
 		i, ok = s.rr.PickAvailable(s.first, s.free)
 	case config.PolicyLeastRequest:
 		i, ok = s.lr.Pick(s.first, s.inflight)
+	case config.PolicyPrequal:
+		i, ok = s.prequalPick(rnd, now)
 	case config.PolicyHash2:
 		i, ok = s.maglev.Pick(hashing.Key2(k.Src.Addr(), k.Dst.Addr()))
 	case config.PolicyHash3:

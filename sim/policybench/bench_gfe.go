@@ -167,6 +167,9 @@ type gfes struct {
 	// loop is the closed loop's state (bench_loop.go); nil for a
 	// baseline, whose builds read no signals.
 	loop *loop
+	// prober answers the probes of policy prequal (prequal.go); nil for
+	// every other policy.
+	prober *simProber
 }
 
 func newGFEs(s *sim.Scenario, tl *sim.Timeline, topo *topology, p benchpolicy.Row) *gfes {
@@ -181,6 +184,11 @@ func newGFEs(s *sim.Scenario, tl *sim.Timeline, topo *topology, p benchpolicy.Ro
 	if p.Policy.IsPlanned() {
 		g.loop = newLoop(tl, len(s.Sites))
 	}
+	var prober routing.Prober
+	if p.Policy == config.PolicyPrequal {
+		g.prober = newSimProber(topo, tl)
+		prober = g.prober
+	}
 	clk := clock.NewFake(benchEpoch) // never advanced: PickAt gets the time
 	for si, st := range s.Sites {
 		g.sites = append(g.sites, st.Name)
@@ -189,7 +197,7 @@ func newGFEs(s *sim.Scenario, tl *sim.Timeline, topo *topology, p benchpolicy.Ro
 		// so that a run repeats exactly.
 		g.builders = append(g.builders, routing.NewBuilder(
 			routing.Config{Node: nodeName(si), Site: st.Name, Damping: tl.Damping, HerdWindow: herdWindow(tl)},
-			routing.Options{Now: clk.Now, Rand: splitmix.Sequence(tl.Seed ^ uint64(si)<<32)},
+			routing.Options{Now: clk.Now, Rand: splitmix.Sequence(tl.Seed ^ uint64(si)<<32), Prober: prober},
 		))
 	}
 	return g
@@ -261,7 +269,7 @@ func (g *gfes) snapshot(groups []sim.GroupState) (*routing.Fleet, error) {
 func (g *gfes) decide(k int, tr *sim.Trace, splits [][]split, lost []float64) error {
 	seen := tr.SeenGroups[k]
 	planned := g.pol.Policy.IsPlanned()
-	if !planned && g.built != nil && slices.Equal(g.built, seen) {
+	if !planned && g.prober == nil && g.built != nil && slices.Equal(g.built, seen) {
 		return nil
 	}
 	g.built = seen
@@ -290,7 +298,9 @@ func (g *gfes) decide(k int, tr *sim.Trace, splits [][]split, lost []float64) er
 	// A baseline of scope global has the same pool at every gfe (the pool
 	// depends on the site only for hash scope nearest_region; see
 	// TestBenchGlobalPoolShared): build one table for all.
-	shared := !planned && scope(g.pol) == config.HashScopeGlobal // envoy_priority has no scope: its levels follow the site
+	// Not envoy_priority (no scope: its levels follow the site) and not
+	// prequal (each gfe keeps its own probe pool).
+	shared := !planned && g.prober == nil && scope(g.pol) == config.HashScopeGlobal
 	var tbl *routing.Table
 	for si, b := range g.builders {
 		if !shared || tbl == nil {
@@ -301,7 +311,7 @@ func (g *gfes) decide(k int, tr *sim.Trace, splits [][]split, lost []float64) er
 			}
 		}
 		g.tables[si] = tbl
-		splits[si], lost[si] = g.split(si, tbl.Services[benchService], now)
+		splits[si], lost[si] = g.split(si, tbl.Services[benchService], now, tr, k)
 	}
 	return nil
 }
@@ -330,13 +340,15 @@ func (g *gfes) peer(si int, demand float64) routing.Peer {
 //   - Hashing: every connection of the site's synthetic clients picked by
 //     the table itself (its Maglev over its pool, the policy's flow key), to
 //     the anycast address vip.
+//   - Prequal: prequalPicks picks by the table itself, each asking for
+//     probes answered at once from the simulated instances (prequal.go).
 //   - Otherwise (round_robin, least_request, and a planned policy whose
 //     site has no plan row yet): evenly over the table's pool. Least
 //     request's preference for backends with fewer requests in flight is
 //     not modelled.
 //
 // A site with no backend to go to gets no split and loses everything.
-func (g *gfes) split(si int, svc *routing.Service, now time.Time) ([]split, float64) {
+func (g *gfes) split(si int, svc *routing.Service, now time.Time, tr *sim.Trace, k int) ([]split, float64) {
 	t := g.topo
 	counts := g.counts
 	clear(counts)
@@ -348,6 +360,10 @@ func (g *gfes) split(si int, svc *routing.Service, now time.Time) ([]split, floa
 			for _, b := range grp.Backends {
 				counts[t.slotOf[b.Addr()]] += grp.Share / float64(len(grp.Backends))
 			}
+		}
+	case g.prober != nil:
+		if !g.prober.split(svc, tr, k, tr.Demand[k][si], now, counts) {
+			return nil, 1 // an empty pool
 		}
 	case svc.Priorities() != nil:
 		for _, lv := range svc.Priorities() {

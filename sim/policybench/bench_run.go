@@ -242,6 +242,9 @@ func (r *runner) run() (Row, error) {
 	}
 	var tot benchTotals
 	st := r.newStepState()
+	if r.gfes.prober != nil {
+		r.gfes.prober.bind(r.backlog)
+	}
 	for k := range r.tr.Steps {
 		stepRouted, err := r.step(k, &tot, st)
 		if err != nil {

@@ -265,3 +265,10 @@ func (p *Proxy) EndAllStreams() int {
 
 // OpenStreams returns the number of live tracked streams.
 func (p *Proxy) OpenStreams() int { return p.streams.len() }
+
+// BackendTransport returns the transport plain requests go to backends
+// over (HTTP/1.1 from the gfe's dialer and source address, every response
+// head checked as strictly as the fast path's): what the gfe's prequal
+// probes (internal/gfe/prequalprobe) use, so that a probe meets a backend
+// exactly as a request does. Safe for concurrent use.
+func (p *Proxy) BackendTransport() http.RoundTripper { return p.transport }
