@@ -148,8 +148,8 @@ func TestAutoscaleBenchCommand(t *testing.T) {
 	}
 	// The five autoscalers and the evidence rows after them
 	// (autoscalebench.Autoscalers: hpa and the Knative-constant rows).
-	if n := len(autoscalebench.Autoscalers); n != 10 || len(out.Rows) != 6*2*n {
-		t.Fatalf("%d rows, want 6 loads × 2 cold starts × 10 autoscalers (%d listed)", len(out.Rows), n)
+	if n := len(autoscalebench.Autoscalers); n != 11 || len(out.Rows) != 6*2*n {
+		t.Fatalf("%d rows, want 6 loads × 2 cold starts × 11 autoscalers (%d listed)", len(out.Rows), n)
 	}
 	keys := []string{"load", "cold_start_s", "autoscaler", "instance_s", "oracle_ratio", "peak", "overshoot",
 		"p50_ms", "p99_ms", "failed", "waited", "time_to_capacity_s", "post_panic_dip", "cold_starts_per_1k",

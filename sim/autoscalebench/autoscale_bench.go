@@ -231,9 +231,9 @@ type Row struct {
 // The first five are the issue's; the rest are the evidence rows
 // (autoscale_variants.go): the Kubernetes HPA, and the same Cloud Run rules
 // and waterfall buffer with Knative's constants, against an oracle at
-// Knative's target.
+// Knative's target, and the rules alone with those constants.
 var Autoscalers = []string{"oracle", "kpa", "kpa+activator", "cloudrun", "cloudrun+waterfall",
-	"hpa", Oracle70, Waterfall70, Waterfall70Windows, WaterfallKnative}
+	"hpa", Oracle70, Waterfall70, Waterfall70Windows, WaterfallKnative, CloudrunKnative}
 
 // Run returns every row: per load, per cold start, the
 // autoscalers in the order of Autoscalers.

@@ -40,6 +40,10 @@ const (
 	// stopped after KnativeTick below DemotedIdleUtilization instead of a
 	// minute: scale-down by demotion as prompt as the KPA's.
 	WaterfallKnative = "cloudrun+waterfall@knative"
+	// CloudrunKnative is the Cloud Run rules alone (one region, no
+	// buffer) with WaterfallKnative's constants: what the constants alone
+	// change, against cloudrun.
+	CloudrunKnative = "cloudrun@knative"
 )
 
 // variantRuns returns the evidence rows' runs, in the order of
@@ -59,6 +63,7 @@ func variantRuns(m Model, cold time.Duration, initial int) []caseRun {
 		{Waterfall70, newCloudRunScaler(m, cold, initial, targets), true, 1},
 		{Waterfall70Windows, newCloudRunScaler(m, cold, initial, targets, windows), true, 1},
 		{WaterfallKnative, newCloudRunScaler(m, cold, initial, targets, windows, demotion), true, 1},
+		{CloudrunKnative, newCloudRunScaler(m, cold, initial, targets, windows, demotion), false, 1},
 	}
 }
 

@@ -35,7 +35,9 @@ func benchCases() []struct {
 // activator, on every load and both cold starts, at a p99 no higher than
 // the KPA's and 0 failures; with the targets and windows alone
 // (@70%,60s) they lose on exactly the ramp at 1s and the diurnal, the
-// demotion window's minute.
+// demotion window's minute. The rules alone at Knative's constants
+// (cloudrun@knative) cost less than either KPA row on step and ramp, at a
+// p99 within 1.1 × kpa+activator's.
 func TestAutoscaleBenchKnativeConstants(t *testing.T) {
 	rs := scorecardRows()
 	loses := map[string]bool{}
@@ -64,6 +66,14 @@ func TestAutoscaleBenchKnativeConstants(t *testing.T) {
 			t.Errorf("%s/%gs: %s instance-s %v, p99 %v; kpa %v, %v; kpa+activator %v, %v", c.load, c.cold, WaterfallKnative,
 				kn.InstanceS, kn.P99Ms, kpa.InstanceS, kpa.P99Ms, act.InstanceS, act.P99Ms)
 		}
+		// The rules alone at Knative's constants, on step and ramp: fewer
+		// instance-seconds than either KPA row, nothing failed, and a p99
+		// within 1.1 × kpa+activator's (the KPA row that fails nothing).
+		if cr := row(CloudrunKnative); (c.load == "step" || c.load == "ramp") &&
+			(cr.InstanceS >= kpa.InstanceS || cr.InstanceS >= act.InstanceS || cr.Failed != 0 || cr.P99Ms > 1.1*act.P99Ms) {
+			t.Errorf("%s/%gs: %s instance-s %v, p99 %v, %d failed; kpa %v, kpa+activator %v, p99 %v", c.load, c.cold, CloudrunKnative,
+				cr.InstanceS, cr.P99Ms, cr.Failed, kpa.InstanceS, act.InstanceS, act.P99Ms)
+		}
 		if w := row(Waterfall70Windows); w.InstanceS > kpa.InstanceS {
 			loses[c.load+"/"+time.Duration(c.cold*float64(time.Second)).String()] = true
 		}
@@ -87,6 +97,8 @@ func TestAutoscaleBenchKnativeConstants(t *testing.T) {
 		{Load: "diurnal", ColdStartS: 25, Autoscaler: Waterfall70Windows, InstanceS: 12327, Peak: 14, P99Ms: 500},
 		{Load: "diurnal", ColdStartS: 25, Autoscaler: WaterfallKnative, InstanceS: 11672, Peak: 14, P99Ms: 500},
 		{Load: "step", ColdStartS: 25, Autoscaler: "hpa", InstanceS: 15375, Peak: 39, P99Ms: 67000},
+		{Load: "step", ColdStartS: 1, Autoscaler: CloudrunKnative, InstanceS: 5209, Peak: 15, P99Ms: 500},
+		{Load: "ramp", ColdStartS: 25, Autoscaler: CloudrunKnative, InstanceS: 5213, Peak: 14, P99Ms: 4700},
 		{Load: "step", ColdStartS: 1, Autoscaler: "hpa", InstanceS: 13650, Peak: 33, P99Ms: 26200},
 		{Load: "diurnal", ColdStartS: 25, Autoscaler: "hpa", InstanceS: 16305, Peak: 17, P99Ms: 500},
 	} {
