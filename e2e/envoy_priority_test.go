@@ -55,17 +55,7 @@ func measureLoad(t *testing.T, c *topology.Cluster, rates map[string]float64, me
 	cond()
 	t0 := time.Now()
 	time.Sleep(measure) // the measured window, not a wait for a condition
-	all, err := l.Stop()
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := map[string]*loadgen.Result{}
-	for site, r := range all {
-		from := t0.Sub(r.Start)
-		res[site] = r.Window(from, from+measure)
-		t.Logf("%s: %d requests measured, %d ok, routed %v, errors %v", site, res[site].Sent, res[site].OK, res[site].Routed, res[site].Errors)
-	}
-	return res
+	return stopWindows(t, l, t0, measure)
 }
 
 // TestEnvoyPriorityEndToEnd runs the envoy_priority baseline with real

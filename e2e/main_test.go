@@ -112,6 +112,13 @@ func phase(t *testing.T, c *topology.Cluster, rates map[string]float64, measure 
 	time.Sleep(measure / 2) // half way through the measured window, not a wait for a condition
 	status := statuses(c)
 	time.Sleep(measure - measure/2)
+	return stopWindows(t, l, t0, measure), status
+}
+
+// stopWindows stops l and returns each site's requests due in the window
+// of measure that began at t0, logging what each window holds.
+func stopWindows(t *testing.T, l *topology.Load, t0 time.Time, measure time.Duration) map[string]*loadgen.Result {
+	t.Helper()
 	all, err := l.Stop()
 	if err != nil {
 		t.Fatal(err)
@@ -120,9 +127,10 @@ func phase(t *testing.T, c *topology.Cluster, rates map[string]float64, measure 
 	for site, r := range all {
 		from := t0.Sub(r.Start)
 		res[site] = r.Window(from, from+measure)
-		t.Logf("%s: %d requests measured, %d ok, errors %v, generator lag up to %v", site, res[site].Sent, res[site].OK, res[site].Errors, res[site].MaxLag)
+		t.Logf("%s: %d requests measured, %d ok, routed %v, errors %v, generator lag up to %v",
+			site, res[site].Sent, res[site].OK, res[site].Routed, res[site].Errors, res[site].MaxLag)
 	}
-	return res, status
+	return res
 }
 
 // statuses returns every gfe's /status by site (the sites whose gfe

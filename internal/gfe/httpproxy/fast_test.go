@@ -62,6 +62,18 @@ func serveFastConn(p *Proxy, c net.Conn, remote netip.AddrPort) h1.Verdict {
 	}
 }
 
+// serveVia serves req through the fast path (fast: doFast) or net/http
+// (p.ServeHTTP) and returns the recorded answer.
+func serveVia(t testing.TB, p *Proxy, req *http.Request, fast bool) *httptest.ResponseRecorder {
+	t.Helper()
+	if fast {
+		return doFast(t, p, req)
+	}
+	w := httptest.NewRecorder()
+	p.ServeHTTP(w, req)
+	return w
+}
+
 // doFast sends req through the fast path over an in-memory connection and
 // records the answer; a request the fast path does not take goes to
 // ServeHTTP (counted in fastHandedOff).

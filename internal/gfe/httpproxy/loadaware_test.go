@@ -42,13 +42,7 @@ func TestLoadAwareLearnsUtilization(t *testing.T) {
 			for range n {
 				req := httptest.NewRequest(http.MethodGet, "http://h/x", nil)
 				req.RemoteAddr = "192.0.2.7:4000"
-				var w *httptest.ResponseRecorder
-				if fast {
-					w = doFast(t, e.proxy, req)
-				} else {
-					w = httptest.NewRecorder()
-					e.proxy.ServeHTTP(w, req)
-				}
+				w := serveVia(t, e.proxy, req, fast)
 				if w.Code != http.StatusOK {
 					t.Fatalf("status %d: %s", w.Code, w.Body)
 				}

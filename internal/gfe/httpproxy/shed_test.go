@@ -48,13 +48,7 @@ func TestShedGlobalOverload(t *testing.T) {
 				for range n {
 					req := httptest.NewRequest(http.MethodGet, "http://h/x", nil)
 					req.RemoteAddr = "192.0.2.7:4000"
-					var w *httptest.ResponseRecorder
-					if fast {
-						w = doFast(t, e.proxy, req)
-					} else {
-						w = httptest.NewRecorder()
-						e.proxy.ServeHTTP(w, req)
-					}
+					w := serveVia(t, e.proxy, req, fast)
 					switch w.Code {
 					case http.StatusOK:
 					case http.StatusServiceUnavailable:
