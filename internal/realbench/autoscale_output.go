@@ -6,7 +6,6 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
-	"time"
 )
 
 // WriteJSON writes r as one indented JSON object.
@@ -72,13 +71,8 @@ func (r *AutoscaleResult) WriteTable(w io.Writer) error {
 			return err
 		}
 	}
-	if r.WallS > 0 {
-		_, err := fmt.Fprintf(w, "\nwall time %s (start and ready %s); load average (1 min) during the run: mean %.2f, max %.2f (%d samples)\n",
-			time.Duration(r.WallS*float64(time.Second)).Round(time.Second), time.Duration(r.StartupS*float64(time.Second)).Round(100*time.Millisecond),
-			r.LoadAvg.Mean, r.LoadAvg.Max, r.LoadAvg.Samples)
-		return err
-	}
-	return nil
+	_, err := io.WriteString(w, wallLine(r.WallS, r.StartupS, "start and ready", r.LoadAvg))
+	return err
 }
 
 // autoscaleLegend explains the columns and the targets.

@@ -177,13 +177,21 @@ func (r *Result) WriteTable(w io.Writer) error {
 	if c, ok := r.comparison(); ok {
 		fmt.Fprintf(&b, "\n%s\n", c)
 	}
-	if r.WallS > 0 {
-		fmt.Fprintf(&b, "\nwall time %s (build and start %s); load average (1 min) during the run: mean %.2f, max %.2f (%d samples)\n",
-			time.Duration(r.WallS*float64(time.Second)).Round(time.Second), time.Duration(r.StartupS*float64(time.Second)).Round(100*time.Millisecond),
-			r.LoadAvg.Mean, r.LoadAvg.Max, r.LoadAvg.Samples)
-	}
+	b.WriteString(wallLine(r.WallS, r.StartupS, "build and start", r.LoadAvg))
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// wallLine is the tables' last line: the run's wall time, its start-up
+// (named startup) and the machine's load average during it; "" for a
+// result without a wall time (one read back from older JSON).
+func wallLine(wallS, startupS float64, startup string, la LoadAvg) string {
+	if !(wallS > 0) {
+		return ""
+	}
+	return fmt.Sprintf("\nwall time %s (%s %s); load average (1 min) during the run: mean %.2f, max %.2f (%d samples)\n",
+		time.Duration(wallS*float64(time.Second)).Round(time.Second), startup,
+		time.Duration(startupS*float64(time.Second)).Round(100*time.Millisecond), la.Mean, la.Max, la.Samples)
 }
 
 // comparison asks the question of `lbsim bench` (benchpolicy.Compare) of

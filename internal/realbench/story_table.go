@@ -5,7 +5,6 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
-	"time"
 )
 
 // WriteTable writes r as a header (deployment, antagonists, phases,
@@ -72,11 +71,7 @@ func (r *StoryResult) WriteTable(w io.Writer) error {
 	}
 	b.Reset()
 	fmt.Fprintf(&b, "\n%s\n", storyLegend(r.TimeoutS))
-	if r.WallS > 0 {
-		fmt.Fprintf(&b, "\nwall time %s (build and start %s); load average (1 min) during the run: mean %.2f, max %.2f (%d samples)\n",
-			time.Duration(r.WallS*float64(time.Second)).Round(time.Second), time.Duration(r.StartupS*float64(time.Second)).Round(100*time.Millisecond),
-			r.LoadAvg.Mean, r.LoadAvg.Max, r.LoadAvg.Samples)
-	}
+	b.WriteString(wallLine(r.WallS, r.StartupS, "build and start", r.LoadAvg))
 	_, err := io.WriteString(w, b.String())
 	return err
 }
