@@ -28,6 +28,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -61,6 +62,10 @@ type Options struct {
 	Window, Settle time.Duration
 	// Poller is the gfe's --poller mode (default auto).
 	Poller string
+	// ClientKeepAlive is the idle connections' TCP keep-alive idle time
+	// on the client side (net.Dialer.KeepAlive: 0 Go's default, 15s;
+	// negative none).
+	ClientKeepAlive time.Duration
 	// HeapProfile, when set, is a file that receives the gfe's heap
 	// profile (its --pprof) taken with the idle connections open.
 	HeapProfile string
@@ -68,6 +73,13 @@ type Options struct {
 	// profile (its --pprof) over the steady load beside the idle
 	// connections.
 	CPUProfile string
+	// TraceDir, when set, is a directory that receives the gfe's runtime
+	// traces (its --pprof) of the first TraceSeconds (default 5) of each
+	// phase: idle-without.trace, load-without.trace, idle-with.trace and
+	// load-with.trace (go tool trace -pprof=sched says who waited to run,
+	// -d=parsed what woke).
+	TraceDir     string
+	TraceSeconds int
 	// Log receives progress lines (nil: none), Tee every process's log.
 	Log, Tee io.Writer
 }
@@ -144,6 +156,21 @@ type Result struct {
 	// PollerTurns counts the times the gfe's poller turned on or off
 	// (--poller auto) while the idle connections were open.
 	PollerTurns float64 `json:"gfe_poller_turns"`
+	// Without and With are what the gfe and the host did during each
+	// steady load: what may account for a p99 that differs.
+	Without, With PhaseCost
+}
+
+// PhaseCost is what one steady load cost besides its latencies.
+type PhaseCost struct {
+	// GCs counts the gfe's garbage collections during the load.
+	GCs float64 `json:"gfe_gcs"`
+	// CPUPerRequest is the gfe's CPU (utime + stime) per request, µs.
+	CPUPerRequest float64 `json:"gfe_cpu_per_request_us"`
+	// KeepAliveProbes counts the TCP keep-alive probes the host's
+	// kernel sent during the load (TcpExt TCPKeepAlive, every process:
+	// the gfe's and the idle clients').
+	KeepAliveProbes int64 `json:"host_keepalive_probes"`
 }
 
 // Spec is the benchmark's deployment: one gfe (site nyc), one control
@@ -159,7 +186,7 @@ func Spec(o Options) topology.Spec {
 		// of a 20,000-descriptor process (BENCHMARKS.md §8).
 		GFEArgs: []string{"--poller", o.Poller, "--fd-per-http-conn", "1"},
 	}
-	if o.HeapProfile != "" || o.CPUProfile != "" {
+	if o.HeapProfile != "" || o.CPUProfile != "" || o.TraceDir != "" {
 		s.GFEArgs = append(s.GFEArgs, "--pprof")
 	}
 	return s
@@ -202,20 +229,58 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	pid := gf.Proc.Pid()
 	client := c.Client()
 	r := &Result{IdleConns: o.Conns, Sources: len(srcs), Poller: o.Poller, Rate: o.Rate}
-	load := func(warmup time.Duration) (*loadgen.Result, error) {
-		return loadgen.Run(ctx, loadgen.Config{
-			URL: gf.URL + "/", Rate: o.Rate, Duration: warmup + o.Load, Warmup: warmup,
+	// trace starts the runtime trace of a phase, if asked for; the
+	// function it returns waits for it.
+	trace := func(name string) func() error {
+		if o.TraceDir == "" {
+			return func() error { return nil }
+		}
+		secs := o.TraceSeconds
+		if secs <= 0 {
+			secs = 5
+		}
+		return during(client, fmt.Sprintf("%s/debug/pprof/trace?seconds=%d", gf.Admin, secs), filepath.Join(o.TraceDir, name+".trace"))
+	}
+	load := func(warmup time.Duration, pc *PhaseCost) (*loadgen.Result, error) {
+		if warmup > 0 {
+			// The warm-up alone, so that the costs count the load measured.
+			if _, err := loadgen.Run(ctx, loadgen.Config{
+				URL: gf.URL + "/", Rate: o.Rate, Duration: warmup, Sources: []netip.Addr{c.Spec.ClientIP(0)},
+			}); err != nil {
+				return nil, err
+			}
+		}
+		before, err := phaseCounters(client, gf.Admin, pid)
+		if err != nil {
+			return nil, err
+		}
+		name := "load-without"
+		if warmup == 0 {
+			name = "load-with"
+		}
+		traced := trace(name)
+		lr, err := loadgen.Run(ctx, loadgen.Config{
+			URL: gf.URL + "/", Rate: o.Rate, Duration: o.Load,
 			Sources: []netip.Addr{c.Spec.ClientIP(0)},
 		})
+		if err := errors.Join(err, traced()); err != nil {
+			return nil, err
+		}
+		after, err := phaseCounters(client, gf.Admin, pid)
+		if err != nil {
+			return nil, err
+		}
+		*pc = after.cost(before, lr.Sent)
+		return lr, nil
 	}
 
 	fmt.Fprintf(o.Log, "steady load without idle connections: %g req/s, %v (after %v warmup)\n", o.Rate, o.Load, o.Warmup)
-	without, err := load(o.Warmup)
+	without, err := load(o.Warmup, &r.Without)
 	if err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(o.Log, "idle CPU without idle connections (%v)\n", o.Window)
-	if r.IdleCPUWithout, err = idleCPU(ctx, pid, o.Settle, o.Window); err != nil {
+	if r.IdleCPUWithout, err = idleCPU(ctx, pid, o.Settle, o.Window, func() func() error { return trace("idle-without") }); err != nil {
 		return nil, err
 	}
 	if r.RSSWithout, err = rssBytes(pid); err != nil {
@@ -227,7 +292,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 
 	fmt.Fprintf(o.Log, "opening %d idle connections from %d addresses\n", o.Conns, len(srcs))
-	h, err := startHolder(o.Holder, HoldConfig{Addr: hostPort(gf.URL), Sources: srcs, Conns: o.Conns, Parallel: 64})
+	h, err := startHolder(o.Holder, HoldConfig{Addr: hostPort(gf.URL), Sources: srcs, Conns: o.Conns, Parallel: 64, KeepAlive: o.ClientKeepAlive})
 	if err != nil {
 		return nil, err
 	}
@@ -241,7 +306,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return r, fmt.Errorf("idlebench: %d of %d idle connections failed their first request (first: %s)", first.Failed, o.Conns, first.Error)
 	}
 	fmt.Fprintf(o.Log, "idle CPU with %d idle connections (%v)\n", o.Conns, o.Window)
-	if r.IdleCPUWith, err = idleCPU(ctx, pid, o.Settle, o.Window); err != nil {
+	if r.IdleCPUWith, err = idleCPU(ctx, pid, o.Settle, o.Window, func() func() error { return trace("idle-with") }); err != nil {
 		return nil, err
 	}
 	if r.RSSWith, err = rssBytes(pid); err != nil {
@@ -263,22 +328,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	r.GoroutinesPerConn = (g1[goroutines] - g0[goroutines]) / n
 
 	fmt.Fprintf(o.Log, "steady load with %d idle connections: %g req/s, %v\n", o.Conns, o.Rate, o.Load)
-	var cpuProf chan error
+	cpuProf := func() error { return nil }
 	if o.CPUProfile != "" {
-		cpuProf = make(chan error, 1)
 		secs := max(int(o.Load/time.Second), 1)
-		go func() {
-			cpuProf <- saveProfile(client, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", gf.Admin, secs), o.CPUProfile)
-		}()
+		cpuProf = during(client, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", gf.Admin, secs), o.CPUProfile)
 	}
-	with, err := load(0)
-	if err != nil {
+	with, err := load(0, &r.With)
+	if err := errors.Join(err, cpuProf()); err != nil {
 		return nil, err
-	}
-	if cpuProf != nil {
-		if err := <-cpuProf; err != nil {
-			return nil, err
-		}
 	}
 	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
 	r.P50Without, r.P99Without = ms(without.Percentile(50)), ms(without.Percentile(99))
@@ -326,6 +383,7 @@ const (
 	refused    = "spillway_gfe_listener_refused_total"
 	reclaimed  = "spillway_gfe_listener_idle_reclaimed_total"
 	turns      = "spillway_gfe_poller_turns_total"
+	gcs        = "go_gc_duration_seconds_count"
 )
 
 var (
@@ -341,11 +399,13 @@ func addErr(r *Result, kind string, n int64) {
 }
 
 // idleCPU waits settle, then returns the CPU process pid uses over
-// window, in percent of one core.
-func idleCPU(ctx context.Context, pid int, settle, window time.Duration) (float64, error) {
+// window, in percent of one core. It calls start as the window starts and
+// the function start returns as it ends.
+func idleCPU(ctx context.Context, pid int, settle, window time.Duration, start func() func() error) (float64, error) {
 	if err := sleep(ctx, settle); err != nil {
 		return 0, err
 	}
+	end := start()
 	c0, err := cpuTime(pid)
 	if err != nil {
 		return 0, err
@@ -358,6 +418,9 @@ func idleCPU(ctx context.Context, pid int, settle, window time.Duration) (float6
 	if err != nil {
 		return 0, err
 	}
+	if err := end(); err != nil {
+		return 0, err
+	}
 	return 100 * float64(c1-c0) / float64(time.Since(t0)), nil
 }
 
@@ -368,6 +431,14 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-time.After(d):
 		return nil
 	}
+}
+
+// during starts saving what url answers to file (a profile or trace over
+// some seconds) and returns a function that waits until it is saved.
+func during(client *http.Client, url, file string) func() error {
+	done := make(chan error, 1)
+	go func() { done <- saveProfile(client, url, file) }()
+	return func() error { return <-done }
 }
 
 // saveProfile writes what url answers to file.
@@ -473,6 +544,12 @@ func WriteTable(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "  gfe idle CPU: %.2f%% of a core without, %.2f%% with\n", r.IdleCPUWithout, r.IdleCPUWith)
 	fmt.Fprintf(w, "  steady load %g req/s: p50 %.2f ms, p99 %.2f ms without; p50 %.2f ms, p99 %.2f ms with (p99 ×%.2f); failed %d / %d of %d\n",
 		r.Rate, r.P50Without, r.P99Without, r.P50With, r.P99With, r.P99Ratio, r.FailedWithout, r.FailedWith, r.ActiveSentEach)
+	for _, p := range []struct {
+		name string
+		c    PhaseCost
+	}{{"without", r.Without}, {"with", r.With}} {
+		fmt.Fprintf(w, "  steady load %s: gfe %.0f µs CPU per request, %.0f GCs; host %d TCP keep-alive probes\n", p.name, p.c.CPUPerRequest, p.c.GCs, p.c.KeepAliveProbes)
+	}
 	fmt.Fprintf(w, "  the gfe's poller turned on or off %.0f times with the idle connections open\n", r.PollerTurns)
 	if len(r.ActiveErrors) > 0 {
 		fmt.Fprintf(w, "  steady load failures: %v\n", r.ActiveErrors)
