@@ -43,6 +43,7 @@ func main() {
 	flag.IntVar(&o.Net, "net", 173, "second octet of the deployment's loopback addresses (127.NET.0.0/16)")
 	flag.StringVar(&o.HeapProfile, "heap-profile", "", "write the gfe's heap profile, taken with the idle connections open, to `FILE`")
 	flag.StringVar(&o.CPUProfile, "cpu-profile", "", "write the gfe's CPU profile over the steady load beside the idle connections to `FILE`")
+	flag.IntVar(&o.Rounds, "rounds", 1, "run the steady load without and with the idle connections N times (after the first, they close and open anew each round)")
 	flag.StringVar(&o.TraceDir, "trace-dir", "", "write the gfe's runtime traces of the first seconds of each phase to `DIR` (idle-without, load-without, idle-with, load-with .trace)")
 	asJSON := flag.Bool("json", false, "print the result as JSON")
 	bins := flag.String("bins", "", "`DIR` holding prebuilt gfe, controlplane and testbackend binaries (default: build them)")

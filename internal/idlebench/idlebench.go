@@ -29,6 +29,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -57,6 +58,12 @@ type Options struct {
 	// (default 10s) after a first Warmup (default 3s) that is not counted.
 	Rate         float64
 	Load, Warmup time.Duration
+	// Rounds is how many times the two steady loads run, without and
+	// then with the idle connections (default 1): after the first round
+	// (the whole sequence above) the idle connections close, the load
+	// runs without them, they open anew and it runs beside them, so that
+	// each round's ratio compares two loads a few seconds apart.
+	Rounds int
 	// Window is how long the gfe's idle CPU is measured (default 10s),
 	// Settle how long after a phase before (default 2s).
 	Window, Settle time.Duration
@@ -106,6 +113,7 @@ func (o *Options) defaults() {
 	set(&o.Warmup, 3*time.Second)
 	set(&o.Window, 10*time.Second)
 	set(&o.Settle, 2*time.Second)
+	o.Rounds = max(o.Rounds, 1)
 	if o.Poller == "" {
 		o.Poller = "auto"
 	}
@@ -158,7 +166,12 @@ type Result struct {
 	PollerTurns float64 `json:"gfe_poller_turns"`
 	// Without and With are what the gfe and the host did during each
 	// steady load: what may account for a p99 that differs.
-	Without, With PhaseCost
+	Without PhaseCost `json:"without"`
+	With    PhaseCost `json:"with"`
+	// Rounds are the p99s of every round (Options.Rounds; the first is
+	// the one above), MedianRatio the median of their ratios.
+	Rounds      []Round `json:"rounds"`
+	MedianRatio float64 `json:"active_p99_median_ratio"`
 }
 
 // PhaseCost is what one steady load cost besides its latencies.
@@ -228,6 +241,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	gf := c.GFEs[0]
 	pid := gf.Proc.Pid()
 	client := c.Client()
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
 	r := &Result{IdleConns: o.Conns, Sources: len(srcs), Poller: o.Poller, Rate: o.Rate}
 	// trace starts the runtime trace of a phase, if asked for; the
 	// function it returns waits for it.
@@ -241,7 +255,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		return during(client, fmt.Sprintf("%s/debug/pprof/trace?seconds=%d", gf.Admin, secs), filepath.Join(o.TraceDir, name+".trace"))
 	}
-	load := func(warmup time.Duration, pc *PhaseCost) (*loadgen.Result, error) {
+	// load runs the steady load (after warmup, not counted) and measures
+	// its costs into pc, traced as name ("": not traced).
+	load := func(warmup time.Duration, pc *PhaseCost, name string) (*loadgen.Result, error) {
 		if warmup > 0 {
 			// The warm-up alone, so that the costs count the load measured.
 			if _, err := loadgen.Run(ctx, loadgen.Config{
@@ -254,11 +270,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		name := "load-without"
-		if warmup == 0 {
-			name = "load-with"
+		traced := func() error { return nil }
+		if name != "" {
+			traced = trace(name)
 		}
-		traced := trace(name)
 		lr, err := loadgen.Run(ctx, loadgen.Config{
 			URL: gf.URL + "/", Rate: o.Rate, Duration: o.Load,
 			Sources: []netip.Addr{c.Spec.ClientIP(0)},
@@ -275,7 +290,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 
 	fmt.Fprintf(o.Log, "steady load without idle connections: %g req/s, %v (after %v warmup)\n", o.Rate, o.Load, o.Warmup)
-	without, err := load(o.Warmup, &r.Without)
+	without, err := load(o.Warmup, &r.Without, "load-without")
 	if err != nil {
 		return nil, err
 	}
@@ -292,11 +307,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 
 	fmt.Fprintf(o.Log, "opening %d idle connections from %d addresses\n", o.Conns, len(srcs))
-	h, err := startHolder(o.Holder, HoldConfig{Addr: hostPort(gf.URL), Sources: srcs, Conns: o.Conns, Parallel: 64, KeepAlive: o.ClientKeepAlive})
+	hcfg := HoldConfig{Addr: hostPort(gf.URL), Sources: srcs, Conns: o.Conns, Parallel: 64, KeepAlive: o.ClientKeepAlive}
+	h, err := startHolder(o.Holder, hcfg)
 	if err != nil {
 		return nil, err
 	}
-	defer h.stop()
+	defer func() { h.stop() }()
 	first, err := h.report()
 	if err != nil {
 		return nil, err
@@ -333,11 +349,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		secs := max(int(o.Load/time.Second), 1)
 		cpuProf = during(client, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", gf.Admin, secs), o.CPUProfile)
 	}
-	with, err := load(0, &r.With)
+	with, err := load(0, &r.With, "load-with")
 	if err := errors.Join(err, cpuProf()); err != nil {
 		return nil, err
 	}
-	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
 	r.P50Without, r.P99Without = ms(without.Percentile(50)), ms(without.Percentile(99))
 	r.P50With, r.P99With = ms(with.Percentile(50)), ms(with.Percentile(99))
 	if r.P99Without > 0 {
@@ -372,7 +387,76 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if again.Failed > 0 && r.HolderFirstFail == "" {
 		r.HolderFirstFail = again.Error
 	}
+
+	// More rounds of the same two loads, side by side: the idle
+	// connections closed, the load without them, then opened anew, and
+	// the load with them.
+	r.Rounds = []Round{{P99Without: r.P99Without, P99With: r.P99With, Ratio: r.P99Ratio}}
+	for i := 1; i < o.Rounds; i++ {
+		h.stop()
+		if err := sleep(ctx, o.Settle); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(o.Log, "round %d: steady load without idle connections\n", i+1)
+		var rd Round
+		lw, err := load(0, &rd.Without, "")
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(o.Log, "round %d: opening %d idle connections, steady load with them\n", i+1, o.Conns)
+		if h, err = startHolder(o.Holder, hcfg); err != nil {
+			return nil, err
+		}
+		rep, err := h.report()
+		if err != nil {
+			return nil, err
+		}
+		if rep.Failed > 0 {
+			return r, fmt.Errorf("idlebench: round %d: %d of %d idle connections failed their first request (first: %s)", i+1, rep.Failed, o.Conns, rep.Error)
+		}
+		if err := sleep(ctx, o.Settle); err != nil {
+			return nil, err
+		}
+		lx, err := load(0, &rd.With, "")
+		if err != nil {
+			return nil, err
+		}
+		rd.P99Without, rd.P99With = ms(lw.Percentile(99)), ms(lx.Percentile(99))
+		if rd.P99Without > 0 {
+			rd.Ratio = rd.P99With / rd.P99Without
+		}
+		r.Rounds = append(r.Rounds, rd)
+	}
+	r.MedianRatio = medianRatio(r.Rounds)
 	return r, nil
+}
+
+// Round is one pair of steady loads, without and with the idle
+// connections, run one after the other (Options.Rounds).
+type Round struct {
+	P99Without float64 `json:"p99_without_ms"`
+	P99With    float64 `json:"p99_with_ms"`
+	Ratio      float64 `json:"ratio"`
+	// Without and With are the two loads' costs (the first round's are
+	// Result.Without and Result.With).
+	Without PhaseCost `json:"without"`
+	With    PhaseCost `json:"with"`
+}
+
+// medianRatio returns the median of the rounds' p99 ratios.
+func medianRatio(rs []Round) float64 {
+	if len(rs) == 0 {
+		return 0
+	}
+	x := make([]float64, len(rs))
+	for i, rd := range rs {
+		x[i] = rd.Ratio
+	}
+	slices.Sort(x)
+	if n := len(x); n%2 == 0 {
+		return (x[n/2-1] + x[n/2]) / 2
+	}
+	return x[len(x)/2]
 }
 
 // The gfe's metrics Run reads.
@@ -549,6 +633,12 @@ func WriteTable(w io.Writer, r *Result) {
 		c    PhaseCost
 	}{{"without", r.Without}, {"with", r.With}} {
 		fmt.Fprintf(w, "  steady load %s: gfe %.0f µs CPU per request, %.0f GCs; host %d TCP keep-alive probes\n", p.name, p.c.CPUPerRequest, p.c.GCs, p.c.KeepAliveProbes)
+	}
+	if len(r.Rounds) > 1 {
+		for i, rd := range r.Rounds {
+			fmt.Fprintf(w, "  round %d: p99 %.2f ms without, %.2f ms with (×%.2f)\n", i+1, rd.P99Without, rd.P99With, rd.Ratio)
+		}
+		fmt.Fprintf(w, "  median p99 ratio of %d rounds: ×%.2f\n", len(r.Rounds), r.MedianRatio)
 	}
 	fmt.Fprintf(w, "  the gfe's poller turned on or off %.0f times with the idle connections open\n", r.PollerTurns)
 	if len(r.ActiveErrors) > 0 {
