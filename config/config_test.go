@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -894,5 +895,25 @@ func TestNewWithListeners(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("New(bare listener) errors (-want +got):\n%s", diff)
+	}
+}
+
+// TestBenchTemplate parses bench/gfe.yaml.tmpl as bench/proxy.sh renders
+// it for each of its gfe targets, so that the benchmark never runs a
+// config the gfe refuses: load_aware off (gfe, gfe-fast) and on (gfe-la).
+func TestBenchTemplate(t *testing.T) {
+	tmpl, err := os.ReadFile("../bench/gfe.yaml.tmpl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, la := range []bool{false, true} {
+		data := strings.NewReplacer("@ORIGIN@", "127.0.0.1:8080", "@LOAD_AWARE@", strconv.FormatBool(la)).Replace(string(tmpl))
+		c, err := Parse([]byte(data), "gfe.yaml.tmpl")
+		if err != nil {
+			t.Fatalf("load_aware %v: %v", la, err)
+		}
+		if len(c.Services) != 1 || c.Services[0].LoadAware.Enabled != la {
+			t.Errorf("load_aware %v: services %+v, want one with load_aware.enabled %v", la, c.Services, la)
+		}
 	}
 }

@@ -79,3 +79,27 @@ func TestParseStat(t *testing.T) {
 		t.Error("parseStat of a short line: no error")
 	}
 }
+
+// TestParseNetstat: a field of /proc/net/netstat is found by its section
+// and name (a line of names, then one of values); a missing one is an
+// error.
+func TestParseNetstat(t *testing.T) {
+	const text = "TcpExt: SyncookiesSent TCPKeepAlive DelayedACKs\nTcpExt: 0 35640 12\nIpExt: InNoRoutes TCPKeepAlive\nIpExt: 1 7\n"
+	tests := []struct {
+		prefix, name string
+		want         int64
+		ok           bool
+	}{
+		{"TcpExt:", "TCPKeepAlive", 35640, true},
+		{"TcpExt:", "DelayedACKs", 12, true},
+		{"IpExt:", "TCPKeepAlive", 7, true},
+		{"TcpExt:", "NoSuch", 0, false},
+		{"MPTcpExt:", "TCPKeepAlive", 0, false},
+	}
+	for _, tt := range tests {
+		got, err := parseNetstat([]byte(text), tt.prefix, tt.name)
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("parseNetstat(%s %s) = %d, %v; want %d (ok %v)", tt.prefix, tt.name, got, err, tt.want, tt.ok)
+		}
+	}
+}
