@@ -2,6 +2,8 @@ package idlebench
 
 import (
 	"context"
+	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -100,6 +102,24 @@ func TestParseNetstat(t *testing.T) {
 		got, err := parseNetstat([]byte(text), tt.prefix, tt.name)
 		if (err == nil) != tt.ok || got != tt.want {
 			t.Errorf("parseNetstat(%s %s) = %d, %v; want %d (ok %v)", tt.prefix, tt.name, got, err, tt.want, tt.ok)
+		}
+	}
+}
+
+// TestMedian: the median of the rounds' ratios, odd and even counts.
+func TestMedian(t *testing.T) {
+	tests := []struct {
+		x    []float64
+		want float64
+	}{
+		{nil, 0},
+		{[]float64{1.3}, 1.3},
+		{[]float64{1.64, 1.0, 1.02}, 1.02},
+		{[]float64{1.64, 1.0, 1.02, 0.9}, 1.01},
+	}
+	for _, tt := range tests {
+		if got := median(slices.Clone(tt.x)); math.Abs(got-tt.want) > 1e-9 {
+			t.Errorf("median(%v) = %v, want %v", tt.x, got, tt.want)
 		}
 	}
 }
