@@ -40,6 +40,10 @@ type TwinRound struct {
 	Ratio float64 `json:"ratio"`
 	// Costs are each gfe's GCs and CPU per request during the load.
 	Costs [2]PhaseCost `json:"costs"`
+	// Failed counts each load's failed and dropped requests, Errors says
+	// what they were.
+	Failed [2]int64  `json:"failed"`
+	Errors [2]string `json:"errors,omitempty"`
 }
 
 // TwinResult is what RunTwin measured.
@@ -116,8 +120,14 @@ func RunTwin(ctx context.Context, o Options) (*TwinResult, error) {
 			}
 			rd.Costs[i] = after.cost(cs[i], lrs[i].Sent)
 			rd.P99[i] = float64(lrs[i].Percentile(99)) / 1e6
-			if lrs[i].Failed+lrs[i].Dropped > 0 {
-				return rd, fmt.Errorf("idlebench: gfe %d: %d of %d steady requests failed", i, lrs[i].Failed+lrs[i].Dropped, lrs[i].Sent)
+			rd.Failed[i] = lrs[i].Failed + lrs[i].Dropped
+			for code, n := range lrs[i].Status {
+				if code/100 != 2 {
+					rd.Errors[i] = fmt.Sprintf("%s%d× status %d; ", rd.Errors[i], n, code)
+				}
+			}
+			for kind, n := range lrs[i].Errors {
+				rd.Errors[i] = fmt.Sprintf("%s%d× %s; ", rd.Errors[i], n, kind)
 			}
 		}
 		return rd, nil
@@ -143,7 +153,7 @@ func RunTwin(ctx context.Context, o Options) (*TwinResult, error) {
 		}
 		rep, err := h.report()
 		if err == nil && rep.Failed > 0 {
-			err = fmt.Errorf("idlebench: %d of %d idle connections failed their first request (first: %s)", rep.Failed, o.Conns, rep.Error)
+			err = fmt.Errorf("%d of %d idle connections failed their first request (first: %s)", rep.Failed, o.Conns, rep.Error)
 		}
 		if err == nil {
 			err = sleep(ctx, o.Settle)
@@ -180,8 +190,8 @@ func WriteTwin(w io.Writer, r *TwinResult) {
 		if rd.Idle >= 0 {
 			who = fmt.Sprintf("on gfe %d", rd.Idle)
 		}
-		fmt.Fprintf(w, "  round %d, idle connections %s: p99 %.2f ms (gfe 0), %.2f ms (gfe 1): ×%.2f; GCs %.0f, %.0f; CPU per request %.0f, %.0f µs\n",
-			i, who, rd.P99[0], rd.P99[1], rd.Ratio, rd.Costs[0].GCs, rd.Costs[1].GCs, rd.Costs[0].CPUPerRequest, rd.Costs[1].CPUPerRequest)
+		fmt.Fprintf(w, "  round %d, idle connections %s: p99 %.2f ms (gfe 0), %.2f ms (gfe 1): ×%.2f; GCs %.0f, %.0f; CPU per request %.0f, %.0f µs; failed %d, %d\n",
+			i, who, rd.P99[0], rd.P99[1], rd.Ratio, rd.Costs[0].GCs, rd.Costs[1].GCs, rd.Costs[0].CPUPerRequest, rd.Costs[1].CPUPerRequest, rd.Failed[0], rd.Failed[1])
 	}
 	fmt.Fprintf(w, "  p99 with the idle connections over the twin's without them, median of %d rounds: ×%.2f (control ×%.2f)\n", len(r.Rounds)-1, r.MedianRatio, r.ControlRatio)
 }
