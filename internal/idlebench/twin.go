@@ -40,6 +40,12 @@ type TwinRound struct {
 	Ratio float64 `json:"ratio"`
 	// Costs are each gfe's GCs and CPU per request during the load.
 	Costs [2]PhaseCost `json:"costs"`
+	// IdleCPU is each gfe's CPU over Options.Window before the load, in
+	// percent of a core, measured at the same time; IdleCPUIncrease the
+	// one with the idle connections minus its twin's (the control round:
+	// gfe 0's minus gfe 1's).
+	IdleCPU         [2]float64 `json:"idle_cpu_pct"`
+	IdleCPUIncrease float64    `json:"idle_cpu_increase_pct"`
 	// Failed counts each load's failed and dropped requests, Errors says
 	// what they were.
 	Failed [2]int64  `json:"failed"`
@@ -55,6 +61,9 @@ type TwinResult struct {
 	// connections; ControlRatio the control round's.
 	MedianRatio  float64 `json:"active_p99_median_ratio"`
 	ControlRatio float64 `json:"control_ratio"`
+	// MedianIdleCPUIncrease is the median of the rounds' idle CPU
+	// increases, percent of a core.
+	MedianIdleCPUIncrease float64 `json:"idle_cpu_increase_median_pct"`
 }
 
 // RunTwin runs the twin measurement: a control round, then o.Rounds
@@ -86,6 +95,22 @@ func RunTwin(ctx context.Context, o Options) (*TwinResult, error) {
 	defer c.Stop()
 	client := c.Client()
 	res := &TwinResult{IdleConns: o.Conns, Rate: o.Rate}
+	// idle measures both gfes' CPU over the same window.
+	idle := func(rd *TwinRound) error {
+		var (
+			wg   sync.WaitGroup
+			errs [2]error
+		)
+		for i, gf := range c.GFEs[:2] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rd.IdleCPU[i], errs[i] = idleCPU(ctx, gf.Proc.Pid(), 0, o.Window, func() func() error { return func() error { return nil } })
+			}()
+		}
+		wg.Wait()
+		return errors.Join(errs[:]...)
+	}
 	// both runs the steady load against both gfes at once.
 	both := func(warmup time.Duration) (rd TwinRound, err error) {
 		var (
@@ -133,21 +158,28 @@ func RunTwin(ctx context.Context, o Options) (*TwinResult, error) {
 		return rd, nil
 	}
 
-	fmt.Fprintf(o.Log, "control round: steady load on both gfes, no idle connections\n")
+	fmt.Fprintf(o.Log, "control round: idle CPU and steady load on both gfes, no idle connections\n")
+	var ctl TwinRound
+	if err := sleep(ctx, o.Settle); err != nil {
+		return nil, err
+	}
+	if err := idle(&ctl); err != nil {
+		return nil, err
+	}
 	rd, err := both(o.Warmup)
 	if err != nil {
 		return nil, err
 	}
-	rd.Idle = -1
+	rd.Idle, rd.IdleCPU, rd.IdleCPUIncrease = -1, ctl.IdleCPU, ctl.IdleCPU[0]-ctl.IdleCPU[1]
 	if rd.P99[1] > 0 {
 		rd.Ratio = rd.P99[0] / rd.P99[1]
 	}
 	res.Rounds = append(res.Rounds, rd)
 	res.ControlRatio = rd.Ratio
 	for i := range o.Rounds {
-		idle := i % 2
-		fmt.Fprintf(o.Log, "round %d: %d idle connections on gfe %d, steady load on both\n", i+1, o.Conns, idle)
-		h, err := startHolder(o.Holder, HoldConfig{Addr: hostPort(c.GFEs[idle].URL), Sources: srcs, Conns: o.Conns, Parallel: 64, KeepAlive: o.ClientKeepAlive})
+		gi := i % 2
+		fmt.Fprintf(o.Log, "round %d: %d idle connections on gfe %d, idle CPU and steady load on both\n", i+1, o.Conns, gi)
+		h, err := startHolder(o.Holder, HoldConfig{Addr: hostPort(c.GFEs[gi].URL), Sources: srcs, Conns: o.Conns, Parallel: 64, KeepAlive: o.ClientKeepAlive})
 		if err != nil {
 			return nil, err
 		}
@@ -158,6 +190,10 @@ func RunTwin(ctx context.Context, o Options) (*TwinResult, error) {
 		if err == nil {
 			err = sleep(ctx, o.Settle)
 		}
+		var cpu TwinRound
+		if err == nil {
+			err = idle(&cpu)
+		}
 		if err == nil {
 			rd, err = both(0)
 		}
@@ -165,20 +201,23 @@ func RunTwin(ctx context.Context, o Options) (*TwinResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		rd.Idle = idle
-		if other := rd.P99[1-idle]; other > 0 {
-			rd.Ratio = rd.P99[idle] / other
+		rd.Idle, rd.IdleCPU = gi, cpu.IdleCPU
+		rd.IdleCPUIncrease = rd.IdleCPU[gi] - rd.IdleCPU[1-gi]
+		if other := rd.P99[1-gi]; other > 0 {
+			rd.Ratio = rd.P99[gi] / other
 		}
 		res.Rounds = append(res.Rounds, rd)
 		if err := sleep(ctx, o.Settle); err != nil {
 			return nil, err
 		}
 	}
-	var ratios []float64
+	var ratios, cpus []float64
 	for _, rd := range res.Rounds[1:] {
 		ratios = append(ratios, rd.Ratio)
+		cpus = append(cpus, rd.IdleCPUIncrease)
 	}
 	res.MedianRatio = median(ratios)
+	res.MedianIdleCPUIncrease = median(cpus)
 	return res, nil
 }
 
@@ -190,8 +229,8 @@ func WriteTwin(w io.Writer, r *TwinResult) {
 		if rd.Idle >= 0 {
 			who = fmt.Sprintf("on gfe %d", rd.Idle)
 		}
-		fmt.Fprintf(w, "  round %d, idle connections %s: p99 %.2f ms (gfe 0), %.2f ms (gfe 1): ×%.2f; GCs %.0f, %.0f; CPU per request %.0f, %.0f µs; failed %d, %d\n",
-			i, who, rd.P99[0], rd.P99[1], rd.Ratio, rd.Costs[0].GCs, rd.Costs[1].GCs, rd.Costs[0].CPUPerRequest, rd.Costs[1].CPUPerRequest, rd.Failed[0], rd.Failed[1])
+		fmt.Fprintf(w, "  round %d, idle connections %s: idle CPU %.2f%%, %.2f%% (%+.2f%%); p99 %.2f ms (gfe 0), %.2f ms (gfe 1): ×%.2f; GCs %.0f, %.0f; CPU per request %.0f, %.0f µs; failed %d, %d\n",
+			i, who, rd.IdleCPU[0], rd.IdleCPU[1], rd.IdleCPUIncrease, rd.P99[0], rd.P99[1], rd.Ratio, rd.Costs[0].GCs, rd.Costs[1].GCs, rd.Costs[0].CPUPerRequest, rd.Costs[1].CPUPerRequest, rd.Failed[0], rd.Failed[1])
 	}
-	fmt.Fprintf(w, "  p99 with the idle connections over the twin's without them, median of %d rounds: ×%.2f (control ×%.2f)\n", len(r.Rounds)-1, r.MedianRatio, r.ControlRatio)
+	fmt.Fprintf(w, "  p99 with the idle connections over the twin's without them, median of %d rounds: ×%.2f (control ×%.2f); idle CPU increase, median: %+.2f%% of a core\n", len(r.Rounds)-1, r.MedianRatio, r.ControlRatio, r.MedianIdleCPUIncrease)
 }
