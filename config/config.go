@@ -222,6 +222,15 @@ type Overload struct {
 	// capacity, before the plan itself is in overload, and never below it.
 	// Default 1; in (0, 1].
 	Admit float64 `mapstructure:"admit"`
+	// MaxShed is the largest share of its arrivals a gfe refuses for
+	// global overload, however high the plan's demand: the plan's λ counts
+	// the demand the peers gossip, which a gossip-key holder can inflate
+	// up to the plausibility bounds (twice the declared capacity per
+	// site), and without this cap such a lie has every gfe refuse most of
+	// its real users. Above λ = admit/(1 − max_shed) (1.8× capacity at
+	// admit 0.9) the admitted excess queues at the backends instead.
+	// Default 0.5; in (0, 1].
+	MaxShed float64 `mapstructure:"max_shed"`
 }
 
 // Feedback configures the local signals of a service (lb/capacity): what

@@ -226,6 +226,7 @@ var badFiles = []struct {
 		`services[0].load_aware.utilization_weight: must be in [0, 100] (0 ignores load reports), got -1`,
 		`services[0].overload.retry_after: must be at least 1s (Retry-After counts whole seconds), got 100ms`,
 		`services[0].overload.admit: must be in (0, 1], got 1.5`,
+		`services[0].overload.max_shed: must be in (0, 1], got 0`,
 		`services[1].load_aware.enabled: only valid with a planned policy (waterfall, min_rtt), not round_robin`,
 		`services[1].overload.shed: only valid with a planned policy (waterfall, min_rtt), not round_robin`,
 	}},
