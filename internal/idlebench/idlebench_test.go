@@ -65,9 +65,8 @@ func TestIdleConnectionsHeld(t *testing.T) {
 // connections, then gives them to gfe 0 and gfe 1 in turn, and every
 // round has both gfes' p99, their ratio, the idle CPU increase of the one
 // holding them over the other (gfe 0's over gfe 1's in the control), and
-// no failed
-// request (400 connections on real gfes; the p99 figures themselves are
-// cmd/idlebench --twin's, BENCHMARKS.md §8).
+// no failed request (400 connections on real gfes; the p99 figures
+// themselves are cmd/idlebench --twin's, BENCHMARKS.md §8).
 func TestTwinRoles(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
