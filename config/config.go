@@ -522,7 +522,10 @@ type Listener struct {
 	// IdleTimeout closes a client connection that stays idle this long.
 	// http/https: the keep-alive idle time between requests; default 90s,
 	// in (0, 24h]. tcp: the time without a byte in either direction;
-	// default 10m, in (0, 24h].
+	// default 10m, in (0, 24h]. TCP keep-alive probes of a client
+	// connection start only after idle_timeout + 15s of silence (then
+	// every 15s, 9 unanswered drop it): an idle connection is closed
+	// before it is ever probed.
 	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
 	// FirstByteTimeout closes a tcp connection whose client sent no byte
 	// this long after it was accepted (a client that only opens

@@ -13,7 +13,11 @@
 // which must be served. The idle connections' cost is the difference:
 // resident set (VmRSS) with them minus without, divided by their number;
 // the Go runtime's heap and stack in use likewise (the gfe's /metrics),
-// which say where the resident set goes.
+// which say where the resident set goes; idle CPU with them minus
+// without. With Options.Rounds the two steady loads run again, the idle
+// connections closed and then opened anew, so that a run gives several
+// ratios of loads a few seconds apart; each load also reports the gfe's
+// GCs and CPU per request and the host's TCP keep-alive probes during it.
 package idlebench
 
 import (
@@ -69,6 +73,10 @@ type Options struct {
 	Window, Settle time.Duration
 	// Poller is the gfe's --poller mode (default auto).
 	Poller string
+	// PlanInterval and RTTInterval are the gfe's (topology's defaults,
+	// 250ms each, when zero; the gfe's own are 500ms and 1s): most of
+	// what an idle gfe does is planning and probing at these intervals.
+	PlanInterval, RTTInterval time.Duration
 	// ClientKeepAlive is the idle connections' TCP keep-alive idle time
 	// on the client side (net.Dialer.KeepAlive: 0 Go's default, 15s;
 	// negative none).
@@ -142,6 +150,10 @@ type Result struct {
 
 	IdleCPUWithout float64 `json:"idle_cpu_without_pct"`
 	IdleCPUWith    float64 `json:"idle_cpu_with_pct"`
+	// IdleCPUIncrease is IdleCPUWith - IdleCPUWithout: what the idle
+	// connections cost (the gfe's own background work, planning, gossip,
+	// probes, is the same with or without them; negative within noise).
+	IdleCPUIncrease float64 `json:"idle_cpu_increase_pct"`
 
 	Rate            float64 `json:"active_rate"`
 	P50Without      float64 `json:"active_p50_without_ms"`
@@ -191,10 +203,11 @@ type PhaseCost struct {
 // away.
 func Spec(o Options) topology.Spec {
 	s := topology.Spec{
-		Net:         o.Net,
-		Regions:     []topology.Region{{Name: "us-east", Zones: []string{"b"}, Instances: 2, Rate: 50000}},
-		Sites:       []topology.Site{{Name: "nyc", RTT: map[string]time.Duration{"us-east": time.Millisecond}}},
-		ServiceTime: 100 * time.Microsecond,
+		Net:          o.Net,
+		Regions:      []topology.Region{{Name: "us-east", Zones: []string{"b"}, Instances: 2, Rate: 50000}},
+		Sites:        []topology.Site{{Name: "nyc", RTT: map[string]time.Duration{"us-east": time.Millisecond}}},
+		ServiceTime:  100 * time.Microsecond,
+		PlanInterval: o.PlanInterval, RTTInterval: o.RTTInterval,
 		// 15,000 connections at 2 descriptors each would pass the budget
 		// of a 20,000-descriptor process (BENCHMARKS.md §8).
 		GFEArgs: []string{"--poller", o.Poller, "--fd-per-http-conn", "1"},
@@ -325,6 +338,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if r.IdleCPUWith, err = idleCPU(ctx, pid, o.Settle, o.Window, func() func() error { return trace("idle-with") }); err != nil {
 		return nil, err
 	}
+	r.IdleCPUIncrease = r.IdleCPUWith - r.IdleCPUWithout
 	if r.RSSWith, err = rssBytes(pid); err != nil {
 		return nil, err
 	}
@@ -445,18 +459,24 @@ type Round struct {
 
 // medianRatio returns the median of the rounds' p99 ratios.
 func medianRatio(rs []Round) float64 {
-	if len(rs) == 0 {
-		return 0
-	}
 	x := make([]float64, len(rs))
 	for i, rd := range rs {
 		x[i] = rd.Ratio
 	}
+	return median(x)
+}
+
+// median returns the median of x (0 when empty), sorting x.
+func median(x []float64) float64 {
+	n := len(x)
+	if n == 0 {
+		return 0
+	}
 	slices.Sort(x)
-	if n := len(x); n%2 == 0 {
+	if n%2 == 0 {
 		return (x[n/2-1] + x[n/2]) / 2
 	}
-	return x[len(x)/2]
+	return x[n/2]
 }
 
 // The gfe's metrics Run reads.
@@ -625,7 +645,7 @@ func WriteTable(w io.Writer, r *Result) {
 		r.IdleConns, r.Sources, r.Poller, r.Opened, r.ServedAfterIdle)
 	fmt.Fprintf(w, "  gfe RSS:      %.1f MiB without, %.1f MiB with: %s per idle connection (Go heap %s, stacks %s, %.2f goroutines)\n",
 		float64(r.RSSWithout)/(1<<20), float64(r.RSSWith)/(1<<20), kib(r.RSSPerIdleConn), kib(r.HeapPerIdleConn), kib(r.StackPerIdleConn), r.GoroutinesPerConn)
-	fmt.Fprintf(w, "  gfe idle CPU: %.2f%% of a core without, %.2f%% with\n", r.IdleCPUWithout, r.IdleCPUWith)
+	fmt.Fprintf(w, "  gfe idle CPU: %.2f%% of a core without, %.2f%% with: %+.2f%% for the idle connections\n", r.IdleCPUWithout, r.IdleCPUWith, r.IdleCPUIncrease)
 	fmt.Fprintf(w, "  steady load %g req/s: p50 %.2f ms, p99 %.2f ms without; p50 %.2f ms, p99 %.2f ms with (p99 ×%.2f); failed %d / %d of %d\n",
 		r.Rate, r.P50Without, r.P99Without, r.P50With, r.P99With, r.P99Ratio, r.FailedWithout, r.FailedWith, r.ActiveSentEach)
 	for _, p := range []struct {

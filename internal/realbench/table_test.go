@@ -108,7 +108,10 @@ func TestRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Served latencies: 20×10, 8×20, 12×30, 4×60 ms (44): sum 960; p50 is
-	// the 22nd (20), p99 the 44th (60).
+	// the 22nd (20), p99 the 44th (60). Per site and phase: steady s1 20
+	// served at 10 ms and a 503 from a-1 (21 routed there); s2 3 at 20 ms,
+	// a gfe 502 and a transport error (status 0); flash s1 12 at 30 and 4
+	// at 60 ms (p99 the 16th: 60), s2 5 at 20.
 	// Over capacity: a-1 in windows 0 (11 served) and 2 (12 served).
 	// Excess: (11−10) + (12−10) = 3 of 49 requests.
 	// RTT: 33 to a from s1 at 10, 8 to b from s2 at 10, 4 to b from s1 at

@@ -75,7 +75,10 @@ func (c Config) fromLambda(lambda float64) float64 {
 		return 0
 	}
 	if c.MaxFraction > 0 {
-		// The zero MaxFraction of a Config built by hand caps nothing.
+		// The bound on what a peer's gossiped demand can make this gfe
+		// refuse; every gfe caps alike, so rule 6's proportions hold
+		// (docs/design.md §3). The zero MaxFraction of a Config built by
+		// hand caps nothing.
 		f = min(f, c.MaxFraction)
 	}
 	return f
