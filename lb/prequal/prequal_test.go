@@ -32,7 +32,9 @@ func TestReuseBudget(t *testing.T) {
 		want float64
 	}{
 		{"paper: m=16 n=100 r=3", 16, 100, 3, 2 / (0.84*3 - 1)},
-		{"n = m: cannot refill", 16, 16, 3, math.Inf(1)},
+		{"n = m: pool capped at n/2", 16, 16, 3, 2 / (0.5*3 - 1)},
+		{"n = 14 < m: pool capped at 7", 16, 14, 3, 4},
+		{"pool capped, too few probes to refill", 16, 16, 2, math.Inf(1)},
 		{"many probes: at least 1", 16, 1000, 5, 1},
 	}
 	for _, tt := range tests {
@@ -44,6 +46,37 @@ func TestReuseBudget(t *testing.T) {
 				t.Errorf("ReuseBudget = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestReuseBoundedWhenPoolCoversReplicas: with more pool places than
+// replicas (m = 16, n = 14) the pool holds at most n/2 probes and a probe
+// serves at most b_reuse = 4 queries; unbounded, the best probe drew every
+// query until the pool emptied around it (14 of 14 picks).
+func TestReuseBoundedWhenPoolCoversReplicas(t *testing.T) {
+	const n = 14
+	p := mustPool(t, DefaultConfig(), n)
+	for i := range n {
+		lat := 50 + i
+		if i == 3 {
+			continue
+		}
+		p.Add(Probe{Index: i, RIF: 1, Latency: ms(lat), At: at(time.Duration(i) * time.Millisecond)})
+	}
+	// Replica 3 answers last (the newest probe) and fastest.
+	p.Add(Probe{Index: 3, RIF: 1, Latency: ms(10), At: at(20 * time.Millisecond)})
+	if s := p.Stats(); s.Probes != 7 {
+		t.Errorf("pool holds %d probes of 14 replicas, want 7 (n/2)", s.Probes)
+	}
+	picks := 0
+	for q := range n {
+		got, ok := p.Pick(at(30*time.Millisecond), uint64(q))
+		if ok && got == 3 {
+			picks++
+		}
+	}
+	if picks != 4 {
+		t.Errorf("replica 3's probe served %d queries, want b_reuse = 4", picks)
 	}
 }
 
@@ -130,7 +163,7 @@ func TestPoolLifecycle(t *testing.T) {
 // probe, then the oldest, in turn.
 func TestRemoveAlternates(t *testing.T) {
 	cfg := DefaultConfig()
-	p := mustPool(t, cfg, 16) // b_reuse = +Inf: picks alone remove nothing
+	p := mustPool(t, cfg, 16) // b_reuse = 4: two picks of a probe do not remove it
 	for i, l := range []int{10, 20, 30, 40, 50} {
 		p.Add(Probe{Index: i, RIF: 1, Latency: ms(l), At: at(time.Duration(i) * time.Millisecond)})
 	}
