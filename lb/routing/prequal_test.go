@@ -88,8 +88,17 @@ func TestPrequalPicksColdLowestLatency(t *testing.T) {
 	pickN(t, svc, clk, 10, rnd) // fill the pool
 	got := pickN(t, svc, clk, 1000, rnd)
 	t.Logf("picks: %v", got)
-	if got[best] < 700 || got[hot] > 20 {
-		t.Errorf("%s (cold, 5 ms) got %d of 1000 picks, %s (hot, 1 ms) %d; want at least 700 and at most 20 (2%%), not the most, as by latency alone", best, got[best], hot, got[hot])
+	// Sixteen instances hold a pool of eight and a probe serves at most
+	// b_reuse = 4 queries (lb/prequal.PoolCap): the best instance takes the
+	// queries after each of its probes (3 in 16 queries probe it), not all.
+	most := 0
+	for a, n := range got {
+		if a != best {
+			most = max(most, n)
+		}
+	}
+	if got[best] < 400 || got[best] <= most || got[hot] > 20 {
+		t.Errorf("%s (cold, 5 ms) got %d of 1000 picks (next most %d), %s (hot, 1 ms) %d; want at least 400 and the most, and at most 20 (2%%) for the hot one, not the most, as by latency alone", best, got[best], most, hot, got[hot])
 	}
 	// Three probes per pick, spread over all sixteen instances.
 	total := 0
