@@ -34,8 +34,8 @@
 //	GET  /rtt            204 after the emulated RTT; the gfe's RTT probe. No capacity cost.
 //	GET  /.well-known/spillway-probe
 //	                     "rif=N latency_us=M" after the emulated RTT: the gfe's Prequal probe
-//	                     (policy prequal): requests in flight and queued, median time of
-//	                     the last 16 requests (probe.go). No capacity cost.
+//	                     (policy prequal): requests in flight and queued, latency of the
+//	                     recent requests at about its RIF (probe.go). No capacity cost.
 //	GET  /ws             WebSocket echo (below).
 //	POST /admin/health   ?healthy=false|true: fail or pass health checks from now on.
 //	GET  /admin/health   {"healthy":BOOL}.

@@ -171,8 +171,8 @@ type instance struct {
 	// slowdown is the admin's slowdown factor as float64 bits; 0: none
 	// (slow.go).
 	slowdown atomic.Uint64
-	// latency holds the last normal requests' times, for the Prequal
-	// probe's estimate (probe.go).
+	// latency holds the last normal requests' times and arrival RIFs,
+	// for the Prequal probe's estimate (probe.go).
 	latency latencies
 
 	// healthMu serializes health changes.
@@ -502,6 +502,8 @@ func (in *instance) serveRequest(w http.ResponseWriter, r *http.Request) {
 	if !in.admitHTTP(w, r, src) {
 		return
 	}
+	inFlight, queued, _, _ := in.lim.load()
+	arrivalRIF := int64(max(inFlight+queued-1, 0)) // the others, as a probe would have seen them
 	err := in.waitGate(ctx)
 	if err == nil {
 		cpu, st := in.serviceCost()
@@ -510,7 +512,8 @@ func (in *instance) serveRequest(w http.ResponseWriter, r *http.Request) {
 	}
 	in.lim.release()
 	if err == nil {
-		in.latency.observe(in.clock.Since(admitStart))
+		now := in.clock.Now()
+		in.latency.observe(now, arrivalRIF, now.Sub(admitStart))
 	}
 	if err != nil {
 		in.canceled.Add(1)

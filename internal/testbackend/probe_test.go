@@ -80,3 +80,59 @@ func TestPrequalProbe(t *testing.T) {
 		t.Errorf("stats: served %d probes %d; want 10 served (probes take no capacity) and every probe counted", st.Served, st.Probes)
 	}
 }
+
+// TestLatencyEstimateIsCurrent: the probe's latency estimate follows a
+// slowdown and a recovery at once, as measured on the uneven story's
+// slowed instance (a median of the last 16 answered 80 ms while its queue
+// grew, then 300 ms once it was fast again).
+func TestLatencyEstimateIsCurrent(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	tests := []struct {
+		name string
+		obs  []latencySample // done as an offset from t0 in d's place below
+		now  time.Duration
+		rif  int64
+		want time.Duration
+	}{
+		{
+			name: "slowing: the queue grows, the newest requests take 300 ms",
+			obs: append(repeat(16, 0, 2, ms(80)),
+				repeat(5, ms(900), 8, ms(300))...),
+			now: ms(1000), rif: 8, want: ms(300),
+		},
+		{
+			name: "recovered: the queue drained, the newest requests take 10 ms",
+			obs: append(repeat(16, ms(700), 8, ms(300)),
+				repeat(3, ms(950), 1, ms(10))...),
+			now: ms(1000), rif: 1, want: ms(10),
+		},
+		{
+			name: "idle since: the last completions count",
+			obs:  repeat(4, 0, 0, ms(20)),
+			now:  ms(5000), rif: 0, want: ms(20),
+		},
+		{name: "nothing completed", now: ms(1), want: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var l latencies
+			for _, o := range tt.obs {
+				l.observe(t0.Add(time.Duration(o.done.UnixNano())), o.rif, o.d)
+			}
+			if got := l.estimate(t0.Add(tt.now), tt.rif); got != tt.want {
+				t.Errorf("estimate at rif %d = %v, want %v", tt.rif, got, tt.want)
+			}
+		})
+	}
+}
+
+// repeat returns n samples that arrived at rif, took d and ended at
+// offset from the test's start (stored as Unix nanoseconds in done).
+func repeat(n int, offset time.Duration, rif int64, d time.Duration) []latencySample {
+	s := make([]latencySample, n)
+	for i := range s {
+		s[i] = latencySample{done: time.Unix(0, int64(offset)), rif: rif, d: d}
+	}
+	return s
+}
