@@ -13,9 +13,9 @@ import (
 // Config holds Prequal's parameters. Start from DefaultConfig, the
 // published ones; the zero value is not valid.
 type Config struct {
-	// PoolSize is m, the most probes the pool holds, and at most half the
-	// replicas (PoolCap). Default 16 ("16 suffices" in the paper). Must be
-	// in [1, 1024].
+	// PoolSize is m, the most probes the pool holds. Default 16 ("16
+	// suffices" in the paper). Must be in [1, 1024]. The reuse budget is
+	// computed with at most half the replicas in its place (ReuseBudget).
 	PoolSize int
 	// ProbesPerQuery is r_probe, the probes sent per query, rounded at
 	// random to an integer each time (2.5 sends 2 or 3). Default 3 (the
@@ -124,7 +124,7 @@ type Pool struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
-	pool []entry // len ≤ PoolCap(cfg, n)
+	pool []entry // len ≤ PoolSize
 	// hist is a ring of the last History RIFs received, sorted a sorted
 	// copy of it: the RIF distribution the hot threshold is taken from.
 	hist       []int64
@@ -151,7 +151,7 @@ func New(cfg Config, n int) (*Pool, error) {
 		n:      n,
 		reuse:  ReuseBudget(cfg, n),
 		maxAge: int64(cfg.MaxAge),
-		pool:   make([]entry, 0, PoolCap(cfg, n)),
+		pool:   make([]entry, 0, cfg.PoolSize),
 		hist:   make([]int64, 0, cfg.History),
 		sorted: make([]int64, 0, cfg.History),
 	}
@@ -159,27 +159,27 @@ func New(cfg Config, n int) (*Pool, error) {
 	return p, nil
 }
 
-// PoolCap returns the most probes a Pool over n replicas holds: PoolSize,
-// but at most n/2 (and at least 1). The paper's reuse bound assumes a pool
-// much smaller than the replica set (m < n in equation 1; m = 16 for
-// hundreds of replicas): a pool as large as the set would make the
-// budget's denominator (1−m/n)·r_probe − r_remove negative and every
-// probe reusable without bound, so one stale answer could draw every
-// query until it aged out. With m ≤ n/2 the denominator is at least
-// r_probe/2 − r_remove, positive for the published r_probe = 3,
-// r_remove = 1 (b_reuse = 4 for 14 replicas).
-func PoolCap(cfg Config, n int) int {
+// budgetPoolSize returns the pool size m the reuse budget is computed
+// with for n replicas: PoolSize, but at most n/2 (and at least 1). The
+// paper's bound assumes a pool much smaller than the replica set (m < n in
+// equation 1; m = 16 for hundreds of replicas): with m ≥ n its denominator
+// (1−m/n)·r_probe − r_remove is negative and every probe would be reusable
+// without bound, so one stale answer could draw every query until it aged
+// out. With m ≤ n/2 the denominator is at least r_probe/2 − r_remove,
+// positive for the published r_probe = 3, r_remove = 1 (b_reuse = 4 for
+// up to 32 replicas). The pool itself still holds up to PoolSize probes.
+func budgetPoolSize(cfg Config, n int) int {
 	return max(1, min(cfg.PoolSize, n/2))
 }
 
 // ReuseBudget returns b_reuse = max{1, (1+δ)/((1−m/n)·r_probe −
 // r_remove)}, the times a probe may be used (the paper's equation 1), for
-// cfg over n replicas with m = PoolCap(cfg, n); +Inf when the denominator
+// cfg over n replicas with m = min(PoolSize, n/2); +Inf when the denominator
 // is still not positive (r_probe ≤ 2·r_remove for a small replica set, or
 // too few probes to refill the pool): probes are then used until they age
 // out or are removed.
 func ReuseBudget(cfg Config, n int) float64 {
-	den := (1-float64(PoolCap(cfg, n))/float64(n))*cfg.ProbesPerQuery - cfg.RemovePerQuery
+	den := (1-float64(budgetPoolSize(cfg, n))/float64(n))*cfg.ProbesPerQuery - cfg.RemovePerQuery
 	if den <= 0 {
 		return math.Inf(1)
 	}

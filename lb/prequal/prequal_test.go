@@ -32,9 +32,9 @@ func TestReuseBudget(t *testing.T) {
 		want float64
 	}{
 		{"paper: m=16 n=100 r=3", 16, 100, 3, 2 / (0.84*3 - 1)},
-		{"n = m: pool capped at n/2", 16, 16, 3, 2 / (0.5*3 - 1)},
-		{"n = 14 < m: pool capped at 7", 16, 14, 3, 4},
-		{"pool capped, too few probes to refill", 16, 16, 2, math.Inf(1)},
+		{"n = m: budget as for m = n/2", 16, 16, 3, 2 / (0.5*3 - 1)},
+		{"n = 14 < m: budget as for m = 7", 16, 14, 3, 4},
+		{"m = n/2, too few probes to refill", 16, 16, 2, math.Inf(1)},
 		{"many probes: at least 1", 16, 1000, 5, 1},
 	}
 	for _, tt := range tests {
@@ -50,9 +50,9 @@ func TestReuseBudget(t *testing.T) {
 }
 
 // TestReuseBoundedWhenPoolCoversReplicas: with more pool places than
-// replicas (m = 16, n = 14) the pool holds at most n/2 probes and a probe
-// serves at most b_reuse = 4 queries; unbounded, the best probe drew every
-// query until the pool emptied around it (14 of 14 picks).
+// replicas (m = 16, n = 14) a probe serves at most b_reuse = 4 queries
+// (the budget computed as for m = n/2); unbounded, the best probe drew
+// every query until the pool emptied around it (14 of 14 picks).
 func TestReuseBoundedWhenPoolCoversReplicas(t *testing.T) {
 	const n = 14
 	p := mustPool(t, DefaultConfig(), n)
@@ -65,8 +65,8 @@ func TestReuseBoundedWhenPoolCoversReplicas(t *testing.T) {
 	}
 	// Replica 3 answers last (the newest probe) and fastest.
 	p.Add(Probe{Index: 3, RIF: 1, Latency: ms(10), At: at(20 * time.Millisecond)})
-	if s := p.Stats(); s.Probes != 7 {
-		t.Errorf("pool holds %d probes of 14 replicas, want 7 (n/2)", s.Probes)
+	if s := p.Stats(); s.Probes != n {
+		t.Errorf("pool holds %d probes of 14 replicas, want 14", s.Probes)
 	}
 	picks := 0
 	for q := range n {

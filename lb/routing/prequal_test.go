@@ -88,9 +88,9 @@ func TestPrequalPicksColdLowestLatency(t *testing.T) {
 	pickN(t, svc, clk, 10, rnd) // fill the pool
 	got := pickN(t, svc, clk, 1000, rnd)
 	t.Logf("picks: %v", got)
-	// Sixteen instances hold a pool of eight and a probe serves at most
-	// b_reuse = 4 queries (lb/prequal.PoolCap): the best instance takes the
-	// queries after each of its probes (3 in 16 queries probe it), not all.
+	// Over sixteen instances a probe serves at most b_reuse = 4 queries
+	// (lb/prequal.ReuseBudget): the best instance takes the queries after
+	// each of its probes (3 in 16 queries probe it), not all.
 	most := 0
 	for a, n := range got {
 		if a != best {
