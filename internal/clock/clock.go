@@ -1,8 +1,8 @@
 // Package clock is the fake clock tests drive (Fake), over the time source
-// interfaces of lb/clock. Clock, Timer, Ticker and Real are lb/clock's own
-// types under their old import path, so that the daemons, which take an
-// internal/clock.Clock, and the pure packages under lb/, which may not
-// import internal/, share one Clock.
+// interfaces of lb/clock, which every daemon and pure package takes (the
+// real clock is lb/clock.Real). Clock, Timer, Ticker, Real and OrReal are
+// lb/clock's under this path too, so that a test that drives a Fake names
+// the interfaces from the one import.
 package clock
 
 import "github.com/spillway-lb/spillway/lb/clock"

@@ -17,8 +17,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/quotaredis"
+	"github.com/spillway-lb/spillway/lb/clock"
 	"github.com/spillway-lb/spillway/lb/quota"
 	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
 )

@@ -17,7 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/lb/clock"
 )
 
 // LoadedConfig is one accepted operator configuration with its version. It

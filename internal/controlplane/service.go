@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/spillway-lb/spillway/internal/autoscale/controller"
-	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/mtls"
+	"github.com/spillway-lb/spillway/lb/clock"
 	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
 )
 

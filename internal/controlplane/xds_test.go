@@ -10,9 +10,9 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/internal/xdsexport"
+	"github.com/spillway-lb/spillway/lb/clock"
 	"github.com/spillway-lb/spillway/lb/health"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/spillway-lb/spillway/internal/backoff"
-	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/lb/clock"
 )
 
 // Sentinel errors callers branch on.

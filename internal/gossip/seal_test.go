@@ -14,9 +14,9 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
 
-	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/devpki"
 	"github.com/spillway-lb/spillway/internal/mtls"
+	"github.com/spillway-lb/spillway/lb/clock"
 )
 
 // sealPKI issues the certificates of a test's nodes from one CA, as

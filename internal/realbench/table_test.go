@@ -56,7 +56,8 @@ func concat(parts ...[]Request) []Request {
 func ptr(v float64) *float64 { return &v }
 
 // TestRow checks every number of a row against a synthetic run worked out
-// by hand (see the comments), in two phases: "steady" (2 s, 5 req/s from
+// by hand (see the comments), each site's p99, instances and failures per
+// phase included, in two phases: "steady" (2 s, 5 req/s from
 // each site, LP mean RTT 10 ms) and "flash" (1 s, s1 at 15 req/s: the LP
 // puts 10 in a and 5 in b at 50 ms, s2's 5 in b: mean (100+250+50)/20 = 20
 // ms).
@@ -127,16 +128,20 @@ func TestRow(t *testing.T) {
 			{
 				Name: "steady", Sent: 26, OK: 23, Failed: 3, P99Ms: 20, OverCapacity: 11.0 / 23, CrossRegion: 0,
 				Sites: []SitePhase{
-					{Site: "s1", Sent: 21, OK: 20, Routed: map[string]int64{"a": 21}, P99Ms: 10, Backends: map[string]int64{"a/a-1": 21}, Failures: map[string]int64{"503": 1}},
-					{Site: "s2", Sent: 5, OK: 3, Routed: map[string]int64{"b": 3}, P99Ms: 20, Backends: map[string]int64{"b/b-1": 3}, Failures: map[string]int64{"0": 1, "502": 1}},
+					{Site: "s1", Sent: 21, OK: 20, Routed: map[string]int64{"a": 21}, P99Ms: 10,
+						Backends: map[string]int64{"a/a-1": 21}, Failures: map[string]int64{"503": 1}},
+					{Site: "s2", Sent: 5, OK: 3, Routed: map[string]int64{"b": 3}, P99Ms: 20,
+						Backends: map[string]int64{"b/b-1": 3}, Failures: map[string]int64{"502": 1, "0": 1}},
 				},
 				LoadRPS: map[string]float64{"a": 10.5, "b": 1.5},
 			},
 			{
 				Name: "flash", Sent: 21, OK: 21, P99Ms: 60, OverCapacity: 12.0 / 21, CrossRegion: 4.0 / 21,
 				Sites: []SitePhase{
-					{Site: "s1", Sent: 16, OK: 16, Routed: map[string]int64{"a": 12, "b": 4}, P99Ms: 60, Backends: map[string]int64{"a/a-1": 12, "b/b-1": 4}, Failures: map[string]int64{}},
-					{Site: "s2", Sent: 5, OK: 5, Routed: map[string]int64{"b": 5}, P99Ms: 20, Backends: map[string]int64{"b/b-1": 5}, Failures: map[string]int64{}},
+					{Site: "s1", Sent: 16, OK: 16, Routed: map[string]int64{"a": 12, "b": 4}, P99Ms: 60,
+						Backends: map[string]int64{"a/a-1": 12, "b/b-1": 4}, Failures: map[string]int64{}},
+					{Site: "s2", Sent: 5, OK: 5, Routed: map[string]int64{"b": 5}, P99Ms: 20,
+						Backends: map[string]int64{"b/b-1": 5}, Failures: map[string]int64{}},
 				},
 				LoadRPS: map[string]float64{"a": 12, "b": 9},
 			},

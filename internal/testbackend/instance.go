@@ -15,7 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/lb/clock"
 )
 
 // Identity and rejection headers set by every instance.

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/lb/clock"
 )
 
 // ErrQueueFull is returned by admission when a request can neither start at

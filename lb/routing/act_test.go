@@ -39,7 +39,7 @@ func TestACTTuning(t *testing.T) {
 		t.Fatal(err)
 	}
 	cs := routing.FromConfig("v1", c)
-	b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1}, routing.Options{Rand: gfetest.Rand()})
+	b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1}, routing.Options{Now: time.Now, Rand: gfetest.Rand()})
 	now := time.Unix(1_000_000, 0)
 	self := routing.Peer{Node: "gfe-nyc", Site: "nyc", RTT: map[string]float64{"us-east": 5}, Demand: map[string]float64{"web": 10}}
 	build := func() {

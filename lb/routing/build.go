@@ -53,7 +53,9 @@ type Options struct {
 	// Now returns the time the tables' pickers read (outlier ejections,
 	// cookie expiry) when a request gives none: the caller's clock
 	// (internal/clock's Now for the daemons, the simulated time for sim).
-	// Nil means time.Now. Build itself never calls it: it takes Input.Now.
+	// Required: the package reads no clock of its own, so that a test or
+	// simulation that injects its time is never mixed with the wall
+	// clock's. Build itself never calls it: it takes Input.Now.
 	Now func() time.Time
 	// Rand returns uniform random numbers for picks (least request, the
 	// affinity fallback, round-robin cursors' starting points). Required;
@@ -116,10 +118,11 @@ type Builder struct {
 	prober  Prober
 }
 
-// NewBuilder returns a Builder for cfg.
+// NewBuilder returns a Builder for cfg. It panics when opts lacks Now or
+// Rand: both are the caller's (Options).
 func NewBuilder(cfg Config, opts Options) *Builder {
-	if opts.Now == nil {
-		opts.Now = time.Now
+	if opts.Now == nil || opts.Rand == nil {
+		panic("routing.NewBuilder: Options.Now and Options.Rand are required")
 	}
 	return &Builder{
 		cfg:      cfg,

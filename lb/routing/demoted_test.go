@@ -73,7 +73,7 @@ routes:
 // from eu-west) with demand 50 req/s for web.
 func buildNYC(t *testing.T, cs *routing.Fleet) *routing.Table {
 	t.Helper()
-	b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1}, routing.Options{Rand: gfetest.Rand()})
+	b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1}, routing.Options{Now: time.Now, Rand: gfetest.Rand()})
 	tbl, problems := b.Build(routing.Input{Fleet: cs, Self: routing.Peer{Node: "gfe-nyc", Site: "nyc", RTT: map[string]float64{"us-east": 5, "eu-west": 80}, Demand: map[string]float64{"web": 50}}, Now: time.Unix(1_000_000, 0)})
 	if len(problems) > 0 {
 		t.Fatalf("Build: %v", problems)

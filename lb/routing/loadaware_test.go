@@ -91,7 +91,7 @@ func TestLoadAwareSlowInstance(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			fleet := laFleet(t, addrs, tt.extra)
-			b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1}, routing.Options{Rand: gfetest.Rand()})
+			b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1}, routing.Options{Now: time.Now, Rand: gfetest.Rand()})
 			f := func(time.Time) *routing.Fleet { return fleet }
 			const step = time.Millisecond
 			before := laRun(t, b, f, t0, 2*time.Second, step, latency)
@@ -114,7 +114,7 @@ func TestLoadAwareSlowInstance(t *testing.T) {
 	}
 	t.Run("off", func(t *testing.T) {
 		fleet := laFleet(t, addrs, "")
-		b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1}, routing.Options{Rand: gfetest.Rand()})
+		b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1}, routing.Options{Now: time.Now, Rand: gfetest.Rand()})
 		during := laRun(t, b, func(time.Time) *routing.Fleet { return fleet }, slowFrom.Add(time.Second), 3*time.Second, time.Millisecond, latency)
 		if s := share(during); math.Abs(s-1.0/3) > 0.01 {
 			t.Errorf("round robin: slow share %.3f, want 1/3", s)
@@ -138,7 +138,7 @@ func TestLoadAwareSlowStart(t *testing.T) {
 		}
 		return with
 	}
-	b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1}, routing.Options{Rand: gfetest.Rand()})
+	b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1}, routing.Options{Now: time.Now, Rand: gfetest.Rand()})
 	lat := func(string, time.Time) time.Duration { return 10 * time.Millisecond }
 	const step = time.Millisecond
 	laRun(t, b, fleet, t0, 2*time.Second, step, lat)
@@ -182,7 +182,7 @@ func TestShedFromPlan(t *testing.T) {
 		{"off", "", 1.2 * capacity, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1}, routing.Options{Rand: gfetest.Rand()})
+			b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1}, routing.Options{Now: time.Now, Rand: gfetest.Rand()})
 			svc := laBuild(t, b, laFleet(t, addrs, tt.extra), time.Unix(1_000_000, 0), tt.demand)
 			rule := svc.Shed()
 			if math.Abs(rule.Fraction()-tt.want) > 1e-9 {
@@ -206,7 +206,7 @@ func TestShedFromPlan(t *testing.T) {
 // TestLoadAwarePickDoesNotAllocate: a load-aware pick, its latency report
 // and its utilization report allocate nothing.
 func TestLoadAwarePickDoesNotAllocate(t *testing.T) {
-	b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1}, routing.Options{Rand: gfetest.Rand()})
+	b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1}, routing.Options{Now: time.Now, Rand: gfetest.Rand()})
 	now := time.Unix(1_000_000, 0)
 	svc := laBuild(t, b, laFleet(t, []string{"127.0.0.1:1", "127.0.0.1:2"}, "load_aware: {enabled: true}\noverload: {shed: true}"), now, 100)
 	k := routing.Flow{Src: netip.MustParseAddrPort("127.0.3.4:5555"), Dst: netip.MustParseAddrPort("127.0.1.1:8080")}
@@ -257,7 +257,7 @@ func TestShedLyingPeerBounded(t *testing.T) {
 		{"no bounds, max_shed 1", "overload: {shed: true, max_shed: 1}", routing.Bounds{}, 1 - capacity/(honest+1e12)},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1, Bounds: tt.bounds}, routing.Options{Rand: gfetest.Rand()})
+			b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1, Bounds: tt.bounds}, routing.Options{Now: time.Now, Rand: gfetest.Rand()})
 			fleet := laFleet(t, addrs, tt.overload)
 			now := time.Unix(1_000_000, 0)
 			var got float64

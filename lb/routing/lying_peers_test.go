@@ -47,7 +47,7 @@ type planRig struct {
 func newPlanRig(t *testing.T, bounds routing.Bounds) *planRig {
 	return &planRig{
 		t:   t,
-		b:   routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1, Bounds: bounds}, routing.Options{Rand: lcg()}),
+		b:   routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1, Bounds: bounds}, routing.Options{Now: time.Now, Rand: lcg()}),
 		cs:  routing.FromConfig("v1", threeRegions(t)),
 		now: time.Unix(1_000_000, 0),
 	}

@@ -45,7 +45,7 @@ func priorityConfig(t *testing.T, maxConc int) *config.Config {
 // peer's) at demand requests/s.
 func buildPriority(t *testing.T, cfg *config.Config, rtt map[string]float64, demand float64, unhealthy ...string) *routing.Service {
 	t.Helper()
-	b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1}, routing.Options{Rand: lcg()})
+	b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1}, routing.Options{Now: time.Now, Rand: lcg()})
 	in := routing.Input{
 		Fleet: routing.FromConfig("v1", cfg, unhealthy...),
 		Peers: []routing.Peer{{Node: "gfe-lon", Site: "lon", RTT: map[string]float64{"eu-west": 5}, Demand: map[string]float64{"web": demand}}},

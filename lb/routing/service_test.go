@@ -33,7 +33,7 @@ func TestServicePicker(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cs := routing.FromConfig("v1", gfetest.TwoRegionConfig(t, tt.policy, east, west, 100), "127.0.0.1:3")
-			b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1}, routing.Options{Rand: gfetest.Rand()})
+			b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1}, routing.Options{Now: time.Now, Rand: gfetest.Rand()})
 			tbl, problems := b.Build(routing.Input{Fleet: cs, Self: routing.Peer{Node: "gfe-nyc", Site: "nyc", RTT: tt.rtt, Demand: map[string]float64{"web": 50}}, Now: time.Unix(1_000_000, 0)})
 			if len(problems) > 0 {
 				t.Fatalf("Build: %v", problems)
@@ -95,7 +95,7 @@ func TestDrainedGroupLeavesPool(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1}, routing.Options{Rand: gfetest.Rand()})
+			b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1}, routing.Options{Now: time.Now, Rand: gfetest.Rand()})
 			tbl, problems := b.Build(routing.Input{Fleet: routing.FromConfig("v1", cfg), Self: routing.Peer{Node: "gfe-nyc", Site: "nyc", RTT: map[string]float64{"us-east": 5, "eu-west": 80}}, Now: time.Unix(1_000_000, 0)})
 			if len(problems) > 0 {
 				t.Fatalf("Build: %v", problems)

@@ -11,9 +11,9 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spillway-lb/spillway/config"
 	"github.com/spillway-lb/spillway/internal/autoscale/provider"
-	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gossip"
 	"github.com/spillway-lb/spillway/lb/autoscale"
+	"github.com/spillway-lb/spillway/lb/clock"
 )
 
 // Leases is the part of a lease.Elector the controller uses.

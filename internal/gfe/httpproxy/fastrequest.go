@@ -17,8 +17,8 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gfe/h1"
+	"github.com/spillway-lb/spillway/lb/clock"
 	"github.com/spillway-lb/spillway/lb/reqpath"
 )
 

@@ -17,12 +17,12 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/gfe/clientbody"
 	"github.com/spillway-lb/spillway/internal/gfe/pending"
 	"github.com/spillway-lb/spillway/internal/gfe/quotaclient"
 	"github.com/spillway-lb/spillway/lb/affinity"
 	"github.com/spillway-lb/spillway/lb/backend"
+	"github.com/spillway-lb/spillway/lb/clock"
 	"github.com/spillway-lb/spillway/lb/outlier"
 	"github.com/spillway-lb/spillway/lb/reqpath"
 	"github.com/spillway-lb/spillway/lb/routing"

@@ -18,8 +18,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/internal/clock"
 	"github.com/spillway-lb/spillway/internal/fdlimit"
+	"github.com/spillway-lb/spillway/lb/clock"
 )
 
 // defaultListenerName names the --listen listener in logs and metrics.

@@ -64,7 +64,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/lb/clock"
 	"github.com/spillway-lb/spillway/lb/quota"
 	pb "github.com/spillway-lb/spillway/proto/spillway/v1"
 )

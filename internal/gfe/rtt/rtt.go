@@ -20,7 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/spillway-lb/spillway/config"
-	"github.com/spillway-lb/spillway/internal/clock"
+	"github.com/spillway-lb/spillway/lb/clock"
 	"github.com/spillway-lb/spillway/lb/health"
 	"github.com/spillway-lb/spillway/lb/health/probe"
 )
