@@ -167,6 +167,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		PublishInterval: o.PublishInterval.Seconds(), BusyCores: o.BusyCores, Config: timings(c.cfg),
 		StartupS: c.formed.Seconds(), StartupFalseDeaths: c.departures(),
 	}
+	res.StartupRepairs, res.StartupPushPulls = c.repairs()
 	// The heap before sizes(), which encodes a full view.
 	res.HeapBytes = heapInUse()
 	res.HeapBytesPerPair = float64(res.HeapBytes) / float64(o.Nodes*(o.Nodes-1))
@@ -361,13 +362,17 @@ func newCluster(ctx context.Context, o Options, r *mrand.Rand, progress func(str
 // to join.
 const startBatch = 50
 
-// waitMembers waits up to d until every node lists every started node.
+// waitMembers waits up to d until every node lists every started node. It
+// reads the member counts (Node.Members), not the Snapshots: building a
+// snapshot copies every state a node holds, and while a cluster forms
+// every node's view changes between two polls, so polling N Snapshots
+// costs N² map entries each time.
 func (c *cluster) waitMembers(ctx context.Context, d time.Duration) {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		all := true
 		for _, m := range c.members {
-			if len(m.node.Snapshot().Members) != len(c.members) {
+			if m.node.Members() != len(c.members) {
 				all = false
 				break
 			}
@@ -405,11 +410,14 @@ func (c *cluster) waitFormed(ctx context.Context, progress func(string, ...any))
 		ready, members, states := 0, 0, 0
 		var refused, stale uint64
 		for _, m := range c.members {
+			members += m.node.Members()
+			if m.node.Members() != want && time.Since(last) < 10*time.Second {
+				continue // not formed; Snapshot only for the progress line
+			}
 			s := m.node.Snapshot()
 			if len(s.Members) == want && len(s.States) == want {
 				ready++
 			}
-			members += len(s.Members)
 			states += len(s.States)
 			st := m.node.Stats()
 			refused += st.UnknownCerts + st.BadSeals + st.StaleSeals + st.Unsealed
@@ -426,7 +434,7 @@ func (c *cluster) waitFormed(ctx context.Context, progress func(string, ...any))
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("gossipbench: %d of %d nodes hold every member and state: %w", ready, want, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(500 * time.Millisecond):
 		}
 	}
 }
@@ -529,6 +537,17 @@ func (c *cluster) sent() (total, state uint64) {
 		state += m.node.Stats().StateBytes
 	}
 	return total, state
+}
+
+// repairs returns the membership repairs and the push/pulls merged, over
+// every node.
+func (c *cluster) repairs() (repairs, pushPulls uint64) {
+	for _, m := range c.members {
+		st := m.node.Stats()
+		repairs += st.Repairs
+		pushPulls += st.PushPulls
+	}
+	return repairs, pushPulls
 }
 
 func (c *cluster) departures() uint64 {
