@@ -37,7 +37,7 @@ func runGossip(args []string, stdout, stderr io.Writer) int {
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to `file`")
 	memProfile := fs.String("memprofile", "", "write a heap profile to `file` once the cluster formed")
-	gcPercent := fs.Int("gogc", 400, "the process's GC target `percent` (GOGC; the environment's GOGC wins): N nodes' garbage while forming is most of a default collector's CPU")
+	gcPercent := fs.Int("gogc", 200, "the process's GC target `percent` (GOGC; the environment's GOGC wins): N nodes' garbage while forming is most of a default collector's CPU")
 	memLimit := fs.Int64("memlimit", 8<<30, "the process's soft memory limit in `bytes` (GOMEMLIMIT; the environment's wins), which collects sooner than --gogc near it")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: lbsim gossip --nodes N [--json] [flags]")

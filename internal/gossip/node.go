@@ -451,7 +451,10 @@ func (n *Node) repairEvery() time.Duration { return 5 * n.cfg.GossipInterval }
 // GossipInterval, and the message needs about log_GossipNodes(N) such
 // relays to reach everyone, so the grace is their product, and at least
 // 2·repairEvery: 1 s for a few members with the default timings, 2.4 s at
-// 20, 6 s at 200, 11.2 s at 1,000. A fixed second was shorter than
+// 20, 6 s at 200, 11.2 s at 1,000. It is also at least a tenth of
+// PushPullInterval (1 s by default, 30 s under ProfileLarge): a repair is
+// a push/pull ahead of the periodic ones, and a profile that spaces those
+// because full views are megabytes spaces repairs too. A fixed second was shorter than
 // memberlist's spread at a few hundred members: every member that a new
 // node's first state reached before its alive message joined it, a full
 // push/pull each, N of them for every node that started.
@@ -459,7 +462,7 @@ func (n *Node) repairGrace() time.Duration {
 	members := float64(max(1, n.members.Load()))
 	limit := float64(n.cfg.RetransmitMult) * math.Ceil(math.Log10(members+1))
 	hops := math.Ceil(math.Log(members) / math.Log(float64(max(2, n.cfg.GossipNodes))))
-	return max(2*n.repairEvery(), time.Duration(hops*limit)*n.cfg.GossipInterval)
+	return max(2*n.repairEvery(), n.cfg.PushPullInterval/10, time.Duration(hops*limit)*n.cfg.GossipInterval)
 }
 
 // repairGaps closes membership gaps: memberlist spreads a join by gossip,

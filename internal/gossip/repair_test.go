@@ -23,19 +23,30 @@ func withMembers(n *Node, members int) {
 // node's state reached first join it (a full push/pull each).
 func TestRepairGraceScalesWithMembers(t *testing.T) {
 	for _, tt := range []struct {
+		profile string
 		members int
 		want    time.Duration
 	}{
-		{1, time.Second},
-		{3, time.Second},
-		{20, 2400 * time.Millisecond},
-		{200, 6 * time.Second},
-		{1000, 11200 * time.Millisecond},
+		{ProfileLAN, 1, time.Second},
+		{ProfileLAN, 3, time.Second},
+		{ProfileLAN, 20, 2400 * time.Millisecond},
+		{ProfileLAN, 200, 6 * time.Second},
+		{ProfileLAN, 1000, 11200 * time.Millisecond},
+		{ProfileLarge, 3, 30 * time.Second},
+		{ProfileLarge, 1000, 30 * time.Second},
 	} {
-		n := newOfflineNode(t, "a", newFakeClock())
+		cfg, err := DefaultConfig().WithProfile(tt.profile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Name = "a"
+		n, err := New(cfg, Options{Clock: newFakeClock()})
+		if err != nil {
+			t.Fatal(err)
+		}
 		withMembers(n, tt.members)
 		if got := n.repairGrace(); got != tt.want {
-			t.Errorf("repairGrace at %d members = %v, want %v", tt.members, got, tt.want)
+			t.Errorf("repairGrace under %s at %d members = %v, want %v", tt.profile, tt.members, got, tt.want)
 		}
 	}
 }
