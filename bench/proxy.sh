@@ -5,7 +5,9 @@
 # stock httputil.ReverseProxy (bench/stdproxy, "stdlib") as Go's yardstick.
 # "gfe" is the gfe on net/http alone (--fast-path=false, the slow path);
 # "gfe-fast" the same binary with its HTTP/1.1 fast path (docs/design.md §4; the
-# default).
+# default); "gfe-la" gfe-fast with the service's load-aware choice on
+# (load_aware.enabled, docs/design.md §3), which shows what that choice costs
+# per request.
 #
 #   bench/proxy.sh                      # 5 rounds × 10 s per target, ~9 minutes
 #   ROUNDS=1 DURATION=3s bench/proxy.sh # quick check, ~1 minute
@@ -32,7 +34,7 @@
 #
 # Environment (defaults in brackets):
 #   ROUNDS [5]  DURATION [10s]  WARMUP [0.5s]  CONNS [32]  THREADS [1]
-#   ORIGINS ["go cheap"]  TARGETS ["gfe gfe-fast stdlib haproxy nginx direct"]
+#   ORIGINS ["go cheap"]  TARGETS ["gfe gfe-fast stdlib haproxy nginx direct"; also gfe-la]
 #   PROXY_CPU [0]  LOAD_CPU [1]
 #   PROFILE [0]  1: after the rounds, take a 5 s CPU profile of the gfe
 #                (and of gfe-fast) under load from the cheap origin and
@@ -240,13 +242,14 @@ start_origin() {
 	wait_200 "${URL[direct]}" origin "$LAST_PID"
 }
 
-# start_gfe TARGET BINARY NODE FAST_PATH starts BINARY as target TARGET, a
-# gfe called NODE with its fast path on (true) or off (false), in front of
-# the origin.
+# start_gfe TARGET BINARY NODE FAST_PATH [LOAD_AWARE] starts BINARY as
+# target TARGET, a gfe called NODE with its fast path on (true) or off
+# (false), and the service's load-aware choice on (true) or off (false, the
+# default), in front of the origin.
 start_gfe() {
-	local t=$1 bin=$2 node=$3 fast=$4 port admin gossip
+	local t=$1 bin=$2 node=$3 fast=$4 la=${5:-false} port admin gossip
 	port=$(free_port) admin=$(free_port) gossip=$(free_port)
-	render "$HERE/gfe.yaml.tmpl" "$WORK/$t.yaml" ORIGIN="$ORIGIN_ADDR"
+	render "$HERE/gfe.yaml.tmpl" "$WORK/$t.yaml" ORIGIN="$ORIGIN_ADDR" LOAD_AWARE="$la"
 	# shellcheck disable=SC2086 # GFE_ENV is a list of VAR=value words
 	start "$t" "$PROXY_CPU" env GOMAXPROCS=1 $GFE_ENV "$bin" --node "$node" --site s1 \
 		--listen "127.0.0.1:$port" --admin "127.0.0.1:$admin" --config "$WORK/$t.yaml" \
@@ -261,6 +264,7 @@ start_proxies() {
 		direct) ;;
 		gfe) start_gfe gfe "$WORK/gfe" b1 false ;;
 		gfe-fast) start_gfe gfe-fast "$WORK/gfe" b2 true ;;
+		gfe-la) start_gfe gfe-la "$WORK/gfe" b4 true true ;;
 		gfe-alt)
 			[ -n "$ALT" ] || die "target gfe-alt needs ALT=<git revision or gfe binary>"
 			start_gfe gfe-alt "$WORK/gfe-alt" b3 true
@@ -285,7 +289,7 @@ start_proxies() {
 				-c "$WORK/nginx-proxy/nginx.conf"
 			PID[nginx]=$LAST_PID URL[nginx]=http://127.0.0.1:$port/
 			;;
-		*) die "unknown target $t (want gfe, gfe-fast, gfe-alt, stdlib, haproxy, nginx or direct)" ;;
+		*) die "unknown target $t (want gfe, gfe-fast, gfe-la, gfe-alt, stdlib, haproxy, nginx or direct)" ;;
 		esac
 	done
 	for t in $TARGETS; do

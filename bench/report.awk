@@ -54,7 +54,7 @@ BEGIN { FS = "\t"; norigins = 0 }
 	reqs[o, t] += $7
 }
 END {
-	ntargets = split("gfe gfe-fast gfe-alt stdlib haproxy nginx direct", targets, " ")
+	ntargets = split("gfe gfe-fast gfe-la gfe-alt stdlib haproxy nginx direct", targets, " ")
 	printf "%-7s %-8s %4s %8s %9s %9s %11s %11s %9s %6s %6s\n", "origin", "target", "runs", "req/s", "p50", "p99", "CPU us/req", "usr+sys", "proxy CPU", "GC/10k", "errors"
 	for (i = 1; i <= norigins; i++) {
 		o = origins[i]
@@ -76,7 +76,7 @@ END {
 		}
 	}
 	printf "\n%-7s %-17s %8s %15s %8s %8s\n", "origin", "ratio", "req/s", "per core (CPU)", "p50", "p99"
-	npairs = split("gfe/haproxy gfe-fast/haproxy gfe/nginx gfe-fast/nginx gfe/stdlib gfe-fast/stdlib gfe-fast/gfe gfe-fast/gfe-alt gfe/direct gfe-fast/direct stdlib/haproxy", pairs, " ")
+	npairs = split("gfe/haproxy gfe-fast/haproxy gfe/nginx gfe-fast/nginx gfe/stdlib gfe-fast/stdlib gfe-fast/gfe gfe-fast/gfe-alt gfe-fast/gfe-la gfe/direct gfe-fast/direct stdlib/haproxy", pairs, " ")
 	for (i = 1; i <= norigins; i++) {
 		o = origins[i]
 		for (j = 1; j <= npairs; j++) {
@@ -89,7 +89,7 @@ END {
 				ratio(M[o, a, "p50"], M[o, b, "p50"]), ratio(M[o, a, "p99"], M[o, b, "p99"])
 		}
 	}
-	nbr = split("gfe-fast/haproxy gfe-fast/nginx gfe-fast/gfe-alt", byround, " ")
+	nbr = split("gfe-fast/haproxy gfe-fast/nginx gfe-fast/gfe-alt gfe-fast/gfe-la", byround, " ")
 	header = 0
 	for (i = 1; i <= norigins; i++) {
 		o = origins[i]

@@ -222,6 +222,15 @@ type Overload struct {
 	// capacity, before the plan itself is in overload, and never below it.
 	// Default 1; in (0, 1].
 	Admit float64 `mapstructure:"admit"`
+	// MaxShed is the largest share of its arrivals a gfe refuses for
+	// global overload, however high the plan's demand: the plan's λ counts
+	// the demand the peers gossip, which a gossip-key holder can inflate
+	// up to the plausibility bounds (twice the declared capacity per
+	// site), and without this cap such a lie has every gfe refuse most of
+	// its real users. Above λ = admit/(1 − max_shed) (1.8× capacity at
+	// admit 0.9) the admitted excess queues at the backends instead.
+	// Default 0.5; in (0, 1].
+	MaxShed float64 `mapstructure:"max_shed"`
 }
 
 // Feedback configures the local signals of a service (lb/capacity): what
@@ -513,7 +522,10 @@ type Listener struct {
 	// IdleTimeout closes a client connection that stays idle this long.
 	// http/https: the keep-alive idle time between requests; default 90s,
 	// in (0, 24h]. tcp: the time without a byte in either direction;
-	// default 10m, in (0, 24h].
+	// default 10m, in (0, 24h]. TCP keep-alive probes of a client
+	// connection start only after idle_timeout + 15s of silence (then
+	// every 15s, 9 unanswered drop it): an idle connection is closed
+	// before it is ever probed.
 	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
 	// FirstByteTimeout closes a tcp connection whose client sent no byte
 	// this long after it was accepted (a client that only opens

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -225,6 +226,7 @@ var badFiles = []struct {
 		`services[0].load_aware.utilization_weight: must be in [0, 100] (0 ignores load reports), got -1`,
 		`services[0].overload.retry_after: must be at least 1s (Retry-After counts whole seconds), got 100ms`,
 		`services[0].overload.admit: must be in (0, 1], got 1.5`,
+		`services[0].overload.max_shed: must be in (0, 1], got 0`,
 		`services[1].load_aware.enabled: only valid with a planned policy (waterfall, min_rtt), not round_robin`,
 		`services[1].overload.shed: only valid with a planned policy (waterfall, min_rtt), not round_robin`,
 	}},
@@ -893,5 +895,25 @@ func TestNewWithListeners(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("New(bare listener) errors (-want +got):\n%s", diff)
+	}
+}
+
+// TestBenchTemplate parses bench/gfe.yaml.tmpl as bench/proxy.sh renders
+// it for each of its gfe targets, so that the benchmark never runs a
+// config the gfe refuses: load_aware off (gfe, gfe-fast) and on (gfe-la).
+func TestBenchTemplate(t *testing.T) {
+	tmpl, err := os.ReadFile("../bench/gfe.yaml.tmpl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, la := range []bool{false, true} {
+		data := strings.NewReplacer("@ORIGIN@", "127.0.0.1:8080", "@LOAD_AWARE@", strconv.FormatBool(la)).Replace(string(tmpl))
+		c, err := Parse([]byte(data), "gfe.yaml.tmpl")
+		if err != nil {
+			t.Fatalf("load_aware %v: %v", la, err)
+		}
+		if len(c.Services) != 1 || c.Services[0].LoadAware.Enabled != la {
+			t.Errorf("load_aware %v: services %+v, want one with load_aware.enabled %v", la, c.Services, la)
+		}
 	}
 }

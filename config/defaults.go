@@ -63,10 +63,10 @@ func DefaultLoadAware() LoadAware {
 }
 
 // DefaultOverload returns the default overload handling: no shedding
-// (today's behaviour), with a 1s Retry-After and admit 1 for when it is
-// turned on.
+// (today's behaviour), with a 1s Retry-After, admit 1 and at most half of
+// the arrivals refused for when it is turned on.
 func DefaultOverload() Overload {
-	return Overload{RetryAfter: time.Second, Admit: 1}
+	return Overload{RetryAfter: time.Second, Admit: 1, MaxShed: 0.5}
 }
 
 // DefaultOutlierDetection returns the default outlier detection: eject after

@@ -161,6 +161,9 @@ func (v *validator) overload(op string, o Overload) {
 	if a := o.Admit; !(a > 0 && a <= 1) {
 		v.p.add(op+".admit", fmt.Sprintf("must be in (0, 1], got %v", a))
 	}
+	if m := o.MaxShed; !(m > 0 && m <= 1) {
+		v.p.add(op+".max_shed", fmt.Sprintf("must be in (0, 1], got %v", m))
+	}
 }
 
 // outlierDetection checks an outlier detection section.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillway-lb/spillway/internal/gfe/status"
 	"github.com/spillway-lb/spillway/internal/proc"
 	"github.com/spillway-lb/spillway/internal/testkit"
 	"github.com/spillway-lb/spillway/internal/topology"
@@ -174,64 +175,96 @@ func TestUpgradeSkew(t *testing.T) {
 	}
 }
 
-// checkNewPolicySkew switches the service to a policy no previous release
-// knows (envoy_priority) and checks that no gfe is stranded: every one
-// ACKs and serves, none lags, and the control plane names, for each gfe of
-// a previous release, the value it left out of that gfe's snapshot (it
-// keeps running the default, waterfall), though that snapshot did not
-// change; this tree's gfe gets it all. The config base comes back
-// afterwards.
+// newPolicies are the policies no previous release knows, each with what a
+// gfe of a previous release runs in its place (config's negotiated values):
+// envoy_priority is left out (the default, waterfall, as before), prequal
+// is sent as its nearest known policy, least_request.
+var newPolicies = []struct {
+	policy, oldRuns string
+	// section is a service block that comes with the policy ("" none); a
+	// previous release reads it as a field it does not know and drops it.
+	section string
+	dropped []string
+}{
+	{"envoy_priority", "waterfall", "", []string{"services[0].policy=envoy_priority"}},
+	{"prequal", "least_request", "    prequal: {probe_rate: 20}\n", []string{"services[0].policy=prequal", "services[0].prequal"}},
+}
+
+// checkNewPolicySkew switches the service, in turn, to each policy no
+// previous release knows (newPolicies) and checks that no gfe is stranded:
+// every one ACKs and serves, none lags, each gfe of a previous release runs
+// the policy negotiated in its place (on its /status) and the control plane
+// names the values it left out of that gfe's snapshot; this tree's gfe gets
+// it all and runs the new policy. A previous release keeps its snapshot
+// version when what it is sent did not change (envoy_priority: the default
+// it already ran) and gets a new one when it did (prequal: least_request).
+// The config base comes back after each.
 func checkNewPolicySkew(t *testing.T, c *topology.Cluster, cp string, base []byte) {
 	t.Helper()
-	edited := strings.Replace(string(base), "    policy: waterfall\n", "    policy: envoy_priority\n", 1)
-	if edited == string(base) {
-		t.Fatal("config fixture changed: no policy: waterfall to replace")
-	}
-	before := map[string]string{}
-	st := cpStatus(t, cp)
-	for _, gf := range c.GFEs {
-		before[gf.Name] = st.gfe(t, gf.Name).Acked
-	}
-	if err := os.WriteFile(c.ConfigPath, []byte(edited), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	newest := c.GFEs[len(c.GFEs)-1].Name
-	err := topology.WaitFor(context.Background(), 20*time.Second, func() (bool, error) {
+	for _, np := range newPolicies {
+		edited := strings.Replace(string(base), "    policy: waterfall\n", "    policy: "+np.policy+"\n"+np.section, 1)
+		if edited == string(base) {
+			t.Fatal("config fixture changed: no policy: waterfall to replace")
+		}
+		before := map[string]string{}
 		st := cpStatus(t, cp)
-		if len(st.LaggingGFEs) != 0 {
-			return false, fmt.Errorf("lagging_gfes %v", st.LaggingGFEs)
+		for _, gf := range c.GFEs {
+			before[gf.Name] = st.gfe(t, gf.Name).Acked
+		}
+		if err := os.WriteFile(c.ConfigPath, []byte(edited), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		oldMoves := np.oldRuns != "waterfall"
+		err := topology.WaitFor(context.Background(), 20*time.Second, func() (bool, error) {
+			st := cpStatus(t, cp)
+			if len(st.LaggingGFEs) != 0 {
+				return false, fmt.Errorf("lagging_gfes %v", st.LaggingGFEs)
+			}
+			for _, gf := range c.GFEs {
+				g := st.gfe(t, gf.Name)
+				want, moved, runs := np.dropped, oldMoves, np.oldRuns
+				if gf.Name == newest {
+					want, moved, runs = nil, true, np.policy
+				}
+				if (g.Acked != before[gf.Name]) != moved || g.Acked != g.Pushed || !slices.Equal(g.Dropped, want) {
+					return false, fmt.Errorf("%s: acked %q (before %q), pushed %q, dropped %q; want a new version %v, dropped %q", g.ID, g.Acked, before[gf.Name], g.Pushed, g.Dropped, moved, want)
+				}
+				gs, err := c.Status(context.Background(), gf)
+				if err != nil {
+					return false, err
+				}
+				if len(gs.Services) == 0 || gs.Services[0].Policy != runs {
+					return false, fmt.Errorf("%s runs %v, want %s", gf.Name, servicePolicies(gs), runs)
+				}
+			}
+			return true, nil
+		})
+		if err != nil {
+			t.Fatalf("service under %s: %v", np.policy, err)
 		}
 		for _, gf := range c.GFEs {
-			g := st.gfe(t, gf.Name)
-			// A previous release's form of the snapshot is the one it
-			// had (the service without its policy: waterfall, as
-			// before), so it keeps its version; this tree's gfe gets a
-			// new one.
-			want, moved := []string{"services[0].policy=envoy_priority"}, false
-			if gf.Name == newest {
-				want, moved = nil, true
-			}
-			if (g.Acked != before[gf.Name]) != moved || g.Acked != g.Pushed || !slices.Equal(g.Dropped, want) {
-				return false, fmt.Errorf("%s: acked %q (before %q), pushed %q, dropped %q; want a new version %v, dropped %q", g.ID, g.Acked, before[gf.Name], g.Pushed, g.Dropped, moved, want)
+			for range 10 {
+				if code, _ := skewRequest(t, gf.URL+"/", ""); code != http.StatusOK {
+					t.Errorf("%s under %s: GET / = %d, want 200", gf.Name, np.policy, code)
+				}
 			}
 		}
-		return true, nil
-	})
-	if err != nil {
-		t.Fatalf("service under envoy_priority: %v", err)
-	}
-	for _, gf := range c.GFEs {
-		for range 10 {
-			if code, _ := skewRequest(t, gf.URL+"/", ""); code != http.StatusOK {
-				t.Errorf("%s under envoy_priority: GET / = %d, want 200", gf.Name, code)
-			}
+		t.Logf("%s: every gfe acks and serves; the previous releases' run %s, named on /status", np.policy, np.oldRuns)
+		if err := os.WriteFile(c.ConfigPath, base, 0o644); err != nil {
+			t.Fatal(err)
 		}
+		waitAcked(t, cp, c)
 	}
-	t.Logf("envoy_priority: every gfe acks and serves; the previous releases' run waterfall, named on /status")
-	if err := os.WriteFile(c.ConfigPath, base, 0o644); err != nil {
-		t.Fatal(err)
+}
+
+// servicePolicies lists the policy of each service on a gfe's /status.
+func servicePolicies(st *status.Status) []string {
+	var out []string
+	for _, s := range st.Services {
+		out = append(out, s.Policy)
 	}
-	waitAcked(t, cp, c)
+	return out
 }
 
 // skewConfig is the deployment's config with a listener, a feedback block,

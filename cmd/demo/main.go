@@ -35,8 +35,14 @@ func main() {
 	net := flag.Int("net", 10, "second octet of the deployment's loopback addresses (127.NET.0.0/16)")
 	settle := flag.Duration("settle", 5*time.Second, "time each phase runs before it is measured")
 	measure := flag.Duration("measure", 6*time.Second, "time each phase is measured")
+	phases := flag.String("phases", "", "run only these phases of the story, by number, comma-separated (\"1,4\": steady state and global overload, about 30 s); the quota and autoscaler phases (6, 7) run only when named. Default: all seven")
 	flag.Parse()
-	err := run(*keep, *verbose, *net, *settle, *measure)
+	only, err := demo.ParsePhases(*phases, len(demo.Story())+2)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "demo: --phases:", err)
+		os.Exit(2)
+	}
+	err = run(*keep, *verbose, *net, *settle, *measure, only)
 	switch {
 	case errors.Is(err, errInterrupted):
 		fmt.Fprintln(os.Stderr, "\ndemo: interrupted; every process it started has been stopped")
@@ -51,7 +57,9 @@ func main() {
 // early; the deferred Stop has stopped every process by then.
 var errInterrupted = errors.New("interrupted")
 
-func run(keep, verbose bool, net int, settle, measure time.Duration) error {
+// run runs the story's phases that only names (every phase when nil).
+func run(keep, verbose bool, net int, settle, measure time.Duration, only map[int]bool) error {
+	want := func(i int) bool { return only == nil || only[i] }
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	dir, err := os.MkdirTemp("", "spillway-demo-")
@@ -79,6 +87,9 @@ func run(keep, verbose bool, net int, settle, measure time.Duration) error {
 	story := demo.Story()
 	var checks []error
 	for i, ph := range story {
+		if !want(i + 1) {
+			continue
+		}
 		// The plan is read half way through the measured window.
 		plannedc := make(chan map[string]demo.RegionPlan, 1)
 		go func() {
@@ -102,27 +113,31 @@ func run(keep, verbose bool, net int, settle, measure time.Duration) error {
 			checks = append(checks, demo.CheckOverload(res))
 		}
 	}
-	qs, err := demo.RunQuota(ctx, c, measure)
-	if ctx.Err() != nil {
-		return errInterrupted
+	if want(len(story) + 1) {
+		qs, err := demo.RunQuota(ctx, c, measure)
+		if ctx.Err() != nil {
+			return errInterrupted
+		}
+		if err != nil {
+			return fmt.Errorf("quota phase: %w", err)
+		}
+		demo.PrintQuota(os.Stdout, len(story)+1, len(story)+2, qs, measure)
+		checks = append(checks, demo.CheckQuota(qs))
 	}
-	if err != nil {
-		return fmt.Errorf("quota phase: %w", err)
-	}
-	demo.PrintQuota(os.Stdout, len(story)+1, len(story)+2, qs, measure)
-	checks = append(checks, demo.CheckQuota(qs))
 	if !keep {
 		c.Stop() // the autoscaler phase has a deployment of its own
 	}
-	ws, err := runAutoscale(ctx, dir, tee, net+1, c.Bins)
-	if ctx.Err() != nil {
-		return errInterrupted
+	if want(len(story) + 2) {
+		ws, err := runAutoscale(ctx, dir, tee, net+1, c.Bins)
+		if ctx.Err() != nil {
+			return errInterrupted
+		}
+		if err != nil {
+			return fmt.Errorf("autoscaler phase: %w", err)
+		}
+		demo.PrintAutoscale(os.Stdout, len(story)+2, len(story)+2, ws)
+		checks = append(checks, demo.CheckAutoscale(ws))
 	}
-	if err != nil {
-		return fmt.Errorf("autoscaler phase: %w", err)
-	}
-	demo.PrintAutoscale(os.Stdout, len(story)+2, len(story)+2, ws)
-	checks = append(checks, demo.CheckAutoscale(ws))
 	if err := errors.Join(checks...); err != nil {
 		return err
 	}

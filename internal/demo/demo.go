@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -60,6 +61,23 @@ func Story() []Phase {
 		{Name: "recovery", Demand: map[string]float64{"nyc": 200, "lon": 150, "tokyo": 100},
 			Expect: "traffic returns to each site's nearest region"},
 	}
+}
+
+// ParsePhases parses a --phases value: phase numbers from 1 to n,
+// comma-separated ("1,4"). It returns nil, every phase, for "".
+func ParsePhases(s string, n int) (map[int]bool, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	out := map[int]bool{}
+	for _, f := range strings.Split(s, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || k < 1 || k > n {
+			return nil, fmt.Errorf("%q: want phase numbers from 1 to %d, comma-separated", f, n)
+		}
+		out[k] = true
+	}
+	return out, nil
 }
 
 // SiteResult is what one site's load generator measured in a phase.

@@ -182,3 +182,23 @@ func TestOverloadPhase(t *testing.T) {
 		t.Error("CheckOverload(nothing measured) = nil")
 	}
 }
+
+func TestParsePhases(t *testing.T) {
+	for _, tt := range []struct {
+		in      string
+		want    map[int]bool
+		wantErr bool
+	}{
+		{"", nil, false},
+		{"1,4", map[int]bool{1: true, 4: true}, false},
+		{" 7 ", map[int]bool{7: true}, false},
+		{"0", nil, true},
+		{"8", nil, true},
+		{"1,x", nil, true},
+	} {
+		got, err := ParsePhases(tt.in, 7)
+		if (err != nil) != tt.wantErr || !cmp.Equal(got, tt.want) {
+			t.Errorf("ParsePhases(%q) = %v, %v; want %v (error %v)", tt.in, got, err, tt.want, tt.wantErr)
+		}
+	}
+}

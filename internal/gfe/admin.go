@@ -54,7 +54,7 @@ func (d *Daemon) adminHandler() (http.Handler, error) {
 func backendStatus(scope []routing.Member, now time.Time) map[string][]status.BackendStatus {
 	out := map[string][]status.BackendStatus{}
 	for _, m := range scope {
-		b := status.BackendStatus{Address: m.B.Addr(), InFlight: m.B.InFlight(), MaxConcurrency: m.B.MaxConcurrency(), ACTLimit: m.B.ACTLimit()}
+		b := status.BackendStatus{Address: m.B.Addr(), InFlight: m.B.InFlight(), MaxConcurrency: m.B.MaxConcurrency(), ACTLimit: m.B.ACTLimit(), SoftLimit: m.B.SoftLimit()}
 		b.Ejected = m.Host != nil && m.Host.Ejected(now)
 		b.Demoted = m.Demoted
 		out[m.Group] = append(out[m.Group], b)

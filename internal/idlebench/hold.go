@@ -24,6 +24,9 @@ type HoldConfig struct {
 	Conns int `json:"conns"`
 	// Parallel bounds the dials and requests in flight at once.
 	Parallel int `json:"parallel"`
+	// KeepAlive is the connections' TCP keep-alive idle time, as
+	// net.Dialer.KeepAlive: 0 Go's default (15s), negative none.
+	KeepAlive time.Duration `json:"keepalive,omitempty"`
 }
 
 // HoldReport is a holder's answer: after opening (Opened, Failed) and
@@ -67,7 +70,7 @@ func Hold(stdin io.Reader, stdout io.Writer) error {
 	}()
 	enc := json.NewEncoder(stdout)
 	rep := each(cfg.Conns, cfg.Parallel, func(i int) error {
-		d := net.Dialer{Timeout: 10 * time.Second}
+		d := net.Dialer{Timeout: 10 * time.Second, KeepAlive: cfg.KeepAlive}
 		if len(cfg.Sources) > 0 {
 			d.LocalAddr = &net.TCPAddr{IP: cfg.Sources[i%len(cfg.Sources)].AsSlice()}
 		}

@@ -13,7 +13,11 @@
 // which must be served. The idle connections' cost is the difference:
 // resident set (VmRSS) with them minus without, divided by their number;
 // the Go runtime's heap and stack in use likewise (the gfe's /metrics),
-// which say where the resident set goes.
+// which say where the resident set goes; idle CPU with them minus
+// without. With Options.Rounds the two steady loads run again, the idle
+// connections closed and then opened anew, so that a run gives several
+// ratios of loads a few seconds apart; each load also reports the gfe's
+// GCs and CPU per request and the host's TCP keep-alive probes during it.
 package idlebench
 
 import (
@@ -28,6 +32,8 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -56,11 +62,25 @@ type Options struct {
 	// (default 10s) after a first Warmup (default 3s) that is not counted.
 	Rate         float64
 	Load, Warmup time.Duration
+	// Rounds is how many times the two steady loads run, without and
+	// then with the idle connections (default 1): after the first round
+	// (the whole sequence above) the idle connections close, the load
+	// runs without them, they open anew and it runs beside them, so that
+	// each round's ratio compares two loads a few seconds apart.
+	Rounds int
 	// Window is how long the gfe's idle CPU is measured (default 10s),
 	// Settle how long after a phase before (default 2s).
 	Window, Settle time.Duration
 	// Poller is the gfe's --poller mode (default auto).
 	Poller string
+	// PlanInterval and RTTInterval are the gfe's (topology's defaults,
+	// 250ms each, when zero; the gfe's own are 500ms and 1s): most of
+	// what an idle gfe does is planning and probing at these intervals.
+	PlanInterval, RTTInterval time.Duration
+	// ClientKeepAlive is the idle connections' TCP keep-alive idle time
+	// on the client side (net.Dialer.KeepAlive: 0 Go's default, 15s;
+	// negative none).
+	ClientKeepAlive time.Duration
 	// HeapProfile, when set, is a file that receives the gfe's heap
 	// profile (its --pprof) taken with the idle connections open.
 	HeapProfile string
@@ -68,6 +88,13 @@ type Options struct {
 	// profile (its --pprof) over the steady load beside the idle
 	// connections.
 	CPUProfile string
+	// TraceDir, when set, is a directory that receives the gfe's runtime
+	// traces (its --pprof) of the first TraceSeconds (default 5) of each
+	// phase: idle-without.trace, load-without.trace, idle-with.trace and
+	// load-with.trace (go tool trace -pprof=sched says who waited to run,
+	// -d=parsed what woke).
+	TraceDir     string
+	TraceSeconds int
 	// Log receives progress lines (nil: none), Tee every process's log.
 	Log, Tee io.Writer
 }
@@ -94,6 +121,7 @@ func (o *Options) defaults() {
 	set(&o.Warmup, 3*time.Second)
 	set(&o.Window, 10*time.Second)
 	set(&o.Settle, 2*time.Second)
+	o.Rounds = max(o.Rounds, 1)
 	if o.Poller == "" {
 		o.Poller = "auto"
 	}
@@ -122,6 +150,10 @@ type Result struct {
 
 	IdleCPUWithout float64 `json:"idle_cpu_without_pct"`
 	IdleCPUWith    float64 `json:"idle_cpu_with_pct"`
+	// IdleCPUIncrease is IdleCPUWith - IdleCPUWithout: what the idle
+	// connections cost (the gfe's own background work, planning, gossip,
+	// probes, is the same with or without them; negative within noise).
+	IdleCPUIncrease float64 `json:"idle_cpu_increase_pct"`
 
 	Rate            float64 `json:"active_rate"`
 	P50Without      float64 `json:"active_p50_without_ms"`
@@ -144,6 +176,26 @@ type Result struct {
 	// PollerTurns counts the times the gfe's poller turned on or off
 	// (--poller auto) while the idle connections were open.
 	PollerTurns float64 `json:"gfe_poller_turns"`
+	// Without and With are what the gfe and the host did during each
+	// steady load: what may account for a p99 that differs.
+	Without PhaseCost `json:"without"`
+	With    PhaseCost `json:"with"`
+	// Rounds are the p99s of every round (Options.Rounds; the first is
+	// the one above), MedianRatio the median of their ratios.
+	Rounds      []Round `json:"rounds"`
+	MedianRatio float64 `json:"active_p99_median_ratio"`
+}
+
+// PhaseCost is what one steady load cost besides its latencies.
+type PhaseCost struct {
+	// GCs counts the gfe's garbage collections during the load.
+	GCs float64 `json:"gfe_gcs"`
+	// CPUPerRequest is the gfe's CPU (utime + stime) per request, µs.
+	CPUPerRequest float64 `json:"gfe_cpu_per_request_us"`
+	// KeepAliveProbes counts the TCP keep-alive probes the host's
+	// kernel sent during the load (TcpExt TCPKeepAlive, every process:
+	// the gfe's and the idle clients').
+	KeepAliveProbes int64 `json:"host_keepalive_probes"`
 }
 
 // Spec is the benchmark's deployment: one gfe (site nyc), one control
@@ -151,15 +203,16 @@ type Result struct {
 // away.
 func Spec(o Options) topology.Spec {
 	s := topology.Spec{
-		Net:         o.Net,
-		Regions:     []topology.Region{{Name: "us-east", Zones: []string{"b"}, Instances: 2, Rate: 50000}},
-		Sites:       []topology.Site{{Name: "nyc", RTT: map[string]time.Duration{"us-east": time.Millisecond}}},
-		ServiceTime: 100 * time.Microsecond,
+		Net:          o.Net,
+		Regions:      []topology.Region{{Name: "us-east", Zones: []string{"b"}, Instances: 2, Rate: 50000}},
+		Sites:        []topology.Site{{Name: "nyc", RTT: map[string]time.Duration{"us-east": time.Millisecond}}},
+		ServiceTime:  100 * time.Microsecond,
+		PlanInterval: o.PlanInterval, RTTInterval: o.RTTInterval,
 		// 15,000 connections at 2 descriptors each would pass the budget
 		// of a 20,000-descriptor process (BENCHMARKS.md §8).
 		GFEArgs: []string{"--poller", o.Poller, "--fd-per-http-conn", "1"},
 	}
-	if o.HeapProfile != "" || o.CPUProfile != "" {
+	if o.HeapProfile != "" || o.CPUProfile != "" || o.TraceDir != "" {
 		s.GFEArgs = append(s.GFEArgs, "--pprof")
 	}
 	return s
@@ -201,21 +254,61 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	gf := c.GFEs[0]
 	pid := gf.Proc.Pid()
 	client := c.Client()
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
 	r := &Result{IdleConns: o.Conns, Sources: len(srcs), Poller: o.Poller, Rate: o.Rate}
-	load := func(warmup time.Duration) (*loadgen.Result, error) {
-		return loadgen.Run(ctx, loadgen.Config{
-			URL: gf.URL + "/", Rate: o.Rate, Duration: warmup + o.Load, Warmup: warmup,
+	// trace starts the runtime trace of a phase, if asked for; the
+	// function it returns waits for it.
+	trace := func(name string) func() error {
+		if o.TraceDir == "" {
+			return func() error { return nil }
+		}
+		secs := o.TraceSeconds
+		if secs <= 0 {
+			secs = 5
+		}
+		return during(client, fmt.Sprintf("%s/debug/pprof/trace?seconds=%d", gf.Admin, secs), filepath.Join(o.TraceDir, name+".trace"))
+	}
+	// load runs the steady load (after warmup, not counted) and measures
+	// its costs into pc, traced as name ("": not traced).
+	load := func(warmup time.Duration, pc *PhaseCost, name string) (*loadgen.Result, error) {
+		if warmup > 0 {
+			// The warm-up alone, so that the costs count the load measured.
+			if _, err := loadgen.Run(ctx, loadgen.Config{
+				URL: gf.URL + "/", Rate: o.Rate, Duration: warmup, Sources: []netip.Addr{c.Spec.ClientIP(0)},
+			}); err != nil {
+				return nil, err
+			}
+		}
+		before, err := phaseCounters(client, gf.Admin, pid)
+		if err != nil {
+			return nil, err
+		}
+		traced := func() error { return nil }
+		if name != "" {
+			traced = trace(name)
+		}
+		lr, err := loadgen.Run(ctx, loadgen.Config{
+			URL: gf.URL + "/", Rate: o.Rate, Duration: o.Load,
 			Sources: []netip.Addr{c.Spec.ClientIP(0)},
 		})
+		if err := errors.Join(err, traced()); err != nil {
+			return nil, err
+		}
+		after, err := phaseCounters(client, gf.Admin, pid)
+		if err != nil {
+			return nil, err
+		}
+		*pc = after.cost(before, lr.Sent)
+		return lr, nil
 	}
 
 	fmt.Fprintf(o.Log, "steady load without idle connections: %g req/s, %v (after %v warmup)\n", o.Rate, o.Load, o.Warmup)
-	without, err := load(o.Warmup)
+	without, err := load(o.Warmup, &r.Without, "load-without")
 	if err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(o.Log, "idle CPU without idle connections (%v)\n", o.Window)
-	if r.IdleCPUWithout, err = idleCPU(ctx, pid, o.Settle, o.Window); err != nil {
+	if r.IdleCPUWithout, err = idleCPU(ctx, pid, o.Settle, o.Window, func() func() error { return trace("idle-without") }); err != nil {
 		return nil, err
 	}
 	if r.RSSWithout, err = rssBytes(pid); err != nil {
@@ -227,11 +320,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 
 	fmt.Fprintf(o.Log, "opening %d idle connections from %d addresses\n", o.Conns, len(srcs))
-	h, err := startHolder(o.Holder, HoldConfig{Addr: hostPort(gf.URL), Sources: srcs, Conns: o.Conns, Parallel: 64})
+	hcfg := HoldConfig{Addr: hostPort(gf.URL), Sources: srcs, Conns: o.Conns, Parallel: 64, KeepAlive: o.ClientKeepAlive}
+	h, err := startHolder(o.Holder, hcfg)
 	if err != nil {
 		return nil, err
 	}
-	defer h.stop()
+	defer func() { h.stop() }()
 	first, err := h.report()
 	if err != nil {
 		return nil, err
@@ -241,9 +335,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return r, fmt.Errorf("idlebench: %d of %d idle connections failed their first request (first: %s)", first.Failed, o.Conns, first.Error)
 	}
 	fmt.Fprintf(o.Log, "idle CPU with %d idle connections (%v)\n", o.Conns, o.Window)
-	if r.IdleCPUWith, err = idleCPU(ctx, pid, o.Settle, o.Window); err != nil {
+	if r.IdleCPUWith, err = idleCPU(ctx, pid, o.Settle, o.Window, func() func() error { return trace("idle-with") }); err != nil {
 		return nil, err
 	}
+	r.IdleCPUIncrease = r.IdleCPUWith - r.IdleCPUWithout
 	if r.RSSWith, err = rssBytes(pid); err != nil {
 		return nil, err
 	}
@@ -263,24 +358,15 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	r.GoroutinesPerConn = (g1[goroutines] - g0[goroutines]) / n
 
 	fmt.Fprintf(o.Log, "steady load with %d idle connections: %g req/s, %v\n", o.Conns, o.Rate, o.Load)
-	var cpuProf chan error
+	cpuProf := func() error { return nil }
 	if o.CPUProfile != "" {
-		cpuProf = make(chan error, 1)
 		secs := max(int(o.Load/time.Second), 1)
-		go func() {
-			cpuProf <- saveProfile(client, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", gf.Admin, secs), o.CPUProfile)
-		}()
+		cpuProf = during(client, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", gf.Admin, secs), o.CPUProfile)
 	}
-	with, err := load(0)
-	if err != nil {
+	with, err := load(0, &r.With, "load-with")
+	if err := errors.Join(err, cpuProf()); err != nil {
 		return nil, err
 	}
-	if cpuProf != nil {
-		if err := <-cpuProf; err != nil {
-			return nil, err
-		}
-	}
-	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
 	r.P50Without, r.P99Without = ms(without.Percentile(50)), ms(without.Percentile(99))
 	r.P50With, r.P99With = ms(with.Percentile(50)), ms(with.Percentile(99))
 	if r.P99Without > 0 {
@@ -315,7 +401,82 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if again.Failed > 0 && r.HolderFirstFail == "" {
 		r.HolderFirstFail = again.Error
 	}
+
+	// More rounds of the same two loads, side by side: the idle
+	// connections closed, the load without them, then opened anew, and
+	// the load with them.
+	r.Rounds = []Round{{P99Without: r.P99Without, P99With: r.P99With, Ratio: r.P99Ratio}}
+	for i := 1; i < o.Rounds; i++ {
+		h.stop()
+		if err := sleep(ctx, o.Settle); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(o.Log, "round %d: steady load without idle connections\n", i+1)
+		var rd Round
+		lw, err := load(0, &rd.Without, "")
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(o.Log, "round %d: opening %d idle connections, steady load with them\n", i+1, o.Conns)
+		if h, err = startHolder(o.Holder, hcfg); err != nil {
+			return nil, err
+		}
+		rep, err := h.report()
+		if err != nil {
+			return nil, err
+		}
+		if rep.Failed > 0 {
+			return r, fmt.Errorf("idlebench: round %d: %d of %d idle connections failed their first request (first: %s)", i+1, rep.Failed, o.Conns, rep.Error)
+		}
+		if err := sleep(ctx, o.Settle); err != nil {
+			return nil, err
+		}
+		lx, err := load(0, &rd.With, "")
+		if err != nil {
+			return nil, err
+		}
+		rd.P99Without, rd.P99With = ms(lw.Percentile(99)), ms(lx.Percentile(99))
+		if rd.P99Without > 0 {
+			rd.Ratio = rd.P99With / rd.P99Without
+		}
+		r.Rounds = append(r.Rounds, rd)
+	}
+	r.MedianRatio = medianRatio(r.Rounds)
 	return r, nil
+}
+
+// Round is one pair of steady loads, without and with the idle
+// connections, run one after the other (Options.Rounds).
+type Round struct {
+	P99Without float64 `json:"p99_without_ms"`
+	P99With    float64 `json:"p99_with_ms"`
+	Ratio      float64 `json:"ratio"`
+	// Without and With are the two loads' costs (the first round's are
+	// Result.Without and Result.With).
+	Without PhaseCost `json:"without"`
+	With    PhaseCost `json:"with"`
+}
+
+// medianRatio returns the median of the rounds' p99 ratios.
+func medianRatio(rs []Round) float64 {
+	x := make([]float64, len(rs))
+	for i, rd := range rs {
+		x[i] = rd.Ratio
+	}
+	return median(x)
+}
+
+// median returns the median of x (0 when empty), sorting x.
+func median(x []float64) float64 {
+	n := len(x)
+	if n == 0 {
+		return 0
+	}
+	slices.Sort(x)
+	if n%2 == 0 {
+		return (x[n/2-1] + x[n/2]) / 2
+	}
+	return x[n/2]
 }
 
 // The gfe's metrics Run reads.
@@ -326,6 +487,7 @@ const (
 	refused    = "spillway_gfe_listener_refused_total"
 	reclaimed  = "spillway_gfe_listener_idle_reclaimed_total"
 	turns      = "spillway_gfe_poller_turns_total"
+	gcs        = "go_gc_duration_seconds_count"
 )
 
 var (
@@ -341,11 +503,13 @@ func addErr(r *Result, kind string, n int64) {
 }
 
 // idleCPU waits settle, then returns the CPU process pid uses over
-// window, in percent of one core.
-func idleCPU(ctx context.Context, pid int, settle, window time.Duration) (float64, error) {
+// window, in percent of one core. It calls start as the window starts and
+// the function start returns as it ends.
+func idleCPU(ctx context.Context, pid int, settle, window time.Duration, start func() func() error) (float64, error) {
 	if err := sleep(ctx, settle); err != nil {
 		return 0, err
 	}
+	end := start()
 	c0, err := cpuTime(pid)
 	if err != nil {
 		return 0, err
@@ -358,6 +522,9 @@ func idleCPU(ctx context.Context, pid int, settle, window time.Duration) (float6
 	if err != nil {
 		return 0, err
 	}
+	if err := end(); err != nil {
+		return 0, err
+	}
 	return 100 * float64(c1-c0) / float64(time.Since(t0)), nil
 }
 
@@ -368,6 +535,14 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-time.After(d):
 		return nil
 	}
+}
+
+// during starts saving what url answers to file (a profile or trace over
+// some seconds) and returns a function that waits until it is saved.
+func during(client *http.Client, url, file string) func() error {
+	done := make(chan error, 1)
+	go func() { done <- saveProfile(client, url, file) }()
+	return func() error { return <-done }
 }
 
 // saveProfile writes what url answers to file.
@@ -470,9 +645,21 @@ func WriteTable(w io.Writer, r *Result) {
 		r.IdleConns, r.Sources, r.Poller, r.Opened, r.ServedAfterIdle)
 	fmt.Fprintf(w, "  gfe RSS:      %.1f MiB without, %.1f MiB with: %s per idle connection (Go heap %s, stacks %s, %.2f goroutines)\n",
 		float64(r.RSSWithout)/(1<<20), float64(r.RSSWith)/(1<<20), kib(r.RSSPerIdleConn), kib(r.HeapPerIdleConn), kib(r.StackPerIdleConn), r.GoroutinesPerConn)
-	fmt.Fprintf(w, "  gfe idle CPU: %.2f%% of a core without, %.2f%% with\n", r.IdleCPUWithout, r.IdleCPUWith)
+	fmt.Fprintf(w, "  gfe idle CPU: %.2f%% of a core without, %.2f%% with: %+.2f%% for the idle connections\n", r.IdleCPUWithout, r.IdleCPUWith, r.IdleCPUIncrease)
 	fmt.Fprintf(w, "  steady load %g req/s: p50 %.2f ms, p99 %.2f ms without; p50 %.2f ms, p99 %.2f ms with (p99 ×%.2f); failed %d / %d of %d\n",
 		r.Rate, r.P50Without, r.P99Without, r.P50With, r.P99With, r.P99Ratio, r.FailedWithout, r.FailedWith, r.ActiveSentEach)
+	for _, p := range []struct {
+		name string
+		c    PhaseCost
+	}{{"without", r.Without}, {"with", r.With}} {
+		fmt.Fprintf(w, "  steady load %s: gfe %.0f µs CPU per request, %.0f GCs; host %d TCP keep-alive probes\n", p.name, p.c.CPUPerRequest, p.c.GCs, p.c.KeepAliveProbes)
+	}
+	if len(r.Rounds) > 1 {
+		for i, rd := range r.Rounds {
+			fmt.Fprintf(w, "  round %d: p99 %.2f ms without, %.2f ms with (×%.2f)\n", i+1, rd.P99Without, rd.P99With, rd.Ratio)
+		}
+		fmt.Fprintf(w, "  median p99 ratio of %d rounds: ×%.2f\n", len(r.Rounds), r.MedianRatio)
+	}
 	fmt.Fprintf(w, "  the gfe's poller turned on or off %.0f times with the idle connections open\n", r.PollerTurns)
 	if len(r.ActiveErrors) > 0 {
 		fmt.Fprintf(w, "  steady load failures: %v\n", r.ActiveErrors)

@@ -2,6 +2,8 @@ package idlebench
 
 import (
 	"context"
+	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -59,6 +61,47 @@ func TestIdleConnectionsHeld(t *testing.T) {
 	}
 }
 
+// TestTwinRoles: the twin measurement runs a control round with no idle
+// connections, then gives them to gfe 0 and gfe 1 in turn, and every
+// round has both gfes' p99, their ratio, the idle CPU increase of the one
+// holding them over the other (gfe 0's over gfe 1's in the control), and
+// no failed request (400 connections on real gfes; the p99 figures
+// themselves are cmd/idlebench --twin's, BENCHMARKS.md §8).
+func TestTwinRoles(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := RunTwin(ctx, Options{
+		Dir: t.TempDir(), Bins: bins, Holder: bins["idlebench"], Net: 175,
+		Conns: 400, PerSource: 100, Rate: 100, Load: time.Second, Warmup: 500 * time.Millisecond,
+		Window: 500 * time.Millisecond, Settle: 300 * time.Millisecond, Rounds: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", *r)
+	if len(r.Rounds) != 3 {
+		t.Fatalf("%d rounds, want 3 (the control and 2)", len(r.Rounds))
+	}
+	for i, rd := range r.Rounds {
+		if want := i - 1; rd.Idle != want {
+			t.Errorf("round %d: idle connections on gfe %d, want %d", i, rd.Idle, want)
+		}
+		if rd.P99[0] <= 0 || rd.P99[1] <= 0 || rd.Ratio <= 0 {
+			t.Errorf("round %d: p99 %v, ratio %v; want both measured", i, rd.P99, rd.Ratio)
+		}
+		if rd.Failed != [2]int64{} {
+			t.Errorf("round %d: failed %v (%v), want none", i, rd.Failed, rd.Errors)
+		}
+		g := max(rd.Idle, 0)
+		if want := rd.IdleCPU[g] - rd.IdleCPU[1-g]; rd.IdleCPU[0] < 0 || rd.IdleCPU[1] < 0 || math.Abs(rd.IdleCPUIncrease-want) > 1e-9 {
+			t.Errorf("round %d: idle CPU %v, increase %v; want both ≥ 0 and an increase of %v", i, rd.IdleCPU, rd.IdleCPUIncrease, want)
+		}
+	}
+	if r.MedianRatio <= 0 || r.ControlRatio <= 0 {
+		t.Errorf("median ratio %v, control %v; want both measured", r.MedianRatio, r.ControlRatio)
+	}
+}
+
 // TestParseStat: utime + stime come from fields 14 and 15, counted after
 // the command name, which may hold spaces and parentheses.
 func TestParseStat(t *testing.T) {
@@ -77,5 +120,47 @@ func TestParseStat(t *testing.T) {
 	}
 	if _, err := parseStat([]byte("1 (x) S 1")); err == nil {
 		t.Error("parseStat of a short line: no error")
+	}
+}
+
+// TestParseNetstat: a field of /proc/net/netstat is found by its section
+// and name (a line of names, then one of values); a missing one is an
+// error.
+func TestParseNetstat(t *testing.T) {
+	const text = "TcpExt: SyncookiesSent TCPKeepAlive DelayedACKs\nTcpExt: 0 35640 12\nIpExt: InNoRoutes TCPKeepAlive\nIpExt: 1 7\n"
+	tests := []struct {
+		prefix, name string
+		want         int64
+		ok           bool
+	}{
+		{"TcpExt:", "TCPKeepAlive", 35640, true},
+		{"TcpExt:", "DelayedACKs", 12, true},
+		{"IpExt:", "TCPKeepAlive", 7, true},
+		{"TcpExt:", "NoSuch", 0, false},
+		{"MPTcpExt:", "TCPKeepAlive", 0, false},
+	}
+	for _, tt := range tests {
+		got, err := parseNetstat([]byte(text), tt.prefix, tt.name)
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("parseNetstat(%s %s) = %d, %v; want %d (ok %v)", tt.prefix, tt.name, got, err, tt.want, tt.ok)
+		}
+	}
+}
+
+// TestMedian: the median of the rounds' ratios, odd and even counts.
+func TestMedian(t *testing.T) {
+	tests := []struct {
+		x    []float64
+		want float64
+	}{
+		{nil, 0},
+		{[]float64{1.3}, 1.3},
+		{[]float64{1.64, 1.0, 1.02}, 1.02},
+		{[]float64{1.64, 1.0, 1.02, 0.9}, 1.01},
+	}
+	for _, tt := range tests {
+		if got := median(slices.Clone(tt.x)); math.Abs(got-tt.want) > 1e-9 {
+			t.Errorf("median(%v) = %v, want %v", tt.x, got, tt.want)
+		}
 	}
 }

@@ -114,3 +114,65 @@ func scrape(client *http.Client, admin string, names ...string) (map[string]floa
 	}
 	return got, nil
 }
+
+// counters are what phaseCounters reads before and after a steady load.
+type counters struct {
+	gcs    float64
+	cpu    time.Duration
+	probes int64
+}
+
+// phaseCounters reads the gfe's GC count (its /metrics at admin), its
+// CPU time (process pid) and the host's TCP keep-alive probes.
+func phaseCounters(client *http.Client, admin string, pid int) (counters, error) {
+	m, err := scrape(client, admin, gcs)
+	if err != nil {
+		return counters{}, err
+	}
+	cpu, err := cpuTime(pid)
+	if err != nil {
+		return counters{}, err
+	}
+	probes, err := keepAliveProbes()
+	if err != nil {
+		return counters{}, err
+	}
+	return counters{gcs: m[gcs], cpu: cpu, probes: probes}, nil
+}
+
+// cost is what happened between b and c, over sent requests.
+func (c counters) cost(b counters, sent int64) PhaseCost {
+	pc := PhaseCost{GCs: c.gcs - b.gcs, KeepAliveProbes: c.probes - b.probes}
+	if sent > 0 {
+		pc.CPUPerRequest = float64(c.cpu-b.cpu) / float64(time.Microsecond) / float64(sent)
+	}
+	return pc
+}
+
+// keepAliveProbes returns the TCP keep-alive probes the host's kernel has
+// sent (TcpExt TCPKeepAlive of /proc/net/netstat).
+func keepAliveProbes() (int64, error) {
+	b, err := os.ReadFile("/proc/net/netstat")
+	if err != nil {
+		return 0, fmt.Errorf("keep-alive probes: %w", err)
+	}
+	return parseNetstat(b, "TcpExt:", "TCPKeepAlive")
+}
+
+// parseNetstat returns field name of the section whose lines start with
+// prefix in /proc/net/netstat text b (a line of names, then one of values).
+func parseNetstat(b []byte, prefix, name string) (int64, error) {
+	lines := strings.Split(string(b), "\n")
+	for i := 0; i+1 < len(lines); i++ {
+		names, values := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+		if len(names) == 0 || names[0] != prefix || len(values) != len(names) || values[0] != prefix {
+			continue
+		}
+		for j, n := range names {
+			if n == name {
+				return strconv.ParseInt(values[j], 10, 64)
+			}
+		}
+	}
+	return 0, fmt.Errorf("/proc/net/netstat: no %s %s", prefix, name)
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/spillway-lb/spillway/internal/benchpolicy"
@@ -134,6 +135,14 @@ type SitePhase struct {
 	Sent   int64            `json:"sent"`
 	OK     int64            `json:"ok"`
 	Routed map[string]int64 `json:"routed"`
+	// P99Ms is the p99 latency of the site's served (2xx) requests of the
+	// phase, ms (nearest rank).
+	P99Ms float64 `json:"p99_ms"`
+	// Backends holds the site's routed requests by answering instance
+	// ("region/instance"), and Failures its requests not answered 2xx by
+	// status ("0": no answer).
+	Backends map[string]int64 `json:"backends,omitempty"`
+	Failures map[string]int64 `json:"failures,omitempty"`
 }
 
 // table holds what every row is computed against: the deployment, the
@@ -270,7 +279,7 @@ func (t *table) newTally() *rowTally {
 		tl.phases[i].Name = t.phases[i].Name
 		tl.phases[i].LoadRPS = map[string]float64{}
 		for _, s := range t.sites {
-			tl.phases[i].Sites = append(tl.phases[i].Sites, SitePhase{Site: s, Routed: map[string]int64{}})
+			tl.phases[i].Sites = append(tl.phases[i].Sites, SitePhase{Site: s, Routed: map[string]int64{}, Backends: map[string]int64{}, Failures: map[string]int64{}})
 		}
 	}
 	return tl
@@ -314,9 +323,13 @@ func (tl *rowTally) add(i int, r *Request) error {
 		ph.Sites[si].OK++
 	} else {
 		ph.Failed++
+		ph.Sites[si].Failures[strconv.Itoa(r.Status)]++
 	}
 	if r.Region != "" {
 		ph.Sites[si].Routed[r.Region]++
+		if r.Backend != "" {
+			ph.Sites[si].Backends[r.Region+"/"+r.Backend]++
+		}
 	}
 	return nil
 }
@@ -360,6 +373,7 @@ type rowSums struct {
 	cross                 int64 // routed outside the site's nearest region
 	// Per phase.
 	phaseLat                           [][]float64
+	sitePhaseLat                       [][][]float64 // by phase, then site (table.sites)
 	phaseOver, phaseCross, phaseRouted []int64
 	// The distinct client addresses and address:port pairs.
 	sources map[netip.Addr]bool
@@ -372,9 +386,12 @@ type rowSums struct {
 func (tl *rowTally) sum(row *Row, reqs []Request, over map[windowKey]bool) *rowSums {
 	np := len(tl.phases)
 	s := &rowSums{
-		lat: make([]float64, 0, len(reqs)), phaseLat: make([][]float64, np),
+		lat: make([]float64, 0, len(reqs)), phaseLat: make([][]float64, np), sitePhaseLat: make([][][]float64, np),
 		phaseOver: make([]int64, np), phaseCross: make([]int64, np), phaseRouted: make([]int64, np),
 		sources: map[netip.Addr]bool{}, ports: map[netip.AddrPort]bool{},
+	}
+	for i := range s.sitePhaseLat {
+		s.sitePhaseLat[i] = make([][]float64, len(tl.t.sites))
 	}
 	for i := range reqs {
 		r := &reqs[i]
@@ -394,6 +411,8 @@ func (tl *rowTally) sum(row *Row, reqs []Request, over map[windowKey]bool) *rowS
 		}
 		row.OK++
 		s.addServed(r, r.Backend != "" && over[windowKey{r.Region + "/" + r.Backend, tl.window(r)}])
+		si := tl.siteIdx[r.Site]
+		s.sitePhaseLat[r.Phase][si] = append(s.sitePhaseLat[r.Phase][si], float64(r.Latency)/float64(time.Millisecond))
 	}
 	return s
 }
@@ -452,7 +471,12 @@ func (t *table) finishPhases(phases []PhaseRow, s *rowSums) {
 		ph.P99Ms = quantile.Of(s.phaseLat[i], 0.99)
 		ph.OverCapacity = ratio(float64(s.phaseOver[i]), float64(ph.OK))
 		ph.CrossRegion = ratio(float64(s.phaseCross[i]), float64(s.phaseRouted[i]))
-		for _, site := range ph.Sites {
+		for si := range ph.Sites {
+			site := &ph.Sites[si]
+			if si < len(s.sitePhaseLat[i]) {
+				slices.Sort(s.sitePhaseLat[i][si])
+				site.P99Ms = quantile.Of(s.sitePhaseLat[i][si], 0.99)
+			}
 			for region, n := range site.Routed {
 				ph.LoadRPS[region] += float64(n) / t.phases[i].Duration.Seconds()
 			}

@@ -56,7 +56,8 @@ func concat(parts ...[]Request) []Request {
 func ptr(v float64) *float64 { return &v }
 
 // TestRow checks every number of a row against a synthetic run worked out
-// by hand (see the comments), in two phases: "steady" (2 s, 5 req/s from
+// by hand (see the comments), each site's p99, instances and failures per
+// phase included, in two phases: "steady" (2 s, 5 req/s from
 // each site, LP mean RTT 10 ms) and "flash" (1 s, s1 at 15 req/s: the LP
 // puts 10 in a and 5 in b at 50 ms, s2's 5 in b: mean (100+250+50)/20 = 20
 // ms).
@@ -107,7 +108,10 @@ func TestRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Served latencies: 20×10, 8×20, 12×30, 4×60 ms (44): sum 960; p50 is
-	// the 22nd (20), p99 the 44th (60).
+	// the 22nd (20), p99 the 44th (60). Per site and phase: steady s1 20
+	// served at 10 ms and a 503 from a-1 (21 routed there); s2 3 at 20 ms,
+	// a gfe 502 and a transport error (status 0); flash s1 12 at 30 and 4
+	// at 60 ms (p99 the 16th: 60), s2 5 at 20.
 	// Over capacity: a-1 in windows 0 (11 served) and 2 (12 served).
 	// Excess: (11−10) + (12−10) = 3 of 49 requests.
 	// RTT: 33 to a from s1 at 10, 8 to b from s2 at 10, 4 to b from s1 at
@@ -124,16 +128,20 @@ func TestRow(t *testing.T) {
 			{
 				Name: "steady", Sent: 26, OK: 23, Failed: 3, P99Ms: 20, OverCapacity: 11.0 / 23, CrossRegion: 0,
 				Sites: []SitePhase{
-					{Site: "s1", Sent: 21, OK: 20, Routed: map[string]int64{"a": 21}},
-					{Site: "s2", Sent: 5, OK: 3, Routed: map[string]int64{"b": 3}},
+					{Site: "s1", Sent: 21, OK: 20, Routed: map[string]int64{"a": 21}, P99Ms: 10,
+						Backends: map[string]int64{"a/a-1": 21}, Failures: map[string]int64{"503": 1}},
+					{Site: "s2", Sent: 5, OK: 3, Routed: map[string]int64{"b": 3}, P99Ms: 20,
+						Backends: map[string]int64{"b/b-1": 3}, Failures: map[string]int64{"502": 1, "0": 1}},
 				},
 				LoadRPS: map[string]float64{"a": 10.5, "b": 1.5},
 			},
 			{
 				Name: "flash", Sent: 21, OK: 21, P99Ms: 60, OverCapacity: 12.0 / 21, CrossRegion: 4.0 / 21,
 				Sites: []SitePhase{
-					{Site: "s1", Sent: 16, OK: 16, Routed: map[string]int64{"a": 12, "b": 4}},
-					{Site: "s2", Sent: 5, OK: 5, Routed: map[string]int64{"b": 5}},
+					{Site: "s1", Sent: 16, OK: 16, Routed: map[string]int64{"a": 12, "b": 4}, P99Ms: 60,
+						Backends: map[string]int64{"a/a-1": 12, "b/b-1": 4}, Failures: map[string]int64{}},
+					{Site: "s2", Sent: 5, OK: 5, Routed: map[string]int64{"b": 5}, P99Ms: 20,
+						Backends: map[string]int64{"b/b-1": 5}, Failures: map[string]int64{}},
 				},
 				LoadRPS: map[string]float64{"a": 12, "b": 9},
 			},

@@ -241,13 +241,22 @@ func (b *Builder) buildService(in Input, sc *config.Service, sigs map[*backend.B
 	}
 	if overloaded(svc.world) {
 		// Shrinking cannot make room when every region is full: plan the
-		// uniform overload of rule 6 on the configured capacities, and
-		// let no soft limit move requests away from it.
+		// uniform overload of rule 6 on the configured capacities. Only
+		// when the demand exceeds them too (global overload, rule 6) does
+		// no soft limit move requests away from it; below that the
+		// shrunk world is full only on paper, and the soft limits keep
+		// the requests a slowed instance cannot take off its queue
+		// (rule 3: never past an instance's limit; rule 4: the overflow
+		// spills to the next region with room).
 		factor = nil
 		svc.world = BuildWorld(in.Fleet, sc, in.Peers, in.Self, nil)
 		planWorld, svc.herd = svc.world, nil
-		b.clearSoftLimits(in, sc)
 		svc.capacity = b.capacities(sc, svc.world, own, factor)
+		if beyondDeclared(svc.world, sc.TargetUtilization) {
+			b.clearSoftLimits(in, sc)
+		} else {
+			b.setSoftLimits(in, sc, svc.capacity)
+		}
 	} else {
 		svc.capacity = b.capacities(sc, svc.world, own, factor)
 		b.setSoftLimits(in, sc, svc.capacity)

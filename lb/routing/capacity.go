@@ -228,6 +228,26 @@ func overloaded(w waterfall.World) bool {
 	return demand > capacity
 }
 
+// beyondDeclared reports whether w's sites demand more than its groups'
+// declared capacity in total, w being planned without factors at target
+// utilization target (each group's Capacity is declared × target): global
+// overload, in which soft limits are off (see "Overflow at pick time").
+func beyondDeclared(w waterfall.World, target float64) bool {
+	var demand, capacity float64
+	for _, s := range w.Sites {
+		demand += s.Demand
+	}
+	for _, r := range w.Regions {
+		for _, g := range r.Groups {
+			capacity += g.Capacity
+		}
+	}
+	if target > 0 {
+		capacity /= target
+	}
+	return demand > capacity
+}
+
 // factorOf returns group's factor in m, 1 when it has none.
 func factorOf(m map[string]float64, group string) float64 {
 	if f, ok := m[group]; ok {
@@ -295,10 +315,15 @@ func (b *Builder) Factors() map[string]map[string]float64 {
 // serve first picks only; session affinity and retries keep to the plan
 // row (but for a retry after an unreachable backend, which may leave it:
 // Service.RetryPick). A group without a baseline yet has no soft limit, and no instance
-// has one while the service is in global overload (rule 6 spreads the
-// overload as the plan says; a soft limit would move it to far regions,
-// whose longer round trip leaves more requests in flight). A soft limit
-// never refuses a request (waterfall.Picker.Pick).
+// has one while the service is in global overload, its demand above the
+// declared capacity of every group (rule 6 spreads the overload as the
+// plan says; a soft limit would move it to far regions, whose longer
+// round trip leaves more requests in flight). Soft limits stay on when
+// only the shrunk capacities are short of the demand (the plan then runs
+// on the declared ones): slowed instances shrink their groups' factors
+// well within the declared capacity, and without a soft limit their
+// planned share would queue on them (the uneven story, BENCHMARKS §3). A
+// soft limit never refuses a request (waterfall.Picker.Pick).
 
 // minSoftLimit is the lowest soft limit: an instance always takes a few
 // requests at once from each gfe, so that a busy gfe's own scheduling

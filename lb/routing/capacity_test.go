@@ -189,3 +189,72 @@ func TestPlannedPicksAreSmooth(t *testing.T) {
 		t.Errorf("%d of 1000 picks to us-east, want 700 ± 5", total)
 	}
 }
+
+// TestSoftLimitsStayOnBelowDeclared: a peer gossips west's factor at 0.1,
+// so the shrunk world (us-east 190 + eu-west 28.5 req/s) is short of the
+// 300 req/s nyc demands, while the declared capacity (475 planned, 500
+// declared) holds it. The plan falls back to the declared capacities, and
+// the soft limits stay on (⌈100 × 0.065⌉ = 7 per us-east instance), so a
+// burst of 60 held picks puts only 14 on us-east and overflows the rest to
+// eu-west instead of queueing them; they
+// stay on at 480 req/s (above the 475 planned, below the 500 declared) and
+// go off only in global overload, at 600.
+func TestSoftLimitsStayOnBelowDeclared(t *testing.T) {
+	east := []string{"127.0.0.1:1", "127.0.0.1:2"}
+	west := []string{"127.0.0.1:3", "127.0.0.1:4", "127.0.0.1:5"}
+	p := gfetest.NewPlanner(gfetest.Rand())
+	p.Apply(snapshot.FromConfig("v1", gfetest.TwoRegionConfig(t, "waterfall", east, west, 100)))
+	p.Step()
+	for _, a := range east {
+		for range 10 {
+			p.Builder.Backend(a).Observe(backend.OutcomeOK, 25*time.Millisecond)
+		}
+	}
+	for range 3 { // judge the sample, then set limits from its baseline
+		p.Clock.Advance(250 * time.Millisecond)
+		p.Step()
+	}
+	for _, tc := range []struct {
+		demand float64
+		want   int64
+	}{{300, 7}, {480, 7}, {600, 0}} {
+		p.SetPeer(routing.Peer{Node: "gfe-nyc-2", Site: "nyc", Demand: map[string]float64{"web": tc.demand},
+			RTT: map[string]float64{"us-east": 5, "eu-west": 80}, Capacity: map[string]map[string]float64{"web": {"west": 0.1}}})
+		p.Clock.Advance(250 * time.Millisecond)
+		p.Step()
+		svc := p.Table().Services["web"]
+		for _, g := range svc.Capacity() {
+			if g.Factor != 1 {
+				t.Fatalf("demand %v: group %s planned at factor %v, want the declared capacity (factor 1)", tc.demand, g.Group, g.Factor)
+			}
+		}
+		for _, a := range east {
+			if got := p.Builder.Backend(a).SoftLimit(); got != tc.want {
+				t.Errorf("demand %v: soft limit of %s = %d, want %d", tc.demand, a, got, tc.want)
+			}
+		}
+		if tc.want == 0 {
+			continue
+		}
+		// 60 picks held at once: us-east, 63% of nyc's row, takes no
+		// more than its two soft limits' 14, and the rest overflows.
+		var held []routing.Pick
+		inEast := 0
+		for range 60 {
+			pk, err := svc.Pick(0, routing.Flow{})
+			if err != nil {
+				t.Fatalf("demand %v: pick: %v", tc.demand, err)
+			}
+			if pk.Region == "us-east" {
+				inEast++
+			}
+			held = append(held, pk)
+		}
+		if inEast != 2*int(tc.want) {
+			t.Errorf("demand %v: us-east holds %d of 60 picks, want its soft limits' %d", tc.demand, inEast, 2*tc.want)
+		}
+		for _, h := range held {
+			h.Done()
+		}
+	}
+}

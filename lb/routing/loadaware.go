@@ -89,7 +89,7 @@ func shedRule(sc *config.Service, plan *waterfall.Plan) shed.Rule {
 		return shed.Rule{}
 	}
 	cfg := shed.DefaultConfig()
-	cfg.Admit = sc.Overload.Admit
+	cfg.Admit, cfg.MaxFraction = sc.Overload.Admit, sc.Overload.MaxShed
 	return cfg.FromPlan(plan)
 }
 

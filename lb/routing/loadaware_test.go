@@ -231,11 +231,12 @@ func TestLoadAwarePickDoesNotAllocate(t *testing.T) {
 }
 
 // TestShedLyingPeerBounded plays a certified gfe that gossips a huge
-// demand for its site while overload shedding is on: the plan believes it
+// demand for its site while overload shedding is on. The plan believes it
 // only within Bounds (at most MaxDemand × the declared capacity, rising by
-// MaxDemandRise of it per second), so the fraction an honest gfe refuses
-// grows to 1 − capacity/(honest + the bound) and no further. Without
-// Bounds the same lie makes the honest gfe refuse almost everything.
+// MaxDemandRise of it per second), so the fraction an honest gfe would
+// refuse grows to 1 − capacity/(honest + the bound), 68% here, and
+// without Bounds to almost everything; overload.max_shed (default 0.5)
+// caps what the lie can make it refuse at half of its arrivals either way.
 func TestShedLyingPeerBounded(t *testing.T) {
 	addrs := []string{"127.0.0.1:1", "127.0.0.1:2"}
 	const (
@@ -245,16 +246,19 @@ func TestShedLyingPeerBounded(t *testing.T) {
 	)
 	liar := routing.Peer{Node: "gfe-lon", Site: "lon", RTT: map[string]float64{"r1": 5}, Demand: map[string]float64{"web": 1e12}}
 	for _, tt := range []struct {
-		name   string
-		bounds routing.Bounds
-		want   float64
+		name     string
+		overload string
+		bounds   routing.Bounds
+		want     float64
 	}{
-		{"default bounds", routing.DefaultBounds(), 1 - capacity/(honest+2*declared)},
-		{"no bounds", routing.Bounds{}, 1 - capacity/(honest+1e12)},
+		{"default bounds, default max_shed", "overload: {shed: true}", routing.DefaultBounds(), 0.5},
+		{"no bounds, default max_shed", "overload: {shed: true}", routing.Bounds{}, 0.5},
+		{"default bounds, max_shed 1", "overload: {shed: true, max_shed: 1}", routing.DefaultBounds(), 1 - capacity/(honest+2*declared)},
+		{"no bounds, max_shed 1", "overload: {shed: true, max_shed: 1}", routing.Bounds{}, 1 - capacity/(honest+1e12)},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			b := routing.NewBuilder(routing.Config{Node: "gfe-nyc", Site: "nyc", Damping: 1, Bounds: tt.bounds}, routing.Options{Rand: gfetest.Rand()})
-			fleet := laFleet(t, addrs, "overload: {shed: true}")
+			fleet := laFleet(t, addrs, tt.overload)
 			now := time.Unix(1_000_000, 0)
 			var got float64
 			for range 20 { // 10 s of builds: the bound's ramp takes 2 s

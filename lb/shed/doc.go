@@ -23,6 +23,18 @@
 // value falls below f·2^64, so exactly f of uniformly random arrivals are
 // refused (TestRuleAdmit); it does not allocate.
 //
+// # The cap
+//
+// λ counts the demand the peers gossip, which a holder of the gossip key
+// can inflate up to the plausibility bounds (lb/routing Bounds: twice the
+// declared capacity per site), so f alone would let one lying peer have
+// every gfe refuse most of its real users. MaxFraction (config
+// overload.max_shed, default 0.5) caps f. The cap is the same at every
+// gfe, so the admitted proportions still follow rule 6 (uniform); above
+// λ = Admit/(1 − MaxFraction) each region admits more than Admit ×
+// capacity and the rest queues at the backends (TestShedLyingPeerBounded
+// in lb/routing, TestShedStepsEndToEnd in e2e).
+//
 // # The client-side throttle
 //
 // Throttle is the alternative that needs no plan: the SRE book's adaptive
@@ -43,7 +55,8 @@
 // # Guarantees
 //
 //   - Fraction is 0 unless demand exceeds Admit × capacity by at least
-//     MinFraction of demand, and never NaN (TestFraction); so is
+//     MinFraction of demand, at most MaxFraction, and never NaN
+//     (TestFraction); so is
 //     FromPlan's, out of overload too, where λ is 1 whatever the demand
 //     (TestFromPlanBelowOverload).
 //   - Admitted load equals Admit × capacity in every region of a plan in

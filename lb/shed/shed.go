@@ -21,10 +21,15 @@ type Config struct {
 	// smaller one (the noise of demand estimates around λ = 1) refuses
 	// nothing. Default 0.01. Must be in [0, 1).
 	MinFraction float64
+	// MaxFraction is the largest fraction refused, however high the
+	// demand (config overload.max_shed): the bound on what demand gossiped
+	// by a lying peer can make this gfe refuse. Default 0.5. Must be in
+	// (0, 1].
+	MaxFraction float64
 }
 
 // DefaultConfig returns the defaults documented on Config's fields.
-func DefaultConfig() Config { return Config{Admit: 1, MinFraction: 0.01} }
+func DefaultConfig() Config { return Config{Admit: 1, MinFraction: 0.01, MaxFraction: 0.5} }
 
 // ErrInvalidConfig wraps every problem Validate finds.
 var ErrInvalidConfig = errors.New("shed: invalid config")
@@ -39,14 +44,17 @@ func (c Config) Validate() error {
 	if !(c.MinFraction >= 0 && c.MinFraction < 1) {
 		errs = append(errs, fmt.Errorf("%w: min_fraction: must be in [0, 1), got %v", ErrInvalidConfig, c.MinFraction))
 	}
+	if !(c.MaxFraction > 0 && c.MaxFraction <= 1) {
+		errs = append(errs, fmt.Errorf("%w: max_fraction: must be in (0, 1], got %v", ErrInvalidConfig, c.MaxFraction))
+	}
 	return errors.Join(errs...)
 }
 
 // Fraction returns the share of arrivals to refuse when a service's global
 // demand exceeds its capacity (both in the same unit, requests/s or
 // connections): f = 1 − Admit·capacity/demand, so that what is admitted,
-// (1 − f)·demand, equals Admit·capacity; 0 when that is not positive or is
-// below MinFraction, and when demand or capacity is not a positive finite
+// (1 − f)·demand, equals Admit·capacity, but at most MaxFraction; 0 when
+// that is not positive or is below MinFraction, and when demand or capacity is not a positive finite
 // number (nothing to shed, or nothing known). A capacity of 0 with demand
 // refuses nothing here: the plan has no row then and requests fail fast
 // already. Every gfe computes the same f from the same plan, so the
@@ -65,6 +73,13 @@ func (c Config) fromLambda(lambda float64) float64 {
 	f := 1 - c.Admit/lambda
 	if !(f >= c.MinFraction) || f <= 0 {
 		return 0
+	}
+	if c.MaxFraction > 0 {
+		// The bound on what a peer's gossiped demand can make this gfe
+		// refuse; every gfe caps alike, so rule 6's proportions hold
+		// (docs/design.md §3). The zero MaxFraction of a Config built by
+		// hand caps nothing.
+		f = min(f, c.MaxFraction)
 	}
 	return f
 }

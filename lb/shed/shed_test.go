@@ -13,6 +13,8 @@ import (
 func TestFraction(t *testing.T) {
 	headroom := DefaultConfig()
 	headroom.Admit = 0.9
+	uncapped := DefaultConfig()
+	uncapped.MaxFraction = 1
 	tests := []struct {
 		name             string
 		cfg              Config
@@ -21,6 +23,8 @@ func TestFraction(t *testing.T) {
 	}{
 		{"20% over: a sixth refused", DefaultConfig(), 120, 100, 1 - 100.0/120},
 		{"70% over", DefaultConfig(), 170, 100, 1 - 100.0/170},
+		{"3× over: capped at MaxFraction", DefaultConfig(), 300, 100, 0.5},
+		{"3× over, MaxFraction 1", uncapped, 300, 100, 1 - 100.0/300},
 		{"at capacity", DefaultConfig(), 100, 100, 0},
 		{"below capacity", DefaultConfig(), 50, 100, 0},
 		{"0.5% over: noise, nothing", DefaultConfig(), 100.5, 100, 0},
@@ -154,9 +158,9 @@ func TestRuleAdmit(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	err := Config{Admit: 0, MinFraction: 1}.Validate()
-	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "admit:") || !strings.Contains(err.Error(), "min_fraction:") {
-		t.Errorf("Validate = %v, want both fields named", err)
+	err := Config{Admit: 0, MinFraction: 1, MaxFraction: 1.5}.Validate()
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "admit:") || !strings.Contains(err.Error(), "min_fraction:") || !strings.Contains(err.Error(), "max_fraction:") {
+		t.Errorf("Validate = %v, want the three fields named", err)
 	}
 	err = ThrottleConfig{K: 0.5, Window: 0, Bucket: 0}.Validate()
 	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "k:") || !strings.Contains(err.Error(), "bucket:") {

@@ -313,6 +313,25 @@ func TestPickerSwapUnderLoad(t *testing.T) {
 	var done atomic.Bool
 	var picked, busy, swaps atomic.Int64
 	errs := make(chan error, workers)
+	// The swapper runs first, so that picks meet swaps however the
+	// goroutines are scheduled.
+	swapped := make(chan struct{})
+	swapper.Go(func() {
+		for i := 0; !done.Load(); i++ {
+			cur.Store(snapshots[i%len(snapshots)])
+			if swaps.Add(1) == 1 {
+				close(swapped)
+			}
+			runtime.Gosched()
+		}
+	})
+	<-swapped
+	// Every worker first takes up to holdFirst slots and keeps them until
+	// all have tried: workers × holdFirst exceeds the 7 slots, so some
+	// picks find every backend full whatever the scheduling.
+	const holdFirst = 2
+	var tried sync.WaitGroup
+	tried.Add(workers)
 	for w := range workers {
 		pickers.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(w), 99))
@@ -323,6 +342,10 @@ func TestPickerSwapUnderLoad(t *testing.T) {
 				}
 			}()
 			for i := range picksEach {
+				if i == holdFirst {
+					tried.Done()
+					tried.Wait()
+				}
 				p := cur.Load()
 				c, err := p.Pick(rng.Uint64())
 				switch {
@@ -343,20 +366,13 @@ func TestPickerSwapUnderLoad(t *testing.T) {
 				}
 				// Hold up to 3 picks per goroutine (12 > the 7 slots), so
 				// groups fill up and Pick has to fall back or fail.
-				if len(held) > 3 || (len(held) > 0 && i%3 == 0) {
+				if i >= holdFirst && (len(held) > 3 || (len(held) > 0 && i%3 == 0)) {
 					held[0].Done()
 					held = held[1:]
 				}
 			}
 		})
 	}
-	swapper.Go(func() {
-		for i := 0; !done.Load(); i++ {
-			cur.Store(snapshots[i%len(snapshots)])
-			swaps.Add(1)
-			runtime.Gosched()
-		}
-	})
 	pickers.Wait()
 	done.Store(true)
 	swapper.Wait()

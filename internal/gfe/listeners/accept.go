@@ -138,6 +138,9 @@ func (m *Manager) acceptLoop(p *port) {
 			continue
 		}
 		backoff = 0
+		if g != nil {
+			setKeepAlive(c, &g.spec)
+		}
 		if guarded {
 			var ok bool
 			if c, ok = m.admit(p, g, c, held); !ok {

@@ -400,7 +400,7 @@ func sameServing(a, b config.Listener) bool {
 // must hold m.mu.
 func (m *Manager) openLocked(key int, l config.Listener) (*port, error) {
 	addr := net.JoinHostPort(m.host, strconv.Itoa(key))
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listenTCP(addr)
 	if err != nil {
 		return nil, fmt.Errorf("listener %s: %w", l.Name, err)
 	}

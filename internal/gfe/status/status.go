@@ -180,6 +180,11 @@ type BackendStatus struct {
 	// Concurrency Tuning of an autoscaled group, from the CPU it reports),
 	// absent when it has none.
 	ACTLimit int64 `json:"act_limit,omitempty"`
+	// SoftLimit is the instance's soft concurrency limit (Little's law
+	// over its planned rate, lb/routing "Overflow at pick time"): the
+	// requests this gfe keeps in flight to it before a pick overflows to
+	// the next group; absent when it has none.
+	SoftLimit int64 `json:"soft_limit,omitempty"`
 	// Ejected is whether passive outlier detection has ejected it.
 	Ejected bool `json:"ejected"`
 	// Demoted is whether the instance is demoted (config.Instance.Demoted):
