@@ -38,7 +38,7 @@ func runGossip(args []string, stdout, stderr io.Writer) int {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to `file`")
 	memProfile := fs.String("memprofile", "", "write a heap profile to `file` once the cluster formed")
 	gcPercent := fs.Int("gogc", 200, "the process's GC target `percent` (GOGC; the environment's GOGC wins): N nodes' garbage while forming is most of a default collector's CPU")
-	memLimit := fs.Int64("memlimit", 8<<30, "the process's soft memory limit in `bytes` (GOMEMLIMIT; the environment's wins), which collects sooner than --gogc near it")
+	memLimit := fs.Int64("memlimit", 12<<30, "the process's soft memory limit in `bytes` (GOMEMLIMIT; the environment's wins), which collects sooner than --gogc near it")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: lbsim gossip --nodes N [--json] [flags]")
 		fs.PrintDefaults()

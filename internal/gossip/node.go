@@ -61,6 +61,12 @@ type Options struct {
 	// once rather than once per Node (see DecodeCache). Nil: this Node
 	// decodes everything itself, as a daemon does.
 	DecodeCache *DecodeCache
+	// HandoffQueueDepth, when > 0, replaces memberlist's queue depth of
+	// received messages awaiting its handler (memberlist's default 1,024,
+	// what daemons run with). The gossip benchmark lowers it: a thousand
+	// nodes in one process, starved of CPU while forming, each kept 1,024
+	// messages of up to UDPBufferSize bytes waiting, gigabytes in all.
+	HandoffQueueDepth int
 }
 
 // Snapshot is one node's view of the cluster at an instant. A Snapshot is
@@ -166,8 +172,10 @@ func (s Stats) Refused() map[string]uint64 {
 //     gossip rate; the freshest states go first.
 //   - Membership repair: memberlist spreads joins by gossip too, and a node
 //     may miss one until the next push/pull; Run notices (a state from a
-//     node memberlist does not list, for over a second) and joins that
-//     node's address (NodeState.Addr), which fixes both sides at once.
+//     node memberlist does not list, for longer than memberlist's gossip
+//     of its join takes: repairGrace) and joins that node's address
+//     (NodeState.Addr), one such node per repairGrace, which fixes both
+//     sides at once.
 //   - Push/pull: every PushPullInterval (memberlist stretches it beyond 32
 //     nodes), and on join, nodes exchange their full views over TCP, so a
 //     late joiner gets every state during Join and anything lost is
@@ -203,6 +211,7 @@ type Node struct {
 	certs       certCache
 	transport   memberlist.Transport
 	decodeCache *DecodeCache
+	handoff     int
 	// refusalLog logs refused states, at most a few a minute (the
 	// counters have them all).
 	refusalLog zerolog.Logger
@@ -308,6 +317,7 @@ func New(cfg Config, opts Options) (*Node, error) {
 
 		transport:   opts.Transport,
 		decodeCache: opts.DecodeCache,
+		handoff:     opts.HandoffQueueDepth,
 	}
 	n.refusalLog = n.log.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Minute})
 	if n.rand == nil {
@@ -339,6 +349,9 @@ func (n *Node) Run(ctx context.Context) error {
 	mc.Events = delegate{n}
 	if n.transport != nil {
 		mc.Transport = n.transport
+	}
+	if n.handoff > 0 {
+		mc.HandoffQueueDepth = n.handoff
 	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {

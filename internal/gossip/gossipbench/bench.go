@@ -310,7 +310,7 @@ func newCluster(ctx context.Context, o Options, r *mrand.Rand, progress func(str
 		}
 		c.cfg = cfg
 		tr := netw.newTransport()
-		opts := gossip.Options{Logger: quiet, Transport: tr, DecodeCache: decoded}
+		opts := gossip.Options{Logger: quiet, Transport: tr, DecodeCache: decoded, HandoffQueueDepth: handoffDepth}
 		if ca != nil {
 			files, err := ca.IssueFiles(c.dir, name, devpki.Leaf{CommonName: name, Names: []string{name}})
 			if err != nil {
@@ -362,6 +362,13 @@ func newCluster(ctx context.Context, o Options, r *mrand.Rand, progress func(str
 	c.waitQuiet(ctx, time.Minute)
 	return c, nil
 }
+
+// handoffDepth is memberlist's handler queue per node in the benchmark
+// (gossip.Options.HandoffQueueDepth; daemons keep memberlist's 1,024): at
+// 1,024 a thousand starved nodes held gigabytes of received packets, and
+// the process stalled in garbage collection. A node whose queue is full
+// drops what arrives, as a daemon on a host that cannot keep up does.
+const handoffDepth = 128
 
 // startBatch is how many nodes start before the benchmark waits for them
 // to join.
