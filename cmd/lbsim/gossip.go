@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"runtime/pprof"
 
 	"github.com/spillway-lb/spillway/internal/gossip/gossipbench"
@@ -36,6 +37,8 @@ func runGossip(args []string, stdout, stderr io.Writer) int {
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to `file`")
 	memProfile := fs.String("memprofile", "", "write a heap profile to `file` once the cluster formed")
+	gcPercent := fs.Int("gogc", 200, "the process's GC target `percent` (GOGC; the environment's GOGC wins): N nodes' garbage while forming is most of a default collector's CPU")
+	memLimit := fs.Int64("memlimit", 12<<30, "the process's soft memory limit in `bytes` (GOMEMLIMIT; the environment's wins), which collects sooner than --gogc near it")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: lbsim gossip --nodes N [--json] [flags]")
 		fs.PrintDefaults()
@@ -48,6 +51,12 @@ func runGossip(args []string, stdout, stderr io.Writer) int {
 		return usageErr("--nodes: must be at least 3, got %d", o.Nodes)
 	}
 	o.World = w
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(*gcPercent)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" && *memLimit > 0 {
+		debug.SetMemoryLimit(*memLimit)
+	}
 	if !*quiet {
 		o.Progress = stderr
 	}

@@ -83,8 +83,9 @@ type Config struct {
 	// RetransmitMult · ceil(log10(N+1)) times. Default 4 (memberlist LAN).
 	// A member misses a given message with probability about
 	// exp(-RetransmitMult · ceil(log10(N+1))) (3e-4 at 50 nodes); a missed
-	// join is repaired within about a second (see Node), anything else by
-	// the next push/pull. Higher costs a burst of packets whenever many
+	// join is repaired once memberlist's gossip of it would have arrived
+	// (about a second at a few members, 11 s at 1,000, at least a tenth of
+	// PushPullInterval; see Node), anything else by the next push/pull. Higher costs a burst of packets whenever many
 	// nodes start at once.
 	RetransmitMult int `mapstructure:"retransmit_mult"`
 	// StateRetransmitMult is the same for state messages: each node gossips

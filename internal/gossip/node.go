@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net"
 	"sort"
@@ -60,6 +61,12 @@ type Options struct {
 	// once rather than once per Node (see DecodeCache). Nil: this Node
 	// decodes everything itself, as a daemon does.
 	DecodeCache *DecodeCache
+	// HandoffQueueDepth, when > 0, replaces memberlist's queue depth of
+	// received messages awaiting its handler (memberlist's default 1,024,
+	// what daemons run with). The gossip benchmark lowers it: a thousand
+	// nodes in one process, starved of CPU while forming, each kept 1,024
+	// messages of up to UDPBufferSize bytes waiting, gigabytes in all.
+	HandoffQueueDepth int
 }
 
 // Snapshot is one node's view of the cluster at an instant. A Snapshot is
@@ -165,8 +172,10 @@ func (s Stats) Refused() map[string]uint64 {
 //     gossip rate; the freshest states go first.
 //   - Membership repair: memberlist spreads joins by gossip too, and a node
 //     may miss one until the next push/pull; Run notices (a state from a
-//     node memberlist does not list, for over a second) and joins that
-//     node's address (NodeState.Addr), which fixes both sides at once.
+//     node memberlist does not list, for longer than memberlist's gossip
+//     of its join takes: repairGrace) and joins that node's address
+//     (NodeState.Addr), one such node per repairGrace, which fixes both
+//     sides at once.
 //   - Push/pull: every PushPullInterval (memberlist stretches it beyond 32
 //     nodes), and on join, nodes exchange their full views over TCP, so a
 //     late joiner gets every state during Join and anything lost is
@@ -202,6 +211,7 @@ type Node struct {
 	certs       certCache
 	transport   memberlist.Transport
 	decodeCache *DecodeCache
+	handoff     int
 	// refusalLog logs refused states, at most a few a minute (the
 	// counters have them all).
 	refusalLog zerolog.Logger
@@ -256,6 +266,8 @@ type Node struct {
 	// repaired maps a node to the state version for which repairGaps
 	// last joined it.
 	repaired map[string]uint64
+	// nextRepair is when repairGaps may join a gap again.
+	nextRepair time.Time
 	// addrs holds copies of the alive members' memberlist.Node, taken in
 	// the event callbacks (where memberlist holds its lock). The sender
 	// uses them: the *Node values memberlist.Members returns are updated
@@ -305,6 +317,7 @@ func New(cfg Config, opts Options) (*Node, error) {
 
 		transport:   opts.Transport,
 		decodeCache: opts.DecodeCache,
+		handoff:     opts.HandoffQueueDepth,
 	}
 	n.refusalLog = n.log.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Minute})
 	if n.rand == nil {
@@ -336,6 +349,9 @@ func (n *Node) Run(ctx context.Context) error {
 	mc.Events = delegate{n}
 	if n.transport != nil {
 		mc.Transport = n.transport
+	}
+	if n.handoff > 0 {
+		mc.HandoffQueueDepth = n.handoff
 	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
@@ -437,29 +453,86 @@ func normalizeAddr(s string) string {
 	return net.JoinHostPort(ip.String(), port)
 }
 
-// repairEvery is how often Run looks for membership gaps; a gap is a state
-// held for 2·repairEvery (1s with the default GossipInterval) from a node
-// memberlist has not reported, long after its alive message should have
-// arrived.
+// repairEvery is how often Run looks for membership gaps (see repairGaps).
 func (n *Node) repairEvery() time.Duration { return 5 * n.cfg.GossipInterval }
+
+// repairGrace is how long a state from a node memberlist has not reported
+// is held before repairGaps joins that node: about as long as memberlist's
+// own gossip of the node's alive message lives, after which it would only
+// come with the next push/pull. Each node that holds a membership message
+// gossips it RetransmitMult·ceil(log10(N+1)) times, one round per
+// GossipInterval, and the message needs about log_GossipNodes(N) such
+// relays to reach everyone, so the grace is their product, and at least
+// 2·repairEvery: 1 s for a few members with the default timings, 2.4 s at
+// 20, 6 s at 200, 11.2 s at 1,000. It is also at least a tenth of
+// PushPullInterval (1 s by default, 30 s under ProfileLarge): a repair is
+// a push/pull ahead of the periodic ones, and a profile that spaces those
+// because full views are megabytes spaces repairs too. A fixed second was shorter than
+// memberlist's spread at a few hundred members: every member that a new
+// node's first state reached before its alive message joined it, a full
+// push/pull each, N of them for every node that started.
+func (n *Node) repairGrace() time.Duration {
+	members := float64(max(1, n.members.Load()))
+	limit := float64(n.cfg.RetransmitMult) * math.Ceil(math.Log10(members+1))
+	hops := math.Ceil(math.Log(members) / math.Log(float64(max(2, n.cfg.GossipNodes))))
+	return max(2*n.repairEvery(), n.cfg.PushPullInterval/10, time.Duration(hops*limit)*n.cfg.GossipInterval)
+}
 
 // repairGaps closes membership gaps: memberlist spreads a join by gossip,
 // and a node can miss it (notably when two groups that joined different
 // seeds merge) until the next push/pull, PushPullInterval later (20s at 50
-// nodes). A state received from a node memberlist does not list proves the
-// gap, and carries the node's address: joining it (one push/pull) teaches
-// both sides each other's members at once. A state version whose node was
-// joined is not tried again; a join that failed (the node slow to answer on
-// a loaded machine, say) is retried every round until it works or the state
-// is pruned. States of nodes memberlist reported dead are never tried.
+// nodes). A state received from a node memberlist does not list, for
+// longer than repairGrace, proves the gap, and carries the node's address:
+// joining it (one push/pull) teaches both sides each other's members at
+// once. It joins one such node (chosen at random among the gaps) per
+// repairGrace: one push/pull brings every member the other side knows,
+// which usually closes the other gaps too, and each costs two full views
+// (megabytes at a thousand members), so that when memberlist's gossip is
+// slow for everyone at once (hosts starved of CPU) the repairs do not add
+// a push/pull per gap per member every round. A state version whose node
+// was joined is not tried again; a join that failed (the node slow to
+// answer on a loaded machine, say) is retried later until it works or the
+// state is pruned. States of nodes memberlist reported dead are never
+// tried.
 func (n *Node) repairGaps() {
-	type gap struct {
-		node, addr string
-		version    uint64
+	g, ok := n.repairTarget()
+	if !ok {
+		return
 	}
+	if _, err := n.Join([]string{g.addr}); err != nil {
+		n.repairErrs.Add(1)
+		n.log.Info().Str("node", g.node).Err(err).Msg("joining a node known only from its state failed; retrying next round")
+		return
+	}
+	n.repairs.Add(1)
 	n.mu.Lock()
+	n.repaired[g.node] = max(n.repaired[g.node], g.version)
+	n.mu.Unlock()
+	n.log.Info().Str("node", g.node).Msg("joined a node known only from its state")
+}
+
+// gap is a node repairGaps may join: its name, address and the version of
+// its state that proved the gap.
+type gap struct {
+	node, addr string
+	version    uint64
+}
+
+// repairTarget returns the gap this repair round joins, if any: none
+// within repairGrace of the last round that returned one, and otherwise
+// one of the states held for longer than repairGrace from nodes memberlist
+// has not reported, with an address and a version not joined yet, at
+// random. It is only called from Run's goroutine (it draws from n.rand).
+func (n *Node) repairTarget() (gap, bool) {
+	grace := n.repairGrace()
+	now := n.clock.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if now.Before(n.nextRepair) {
+		return gap{}, false
+	}
 	var gaps []gap
-	for _, s := range n.tab.gaps(n.clock.Now(), 2*n.repairEvery()) {
+	for _, s := range n.tab.gaps(now, grace) {
 		if s.Addr == "" || n.repaired[s.Node] >= s.Version {
 			continue
 		}
@@ -470,19 +543,11 @@ func (n *Node) repairGaps() {
 			delete(n.repaired, node) // pruned from the table
 		}
 	}
-	n.mu.Unlock()
-	for _, g := range gaps {
-		if _, err := n.Join([]string{g.addr}); err != nil {
-			n.repairErrs.Add(1)
-			n.log.Info().Str("node", g.node).Err(err).Msg("joining a node known only from its state failed; retrying next round")
-			continue
-		}
-		n.repairs.Add(1)
-		n.mu.Lock()
-		n.repaired[g.node] = max(n.repaired[g.node], g.version)
-		n.mu.Unlock()
-		n.log.Info().Str("node", g.node).Msg("joined a node known only from its state")
+	if len(gaps) == 0 {
+		return gap{}, false
 	}
+	n.nextRepair = now.Add(grace)
+	return gaps[n.rand()%uint64(len(gaps))], true
 }
 
 // joinWithBackoff joins seeds, retrying until one answers or ctx ends.

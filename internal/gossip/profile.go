@@ -41,6 +41,10 @@ const (
 	//     answer a probe, is not suspected as readily (failure detection
 	//     is otherwise unchanged: a crashed member of 1,000 is dropped by
 	//     every other within about 6 s).
+	//   - through PushPullInterval, membership repairs (a join of a node
+	//     known only from its state, see Node) wait 30 s rather than
+	//     memberlist's gossip time (11 s at 1,000) and are made one per
+	//     30 s per node: each is a push/pull of two full views.
 	// Changes still reach every member within a second: Publish sends to
 	// each at once, whatever the profile.
 	ProfileLarge = "large"

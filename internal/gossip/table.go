@@ -69,6 +69,12 @@ type table struct {
 
 	members map[string]struct{}
 	states  map[string]held
+	// outside holds the nodes of states that are not members (not yet
+	// reported, or departed), so that gaps looks at those alone rather
+	// than at every state: a node runs it twice a second, and at a
+	// thousand members a scan of every state each time was a tenth of a
+	// forming cluster's CPU.
+	outside map[string]struct{}
 	// nextPrune is when prune next scans states (at most every ttl/4, so
 	// that frequent calls stay O(1) amortized).
 	nextPrune time.Time
@@ -92,6 +98,7 @@ func newTable(self string, ttl time.Duration) *table {
 		ttl:     ttl,
 		members: map[string]struct{}{self: {}},
 		states:  make(map[string]held),
+		outside: make(map[string]struct{}),
 	}
 }
 
@@ -120,6 +127,7 @@ func (t *table) applyWire(s NodeState, wire []byte, now time.Time) verdict {
 	if _, ok := t.members[s.Node]; ok {
 		return verdictVisible
 	}
+	t.outside[s.Node] = struct{}{}
 	return verdictHidden
 }
 
@@ -153,6 +161,7 @@ func (t *table) join(node string, now time.Time) bool {
 	}
 	t.prune(now)
 	t.members[node] = struct{}{}
+	delete(t.outside, node)
 	if h, ok := t.states[node]; ok && h.departed {
 		h.departed = false
 		t.states[node] = h
@@ -176,6 +185,7 @@ func (t *table) leave(node string, now time.Time) bool {
 		h.at = now
 		h.departed = true
 		t.states[node] = h
+		t.outside[node] = struct{}{}
 	}
 	return true
 }
@@ -186,8 +196,9 @@ func (t *table) leave(node string, now time.Time) bool {
 // by node name.
 func (t *table) gaps(now time.Time, grace time.Duration) []NodeState {
 	var out []NodeState
-	for node, h := range t.states {
-		if _, member := t.members[node]; member || h.departed || now.Sub(h.at) < grace {
+	for node := range t.outside {
+		h := t.states[node]
+		if h.departed || now.Sub(h.at) < grace {
 			continue
 		}
 		out = append(out, h.state)
@@ -202,9 +213,10 @@ func (t *table) prune(now time.Time) {
 		return
 	}
 	t.nextPrune = now.Add(t.ttl / 4)
-	for node, h := range t.states {
-		if _, member := t.members[node]; !member && now.Sub(h.at) > t.ttl {
+	for node := range t.outside {
+		if now.Sub(t.states[node].at) > t.ttl {
 			delete(t.states, node)
+			delete(t.outside, node)
 		}
 	}
 }

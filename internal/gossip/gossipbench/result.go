@@ -42,6 +42,16 @@ type Result struct {
 	// formed.
 	FalseDeaths        uint64 `json:"false_deaths"`
 	StartupFalseDeaths uint64 `json:"startup_false_deaths"`
+	// StartupRepairs and StartupPushPulls count, over every node, the
+	// membership repairs (joins of a node known only from its state) and
+	// the full-view syncs merged while the cluster formed: the costs that
+	// grow fastest with N.
+	StartupRepairs   uint64 `json:"startup_repairs"`
+	StartupPushPulls uint64 `json:"startup_push_pulls"`
+	// StartupHealJoins counts the joins the benchmark made, once forming
+	// stalled, for members that nodes lacked (members falsely declared
+	// dead that did not come back by themselves).
+	StartupHealJoins int `json:"startup_heal_joins"`
 	// DroppedPackets counts packets lost to full receive queues.
 	DroppedPackets uint64 `json:"dropped_packets"`
 	// HeapBytes is the Go heap in use once the cluster formed and went
@@ -112,13 +122,13 @@ func (r Result) WriteTable(w io.Writer) error {
   spread of a change   p50 %.3fs  p99 %.3fs  p99.99 %.3fs  max %.3fs  (%d samples, %d missed)
   bytes per node       %.0f B/s sent (state messages %.0f B/s) over %.0fs; a state is %d B, a full view %d B
   dead member noticed  p50 %.2fs  p99 %.2fs  max %.2fs  (%d never)
-  false deaths         %d in the window, %d while forming (formed in %.1fs); %d packets dropped
+  false deaths         %d in the window, %d while forming (formed in %.1fs: %d repairs, %d push/pulls, %d heal joins); %d packets dropped
   memory               %.1f MB of heap in use once formed, %.0f B per (node, peer) pair
 `, r.Nodes, r.Services, r.Regions, r.LoadedGroups, sealed, enc, profile,
 		r.SpreadP50, r.SpreadP99, r.SpreadP9999, r.SpreadMax, r.SpreadSamples, r.SpreadMissed,
 		r.BytesPerNodePerS, r.StateBytesPerNodePerS, r.WindowS, r.StateFrameBytes, r.PushPullBytes,
 		r.DeadDetectedP50, r.DeadDetectedP99, r.DeadDetectedMax, r.DeadUndetected,
-		r.FalseDeaths, r.StartupFalseDeaths, r.StartupS, r.DroppedPackets,
+		r.FalseDeaths, r.StartupFalseDeaths, r.StartupS, r.StartupRepairs, r.StartupPushPulls, r.StartupHealJoins, r.DroppedPackets,
 		float64(r.HeapBytes)/1e6, r.HeapBytesPerPair)
 	return err
 }
