@@ -417,8 +417,8 @@ func (c *cluster) waitQuiet(ctx context.Context, d time.Duration) {
 }
 
 // waitFormed waits until every node lists every member and holds every
-// state. When that has not improved for stallAfter, each node that lacks
-// members joins them (Node.Join, a push/pull with each): what brings back
+// state. When that has not improved for stallAfter, heal has a node that
+// lacks each missing member join it (Node.Join, a push/pull): what brings back
 // a member falsely declared dead that missed the news (and so did not
 // refute it) is otherwise the next push/pull, up to 30 minutes away under
 // the large profile at 1,000 members. The joins are counted
@@ -452,7 +452,7 @@ func (c *cluster) waitFormed(ctx context.Context, progress func(string, ...any))
 			best, bestAt = progressed, time.Now()
 		} else if time.Since(bestAt) > stallAfter {
 			progress("forming stalled for %v: nodes that lack members join them", stallAfter)
-			c.heal()
+			c.heal(ctx)
 			bestAt = time.Now()
 		}
 		if time.Since(last) > 10*time.Second {
@@ -473,23 +473,36 @@ func (c *cluster) waitFormed(ctx context.Context, progress func(string, ...any))
 // has nodes join the members they lack.
 const stallAfter = 30 * time.Second
 
-// heal makes every node that lists fewer than every member join those it
-// lacks.
-func (c *cluster) heal() {
+// healJoinsPerRound bounds the joins of one heal: each is a push/pull of
+// two full views (1.8 MB each at 1,000 members).
+const healJoinsPerRound = 64
+
+// heal has, for each member some node does not list, one node that lacks
+// it join it: the push/pull tells the member it is thought dead, it
+// refutes, and its refutation reaches every node by gossip, so one join
+// per lacking member is enough (a join per lacking pair, N times more, held
+// a 1,000-node run for half an hour). At most healJoinsPerRound joins per
+// call; returns early when ctx ends.
+func (c *cluster) heal(ctx context.Context) {
+	joined := make(map[string]bool)
 	for _, m := range c.members {
 		if m.node.Members() == len(c.members) {
 			continue
 		}
 		listed := m.node.Snapshot().Members
-		var addrs []string
 		for _, o := range c.members {
-			if _, ok := slices.BinarySearch(listed, o.name); !ok {
-				addrs = append(addrs, o.node.Addr())
+			if len(joined) >= healJoinsPerRound || ctx.Err() != nil {
+				return
 			}
-		}
-		if len(addrs) > 0 {
-			_, _ = m.node.Join(addrs)
-			c.healJoins += len(addrs)
+			if o == m || joined[o.name] {
+				continue
+			}
+			if _, ok := slices.BinarySearch(listed, o.name); ok {
+				continue
+			}
+			joined[o.name] = true
+			_, _ = m.node.Join([]string{o.node.Addr()})
+			c.healJoins++
 		}
 	}
 }
