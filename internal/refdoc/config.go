@@ -55,6 +55,7 @@ var units = map[string]string{
 	"services[].feedback.confirm_utilization":                             "reported utilization (1 = 100%)",
 	"services[].load_aware.utilization_weight":                            "factor",
 	"services[].overload.admit":                                           "fraction of the plan's capacity",
+	"services[].overload.max_shed":                                        "fraction of the service's arrivals at one gfe",
 	"services[].prequal.probe_rate":                                       "probes per second per gfe",
 	"routes[].retries":                                                    "attempts",
 	"listeners[].port":                                                    "TCP port",

@@ -214,9 +214,10 @@ func (p *Poller) expireLoop() {
 		case <-p.kick:
 		case <-t.C():
 		}
-		now := clk.Now()
-		if next, ok := p.expire(now); ok {
-			t.Reset(max(time.Duration(next-now.UnixNano()), 0))
+		if next, ok := p.expire(clk.Now()); ok {
+			// Read the clock again: waking the expired readers takes
+			// time, and the timer counts from when it is reset.
+			t.Reset(max(time.Duration(next-clk.Now().UnixNano()), 0))
 		} else {
 			t.Stop()
 		}

@@ -379,6 +379,7 @@ func TestExpireOnOneTimer(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("reader not woken 10 s after its deadline passed")
 	}
+	waitFor(t, func() bool { return clk.Waiters() == 1 }) // rearmed for the second
 	clk.Advance(time.Hour)
 	for range len(ws) - 1 {
 		select {

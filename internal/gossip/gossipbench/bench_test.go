@@ -3,6 +3,7 @@ package gossipbench
 import (
 	"context"
 	"math"
+	mrand "math/rand/v2"
 	"testing"
 	"time"
 )
@@ -88,4 +89,53 @@ func scaledPushPull(seconds float64, n int) float64 {
 		return seconds
 	}
 	return seconds * (math.Ceil(math.Log2(float64(n))-math.Log2(32)) + 1)
+}
+
+// TestHealJoinsOncePerLackingMember starts nodes that know of no one and
+// heals them: one join per member some node lacks (at most N), not one per
+// lacking pair (N·(N−1)/2 or more), and the joins alone form the cluster.
+func TestHealJoinsOncePerLackingMember(t *testing.T) {
+	const nodes = 6
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	o := Options{Nodes: nodes, World: DefaultWorld(), Unsealed: true, isolated: true}
+	c, err := newCluster(ctx, o, mrand.New(mrand.NewPCG(1, 2)), func(string, ...any) {})
+	if c != nil {
+		defer c.stop()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range c.members {
+		if got := m.node.Members(); got != 1 {
+			t.Fatalf("%s lists %d members before the heal; want only itself", m.name, got)
+		}
+	}
+	c.heal(ctx)
+	if c.healJoins < nodes-1 || c.healJoins > nodes {
+		t.Errorf("heal made %d joins for %d isolated nodes; want %d to %d (one per lacking member)", c.healJoins, nodes, nodes-1, nodes)
+	}
+	if err := c.waitFormed(ctx, func(string, ...any) {}); err != nil {
+		t.Fatalf("after the heal: %v", err)
+	}
+}
+
+// TestHealStopsAtDeadline: a heal whose context has ended joins nothing.
+func TestHealStopsAtDeadline(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	o := Options{Nodes: 3, World: DefaultWorld(), Unsealed: true, isolated: true}
+	c, err := newCluster(ctx, o, mrand.New(mrand.NewPCG(1, 2)), func(string, ...any) {})
+	if c != nil {
+		defer c.stop()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, stop := context.WithCancel(ctx)
+	stop()
+	c.heal(done)
+	if c.healJoins != 0 {
+		t.Errorf("heal after its deadline made %d joins; want 0", c.healJoins)
+	}
 }
