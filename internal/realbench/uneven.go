@@ -63,9 +63,10 @@ type Story struct {
 // deployment topology.Uneven with its antagonists, UnevenPolicies, a 3 s
 // warmup at the first phase's demand, then one 6 s phase per UnevenLoads
 // entry with every site's demand its UnevenShares of the load, a 5 s
-// deadline, 5 repetitions: about 45 minutes with the nine rows. quick cuts it
-// to 2 s phases, 2 s warmup and 2 repetitions (about 7 minutes), with the antagonists'
-// period halved to 2 s so that each phase still sees them come and go.
+// deadline, 5 repetitions: about 45 minutes with the nine rows. quick cuts
+// it to 2 s phases, 2 s warmup and 2 repetitions (about 7 minutes), with the
+// antagonists' period halved to 2 s so that each phase still sees them come
+// and go.
 func UnevenStory(quick bool) Story {
 	st := Story{Name: "uneven", Reps: 5, Antagonist: topology.DefaultUnevenAntagonist, Config: DefaultConfig()}
 	phase := 6 * time.Second
